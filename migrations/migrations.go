@@ -1,0 +1,199 @@
+// Package migrations holds enclave's SQL schema, one folder per dialect
+// (sqlite/ and postgres/, files named NNNN_name.up.sql), embedded into the
+// binary, and the runner that applies it.
+//
+// Apply is safe to call from every replica at start-up:
+//
+//   - each migration runs in its own transaction together with the row that
+//     records it, so a migration is recorded only if it succeeded, and a
+//     failure leaves nothing half-applied (both dialects have transactional
+//     DDL);
+//   - concurrent runners are serialized inside that transaction
+//     (pg_advisory_xact_lock on PostgreSQL; on SQLite the write lock taken at
+//     BEGIN IMMEDIATE), and the applied set is re-read under the lock, so each
+//     migration runs exactly once. A crashed runner leaves no stale lock;
+//   - a recorded migration whose file has changed since is an error, so a
+//     schema never silently differs between installations.
+//
+// The runner is ours rather than bun's migrate package because bun's records
+// a migration before running it unless configured otherwise, and keeps its
+// lock in a table that a crashed process leaves locked.
+package migrations
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
+)
+
+//go:embed sqlite/*.sql postgres/*.sql
+var files embed.FS
+
+// Migration is one schema step.
+type Migration struct {
+	Version  int
+	Name     string
+	SQL      string
+	Checksum string // hex SHA-256 of SQL
+}
+
+// Result says what Apply did.
+type Result struct {
+	// Applied lists the migrations run by this call, in order.
+	Applied []Migration
+	// Current is the highest version recorded after the call.
+	Current int
+	// Unknown lists recorded versions this binary does not know: the database
+	// was migrated by a newer release. Apply leaves them alone.
+	Unknown []int
+}
+
+// lockKey identifies enclave's migration advisory lock on PostgreSQL.
+const lockKey = 0x656e636c617665 // "enclave"
+
+var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.up\.sql$`)
+
+// folder returns the migrations folder for db's dialect.
+func folder(db bun.IDB) (string, error) {
+	switch db.Dialect().Name() {
+	case dialect.SQLite:
+		return "sqlite", nil
+	case dialect.PG:
+		return "postgres", nil
+	default:
+		return "", fmt.Errorf("migrations: unsupported dialect %s", db.Dialect().Name())
+	}
+}
+
+// Load returns the embedded migrations of one dialect folder ("sqlite" or
+// "postgres") in version order.
+func Load(dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(files, dir)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read %s: %w", dir, err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		m := fileName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("migrations: %s/%s: want NNNN_name.up.sql", dir, e.Name())
+		}
+		body, err := fs.ReadFile(files, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("migrations: read %s: %w", e.Name(), err)
+		}
+		v, _ := strconv.Atoi(m[1])
+		sum := sha256.Sum256(body)
+		if len(out) > 0 && out[len(out)-1].Version == v {
+			return nil, fmt.Errorf("migrations: %s: version %d used twice", dir, v)
+		}
+		out = append(out, Migration{Version: v, Name: m[2], SQL: string(body), Checksum: hex.EncodeToString(sum[:])})
+	}
+	slices.SortFunc(out, func(a, b Migration) int { return a.Version - b.Version })
+	return out, nil
+}
+
+// ErrChecksumMismatch reports an applied migration whose embedded SQL has
+// changed since it ran.
+var ErrChecksumMismatch = errors.New("migrations: applied migration has changed")
+
+type record struct {
+	bun.BaseModel `bun:"table:schema_migrations"`
+	Version       int       `bun:"version,pk"`
+	Name          string    `bun:"name,notnull"`
+	Checksum      string    `bun:"checksum,notnull"`
+	AppliedAt     time.Time `bun:"applied_at,notnull"`
+}
+
+// Apply runs every pending migration on db, in order. db must be the primary
+// (writable) handle; on SQLite, one opened by package storage, whose
+// transactions begin immediately.
+func Apply(ctx context.Context, db *bun.DB) (Result, error) {
+	dir, err := folder(db)
+	if err != nil {
+		return Result{}, err
+	}
+	all, err := Load(dir)
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	if err := locked(ctx, db, func(tx bun.Tx) error {
+		_, err := tx.NewCreateTable().Model((*record)(nil)).IfNotExists().Exec(ctx)
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("migrations: create schema_migrations: %w", err)
+	}
+	for _, m := range all {
+		ran := false
+		err := locked(ctx, db, func(tx bun.Tx) error {
+			var got []record
+			if err := tx.NewSelect().Model(&got).Where("version = ?", m.Version).Scan(ctx); err != nil {
+				return err
+			}
+			if len(got) == 1 {
+				if got[0].Checksum != m.Checksum {
+					return fmt.Errorf("%w: %04d_%s", ErrChecksumMismatch, m.Version, m.Name)
+				}
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return err
+			}
+			rec := &record{Version: m.Version, Name: m.Name, Checksum: m.Checksum, AppliedAt: time.Now().UTC()}
+			if _, err := tx.NewInsert().Model(rec).Exec(ctx); err != nil {
+				return err
+			}
+			ran = true
+			return nil
+		})
+		if err != nil {
+			if errors.Is(err, ErrChecksumMismatch) {
+				return res, err
+			}
+			return res, fmt.Errorf("migrations: %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if ran {
+			res.Applied = append(res.Applied, m)
+		}
+	}
+	var versions []int
+	if err := db.NewSelect().Model((*record)(nil)).Column("version").Order("version").Scan(ctx, &versions); err != nil {
+		return res, fmt.Errorf("migrations: read applied: %w", err)
+	}
+	known := make(map[int]bool, len(all))
+	for _, m := range all {
+		known[m.Version] = true
+	}
+	for _, v := range versions {
+		if !known[v] {
+			res.Unknown = append(res.Unknown, v)
+		}
+		res.Current = max(res.Current, v)
+	}
+	return res, nil
+}
+
+// locked runs fn in a transaction that holds the migration lock.
+func locked(ctx context.Context, db *bun.DB, fn func(bun.Tx) error) error {
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if db.Dialect().Name() == dialect.PG {
+			if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(?)", int64(lockKey)); err != nil {
+				return fmt.Errorf("take migration lock: %w", err)
+			}
+		}
+		return fn(tx)
+	})
+}

@@ -1,0 +1,22 @@
+// Package storage opens every backing store enclave uses from URLs and holds
+// the few helpers that all domains share.
+//
+// A Store bundles:
+//
+//   - SQL through bun: the authoritative state. sqlite://PATH (the default,
+//     <data-dir>/enclave.db) or postgres://… (pgx in simple-protocol mode).
+//   - Blob through gocloud.dev/blob: file:// (default <data-dir>/blobs) or mem://.
+//   - KV through gocloud.dev/docstore: caches and data with a TTL only; nothing
+//     authoritative lives there. mem:// by default.
+//   - A queue through gocloud.dev/pubsub: delivery of work that an SQL outbox
+//     already recorded. A private in-process queue by default.
+//   - A secrets keeper through gocloud.dev/secrets: a local AES key kept in
+//     <data-dir>/keeper.key by default, or a cloud KMS.
+//
+// Only the file, mem and local-key drivers are linked by this package. Import
+// package storage/clouddrivers (the enclave binary does) to accept S3, GCS,
+// Azure and the cloud KMS and queue services by URL.
+//
+// Shared helpers: [Store.RunInTx] for transactions and [Paginate] for keyset
+// pagination with opaque cursors.
+package storage
