@@ -1,0 +1,205 @@
+package enclave
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Config configures a Server. Every zero value is a documented default.
+type Config struct {
+	// Addr is the TCP address Run listens on. Default "127.0.0.1:8080".
+	Addr string
+	// BaseURL is the public URL of the server, without a trailing slash:
+	// the OAuth issuer and the prefix of every link the server prints.
+	// Default "http://" + Addr. Production requires https.
+	BaseURL string
+
+	// DataDir holds the embedded defaults (SQLite file, blobs, keeper key).
+	// Default "enclave-data".
+	DataDir string
+	// Storage URLs; see storage.Config for each default and format.
+	DatabaseURL, BlobURL, KVURL, QueueURL, KeeperURL string
+
+	// Production turns on the checks that must hold on a public server
+	// (for now: an https BaseURL) and turns off development conveniences.
+	Production bool
+
+	// ShutdownTimeout bounds how long Run waits for requests in flight when
+	// its context ends. Default 15 s.
+	ShutdownTimeout time.Duration
+
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultAddr is the listen address used when Config.Addr is empty.
+const DefaultAddr = "127.0.0.1:8080"
+
+// withDefaults fills the zero fields and validates the result.
+func (c Config) withDefaults() (Config, error) {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.BaseURL == "" {
+		c.BaseURL = "http://" + c.Addr
+	}
+	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return c, fmt.Errorf("enclave: base URL %q: want http(s)://host[:port][/path] without query or fragment", c.BaseURL)
+	}
+	if c.Production && u.Scheme != "https" {
+		return c, fmt.Errorf("enclave: production mode needs an https base URL, got %q", c.BaseURL)
+	}
+	if c.DataDir == "" {
+		c.DataDir = storage.DefaultDataDir
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Server is an assembled enclave server.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	store     *storage.Store
+	handler   http.Handler
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the stores named by cfg, applies pending migrations and builds
+// the HTTP surface. Close releases what it opened.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	store, err := storage.Open(ctx, storage.Config{
+		DataDir:     cfg.DataDir,
+		DatabaseURL: cfg.DatabaseURL,
+		BlobURL:     cfg.BlobURL,
+		KVURL:       cfg.KVURL,
+		QueueURL:    cfg.QueueURL,
+		KeeperURL:   cfg.KeeperURL,
+		Logger:      cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
+	res, err := migrations.Apply(ctx, store.DB)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
+	for _, m := range res.Applied {
+		cfg.Logger.Info("migration applied", "version", m.Version, "name", m.Name)
+	}
+	if len(res.Unknown) > 0 {
+		cfg.Logger.Warn("database has migrations this binary does not know; a newer release migrated it", "versions", res.Unknown)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (s *Server) Config() Config { return s.cfg }
+
+// Store returns the server's stores, for embedders that keep their own data
+// beside enclave's.
+func (s *Server) Store() *storage.Store { return s.store }
+
+// Handler returns the server's whole HTTP surface. It can be mounted in an
+// embedder's mux or served by an embedder's http.Server.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	return requestid.Middleware(s.accessLog(recoverPanics(s.log, mux)))
+}
+
+// healthz answers 200 when the database answers, 503 otherwise.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	w.Header().Set("Cache-Control", "no-store")
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Warn("health check failed", "err", err, "request_id", requestid.FromContext(r.Context()))
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Run listens on Config.Addr and serves until ctx ends, then shuts down
+// gracefully. It does not close the stores: call Close after Run returns.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("enclave: listen: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then stops accepting, lets requests in
+// flight finish for up to Config.ShutdownTimeout, and closes the rest.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.log.Info("serving", "addr", ln.Addr().String(), "base_url", s.cfg.BaseURL)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("enclave: serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		s.log.Warn("graceful shutdown timed out; closing connections", "err", err)
+		_ = hs.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("enclave: serve: %w", err)
+	}
+	return nil
+}
+
+// Close releases the stores. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.store.Close() })
+	return s.closeErr
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,262 @@
+// Package cli is the enclave command line: flags and ENCLAVE_* environment
+// variables become an enclave.Config, and subcommands act on it. It holds no
+// logic a library user needs; cmd/enclave only adds signal handling and the
+// cloud drivers.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"sort"
+	"strings"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Env is what a command may touch of the outside world.
+type Env struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Getenv reads environment variables (os.Getenv in the binary).
+	Getenv func(string) string
+}
+
+type command struct {
+	name    string // "serve", or "admin grant" for a nested command
+	args    string // usage after the flags, e.g. "EMAIL"
+	summary string
+	run     func(ctx context.Context, e *Env, o *options, args []string) error
+	// flags registers the command's own flags, if any.
+	flags func(fs *flag.FlagSet)
+}
+
+// commands is the command table. Keep it sorted by name.
+func commands() []command {
+	return []command{
+		{name: "migrate", summary: "apply pending database migrations and exit", run: runMigrate},
+		{name: "serve", summary: "run the server (migrates first)", run: runServe},
+		{name: "version", summary: "print the version", run: runVersion},
+	}
+}
+
+// errUsage marks an error that is the caller's mistake: exit status 2.
+var errUsage = errors.New("usage")
+
+// Main runs the command line in args (without the program name) and returns
+// the process exit status.
+func Main(ctx context.Context, args []string, e *Env) int {
+	if e.Getenv == nil {
+		e.Getenv = os.Getenv
+	}
+	cmd, rest, ok := lookup(args)
+	if !ok {
+		usage(e.Stderr, args)
+		if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+			return 0
+		}
+		return 2
+	}
+	fs := flag.NewFlagSet("enclave "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.Stderr, "usage: enclave %s [flags] %s\n\n%s\n\nflags (each also read from ENCLAVE_<NAME>):\n", cmd.name, cmd.args, cmd.summary)
+		fs.PrintDefaults()
+	}
+	o := &options{}
+	o.register(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	if err := applyEnv(fs, e.Getenv); err != nil {
+		fmt.Fprintf(e.Stderr, "enclave: %v\n", err)
+		return 2
+	}
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := o.finish(e.Stderr); err != nil {
+		fmt.Fprintf(e.Stderr, "enclave: %v\n", err)
+		return 2
+	}
+	if err := cmd.run(ctx, e, o, fs.Args()); err != nil {
+		fmt.Fprintf(e.Stderr, "enclave %s: %v\n", cmd.name, err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// lookup finds the longest command name that prefixes args.
+func lookup(args []string) (command, []string, bool) {
+	for n := min(2, len(args)); n >= 1; n-- {
+		name := strings.Join(args[:n], " ")
+		for _, c := range commands() {
+			if c.name == name {
+				return c, args[n:], true
+			}
+		}
+	}
+	return command{}, nil, false
+}
+
+func usage(w io.Writer, args []string) {
+	if len(args) > 0 && args[0] != "help" && args[0] != "-h" && args[0] != "--help" {
+		fmt.Fprintf(w, "enclave: unknown command %q\n\n", strings.Join(args, " "))
+	}
+	fmt.Fprintln(w, "usage: enclave COMMAND [flags]\n\ncommands:")
+	cmds := commands()
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-18s %s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'enclave COMMAND -h' for a command's flags.")
+}
+
+// options are the flags every command shares.
+type options struct {
+	cfg       enclave.Config
+	logFormat string
+	log       *slog.Logger
+}
+
+// sharedFlags lists the flags read from ENCLAVE_* variables.
+var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format"}
+
+func (o *options) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.cfg.Addr, "addr", enclave.DefaultAddr, "listen address")
+	fs.StringVar(&o.cfg.DataDir, "data-dir", "./enclave-data", "directory for the embedded defaults (SQLite file, blobs, keeper key)")
+	fs.StringVar(&o.cfg.BaseURL, "base-url", "", "public URL of the server (default http://<addr>)")
+	fs.StringVar(&o.cfg.DatabaseURL, "database-url", "", "sqlite://PATH or postgres://… (default sqlite://<data-dir>/enclave.db)")
+	fs.StringVar(&o.cfg.BlobURL, "blob-url", "", "blob bucket URL: file://, mem://, s3://, gs://, azblob:// (default file://<data-dir>/blobs)")
+	fs.StringVar(&o.cfg.KVURL, "kv-url", "", "KV (cache) collection URL (default in-memory)")
+	fs.StringVar(&o.cfg.QueueURL, "queue-url", "", "queue topic URL (default in-process)")
+	fs.StringVar(&o.cfg.KeeperURL, "keeper-url", "", "secrets keeper URL (default a key kept in <data-dir>/keeper.key)")
+	fs.BoolVar(&o.cfg.Production, "production", false, "production mode: require an https base URL, no development routes")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+}
+
+// applyEnv sets each shared flag from ENCLAVE_<NAME> when that variable is
+// set; flags given on the command line are parsed afterwards and win.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	for _, name := range sharedFlags {
+		key := "ENCLAVE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		if v := getenv(key); v != "" {
+			if err := fs.Set(name, v); err != nil {
+				return fmt.Errorf("%s=%q: %w", key, v, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (o *options) finish(stderr io.Writer) error {
+	var h slog.Handler
+	switch o.logFormat {
+	case "text":
+		h = slog.NewTextHandler(stderr, nil)
+	case "json":
+		h = slog.NewJSONHandler(stderr, nil)
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", o.logFormat)
+	}
+	o.log = slog.New(h)
+	o.cfg.Logger = o.log
+	return nil
+}
+
+// openStore opens the configured stores and applies pending migrations, for
+// commands that act on the data without serving.
+func (o *options) openStore(ctx context.Context) (*storage.Store, error) {
+	s, err := storage.Open(ctx, storage.Config{
+		DataDir:     o.cfg.DataDir,
+		DatabaseURL: o.cfg.DatabaseURL,
+		BlobURL:     o.cfg.BlobURL,
+		KVURL:       o.cfg.KVURL,
+		QueueURL:    o.cfg.QueueURL,
+		KeeperURL:   o.cfg.KeeperURL,
+		Logger:      o.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrations.Apply(ctx, s.DB); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// version is set at link time: -ldflags "-X github.com/enclave-mcp/enclave/internal/cli.version=v1.2.3".
+var version = ""
+
+// Version returns the release version, or the module version and VCS
+// revision the binary was built from.
+func Version() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v
+}
+
+func runVersion(_ context.Context, e *Env, _ *options, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: version takes no arguments", errUsage)
+	}
+	fmt.Fprintf(e.Stdout, "enclave %s\n", Version())
+	return nil
+}
+
+func runMigrate(ctx context.Context, e *Env, o *options, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: migrate takes no arguments", errUsage)
+	}
+	s, err := storage.Open(ctx, storage.Config{
+		DataDir: o.cfg.DataDir, DatabaseURL: o.cfg.DatabaseURL, BlobURL: o.cfg.BlobURL,
+		KVURL: o.cfg.KVURL, QueueURL: o.cfg.QueueURL, KeeperURL: o.cfg.KeeperURL, Logger: o.log,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	res, err := migrations.Apply(ctx, s.DB)
+	if err != nil {
+		return err
+	}
+	for _, m := range res.Applied {
+		fmt.Fprintf(e.Stdout, "applied %04d_%s\n", m.Version, m.Name)
+	}
+	if len(res.Applied) == 0 {
+		fmt.Fprintln(e.Stdout, "database is up to date")
+	}
+	fmt.Fprintf(e.Stdout, "schema version %d\n", res.Current)
+	if len(res.Unknown) > 0 {
+		fmt.Fprintf(e.Stdout, "note: the database also has versions %v, applied by a newer release\n", res.Unknown)
+	}
+	return nil
+}

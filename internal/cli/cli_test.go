@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func run(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb syncBuffer
+	code = Main(context.Background(), args, &Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }})
+	return code, out.String(), errb.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := run(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "enclave ") {
+		t.Fatalf("version: code %d, out %q", code, out)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	code, _, errOut := run(t, nil, "frobnicate")
+	if code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) || !strings.Contains(errOut, "serve") {
+		t.Fatalf("unknown command: code %d, stderr %q", code, errOut)
+	}
+	if code, _, _ := run(t, nil, "help"); code != 0 {
+		t.Fatalf("help: code %d", code)
+	}
+	if code, _, errOut := run(t, nil, "version", "extra"); code != 2 || !strings.Contains(errOut, "no arguments") {
+		t.Fatalf("extra argument: code %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := run(t, nil, "migrate", "--log-format", "xml"); code != 2 || !strings.Contains(errOut, "want text or json") {
+		t.Fatalf("bad log format: code %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := run(t, map[string]string{"ENCLAVE_PRODUCTION": "maybe"}, "migrate"); code != 2 || !strings.Contains(errOut, "ENCLAVE_PRODUCTION") {
+		t.Fatalf("bad env value: code %d, stderr %q", code, errOut)
+	}
+}
+
+func TestMigrateTwice(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := run(t, nil, "migrate", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "applied 0001_users_rbac") {
+		t.Fatalf("first migrate: code %d, out %q, err %q", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "enclave.db")); err != nil {
+		t.Fatalf("no database in the data dir: %v", err)
+	}
+	code, out, _ = run(t, nil, "migrate", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("second migrate: code %d, out %q", code, out)
+	}
+}
+
+func TestMigratePostgresFromEnv(t *testing.T) {
+	url := storagetest.PostgresSchemaURL(t) // skips without PostgreSQL
+	code, out, errOut := run(t, map[string]string{"ENCLAVE_DATABASE_URL": url, "ENCLAVE_DATA_DIR": t.TempDir()}, "migrate")
+	if code != 0 || !strings.Contains(out, "applied 0001_users_rbac") {
+		t.Fatalf("migrate: code %d, out %q, err %q", code, out, errOut)
+	}
+}
+
+// serve starts, prints where everything is, answers /healthz and stops
+// cleanly when its context ends (as on SIGINT/SIGTERM).
+func TestServe(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan struct{})
+	var code int
+	env := map[string]string{"ENCLAVE_DATA_DIR": dir, "ENCLAVE_LOG_FORMAT": "json"}
+	go func() {
+		defer close(done)
+		code = Main(ctx, []string{"serve", "--addr", "127.0.0.1:0"}, &Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+
+	health := regexp.MustCompile(`health:\s+(http://127\.0\.0\.1:\d+)/healthz`)
+	var base string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := health.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+			break
+		}
+		select {
+		case <-done:
+			t.Fatalf("serve exited with %d: %s", code, errOut.String())
+		default:
+		}
+	}
+	if base == "" {
+		t.Fatalf("serve printed no health URL; stdout %q stderr %q", out.String(), errOut.String())
+	}
+	for _, want := range []string{"MCP endpoint: " + base + "/mcp", "enclave admin grant"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("banner lacks %q:\n%s", want, out.String())
+		}
+	}
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"ok"`) || resp.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("healthz: %d %q, request id %q", resp.StatusCode, body, resp.Header.Get("X-Request-Id"))
+	}
+
+	cancel()
+	select {
+	case <-done:
+		if code != 0 {
+			t.Fatalf("serve exited with %d after shutdown: %s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop after its context ended")
+	}
+	if !strings.Contains(errOut.String(), `"msg":"shutting down"`) {
+		t.Errorf("no JSON shutdown log line in %q", errOut.String())
+	}
+}
+
+func TestServeRefusesHTTPInProduction(t *testing.T) {
+	code, _, errOut := run(t, nil, "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--production")
+	if code != 1 || !strings.Contains(errOut, "https base URL") {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+}
