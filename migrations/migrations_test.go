@@ -36,8 +36,8 @@ func TestDialectsHaveTheSameMigrations(t *testing.T) {
 		t.Fatalf("sqlite migrations %v differ from postgres %v", a, b)
 	}
 	for i, m := range lite {
-		if m.Version != i+1 {
-			t.Fatalf("migration %s: versions must run 1, 2, 3… without gaps", name(m))
+		if i > 0 && m.Version <= lite[i-1].Version {
+			t.Fatalf("migration %s: versions must increase", name(m))
 		}
 	}
 }
