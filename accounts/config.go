@@ -1,0 +1,96 @@
+package accounts
+
+import (
+	"log/slog"
+	"runtime"
+	"time"
+)
+
+// Config tunes the account service. Every zero value means the documented
+// default.
+type Config struct {
+	// Argon2 sets the password-hashing cost. Zero fields take the defaults
+	// of DefaultArgon2.
+	Argon2 Argon2Params
+
+	// MaxConcurrentHashes bounds how many password hashes run at once, and so
+	// the memory they take (each holds Argon2.MemoryKiB). Further logins
+	// wait their turn. Default GOMAXPROCS.
+	MaxConcurrentHashes int
+
+	// MinPasswordLength is the shortest new password accepted, in
+	// characters. Default 12. New passwords are also limited to
+	// MaxPasswordBytes and may not equal the account's email or username.
+	// Login never re-checks the policy, so raising it locks nobody out.
+	MinPasswordLength int
+
+	// SessionLifetime is how long a session cookie is valid. Default 7 days.
+	SessionLifetime time.Duration
+	// RememberMeLifetime is the lifetime of a remember-me session. Default
+	// 30 days.
+	RememberMeLifetime time.Duration
+
+	// SessionKeys, when set, are the session signing keys (each at least 32
+	// bytes): the first signs, all verify. Rotate by prepending a new key
+	// and dropping a key once RememberMeLifetime has passed since it last
+	// signed. When empty, keys are generated, encrypted with the store's
+	// secrets keeper and kept in SQL; RotateSessionKey rotates them.
+	SessionKeys [][]byte
+
+	// SecureCookies marks session cookies Secure and names them with the
+	// __Host- prefix even on requests that did not arrive over TLS (set it
+	// when TLS ends at a proxy in front of the server). Requests with TLS
+	// always get secure cookies.
+	SecureCookies bool
+
+	// ReservedUsernames are added to the built-in reserved list
+	// (BuiltinReservedUsernames). Operators can also reserve and release
+	// names at run time (ReserveUsername, ReleaseUsername), stored in SQL.
+	ReservedUsernames []string
+
+	// PasswordSetupTTL is how long a password-setup link stays valid.
+	// Default 72 hours.
+	PasswordSetupTTL time.Duration
+
+	// Logger receives warnings (for example a failed role lookup). Default
+	// slog.Default().
+	Logger *slog.Logger
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Defaults.
+const (
+	DefaultMinPasswordLength  = 12
+	MaxPasswordBytes          = 1024
+	DefaultSessionLifetime    = 7 * 24 * time.Hour
+	DefaultRememberMeLifetime = 30 * 24 * time.Hour
+	DefaultPasswordSetupTTL   = 72 * time.Hour
+)
+
+func (c Config) withDefaults() Config {
+	c.Argon2 = c.Argon2.withDefaults()
+	if c.MaxConcurrentHashes <= 0 {
+		c.MaxConcurrentHashes = runtime.GOMAXPROCS(0)
+	}
+	if c.MinPasswordLength <= 0 {
+		c.MinPasswordLength = DefaultMinPasswordLength
+	}
+	if c.SessionLifetime <= 0 {
+		c.SessionLifetime = DefaultSessionLifetime
+	}
+	if c.RememberMeLifetime <= 0 {
+		c.RememberMeLifetime = DefaultRememberMeLifetime
+	}
+	if c.PasswordSetupTTL <= 0 {
+		c.PasswordSetupTTL = DefaultPasswordSetupTTL
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

@@ -1,0 +1,22 @@
+// Package accounts manages the people who use an enclave server: accounts
+// with stable ids and email claims, usernames and the reserved-name list,
+// argon2id passwords, signed-cookie browser sessions, role assignment, and
+// the account states (suspended, deleting) that every entry point honours.
+//
+// Identity. An account has an internal id (users.id, referenced by every
+// row the account owns) and a stable id: the hex SHA-256 of the email it
+// signed up with, shown to agents and in logs and exports, and never
+// changed. Emails are claims: a former verified address stays claimed by
+// its account until released, so it cannot open a second account.
+//
+// Authorization. Roles and their permissions are loaded fresh for every
+// request with RolesAndPermissions (never stored in cookies or tokens); on
+// error callers treat the account as holding no roles. New accounts get the
+// role user; nothing at run time grants admin except an operator (the CLI)
+// or an existing admin, and the last admin cannot lose the role.
+//
+// Errors. Domain errors are the exported Err… values (and
+// *PasswordPolicyError, which matches ErrWeakPassword); their messages are
+// fit to show to the person who made the request. Transports map them to
+// status codes with errors.Is.
+package accounts

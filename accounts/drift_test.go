@@ -1,0 +1,71 @@
+package accounts_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// The seeded permissions and role attachments match the Go vocabulary:
+// every permission of AllPermissions with its parts, role user with every
+// :own permission, role admin with all of them, and nothing else.
+func TestSeededRBACMatchesVocabulary(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		var perms []struct {
+			Name   string `bun:"name"`
+			Action string `bun:"action"`
+			Entity string `bun:"entity"`
+			Access string `bun:"access"`
+		}
+		if err := s.Reader.NewSelect().Table("permissions").Column("name", "action", "entity", "access").Scan(ctx, &perms); err != nil {
+			t.Fatal(err)
+		}
+		var seeded []capabilities.Permission
+		for _, p := range perms {
+			want := capabilities.NewPermission(capabilities.Action(p.Action), capabilities.Entity(p.Entity), capabilities.Access(p.Access))
+			if string(want) != p.Name {
+				t.Errorf("permission row %q has parts %s/%s/%s", p.Name, p.Action, p.Entity, p.Access)
+			}
+			if _, err := capabilities.ParsePermission(p.Name); err != nil {
+				t.Errorf("seeded permission %q: %v", p.Name, err)
+			}
+			seeded = append(seeded, capabilities.Permission(p.Name))
+		}
+		if want := sorted(capabilities.AllPermissions()); !slices.Equal(sorted(seeded), want) {
+			t.Errorf("seeded permissions %v\nwant AllPermissions() %v", sorted(seeded), want)
+		}
+
+		var roles []string
+		if err := s.Reader.NewSelect().Table("roles").Column("name").Order("name").Scan(ctx, &roles); err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{capabilities.RoleAdmin, capabilities.RoleUser}; !slices.Equal(roles, want) {
+			t.Errorf("seeded roles %v, want %v", roles, want)
+		}
+		vocab, err := capabilities.NewVocabulary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, role := range roles {
+			var got []capabilities.Permission
+			if err := s.Reader.NewSelect().Table("role_permissions").Column("permission_name").
+				Where("role_name = ?", role).Scan(ctx, &got); err != nil {
+				t.Fatal(err)
+			}
+			if want := sorted(vocab.RolePermissions(role)); !slices.Equal(sorted(got), want) {
+				t.Errorf("role %s has %v\nwant %v", role, sorted(got), want)
+			}
+		}
+	})
+}
+
+func sorted(ps []capabilities.Permission) []capabilities.Permission {
+	out := slices.Clone(ps)
+	slices.Sort(out)
+	return out
+}

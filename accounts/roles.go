@@ -1,0 +1,168 @@
+package accounts
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Grants are the roles of an account and the union of their permissions.
+// The zero value grants nothing.
+type Grants struct {
+	Roles       []string                  // sorted
+	Permissions []capabilities.Permission // sorted, without duplicates
+}
+
+// HasRole reports whether g includes role.
+func (g Grants) HasRole(role string) bool {
+	_, ok := slices.BinarySearch(g.Roles, role)
+	return ok
+}
+
+// Has reports whether g includes permission p.
+func (g Grants) Has(p capabilities.Permission) bool {
+	_, ok := slices.BinarySearch(g.Permissions, p)
+	return ok
+}
+
+// RolesAndPermissions loads the roles of userID and the union of their
+// permissions in one query. Call it for every request: roles are never
+// carried in cookies or tokens, so a revocation takes effect at once.
+//
+// On error it returns the zero Grants with the error: callers must treat the
+// caller as holding no roles (fail closed) and log the error.
+func (s *Service) RolesAndPermissions(ctx context.Context, userID int64) (Grants, error) {
+	var rows []struct {
+		Role       string  `bun:"role_name"`
+		Permission *string `bun:"permission_name"`
+	}
+	err := s.store.Reader.NewSelect().TableExpr("user_roles AS ur").
+		ColumnExpr("ur.role_name, rp.permission_name").
+		Join("LEFT JOIN role_permissions AS rp ON rp.role_name = ur.role_name").
+		Where("ur.user_id = ?", userID).Scan(ctx, &rows)
+	if err != nil {
+		return Grants{}, fmt.Errorf("accounts: roles and permissions: %w", err)
+	}
+	var g Grants
+	for _, r := range rows {
+		g.Roles = append(g.Roles, r.Role)
+		if r.Permission != nil {
+			g.Permissions = append(g.Permissions, capabilities.Permission(*r.Permission))
+		}
+	}
+	slices.Sort(g.Roles)
+	g.Roles = slices.Compact(g.Roles)
+	slices.Sort(g.Permissions)
+	g.Permissions = slices.Compact(g.Permissions)
+	return g, nil
+}
+
+// AssignRole gives userID the role and reports whether it was added (false
+// when the account already had it). Errors: ErrUnknownRole, ErrNotFound,
+// ErrDeleting. No runtime path should call it with the admin role except
+// the operator's CLI and admin-only capabilities.
+func (s *Service) AssignRole(ctx context.Context, userID int64, role string) (bool, error) {
+	var added bool
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := writableUser(ctx, tx, userID); err != nil {
+			return err
+		}
+		if ok, err := tx.NewSelect().Table("roles").Where("name = ?", role).Exists(ctx); err != nil {
+			return err
+		} else if !ok {
+			return ErrUnknownRole
+		}
+		res, err := tx.NewRaw("INSERT INTO user_roles (user_id, role_name, granted_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+			userID, role, s.now()).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		added = n > 0
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("accounts: assign role %s: %w", role, err)
+	}
+	if added {
+		s.cfg.Logger.InfoContext(ctx, "accounts: role assigned", "user_id", userID, "role", role)
+	}
+	return added, nil
+}
+
+// RemoveRole takes the role from userID and reports whether it was removed
+// (false, nil when the account did not have it). Removing admin from the
+// last admin returns ErrLastAdmin: the refusal is decided inside the DELETE
+// statement itself, so concurrent removals can never leave zero admins.
+func (s *Service) RemoveRole(ctx context.Context, userID int64, role string) (bool, error) {
+	var removed bool
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if role != capabilities.RoleAdmin {
+			res, err := tx.NewDelete().Table("user_roles").Where("user_id = ? AND role_name = ?", userID, role).Exec(ctx)
+			if err != nil {
+				return err
+			}
+			n, _ := res.RowsAffected()
+			removed = n > 0
+			return nil
+		}
+		// On PostgreSQL, concurrent removals first queue on the admin role's
+		// row; each DELETE then starts after the previous one committed and
+		// its subquery sees the admins that remain. (On SQLite the
+		// transaction already holds the database's write lock.)
+		if s.store.Dialect() == storage.Postgres {
+			if _, err := tx.ExecContext(ctx, "SELECT name FROM roles WHERE name = ? FOR NO KEY UPDATE", capabilities.RoleAdmin); err != nil {
+				return err
+			}
+		}
+		res, err := tx.NewRaw(`DELETE FROM user_roles
+			WHERE user_id = ? AND role_name = ?
+			  AND EXISTS (SELECT 1 FROM user_roles AS other WHERE other.role_name = ? AND other.user_id <> ?)`,
+			userID, role, role, userID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			removed = true
+			return nil
+		}
+		has, err := tx.NewSelect().Table("user_roles").Where("user_id = ? AND role_name = ?", userID, role).Exists(ctx)
+		if err != nil {
+			return err
+		}
+		if has {
+			return ErrLastAdmin
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("accounts: remove role %s: %w", role, err)
+	}
+	if removed {
+		s.cfg.Logger.InfoContext(ctx, "accounts: role removed", "user_id", userID, "role", role)
+	}
+	return removed, nil
+}
+
+// Roles lists the names of every defined role.
+func (s *Service) Roles(ctx context.Context) ([]string, error) {
+	var names []string
+	if err := s.store.Reader.NewSelect().Table("roles").Column("name").Order("name").Scan(ctx, &names); err != nil {
+		return nil, fmt.Errorf("accounts: roles: %w", err)
+	}
+	return names, nil
+}
+
+// HasAdmin reports whether any account holds the admin role.
+func (s *Service) HasAdmin(ctx context.Context) (bool, error) {
+	ok, err := s.store.Reader.NewSelect().Table("user_roles").Where("role_name = ?", capabilities.RoleAdmin).Exists(ctx)
+	if err != nil {
+		return false, fmt.Errorf("accounts: has admin: %w", err)
+	}
+	return ok, nil
+}

@@ -1,0 +1,72 @@
+package accounts
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Service manages accounts, passwords, sessions and role assignments on a
+// migrated store. It is safe for concurrent use.
+type Service struct {
+	store  *storage.Store
+	cfg    Config
+	hasher *hasher
+	// dummyHash is verified against when no account (or no password) matches
+	// a login, so that unknown emails cost the same as wrong passwords.
+	dummyHash string
+
+	keys *keyRing
+
+	mu                sync.Mutex
+	onPasswordChanged []PasswordChangeHook
+}
+
+// PasswordChangeHook runs inside the transaction that changes a user's
+// password, after password_changed_at is stamped. Other domains use it to
+// revoke what must not outlive the old password (OAuth grants, for
+// example). Returning an error rolls the change back.
+type PasswordChangeHook func(ctx context.Context, tx bun.Tx, userID int64) error
+
+// New returns a Service on store, whose schema must be migrated. Without
+// Config.SessionKeys it loads the session signing keys from SQL (decrypting
+// them with store.Keeper), generating the first one if there is none.
+func New(ctx context.Context, store *storage.Store, cfg Config) (*Service, error) {
+	cfg = cfg.withDefaults()
+	s := &Service{store: store, cfg: cfg, hasher: newHasher(cfg.Argon2, cfg.MaxConcurrentHashes)}
+	dummy, err := s.hasher.hash(ctx, rand.Text())
+	if err != nil {
+		return nil, fmt.Errorf("accounts: new: %w", err)
+	}
+	s.dummyHash = dummy
+	if s.keys, err = newKeyRing(ctx, store, cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// OnPasswordChange registers hook to run in every password change (see
+// PasswordChangeHook). Register hooks before serving requests.
+func (s *Service) OnPasswordChange(hook PasswordChangeHook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onPasswordChanged = append(s.onPasswordChanged, hook)
+}
+
+func (s *Service) passwordHooks() []PasswordChangeHook {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]PasswordChangeHook(nil), s.onPasswordChanged...)
+}
+
+// now returns the current time in UTC at the microsecond precision both SQL
+// dialects keep, so a value read back compares equal to the one written.
+func (s *Service) now() time.Time {
+	return s.cfg.Now().UTC().Truncate(time.Microsecond)
+}

@@ -1,0 +1,102 @@
+package accounts
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// PasswordSetupPath is the web path that takes a password-setup token in
+// its "token" query parameter.
+const PasswordSetupPath = "/password/setup"
+
+// PasswordSetupURL returns the link an operator hands to a person whose
+// account was created without a password.
+func PasswordSetupURL(baseURL, token string) string {
+	return strings.TrimRight(baseURL, "/") + PasswordSetupPath + "?token=" + url.QueryEscape(token)
+}
+
+type setupToken struct {
+	bun.BaseModel `bun:"table:password_setup_tokens"`
+	TokenHash     string    `bun:"token_hash,pk"`
+	UserID        int64     `bun:"user_id,notnull"`
+	CreatedAt     time.Time `bun:"created_at,notnull"`
+	ExpiresAt     time.Time `bun:"expires_at,notnull"`
+}
+
+func hashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+func (s *Service) insertSetupToken(ctx context.Context, tx bun.IDB, userID int64, now time.Time) (string, error) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	token := base64.RawURLEncoding.EncodeToString(b)
+	row := &setupToken{TokenHash: hashToken(token), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.PasswordSetupTTL)}
+	if _, err := tx.NewInsert().Model(row).Returning("NULL").Exec(ctx); err != nil {
+		return "", fmt.Errorf("insert password-setup token: %w", err)
+	}
+	return token, nil
+}
+
+// NewPasswordSetupToken returns a fresh one-time password-setup token for
+// userID (earlier ones stay valid until used or expired). Only its hash is
+// stored. ErrDeleting for an account being deleted.
+func (s *Service) NewPasswordSetupToken(ctx context.Context, userID int64) (string, error) {
+	var token string
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := writableUser(ctx, tx, userID); err != nil {
+			return err
+		}
+		var err error
+		token, err = s.insertSetupToken(ctx, tx, userID, s.now())
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("accounts: new password-setup token: %w", err)
+	}
+	return token, nil
+}
+
+// SetPasswordWithToken consumes a password-setup token and sets the
+// account's password, which must meet the policy (a refused password leaves
+// the token usable). Like every password change, it ends earlier sessions.
+// It returns ErrInvalidToken for an unknown, used or expired token.
+func (s *Service) SetPasswordWithToken(ctx context.Context, token, password string) (User, error) {
+	h := hashToken(token)
+	var tok setupToken
+	err := s.store.Reader.NewSelect().Model(&tok).Where("token_hash = ?", h).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !s.now().Before(tok.ExpiresAt)) {
+		return User{}, fmt.Errorf("accounts: set password: %w", ErrInvalidToken)
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: set password: %w", err)
+	}
+	u, err := s.setPassword(ctx, tok.UserID, password, func(ctx context.Context, tx bun.Tx) error {
+		// Spend the token in the same transaction: of two concurrent uses,
+		// one deletes it and the other finds nothing.
+		res, err := tx.NewDelete().Model((*setupToken)(nil)).Where("token_hash = ?", h).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrInvalidToken
+		}
+		return nil
+	})
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: set password: %w", err)
+	}
+	return u, nil
+}

@@ -1,0 +1,132 @@
+package accounts
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+var usernamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$`)
+
+// NormalizeUsername trims and lowercases a username and checks its shape:
+// 3–32 lowercase letters, digits and hyphens, a letter or digit at both
+// ends. It does not check the reserved list.
+func NormalizeUsername(s string) (string, error) {
+	u := strings.ToLower(strings.TrimSpace(s))
+	if !usernamePattern.MatchString(u) {
+		return "", ErrInvalidUsername
+	}
+	return u, nil
+}
+
+// BuiltinReservedUsernames is the built-in reserved list: names that could
+// impersonate the service, its operators or its infrastructure, or that
+// collide with well-known mailbox and host labels. Config.ReservedUsernames
+// and run-time reservations add to it; run-time releases remove from it.
+func BuiltinReservedUsernames() []string {
+	return []string{
+		"abuse", "account", "accounts", "admin", "administrator", "api", "app", "apps",
+		"auth", "autoconfig", "autodiscover", "billing", "blog", "cdn", "dashboard", "dev",
+		"docs", "download", "email", "enclave", "faq", "ftp", "help", "hostmaster", "imap",
+		"info", "isatap", "legal", "localhost", "login", "logout", "mail", "mailer-daemon",
+		"mcp", "me", "moderator", "mta-sts", "news", "noc", "no-reply", "noreply", "null",
+		"oauth", "operator", "owner", "password", "pop", "pop3", "postmaster", "privacy",
+		"register", "root", "security", "settings", "signin", "signout", "signup", "smtp",
+		"staff", "static", "status", "support", "sysadmin", "system", "team", "terms",
+		"test", "undefined", "user", "users", "webmaster", "well-known", "wpad", "www",
+	}
+}
+
+// compact is the matching form of a name: lowercase, without hyphens and
+// underscores, so "ad-min" and "ad_min" match "admin".
+func compact(s string) string {
+	return strings.NewReplacer("-", "", "_", "").Replace(strings.ToLower(strings.TrimSpace(s)))
+}
+
+// reservedUsername is one operator change to the reserved list.
+type reservedUsername struct {
+	bun.BaseModel `bun:"table:reserved_usernames"`
+	Name          string    `bun:"name,pk"`
+	Action        string    `bun:"action,notnull"` // "reserve" or "release"
+	CreatedAt     time.Time `bun:"created_at,notnull"`
+}
+
+// ReservedUsernames returns the effective reserved list, sorted: the
+// built-in names and Config.ReservedUsernames, plus names reserved at run
+// time, minus names released at run time.
+func (s *Service) ReservedUsernames(ctx context.Context) ([]string, error) {
+	return s.reservedUsernames(ctx, s.store.Reader)
+}
+
+func (s *Service) reservedUsernames(ctx context.Context, db bun.IDB) ([]string, error) {
+	var changes []reservedUsername
+	if err := db.NewSelect().Model(&changes).Scan(ctx); err != nil {
+		return nil, fmt.Errorf("accounts: read reserved usernames: %w", err)
+	}
+	set := make(map[string]bool)
+	for _, n := range BuiltinReservedUsernames() {
+		set[n] = true
+	}
+	for _, n := range s.cfg.ReservedUsernames {
+		set[strings.ToLower(strings.TrimSpace(n))] = true
+	}
+	for _, c := range changes {
+		set[c.Name] = c.Action == "reserve"
+	}
+	var out []string
+	for n, reserved := range set {
+		if reserved && n != "" {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// isReserved reports whether username matches a token of the effective
+// reserved list: equal to it, or equal once hyphens and underscores are
+// removed from both. It fails closed: a read error refuses the claim.
+func (s *Service) isReserved(ctx context.Context, db bun.IDB, username string) (bool, error) {
+	tokens, err := s.reservedUsernames(ctx, db)
+	if err != nil {
+		return true, err
+	}
+	c := compact(username)
+	for _, t := range tokens {
+		if username == t || c == compact(t) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ReserveUsername adds name to the reserved list at run time. Existing
+// accounts keep the name if they already hold it.
+func (s *Service) ReserveUsername(ctx context.Context, name string) error {
+	return s.changeReserved(ctx, name, "reserve")
+}
+
+// ReleaseUsername removes name from the reserved list at run time (also a
+// built-in name), so accounts can claim it.
+func (s *Service) ReleaseUsername(ctx context.Context, name string) error {
+	return s.changeReserved(ctx, name, "release")
+}
+
+func (s *Service) changeReserved(ctx context.Context, name, action string) error {
+	n := strings.ToLower(strings.TrimSpace(name))
+	if n == "" || len(n) > 64 {
+		return fmt.Errorf("accounts: %s username: %w", action, ErrInvalidUsername)
+	}
+	row := &reservedUsername{Name: n, Action: action, CreatedAt: s.now()}
+	if _, err := s.store.DB.NewInsert().Model(row).
+		On("CONFLICT (name) DO UPDATE").Set("action = EXCLUDED.action, created_at = EXCLUDED.created_at").
+		Returning("NULL").Exec(ctx); err != nil {
+		return fmt.Errorf("accounts: %s username: %w", action, err)
+	}
+	return nil
+}

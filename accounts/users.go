@@ -1,0 +1,669 @@
+package accounts
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/mail"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+// User is an account. It never carries the password hash.
+type User struct {
+	// ID is the internal key that every user-owned row references.
+	ID int64
+	// StableID is the identity shown to agents, logs and exports: the hex
+	// SHA-256 of the normalized email the account signed up with. It never
+	// changes, also when the email does.
+	StableID string
+	Email    string
+	Username string
+	// HasPassword is false for accounts created without a password that
+	// have not used their password-setup link yet.
+	HasPassword       bool
+	EmailVerifiedAt   *time.Time
+	PasswordChangedAt *time.Time
+	SuspendedAt       *time.Time
+	DeletingAt        *time.Time
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// State is an account's lifecycle state.
+type State string
+
+// Account states. Suspended accounts are refused everywhere; deleting
+// accounts may read but every mutation is refused.
+const (
+	StateActive    State = "active"
+	StateSuspended State = "suspended"
+	StateDeleting  State = "deleting"
+)
+
+// State returns u's lifecycle state. Deleting wins over suspended.
+func (u User) State() State {
+	switch {
+	case u.DeletingAt != nil:
+		return StateDeleting
+	case u.SuspendedAt != nil:
+		return StateSuspended
+	}
+	return StateActive
+}
+
+// CheckActive returns ErrDeleting or ErrSuspended unless u is active. Call
+// it at every mutation boundary.
+func (u User) CheckActive() error {
+	switch u.State() {
+	case StateDeleting:
+		return ErrDeleting
+	case StateSuspended:
+		return ErrSuspended
+	}
+	return nil
+}
+
+// EmailVerified reports whether the current email has been verified.
+func (u User) EmailVerified() bool { return u.EmailVerifiedAt != nil }
+
+// userRow is the users table.
+type userRow struct {
+	bun.BaseModel     `bun:"table:users,alias:u"`
+	ID                int64      `bun:"id,pk,autoincrement"`
+	StableID          string     `bun:"stable_user_id,notnull"`
+	Email             string     `bun:"email,notnull"`
+	Username          string     `bun:"username,notnull"`
+	PasswordHash      *string    `bun:"password_hash"`
+	EmailVerifiedAt   *time.Time `bun:"email_verified_at"`
+	PasswordChangedAt *time.Time `bun:"password_changed_at"`
+	SuspendedAt       *time.Time `bun:"suspended_at"`
+	DeletingAt        *time.Time `bun:"deleting_at"`
+	CreatedAt         time.Time  `bun:"created_at,notnull"`
+	UpdatedAt         time.Time  `bun:"updated_at,notnull"`
+}
+
+func (r *userRow) user() User {
+	utc := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		v := t.UTC()
+		return &v
+	}
+	return User{
+		ID: r.ID, StableID: r.StableID, Email: r.Email, Username: r.Username,
+		HasPassword:     r.PasswordHash != nil,
+		EmailVerifiedAt: utc(r.EmailVerifiedAt), PasswordChangedAt: utc(r.PasswordChangedAt),
+		SuspendedAt: utc(r.SuspendedAt), DeletingAt: utc(r.DeletingAt),
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+	}
+}
+
+type emailClaim struct {
+	bun.BaseModel `bun:"table:email_claims"`
+	Email         string    `bun:"email,pk"`
+	UserID        int64     `bun:"user_id,notnull"`
+	CreatedAt     time.Time `bun:"created_at,notnull"`
+}
+
+// NormalizeEmail trims and lowercases an address and checks that it is a
+// plain address (local@domain, no display name, at most 254 bytes).
+func NormalizeEmail(s string) (string, error) {
+	e := strings.ToLower(strings.TrimSpace(s))
+	if len(e) > 254 || strings.Count(e, "@") != 1 || strings.ContainsAny(e, " \t\r\n<>") {
+		return "", ErrInvalidEmail
+	}
+	a, err := mail.ParseAddress(e)
+	if err != nil || a.Address != e || a.Name != "" {
+		return "", ErrInvalidEmail
+	}
+	local, domain, _ := strings.Cut(e, "@")
+	if local == "" || !strings.Contains(domain, ".") || strings.HasPrefix(domain, ".") || strings.HasSuffix(domain, ".") {
+		return "", ErrInvalidEmail
+	}
+	return e, nil
+}
+
+// StableIDForEmail returns the stable user id an account signing up with
+// email gets: the lowercase hex SHA-256 of the trimmed, lowercased address.
+// (An address released by one account and signed up again gets a fresh
+// random id instead, so no id is ever minted twice.)
+func StableIDForEmail(email string) string {
+	sum := sha256.Sum256([]byte(strings.ToLower(strings.TrimSpace(email))))
+	return hex.EncodeToString(sum[:])
+}
+
+// SignupInput is what a person gives to open an account.
+type SignupInput struct {
+	Email    string
+	Username string
+	Password string
+}
+
+// Signup opens an account with a password and the role user, in one
+// transaction: if the role cannot be assigned (for example a missing seed),
+// nothing is created and the error is an internal one the caller may retry.
+//
+// Domain errors: ErrInvalidEmail, ErrInvalidUsername, ErrUsernameReserved,
+// ErrWeakPassword, ErrEmailTaken, ErrEmailClaimed, ErrUsernameTaken.
+// Transports should answer ErrEmailTaken exactly like a successful signup
+// (without a session), so that signup does not reveal registered emails.
+func (s *Service) Signup(ctx context.Context, in SignupInput) (User, error) {
+	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false)
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: signup: %w", err)
+	}
+	return u, nil
+}
+
+// CreateUserInput is an operator's request to create an account.
+type CreateUserInput struct {
+	Email    string
+	Username string
+	// Password, when empty, leaves the account without one: CreateUser then
+	// returns a one-time password-setup token (see PasswordSetupURL).
+	Password string
+	// Verified marks the email verified.
+	Verified bool
+}
+
+// CreateUser creates an account for an operator (CLI or admin page), with
+// the role user only. Without a password it returns a one-time
+// password-setup token valid for Config.PasswordSetupTTL. It never grants
+// admin. Errors are those of Signup.
+func (s *Service) CreateUser(ctx context.Context, in CreateUserInput) (User, string, error) {
+	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified)
+	if err != nil {
+		return User{}, "", fmt.Errorf("accounts: create user: %w", err)
+	}
+	return u, token, nil
+}
+
+func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool) (User, string, error) {
+	email, err := NormalizeEmail(rawEmail)
+	if err != nil {
+		return User{}, "", err
+	}
+	username, err := NormalizeUsername(rawUsername)
+	if err != nil {
+		return User{}, "", err
+	}
+	if reserved, err := s.isReserved(ctx, s.store.Reader, username); err != nil {
+		return User{}, "", err
+	} else if reserved {
+		return User{}, "", ErrUsernameReserved
+	}
+	var hash *string
+	if withPassword {
+		if err := checkPasswordPolicy(password, email, username, s.cfg.MinPasswordLength); err != nil {
+			return User{}, "", err
+		}
+		h, err := s.hasher.hash(ctx, password)
+		if err != nil {
+			return User{}, "", err
+		}
+		hash = &h
+	}
+	var (
+		row   userRow
+		token string
+	)
+	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		now := s.now()
+		if err := checkEmailFree(ctx, tx, email, 0); err != nil {
+			return err
+		}
+		if taken, err := tx.NewSelect().Model((*userRow)(nil)).Where("username = ?", username).Exists(ctx); err != nil {
+			return err
+		} else if taken {
+			return ErrUsernameTaken
+		}
+		row = userRow{
+			StableID: StableIDForEmail(email), Email: email, Username: username, PasswordHash: hash,
+			PasswordChangedAt: nil, CreatedAt: now, UpdatedAt: now,
+		}
+		if verified {
+			row.EmailVerifiedAt = &now
+		}
+		// The hash of the email is taken when an earlier account that
+		// signed up with it has since released the address: mint a fresh id.
+		if minted, err := tx.NewSelect().Model((*userRow)(nil)).Where("stable_user_id = ?", row.StableID).Exists(ctx); err != nil {
+			return err
+		} else if minted {
+			row.StableID = randomStableID()
+		}
+		// ON CONFLICT DO NOTHING keeps a PostgreSQL transaction usable when a
+		// concurrent signup won the race; the checks above then explain it.
+		res, err := tx.NewInsert().Model(&row).On("CONFLICT DO NOTHING").Returning("id").Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			if err := checkEmailFree(ctx, tx, email, 0); err != nil {
+				return err
+			}
+			return ErrUsernameTaken
+		}
+		res, err = tx.NewInsert().Model(&emailClaim{Email: email, UserID: row.ID, CreatedAt: now}).
+			On("CONFLICT DO NOTHING").Returning("NULL").Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrEmailClaimed
+		}
+		if err := assignDefaultRole(ctx, tx, row.ID, now); err != nil {
+			return err
+		}
+		if !withPassword {
+			token, err = s.insertSetupToken(ctx, tx, row.ID, now)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return User{}, "", err
+	}
+	return row.user(), token, nil
+}
+
+// checkEmailFree returns ErrEmailTaken when email is an account's current
+// address and ErrEmailClaimed when it is an account's former address,
+// ignoring the account self (0 for none).
+func checkEmailFree(ctx context.Context, db bun.IDB, email string, self int64) error {
+	var owner struct {
+		UserID       int64  `bun:"user_id"`
+		CurrentEmail string `bun:"current_email"`
+	}
+	err := db.NewSelect().TableExpr("email_claims AS c").
+		ColumnExpr("c.user_id, u.email AS current_email").
+		Join("JOIN users AS u ON u.id = c.user_id").
+		Where("c.email = ?", email).Limit(1).Scan(ctx, &owner)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	case owner.UserID == self:
+		return nil
+	case owner.CurrentEmail == email:
+		return ErrEmailTaken
+	default:
+		return ErrEmailClaimed
+	}
+}
+
+// assignDefaultRole gives a new account the role user; it fails if the
+// role is missing, so the account is rolled back rather than left roleless.
+func assignDefaultRole(ctx context.Context, tx bun.Tx, userID int64, now time.Time) error {
+	res, err := tx.NewRaw("INSERT INTO user_roles (user_id, role_name, granted_at) SELECT ?, name, ? FROM roles WHERE name = ?",
+		userID, now, capabilities.RoleUser).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("assign role %s: %w", capabilities.RoleUser, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("assign role %s: the role does not exist (are the migrations applied?)", capabilities.RoleUser)
+	}
+	return nil
+}
+
+func randomStableID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Login checks an email and password. Unknown emails, accounts without a
+// password and wrong passwords all return ErrInvalidCredentials after the
+// same amount of hashing work. A correct password on a suspended or
+// deleting account returns ErrSuspended or ErrDeleting. Login never checks
+// the password policy; a hash made with older parameters is replaced.
+func (s *Service) Login(ctx context.Context, email, password string) (User, error) {
+	if len(password) > MaxPasswordBytes {
+		return User{}, ErrInvalidCredentials
+	}
+	row, err := s.userWhere(ctx, s.store.Reader, "email = ?", strings.ToLower(strings.TrimSpace(email)))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return User{}, fmt.Errorf("accounts: login: %w", err)
+	}
+	encoded := s.dummyHash
+	if err == nil && row.PasswordHash != nil {
+		encoded = *row.PasswordHash
+	}
+	ok, stale, verr := s.hasher.verify(ctx, encoded, password)
+	if verr != nil {
+		if ctx.Err() != nil {
+			return User{}, fmt.Errorf("accounts: login: %w", ctx.Err())
+		}
+		s.cfg.Logger.WarnContext(ctx, "accounts: unreadable password hash", "user_id", row.ID, "error", verr)
+		return User{}, ErrInvalidCredentials
+	}
+	if err != nil || row.PasswordHash == nil || !ok {
+		return User{}, ErrInvalidCredentials
+	}
+	u := row.user()
+	if err := u.CheckActive(); err != nil {
+		return User{}, err
+	}
+	if stale {
+		s.rehash(ctx, row, password)
+	}
+	return u, nil
+}
+
+// rehash replaces a hash made with other parameters, unless the password
+// changed meanwhile. Failure is logged: the login itself succeeded.
+func (s *Service) rehash(ctx context.Context, row userRow, password string) {
+	h, err := s.hasher.hash(ctx, password)
+	if err == nil {
+		_, err = s.store.DB.NewUpdate().Model((*userRow)(nil)).
+			Set("password_hash = ?", h).
+			Where("id = ? AND password_hash = ?", row.ID, *row.PasswordHash).Exec(ctx)
+	}
+	if err != nil {
+		s.cfg.Logger.WarnContext(ctx, "accounts: re-hash password", "user_id", row.ID, "error", err)
+	}
+}
+
+func (s *Service) userWhere(ctx context.Context, db bun.IDB, where string, args ...any) (userRow, error) {
+	var row userRow
+	err := db.NewSelect().Model(&row).Where(where, args...).Limit(1).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return row, ErrNotFound
+	}
+	return row, err
+}
+
+func (s *Service) lookup(ctx context.Context, what, where string, arg any) (User, error) {
+	row, err := s.userWhere(ctx, s.store.Reader, where, arg)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return User{}, err
+		}
+		return User{}, fmt.Errorf("accounts: user by %s: %w", what, err)
+	}
+	return row.user(), nil
+}
+
+// UserByID returns the account with internal id id, or ErrNotFound.
+func (s *Service) UserByID(ctx context.Context, id int64) (User, error) {
+	return s.lookup(ctx, "id", "id = ?", id)
+}
+
+// UserByStableID returns the account with stable id sid, or ErrNotFound.
+func (s *Service) UserByStableID(ctx context.Context, sid string) (User, error) {
+	return s.lookup(ctx, "stable id", "stable_user_id = ?", sid)
+}
+
+// UserByEmail returns the account whose current email is email (compared
+// normalized), or ErrNotFound.
+func (s *Service) UserByEmail(ctx context.Context, email string) (User, error) {
+	return s.lookup(ctx, "email", "email = ?", strings.ToLower(strings.TrimSpace(email)))
+}
+
+// UserByUsername returns the account holding username, or ErrNotFound.
+func (s *Service) UserByUsername(ctx context.Context, username string) (User, error) {
+	return s.lookup(ctx, "username", "username = ?", strings.ToLower(strings.TrimSpace(username)))
+}
+
+// setStamp sets column to now where it is NULL (or clears it where it is
+// set) and reports whether the row changed; ErrNotFound when there is no
+// such user.
+func (s *Service) setStamp(ctx context.Context, userID int64, column string, set bool) (bool, error) {
+	q := s.store.DB.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID)
+	now := s.now()
+	if set {
+		q = q.Set("? = ?", bun.Ident(column), now).Where("? IS NULL", bun.Ident(column))
+	} else {
+		q = q.Set("? = NULL", bun.Ident(column)).Where("? IS NOT NULL", bun.Ident(column))
+	}
+	res, err := q.Set("updated_at = ?", now).Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return true, nil
+	}
+	if _, err := s.userWhere(ctx, s.store.DB, "id = ?", userID); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// Suspend suspends an account: every session, token and capability call of
+// it is refused until Unsuspend. It reports whether the state changed.
+func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
+	changed, err := s.setStamp(ctx, userID, "suspended_at", true)
+	if err != nil {
+		return false, fmt.Errorf("accounts: suspend: %w", err)
+	}
+	if changed {
+		s.cfg.Logger.InfoContext(ctx, "accounts: suspended", "user_id", userID)
+	}
+	return changed, nil
+}
+
+// Unsuspend lifts a suspension. It reports whether the state changed.
+func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
+	changed, err := s.setStamp(ctx, userID, "suspended_at", false)
+	if err != nil {
+		return false, fmt.Errorf("accounts: unsuspend: %w", err)
+	}
+	if changed {
+		s.cfg.Logger.InfoContext(ctx, "accounts: unsuspended", "user_id", userID)
+	}
+	return changed, nil
+}
+
+// MarkDeleting stamps deleting_at, the first step of account deletion: from
+// then on every mutation path refuses writes for the account. Idempotent;
+// it reports whether the state changed.
+func (s *Service) MarkDeleting(ctx context.Context, userID int64) (bool, error) {
+	changed, err := s.setStamp(ctx, userID, "deleting_at", true)
+	if err != nil {
+		return false, fmt.Errorf("accounts: mark deleting: %w", err)
+	}
+	return changed, nil
+}
+
+// MarkEmailVerified records that the account's current email is verified.
+// It reports whether the state changed.
+func (s *Service) MarkEmailVerified(ctx context.Context, userID int64) (bool, error) {
+	changed, err := s.setStamp(ctx, userID, "email_verified_at", true)
+	if err != nil {
+		return false, fmt.Errorf("accounts: mark email verified: %w", err)
+	}
+	return changed, nil
+}
+
+// writableUser locks nothing but reads userID inside tx and refuses
+// accounts that are being deleted.
+func writableUser(ctx context.Context, tx bun.IDB, userID int64) (userRow, error) {
+	var row userRow
+	err := tx.NewSelect().Model(&row).Where("id = ?", userID).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return row, ErrNotFound
+	}
+	if err != nil {
+		return row, err
+	}
+	if row.DeletingAt != nil {
+		return row, ErrDeleting
+	}
+	return row, nil
+}
+
+// ChangePassword replaces the password of userID after checking the
+// current one (ErrInvalidCredentials when wrong). Every session issued
+// before the change stops working and the password-change hooks run in the
+// same transaction. The returned User carries the new PasswordChangedAt:
+// start a new session for the person who made the change.
+func (s *Service) ChangePassword(ctx context.Context, userID int64, current, next string) (User, error) {
+	row, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: change password: %w", err)
+	}
+	encoded := s.dummyHash
+	if row.PasswordHash != nil {
+		encoded = *row.PasswordHash
+	}
+	ok, _, err := s.hasher.verify(ctx, encoded, current)
+	if err != nil && ctx.Err() != nil {
+		return User{}, fmt.Errorf("accounts: change password: %w", ctx.Err())
+	}
+	if !ok || row.PasswordHash == nil {
+		return User{}, fmt.Errorf("accounts: change password: %w", ErrInvalidCredentials)
+	}
+	u, err := s.setPassword(ctx, userID, next, func(context.Context, bun.Tx) error { return nil })
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: change password: %w", err)
+	}
+	return u, nil
+}
+
+// setPassword checks the policy, hashes next and stores it in a transaction
+// that also runs before (first), stamps password_changed_at, drops pending
+// setup tokens and runs the password-change hooks.
+func (s *Service) setPassword(ctx context.Context, userID int64, next string, before func(context.Context, bun.Tx) error) (User, error) {
+	cur, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
+	if err != nil {
+		return User{}, err
+	}
+	if err := checkPasswordPolicy(next, cur.Email, cur.Username, s.cfg.MinPasswordLength); err != nil {
+		return User{}, err
+	}
+	hash, err := s.hasher.hash(ctx, next)
+	if err != nil {
+		return User{}, err
+	}
+	var row userRow
+	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if err := before(ctx, tx); err != nil {
+			return err
+		}
+		if row, err = writableUser(ctx, tx, userID); err != nil {
+			return err
+		}
+		now := s.now()
+		// Sessions are refused when issued at or before this stamp; keep it
+		// strictly increasing so a session issued in the same microsecond
+		// as an earlier change cannot survive this one.
+		if row.PasswordChangedAt != nil && !now.After(*row.PasswordChangedAt) {
+			now = row.PasswordChangedAt.Add(time.Microsecond)
+		}
+		row.PasswordHash, row.PasswordChangedAt, row.UpdatedAt = &hash, &now, now
+		if _, err := tx.NewUpdate().Model(&row).Column("password_hash", "password_changed_at", "updated_at").WherePK().Exec(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.NewDelete().Model((*setupToken)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {
+			return err
+		}
+		for _, hook := range s.passwordHooks() {
+			if err := hook(ctx, tx, userID); err != nil {
+				return fmt.Errorf("password-change hook: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return User{}, err
+	}
+	s.cfg.Logger.InfoContext(ctx, "accounts: password changed", slog.Int64("user_id", userID))
+	return row.user(), nil
+}
+
+// ChangeEmail moves userID to a new address, which starts unverified. The
+// current address must be verified (ErrEmailUnverified otherwise) and stays
+// claimed by the account, so it cannot open another account until released
+// with ReleaseEmailClaim. Errors: ErrInvalidEmail, ErrEmailTaken,
+// ErrEmailClaimed, ErrDeleting, ErrNotFound.
+func (s *Service) ChangeEmail(ctx context.Context, userID int64, newEmail string) (User, error) {
+	email, err := NormalizeEmail(newEmail)
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: change email: %w", err)
+	}
+	var row userRow
+	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if row, err = writableUser(ctx, tx, userID); err != nil {
+			return err
+		}
+		if row.EmailVerifiedAt == nil {
+			return ErrEmailUnverified
+		}
+		if row.Email == email {
+			return nil
+		}
+		if err := checkEmailFree(ctx, tx, email, userID); err != nil {
+			return err
+		}
+		now := s.now()
+		res, err := tx.NewInsert().Model(&emailClaim{Email: email, UserID: userID, CreatedAt: now}).
+			On("CONFLICT DO NOTHING").Returning("NULL").Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			if err := checkEmailFree(ctx, tx, email, userID); err != nil {
+				return err
+			}
+		}
+		row.Email, row.EmailVerifiedAt, row.UpdatedAt = email, nil, now
+		_, err = tx.NewUpdate().Model(&row).Column("email", "email_verified_at", "updated_at").WherePK().Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: change email: %w", err)
+	}
+	return row.user(), nil
+}
+
+// EmailClaims lists the addresses userID holds: its current email and the
+// former addresses it has not released.
+func (s *Service) EmailClaims(ctx context.Context, userID int64) ([]string, error) {
+	var emails []string
+	if err := s.store.Reader.NewSelect().Model((*emailClaim)(nil)).Column("email").
+		Where("user_id = ?", userID).Order("email").Scan(ctx, &emails); err != nil {
+		return nil, fmt.Errorf("accounts: email claims: %w", err)
+	}
+	return emails, nil
+}
+
+// ReleaseEmailClaim drops a former address of userID, so it can open a new
+// account (which gets a fresh stable id). The caller must first have proven
+// that the person controls that address (for example by a verification
+// link). The current email cannot be released. ErrNotFound when userID
+// holds no such former claim.
+func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email string) error {
+	e := strings.ToLower(strings.TrimSpace(email))
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		row, err := writableUser(ctx, tx, userID)
+		if err != nil {
+			return err
+		}
+		if row.Email == e {
+			return ErrNotFound
+		}
+		res, err := tx.NewDelete().Model((*emailClaim)(nil)).Where("user_id = ? AND email = ?", userID, e).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("accounts: release email: %w", err)
+	}
+	return nil
+}
