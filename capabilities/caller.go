@@ -1,0 +1,90 @@
+package capabilities
+
+import (
+	"context"
+	"slices"
+)
+
+// AccountState is the lifecycle state of the account behind a caller.
+type AccountState int
+
+// The account states. The zero value, AccountUnknown, is what a caller has
+// when its account could not be loaded: it is treated like a deleting
+// account (read-only capabilities only), so a failing lookup never widens
+// access.
+const (
+	AccountUnknown AccountState = iota
+	AccountActive
+	AccountSuspended
+	AccountDeleting
+)
+
+func (s AccountState) String() string {
+	switch s {
+	case AccountActive:
+		return "active"
+	case AccountSuspended:
+		return "suspended"
+	case AccountDeleting:
+		return "deleting"
+	}
+	return "unknown"
+}
+
+// Caller is who is asking, as loaded fresh for each request: roles and
+// permissions never ride in tokens or cookies.
+type Caller struct {
+	// UserID is the stable user id. Empty means unauthenticated.
+	UserID   string
+	Username string
+	// Roles and Permissions are what the account holds right now.
+	Roles       []string
+	Permissions []Permission
+	// Scopes are the OAuth scopes of the access token that made the call.
+	// A caller that did not arrive with a token (a web page, the CLI, a
+	// test) sets AllScopes instead.
+	Scopes    []string
+	AllScopes bool
+	// State is the account's lifecycle state.
+	State AccountState
+	// Interactive is true when a person is directly in the loop (an agent
+	// session driven by its user, a web page), as opposed to a background
+	// job or package runtime acting on the user's behalf.
+	Interactive bool
+}
+
+// Authenticated reports whether the caller is a signed-in user.
+func (c Caller) Authenticated() bool { return c.UserID != "" }
+
+// HasRole reports whether the caller holds role.
+func (c Caller) HasRole(role string) bool { return slices.Contains(c.Roles, role) }
+
+// HasPermission reports whether the caller holds p.
+func (c Caller) HasPermission(p Permission) bool { return slices.Contains(c.Permissions, p) }
+
+// HasScope reports whether the caller's token carries scope.
+func (c Caller) HasScope(scope string) bool { return c.AllScopes || slices.Contains(c.Scopes, scope) }
+
+// CallerLoader turns an authenticated subject (a token's user id) into a
+// Caller with fresh roles, permissions and account state. Implementations
+// return ErrUnknownUser when the user does not exist; any other error makes
+// the transport fall back to a caller with no roles and AccountUnknown (fail
+// closed).
+type CallerLoader interface {
+	LoadCaller(ctx context.Context, userID string) (Caller, error)
+}
+
+// CallerLoaderFunc adapts a function to CallerLoader.
+type CallerLoaderFunc func(ctx context.Context, userID string) (Caller, error)
+
+// LoadCaller calls f.
+func (f CallerLoaderFunc) LoadCaller(ctx context.Context, userID string) (Caller, error) {
+	return f(ctx, userID)
+}
+
+// FailClosed is the caller a transport uses when loading failed: the
+// subject is known to be authenticated, but it holds no roles, no
+// permissions, and its account state is unknown.
+func FailClosed(userID string, scopes []string) Caller {
+	return Caller{UserID: userID, Scopes: scopes, State: AccountUnknown}
+}

@@ -1,0 +1,224 @@
+package capabilities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+// Handler runs a capability with raw JSON arguments that have already been
+// validated against its input schema.
+type Handler func(ctx context.Context, call *Call, args json.RawMessage) (Result, error)
+
+// Annotations describe a capability's effects to clients. Every capability
+// sets them explicitly (a nil *Annotations is refused at registration),
+// because clients assume the worst of an unannotated tool.
+type Annotations struct {
+	ReadOnly    bool // does not modify anything
+	Destructive bool // may delete or overwrite (only meaningful when not ReadOnly)
+	Idempotent  bool // repeating the call has no further effect
+	OpenWorld   bool // reaches outside this server (the internet, other services)
+}
+
+// Requirement is what a caller needs to see and run a capability. The zero
+// value requires an authenticated caller and nothing more; every field adds
+// a condition, and all of them must hold.
+type Requirement struct {
+	// Role the caller must hold.
+	Role string
+	// Permissions the caller must all hold.
+	Permissions []Permission
+	// Feature flag that must be enabled for the caller.
+	Feature string
+	// InteractiveOnly refuses background callers (jobs, package runtimes).
+	InteractiveOnly bool
+	// Scopes the access token must all carry. Unlike the other conditions,
+	// a missing scope does not hide the capability: the client is told which
+	// scope to obtain (step-up authorization).
+	Scopes []string
+}
+
+// Capability is one named operation. Build one with Define; the zero value
+// is not valid.
+type Capability struct {
+	Name        string // camelCase, unique in a registry
+	Domain      string // the area it belongs to, e.g. "account"
+	Title       string
+	Description string // required: it is what a model reads
+	Annotations *Annotations
+	Requires    Requirement
+	// InputSchema and OutputSchema are JSON Schema objects. OutputSchema is
+	// nil when the capability returns free-form content.
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage
+	Handler      Handler
+
+	input *jsonschema.Resolved
+	err   error // a definition error found by Define, reported by Register
+}
+
+// Spec declares a capability with typed input and output for Define.
+type Spec[In, Out any] struct {
+	Name, Domain, Title, Description string
+	Annotations                      *Annotations
+	Requires                         Requirement
+	// Handler receives the decoded input. When Out is Result it is returned
+	// as is; otherwise the value becomes the structured content (and a JSON
+	// text block for clients that do not read structured content).
+	Handler func(ctx context.Context, call *Call, in In) (Out, error)
+}
+
+// Define builds a capability from a typed spec: the input schema comes from
+// In and the output schema from Out (none when Out is Result). In must be a
+// struct (use struct{} for no arguments); field tags follow encoding/json,
+// a `jsonschema:"…"` tag is the field's description, and fields without
+// omitempty are required. Definition errors surface at Register.
+func Define[In, Out any](s Spec[In, Out]) Capability {
+	c := Capability{
+		Name: s.Name, Domain: s.Domain, Title: s.Title, Description: s.Description,
+		Annotations: s.Annotations, Requires: s.Requires,
+	}
+	in, err := schemaFor[In]()
+	if err != nil {
+		c.err = fmt.Errorf("input schema: %w", err)
+		return c
+	}
+	c.InputSchema = in
+	freeForm := reflect.TypeFor[Out]() == reflect.TypeFor[Result]()
+	if !freeForm {
+		out, err := schemaFor[Out]()
+		if err != nil {
+			c.err = fmt.Errorf("output schema: %w", err)
+			return c
+		}
+		c.OutputSchema = out
+	}
+	h := s.Handler
+	if h == nil {
+		return c
+	}
+	c.Handler = func(ctx context.Context, call *Call, args json.RawMessage) (Result, error) {
+		var in In
+		if len(bytes.TrimSpace(args)) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(args))
+			if err := dec.Decode(&in); err != nil {
+				return Result{}, &Error{Code: CodeInvalidInput, Message: "arguments do not match the input schema", Err: err}
+			}
+		}
+		out, err := h(ctx, call, in)
+		if err != nil {
+			return Result{}, err
+		}
+		if r, ok := any(out).(Result); ok {
+			return r, nil
+		}
+		text, err := json.Marshal(out)
+		if err != nil {
+			return Result{}, fmt.Errorf("capabilities: %s: encode output: %w", s.Name, err)
+		}
+		return Result{Content: []Content{Text{Text: string(text)}}, Structured: out}, nil
+	}
+	return c
+}
+
+// schemaFor infers an object schema for T.
+func schemaFor[T any]() (json.RawMessage, error) {
+	t := reflect.TypeFor[T]()
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%s is not a struct", t)
+	}
+	s, err := jsonschema.ForType(t, &jsonschema.ForOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(s)
+}
+
+var (
+	capabilityName = regexp.MustCompile(`^[a-z][a-zA-Z0-9]{0,63}$`)
+	domainName     = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+)
+
+// validate checks a definition and resolves its input schema.
+func (c *Capability) validate(vocab *Vocabulary) error {
+	if c.err != nil {
+		return c.err
+	}
+	var errs []error
+	if !capabilityName.MatchString(c.Name) {
+		errs = append(errs, errors.New("name must be camelCase letters and digits, starting lowercase"))
+	}
+	if !domainName.MatchString(c.Domain) {
+		errs = append(errs, errors.New("domain must be a lowercase word"))
+	}
+	if c.Description == "" {
+		errs = append(errs, errors.New("description is required"))
+	}
+	if c.Annotations == nil {
+		errs = append(errs, errors.New("annotations must be set explicitly"))
+	} else if c.Annotations.ReadOnly && c.Annotations.Destructive {
+		errs = append(errs, errors.New("a read-only capability cannot be destructive"))
+	}
+	if c.Handler == nil {
+		errs = append(errs, errors.New("handler is required"))
+	}
+	for _, p := range c.Requires.Permissions {
+		if !vocab.Has(p) {
+			errs = append(errs, fmt.Errorf("permission %q is not in the vocabulary", p))
+		}
+	}
+	for _, s := range c.Requires.Scopes {
+		if s == "" {
+			errs = append(errs, errors.New("empty scope"))
+		}
+	}
+	if len(c.InputSchema) == 0 {
+		c.InputSchema = json.RawMessage(`{"type":"object"}`)
+	}
+	rs, err := resolveObjectSchema(c.InputSchema)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("input schema: %w", err))
+	}
+	c.input = rs
+	if len(c.OutputSchema) > 0 {
+		if _, err := resolveObjectSchema(c.OutputSchema); err != nil {
+			errs = append(errs, fmt.Errorf("output schema: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func resolveObjectSchema(raw json.RawMessage) (*jsonschema.Resolved, error) {
+	var s jsonschema.Schema
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, err
+	}
+	if s.Type != "object" {
+		return nil, errors.New(`type must be "object"`)
+	}
+	return s.Resolve(nil)
+}
+
+// validateInput checks raw arguments against the input schema. Absent
+// arguments are an empty object.
+func (c *Capability) validateInput(args json.RawMessage) error {
+	var v any
+	if len(bytes.TrimSpace(args)) == 0 {
+		v = map[string]any{}
+	} else if err := json.Unmarshal(args, &v); err != nil {
+		return &Error{Code: CodeInvalidInput, Message: "arguments are not valid JSON"}
+	}
+	if err := c.input.Validate(v); err != nil {
+		return &Error{Code: CodeInvalidInput, Message: "invalid arguments: " + err.Error()}
+	}
+	return nil
+}

@@ -1,0 +1,362 @@
+package capabilities
+
+import (
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DenialReason says which check refused a call. It goes to the Auditor,
+// never to the caller.
+type DenialReason string
+
+// The denial reasons, in the order the checks run.
+const (
+	ReasonUnknown         DenialReason = "unknown"
+	ReasonUnauthenticated DenialReason = "unauthenticated"
+	ReasonSuspended       DenialReason = "account_suspended"
+	ReasonDeleting        DenialReason = "account_deleting"
+	ReasonRole            DenialReason = "role"
+	ReasonPermission      DenialReason = "permission"
+	ReasonFeature         DenialReason = "feature"
+	ReasonInteractive     DenialReason = "interactive_only"
+	ReasonScope           DenialReason = "insufficient_scope"
+	ReasonQuota           DenialReason = "quota"
+)
+
+// Denial is one refused call, as recorded for the audit log. Subject is a
+// keyed hash of the user id: the log can group denials by principal without
+// holding the id itself.
+type Denial struct {
+	At      time.Time
+	Subject string
+	Surface string // "tool", "resource" or "prompt"
+	Name    string // the capability, resource URI or prompt name asked for
+	Reason  DenialReason
+}
+
+// Auditor records denials. A single denial is a routine agent turn; a burst
+// from one subject is what probing looks like.
+type Auditor interface {
+	RecordDenial(ctx context.Context, d Denial)
+}
+
+// Quota decides whether a caller may run a capability now. A non-nil error
+// refuses the call with CodeQuotaExceeded.
+type Quota interface {
+	Allow(ctx context.Context, caller Caller, capability string) error
+}
+
+// Features reports whether a feature flag is enabled for a caller.
+type Features interface {
+	Enabled(ctx context.Context, caller Caller, flag string) bool
+}
+
+// Options configure a Registry. Every field is optional.
+type Options struct {
+	// Vocabulary validates required permissions; nil means the built-in one.
+	Vocabulary *Vocabulary
+	// Auditor receives every denial; nil logs them with Logger.
+	Auditor Auditor
+	// AuditKey keys the hash of user ids in denials; nil uses plain SHA-256.
+	AuditKey []byte
+	// Quota limits calls per caller; nil is unlimited.
+	Quota Quota
+	// Features enables feature flags; nil enables none, so a capability that
+	// requires a flag is hidden from everyone.
+	Features Features
+	// Logger logs handler panics and internal errors; nil is slog.Default().
+	Logger *slog.Logger
+	// NoBuiltins leaves out whoami and capabilitiesSearch.
+	NoBuiltins bool
+}
+
+// Registry holds the capabilities, resources and prompts of a server and is
+// the one place that decides who may use them. It is safe for concurrent
+// use; registration may continue while serving.
+type Registry struct {
+	opts  Options
+	vocab *Vocabulary
+	log   *slog.Logger
+
+	mu        sync.RWMutex
+	caps      map[string]*Capability
+	resources map[string]*Resource
+	templates []*Resource
+	prompts   map[string]*Prompt
+	version   uint64
+}
+
+// NewRegistry returns a registry with the built-in capabilities registered.
+func NewRegistry(opts Options) *Registry {
+	r := &Registry{
+		opts:      opts,
+		vocab:     cmp.Or(opts.Vocabulary, builtin),
+		log:       cmp.Or(opts.Logger, slog.Default()),
+		caps:      map[string]*Capability{},
+		resources: map[string]*Resource{},
+		prompts:   map[string]*Prompt{},
+	}
+	if !opts.NoBuiltins {
+		for _, c := range builtins(r) {
+			if err := r.Register(c); err != nil {
+				panic(err) // a bug in this package, caught by its tests
+			}
+		}
+	}
+	return r
+}
+
+// Register adds capabilities. It refuses invalid definitions and duplicate
+// names; nothing is added when any of them is refused.
+func (r *Registry) Register(caps ...Capability) error {
+	staged := make([]*Capability, 0, len(caps))
+	seen := map[string]bool{}
+	for _, c := range caps {
+		if err := c.validate(r.vocab); err != nil {
+			return fmt.Errorf("capabilities: register %q: %w", c.Name, err)
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("capabilities: register %q: defined twice", c.Name)
+		}
+		seen[c.Name] = true
+		staged = append(staged, &c)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range staged {
+		if _, ok := r.caps[c.Name]; ok {
+			return fmt.Errorf("capabilities: register %q: already registered", c.Name)
+		}
+	}
+	for _, c := range staged {
+		r.caps[c.Name] = c
+	}
+	r.version++
+	return nil
+}
+
+// Version changes whenever something is registered. Transports that mirror
+// the registry compare it to know when to refresh.
+func (r *Registry) Version() uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.version
+}
+
+// All returns every registered capability, sorted by name, whoever may see
+// it. Transports use it to mirror definitions; deciding is Visible's job.
+func (r *Registry) All() []Capability {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Capability, 0, len(r.caps))
+	for _, c := range r.caps {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b Capability) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (r *Registry) lookup(name string) (*Capability, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c, ok := r.caps[name]
+	return c, ok
+}
+
+// Visible returns the capabilities caller may call, sorted by name. It makes
+// the same decision as Invoke, except that a capability whose only missing
+// condition is a token scope stays visible (the client can obtain the scope).
+func (r *Registry) Visible(ctx context.Context, caller Caller) []Capability {
+	var out []Capability
+	for _, c := range r.All() {
+		if r.stateDenial(caller, c.Annotations.ReadOnly) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// IsVisible reports whether Visible would include the named capability.
+func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bool {
+	c, ok := r.lookup(name)
+	return ok && r.stateDenial(caller, c.Annotations.ReadOnly) == "" && r.hiddenBy(ctx, caller, c.Requires) == ""
+}
+
+// Invoke runs a capability for caller: the only way one runs. The checks run
+// in order: account state (suspended refuses everything, deleting refuses
+// anything not read-only), requirement (role, permission, feature flag,
+// interactive-only), token scope, quota, input schema; then the handler,
+// with panics recovered. A denial is recorded with the Auditor. A capability
+// hidden from caller answers exactly like an unknown one.
+func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
+	c, ok := r.lookup(name)
+	if !ok {
+		r.deny(ctx, caller, "tool", name, ReasonUnknown)
+		return Result{}, errNotFound("capability", name)
+	}
+	if err := r.admit(ctx, caller, "tool", name, c.Annotations.ReadOnly, c.Requires); err != nil {
+		return Result{}, err
+	}
+	if q := r.opts.Quota; q != nil {
+		if err := q.Allow(ctx, caller, name); err != nil {
+			r.deny(ctx, caller, "tool", name, ReasonQuota)
+			msg := "quota exceeded"
+			if e, ok := errors.AsType[*Error](err); ok && e.Message != "" {
+				msg = e.Message
+			}
+			return Result{}, &Error{Code: CodeQuotaExceeded, Message: msg, Err: err}
+		}
+	}
+	if err := c.validateInput(args); err != nil {
+		return Result{}, err
+	}
+	call := &Call{Caller: caller, Capability: name, client: clientFrom(ctx)}
+	return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
+}
+
+// CheckScope reports, before a transport commits to a response, whether the
+// named capability is visible to caller but needs token scopes it lacks. It
+// returns nil in every other case (including unknown and hidden names, which
+// Invoke answers). A scope denial is recorded with the Auditor.
+func (r *Registry) CheckScope(ctx context.Context, caller Caller, name string) *Error {
+	c, ok := r.lookup(name)
+	if !ok || r.stateDenial(caller, c.Annotations.ReadOnly) != "" || r.hiddenBy(ctx, caller, c.Requires) != "" {
+		return nil
+	}
+	if missing := missingScopes(caller, c.Requires.Scopes); len(missing) > 0 {
+		r.deny(ctx, caller, "tool", name, ReasonScope)
+		return scopeError(missing)
+	}
+	return nil
+}
+
+// admit applies the account-state, requirement and scope checks shared by
+// capabilities, resources and prompts.
+func (r *Registry) admit(ctx context.Context, caller Caller, surface, name string, readOnly bool, req Requirement) error {
+	state := r.stateDenial(caller, readOnly)
+	hidden := r.hiddenBy(ctx, caller, req)
+	if state != "" || hidden != "" {
+		r.deny(ctx, caller, surface, name, cmp.Or(state, hidden))
+		switch {
+		case hidden != "" || state == ReasonUnauthenticated:
+			return errNotFound(kindOf(surface), name)
+		case state == ReasonSuspended:
+			return Errorf(CodeAccountSuspended, "this account is suspended")
+		default:
+			return Errorf(CodeAccountDeleting, "this account is being deleted; only reads are allowed")
+		}
+	}
+	if missing := missingScopes(caller, req.Scopes); len(missing) > 0 {
+		r.deny(ctx, caller, surface, name, ReasonScope)
+		return scopeError(missing)
+	}
+	return nil
+}
+
+func kindOf(surface string) string {
+	if surface == "tool" {
+		return "capability"
+	}
+	return surface
+}
+
+func scopeError(missing []string) *Error {
+	return &Error{Code: CodeInsufficientScope, Message: "the access token lacks a required scope", Scopes: missing}
+}
+
+// run calls a handler, turning a panic into an internal error.
+func (r *Registry) run(ctx context.Context, name string, f func() (Result, error)) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.ErrorContext(ctx, "capability handler panicked", "capability", name, "panic", p, "stack", string(debug.Stack()))
+			res, err = Result{}, &Error{Code: CodeInternal, Message: "internal error", Err: fmt.Errorf("panic: %v", p)}
+		}
+	}()
+	return f()
+}
+
+// stateDenial is the account-state check.
+func (r *Registry) stateDenial(caller Caller, readOnly bool) DenialReason {
+	switch {
+	case !caller.Authenticated():
+		return ReasonUnauthenticated
+	case caller.State == AccountSuspended:
+		return ReasonSuspended
+	case caller.State == AccountActive, readOnly:
+		return ""
+	default: // deleting, or unknown because loading failed
+		return ReasonDeleting
+	}
+}
+
+// hiddenBy is the requirement check: the first condition caller fails, or "".
+func (r *Registry) hiddenBy(ctx context.Context, caller Caller, req Requirement) DenialReason {
+	if req.Role != "" && !caller.HasRole(req.Role) {
+		return ReasonRole
+	}
+	for _, p := range req.Permissions {
+		if !caller.HasPermission(p) {
+			return ReasonPermission
+		}
+	}
+	if req.Feature != "" && (r.opts.Features == nil || !r.opts.Features.Enabled(ctx, caller, req.Feature)) {
+		return ReasonFeature
+	}
+	if req.InteractiveOnly && !caller.Interactive {
+		return ReasonInteractive
+	}
+	return ""
+}
+
+func missingScopes(caller Caller, scopes []string) []string {
+	var missing []string
+	for _, s := range scopes {
+		if !caller.HasScope(s) {
+			missing = append(missing, s)
+		}
+	}
+	return missing
+}
+
+// deny records a denial.
+func (r *Registry) deny(ctx context.Context, caller Caller, surface, name string, reason DenialReason) {
+	if len(name) > 128 {
+		name = name[:128]
+	}
+	d := Denial{At: time.Now().UTC(), Subject: r.HashSubject(caller.UserID), Surface: surface, Name: name, Reason: reason}
+	if r.opts.Auditor != nil {
+		r.opts.Auditor.RecordDenial(ctx, d)
+		return
+	}
+	r.log.InfoContext(ctx, "capability denied", "subject", d.Subject, "surface", surface, "name", name, "reason", string(reason))
+}
+
+// HashSubject returns the identifier recorded for a user id in denials: a
+// hex HMAC-SHA256 under Options.AuditKey (plain SHA-256 without one),
+// truncated to 128 bits. An empty user id stays empty.
+func (r *Registry) HashSubject(userID string) string {
+	if userID == "" {
+		return ""
+	}
+	var sum []byte
+	if len(r.opts.AuditKey) > 0 {
+		m := hmac.New(sha256.New, r.opts.AuditKey)
+		m.Write([]byte(userID))
+		sum = m.Sum(nil)
+	} else {
+		s := sha256.Sum256([]byte(userID))
+		sum = s[:]
+	}
+	return hex.EncodeToString(sum[:16])
+}
