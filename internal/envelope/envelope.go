@@ -13,6 +13,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"database/sql"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -196,4 +197,48 @@ func (r *Ring) Open(ctx context.Context, keyID int64, sealed, ad string) ([]byte
 		return nil, ErrOpen
 	}
 	return plain, nil
+}
+
+type platformKey struct {
+	bun.BaseModel `bun:"table:platform_keys"`
+	Name          string    `bun:"name,pk"`
+	KeyID         int64     `bun:"key_id,notnull"`
+	Ciphertext    string    `bun:"ciphertext,notnull"`
+	CreatedAt     time.Time `bun:"created_at,notnull"`
+}
+
+// NamedKey returns the 32-byte platform key called name, creating it on
+// first use. Every replica gets the same key: the first to insert wins and
+// the others read its row.
+func (r *Ring) NamedKey(ctx context.Context, name string) ([]byte, error) {
+	ad := "platform-key:" + name
+	read := func() ([]byte, error) {
+		var k platformKey
+		if err := r.db.NewSelect().Model(&k).Where("name = ?", name).Scan(ctx); err != nil {
+			return nil, err
+		}
+		return r.Open(ctx, k.KeyID, k.Ciphertext, ad)
+	}
+	if key, err := read(); err == nil {
+		return key, nil
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("envelope: platform key %s: %w", name, err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("envelope: platform key %s: %w", name, err)
+	}
+	keyID, sealed, err := r.Seal(ad, key)
+	if err != nil {
+		return nil, err
+	}
+	k := &platformKey{Name: name, KeyID: keyID, Ciphertext: sealed, CreatedAt: time.Now().UTC()}
+	if _, err := r.db.NewInsert().Model(k).On("CONFLICT (name) DO NOTHING").Returning("NULL").Exec(ctx); err != nil {
+		return nil, fmt.Errorf("envelope: platform key %s: %w", name, err)
+	}
+	key, err = read()
+	if err != nil {
+		return nil, fmt.Errorf("envelope: platform key %s: %w", name, err)
+	}
+	return key, nil
 }

@@ -1,0 +1,164 @@
+// Package audit keeps the security audit log: who was refused, signed in,
+// changed a password or a role, and when. Identifiers are keyed hashes, so
+// the log can be searched for one user (hash their stable id the same way)
+// without holding anyone's id, email or address in clear.
+//
+// Log implements capabilities.Auditor for the registry's choke point; the
+// transports record token rejections and browser authentication events with
+// Record. Rows older than the retention window (default 180 days) are
+// removed by Purge. Admins read the log through the adminAuditLogQuery
+// capability (see Register).
+package audit
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// DefaultRetention is how long events are kept.
+const DefaultRetention = 180 * 24 * time.Hour
+
+// Categories of events.
+const (
+	CategoryMCP        = "mcp"        // token checks at /mcp
+	CategoryCapability = "capability" // the registry's choke point
+	CategoryAuth       = "auth"       // browser sign-in, sign-up, passwords
+	CategoryAccount    = "account"    // roles, suspension, deletion
+)
+
+// Results.
+const (
+	ResultSuccess = "success"
+	ResultFailure = "failure"
+	ResultDenied  = "denied"
+)
+
+// Event is one audit row. UserHash and IPHash hold keyed hashes (HashUser,
+// HashIP), never raw values.
+type Event struct {
+	bun.BaseModel `bun:"table:audit_events"`
+	ID            int64     `bun:"id,pk,autoincrement" json:"id"`
+	At            time.Time `bun:"at,notnull" json:"at"`
+	Category      string    `bun:"category,notnull" json:"category"`
+	Action        string    `bun:"action,notnull" json:"action"`
+	Result        string    `bun:"result,notnull" json:"result"`
+	Reason        string    `bun:"reason,notnull" json:"reason,omitempty"`
+	UserHash      string    `bun:"user_hash,notnull" json:"userHash,omitempty"`
+	IPHash        string    `bun:"ip_hash,notnull" json:"ipHash,omitempty"`
+	ClientID      string    `bun:"client_id,notnull" json:"clientId,omitempty"`
+}
+
+// Log writes and reads audit events.
+type Log struct {
+	store *storage.Store
+	key   []byte
+	log   *slog.Logger
+	now   func() time.Time
+}
+
+// New returns a log that hashes identifiers with key (32 random bytes kept
+// by the platform; the same key must be used by every replica).
+func New(store *storage.Store, key []byte, logger *slog.Logger) *Log {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Log{store: store, key: key, log: logger, now: func() time.Time { return time.Now().UTC() }}
+}
+
+func (l *Log) hash(kind, v string) string {
+	if v == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, l.key)
+	m.Write([]byte(kind + ":" + v))
+	return hex.EncodeToString(m.Sum(nil))[:32]
+}
+
+// HashUser hashes a stable user id for the log.
+func (l *Log) HashUser(stableUserID string) string { return l.hash("user", stableUserID) }
+
+// HashIP hashes a client IP address for the log.
+func (l *Log) HashIP(ip string) string { return l.hash("ip", ip) }
+
+// Record writes e, stamping the time when e.At is zero. A failure is
+// returned and logged; auditing never blocks the request it describes.
+func (l *Log) Record(ctx context.Context, e Event) error {
+	if e.At.IsZero() {
+		e.At = l.now()
+	}
+	e.ID = 0
+	if _, err := l.store.DB.NewInsert().Model(&e).Returning("NULL").Exec(ctx); err != nil {
+		l.log.Error("audit: write failed", "category", e.Category, "action", e.Action, "err", err)
+		return fmt.Errorf("audit: record: %w", err)
+	}
+	return nil
+}
+
+// RecordDenial implements capabilities.Auditor: every refusal at the
+// registry's choke point. The registry hands over an already hashed
+// subject; it is hashed again with the log's key so that every user hash in
+// the log is comparable.
+func (l *Log) RecordDenial(ctx context.Context, d capabilities.Denial) {
+	_ = l.Record(ctx, Event{
+		At:       d.At.UTC(),
+		Category: CategoryCapability,
+		Action:   d.Surface + ":" + d.Name,
+		Result:   ResultDenied,
+		Reason:   string(d.Reason),
+		UserHash: d.Subject,
+	})
+}
+
+// Purge removes events older than retention (DefaultRetention when zero).
+func (l *Log) Purge(ctx context.Context, retention time.Duration) (int64, error) {
+	if retention <= 0 {
+		retention = DefaultRetention
+	}
+	res, err := l.store.DB.NewDelete().Model((*Event)(nil)).Where("at < ?", l.now().Add(-retention)).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("audit: purge: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// Filter narrows a query; zero fields match everything.
+type Filter struct {
+	Category string
+	Action   string
+	Result   string
+	UserHash string
+	Since    time.Time
+	Until    time.Time
+}
+
+// Query pages through events, newest first.
+func (l *Log) Query(ctx context.Context, f Filter, req storage.PageRequest) (storage.Page[Event], error) {
+	q := l.store.Reader.NewSelect().Model((*Event)(nil))
+	for col, v := range map[string]string{"category": f.Category, "action": f.Action, "result": f.Result, "user_hash": f.UserHash} {
+		if v != "" {
+			q = q.Where("? = ?", bun.Ident(col), v)
+		}
+	}
+	if !f.Since.IsZero() {
+		q = q.Where("at >= ?", f.Since.UTC())
+	}
+	if !f.Until.IsZero() {
+		q = q.Where("at < ?", f.Until.UTC())
+	}
+	return storage.Paginate(ctx, q, storage.Keyset[Event]{
+		Kind: "audit", Column: "id", Key: func(e *Event) any { return e.ID }, Desc: true,
+	}, req)
+}
+
+var _ capabilities.Auditor = (*Log)(nil)
