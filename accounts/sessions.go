@@ -71,7 +71,7 @@ func (s *Service) StartSession(w http.ResponseWriter, r *http.Request, u User, r
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: s.cookieName(r), Value: value, Path: "/",
-		Expires: sess.ExpiresAt, MaxAge: int(time.Until(sess.ExpiresAt).Seconds()),
+		Expires: sess.ExpiresAt, MaxAge: int(sess.ExpiresAt.Sub(s.now()).Seconds()),
 		HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteLaxMode,
 	})
 	return sess, nil
@@ -252,7 +252,7 @@ func (kr *keyRing) load(ctx context.Context) error {
 		}
 	}
 	kr.mu.Lock()
-	kr.keys, kr.signerID, kr.lastReload = keys, signer, time.Now()
+	kr.keys, kr.signerID, kr.lastReload = keys, signer, kr.cfg.Now()
 	kr.mu.Unlock()
 	return nil
 }
@@ -268,7 +268,7 @@ func (kr *keyRing) signer() (string, []byte) {
 func (kr *keyRing) verifier(ctx context.Context, id string) ([]byte, error) {
 	kr.mu.RLock()
 	k, ok := kr.keys[id]
-	stale := time.Since(kr.lastReload) > reloadEvery
+	stale := kr.cfg.Now().Sub(kr.lastReload) > reloadEvery
 	kr.mu.RUnlock()
 	if ok || kr.fromConfig || !stale {
 		return k, nil

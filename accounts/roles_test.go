@@ -1,0 +1,122 @@
+package accounts_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+func TestAssignAndRemoveRoles(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		a, b := signup(t, svc, "amy"), signup(t, svc, "ben")
+
+		if added, err := svc.AssignRole(ctx, a.ID, capabilities.RoleAdmin); err != nil || !added {
+			t.Fatalf("assign = %v, %v", added, err)
+		}
+		if added, err := svc.AssignRole(ctx, a.ID, capabilities.RoleAdmin); err != nil || added {
+			t.Fatalf("second assign = %v, %v, want no change", added, err)
+		}
+		if _, err := svc.AssignRole(ctx, a.ID, "superuser"); !errors.Is(err, accounts.ErrUnknownRole) {
+			t.Fatalf("unknown role = %v", err)
+		}
+		if _, err := svc.AssignRole(ctx, 424242, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrNotFound) {
+			t.Fatalf("unknown user = %v", err)
+		}
+		g, err := svc.RolesAndPermissions(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g.HasRole(capabilities.RoleAdmin) || !g.HasRole(capabilities.RoleUser) || len(g.Permissions) != len(capabilities.AllPermissions()) {
+			t.Fatalf("admin grants %+v", g)
+		}
+		if ok, err := svc.HasAdmin(ctx); err != nil || !ok {
+			t.Fatalf("has admin = %v, %v", ok, err)
+		}
+
+		// Did not have the role: a no-op, not a conflict.
+		if removed, err := svc.RemoveRole(ctx, b.ID, capabilities.RoleAdmin); err != nil || removed {
+			t.Fatalf("remove absent admin = %v, %v, want false, nil", removed, err)
+		}
+		// The last admin: a conflict.
+		if removed, err := svc.RemoveRole(ctx, a.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrLastAdmin) || removed {
+			t.Fatalf("remove last admin = %v, %v, want ErrLastAdmin", removed, err)
+		}
+		if _, err := svc.AssignRole(ctx, b.ID, capabilities.RoleAdmin); err != nil {
+			t.Fatal(err)
+		}
+		if removed, err := svc.RemoveRole(ctx, a.ID, capabilities.RoleAdmin); err != nil || !removed {
+			t.Fatalf("remove admin with another admin left = %v, %v", removed, err)
+		}
+		g, _ = svc.RolesAndPermissions(ctx, a.ID)
+		if g.HasRole(capabilities.RoleAdmin) || g.Has(capabilities.ReadUserAny) {
+			t.Fatalf("revoked admin still has %+v", g)
+		}
+		// Other roles have no last-holder rule.
+		if removed, err := svc.RemoveRole(ctx, a.ID, capabilities.RoleUser); err != nil || !removed {
+			t.Fatalf("remove user role = %v, %v", removed, err)
+		}
+		if g, err := svc.RolesAndPermissions(ctx, a.ID); err != nil || len(g.Roles) != 0 || len(g.Permissions) != 0 {
+			t.Fatalf("grants without roles = %+v, %v", g, err)
+		}
+	})
+}
+
+// Concurrent removals of admin from every admin leave exactly one: each
+// removal is decided inside its DELETE, never on a stale count.
+func TestLastAdminUnderConcurrency(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		const admins = 8
+		for round := range 3 {
+			ids := make([]int64, admins)
+			for i := range admins {
+				u := signup(t, svc, fmt.Sprintf("adm-%d-%d", round, i))
+				if _, err := svc.AssignRole(ctx, u.ID, capabilities.RoleAdmin); err != nil {
+					t.Fatal(err)
+				}
+				ids[i] = u.ID
+			}
+			errs := make([]error, admins)
+			var start, wg sync.WaitGroup
+			start.Add(1)
+			for i, id := range ids {
+				wg.Go(func() {
+					start.Wait()
+					_, errs[i] = svc.RemoveRole(ctx, id, capabilities.RoleAdmin)
+				})
+			}
+			start.Done()
+			wg.Wait()
+			refused := 0
+			for _, err := range errs {
+				switch {
+				case errors.Is(err, accounts.ErrLastAdmin):
+					refused++
+				case err != nil:
+					t.Errorf("remove: %v", err)
+				}
+			}
+			left, err := s.DB.NewSelect().Table("user_roles").Where("role_name = ?", capabilities.RoleAdmin).Count(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left != 1 || refused != 1 {
+				t.Fatalf("round %d: %d admins left, %d removals refused; want 1 and 1", round, left, refused)
+			}
+			// Clear the survivor for the next round (bypassing the rule).
+			if _, err := s.DB.ExecContext(ctx, "DELETE FROM user_roles WHERE role_name = 'admin'"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
