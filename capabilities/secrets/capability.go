@@ -1,0 +1,114 @@
+package secrets
+
+import (
+	"context"
+	"errors"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// OwnerOf resolves the caller of a capability to the owner of its data.
+type OwnerOf func(ctx context.Context, c capabilities.Caller) (storage.Owner, error)
+
+// SetInput is the input of secretSet.
+type SetInput struct {
+	Name        string `json:"name" jsonschema:"the secret's name: 1-64 letters, digits, '.', '_' or '-'"`
+	Value       string `json:"value" jsonschema:"the secret value (at most 64 KiB); it can never be read back by an agent"`
+	Description string `json:"description,omitempty" jsonschema:"what the secret is for"`
+}
+
+// SetOutput is the output of secretSet.
+type SetOutput struct {
+	Secret  Secret `json:"secret"`
+	Created bool   `json:"created"`
+}
+
+// ListInput is the input of secretList.
+type ListInput struct {
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
+}
+
+// ListOutput is one page of secret metadata.
+type ListOutput struct {
+	Secrets    []Secret `json:"secrets"`
+	NextCursor string   `json:"nextCursor,omitempty"`
+}
+
+// DeleteInput is the input of secretDelete.
+type DeleteInput struct {
+	Name string `json:"name" jsonschema:"the secret's name"`
+}
+
+// DeleteOutput is the output of secretDelete.
+type DeleteOutput struct {
+	Deleted bool `json:"deleted"`
+}
+
+// Capabilities returns secretSet, secretList and secretDelete. Each acts on
+// the caller's own secrets only; none returns a value.
+func (s *Service) Capabilities(owner OwnerOf) []capabilities.Capability {
+	own := func(p capabilities.Permission) capabilities.Requirement {
+		return capabilities.Requirement{Permissions: []capabilities.Permission{p}}
+	}
+	return []capabilities.Capability{
+		capabilities.Define(capabilities.Spec[SetInput, SetOutput]{
+			Name: "secretSet", Domain: "secrets", Title: "Store a secret",
+			Description: "Stores a named secret (an API key, a token) for the signed-in user, replacing any secret of the same name. The value is encrypted at rest and is never returned to agents; the user can reveal it on their account page.",
+			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
+			Requires:    own(capabilities.UpdateUserOwn),
+			Handler: func(ctx context.Context, call *capabilities.Call, in SetInput) (SetOutput, error) {
+				o, err := owner(ctx, call.Caller)
+				if err != nil {
+					return SetOutput{}, err
+				}
+				meta, created, err := s.Set(ctx, o, in.Name, in.Description, []byte(in.Value))
+				if errors.Is(err, ErrInvalid) {
+					return SetOutput{}, &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: err.Error()}
+				}
+				return SetOutput{Secret: meta, Created: created}, err
+			},
+		}),
+		capabilities.Define(capabilities.Spec[ListInput, ListOutput]{
+			Name: "secretList", Domain: "secrets", Title: "List secrets",
+			Description: "Lists the signed-in user's secrets by name: names, descriptions and times, never values.",
+			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
+			Requires:    own(capabilities.ReadUserOwn),
+			Handler: func(ctx context.Context, call *capabilities.Call, in ListInput) (ListOutput, error) {
+				o, err := owner(ctx, call.Caller)
+				if err != nil {
+					return ListOutput{}, err
+				}
+				if in.Limit < 0 || in.Limit > storage.MaxPageLimit {
+					return ListOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "limit must be between 1 and %d", storage.MaxPageLimit)
+				}
+				page, err := s.List(ctx, o, storage.PageRequest{Cursor: in.Cursor, Limit: in.Limit})
+				if errors.Is(err, storage.ErrInvalidCursor) {
+					return ListOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "cursor is not one this listing issued")
+				}
+				if err != nil {
+					return ListOutput{}, err
+				}
+				if page.Items == nil {
+					page.Items = []Secret{}
+				}
+				return ListOutput{Secrets: page.Items, NextCursor: page.Next}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[DeleteInput, DeleteOutput]{
+			Name: "secretDelete", Domain: "secrets", Title: "Delete a secret",
+			Description: "Deletes one of the signed-in user's secrets by name. Deleting a secret that does not exist reports deleted: false.",
+			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
+			Requires:    own(capabilities.UpdateUserOwn),
+			Handler: func(ctx context.Context, call *capabilities.Call, in DeleteInput) (DeleteOutput, error) {
+				o, err := owner(ctx, call.Caller)
+				if err != nil {
+					return DeleteOutput{}, err
+				}
+				ok, err := s.Delete(ctx, o, in.Name)
+				return DeleteOutput{Deleted: ok}, err
+			},
+		}),
+	}
+}
