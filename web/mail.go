@@ -1,0 +1,142 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"mime/quotedprintable"
+	"net/mail"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Message is one plain-text email.
+type Message struct {
+	To      string // one address, "person@example.com" or "Name <person@example.com>"
+	Subject string
+	Text    string // UTF-8 plain text body
+}
+
+// Mailer sends email. Send returns once the message is handed over (to an
+// SMTP server, or kept by a DevMailer); implementations are safe for
+// concurrent use.
+type Mailer interface {
+	Send(ctx context.Context, msg Message) error
+}
+
+// ErrInvalidMessage is returned for a message that cannot be sent as is
+// (bad address, line breaks in the subject, empty body).
+var ErrInvalidMessage = errors.New("web: invalid mail message")
+
+// validate checks msg and returns the parsed recipient.
+func (msg Message) validate() (*mail.Address, error) {
+	to, err := mail.ParseAddress(msg.To)
+	if err != nil || strings.ContainsAny(to.Address, "\r\n<>") {
+		return nil, fmt.Errorf("%w: recipient %q", ErrInvalidMessage, msg.To)
+	}
+	if strings.ContainsAny(msg.Subject, "\r\n") || strings.TrimSpace(msg.Subject) == "" {
+		return nil, fmt.Errorf("%w: subject must be one non-empty line", ErrInvalidMessage)
+	}
+	if strings.TrimSpace(msg.Text) == "" {
+		return nil, fmt.Errorf("%w: empty body", ErrInvalidMessage)
+	}
+	return to, nil
+}
+
+// compose renders msg as an RFC 5322 message from from, with CRLF line
+// ends, a quoted-printable UTF-8 body and encoded headers.
+func compose(from *mail.Address, to *mail.Address, msg Message, now time.Time) []byte {
+	var b bytes.Buffer
+	domain := from.Address[strings.LastIndexByte(from.Address, '@')+1:]
+	hdr := func(k, v string) { b.WriteString(k + ": " + v + "\r\n") }
+	hdr("From", from.String())
+	hdr("To", to.String())
+	hdr("Subject", mime.QEncoding.Encode("utf-8", msg.Subject))
+	hdr("Date", now.Format(time.RFC1123Z))
+	hdr("Message-ID", "<"+rand.Text()+"@"+domain+">")
+	hdr("MIME-Version", "1.0")
+	hdr("Content-Type", "text/plain; charset=utf-8")
+	hdr("Content-Transfer-Encoding", "quoted-printable")
+	hdr("Auto-Submitted", "auto-generated")
+	b.WriteString("\r\n")
+	qp := quotedprintable.NewWriter(&b)
+	text := strings.ReplaceAll(strings.ReplaceAll(msg.Text, "\r\n", "\n"), "\n", "\r\n")
+	_, _ = qp.Write([]byte(text))
+	_ = qp.Close()
+	if !bytes.HasSuffix(b.Bytes(), []byte("\r\n")) {
+		b.WriteString("\r\n")
+	}
+	return b.Bytes()
+}
+
+// DevMailer keeps messages in memory instead of sending them, for
+// development: they are listed at /dev/mail when Options.DevRoutes is on.
+// It keeps the newest DevMailKeep messages.
+type DevMailer struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	msgs []KeptMessage
+	next int
+}
+
+// DevMailKeep is how many messages a DevMailer keeps.
+const DevMailKeep = 100
+
+// KeptMessage is a message kept by a DevMailer.
+type KeptMessage struct {
+	ID     int
+	SentAt time.Time
+	Message
+}
+
+// NewDevMailer returns an empty DevMailer that logs each message's
+// recipient and subject (never its body, which holds one-time links) to log
+// (nil: slog.Default()).
+func NewDevMailer(log *slog.Logger) *DevMailer {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &DevMailer{log: log}
+}
+
+// Send keeps msg.
+func (d *DevMailer) Send(ctx context.Context, msg Message) error {
+	if _, err := msg.validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.next++
+	d.msgs = append(d.msgs, KeptMessage{ID: d.next, SentAt: time.Now(), Message: msg})
+	if len(d.msgs) > DevMailKeep {
+		d.msgs = slices.Delete(d.msgs, 0, len(d.msgs)-DevMailKeep)
+	}
+	id := d.next
+	d.mu.Unlock()
+	d.log.InfoContext(ctx, "development mail kept; read it at /dev/mail", "id", id, "to", msg.To, "subject", msg.Subject)
+	return nil
+}
+
+// Messages returns the kept messages, newest first.
+func (d *DevMailer) Messages() []KeptMessage {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := slices.Clone(d.msgs)
+	slices.Reverse(out)
+	return out
+}
+
+// Last returns the newest message sent to the address to, if any.
+func (d *DevMailer) Last(to string) (KeptMessage, bool) {
+	for _, m := range d.Messages() {
+		if a, err := mail.ParseAddress(m.To); err == nil && strings.EqualFold(a.Address, to) {
+			return m, true
+		}
+	}
+	return KeptMessage{}, false
+}

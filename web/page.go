@@ -1,0 +1,50 @@
+package web
+
+import (
+	"net/http"
+	"regexp"
+
+	"github.com/a-h/templ"
+)
+
+// page is what the layout needs to know about the request being answered.
+type page struct {
+	Title        string
+	Site         string
+	Prefix       string // path of the base URL, "" at the root
+	StyleVersion string
+	Viewer       *viewer // nil when signed out
+	Notice       string
+}
+
+// viewer is the signed-in person, as far as the layout shows them.
+type viewer struct {
+	Username string
+	Admin    bool
+}
+
+// link returns the URL of a path on this site.
+func (p page) link(path string) templ.SafeURL {
+	return templ.SafeURL(p.Prefix + path)
+}
+
+// page returns the page frame for r.
+func (h *Handler) page(r *http.Request, title string) page {
+	p := page{
+		Title:        title,
+		Site:         h.opts.SiteName,
+		Prefix:       h.prefix,
+		StyleVersion: styleVersion,
+	}
+	if v := viewerFrom(r.Context()); v != nil {
+		p.Viewer = v
+	}
+	return p
+}
+
+var linkPattern = regexp.MustCompile(`https?://[^\s<>"]+`)
+
+// linksIn returns the http(s) links in a text, for the development mailbox.
+func linksIn(text string) []string {
+	return linkPattern.FindAllString(text, -1)
+}

@@ -1,0 +1,199 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Limit is a rate limit: at most Requests in any Window.
+type Limit struct {
+	// Requests is how many requests a bucket admits per Window. Default 10.
+	Requests int
+	// Window is the length of the sliding window. Default 60 s.
+	Window time.Duration
+}
+
+// DefaultCredentialLimit is the default limit of the shared credential
+// bucket.
+var DefaultCredentialLimit = Limit{Requests: 10, Window: time.Minute}
+
+func (l Limit) withDefaults() Limit {
+	if l.Requests <= 0 {
+		l.Requests = DefaultCredentialLimit.Requests
+	}
+	if l.Window <= 0 {
+		l.Window = DefaultCredentialLimit.Window
+	}
+	return l
+}
+
+// Decision is the outcome of one rate-limit check.
+type Decision struct {
+	// Allowed reports whether the request was admitted (and counted).
+	Allowed bool
+	// Remaining is how many more requests the bucket admits now.
+	Remaining int
+	// RetryAfter is, for a refused request, how long until the bucket admits
+	// one again. Zero when Allowed.
+	RetryAfter time.Duration
+}
+
+// Limiter counts requests per bucket in SQL, so every replica sharing the
+// database shares the limit. It is a sliding log: each admitted request is
+// one row, and a request is admitted when fewer than Limit.Requests rows of
+// its bucket are younger than Limit.Window. Refused requests are not
+// recorded, so RetryAfter is exact: it is when the oldest counted request
+// leaves the window.
+//
+// The check and the insert run in one transaction that is serialized per
+// bucket (SQLite takes the database write lock at BEGIN; PostgreSQL takes a
+// transaction-scoped advisory lock on the bucket), so concurrent requests
+// from any number of replicas never admit more than the limit.
+type Limiter struct {
+	store     *storage.Store
+	now       func() time.Time
+	lastSweep atomic.Int64 // Unix ms of the last sweep of expired rows
+}
+
+// NewLimiter returns a limiter on store's SQL database. now is the clock
+// (nil: time.Now).
+func NewLimiter(store *storage.Store, now func() time.Time) *Limiter {
+	if now == nil {
+		now = time.Now
+	}
+	return &Limiter{store: store, now: now}
+}
+
+// sweepEvery bounds how often Allow deletes the expired rows of every
+// bucket.
+const sweepEvery = time.Minute
+
+// maxSweptWindow is how old a row must be before a sweep deletes it: rows
+// younger than the longest window anyone should configure are kept.
+const maxSweptWindow = 24 * time.Hour
+
+// Allow checks and, when admitted, counts one request against bucket.
+func (l *Limiter) Allow(ctx context.Context, bucket string, lim Limit) (Decision, error) {
+	lim = lim.withDefaults()
+	now := l.now()
+	nowMS := now.UnixMilli()
+	since := nowMS - lim.Window.Milliseconds()
+	var d Decision
+	err := l.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if l.store.Dialect() == storage.Postgres {
+			if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(?)", lockKey(bucket)); err != nil {
+				return fmt.Errorf("lock bucket: %w", err)
+			}
+		}
+		if _, err := tx.NewDelete().Table("rate_limit_hits").
+			Where("bucket = ?", bucket).Where("at_ms <= ?", since).Exec(ctx); err != nil {
+			return fmt.Errorf("expire hits: %w", err)
+		}
+		var stat struct {
+			N      int   `bun:"n"`
+			Oldest int64 `bun:"oldest"`
+		}
+		if err := tx.NewSelect().Table("rate_limit_hits").
+			ColumnExpr("count(*) AS n").ColumnExpr("coalesce(min(at_ms), 0) AS oldest").
+			Where("bucket = ?", bucket).Scan(ctx, &stat); err != nil {
+			return fmt.Errorf("count hits: %w", err)
+		}
+		if stat.N >= lim.Requests {
+			// The window may also hold hits stamped later than now by a
+			// replica whose clock runs ahead; wait at least a second.
+			wait := time.Duration(stat.Oldest-since) * time.Millisecond
+			d = Decision{RetryAfter: max(wait, time.Second)}
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO rate_limit_hits (bucket, at_ms) VALUES (?, ?)", bucket, nowMS); err != nil {
+			return fmt.Errorf("record hit: %w", err)
+		}
+		d = Decision{Allowed: true, Remaining: lim.Requests - stat.N - 1}
+		return nil
+	})
+	if err != nil {
+		return Decision{}, fmt.Errorf("web: rate limit %s: %w", bucket, err)
+	}
+	l.maybeSweep(ctx, now)
+	return d, nil
+}
+
+// maybeSweep deletes expired rows of every bucket, at most once per
+// sweepEvery per process. A failure is harmless (the next sweep retries) and
+// is not reported.
+func (l *Limiter) maybeSweep(ctx context.Context, now time.Time) {
+	last := l.lastSweep.Load()
+	if now.UnixMilli()-last < sweepEvery.Milliseconds() || !l.lastSweep.CompareAndSwap(last, now.UnixMilli()) {
+		return
+	}
+	_ = l.Sweep(ctx, now.Add(-maxSweptWindow))
+}
+
+// Sweep deletes every counted request older than before, from all buckets.
+func (l *Limiter) Sweep(ctx context.Context, before time.Time) error {
+	if _, err := l.store.DB.NewDelete().Table("rate_limit_hits").
+		Where("at_ms < ?", before.UnixMilli()).Exec(ctx); err != nil {
+		return fmt.Errorf("web: sweep rate limits: %w", err)
+	}
+	return nil
+}
+
+// lockKey maps a bucket name to a PostgreSQL advisory-lock key.
+func lockKey(bucket string) int64 {
+	f := fnv.New64a()
+	_, _ = f.Write([]byte("enclave/rate-limit\x00" + bucket))
+	return int64(f.Sum64() & math.MaxInt64)
+}
+
+// credentialBucketPrefix prefixes the shared credential bucket of a client.
+const credentialBucketPrefix = "credential:ip:"
+
+// LimitCredentials wraps next, a credential endpoint (one that accepts a
+// password, a token or a reset code), in the shared per-client credential
+// bucket. Only non-safe methods are counted: showing a login form is free.
+// A refused request gets 429 with Retry-After, before next reads the body.
+// If the limiter's database fails, the request is refused with 503 (fail
+// closed).
+func (h *Handler) LimitCredentials(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			next.ServeHTTP(w, r)
+			return
+		}
+		bucket := credentialBucketPrefix + clientBucket(h.ipOf.Addr(r))
+		d, err := h.limiter.Allow(r.Context(), bucket, h.opts.CredentialLimit)
+		if err != nil {
+			h.log.ErrorContext(r.Context(), "web: rate limit check failed", "err", err)
+			h.renderError(w, r, http.StatusServiceUnavailable, "The service is briefly unavailable. Please try again in a moment.")
+			return
+		}
+		if !d.Allowed {
+			secs := int64(math.Ceil(d.RetryAfter.Seconds()))
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+			h.renderError(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many attempts from your network. Try again in %s.", humanSeconds(secs)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func humanSeconds(s int64) string {
+	if s == 1 {
+		return "1 second"
+	}
+	if s < 120 {
+		return strconv.FormatInt(s, 10) + " seconds"
+	}
+	return strconv.FormatInt((s+59)/60, 10) + " minutes"
+}

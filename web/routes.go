@@ -1,0 +1,81 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"strings"
+)
+
+// maxFormBytes bounds the body of a form post.
+const maxFormBytes = 64 << 10
+
+// DevPathPrefixes are the path prefixes reserved for development and
+// maintenance endpoints. A path under one of them that is not a registered
+// development route (and every such path in production) answers 404 with a
+// JSON body, never a page.
+var DevPathPrefixes = []string{"/dev/", "/debug/", "/maintenance/"}
+
+// routes builds the web shell's router. Every route is behind cross-origin
+// protection: a non-safe request from another origin is refused with 403
+// before any handler runs.
+func (h *Handler) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern string, fn http.HandlerFunc) {
+		h.patterns = append(h.patterns, pattern)
+		mux.HandleFunc(pattern, fn)
+	}
+	handle("GET "+stylesheetPath, h.serveStylesheet)
+
+	for _, p := range DevPathPrefixes {
+		handle(p, h.notFoundJSON)
+		handle(strings.TrimSuffix(p, "/"), h.notFoundJSON)
+	}
+	if h.opts.DevRoutes && !h.opts.Production && h.devMail != nil {
+		handle("GET /dev/mail", h.devMailbox)
+	}
+
+	handle("GET /{$}", h.home)
+	handle("/", h.notFound)
+	return h.csrf.Handler(limitBody(mux))
+}
+
+// limitBody caps request bodies: the shell only takes small forms.
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossOriginDenied answers a refused cross-origin request.
+func (h *Handler) crossOriginDenied(w http.ResponseWriter, r *http.Request) {
+	h.log.InfoContext(r.Context(), "web: cross-origin request refused", "method", r.Method, "path", r.URL.Path,
+		"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
+	h.renderError(w, r, http.StatusForbidden, "This request came from another site and was refused. Go back to the page and try again.")
+}
+
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	h.renderError(w, r, http.StatusNotFound, "There is no page at this address.")
+}
+
+func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
+	if viewerFrom(r.Context()) != nil {
+		http.Redirect(w, r, h.prefix+"/account", http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, h.prefix+"/login", http.StatusSeeOther)
+}
+
+func (h *Handler) devMailbox(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusOK, devMailPage(h.page(r, "Development mailbox"), h.devMail.Messages()))
+}
+
+const viewerKey ctxKey = iota + 100
+
+// viewerFrom returns the signed-in person of ctx, or nil.
+func viewerFrom(ctx context.Context) *viewer {
+	v, _ := ctx.Value(viewerKey).(*viewer)
+	return v
+}

@@ -1,0 +1,294 @@
+package web
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"io"
+	"mime"
+	"mime/quotedprintable"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/mail"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeSMTP is a minimal SMTP server on loopback that records what it is
+// sent. It offers STARTTLS when tlsConfig is set and AUTH PLAIN after TLS.
+type fakeSMTP struct {
+	ln        net.Listener
+	tlsConfig *tls.Config
+	user      string
+	pass      string
+	hang      bool // never greet (to test cancellation)
+
+	mu       sync.Mutex
+	received []fakeMail
+	wg       sync.WaitGroup
+}
+
+type fakeMail struct {
+	From, To string
+	Data     string
+	TLS      bool
+	AuthUser string
+}
+
+func startFakeSMTP(t *testing.T, f *fakeSMTP) *fakeSMTP {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ln = ln
+	f.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.wg.Go(func() { f.session(c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *fakeSMTP) addr() string { return f.ln.Addr().String() }
+
+func (f *fakeSMTP) mails() []fakeMail {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]fakeMail(nil), f.received...)
+}
+
+func (f *fakeSMTP) session(c net.Conn) {
+	defer c.Close()
+	if f.hang {
+		_, _ = io.Copy(io.Discard, c) // until the client gives up
+		return
+	}
+	r, w := bufio.NewReader(c), c
+	say := func(s string) { _, _ = io.WriteString(w, s+"\r\n") }
+	var cur fakeMail
+	say("220 fake ESMTP")
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		line = strings.TrimRight(line, "\r\n")
+		verb, arg, _ := strings.Cut(line, " ")
+		switch strings.ToUpper(verb) {
+		case "EHLO":
+			exts := []string{"250-fake", "250-8BITMIME"}
+			if f.tlsConfig != nil && !cur.TLS {
+				exts = append(exts, "250-STARTTLS")
+			}
+			if f.user != "" && cur.TLS {
+				exts = append(exts, "250-AUTH PLAIN")
+			}
+			exts = append(exts, "250 SIZE 1000000")
+			say(strings.Join(exts, "\r\n"))
+		case "STARTTLS":
+			say("220 go ahead")
+			tc := tls.Server(c, f.tlsConfig)
+			if err := tc.Handshake(); err != nil {
+				return
+			}
+			c, r, w = tc, bufio.NewReader(tc), tc
+			cur = fakeMail{TLS: true}
+		case "AUTH":
+			mech, resp, _ := strings.Cut(arg, " ")
+			raw, _ := base64.StdEncoding.DecodeString(resp)
+			parts := strings.Split(string(raw), "\x00")
+			if mech != "PLAIN" || len(parts) != 3 || parts[1] != f.user || parts[2] != f.pass {
+				say("535 authentication failed")
+				continue
+			}
+			cur.AuthUser = parts[1]
+			say("235 ok")
+		case "MAIL":
+			cur.From = strings.Trim(strings.TrimPrefix(arg, "FROM:"), "<>")
+			if i := strings.Index(cur.From, ">"); i >= 0 {
+				cur.From = cur.From[:i]
+			}
+			say("250 ok")
+		case "RCPT":
+			cur.To = strings.Trim(strings.TrimPrefix(arg, "TO:"), "<>")
+			say("250 ok")
+		case "DATA":
+			say("354 end with .")
+			var data strings.Builder
+			for {
+				l, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == ".\r\n" {
+					break
+				}
+				data.WriteString(strings.TrimPrefix(l, "."))
+			}
+			cur.Data = data.String()
+			f.mu.Lock()
+			f.received = append(f.received, cur)
+			f.mu.Unlock()
+			cur = fakeMail{TLS: cur.TLS, AuthUser: cur.AuthUser}
+			say("250 queued")
+		case "QUIT":
+			say("221 bye")
+			return
+		default:
+			say("502 unknown")
+		}
+	}
+}
+
+// testTLS returns a server config with httptest's certificate (valid for
+// 127.0.0.1) and a client config that trusts it.
+func testTLS(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	server = &tls.Config{Certificates: srv.TLS.Certificates}
+	client = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	return server, client
+}
+
+func TestSMTPMailerDelivers(t *testing.T) {
+	serverTLS, clientTLS := testTLS(t)
+	msg := Message{
+		To:      "Zoë <zoe@example.com>",
+		Subject: "Verify your address — enclave",
+		Text:    "Hello Zoë,\n.\nopen https://enclave.example/verify-email?token=" + strings.Repeat("x", 90) + "\n",
+	}
+	tests := []struct {
+		name     string
+		server   *fakeSMTP
+		cfg      SMTPConfig
+		wantTLS  bool
+		wantUser string
+	}{
+		{"plain text to a loopback relay", &fakeSMTP{}, SMTPConfig{Security: SMTPPlaintext}, false, ""},
+		{"starttls with auth", &fakeSMTP{tlsConfig: serverTLS, user: "mailer", pass: "s3cret"},
+			SMTPConfig{Username: "mailer", Password: "s3cret", TLSConfig: clientTLS}, true, "mailer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startFakeSMTP(t, tt.server)
+			tt.cfg.Addr = srv.addr()
+			tt.cfg.From = "Enclave <noreply@enclave.example>"
+			m, err := NewSMTPMailer(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Send(context.Background(), msg); err != nil {
+				t.Fatal(err)
+			}
+			got := srv.mails()
+			if len(got) != 1 {
+				t.Fatalf("%d messages received, want 1", len(got))
+			}
+			g := got[0]
+			if g.From != "noreply@enclave.example" || g.To != "zoe@example.com" || g.TLS != tt.wantTLS || g.AuthUser != tt.wantUser {
+				t.Fatalf("envelope %+v", g)
+			}
+			parsed, err := mail.ReadMessage(strings.NewReader(g.Data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			subject, err := new(mime.WordDecoder).DecodeHeader(parsed.Header.Get("Subject"))
+			if err != nil || subject != msg.Subject {
+				t.Fatalf("subject %q (%v), want %q", subject, err, msg.Subject)
+			}
+			body, err := io.ReadAll(quotedprintable.NewReader(parsed.Body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.ReplaceAll(msg.Text, "\n", "\r\n"); string(body) != want {
+				t.Fatalf("body %q, want %q", body, want)
+			}
+			for _, k := range []string{"Date", "Message-Id", "From", "To"} {
+				if parsed.Header.Get(k) == "" {
+					t.Errorf("header %s missing", k)
+				}
+			}
+		})
+	}
+}
+
+func TestSMTPMailerRefuses(t *testing.T) {
+	serverTLS, clientTLS := testTLS(t)
+	_ = serverTLS
+	t.Run("server without STARTTLS", func(t *testing.T) {
+		srv := startFakeSMTP(t, &fakeSMTP{})
+		m, err := NewSMTPMailer(SMTPConfig{Addr: srv.addr(), From: "noreply@enclave.example", TLSConfig: clientTLS})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = m.Send(context.Background(), Message{To: "a@example.com", Subject: "s", Text: "t"})
+		if err == nil || !strings.Contains(err.Error(), "STARTTLS") {
+			t.Fatalf("error %v, want a refusal for missing STARTTLS", err)
+		}
+		if len(srv.mails()) != 0 {
+			t.Fatal("mail was sent in plain text")
+		}
+	})
+	t.Run("untrusted certificate", func(t *testing.T) {
+		srv := startFakeSMTP(t, &fakeSMTP{tlsConfig: serverTLS})
+		m, err := NewSMTPMailer(SMTPConfig{Addr: srv.addr(), From: "noreply@enclave.example"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Send(context.Background(), Message{To: "a@example.com", Subject: "s", Text: "t"}); err == nil {
+			t.Fatal("sent over TLS with an untrusted certificate")
+		}
+	})
+	t.Run("wrong password", func(t *testing.T) {
+		srv := startFakeSMTP(t, &fakeSMTP{tlsConfig: serverTLS, user: "u", pass: "right"})
+		m, _ := NewSMTPMailer(SMTPConfig{Addr: srv.addr(), From: "noreply@enclave.example", TLSConfig: clientTLS, Username: "u", Password: "wrong-secret"})
+		err := m.Send(context.Background(), Message{To: "a@example.com", Subject: "s", Text: "t"})
+		if err == nil || strings.Contains(err.Error(), "wrong-secret") {
+			t.Fatalf("error %v: want a failure that does not echo the password", err)
+		}
+	})
+	t.Run("cancelled context", func(t *testing.T) {
+		srv := startFakeSMTP(t, &fakeSMTP{hang: true})
+		m, _ := NewSMTPMailer(SMTPConfig{Addr: srv.addr(), From: "noreply@enclave.example", Security: SMTPPlaintext})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- m.Send(ctx, Message{To: "a@example.com", Subject: "s", Text: "t"}) }()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("error %v, want context.Canceled", err)
+		}
+	})
+	t.Run("invalid messages", func(t *testing.T) {
+		m, _ := NewSMTPMailer(SMTPConfig{Addr: "127.0.0.1:1", From: "noreply@enclave.example", Security: SMTPPlaintext})
+		for _, msg := range []Message{
+			{To: "not an address", Subject: "s", Text: "t"},
+			{To: "a@example.com\r\nBcc: b@example.com", Subject: "s", Text: "t"},
+			{To: "a@example.com", Subject: "s\r\nBcc: b@example.com", Text: "t"},
+			{To: "a@example.com", Subject: "s", Text: "  "},
+		} {
+			if err := m.Send(context.Background(), msg); !errors.Is(err, ErrInvalidMessage) {
+				t.Errorf("%+v: error %v, want ErrInvalidMessage", msg, err)
+			}
+		}
+	})
+	t.Run("plain text to a remote host", func(t *testing.T) {
+		if _, err := NewSMTPMailer(SMTPConfig{Addr: "smtp.example.com:25", From: "a@example.com", Security: SMTPPlaintext}); err == nil {
+			t.Fatal("accepted plain-text SMTP to a remote host")
+		}
+	})
+}

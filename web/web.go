@@ -1,0 +1,205 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Options configures the web shell. Every zero value is a documented
+// default, except Store, which is required.
+type Options struct {
+	// Store holds the rate-limit log and the mail tokens. Required.
+	Store *storage.Store
+
+	// BaseURL is the public origin of the server (scheme, host, optional
+	// path, no trailing slash), used in links sent by mail and as the
+	// trusted origin for cross-origin checks. Default "http://localhost:8080".
+	// Production requires https.
+	BaseURL string
+
+	// Production turns on the checks that must hold on a public server: New
+	// refuses an http BaseURL, DevRoutes, a missing or development Mailer,
+	// and session keys that do not persist. Development paths answer 404.
+	Production bool
+
+	// DevRoutes serves development pages such as /dev/mail (the messages
+	// kept by a DevMailer). Default off; refused in production.
+	DevRoutes bool
+
+	// SessionKeysPersistent says that browser-session signing keys survive
+	// a restart and are shared by every replica (configured keys, or keys
+	// kept in SQL under a persistent secrets keeper). Production refuses to
+	// start without it: keys that change on restart sign everyone out, and
+	// replicas with different keys reject each other's cookies.
+	SessionKeysPersistent bool
+
+	// TrustedProxies lists the networks of reverse proxies whose
+	// X-Forwarded-For header is believed. The client address is the
+	// right-most X-Forwarded-For entry that is not itself a trusted proxy.
+	// Default none: the client is the TCP peer.
+	TrustedProxies []netip.Prefix
+
+	// CredentialLimit bounds requests to credential endpoints (login,
+	// signup, password reset request and confirm, password change, OAuth
+	// login) per client address; they all share one bucket. Zero fields take
+	// DefaultCredentialLimit.
+	CredentialLimit Limit
+
+	// Mailer sends verification and reset links. Default in development: a
+	// DevMailer (see DevMail). Production requires a real one.
+	Mailer Mailer
+
+	// SiteName is shown in page titles and mail. Default "enclave".
+	SiteName string
+
+	// Logger receives errors and notable events. Default slog.Default().
+	Logger *slog.Logger
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultBaseURL is the base URL used when Options.BaseURL is empty.
+const DefaultBaseURL = "http://localhost:8080"
+
+// Handler is the web shell: account pages, development pages, the
+// stylesheet, and the middleware shared with other transports (rate limits,
+// cross-origin protection). It implements http.Handler.
+type Handler struct {
+	opts    Options
+	log     *slog.Logger
+	base    *url.URL
+	https   bool
+	prefix  string // base URL path, "" at the root
+	limiter *Limiter
+	ipOf    *ClientIP
+	mailer  Mailer
+	devMail *DevMailer
+	csrf    *http.CrossOriginProtection
+	mux     http.Handler
+	// patterns lists every registered route, for tests that walk them all.
+	patterns []string
+	now      func() time.Time
+}
+
+// New checks opts and builds the web shell.
+func New(opts Options) (*Handler, error) {
+	if opts.Store == nil {
+		return nil, errors.New("web: Options.Store is required")
+	}
+	if opts.BaseURL == "" {
+		opts.BaseURL = DefaultBaseURL
+	}
+	opts.BaseURL = strings.TrimRight(opts.BaseURL, "/")
+	base, err := url.Parse(opts.BaseURL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.RawQuery != "" || base.Fragment != "" || base.User != nil {
+		return nil, fmt.Errorf("web: base URL %q: want http(s)://host[:port][/path]", opts.BaseURL)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.SiteName == "" {
+		opts.SiteName = "enclave"
+	}
+	opts.CredentialLimit = opts.CredentialLimit.withDefaults()
+
+	var devMail *DevMailer
+	switch m := opts.Mailer.(type) {
+	case nil:
+		if !opts.Production {
+			devMail = NewDevMailer(opts.Logger)
+			opts.Mailer = devMail
+		}
+	case *DevMailer:
+		devMail = m
+	}
+	if opts.Production {
+		if err := checkProduction(opts, base); err != nil {
+			return nil, err
+		}
+	}
+
+	h := &Handler{
+		opts:    opts,
+		log:     opts.Logger,
+		base:    base,
+		https:   base.Scheme == "https",
+		prefix:  strings.TrimRight(base.Path, "/"),
+		limiter: NewLimiter(opts.Store, opts.Now),
+		ipOf:    &ClientIP{TrustedProxies: opts.TrustedProxies},
+		mailer:  opts.Mailer,
+		devMail: devMail,
+		now:     opts.Now,
+	}
+	h.csrf = http.NewCrossOriginProtection()
+	origin := base.Scheme + "://" + base.Host
+	if err := h.csrf.AddTrustedOrigin(origin); err != nil {
+		return nil, fmt.Errorf("web: trust origin %s: %w", origin, err)
+	}
+	h.csrf.SetDenyHandler(http.HandlerFunc(h.crossOriginDenied))
+	h.mux = h.routes()
+	return h, nil
+}
+
+// checkProduction refuses settings that are unsafe on a public server.
+func checkProduction(opts Options, base *url.URL) error {
+	var problems []string
+	if base.Scheme != "https" {
+		problems = append(problems, fmt.Sprintf("the base URL %q is not https", opts.BaseURL))
+	}
+	if opts.DevRoutes {
+		problems = append(problems, "development routes are enabled")
+	}
+	switch opts.Mailer.(type) {
+	case nil:
+		problems = append(problems, "no mailer is configured")
+	case *DevMailer:
+		problems = append(problems, "the development mailer keeps mail instead of sending it")
+	}
+	if !opts.SessionKeysPersistent {
+		problems = append(problems, "session keys are not persistent")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("web: refusing to start in production: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// ServeHTTP serves the web shell.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+// Limiter returns the SQL rate limiter, for other transports that keep
+// their own buckets.
+func (h *Handler) Limiter() *Limiter { return h.limiter }
+
+// ClientAddr returns the address of r's client under the trusted-proxy
+// setting.
+func (h *Handler) ClientAddr(r *http.Request) netip.Addr { return h.ipOf.Addr(r) }
+
+// DevMail returns the development mailer in use, or nil when mail is really
+// sent.
+func (h *Handler) DevMail() *DevMailer { return h.devMail }
+
+// Mailer returns the mailer in use.
+func (h *Handler) Mailer() Mailer { return h.mailer }
+
+// absURL returns the public URL of path (which starts with "/").
+func (h *Handler) absURL(path string, query url.Values) string {
+	u := *h.base
+	u.Path = strings.TrimRight(u.Path, "/") + path
+	u.RawQuery = query.Encode()
+	return u.String()
+}

@@ -1,0 +1,378 @@
+package web
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// newTestHandler returns a development handler on s with dev routes on;
+// change opts with edit.
+func newTestHandler(t *testing.T, s *storage.Store, edit func(*Options)) *Handler {
+	t.Helper()
+	opts := Options{Store: s, BaseURL: "http://enclave.test", DevRoutes: true}
+	if edit != nil {
+		edit(&opts)
+	}
+	h, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// serve runs h behind a test server stopped when t ends.
+func serve(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// noRedirect is a client that returns redirects instead of following them.
+func noRedirect(srv *httptest.Server) *http.Client {
+	c := *srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
+}
+
+func checkSecurityHeaders(t *testing.T, what string, hdr http.Header, wantHSTS bool) {
+	t.Helper()
+	want := map[string]string{
+		"Content-Security-Policy": "default-src 'self'; script-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+		"X-Frame-Options":         "DENY",
+		"X-Content-Type-Options":  "nosniff",
+		"Referrer-Policy":         "strict-origin-when-cross-origin",
+	}
+	for k, v := range want {
+		if got := hdr.Get(k); got != v {
+			t.Errorf("%s: %s = %q, want %q", what, k, got, v)
+		}
+	}
+	if got := hdr.Get("Strict-Transport-Security"); (got != "") != wantHSTS {
+		t.Errorf("%s: Strict-Transport-Security = %q, want present=%v", what, got, wantHSTS)
+	}
+}
+
+// concretePath turns a route pattern into a request path.
+func concretePath(pattern string) (method, path string) {
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, path = http.MethodGet, pattern
+	}
+	path = strings.ReplaceAll(path, "{$}", "")
+	for {
+		i := strings.Index(path, "{")
+		if i < 0 {
+			break
+		}
+		j := strings.Index(path[i:], "}")
+		path = path[:i] + "1" + path[i+j+1:]
+	}
+	return method, path
+}
+
+// Every route answers with the security headers, HTML or not, and with
+// HSTS when the public origin is https.
+func TestSecurityHeadersOnEveryRoute(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	for _, base := range []string{"http://enclave.test", "https://enclave.test"} {
+		t.Run(base, func(t *testing.T) {
+			h := newTestHandler(t, s, func(o *Options) { o.BaseURL = base })
+			if len(h.patterns) < 5 {
+				t.Fatalf("only %d routes registered: %v", len(h.patterns), h.patterns)
+			}
+			for _, p := range h.patterns {
+				method, path := concretePath(p)
+				for _, m := range []string{method, http.MethodPost} {
+					if m == http.MethodHead {
+						continue
+					}
+					r := httptest.NewRequest(m, base+path, strings.NewReader(""))
+					r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					what := m + " " + path + " (" + p + ") → " + strconv.Itoa(w.Code)
+					if p == "GET "+stylesheetPath && m == http.MethodGet {
+						if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/css") {
+							t.Errorf("%s: Content-Type %q", what, ct)
+						}
+						if w.Header().Get("X-Content-Type-Options") != "nosniff" {
+							t.Errorf("%s: no nosniff", what)
+						}
+						continue
+					}
+					if w.Code >= 300 && w.Code < 400 {
+						continue // redirects carry no body
+					}
+					checkSecurityHeaders(t, what, w.Header(), strings.HasPrefix(base, "https"))
+					if ct := w.Header().Get("Content-Type"); strings.HasPrefix(ct, "text/html") {
+						body := w.Body.String()
+						if strings.Contains(body, "<script") || strings.Contains(body, " style=") {
+							t.Errorf("%s: page has an inline script or style", what)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// A form posted from another site is refused with 403 before any handler
+// runs; the same post from our own origin gets through.
+func TestCrossSiteFormPostIsRefused(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	h := newTestHandler(t, s, nil)
+	srv := serve(t, h)
+	post := func(headers map[string]string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/logout", strings.NewReader("x=1"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := noRedirect(srv).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	tests := []struct {
+		name    string
+		headers map[string]string
+		refused bool
+	}{
+		{"browser, cross-site", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}, true},
+		{"browser, same-site other origin", map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://other.enclave.test"}, true},
+		{"old browser, foreign Origin", map[string]string{"Origin": "https://evil.example"}, true},
+		{"browser, same-origin", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": srv.URL}, false},
+		{"base URL origin behind a proxy", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://enclave.test"}, false},
+		{"non-browser client", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := post(tt.headers)
+			if got := resp.StatusCode == http.StatusForbidden; got != tt.refused {
+				t.Fatalf("status %d, refused=%v; want refused=%v", resp.StatusCode, got, tt.refused)
+			}
+			if tt.refused {
+				checkSecurityHeaders(t, "403", resp.Header, false)
+			}
+		})
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	tests := []struct {
+		name    string
+		trusted []netip.Prefix
+		remote  string
+		xff     []string
+		want    string
+	}{
+		{"no proxies: the peer", nil, "203.0.113.5:1234", []string{"198.51.100.1"}, "203.0.113.5"},
+		{"untrusted peer: header ignored", proxies, "203.0.113.5:1234", []string{"198.51.100.1"}, "203.0.113.5"},
+		{"trusted peer: last hop", proxies, "10.1.2.3:443", []string{"198.51.100.1"}, "198.51.100.1"},
+		{"spoofed left entries ignored", proxies, "10.1.2.3:443", []string{"1.2.3.4, 198.51.100.1"}, "198.51.100.1"},
+		{"chain of trusted proxies", proxies, "10.1.2.3:443", []string{"198.51.100.1, 10.9.9.9", "10.8.8.8"}, "198.51.100.1"},
+		{"garbage stops at last trusted hop", proxies, "10.1.2.3:443", []string{"nonsense"}, "10.1.2.3"},
+		{"trusted peer, no header", proxies, "10.1.2.3:443", nil, "10.1.2.3"},
+		{"ipv4-mapped peer", nil, "[::ffff:203.0.113.5]:1", nil, "203.0.113.5"},
+		{"ipv6 peer", proxies, "[fd00::1]:443", []string{"2001:db8::7"}, "2001:db8::7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tt.remote
+			for _, v := range tt.xff {
+				r.Header.Add("X-Forwarded-For", v)
+			}
+			got := (&ClientIP{TrustedProxies: tt.trusted}).Addr(r)
+			if got.String() != tt.want {
+				t.Fatalf("got %s, want %s", got, tt.want)
+			}
+		})
+	}
+	if got := clientBucket(netip.MustParseAddr("2001:db8:1:2:3:4:5:6")); got != "2001:db8:1:2::/64" {
+		t.Fatalf("ipv6 bucket %s", got)
+	}
+}
+
+// The credential limiter answers 429 with Retry-After once the shared
+// per-client bucket is spent, whichever credential endpoint is hit, and
+// counts clients behind a trusted proxy by their own address.
+func TestLimitCredentials(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		clock := newFakeClock()
+		h := newTestHandler(t, s, func(o *Options) {
+			o.Now = clock.Now
+			o.CredentialLimit = Limit{Requests: 4, Window: time.Minute}
+			o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		})
+		ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+		mux := http.NewServeMux()
+		mux.Handle("/one", h.LimitCredentials(ok))
+		mux.Handle("/two", h.LimitCredentials(ok))
+		srv := serve(t, mux)
+		do := func(method, path, client string) *http.Response {
+			req, _ := http.NewRequest(method, srv.URL+path, nil)
+			req.Header.Set("X-Forwarded-For", client)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp
+		}
+		// GET is never counted.
+		for range 10 {
+			if resp := do(http.MethodGet, "/one", "198.51.100.1"); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("GET: %d", resp.StatusCode)
+			}
+		}
+		for i, path := range []string{"/one", "/two", "/one", "/two"} {
+			if resp := do(http.MethodPost, path, "198.51.100.1"); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("POST %d: %d", i, resp.StatusCode)
+			}
+		}
+		clock.Advance(15 * time.Second)
+		for _, path := range []string{"/one", "/two"} {
+			resp := do(http.MethodPost, path, "198.51.100.1")
+			if resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("POST %s over the limit: %d", path, resp.StatusCode)
+			}
+			if got := resp.Header.Get("Retry-After"); got != "45" {
+				t.Fatalf("Retry-After %q, want 45", got)
+			}
+			checkSecurityHeaders(t, "429", resp.Header, false)
+		}
+		// Another client has its own bucket.
+		if resp := do(http.MethodPost, "/one", "198.51.100.2"); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("other client: %d", resp.StatusCode)
+		}
+		clock.Advance(45 * time.Second)
+		if resp := do(http.MethodPost, "/one", "198.51.100.1"); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("after the window: %d", resp.StatusCode)
+		}
+	})
+}
+
+func TestProductionFailsClosed(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	smtpMailer, err := NewSMTPMailer(SMTPConfig{Addr: "smtp.example.com:587", From: "noreply@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := Options{Store: s, Production: true, BaseURL: "https://enclave.example", Mailer: smtpMailer, SessionKeysPersistent: true}
+	tests := []struct {
+		name    string
+		edit    func(*Options)
+		wantErr string
+	}{
+		{"all set", func(*Options) {}, ""},
+		{"http base URL", func(o *Options) { o.BaseURL = "http://enclave.example" }, "not https"},
+		{"default base URL", func(o *Options) { o.BaseURL = "" }, "not https"},
+		{"dev routes", func(o *Options) { o.DevRoutes = true }, "development routes"},
+		{"no mailer", func(o *Options) { o.Mailer = nil }, "no mailer"},
+		{"dev mailer", func(o *Options) { o.Mailer = NewDevMailer(nil) }, "development mailer"},
+		{"ephemeral session keys", func(o *Options) { o.SessionKeysPersistent = false }, "session keys"},
+		{"no store", func(o *Options) { o.Store = nil }, "Store is required"},
+		{"bad base URL", func(o *Options) { o.BaseURL = "https://enclave.example/?q=1" }, "base URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := good
+			tt.edit(&o)
+			_, err := New(o)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("error %v, want one mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// Development and maintenance paths answer 404 JSON unless they are a
+// registered development route, and always in production.
+func TestDevAndMaintenancePaths(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	dev := newTestHandler(t, s, nil)
+	mailer, _ := NewSMTPMailer(SMTPConfig{Addr: "smtp.example.com:587", From: "noreply@example.com"})
+	prod, err := New(Options{Store: s, Production: true, BaseURL: "https://enclave.example", Mailer: mailer, SessionKeysPersistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		h      *Handler
+		name   string
+		method string
+		path   string
+		status int
+		json   bool
+	}{
+		{dev, "dev mailbox in development", "GET", "/dev/mail", 200, false},
+		{dev, "unknown dev path", "GET", "/dev/nothing", 404, true},
+		{dev, "dev root", "GET", "/dev", 404, true},
+		{dev, "post to dev mailbox", "POST", "/dev/mail", 404, true},
+		{dev, "debug path", "GET", "/debug/pprof/", 404, true},
+		{dev, "maintenance path", "POST", "/maintenance/purge", 404, true},
+		{prod, "dev mailbox in production", "GET", "/dev/mail", 404, true},
+		{prod, "unknown dev path in production", "GET", "/dev/x", 404, true},
+		{prod, "maintenance in production", "GET", "/maintenance", 404, true},
+		{prod, "ordinary unknown page", "GET", "/nope", 404, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			tt.h.ServeHTTP(w, httptest.NewRequest(tt.method, tt.path, nil))
+			if w.Code != tt.status {
+				t.Fatalf("status %d, want %d", w.Code, tt.status)
+			}
+			isJSON := w.Header().Get("Content-Type") == "application/json"
+			if isJSON != tt.json {
+				t.Fatalf("Content-Type %q, want JSON=%v", w.Header().Get("Content-Type"), tt.json)
+			}
+			if isJSON {
+				var body jsonError
+				if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || body.Error != "not_found" {
+					t.Fatalf("body %q: %v", w.Body.String(), err)
+				}
+			}
+		})
+	}
+}
+
+func TestDevMailbox(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	h := newTestHandler(t, s, nil)
+	link := h.absURL("/verify-email", url.Values{"token": {"abc<def"}})
+	if err := h.Mailer().Send(t.Context(), Message{To: "ann@example.com", Subject: "Hello <b>", Text: "Open " + link + "\n"}); err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/dev/mail", nil))
+	body := w.Body.String()
+	if !strings.Contains(body, "ann@example.com") || !strings.Contains(body, "Hello &lt;b&gt;") {
+		t.Fatalf("mailbox does not show the message (escaped):\n%s", body)
+	}
+	if !strings.Contains(body, `class="mail-link" href="http://enclave.test/verify-email?token=abc%3Cdef"`) {
+		t.Fatalf("mailbox does not link the message's link:\n%s", body)
+	}
+	if m, ok := h.DevMail().Last("ANN@example.com"); !ok || m.Subject != "Hello <b>" {
+		t.Fatalf("Last: %+v %v", m, ok)
+	}
+}
