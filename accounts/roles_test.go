@@ -120,3 +120,42 @@ func TestLastAdminUnderConcurrency(t *testing.T) {
 		}
 	})
 }
+
+func TestLoadCaller(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		u := signup(t, svc, "quinn")
+		c, err := svc.LoadCaller(ctx, u.StableID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.UserID != u.StableID || c.Username != "quinn" || c.State != capabilities.AccountActive ||
+			!c.HasRole(capabilities.RoleUser) || !c.HasPermission(capabilities.UpdateUserOwn) || c.HasPermission(capabilities.UpdateUserAny) {
+			t.Fatalf("caller %+v", c)
+		}
+		if _, err := svc.LoadCaller(ctx, accounts.StableIDForEmail("nobody@example.com")); !errors.Is(err, capabilities.ErrUnknownUser) {
+			t.Fatalf("unknown = %v", err)
+		}
+		if _, err := svc.Suspend(ctx, u.ID); err != nil {
+			t.Fatal(err)
+		}
+		if c, _ := svc.LoadCaller(ctx, u.StableID); c.State != capabilities.AccountSuspended {
+			t.Fatalf("suspended caller state %v", c.State)
+		}
+		if _, err := svc.MarkDeleting(ctx, u.ID); err != nil {
+			t.Fatal(err)
+		}
+		if c, _ := svc.LoadCaller(ctx, u.StableID); c.State != capabilities.AccountDeleting {
+			t.Fatalf("deleting caller state %v", c.State)
+		}
+		// Roles that cannot be loaded leave the caller with none.
+		if _, err := s.DB.ExecContext(ctx, "DROP TABLE role_permissions"); err != nil {
+			t.Fatal(err)
+		}
+		c, err = svc.LoadCaller(ctx, u.StableID)
+		if err != nil || len(c.Roles) != 0 || len(c.Permissions) != 0 {
+			t.Fatalf("caller with failing role lookup = %+v, %v; want no roles", c, err)
+		}
+	})
+}

@@ -1,0 +1,80 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// OwnerOf resolves a capability's caller to the owner of its data.
+type OwnerOf func(ctx context.Context, c capabilities.Caller) (storage.Owner, error)
+
+// SectionInput is the input of accountExportSection.
+type SectionInput struct {
+	Section string `json:"section" jsonschema:"a section name from accountExportManifest, e.g. sql:users or blob:notes"`
+	Cursor  string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page of this section"`
+	Limit   int    `json:"limit,omitempty" jsonschema:"rows per page for SQL and custom sections, 1 to 1000 (default 50)"`
+}
+
+// Capabilities returns accountExportManifest and accountExportSection:
+// the caller's own complete export, page by page.
+func (s *Service) Capabilities(owner OwnerOf) []capabilities.Capability {
+	read := capabilities.Requirement{Permissions: []capabilities.Permission{capabilities.ReadUserOwn}}
+	ro := &capabilities.Annotations{ReadOnly: true, Idempotent: true}
+	return []capabilities.Capability{
+		capabilities.Define(capabilities.Spec[struct{}, Manifest]{
+			Name: "accountExportManifest", Domain: "account", Title: "Export manifest",
+			Description: "Describes a complete export of the signed-in user's data: every section with its item count and redacted columns, and how to fetch each with accountExportSection. Secret values are never exported.",
+			Annotations: ro, Requires: read,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (Manifest, error) {
+				o, err := owner(ctx, call.Caller)
+				if err != nil {
+					return Manifest{}, err
+				}
+				return s.Manifest(ctx, o)
+			},
+		}),
+		capabilities.Define(capabilities.Spec[SectionInput, SectionPage]{
+			Name: "accountExportSection", Domain: "account", Title: "Export one section",
+			Description: "Returns one page of one export section of the signed-in user's data: SQL rows in key order, or one base64 chunk (at most 256 KiB) of a stored file. Pass nextCursor back until it is absent. A file changed between chunks is reported; restart that section.",
+			Annotations: ro, Requires: read,
+			Handler: func(ctx context.Context, call *capabilities.Call, in SectionInput) (SectionPage, error) {
+				o, err := owner(ctx, call.Caller)
+				if err != nil {
+					return SectionPage{}, err
+				}
+				if in.Limit < 0 || in.Limit > storage.MaxPageLimit {
+					return SectionPage{}, capabilities.Errorf(capabilities.CodeInvalidInput, "limit must be between 1 and %d", storage.MaxPageLimit)
+				}
+				page, err := s.Section(ctx, o, in.Section, in.Cursor, in.Limit)
+				switch {
+				case errors.Is(err, ErrUnknownSection):
+					return page, capabilities.Errorf(capabilities.CodeNotFound, "no export section %q; see accountExportManifest", in.Section)
+				case errors.Is(err, storage.ErrInvalidCursor):
+					return page, capabilities.Errorf(capabilities.CodeInvalidInput, "cursor is not one this section issued")
+				case errors.Is(err, storage.ErrBlobChanged):
+					return page, capabilities.Errorf(capabilities.CodeConflict, "a file changed while it was being exported; restart section %s without a cursor", in.Section)
+				}
+				return page, err
+			},
+		}),
+	}
+}
+
+// Owners resolves callers through the accounts service: a caller's stable
+// user id names the owner; an unknown account is refused as not found.
+func Owners(acc *accounts.Service) OwnerOf {
+	return func(ctx context.Context, c capabilities.Caller) (storage.Owner, error) {
+		u, err := acc.UserByStableID(ctx, c.UserID)
+		if errors.Is(err, accounts.ErrNotFound) {
+			return storage.Owner{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
+		}
+		if err != nil {
+			return storage.Owner{}, err
+		}
+		return storage.Owner{ID: u.ID, StableID: u.StableID}, nil
+	}
+}

@@ -1,0 +1,152 @@
+// Package lifecycle exports and deletes whole accounts by walking the
+// ownership inventory (storage.Inventory): every SQL table with an owner
+// column, every blob and KV prefix, every custom surface a domain
+// registered. Nothing here knows a domain's tables by name, so a domain that
+// registers its surfaces is exported and deleted with no further code.
+//
+// Deletion marks the account deleting first (every mutation boundary then
+// refuses writes), runs the hooks (OAuth revocation) and cleans every
+// out-of-SQL surface idempotently, and deletes the SQL rows last in one
+// transaction. A critical failure keeps the marker and the data, so running
+// Delete again completes the job.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Hook runs during deletion, after the account is marked deleting and
+// before any data is removed (for example: revoke every OAuth grant). A
+// hook must be idempotent; an error stops the deletion, keeping the data.
+type Hook struct {
+	Name string
+	Run  func(ctx context.Context, o storage.Owner) error
+}
+
+// Options configure a Service.
+type Options struct {
+	// Hooks run in order at every deletion attempt.
+	Hooks []Hook
+	// Logger receives warnings. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service exports and deletes accounts.
+type Service struct {
+	store    *storage.Store
+	inv      *storage.Inventory
+	accounts *accounts.Service
+	opts     Options
+}
+
+// New returns a Service over the given inventory.
+func New(store *storage.Store, inv *storage.Inventory, acc *accounts.Service, opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Service{store: store, inv: inv, accounts: acc, opts: opts}
+}
+
+// UsersTable is how the account row itself appears in the inventory:
+// owned through its own id, password hash redacted. Register it first so
+// deletion removes it last.
+var UsersTable = storage.Table{Name: "users", OwnerColumn: "id", KeyColumn: "id", Redact: []string{"password_hash"}}
+
+// RegisterInventory registers the account tables defined by enclave's own
+// migrations that belong to no other domain.
+func RegisterInventory(inv *storage.Inventory) error {
+	return errors.Join(
+		inv.AddTable(UsersTable),
+		inv.AddTable(storage.Table{Name: "user_roles", KeyColumn: "role_name"}),
+	)
+}
+
+// DeletionResult says what a deletion removed and what needs attention.
+type DeletionResult struct {
+	// Completed is true when the account is gone.
+	Completed bool `json:"completed"`
+	// Deleted counts removed items per surface ("sql:notes", "blob:notes",
+	// "kv:notes", "custom:mailbox").
+	Deleted map[string]int64 `json:"deleted"`
+	// Warnings name what could not be cleaned (never user content).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Delete deletes the account of o. It refuses (accounts.ErrLastAdmin) when
+// o is the last admin. On a critical failure it returns the partial result
+// and an error; the account stays marked deleting with its data for a retry.
+func (s *Service) Delete(ctx context.Context, o storage.Owner) (DeletionResult, error) {
+	res := DeletionResult{Deleted: map[string]int64{}}
+	if _, err := s.accounts.UserByID(ctx, o.ID); err != nil {
+		return res, fmt.Errorf("lifecycle: delete: %w", err)
+	}
+	// The last admin keeps their role and their account.
+	if _, err := s.accounts.RemoveRole(ctx, o.ID, capabilities.RoleAdmin); err != nil {
+		return res, fmt.Errorf("lifecycle: delete: %w", err)
+	}
+	if _, err := s.accounts.MarkDeleting(ctx, o.ID); err != nil {
+		return res, fmt.Errorf("lifecycle: delete: mark deleting: %w", err)
+	}
+	for _, h := range s.opts.Hooks {
+		if err := h.Run(ctx, o); err != nil {
+			return res, fmt.Errorf("lifecycle: delete: %s: %w", h.Name, err)
+		}
+	}
+	for _, p := range s.inv.BlobPrefixes() {
+		n, err := storage.DeleteBlobs(ctx, s.store.Bucket, o, p)
+		res.Deleted["blob:"+p.Domain] += n
+		if err != nil {
+			return res, fmt.Errorf("lifecycle: delete: %w", err)
+		}
+	}
+	for _, c := range s.inv.Customs() {
+		n, err := c.Delete(ctx, o)
+		res.Deleted["custom:"+c.Name] += n
+		if err != nil {
+			return res, fmt.Errorf("lifecycle: delete: %s: %w", c.Name, err)
+		}
+	}
+	// KV holds caches only: a failure there is a warning, not a reason to
+	// keep the account.
+	for _, p := range s.inv.KVPrefixes() {
+		n, err := storage.DeleteKV(ctx, s.store.KV, o, p)
+		res.Deleted["kv:"+p.Domain] += n
+		if err != nil {
+			s.opts.Logger.WarnContext(ctx, "lifecycle: KV cleanup failed", "domain", p.Domain, "err", err)
+			res.Warnings = append(res.Warnings, "cached data under "+p.Domain+" could not be removed; it expires on its own")
+		}
+	}
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		counts, err := s.inv.DeleteRows(ctx, tx, o)
+		if err != nil {
+			return err
+		}
+		for table, n := range counts {
+			res.Deleted["sql:"+table] += n
+		}
+		// Whatever the inventory holds, the account row goes last.
+		r, err := tx.NewDelete().Table("users").Where("id = ?", o.ID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		n, _ := r.RowsAffected()
+		res.Deleted["sql:users"] += n
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("lifecycle: delete rows: %w", err)
+	}
+	res.Completed = true
+	s.opts.Logger.InfoContext(ctx, "lifecycle: account deleted", "user_id", o.ID, "at", time.Now().UTC())
+	return res, nil
+}
