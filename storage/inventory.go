@@ -331,8 +331,10 @@ func CountRows(ctx context.Context, db bun.IDB, t Table, o Owner) (int64, error)
 }
 
 // ExportRows returns one page of the owner's rows in table t, ordered by
-// its key column, with redacted columns replaced by RedactedValue. Values
-// are as the driver returns them (numbers, strings, times, []byte).
+// its key column, with redacted columns replaced by RedactedValue. As a
+// safety net, columns whose names say they hold credentials (containing
+// "hash", "secret", "ciphertext" or "password") are redacted even when the
+// registration forgot them. Values are as the driver returns them.
 func ExportRows(ctx context.Context, db bun.IDB, t Table, o Owner, req PageRequest) (Page[map[string]any], error) {
 	q := db.NewSelect().TableExpr("?", bun.Ident(t.Name)).Where("? = ?", bun.Ident(t.OwnerColumn), o.ID)
 	ks := Keyset[map[string]any]{
@@ -345,8 +347,8 @@ func ExportRows(ctx context.Context, db bun.IDB, t Table, o Owner, req PageReque
 		return page, err
 	}
 	for _, row := range page.Items {
-		for _, c := range t.Redact {
-			if _, ok := row[c]; ok {
+		for c := range row {
+			if slices.Contains(t.Redact, c) || credentialColumn(c) {
 				row[c] = RedactedValue
 			}
 		}
@@ -357,6 +359,16 @@ func ExportRows(ctx context.Context, db bun.IDB, t Table, o Owner, req PageReque
 		}
 	}
 	return page, nil
+}
+
+// credentialColumn says whether a column name suggests a credential.
+func credentialColumn(name string) bool {
+	for _, w := range []string{"hash", "secret", "ciphertext", "password"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // cursorKey normalizes a key column value for a cursor.

@@ -284,3 +284,22 @@ func TestInventoryBlobsAndKV(t *testing.T) {
 		}
 	})
 }
+
+func TestExportRedactsCredentialColumnsByName(t *testing.T) {
+	ctx := context.Background()
+	s := storagetest.Open(t, storage.SQLite)
+	if _, err := s.DB.ExecContext(ctx, "CREATE TABLE tokens (id INTEGER PRIMARY KEY, user_id BIGINT, label TEXT, token_hash TEXT, client_secret TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB.ExecContext(ctx, "INSERT INTO tokens VALUES (1, 1, 'ci', 'h', 's')"); err != nil {
+		t.Fatal(err)
+	}
+	page, err := storage.ExportRows(ctx, s.Reader, storage.Table{Name: "tokens", OwnerColumn: "user_id", KeyColumn: "id"}, alice, storage.PageRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := page.Items[0]
+	if row["token_hash"] != storage.RedactedValue || row["client_secret"] != storage.RedactedValue || row["label"] != "ci" {
+		t.Fatalf("row %v", row)
+	}
+}
