@@ -37,6 +37,10 @@ type Table struct {
 	// Redact lists columns that exports replace with RedactedValue:
 	// secret values, password and token hashes, anything credential-like.
 	Redact []string
+	// SkipExport leaves the table out of exports (it is still deleted with
+	// the account): for rows that are nothing but credentials, such as
+	// one-time token hashes, which have no other unique key to page by.
+	SkipExport bool
 }
 
 // BlobPrefix registers the blob keys of one domain: every key a user owns
@@ -103,6 +107,9 @@ func (inv *Inventory) AddTable(t Table) error {
 	}
 	if slices.Contains(t.Redact, t.OwnerColumn) || slices.Contains(t.Redact, t.KeyColumn) {
 		return fmt.Errorf("storage: inventory table %q: the owner and key columns cannot be redacted", t.Name)
+	}
+	if credentialColumn(t.KeyColumn) && !t.SkipExport {
+		return fmt.Errorf("storage: inventory table %q: key column %s looks like a credential and would appear in export cursors; set SkipExport or choose another key", t.Name, t.KeyColumn)
 	}
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
@@ -336,6 +343,9 @@ func CountRows(ctx context.Context, db bun.IDB, t Table, o Owner) (int64, error)
 // "hash", "secret", "ciphertext" or "password") are redacted even when the
 // registration forgot them. Values are as the driver returns them.
 func ExportRows(ctx context.Context, db bun.IDB, t Table, o Owner, req PageRequest) (Page[map[string]any], error) {
+	if t.SkipExport {
+		return Page[map[string]any]{}, fmt.Errorf("storage: table %s is not exported", t.Name)
+	}
 	q := db.NewSelect().TableExpr("?", bun.Ident(t.Name)).Where("? = ?", bun.Ident(t.OwnerColumn), o.ID)
 	ks := Keyset[map[string]any]{
 		Kind:   "export:" + t.Name,

@@ -67,6 +67,12 @@ func TestInventoryRegistrationErrors(t *testing.T) {
 	if err := inv.AddTable(storage.Table{Name: "notes"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := inv.AddTable(storage.Table{Name: "tok2", KeyColumn: "token_hash", SkipExport: true}); err != nil {
+		t.Fatalf("credential key with SkipExport: %v", err)
+	}
+	if _, err := storage.ExportRows(context.Background(), nil, storage.Table{Name: "tok2", SkipExport: true}, alice, storage.PageRequest{}); err == nil {
+		t.Fatal("a SkipExport table was exported")
+	}
 	for name, err := range map[string]error{
 		"twice":                 inv.AddTable(storage.Table{Name: "notes"}),
 		"bad identifier":        inv.AddTable(storage.Table{Name: "notes; DROP TABLE users"}),
@@ -75,6 +81,7 @@ func TestInventoryRegistrationErrors(t *testing.T) {
 		"platform without why":  inv.DeclarePlatform("other", ""),
 		"bad blob domain":       inv.AddBlobPrefix(storage.BlobPrefix{Domain: "../etc"}),
 		"custom without funcs":  inv.AddCustom(storage.Custom{Name: "mailbox"}),
+		"credential key column": inv.AddTable(storage.Table{Name: "tok", KeyColumn: "token_hash"}),
 	} {
 		if err == nil {
 			t.Errorf("%s: registration accepted", name)

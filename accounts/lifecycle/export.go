@@ -33,8 +33,11 @@ type Manifest struct {
 	User          ManifestUser      `json:"user"`
 	Sections      []ManifestSection `json:"sections"`
 	Warnings      []string          `json:"warnings"`
-	Security      ManifestSecurity  `json:"security"`
-	Chunking      ManifestChunking  `json:"chunking"`
+	// Excluded names the surfaces deleted with the account but never
+	// exported, because they hold only credentials (one-time token hashes).
+	Excluded []string         `json:"excluded"`
+	Security ManifestSecurity `json:"security"`
+	Chunking ManifestChunking `json:"chunking"`
 }
 
 // ManifestUser identifies whose export it is.
@@ -81,6 +84,7 @@ func (s *Service) Manifest(ctx context.Context, o storage.Owner) (Manifest, erro
 		User:          ManifestUser{StableUserID: u.StableID, Username: u.Username, Email: u.Email},
 		Sections:      []ManifestSection{},
 		Warnings:      []string{},
+		Excluded:      []string{},
 		Security: ManifestSecurity{
 			SecretValuesExported: false,
 			Note:                 "Secret values, password hashes and token hashes are never exported; redacted columns are listed per section.",
@@ -88,6 +92,10 @@ func (s *Service) Manifest(ctx context.Context, o storage.Owner) (Manifest, erro
 		Chunking: ManifestChunking{Capability: "accountExportSection", MaxRowsPerPage: storage.MaxPageLimit, MaxBlobChunkBytes: storage.MaxBlobChunk},
 	}
 	for _, t := range s.inv.Tables() {
+		if t.SkipExport {
+			m.Excluded = append(m.Excluded, KindSQL+":"+t.Name)
+			continue
+		}
 		sec := ManifestSection{Name: KindSQL + ":" + t.Name, Kind: KindSQL, RedactedColumns: t.Redact}
 		n, err := storage.CountRows(ctx, s.store.Reader, t, o)
 		if err != nil {
@@ -158,7 +166,7 @@ func (s *Service) Section(ctx context.Context, o storage.Owner, section, cursor 
 	switch kind {
 	case KindSQL:
 		t, ok := s.inv.Table(name)
-		if !ok {
+		if !ok || t.SkipExport {
 			return page, ErrUnknownSection
 		}
 		rows, err := storage.ExportRows(ctx, s.store.Reader, t, o, storage.PageRequest{Cursor: cursor, Limit: limit})

@@ -74,7 +74,12 @@ func New(ctx context.Context, store *storage.Store) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
-	return &Service{store: store, ring: ring}, nil
+	return NewWithRing(store, ring), nil
+}
+
+// NewWithRing returns a Service on an already open data-key ring.
+func NewWithRing(store *storage.Store, ring *envelope.Ring) *Service {
+	return &Service{store: store, ring: ring}
 }
 
 // RegisterInventory records the secrets table: exported as metadata, its
