@@ -13,6 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
@@ -40,6 +45,16 @@ type Config struct {
 	// ShutdownTimeout bounds how long Run waits for requests in flight when
 	// its context ends. Default 15 s.
 	ShutdownTimeout time.Duration
+
+	// Accounts tunes password hashing, password policy and sessions; see
+	// accounts.Config for each default.
+	Accounts accounts.Config
+
+	// Quota limits capability calls per caller. Default: unlimited.
+	Quota capabilities.Quota
+	// Features turns feature flags on per caller. Default: none, so a
+	// capability that requires a flag is hidden from everyone.
+	Features capabilities.Features
 
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
@@ -78,10 +93,18 @@ func (c Config) withDefaults() (Config, error) {
 
 // Server is an assembled enclave server.
 type Server struct {
-	cfg       Config
-	log       *slog.Logger
-	store     *storage.Store
-	handler   http.Handler
+	cfg     Config
+	log     *slog.Logger
+	store   *storage.Store
+	handler http.Handler
+
+	accounts  *accounts.Service
+	registry  *capabilities.Registry
+	inventory *storage.Inventory
+	lifecycle *lifecycle.Service
+	secrets   *secrets.Service
+	audit     *audit.Log
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -117,6 +140,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Logger.Warn("database has migrations this binary does not know; a newer release migrated it", "versions", res.Unknown)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, store: store}
+	if err := s.assemble(ctx); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -127,6 +154,27 @@ func (s *Server) Config() Config { return s.cfg }
 // Store returns the server's stores, for embedders that keep their own data
 // beside enclave's.
 func (s *Server) Store() *storage.Store { return s.store }
+
+// Registry returns the capability registry: register your own capabilities
+// on it (before serving). Every call, from any transport, passes its Invoke.
+func (s *Server) Registry() *capabilities.Registry { return s.registry }
+
+// Accounts returns the account service (users, roles, sessions).
+func (s *Server) Accounts() *accounts.Service { return s.accounts }
+
+// Inventory returns the ownership inventory: register every table, blob
+// prefix and KV prefix your capabilities keep per user, so that export and
+// deletion cover them. Check it in a test with Inventory().Check.
+func (s *Server) Inventory() *storage.Inventory { return s.inventory }
+
+// Lifecycle returns the account export and deletion service.
+func (s *Server) Lifecycle() *lifecycle.Service { return s.lifecycle }
+
+// Secrets returns the per-user secrets service.
+func (s *Server) Secrets() *secrets.Service { return s.secrets }
+
+// Audit returns the security audit log.
+func (s *Server) Audit() *audit.Log { return s.audit }
 
 // Handler returns the server's whole HTTP surface. It can be mounted in an
 // embedder's mux or served by an embedder's http.Server.
