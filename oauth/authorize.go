@@ -1,0 +1,224 @@
+package oauth
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/ory/fosite"
+)
+
+// AuthorizeRequest is a validated authorization request, as the login and
+// consent pages present it.
+type AuthorizeRequest struct {
+	ClientID   string
+	ClientName string
+	// RedirectURI is where the answer goes; RedirectHost is its host (or its
+	// scheme, for a private-use scheme), to show the user.
+	RedirectURI  string
+	RedirectHost string
+	Scopes       []string
+	// FormAction is the URL (path and query) the login and consent forms
+	// must post to: the authorization endpoint with this request's
+	// parameters.
+	FormAction string
+}
+
+// LoginConsent is implemented by the web shell: it signs the user in and
+// asks for consent on the authorization endpoint. The authorization
+// endpoint calls it only for a request that is already valid (client,
+// exact redirect URI, S256 PKCE challenge, state, resource), so a bad
+// request never reaches a login page.
+//
+// Both methods either answer (ok true) or write a response themselves (ok
+// false: a page, a redirect, an error) and the endpoint stops.
+type LoginConsent interface {
+	// Login returns the internal id of the user signed in on r. When nobody
+	// is, it serves the login form instead: fields email and password,
+	// posted to req.FormAction. On a POST carrying valid credentials it
+	// signs the user in (session cookie) and returns them, so consent
+	// follows in the same request. Login rate limiting belongs here too.
+	Login(w http.ResponseWriter, r *http.Request, req *AuthorizeRequest) (userID int64, ok bool)
+
+	// Consent asks userID to approve req. On a POST whose form carries
+	// decision=approve or decision=deny (and a valid CSRF token) it returns
+	// approved accordingly; otherwise it renders the consent page (client
+	// name, redirect host, scopes; buttons named decision) posting to
+	// req.FormAction with anti-framing headers. It is not called when the
+	// user already approved these scopes for this client.
+	Consent(w http.ResponseWriter, r *http.Request, req *AuthorizeRequest, userID int64) (approved, ok bool)
+}
+
+// maxFormBytes bounds the bodies of the OAuth endpoints.
+const maxFormBytes = 64 << 10
+
+func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
+		return
+	}
+	if s.opts.LoginConsent == nil {
+		s.writeError(w, r, fosite.ErrServerError.WithWrap(errors.New("oauth: no LoginConsent configured")))
+		return
+	}
+	// RFC 8707: the audience is always the MCP resource; a resource
+	// parameter may only name it. fosite checks the audience against the
+	// client's, which is that same resource.
+	resourceErr := s.checkResources(r.Form)
+	r.Form.Set("audience", s.resource)
+	if r.Form.Get("scope") == "" {
+		r.Form.Set("scope", ScopeMCP)
+	}
+
+	ar, err := s.provider.NewAuthorizeRequest(ctx, r)
+	if err != nil {
+		s.writeAuthorizeError(w, r, ar, err)
+		return
+	}
+	client, _ := ar.GetClient().(*Client)
+	switch {
+	case client == nil:
+		err = fosite.ErrInvalidClient
+	case !s.exactRedirect(ar):
+		err = fosite.ErrInvalidRequest.WithHint("The redirect_uri is not one the client registered.")
+	case ar.GetResponseMode() != fosite.ResponseModeQuery && ar.GetResponseMode() != fosite.ResponseModeDefault:
+		err = fosite.ErrUnsupportedResponseMode.WithHint("Only the query response mode is supported.")
+	case ar.GetRequestForm().Get("code_challenge") == "":
+		err = fosite.ErrInvalidRequest.WithHint("A PKCE code_challenge is required.")
+	case ar.GetRequestForm().Get("code_challenge_method") != "S256":
+		err = fosite.ErrInvalidRequest.WithHint("The code_challenge_method must be S256.")
+	case resourceErr != nil:
+		err = resourceErr
+	}
+	if err != nil {
+		s.writeAuthorizeError(w, r, ar, err)
+		return
+	}
+
+	redirect := ar.GetRedirectURI()
+	host := redirect.Host
+	if host == "" {
+		host = redirect.Scheme + ":"
+	}
+	req := &AuthorizeRequest{
+		ClientID:     client.ID,
+		ClientName:   client.Name,
+		RedirectURI:  redirect.String(),
+		RedirectHost: host,
+		Scopes:       slices.Clone(ar.GetRequestedScopes()),
+		FormAction:   PathAuthorize + "?" + authorizeQuery(r.Form).Encode(),
+	}
+	userID, ok := s.opts.LoginConsent.Login(w, r, req)
+	if !ok {
+		return
+	}
+	acct, err := s.loadAccount(ctx, s.store.db.Reader, userID)
+	if err == nil {
+		err = s.refusal(acct, ar.GetRequestedAt())
+		if errors.Is(err, errPasswordChanged) {
+			err = nil // only issued tokens predate a password change
+		}
+	}
+	if err != nil {
+		if hint, known := accountRefusalHints[err]; known {
+			s.writeAuthorizeError(w, r, ar, fosite.ErrAccessDenied.WithHint(hint))
+		} else {
+			s.writeAuthorizeError(w, r, ar, fosite.ErrServerError.WithWrap(err))
+		}
+		return
+	}
+	remembered, err := s.hasConsent(ctx, userID, client.ID, req.Scopes)
+	if err != nil {
+		s.writeAuthorizeError(w, r, ar, fosite.ErrServerError.WithWrap(err))
+		return
+	}
+	if !remembered {
+		approved, ok := s.opts.LoginConsent.Consent(w, r, req, userID)
+		if !ok {
+			return
+		}
+		if !approved {
+			s.writeAuthorizeError(w, r, ar, fosite.ErrAccessDenied.WithHint("The user denied the request."))
+			return
+		}
+		if err := s.rememberConsent(ctx, userID, client.ID, req.Scopes); err != nil {
+			s.writeAuthorizeError(w, r, ar, fosite.ErrServerError.WithWrap(err))
+			return
+		}
+	}
+	for _, scope := range ar.GetRequestedScopes() {
+		ar.GrantScope(scope)
+	}
+	ar.GrantAudience(s.resource)
+	resp, err := s.provider.NewAuthorizeResponse(ctx, ar, &session{UserID: userID, Subject: acct.StableID})
+	if err != nil {
+		s.writeAuthorizeError(w, r, ar, err)
+		return
+	}
+	resp.AddParameter("iss", s.issuer)
+	s.provider.WriteAuthorizeResponse(ctx, w, ar, resp)
+}
+
+// authorizeParams are the parameters the login and consent forms carry
+// back to the authorization endpoint.
+var authorizeParams = []string{"response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge", "code_challenge_method", "resource", "response_mode"}
+
+func authorizeQuery(form url.Values) url.Values {
+	q := url.Values{}
+	for _, k := range authorizeParams {
+		if v, ok := form[k]; ok {
+			q[k] = v
+		}
+	}
+	return q
+}
+
+// writeAuthorizeError answers a failed authorization request. When the
+// client and its exact redirect URI are known, the error goes back to the
+// client as a redirect carrying error, error_description, state and iss
+// (RFC 9207); otherwise the user agent gets a JSON error, and nothing is
+// sent to an unverified URI.
+func (s *Server) writeAuthorizeError(w http.ResponseWriter, r *http.Request, ar fosite.AuthorizeRequester, err error) {
+	if ar == nil || !ar.IsRedirectURIValid() || !s.exactRedirect(ar) {
+		s.writeError(w, r, err)
+		return
+	}
+	rfc := fosite.ErrorToRFC6749Error(err)
+	if rfc.CodeField >= 500 {
+		s.opts.Logger.ErrorContext(r.Context(), "oauth: authorize failed", "err", describe(err))
+	}
+	u := *ar.GetRedirectURI()
+	u.Fragment = ""
+	q := u.Query()
+	q.Set("error", rfc.ErrorField)
+	if d := publicDescription(rfc); d != "" {
+		q.Set("error_description", d)
+	}
+	if st := ar.GetState(); st != "" {
+		q.Set("state", st)
+	}
+	q.Set("iss", s.issuer)
+	u.RawQuery = q.Encode()
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Location", u.String())
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// exactRedirect reports whether the request's redirect URI is one the
+// client registered, character for character (fosite alone would accept
+// another port on a loopback address).
+func (s *Server) exactRedirect(ar fosite.AuthorizeRequester) bool {
+	c := ar.GetClient()
+	if c == nil {
+		return false
+	}
+	raw := ar.GetRequestForm().Get("redirect_uri")
+	if raw == "" {
+		return len(c.GetRedirectURIs()) == 1
+	}
+	return slices.Contains(c.GetRedirectURIs(), strings.TrimSpace(raw)) && raw == strings.TrimSpace(raw)
+}

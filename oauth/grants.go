@@ -1,0 +1,195 @@
+package oauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+type grantRow struct {
+	bun.BaseModel `bun:"table:oauth_grants,alias:g"`
+
+	ID         string    `bun:"id,pk"`
+	UserID     int64     `bun:"user_id"`
+	ClientID   string    `bun:"client_id"`
+	Scopes     string    `bun:"scopes"`
+	Audience   string    `bun:"audience"`
+	CreatedAt  time.Time `bun:"created_at"`
+	LastUsedAt time.Time `bun:"last_used_at"`
+}
+
+type consentRow struct {
+	bun.BaseModel `bun:"table:oauth_consents,alias:cs"`
+
+	ID        string    `bun:"id,pk"`
+	UserID    int64     `bun:"user_id"`
+	ClientID  string    `bun:"client_id"`
+	Scopes    string    `bun:"scopes"`
+	CreatedAt time.Time `bun:"created_at"`
+}
+
+// Grant is one authorization a user gave a client: the family of tokens
+// issued from one approval.
+type Grant struct {
+	ID         string
+	ClientID   string
+	ClientName string
+	Scopes     []string
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+}
+
+// ErrGrantNotFound is returned by RevokeGrant for a grant that does not
+// exist or belongs to another user.
+var ErrGrantNotFound = errors.New("oauth: grant not found")
+
+// Grants lists the grants of a user (internal id), newest first.
+func (s *Server) Grants(ctx context.Context, userID int64) ([]Grant, error) {
+	var rows []struct {
+		ID         string    `bun:"id"`
+		ClientID   string    `bun:"client_id"`
+		ClientName string    `bun:"client_name"`
+		Scopes     string    `bun:"scopes"`
+		CreatedAt  time.Time `bun:"created_at"`
+		LastUsedAt time.Time `bun:"last_used_at"`
+	}
+	err := s.store.db.Reader.NewSelect().
+		TableExpr("oauth_grants AS g").
+		ColumnExpr("g.id, g.client_id, c.name AS client_name, g.scopes, g.created_at, g.last_used_at").
+		Join("JOIN oauth_clients AS c ON c.id = g.client_id").
+		Where("g.user_id = ?", userID).
+		OrderExpr("g.created_at DESC, g.id").
+		Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: list grants: %w", err)
+	}
+	out := make([]Grant, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, Grant{
+			ID:         r.ID,
+			ClientID:   r.ClientID,
+			ClientName: r.ClientName,
+			Scopes:     strings.Fields(r.Scopes),
+			CreatedAt:  r.CreatedAt,
+			LastUsedAt: r.LastUsedAt,
+		})
+	}
+	return out, nil
+}
+
+// RevokeGrant ends one grant of a user: its access and refresh tokens stop
+// working at once, and the consent for its client is forgotten.
+func (s *Server) RevokeGrant(ctx context.Context, userID int64, grantID string) error {
+	return s.store.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		var g grantRow
+		err := tx.NewSelect().Model(&g).Where("id = ? AND user_id = ?", grantID, userID).Scan(ctx)
+		if err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return ErrGrantNotFound
+			}
+			return fmt.Errorf("oauth: revoke grant: %w", err)
+		}
+		if err := revokeRequest(ctx, tx, grantID); err != nil {
+			return err
+		}
+		if _, err := tx.NewDelete().Model((*consentRow)(nil)).
+			Where("user_id = ? AND client_id = ?", userID, g.ClientID).Exec(ctx); err != nil {
+			return fmt.Errorf("oauth: forget consent: %w", err)
+		}
+		return nil
+	})
+}
+
+// RevokeAll ends every grant of a user and forgets every consent: every
+// token and code they hold stops working. Password change, password reset
+// and account deletion call it.
+func (s *Server) RevokeAll(ctx context.Context, userID int64) error {
+	return s.store.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		return s.RevokeAllInTx(ctx, tx, userID)
+	})
+}
+
+// RevokeAllInTx is RevokeAll inside the caller's transaction, so that a
+// password change and the revocation commit together. Its signature is
+// that of accounts' password-change hook.
+func (s *Server) RevokeAllInTx(ctx context.Context, tx bun.Tx, userID int64) error {
+	for _, model := range []any{(*tokenRow)(nil), (*grantRow)(nil), (*consentRow)(nil)} {
+		if _, err := tx.NewDelete().Model(model).Where("user_id = ?", userID).Exec(ctx); err != nil {
+			return fmt.Errorf("oauth: revoke all: %w", err)
+		}
+	}
+	return nil
+}
+
+// consentKey is the canonical form of a scope set.
+func consentKey(scopes []string) string {
+	s := slices.Clone(scopes)
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), " ")
+}
+
+// hasConsent reports whether the user already approved these scopes for
+// this client.
+func (s *Server) hasConsent(ctx context.Context, userID int64, clientID string, scopes []string) (bool, error) {
+	n, err := s.store.db.Reader.NewSelect().Model((*consentRow)(nil)).
+		Where("user_id = ? AND client_id = ? AND scopes = ?", userID, clientID, consentKey(scopes)).Count(ctx)
+	if err != nil {
+		return false, fmt.Errorf("oauth: read consent: %w", err)
+	}
+	return n > 0, nil
+}
+
+func (s *Server) rememberConsent(ctx context.Context, userID int64, clientID string, scopes []string) error {
+	key := consentKey(scopes)
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%d\x00%s\x00%s", userID, clientID, key)))
+	row := &consentRow{ID: hex.EncodeToString(sum[:]), UserID: userID, ClientID: clientID, Scopes: key, CreatedAt: s.opts.Now().UTC()}
+	if _, err := s.store.db.DB.NewInsert().Model(row).On("CONFLICT DO NOTHING").Returning("NULL").Exec(ctx); err != nil {
+		return fmt.Errorf("oauth: remember consent: %w", err)
+	}
+	return nil
+}
+
+// Cleanup removes expired codes and tokens, and clients idle for longer
+// than Options.ClientIdleTTL (with everything issued to them). Run it
+// periodically; it is idempotent and safe on every replica.
+func (s *Server) Cleanup(ctx context.Context) (tokens, clients int64, err error) {
+	now := s.opts.Now().UTC()
+	res, err := s.store.db.DB.NewDelete().Model((*tokenRow)(nil)).Where("expires_at < ?", now).Exec(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("oauth: purge tokens: %w", err)
+	}
+	tokens, _ = res.RowsAffected()
+	// A grant whose tokens are all gone is over.
+	if _, err := s.store.db.DB.NewDelete().Model((*grantRow)(nil)).
+		Where("NOT EXISTS (SELECT 1 FROM oauth_tokens AS t WHERE t.request_id = g.id)").
+		Exec(ctx); err != nil {
+		return tokens, 0, fmt.Errorf("oauth: purge grants: %w", err)
+	}
+	res, err = s.store.db.DB.NewDelete().Model((*clientRow)(nil)).
+		Where("last_used_at < ?", now.Add(-s.opts.ClientIdleTTL)).Exec(ctx)
+	if err != nil {
+		return tokens, 0, fmt.Errorf("oauth: reap clients: %w", err)
+	}
+	clients, _ = res.RowsAffected()
+	return tokens, clients, nil
+}
+
+// InventoryTables lists the user-owned tables of package oauth for the
+// storage ownership inventory. Exports redact every credential-like column.
+func InventoryTables() []storage.Table {
+	return []storage.Table{
+		{Name: "oauth_grants"},
+		{Name: "oauth_consents"},
+		{Name: "oauth_tokens", KeyColumn: "signature", Redact: []string{"signature", "request", "successor", "access_signature"}},
+	}
+}

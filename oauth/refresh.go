@@ -1,0 +1,328 @@
+package oauth
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ory/fosite"
+	"github.com/ory/fosite/handler/oauth2"
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// codeHandler is fosite's authorization code grant with two additions: the
+// account must still be allowed tokens, and losing a race against another
+// exchange of the same code counts as a replay (everything the code issued
+// is revoked).
+type codeHandler struct {
+	*oauth2.AuthorizeExplicitGrantHandler
+	srv *Server
+}
+
+var (
+	_ fosite.AuthorizeEndpointHandler = (*codeHandler)(nil)
+	_ fosite.TokenEndpointHandler     = (*codeHandler)(nil)
+)
+
+func (h *codeHandler) HandleTokenEndpointRequest(ctx context.Context, r fosite.AccessRequester) error {
+	if err := h.AuthorizeExplicitGrantHandler.HandleTokenEndpointRequest(ctx, r); err != nil {
+		return err
+	}
+	sess, err := sessionOf(r)
+	if err != nil {
+		return fosite.ErrServerError.WithWrap(err)
+	}
+	return h.srv.checkAccount(ctx, sess.UserID, time.Time{})
+}
+
+func (h *codeHandler) PopulateTokenEndpointResponse(ctx context.Context, r fosite.AccessRequester, resp fosite.AccessResponder) error {
+	err := h.AuthorizeExplicitGrantHandler.PopulateTokenEndpointResponse(ctx, r, resp)
+	if errors.Is(err, fosite.ErrInvalidatedAuthorizeCode) {
+		if rerr := h.srv.store.RevokeRefreshToken(ctx, r.GetID()); rerr != nil {
+			return fosite.ErrServerError.WithWrap(rerr)
+		}
+		return fosite.ErrInvalidGrant.WithHint("The authorization code has already been used.")
+	}
+	return err
+}
+
+// refreshHandler is the refresh token grant: rotation on every use, reuse
+// detection, and a grace window for concurrent duplicates. The decision is
+// one SQL transaction that holds the refresh token's row (FOR UPDATE on
+// PostgreSQL, the write lock on SQLite), so it holds across replicas.
+type refreshHandler struct {
+	srv *Server
+}
+
+var _ fosite.TokenEndpointHandler = (*refreshHandler)(nil)
+
+func (h *refreshHandler) CanSkipClientAuth(context.Context, fosite.AccessRequester) bool {
+	return false
+}
+
+func (h *refreshHandler) CanHandleTokenEndpointRequest(_ context.Context, r fosite.AccessRequester) bool {
+	return r.GetGrantTypes().ExactOne("refresh_token")
+}
+
+// signature validates a presented refresh token and returns its signature.
+func (h *refreshHandler) signature(ctx context.Context, token string) (string, error) {
+	if err := h.srv.strategy.Enigma.Validate(ctx, trimPrefix(token, "ory_rt_")); err != nil {
+		return "", fosite.ErrInvalidGrant.WithHint("The refresh token is malformed or not valid.")
+	}
+	return h.srv.strategy.RefreshTokenSignature(ctx, token), nil
+}
+
+func (h *refreshHandler) HandleTokenEndpointRequest(ctx context.Context, r fosite.AccessRequester) error {
+	if !h.CanHandleTokenEndpointRequest(ctx, r) {
+		return fosite.ErrUnknownRequest
+	}
+	if !r.GetClient().GetGrantTypes().Has("refresh_token") {
+		return fosite.ErrUnauthorizedClient.WithHint("The client may not use the refresh_token grant.")
+	}
+	sig, err := h.signature(ctx, r.GetRequestForm().Get("refresh_token"))
+	if err != nil {
+		return err
+	}
+	row, err := h.srv.store.getToken(ctx, h.srv.store.db.Reader, kindRefresh, sig)
+	if errors.Is(err, fosite.ErrNotFound) {
+		return fosite.ErrInvalidGrant.WithHint("The refresh token is malformed or not valid.")
+	}
+	if err != nil {
+		return fosite.ErrServerError.WithWrap(err)
+	}
+	if row.ClientID != r.GetClient().GetID() {
+		return fosite.ErrInvalidGrant.WithHint("The refresh token was issued to another client.")
+	}
+	now := h.srv.opts.Now().UTC()
+	if !now.Before(row.ExpiresAt) {
+		return fosite.ErrInvalidGrant.WithHint("The refresh token expired.")
+	}
+	orig, err := h.srv.store.requester(ctx, row, nil)
+	if errors.Is(err, fosite.ErrNotFound) {
+		return fosite.ErrInvalidGrant.WithHint("The refresh token is malformed or not valid.")
+	}
+	if err != nil {
+		return fosite.ErrServerError.WithWrap(err)
+	}
+	sess := orig.Session.Clone().(*session)
+	if err := h.srv.checkAccount(ctx, sess.UserID, time.Time{}); err != nil {
+		return err
+	}
+	r.SetID(orig.GetID())
+	sess.SetExpiresAt(fosite.AccessToken, now.Add(h.srv.opts.AccessTokenLifetime).Round(time.Second))
+	sess.SetExpiresAt(fosite.RefreshToken, now.Add(h.srv.opts.RefreshTokenLifetime).Round(time.Second))
+	r.SetSession(sess)
+	r.SetRequestedScopes(orig.GetRequestedScopes())
+	r.SetRequestedAudience(orig.GetRequestedAudience())
+	for _, sc := range orig.GetGrantedScopes() {
+		r.GrantScope(sc)
+	}
+	for _, a := range orig.GetGrantedAudience() {
+		r.GrantAudience(a)
+	}
+	return nil
+}
+
+// tokenPair is what a refresh issued, sealed into the rotated token's row.
+type tokenPair struct {
+	Access        string    `json:"a"`
+	Refresh       string    `json:"r"`
+	AccessExpires time.Time `json:"e"`
+}
+
+type refreshOutcome int
+
+const (
+	refreshIssued refreshOutcome = iota + 1
+	refreshReplayed
+	refreshReused
+	refreshGone
+)
+
+func (h *refreshHandler) PopulateTokenEndpointResponse(ctx context.Context, r fosite.AccessRequester, resp fosite.AccessResponder) error {
+	if !h.CanHandleTokenEndpointRequest(ctx, r) {
+		return fosite.ErrUnknownRequest
+	}
+	presented := r.GetRequestForm().Get("refresh_token")
+	sig, err := h.signature(ctx, presented)
+	if err != nil {
+		return err
+	}
+	var (
+		outcome refreshOutcome
+		pair    tokenPair
+	)
+	srv := h.srv
+	err = srv.store.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		q := tx.NewSelect().Model((*tokenRow)(nil)).Where("signature = ? AND kind = ?", sig, kindRefresh)
+		if srv.store.db.Dialect() == storage.Postgres {
+			q = q.For("UPDATE")
+		}
+		var row tokenRow
+		if err := q.Scan(ctx, &row); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				outcome = refreshGone
+				return nil
+			}
+			return fmt.Errorf("oauth: lock refresh token: %w", err)
+		}
+		now := srv.opts.Now().UTC()
+		switch {
+		case !now.Before(row.ExpiresAt):
+			outcome = refreshGone
+			return nil
+		case row.Active:
+			outcome = refreshIssued
+			pair, err = h.rotate(context.WithValue(ctx, txKey{}, &tx), tx, &row, presented, r, now)
+			return err
+		case row.RotatedAt != nil && row.Successor != "" && srv.opts.RefreshGracePeriod > 0 &&
+			now.Sub(*row.RotatedAt) <= srv.opts.RefreshGracePeriod:
+			p, err := openSuccessor(presented, sig, row.Successor)
+			if err != nil {
+				return err
+			}
+			// The pair still works only if its grant does.
+			n, err := tx.NewSelect().Model((*grantRow)(nil)).Where("id = ?", row.RequestID).Count(ctx)
+			if err != nil {
+				return fmt.Errorf("oauth: read grant: %w", err)
+			}
+			if n == 0 {
+				outcome = refreshGone
+				return nil
+			}
+			outcome, pair = refreshReplayed, p
+			return nil
+		default:
+			outcome = refreshReused
+			return revokeRequest(ctx, tx, row.RequestID)
+		}
+	})
+	if err != nil {
+		return fosite.ErrServerError.WithWrap(err)
+	}
+	switch outcome {
+	case refreshGone:
+		return fosite.ErrInvalidGrant.WithHint("The refresh token is not valid.")
+	case refreshReused:
+		srv.opts.Logger.WarnContext(ctx, "oauth: refresh token reused after rotation; grant revoked", "grant", r.GetID(), "client", r.GetClient().GetID())
+		return fosite.ErrInvalidGrant.WithHint("The refresh token was already used; its grant has been revoked.")
+	}
+	resp.SetAccessToken(pair.Access)
+	resp.SetTokenType("bearer")
+	resp.SetExpiresIn(pair.AccessExpires.Sub(srv.opts.Now()).Round(time.Second))
+	resp.SetScopes(r.GetGrantedScopes())
+	resp.SetExtra("refresh_token", pair.Refresh)
+	return nil
+}
+
+// rotate issues a new pair for the active refresh token row inside tx and
+// retires row, sealing the new pair into it for the grace window.
+func (h *refreshHandler) rotate(ctx context.Context, tx bun.Tx, row *tokenRow, presented string, r fosite.AccessRequester, now time.Time) (tokenPair, error) {
+	srv := h.srv
+	access, accessSig, err := srv.strategy.GenerateAccessToken(ctx, r)
+	if err != nil {
+		return tokenPair{}, fmt.Errorf("oauth: generate access token: %w", err)
+	}
+	refresh, refreshSig, err := srv.strategy.GenerateRefreshToken(ctx, r)
+	if err != nil {
+		return tokenPair{}, fmt.Errorf("oauth: generate refresh token: %w", err)
+	}
+	stored := r.Sanitize(nil)
+	stored.SetID(r.GetID())
+	if err := srv.store.CreateAccessTokenSession(ctx, accessSig, stored); err != nil {
+		return tokenPair{}, err
+	}
+	if err := srv.store.CreateRefreshTokenSession(ctx, refreshSig, accessSig, stored); err != nil {
+		return tokenPair{}, err
+	}
+	pair := tokenPair{Access: access, Refresh: refresh, AccessExpires: r.GetSession().GetExpiresAt(fosite.AccessToken)}
+	sealed, err := sealSuccessor(presented, row.Signature, pair)
+	if err != nil {
+		return tokenPair{}, err
+	}
+	_, err = tx.NewUpdate().Model((*tokenRow)(nil)).
+		Set("active = ?", false).Set("rotated_at = ?", now).Set("successor = ?", sealed).
+		Where("signature = ? AND kind = ?", row.Signature, kindRefresh).Exec(ctx)
+	if err != nil {
+		return tokenPair{}, fmt.Errorf("oauth: retire refresh token: %w", err)
+	}
+	return pair, nil
+}
+
+// successorKey derives the key that seals a rotated token's successor pair
+// from the rotated token itself: only whoever presents it again can open
+// the pair, and the database alone cannot.
+func successorKey(presented string) []byte {
+	m := hmac.New(sha256.New, []byte(presented))
+	m.Write([]byte("enclave oauth refresh successor v1"))
+	return m.Sum(nil)
+}
+
+func sealSuccessor(presented, signature string, p tokenPair) (string, error) {
+	plain, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("oauth: seal successor: %w", err)
+	}
+	aead, err := newAEAD(successorKey(presented))
+	if err != nil {
+		return "", err
+	}
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return "", fmt.Errorf("oauth: seal successor: %w", err)
+	}
+	return base64.RawStdEncoding.EncodeToString(aead.Seal(nonce, nonce, plain, []byte(signature))), nil
+}
+
+func openSuccessor(presented, signature, sealed string) (tokenPair, error) {
+	raw, err := base64.RawStdEncoding.DecodeString(sealed)
+	if err != nil {
+		return tokenPair{}, fmt.Errorf("oauth: open successor: %w", err)
+	}
+	aead, err := newAEAD(successorKey(presented))
+	if err != nil {
+		return tokenPair{}, err
+	}
+	if len(raw) < aead.NonceSize() {
+		return tokenPair{}, errors.New("oauth: open successor: too short")
+	}
+	plain, err := aead.Open(nil, raw[:aead.NonceSize()], raw[aead.NonceSize():], []byte(signature))
+	if err != nil {
+		return tokenPair{}, fmt.Errorf("oauth: open successor: %w", err)
+	}
+	var p tokenPair
+	if err := json.Unmarshal(plain, &p); err != nil {
+		return tokenPair{}, fmt.Errorf("oauth: open successor: %w", err)
+	}
+	return p, nil
+}
+
+func newAEAD(key []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: cipher: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: cipher: %w", err)
+	}
+	return aead, nil
+}
+
+func trimPrefix(token, prefix string) string {
+	if len(token) > len(prefix) && token[:len(prefix)] == prefix {
+		return token[len(prefix):]
+	}
+	return token
+}

@@ -1,0 +1,48 @@
+package oauth
+
+import (
+	"net/http"
+
+	"github.com/ory/fosite"
+)
+
+func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
+		return
+	}
+	if err := s.checkResources(r.PostForm); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ar, err := s.provider.NewAccessRequest(ctx, r, &session{})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp, err := s.provider.NewAccessResponse(ctx, ar)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.provider.WriteAccessResponse(ctx, w, ar, resp)
+}
+
+// serveRevoke is RFC 7009: revoking either token of a grant ends the grant.
+// An unknown token is not an error.
+func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
+		return
+	}
+	if err := s.provider.NewRevocationRequest(ctx, r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+}
