@@ -41,8 +41,13 @@ type command struct {
 // commands is the command table. Keep it sorted by name.
 func commands() []command {
 	return []command{
+		{name: "admin grant", args: "EMAIL", summary: "give an account the admin role", run: runAdminGrant},
+		{name: "admin revoke", args: "EMAIL", summary: "take the admin role from an account (never the last admin)", run: runAdminRevoke},
 		{name: "migrate", summary: "apply pending database migrations and exit", run: runMigrate},
 		{name: "serve", summary: "run the server (migrates first)", run: runServe},
+		userCreate(),
+		{name: "user suspend", args: "EMAIL", summary: "suspend an account: refused everywhere until unsuspended", run: runUserSuspend},
+		{name: "user unsuspend", args: "EMAIL", summary: "lift an account's suspension", run: runUserUnsuspend},
 		{name: "version", summary: "print the version", run: runVersion},
 	}
 }
