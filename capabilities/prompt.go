@@ -127,3 +127,27 @@ func (r *Registry) CompletePrompt(ctx context.Context, caller Caller, name, arg,
 	})
 	return values, err
 }
+
+// ScreenPrompt is Screen for prompts.
+func (r *Registry) ScreenPrompt(ctx context.Context, caller Caller, name string) bool {
+	r.mu.RLock()
+	p, ok := r.prompts[name]
+	r.mu.RUnlock()
+	if !ok {
+		r.deny(ctx, caller, "prompt", name, ReasonUnknown)
+		return true
+	}
+	return r.screen(ctx, caller, "prompt", name, true, p.Requires)
+}
+
+// AllPrompts returns every registered prompt, by name, whoever may see it.
+func (r *Registry) AllPrompts() []Prompt {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Prompt, 0, len(r.prompts))
+	for _, p := range r.prompts {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b Prompt) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}

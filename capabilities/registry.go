@@ -360,3 +360,27 @@ func (r *Registry) HashSubject(userID string) string {
 	}
 	return hex.EncodeToString(sum[:16])
 }
+
+// Screen reports whether Invoke would answer the named capability with "not
+// found" for caller (it is unknown, or its requirement hides it), recording
+// that denial with the Auditor. Transports that answer unknown names
+// themselves use it to keep hidden and unknown identical; everything Screen
+// lets through is still decided (and audited) by Invoke.
+func (r *Registry) Screen(ctx context.Context, caller Caller, name string) bool {
+	c, ok := r.lookup(name)
+	if !ok {
+		r.deny(ctx, caller, "tool", name, ReasonUnknown)
+		return true
+	}
+	return r.screen(ctx, caller, "tool", name, c.Annotations.ReadOnly, c.Requires)
+}
+
+func (r *Registry) screen(ctx context.Context, caller Caller, surface, name string, readOnly bool, req Requirement) bool {
+	state := r.stateDenial(caller, readOnly)
+	hidden := r.hiddenBy(ctx, caller, req)
+	if hidden == "" && state != ReasonUnauthenticated {
+		return false
+	}
+	r.deny(ctx, caller, surface, name, cmp.Or(state, hidden))
+	return true
+}

@@ -1,0 +1,82 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// TokenInfo is what a verified access token says.
+type TokenInfo struct {
+	UserID    string    // the subject: a stable user id
+	Scopes    []string  // granted scopes
+	Audience  []string  // resources the token is for (RFC 8707)
+	ExpiresAt time.Time // zero means the verifier already checked expiry
+}
+
+// TokenVerifier checks a bearer token. It returns ErrInvalidToken (or any
+// error) for a token it does not accept; the server answers 401 either way.
+type TokenVerifier interface {
+	VerifyToken(ctx context.Context, token string) (TokenInfo, error)
+}
+
+// TokenVerifierFunc adapts a function to TokenVerifier.
+type TokenVerifierFunc func(ctx context.Context, token string) (TokenInfo, error)
+
+// VerifyToken calls f.
+func (f TokenVerifierFunc) VerifyToken(ctx context.Context, token string) (TokenInfo, error) {
+	return f(ctx, token)
+}
+
+// ErrInvalidToken is the error verifiers return for a token they refuse.
+var ErrInvalidToken = errors.New("mcp: invalid token")
+
+// bearer extracts the token of an "Authorization: Bearer …" header.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// verify checks the token's audience and expiry after the verifier.
+func (s *Server) verify(ctx context.Context, token string) (TokenInfo, error) {
+	info, err := s.opts.Verifier.VerifyToken(ctx, token)
+	if err != nil {
+		return TokenInfo{}, fmt.Errorf("mcp: verify token: %w", err)
+	}
+	switch {
+	case info.UserID == "":
+		return TokenInfo{}, fmt.Errorf("%w: no subject", ErrInvalidToken)
+	case !slices.Contains(info.Audience, s.resource):
+		return TokenInfo{}, fmt.Errorf("%w: audience %v is not %s", ErrInvalidToken, info.Audience, s.resource)
+	case !info.ExpiresAt.IsZero() && !s.now().Before(info.ExpiresAt):
+		return TokenInfo{}, fmt.Errorf("%w: expired", ErrInvalidToken)
+	}
+	return info, nil
+}
+
+// challenge answers 401 with the RFC 9728 pointer to the resource metadata.
+// invalid is true when a token was presented and refused.
+func (s *Server) challenge(w http.ResponseWriter, invalid bool, requestID string) {
+	v := fmt.Sprintf(`Bearer resource_metadata=%q`, s.metadataURL)
+	if invalid {
+		v = fmt.Sprintf(`Bearer error="invalid_token", resource_metadata=%q`, s.metadataURL)
+	}
+	w.Header().Set("WWW-Authenticate", v)
+	writeHTTPError(w, http.StatusUnauthorized, "authentication required", requestID)
+}
+
+// insufficientScope answers 403 naming the scopes to obtain (RFC 6750 §3.1).
+func (s *Server) insufficientScope(w http.ResponseWriter, scopes []string, requestID string) {
+	w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope=%q, resource_metadata=%q`,
+		strings.Join(scopes, " "), s.metadataURL))
+	writeHTTPError(w, http.StatusForbidden, "insufficient scope", requestID)
+}

@@ -1,0 +1,663 @@
+// Package mcp serves a capabilities.Registry over MCP's streamable HTTP
+// transport, built on mark3labs/mcp-go.
+//
+// tools/list is Registry.Visible and tools/call is Registry.Invoke;
+// resources and prompts go through the registry's guard the same way. The
+// package fixes mcp-go's defaults that are unsafe for a multi-user server:
+// every request carries a bearer token checked by a TokenVerifier (401 with
+// a resource-metadata challenge otherwise); a session belongs to the user
+// who created it, and any other user's or a forged session id gets 404, on
+// GET streams too; each request gets its own notification channel, so
+// progress and log messages reach only the request they belong to; idle sessions expire and each user keeps a bounded number;
+// request bodies are limited (413); internal errors reach the client only as
+// a generic message with a request id; panics are recovered; and
+// tools/list_changed is sent to a session only when the tools that session's
+// user can see really changed.
+package mcp
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+// Path is where the handler expects to be mounted.
+const Path = "/mcp"
+
+// ProtocolVersions are the MCP protocol versions served, newest first.
+var ProtocolVersions = []string{
+	mcpgo.ProtocolVersion20260728,
+	mcpgo.ProtocolVersion20251125,
+	mcpgo.ProtocolVersion20250618,
+	mcpgo.ProtocolVersion20250326,
+}
+
+const (
+	sessionHeader = "Mcp-Session-Id"
+	versionHeader = "Mcp-Protocol-Version"
+)
+
+// Options configure a Server. Registry and BaseURL are required, and so are
+// Verifier and Loader unless Anonymous is set.
+type Options struct {
+	Registry *capabilities.Registry
+	// Verifier checks bearer tokens.
+	Verifier TokenVerifier
+	// Loader turns a token's subject into a caller with fresh roles.
+	Loader capabilities.CallerLoader
+	// BaseURL is the public origin, such as "https://mcp.example.com". The
+	// protected resource is BaseURL+"/mcp", and tokens must carry it as
+	// audience.
+	BaseURL string
+	// Logger; nil is slog.Default().
+	Logger *slog.Logger
+	// SessionTTL is how long an idle session lives; 0 means 30 minutes.
+	SessionTTL time.Duration
+	// MaxSessionsPerUser bounds each user's live sessions (the least
+	// recently used is ended to make room); 0 means 8.
+	MaxSessionsPerUser int
+	// MaxSessions bounds all live sessions (initialize is refused with 503
+	// beyond it); 0 means 10000.
+	MaxSessions int
+	// MaxBodyBytes bounds a request body (413 beyond it); 0 means 4 MiB.
+	MaxBodyBytes int64
+	// Name, Version and Instructions describe the server to clients.
+	Name, Version, Instructions string
+	// Anonymous, when set, turns authentication off: every request is served
+	// as this caller, and only requests arriving on a loopback address are
+	// accepted. It exists for local conformance testing.
+	Anonymous *capabilities.Caller
+
+	now func() time.Time // tests
+}
+
+// Server is an http.Handler serving MCP at Path.
+type Server struct {
+	opts        Options
+	reg         *capabilities.Registry
+	log         *slog.Logger
+	mcp         *mcpserver.MCPServer
+	http        *mcpserver.StreamableHTTPServer
+	sessions    *sessionStore
+	resource    string
+	metadataURL string
+	maxBody     int64
+	now         func() time.Time
+
+	syncMu sync.Mutex
+	synced atomic.Uint64 // registry version mirrored into mcp-go, plus one
+
+	stop      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New builds a Server. Call Close when done with it.
+func New(opts Options) (*Server, error) {
+	switch {
+	case opts.Registry == nil:
+		return nil, errors.New("mcp: new: Registry is required")
+	case opts.Anonymous == nil && (opts.Verifier == nil || opts.Loader == nil):
+		return nil, errors.New("mcp: new: Verifier and Loader are required")
+	}
+	base, err := url.Parse(opts.BaseURL)
+	if err != nil || base.Scheme == "" || base.Host == "" {
+		return nil, fmt.Errorf("mcp: new: BaseURL %q is not an absolute URL", opts.BaseURL)
+	}
+	origin := strings.TrimSuffix(base.String(), "/")
+	s := &Server{
+		opts:        opts,
+		reg:         opts.Registry,
+		log:         cmp.Or(opts.Logger, slog.Default()),
+		resource:    origin + Path,
+		metadataURL: origin + "/.well-known/oauth-protected-resource" + Path,
+		maxBody:     cmp.Or(opts.MaxBodyBytes, 4<<20),
+		now:         time.Now,
+		stop:        make(chan struct{}),
+	}
+	if opts.now != nil {
+		s.now = opts.now
+	}
+	ttl := cmp.Or(opts.SessionTTL, 30*time.Minute)
+	s.sessions = newSessionStore(ttl, cmp.Or(opts.MaxSessionsPerUser, 8), cmp.Or(opts.MaxSessions, 10000), s.now)
+
+	// Hooks are registered here, before serving: adding them later races.
+	hooks := &mcpserver.Hooks{}
+	hooks.AddAfterInitialize(s.afterInitialize)
+	hooks.AddAfterListTools(s.afterListTools)
+	hooks.AddAfterSetLevel(s.afterSetLevel)
+	hooks.AddAfterListResources(s.afterListResources)
+	hooks.AddAfterListResourceTemplates(s.afterListResourceTemplates)
+
+	serverOpts := []mcpserver.ServerOption{
+		// listChanged is declared false to mcp-go so that it never broadcasts
+		// to every session when the mirrored set changes; afterInitialize
+		// advertises it, and notifyToolsChanged sends it per session.
+		mcpserver.WithToolCapabilities(false),
+		mcpserver.WithResourceCapabilities(true, false),
+		mcpserver.WithPromptCapabilities(false),
+		mcpserver.WithLogging(),
+		mcpserver.WithCompletions(),
+		mcpserver.WithRecovery(),
+		mcpserver.WithResourceRecovery(),
+		mcpserver.WithToolFilter(s.filterTools),
+		mcpserver.WithPromptFilter(s.filterPrompts),
+		mcpserver.WithPromptCompletionProvider(completer{s}),
+		mcpserver.WithResourceCompletionProvider(completer{s}),
+		mcpserver.WithHooks(hooks),
+	}
+	if opts.Instructions != "" {
+		serverOpts = append(serverOpts, mcpserver.WithInstructions(opts.Instructions))
+	}
+	s.mcp = mcpserver.NewMCPServer(cmp.Or(opts.Name, "enclave"), cmp.Or(opts.Version, "dev"), serverOpts...)
+	// One catch-all template sends every resources/read to the registry, so
+	// hidden and unknown resources get the same answer from the same code.
+	s.mcp.AddResourceTemplate(mcpgo.NewResourceTemplate("{+uri}", "resource"), s.readResource)
+	s.http = mcpserver.NewStreamableHTTPServer(s.mcp,
+		mcpserver.WithSessionIdManagerResolver(resolver{s}),
+		mcpserver.WithStreamableHTTPLogger(s.log),
+		mcpserver.WithStreamableHTTPProtocolVersions(ProtocolVersions...),
+	)
+	s.syncRegistry()
+
+	s.wg.Add(1)
+	go s.sweepLoop(max(ttl/4, time.Second))
+	return s, nil
+}
+
+// ResourceMetadataURL is where the RFC 9728 metadata for this resource is
+// expected (served by the OAuth package), as named in 401 challenges.
+func (s *Server) ResourceMetadataURL() string { return s.metadataURL }
+
+// Resource is the protected resource identifier: BaseURL + "/mcp".
+func (s *Server) Resource() string { return s.resource }
+
+// Close stops the session sweeper and ends every session.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		s.http.CloseSessions(context.Background())
+	})
+	return nil
+}
+
+func (s *Server) sweepLoop(every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.sweep()
+		}
+	}
+}
+
+// sweep ends idle sessions.
+func (s *Server) sweep() {
+	for _, id := range s.sessions.expire() {
+		s.terminate(id)
+	}
+}
+
+// terminate releases mcp-go's state for a session that our store already
+// ended, through the transport's own DELETE path.
+func (s *Server) terminate(id string) {
+	req := (&http.Request{
+		Method: http.MethodDelete,
+		URL:    &url.URL{Path: Path},
+		Header: http.Header{sessionHeader: {id}},
+		Body:   http.NoBody,
+	}).WithContext(context.Background())
+	s.http.ServeHTTP(discard{}, req)
+}
+
+// reqState is what the transport knows about the request being served.
+type reqState struct {
+	caller    capabilities.Caller
+	requestID string
+	method    string
+	sessionID string // legacy session, "" for 2026-07-28 requests
+	evicted   []string
+	out       *deliveryWriter
+	sent      atomic.Int64 // notifications sent to this request's stream
+}
+
+type stateKey struct{}
+
+func stateFrom(ctx context.Context) *reqState {
+	st, _ := ctx.Value(stateKey{}).(*reqState)
+	return st
+}
+
+// envelope is the part of a JSON-RPC message the transport looks at.
+type envelope struct {
+	Method string          `json:"method"`
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+	Params struct {
+		Name string      `json:"name"`
+		Meta *mcpgo.Meta `json:"_meta"`
+	} `json:"params"`
+}
+
+func (e envelope) isResponse() bool {
+	return e.Method == "" && len(e.ID) > 0 && (len(e.Result) > 0 || len(e.Error) > 0)
+}
+
+func newRequestID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ServeHTTP serves MCP.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	requestID := newRequestID()
+	w.Header().Set("X-Request-Id", requestID)
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.ErrorContext(r.Context(), "mcp: panic serving request", "panic", p, "request_id", requestID)
+			writeHTTPError(w, http.StatusInternalServerError, internalMessage(requestID), requestID)
+		}
+	}()
+	switch r.Method {
+	case http.MethodPost, http.MethodGet, http.MethodDelete:
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		writeHTTPError(w, http.StatusMethodNotAllowed, "method not allowed", requestID)
+		return
+	}
+	caller, ok := s.authenticate(w, r, requestID)
+	if !ok {
+		return
+	}
+	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
+		writeHTTPError(w, http.StatusBadRequest, "unsupported protocol version "+v, requestID)
+		return
+	}
+
+	var body []byte
+	var msg envelope
+	if r.Method == http.MethodPost {
+		if r.ContentLength > s.maxBody {
+			writeHTTPError(w, http.StatusRequestEntityTooLarge, "request body too large", requestID)
+			return
+		}
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+			writeHTTPError(w, http.StatusRequestEntityTooLarge, "request body too large", requestID)
+			return
+		} else if err != nil {
+			writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
+			return
+		}
+		_ = json.Unmarshal(body, &msg) // a malformed body is mcp-go's to answer
+	}
+	s.syncRegistry()
+
+	st := &reqState{caller: caller, requestID: requestID, method: msg.Method}
+	ctx := context.WithValue(r.Context(), stateKey{}, st)
+	r = r.Clone(ctx)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+
+	initialize := r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize)
+	modern := mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion())
+	switch {
+	case modern:
+		// 2026-07-28 has no sessions: each request stands alone.
+		r.Header.Del(sessionHeader)
+	case initialize:
+		if s.sessions.len() >= s.sessions.total {
+			writeHTTPError(w, http.StatusServiceUnavailable, "too many sessions", requestID)
+			return
+		}
+	default:
+		sid := r.Header.Get(sessionHeader)
+		if sid == "" {
+			writeHTTPError(w, http.StatusBadRequest, "missing "+sessionHeader+" header", requestID)
+			return
+		}
+		if !s.sessions.owned(sid, caller.UserID) {
+			writeHTTPError(w, http.StatusNotFound, "session not found", requestID)
+			return
+		}
+		st.sessionID = sid
+	}
+
+	if msg.Method == string(mcpgo.MethodToolsCall) {
+		if e := s.reg.CheckScope(ctx, caller, msg.Params.Name); e != nil {
+			s.insufficientScope(w, e.Scopes, requestID)
+			return
+		}
+	}
+
+	if sid := st.sessionID; sid != "" {
+		switch {
+		case r.Method == http.MethodGet:
+			streamCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			defer s.sessions.stream(sid, cancel)()
+			r = r.WithContext(streamCtx)
+		case r.Method == http.MethodPost && msg.isResponse():
+			s.routeResponse(w, r, sid, body)
+			return
+		case r.Method == http.MethodPost:
+			// Each request is served under its own id, so mcp-go gives it
+			// its own notification channel: its progress and log messages
+			// cannot reach another request, and the session's own channel
+			// is read only by the session's GET stream.
+			internal, end := s.sessions.begin(sid, true)
+			defer end()
+			r.Header.Set(sessionHeader, internal)
+			if msg.Method != string(mcpgo.MethodToolsList) {
+				s.notifyToolsChanged(ctx, st)
+			}
+		}
+	}
+
+	st.out = newDeliveryWriter(w)
+	s.http.ServeHTTP(st.out, r)
+
+	for _, id := range st.evicted {
+		s.terminate(id)
+	}
+}
+
+// authenticate returns the caller of r, or answers the request itself.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID string) (capabilities.Caller, bool) {
+	if s.opts.Anonymous != nil {
+		if !loopback(r.RemoteAddr) {
+			writeHTTPError(w, http.StatusForbidden, "anonymous access is only served on loopback", requestID)
+			return capabilities.Caller{}, false
+		}
+		return *s.opts.Anonymous, true
+	}
+	token, ok := bearer(r)
+	if !ok {
+		s.challenge(w, false, requestID)
+		return capabilities.Caller{}, false
+	}
+	ctx := r.Context()
+	info, err := s.verify(ctx, token)
+	if err != nil {
+		s.log.DebugContext(ctx, "mcp: token refused", "err", err, "request_id", requestID)
+		s.challenge(w, true, requestID)
+		return capabilities.Caller{}, false
+	}
+	caller, err := s.opts.Loader.LoadCaller(ctx, info.UserID)
+	switch {
+	case errors.Is(err, capabilities.ErrUnknownUser):
+		s.challenge(w, true, requestID)
+		return capabilities.Caller{}, false
+	case err != nil:
+		s.log.ErrorContext(ctx, "mcp: load caller failed; serving without roles", "err", err, "request_id", requestID)
+		caller = capabilities.FailClosed(info.UserID, nil)
+	}
+	caller.UserID = info.UserID
+	caller.Scopes = info.Scopes
+	caller.AllScopes = false
+	caller.Interactive = true
+	if caller.State == capabilities.AccountSuspended {
+		writeHTTPError(w, http.StatusForbidden, "account suspended", requestID)
+		return capabilities.Caller{}, false
+	}
+	return caller, true
+}
+
+func loopback(remoteAddr string) bool {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// routeResponse delivers a client's answer to an elicitation or sampling
+// request. The request went out on one per-request stream of the session;
+// each candidate is tried until mcp-go accepts the answer.
+func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid string, body []byte) {
+	var last *recorder
+	for _, id := range append(s.sessions.inFlight(sid), sid) {
+		rec := &recorder{header: http.Header{}}
+		attempt := r.Clone(r.Context())
+		attempt.Header.Set(sessionHeader, id)
+		attempt.Body = io.NopCloser(bytes.NewReader(body))
+		s.http.ServeHTTP(rec, attempt)
+		last = rec
+		if rec.status < 300 {
+			break
+		}
+	}
+	last.copyTo(w)
+}
+
+// syncRegistry mirrors the registry's definitions into mcp-go when they
+// changed. Visibility is decided per request by the filters.
+func (s *Server) syncRegistry() {
+	v := s.reg.Version() + 1
+	if s.synced.Load() == v {
+		return
+	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if s.synced.Load() == v {
+		return
+	}
+	var tools []mcpserver.ServerTool
+	for _, c := range s.reg.All() {
+		tools = append(tools, mcpserver.ServerTool{Tool: toolOf(c), Handler: s.callTool})
+	}
+	s.mcp.SetTools(tools...)
+	var prompts []mcpserver.ServerPrompt
+	for _, p := range s.reg.AllPrompts() {
+		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: promptOf(p), Handler: s.getPrompt})
+	}
+	s.mcp.SetPrompts(prompts...)
+	s.synced.Store(v)
+}
+
+// filterTools is mcp-go's one visibility decision, on tools/list and on
+// tools/call. At call time a hidden tool is filtered out so that mcp-go
+// answers it exactly as an unknown one.
+func (s *Server) filterTools(ctx context.Context, tools []mcpgo.Tool) []mcpgo.Tool {
+	st := stateFrom(ctx)
+	if st == nil {
+		return nil
+	}
+	out := tools[:0:0]
+	for _, t := range tools {
+		var keep bool
+		if st.method == string(mcpgo.MethodToolsCall) {
+			keep = !s.reg.Screen(ctx, st.caller, t.Name)
+		} else {
+			keep = s.reg.IsVisible(ctx, st.caller, t.Name)
+		}
+		if keep {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (s *Server) filterPrompts(ctx context.Context, prompts []mcpgo.Prompt) []mcpgo.Prompt {
+	st := stateFrom(ctx)
+	if st == nil {
+		return nil
+	}
+	visible := map[string]bool{}
+	if st.method != string(mcpgo.MethodPromptsGet) {
+		for _, p := range s.reg.VisiblePrompts(ctx, st.caller) {
+			visible[p.Name] = true
+		}
+	}
+	out := prompts[:0:0]
+	for _, p := range prompts {
+		if st.method == string(mcpgo.MethodPromptsGet) && !s.reg.ScreenPrompt(ctx, st.caller, p.Name) || visible[p.Name] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// visibleFingerprint identifies the set of tools caller can see.
+func (s *Server) visibleFingerprint(ctx context.Context, caller capabilities.Caller) string {
+	var names []string
+	for _, c := range s.reg.Visible(ctx, caller) {
+		names = append(names, c.Name)
+	}
+	return fingerprint(names)
+}
+
+// notifyToolsChanged tells a session that listed tools before that its
+// user's visible set changed since.
+func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
+	if s.sessions.swapToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller)) {
+		_ = s.mcp.SendNotificationToSpecificClient(st.sessionID, string(mcpgo.MethodNotificationToolsListChanged), nil)
+	}
+}
+
+func (s *Server) afterInitialize(_ context.Context, _ any, _ *mcpgo.InitializeRequest, res *mcpgo.InitializeResult) {
+	if !slices.Contains(ProtocolVersions, res.ProtocolVersion) {
+		res.ProtocolVersion = mcpgo.LATEST_LEGACY_PROTOCOL_VERSION
+	}
+	if res.Capabilities.Tools != nil {
+		res.Capabilities.Tools.ListChanged = true
+	}
+}
+
+func (s *Server) afterListTools(ctx context.Context, _ any, _ *mcpgo.ListToolsRequest, _ *mcpgo.ListToolsResult) {
+	if st := stateFrom(ctx); st != nil && st.sessionID != "" {
+		s.sessions.setToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller))
+	}
+}
+
+func (s *Server) afterSetLevel(ctx context.Context, _ any, req *mcpgo.SetLevelRequest, _ *mcpgo.EmptyResult) {
+	if st := stateFrom(ctx); st != nil && st.sessionID != "" {
+		s.sessions.setLogLevel(st.sessionID, string(req.Params.Level))
+	}
+}
+
+func (s *Server) afterListResources(ctx context.Context, _ any, _ *mcpgo.ListResourcesRequest, res *mcpgo.ListResourcesResult) {
+	res.Resources = []mcpgo.Resource{}
+	res.NextCursor = ""
+	if st := stateFrom(ctx); st != nil {
+		for _, r := range s.reg.VisibleResources(ctx, st.caller) {
+			res.Resources = append(res.Resources, resourceOf(r))
+		}
+	}
+}
+
+func (s *Server) afterListResourceTemplates(ctx context.Context, _ any, _ *mcpgo.ListResourceTemplatesRequest, res *mcpgo.ListResourceTemplatesResult) {
+	res.ResourceTemplates = []mcpgo.ResourceTemplate{}
+	res.NextCursor = ""
+	if st := stateFrom(ctx); st != nil {
+		for _, r := range s.reg.VisibleResourceTemplates(ctx, st.caller) {
+			res.ResourceTemplates = append(res.ResourceTemplates, templateOf(r))
+		}
+	}
+}
+
+// resolver hands mcp-go a session id manager bound to the request's user.
+type resolver struct{ s *Server }
+
+func (rv resolver) ResolveSessionIdManager(r *http.Request) mcpserver.SessionIdManager {
+	var st *reqState
+	if r != nil {
+		st = stateFrom(r.Context())
+	}
+	return idManager{s: rv.s, st: st}
+}
+
+type idManager struct {
+	s  *Server
+	st *reqState
+}
+
+// Generate makes a session bound to the requesting user.
+func (m idManager) Generate() string {
+	if m.st == nil || m.st.caller.UserID == "" {
+		return ""
+	}
+	id, evicted := m.s.sessions.create(m.st.caller.UserID)
+	m.st.evicted = append(m.st.evicted, evicted...)
+	return id
+}
+
+// Validate accepts only live ids: ServeHTTP has already checked ownership.
+func (m idManager) Validate(id string) (bool, error) {
+	if !m.s.sessions.known(id) {
+		return false, errors.New("mcp: unknown session")
+	}
+	return false, nil
+}
+
+// Terminate ends a session (DELETE, expiry, eviction).
+func (m idManager) Terminate(id string) (bool, error) {
+	m.s.sessions.remove(id)
+	return false, nil
+}
+
+// recorder buffers one non-streaming response.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) copyTo(w http.ResponseWriter) {
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(cmp.Or(r.status, http.StatusOK))
+	w.Write(r.body.Bytes())
+}
+
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}

@@ -1,0 +1,444 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+func TestAuthentication(t *testing.T) {
+	f := newFixture(t)
+	const metadata = `resource_metadata="https://mcp.test/.well-known/oauth-protected-resource/mcp"`
+	tests := []struct {
+		token     string
+		challenge string
+	}{
+		{"", `Bearer ` + metadata},
+		{"garbage", `Bearer error="invalid_token", ` + metadata},
+		{"expired-token", `Bearer error="invalid_token", ` + metadata},
+		{"foreign-token", `Bearer error="invalid_token", ` + metadata},
+		{"ghost-token", `Bearer error="invalid_token", ` + metadata},
+	}
+	for _, tt := range tests {
+		t.Run(cmpOr(tt.token, "none"), func(t *testing.T) {
+			for _, method := range []string{http.MethodPost, http.MethodGet, http.MethodDelete} {
+				resp := f.request(method, tt.token, "", rpc(1, "tools/list", nil))
+				if resp.StatusCode != http.StatusUnauthorized {
+					t.Fatalf("%s: status %d, want 401", method, resp.StatusCode)
+				}
+				if got := resp.Header.Get("WWW-Authenticate"); got != tt.challenge {
+					t.Fatalf("%s: WWW-Authenticate = %s, want %s", method, got, tt.challenge)
+				}
+			}
+		})
+	}
+	t.Run("suspended", func(t *testing.T) {
+		c, _ := f.loader.LoadCaller(t.Context(), "bob")
+		c.State = capabilities.AccountSuspended
+		f.loader.Set(c)
+		if resp := f.request(http.MethodPost, "bob-token", "", rpc(1, "tools/list", nil)); resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("suspended account: status %d, want 403", resp.StatusCode)
+		}
+	})
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func TestInsufficientScope(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	resp := f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/call", map[string]any{"name": "scoped"}))
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("status %d, want 403: %s", resp.StatusCode, readAll(resp))
+	}
+	want := `Bearer error="insufficient_scope", scope="notes:write", resource_metadata="https://mcp.test/.well-known/oauth-protected-resource/mcp"`
+	if got := resp.Header.Get("WWW-Authenticate"); got != want {
+		t.Fatalf("WWW-Authenticate = %s, want %s", got, want)
+	}
+
+	// A hidden capability never answers with a scope challenge: that would
+	// tell a user it exists.
+	resp = f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "adminOnly", "arguments": map[string]any{"text": "x"}}))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("hidden scoped capability: status %d", resp.StatusCode)
+	}
+
+	// With the scope, the call runs.
+	sid2 := f.initialize("alice-notes-token")
+	resp = f.request(http.MethodPost, "alice-notes-token", sid2, rpc(4, "tools/call", map[string]any{"name": "scoped"}))
+	if res := result(t, resp); !strings.Contains(fmt.Sprint(res["result"]), "scoped ok") {
+		t.Fatalf("scoped call = %v", res)
+	}
+}
+
+func TestSessionBoundToUser(t *testing.T) {
+	f := newFixture(t)
+	alice := f.initialize("alice-token")
+	forged := "mcp-session-" + strings.Repeat("0", 36)
+	list := rpc(2, "tools/list", nil)
+
+	tests := []struct {
+		name, method, token, sid string
+		want                     int
+	}{
+		{"owner lists", http.MethodPost, "alice-token", alice, http.StatusOK},
+		{"other user posts", http.MethodPost, "bob-token", alice, http.StatusNotFound},
+		{"forged id posts", http.MethodPost, "alice-token", forged, http.StatusNotFound},
+		{"no id posts", http.MethodPost, "alice-token", "", http.StatusBadRequest},
+		{"other user streams", http.MethodGet, "bob-token", alice, http.StatusNotFound},
+		{"forged id streams", http.MethodGet, "alice-token", forged, http.StatusNotFound},
+		{"no id streams", http.MethodGet, "alice-token", "", http.StatusBadRequest},
+		{"other user deletes", http.MethodDelete, "bob-token", alice, http.StatusNotFound},
+		{"owner still lists", http.MethodPost, "alice-token", alice, http.StatusOK},
+		{"owner deletes", http.MethodDelete, "alice-token", alice, http.StatusOK},
+		{"deleted session", http.MethodPost, "alice-token", alice, http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		resp := f.request(tt.method, tt.token, tt.sid, list)
+		if resp.StatusCode != tt.want {
+			t.Fatalf("%s: status %d, want %d: %s", tt.name, resp.StatusCode, tt.want, readAll(resp))
+		}
+	}
+}
+
+func TestOtherUsersSessionAnswersLikeForged(t *testing.T) {
+	f := newFixture(t)
+	alice := f.initialize("alice-token")
+	foreign := f.request(http.MethodPost, "bob-token", alice, rpc(2, "tools/list", nil))
+	forged := f.request(http.MethodPost, "bob-token", "nonsense", rpc(2, "tools/list", nil))
+	a, b := readAll(foreign), readAll(forged)
+	strip := func(s, id string) string { return strings.ReplaceAll(s, id, "ID") }
+	if strip(a, foreign.Header.Get("X-Request-Id")) != strip(b, forged.Header.Get("X-Request-Id")) {
+		t.Fatalf("foreign session answers %q, forged %q", a, b)
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.MaxBodyBytes = 1024 })
+	sid := f.initialize("alice-token")
+	big := rpc(2, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": strings.Repeat("x", 2048)}})
+	if resp := f.request(http.MethodPost, "alice-token", sid, big); resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", resp.StatusCode)
+	}
+	// Without a Content-Length the limit still holds while reading.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, struct{ *strings.Reader }{strings.NewReader(big)})
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set(sessionHeader, sid)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	if resp.ContentLength == -1 && resp.StatusCode != http.StatusRequestEntityTooLarge || resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked: status %d, want 413", resp.StatusCode)
+	}
+	small := rpc(3, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "hi"}})
+	if resp := f.request(http.MethodPost, "alice-token", sid, small); resp.StatusCode != http.StatusOK {
+		t.Fatalf("small body: status %d", resp.StatusCode)
+	}
+}
+
+func TestInternalErrorsAreGeneric(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	for _, name := range []string{"fail", "boom"} {
+		resp := f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/call", map[string]any{"name": name}))
+		requestID := resp.Header.Get("X-Request-Id")
+		res := result(t, resp)
+		body, _ := json.Marshal(res)
+		if strings.Contains(string(body), "hunter2") {
+			t.Fatalf("%s leaks its detail: %s", name, body)
+		}
+		want := "internal error (request id " + requestID + ")"
+		if !strings.Contains(string(body), want) || !strings.Contains(string(body), `"isError":true`) {
+			t.Fatalf("%s answered %s, want a tool error %q", name, body, want)
+		}
+		if logs := f.logs.String(); !strings.Contains(logs, "hunter2") || !strings.Contains(logs, requestID) {
+			t.Fatalf("%s: detail or request id missing from the log:\n%s", name, logs)
+		}
+	}
+}
+
+func TestHiddenAnswersLikeUnknownOverHTTP(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	call := func(name string) string {
+		resp := f.request(http.MethodPost, "alice-token", sid, rpc(7, "tools/call", map[string]any{"name": name, "arguments": map[string]any{"text": "x"}}))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d", name, resp.StatusCode)
+		}
+		return strings.ReplaceAll(readAll(resp), name, "NAME")
+	}
+	hidden, unknown := call("adminOnly"), call("adminOnlx")
+	if hidden != unknown {
+		t.Fatalf("hidden answers %s\nunknown answers %s", hidden, unknown)
+	}
+	denials := f.audit.Denials()
+	if len(denials) != 1 || denials[0].Reason != capabilities.ReasonRole || denials[0].Name != "adminOnly" {
+		t.Fatalf("denials = %+v, want one role denial for adminOnly", denials)
+	}
+
+	names := func(token, sid string) []string {
+		res := result(t, f.request(http.MethodPost, token, sid, rpc(8, "tools/list", nil)))
+		var out []string
+		for _, tool := range res["result"].(map[string]any)["tools"].([]any) {
+			out = append(out, tool.(map[string]any)["name"].(string))
+		}
+		return out
+	}
+	if got := strings.Join(names("alice-token", sid), ","); strings.Contains(got, "adminOnly") || !strings.Contains(got, "whoami") {
+		t.Fatalf("alice lists %s", got)
+	}
+	if got := strings.Join(names("admin-token", f.initialize("admin-token")), ","); !strings.Contains(got, "adminOnly") {
+		t.Fatalf("admin lists %s", got)
+	}
+}
+
+func TestToolAnnotationsExplicit(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	res := result(t, f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil)))
+	for _, raw := range res["result"].(map[string]any)["tools"].([]any) {
+		tool := raw.(map[string]any)
+		ann, _ := tool["annotations"].(map[string]any)
+		for _, hint := range []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"} {
+			if _, ok := ann[hint]; !ok {
+				t.Errorf("%s: %s not set", tool["name"], hint)
+			}
+		}
+		if tool["name"] == "echo" && (ann["destructiveHint"] != false || ann["openWorldHint"] != false) {
+			t.Errorf("echo annotations = %v", ann)
+		}
+	}
+}
+
+// TestConcurrentCallsOnOneSession holds two calls of one session in flight
+// together and checks each response stream carries only its own progress.
+func TestConcurrentCallsOnOneSession(t *testing.T) {
+	f := newFixture(t)
+	f.gate = newBarrier(2)
+	sid := f.initialize("alice-token")
+	var wg sync.WaitGroup
+	streams := make([][]map[string]any, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			tag := fmt.Sprint("call", i)
+			resp := f.request(http.MethodPost, "alice-token", sid, rpc(10+i, "tools/call", map[string]any{
+				"name": "progress", "arguments": map[string]any{"tag": tag},
+				"_meta": map[string]any{"progressToken": tag},
+			}))
+			streams[i] = messages(t, resp)
+		})
+	}
+	wg.Wait()
+	for i, msgs := range streams {
+		tag := fmt.Sprint("call", i)
+		progress := 0
+		for _, m := range msgs {
+			params, _ := m["params"].(map[string]any)
+			switch m["method"] {
+			case "notifications/progress":
+				progress++
+				if params["progressToken"] != tag || params["message"] != "alice/"+tag {
+					t.Errorf("stream %d got progress %v", i, params)
+				}
+			case "notifications/message":
+				if params["data"] != "alice/"+tag {
+					t.Errorf("stream %d got log %v", i, params)
+				}
+			}
+		}
+		if progress != 3 {
+			t.Errorf("stream %d: %d progress notifications, want 3: %v", i, progress, msgs)
+		}
+	}
+}
+
+func TestSessionExpiryAndBounds(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.SessionTTL = time.Minute; o.MaxSessionsPerUser = 2 })
+	list := rpc(2, "tools/list", nil)
+
+	first := f.initialize("alice-token")
+	second := f.initialize("alice-token")
+	f.clock.Advance(time.Second)
+	f.request(http.MethodPost, "alice-token", first, list) // first is now the most recent
+	third := f.initialize("alice-token")                   // evicts second
+	for sid, want := range map[string]int{first: 200, second: 404, third: 200} {
+		if resp := f.request(http.MethodPost, "alice-token", sid, list); resp.StatusCode != want {
+			t.Fatalf("session status %d, want %d", resp.StatusCode, want)
+		}
+	}
+	if n := f.srv.sessions.len(); n != 2 {
+		t.Fatalf("%d live sessions, want 2", n)
+	}
+
+	f.clock.Advance(59 * time.Second)
+	f.srv.sweep()
+	if n := f.srv.sessions.len(); n != 2 {
+		t.Fatalf("sessions expired early: %d live", n)
+	}
+	f.clock.Advance(2 * time.Second)
+	f.srv.sweep()
+	if n := f.srv.sessions.len(); n != 0 {
+		t.Fatalf("%d sessions after the TTL, want 0", n)
+	}
+	if resp := f.request(http.MethodPost, "alice-token", first, list); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("expired session: status %d", resp.StatusCode)
+	}
+}
+
+func TestSessionLimit(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.MaxSessions = 1 })
+	f.initialize("alice-token")
+	resp := f.request(http.MethodPost, "bob-token", "", rpc(1, "initialize", map[string]any{
+		"protocolVersion": testProtocol, "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"},
+	}))
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503", resp.StatusCode)
+	}
+}
+
+// TestListChangedOnlyWhenVisibleSetChanges reads a session's GET stream:
+// a capability the user cannot see changes nothing; gaining a role does.
+// Sentinels sent by the test mark the points between the two.
+func TestListChangedOnlyWhenVisibleSetChanges(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	stream := f.request(http.MethodGet, "alice-token", sid, "")
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %d", stream.StatusCode)
+	}
+	ping := func() {
+		if resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("ping: %d", resp.StatusCode)
+		}
+	}
+	sentinel := func(n int) {
+		must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", map[string]any{"n": n}))
+	}
+	f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil))
+
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "adminExtra", Domain: "test", Description: "Another admin tool.", Annotations: readOnly,
+		Requires: capabilities.Requirement{Role: capabilities.RoleAdmin},
+		Handler: func(_ context.Context, _ *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			return capabilities.TextResult("x"), nil
+		},
+	})))
+	ping()
+	sentinel(1)
+	c, _ := f.loader.LoadCaller(t.Context(), "alice")
+	c.Roles = append(c.Roles, capabilities.RoleAdmin)
+	f.loader.Set(c)
+	ping()
+	sentinel(2)
+
+	var got []string
+	dec := sseReader(stream)
+	for len(got) < 3 {
+		m := dec()
+		if m == nil {
+			t.Fatalf("stream ended after %v", got)
+		}
+		got = append(got, fmt.Sprint(m["method"]))
+	}
+	want := []string{"test/sentinel", "notifications/tools/list_changed", "test/sentinel"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("stream carried %v, want %v", got, want)
+	}
+}
+
+func TestProtocolVersions(t *testing.T) {
+	f := newFixture(t)
+	resp := f.request(http.MethodPost, "alice-token", "", rpc(1, "initialize", map[string]any{
+		"protocolVersion": "2024-11-05", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"},
+	}))
+	res := result(t, resp)
+	if v := res["result"].(map[string]any)["protocolVersion"]; v != "2025-11-25" {
+		t.Fatalf("negotiated %v for a 2024-11-05 client", v)
+	}
+	sid := resp.Header.Get(sessionHeader)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(rpc(2, "tools/list", nil)))
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set(sessionHeader, sid)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(versionHeader, "2024-11-05")
+	r2, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer r2.Body.Close()
+	if r2.StatusCode != http.StatusBadRequest {
+		t.Fatalf("2024-11-05 header: status %d, want 400", r2.StatusCode)
+	}
+}
+
+// TestStatelessProtocol calls a tool with protocol 2026-07-28, which has no
+// sessions: the request stands alone and is still authenticated.
+func TestStatelessProtocol(t *testing.T) {
+	f := newFixture(t)
+	body := rpc(1, "tools/call", map[string]any{
+		"name": "whoami", "arguments": map[string]any{},
+		"_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "t", "version": "1"},
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+		},
+	})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer bob-token")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(versionHeader, "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "whoami")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	res := result(t, resp)
+	if !strings.Contains(fmt.Sprint(res), "userId:bob") {
+		t.Fatalf("stateless whoami = %v", res)
+	}
+	if resp.Header.Get(sessionHeader) != "" {
+		t.Fatal("stateless request got a session id")
+	}
+}
+
+func TestAnonymousOnlyOnLoopback(t *testing.T) {
+	anon := capabilities.Caller{UserID: "anon", State: capabilities.AccountActive, AllScopes: true}
+	f := newFixture(t, func(o *Options) { o.Anonymous = &anon })
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(rpc(1, "tools/list", nil)))
+	req.RemoteAddr = "192.0.2.1:4000"
+	f.srv.ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("non-loopback anonymous request: %d, want 403", rec.Code)
+	}
+	if sid := f.initialize(""); sid == "" {
+		t.Fatal("loopback anonymous request refused")
+	}
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{})
+	for name, o := range map[string]Options{
+		"no registry": {BaseURL: "https://x", Anonymous: &capabilities.Caller{}},
+		"no verifier": {Registry: reg, BaseURL: "https://x"},
+		"bad base":    {Registry: reg, BaseURL: "/relative", Anonymous: &capabilities.Caller{}},
+	} {
+		if s, err := New(o); err == nil {
+			s.Close()
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

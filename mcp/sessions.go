@@ -1,0 +1,248 @@
+package mcp
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// session is one legacy (session-based) MCP session, bound to the user who
+// created it.
+type session struct {
+	id       string
+	userID   string
+	lastSeen time.Time
+	busy     int    // requests and GET streams in progress
+	toolsFP  string // fingerprint of the tool names the client last listed
+	logLevel string // level set with logging/setLevel; "" sends everything
+	streams  map[int]func()
+	nextID   int
+}
+
+// sessionStore binds session ids to users and bounds how many live: each
+// user keeps at most perUser sessions (the least recently used is evicted)
+// and the whole store at most total (new sessions are refused beyond it).
+type sessionStore struct {
+	mu       sync.Mutex
+	byID     map[string]*session
+	internal map[string]string // per-request id -> session id
+	ttl      time.Duration
+	perUser  int
+	total    int
+	seq      uint64
+	now      func() time.Time
+}
+
+func newSessionStore(ttl time.Duration, perUser, total int, now func() time.Time) *sessionStore {
+	return &sessionStore{
+		byID: map[string]*session{}, internal: map[string]string{},
+		ttl: ttl, perUser: perUser, total: total, now: now,
+	}
+}
+
+func newSessionID() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// create makes a session for userID. It returns "" when the store is full,
+// and the ids of sessions evicted to make room for this user.
+func (s *sessionStore) create(userID string) (id string, evicted []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var mine []*session
+	for _, se := range s.byID {
+		if se.userID == userID {
+			mine = append(mine, se)
+		}
+	}
+	for len(mine) >= s.perUser {
+		oldest := 0
+		for i, se := range mine {
+			if se.lastSeen.Before(mine[oldest].lastSeen) {
+				oldest = i
+			}
+		}
+		evicted = append(evicted, mine[oldest].id)
+		s.dropLocked(mine[oldest])
+		mine = append(mine[:oldest], mine[oldest+1:]...)
+	}
+	if len(s.byID) >= s.total {
+		return "", evicted
+	}
+	id = newSessionID()
+	s.byID[id] = &session{id: id, userID: userID, lastSeen: s.now(), streams: map[int]func(){}}
+	return id, evicted
+}
+
+// owned returns the session id if it exists and belongs to userID. A
+// missing and a foreign session are indistinguishable to the caller.
+func (s *sessionStore) owned(id, userID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	if !ok || se.userID != userID {
+		return false
+	}
+	se.lastSeen = s.now()
+	return true
+}
+
+// known reports whether id is a live session or per-request id.
+func (s *sessionStore) known(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byID[id]; ok {
+		return true
+	}
+	_, ok := s.internal[id]
+	return ok
+}
+
+// begin marks a request in progress on session id; the returned func ends
+// it. With perRequest it also mints a per-request id that the transport
+// uses in place of the session id, so that the request gets its own
+// notification channel.
+func (s *sessionStore) begin(id string, perRequest bool) (internalID string, end func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	if !ok {
+		return "", func() {}
+	}
+	se.busy++
+	if perRequest {
+		s.seq++
+		internalID = id + "." + strconv.FormatUint(s.seq, 36)
+		s.internal[internalID] = id
+	}
+	return internalID, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		se.busy--
+		se.lastSeen = s.now()
+		delete(s.internal, internalID)
+	}
+}
+
+// inFlight lists the per-request ids currently open on session id.
+func (s *sessionStore) inFlight(id string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for internal, external := range s.internal {
+		if external == id {
+			out = append(out, internal)
+		}
+	}
+	return out
+}
+
+// stream registers a GET stream's cancel func, called when the session
+// ends; the returned func unregisters it.
+func (s *sessionStore) stream(id string, cancel func()) (done func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	if !ok {
+		cancel()
+		return func() {}
+	}
+	se.nextID++
+	n := se.nextID
+	se.streams[n] = cancel
+	se.busy++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(se.streams, n)
+		se.busy--
+		se.lastSeen = s.now()
+	}
+}
+
+// remove ends a session and reports whether it existed.
+func (s *sessionStore) remove(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	if ok {
+		s.dropLocked(se)
+	}
+	return ok
+}
+
+func (s *sessionStore) dropLocked(se *session) {
+	delete(s.byID, se.id)
+	for _, cancel := range se.streams {
+		cancel()
+	}
+}
+
+// expire removes sessions idle for longer than the TTL (a session with a
+// request or stream in progress is not idle) and returns their ids.
+func (s *sessionStore) expire() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cutoff := s.now().Add(-s.ttl)
+	var out []string
+	for _, se := range s.byID {
+		if se.busy == 0 && se.lastSeen.Before(cutoff) {
+			out = append(out, se.id)
+			s.dropLocked(se)
+		}
+	}
+	return out
+}
+
+func (s *sessionStore) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byID)
+}
+
+// setToolsFP records the fingerprint of the tools a session listed.
+func (s *sessionStore) setToolsFP(id, fp string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		se.toolsFP = fp
+	}
+}
+
+// swapToolsFP replaces a listed fingerprint with fp and reports whether the
+// session had listed tools before and they differ.
+func (s *sessionStore) swapToolsFP(id, fp string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	if !ok || se.toolsFP == "" || se.toolsFP == fp {
+		return false
+	}
+	se.toolsFP = fp
+	return true
+}
+
+func (s *sessionStore) setLogLevel(id, level string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		se.logLevel = level
+	}
+}
+
+func (s *sessionStore) logLevel(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		return se.logLevel
+	}
+	return ""
+}
+
+// fingerprint identifies a set of names (already sorted).
+func fingerprint(names []string) string { return "#" + strings.Join(names, "\x00") }
