@@ -77,10 +77,12 @@ func folder(db bun.IDB) (string, error) {
 	}
 }
 
-// Load returns the embedded migrations of one dialect folder ("sqlite" or
-// "postgres") in version order.
-func Load(dir string) ([]Migration, error) {
-	entries, err := fs.ReadDir(files, dir)
+// Load returns enclave's embedded migrations of one dialect folder
+// ("sqlite" or "postgres") in version order.
+func Load(dir string) ([]Migration, error) { return load(files, dir) }
+
+func load(fsys fs.FS, dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: read %s: %w", dir, err)
 	}
@@ -90,7 +92,7 @@ func Load(dir string) ([]Migration, error) {
 		if m == nil {
 			return nil, fmt.Errorf("migrations: %s/%s: want NNNN_name.up.sql", dir, e.Name())
 		}
-		body, err := fs.ReadFile(files, path.Join(dir, e.Name()))
+		body, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("migrations: read %s: %w", e.Name(), err)
 		}
@@ -111,21 +113,46 @@ var ErrChecksumMismatch = errors.New("migrations: applied migration has changed"
 
 type record struct {
 	bun.BaseModel `bun:"table:schema_migrations"`
+	Source        string    `bun:"source,pk"`
 	Version       int       `bun:"version,pk"`
 	Name          string    `bun:"name,notnull"`
 	Checksum      string    `bun:"checksum,notnull"`
 	AppliedAt     time.Time `bun:"applied_at,notnull"`
 }
 
-// Apply runs every pending migration on db, in order. db must be the primary
-// (writable) handle; on SQLite, one opened by package storage, whose
-// transactions begin immediately.
+// Source is a named set of migrations: enclave's own, or an embedder's for
+// the tables of its own capabilities. FS holds the folders sqlite/ and
+// postgres/ with NNNN_name.up.sql files; versions are per source.
+type Source struct {
+	Name string
+	FS   fs.FS
+}
+
+// EnclaveSource is the name under which enclave's own migrations are
+// recorded.
+const EnclaveSource = "enclave"
+
+// Apply runs every pending enclave migration on db, in order. db must be
+// the primary (writable) handle; on SQLite, one opened by package storage,
+// whose transactions begin immediately.
 func Apply(ctx context.Context, db *bun.DB) (Result, error) {
+	return ApplySource(ctx, db, Source{Name: EnclaveSource, FS: files})
+}
+
+var sourceName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// ApplySource runs the pending migrations of src on db, with the same
+// guarantees as Apply. Apply enclave's migrations first: an embedder's
+// tables reference users.
+func ApplySource(ctx context.Context, db *bun.DB, src Source) (Result, error) {
+	if !sourceName.MatchString(src.Name) || src.FS == nil {
+		return Result{}, fmt.Errorf("migrations: source %q: want a lowercase name and an FS", src.Name)
+	}
 	dir, err := folder(db)
 	if err != nil {
 		return Result{}, err
 	}
-	all, err := Load(dir)
+	all, err := load(src.FS, dir)
 	if err != nil {
 		return Result{}, err
 	}
@@ -140,7 +167,7 @@ func Apply(ctx context.Context, db *bun.DB) (Result, error) {
 		ran := false
 		err := locked(ctx, db, func(tx bun.Tx) error {
 			var got []record
-			if err := tx.NewSelect().Model(&got).Where("version = ?", m.Version).Scan(ctx); err != nil {
+			if err := tx.NewSelect().Model(&got).Where("source = ? AND version = ?", src.Name, m.Version).Scan(ctx); err != nil {
 				return err
 			}
 			if len(got) == 1 {
@@ -152,7 +179,7 @@ func Apply(ctx context.Context, db *bun.DB) (Result, error) {
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
-			rec := &record{Version: m.Version, Name: m.Name, Checksum: m.Checksum, AppliedAt: time.Now().UTC()}
+			rec := &record{Source: src.Name, Version: m.Version, Name: m.Name, Checksum: m.Checksum, AppliedAt: time.Now().UTC()}
 			if _, err := tx.NewInsert().Model(rec).Exec(ctx); err != nil {
 				return err
 			}
@@ -170,7 +197,7 @@ func Apply(ctx context.Context, db *bun.DB) (Result, error) {
 		}
 	}
 	var versions []int
-	if err := db.NewSelect().Model((*record)(nil)).Column("version").Order("version").Scan(ctx, &versions); err != nil {
+	if err := db.NewSelect().Model((*record)(nil)).Column("version").Where("source = ?", src.Name).Order("version").Scan(ctx, &versions); err != nil {
 		return res, fmt.Errorf("migrations: read applied: %w", err)
 	}
 	known := make(map[int]bool, len(all))

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
@@ -203,11 +204,36 @@ func TestFailedMigrationIsNotRecorded(t *testing.T) {
 func TestChangedMigrationIsRefused(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		if _, err := s.DB.NewUpdate().Table("schema_migrations").Set("checksum = ?", "tampered").Where("version = 1").Exec(ctx); err != nil {
+		if _, err := s.DB.NewUpdate().Table("schema_migrations").Set("checksum = ?", "tampered").Where("source = ? AND version = 1", migrations.EnclaveSource).Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := migrations.Apply(ctx, s.DB); !errors.Is(err, migrations.ErrChecksumMismatch) {
 			t.Fatalf("Apply = %v, want ErrChecksumMismatch", err)
+		}
+	})
+}
+
+// An embedder's migrations are recorded under their own source name, with
+// versions of their own.
+func TestApplySource(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		src := migrations.Source{Name: "notes", FS: fstest.MapFS{
+			"sqlite/0001_notes.up.sql":   {Data: []byte("CREATE TABLE notes (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users (id))")},
+			"postgres/0001_notes.up.sql": {Data: []byte("CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users (id))")},
+		}}
+		res, err := migrations.ApplySource(ctx, s.DB, src)
+		if err != nil || len(res.Applied) != 1 || res.Current != 1 {
+			t.Fatalf("first apply: %+v, %v", res, err)
+		}
+		if res, err := migrations.ApplySource(ctx, s.DB, src); err != nil || len(res.Applied) != 0 {
+			t.Fatalf("second apply: %+v, %v", res, err)
+		}
+		if res, err := migrations.Apply(ctx, s.DB); err != nil || len(res.Applied) != 0 || len(res.Unknown) != 0 {
+			t.Fatalf("enclave's migrations after an embedder's: %+v, %v", res, err)
+		}
+		if _, err := migrations.ApplySource(ctx, s.DB, migrations.Source{Name: "Bad Name", FS: src.FS}); err == nil {
+			t.Fatal("a bad source name was accepted")
 		}
 	})
 }
