@@ -9,6 +9,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/internal/requestid"
 )
 
 // wire is how one domain error code travels over MCP: as a tool error
@@ -63,7 +64,7 @@ func writeHTTPError(w http.ResponseWriter, status int, msg, requestID string) {
 		code = mcpgo.INTERNAL_ERROR
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Request-Id", requestID)
+	w.Header().Set(requestid.Header, requestID)
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(map[string]any{
 		"jsonrpc": "2.0",

@@ -19,8 +19,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +37,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/internal/requestid"
 )
 
 // Path is where the handler expects to be mounted.
@@ -269,16 +268,13 @@ func (e envelope) isResponse() bool {
 	return e.Method == "" && len(e.ID) > 0 && (len(e.Result) > 0 || len(e.Error) > 0)
 }
 
-func newRequestID() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // ServeHTTP serves MCP.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	requestID := newRequestID()
-	w.Header().Set("X-Request-Id", requestID)
+	requestID := requestid.FromContext(r.Context())
+	if requestID == "" {
+		requestID = requestid.New()
+		w.Header().Set(requestid.Header, requestID)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
