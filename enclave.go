@@ -46,6 +46,10 @@ type Config struct {
 	// its context ends. Default 15 s.
 	ShutdownTimeout time.Duration
 
+	// Migrations are the embedder's own migration sources, applied in order
+	// after enclave's (see migrations.ApplySource).
+	Migrations []migrations.Source
+
 	// Accounts tunes password hashing, password policy and sessions; see
 	// accounts.Config for each default.
 	Accounts accounts.Config
@@ -134,7 +138,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
 	for _, m := range res.Applied {
-		cfg.Logger.Info("migration applied", "version", m.Version, "name", m.Name)
+		cfg.Logger.Info("migration applied", "source", migrations.EnclaveSource, "version", m.Version, "name", m.Name)
+	}
+	for _, src := range cfg.Migrations {
+		r, err := migrations.ApplySource(ctx, store.DB, src)
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+		for _, m := range r.Applied {
+			cfg.Logger.Info("migration applied", "source", src.Name, "version", m.Version, "name", m.Name)
+		}
 	}
 	if len(res.Unknown) > 0 {
 		cfg.Logger.Warn("database has migrations this binary does not know; a newer release migrated it", "versions", res.Unknown)
