@@ -43,9 +43,12 @@ func commands() []command {
 	return []command{
 		{name: "admin grant", args: "EMAIL", summary: "give an account the admin role", run: runAdminGrant},
 		{name: "admin revoke", args: "EMAIL", summary: "take the admin role from an account (never the last admin)", run: runAdminRevoke},
+		exportCommand(),
+		{name: "keys rotate", summary: "make new data and session keys and re-encrypt every secret", run: runKeysRotate},
 		{name: "migrate", summary: "apply pending database migrations and exit", run: runMigrate},
 		{name: "serve", summary: "run the server (migrates first)", run: runServe},
 		userCreate(),
+		{name: "user delete", args: "EMAIL", summary: "delete an account and everything it owns (retry after a failure)", run: runUserDelete},
 		{name: "user suspend", args: "EMAIL", summary: "suspend an account: refused everywhere until unsuspended", run: runUserSuspend},
 		{name: "user unsuspend", args: "EMAIL", summary: "lift an account's suspension", run: runUserUnsuspend},
 		{name: "version", summary: "print the version", run: runVersion},

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// withServer assembles the server (stores, migrations, domains, inventory)
+// without serving, for commands that need the whole inventory.
+func withServer(ctx context.Context, o *options, fn func(*enclave.Server) error) error {
+	srv, err := enclave.New(ctx, o.cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	return fn(srv)
+}
+
+func exportCommand() command {
+	var user, out string
+	return command{
+		name:    "export",
+		summary: "write an account's complete export (every registered surface) as JSON",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&user, "user", "", "email of the account to export (required)")
+			fs.StringVar(&out, "out", "", "file to write (required; - for standard output); written with mode 0600")
+		},
+		run: func(ctx context.Context, e *Env, o *options, args []string) error {
+			if user == "" || out == "" || len(args) > 0 {
+				return fmt.Errorf("%w: enclave export --user EMAIL --out FILE", errUsage)
+			}
+			return withServer(ctx, o, func(srv *enclave.Server) error {
+				u, err := userByEmail(ctx, srv.Accounts(), user)
+				if err != nil {
+					return err
+				}
+				owner := storage.Owner{ID: u.ID, StableID: u.StableID}
+				if out == "-" {
+					return srv.Lifecycle().WriteExport(ctx, owner, e.Stdout)
+				}
+				if err := writeFileAtomic(out, func(w io.Writer) error { return srv.Lifecycle().WriteExport(ctx, owner, w) }); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.Stdout, "exported %s to %s\n", describe(u), out)
+				return nil
+			})
+		},
+	}
+}
+
+// writeFileAtomic writes path through a temporary file in the same
+// directory, so a failed export never leaves a partial file behind.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".enclave-export-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := write(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func runUserDelete(ctx context.Context, e *Env, o *options, args []string) error {
+	email, err := oneEmail("user delete", args)
+	if err != nil {
+		return err
+	}
+	return withServer(ctx, o, func(srv *enclave.Server) error {
+		u, err := userByEmail(ctx, srv.Accounts(), email)
+		if err != nil {
+			return err
+		}
+		res, err := srv.Lifecycle().Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
+		surfaces := make([]string, 0, len(res.Deleted))
+		for s := range res.Deleted {
+			surfaces = append(surfaces, s)
+		}
+		slices.Sort(surfaces)
+		for _, s := range surfaces {
+			fmt.Fprintf(e.Stdout, "  %-28s %d removed\n", s, res.Deleted[s])
+		}
+		for _, w := range res.Warnings {
+			fmt.Fprintf(e.Stdout, "  warning: %s\n", w)
+		}
+		if err != nil {
+			return fmt.Errorf("%w\nthe account is kept, marked deleting (writes refused); run the command again to finish", err)
+		}
+		fmt.Fprintf(e.Stdout, "deleted %s\n", describe(u))
+		return nil
+	})
+}
+
+func runKeysRotate(ctx context.Context, e *Env, o *options, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: keys rotate takes no arguments", errUsage)
+	}
+	return withServer(ctx, o, func(srv *enclave.Server) error {
+		res, err := srv.Secrets().RotateKeys(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "new data key %d; %d secrets re-encrypted, %d failed\n", res.KeyID, res.Reencrypted, res.Failed)
+		if err := srv.Accounts().RotateSessionKey(ctx); err != nil {
+			return fmt.Errorf("session key: %w", err)
+		}
+		fmt.Fprintln(e.Stdout, "new session signing key; existing sessions stay valid until they expire")
+		if res.Failed > 0 {
+			return fmt.Errorf("%d secrets could not be decrypted and were left as they were: %s", res.Failed,
+				strings.TrimSpace("check that the keeper (--keeper-url) is the one that sealed them"))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// seed creates accounts in the data dir through the library, with a secret
+// each, and returns the data dir.
+func seed(t *testing.T, names ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	srv, err := enclave.New(ctx, enclave.Config{DataDir: dir, Logger: quietLog(), Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, n := range names {
+		u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: n + "@example.com", Username: n, Password: "a long password for " + n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := srv.Secrets().Set(ctx, storage.Owner{ID: u.ID, StableID: u.StableID}, "token", "", []byte("value-of-"+n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestExportCommand(t *testing.T) {
+	dir := seed(t, "alice", "bob")
+	out := filepath.Join(t.TempDir(), "alice.json")
+	code, stdout, stderr := run(t, nil, "export", "--data-dir", dir, "--user", "Alice@Example.com", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "exported alice@example.com") {
+		t.Fatalf("export: %d %q %q", code, stdout, stderr)
+	}
+	info, err := os.Stat(out)
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("export file %v, %v; want mode 0600", info, err)
+	}
+	raw, _ := os.ReadFile(out)
+	var doc struct {
+		Manifest struct {
+			SchemaVersion int `json:"schemaVersion"`
+			Security      struct {
+				SecretValuesExported bool `json:"secretValuesExported"`
+			} `json:"security"`
+		} `json:"manifest"`
+		Sections []json.RawMessage `json:"sections"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("export is not JSON: %v", err)
+	}
+	if doc.Manifest.SchemaVersion != 1 || doc.Manifest.Security.SecretValuesExported || len(doc.Sections) == 0 {
+		t.Fatalf("export %s", raw)
+	}
+	for _, leak := range []string{"value-of-", "bob", "argon2id"} {
+		if strings.Contains(string(raw), leak) {
+			t.Errorf("alice's export contains %q", leak)
+		}
+	}
+	if code, _, stderr := run(t, nil, "export", "--data-dir", dir, "--user", "nobody@example.com", "--out", out); code != 1 || !strings.Contains(stderr, "no account has the email") {
+		t.Fatalf("unknown user: %d %q", code, stderr)
+	}
+	if code, _, _ := run(t, nil, "export", "--data-dir", dir, "--user", "alice@example.com"); code != 2 {
+		t.Fatalf("missing --out: exit %d, want 2", code)
+	}
+}
+
+func TestUserDeleteCommand(t *testing.T) {
+	dir := seed(t, "alice", "bob")
+	ctx := context.Background()
+	srv, err := enclave.New(ctx, enclave.Config{DataDir: dir, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := srv.Accounts().UserByEmail(ctx, "bob@example.com")
+	if _, err := srv.Accounts().AssignRole(ctx, bob.ID, capabilities.RoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+
+	code, stdout, stderr := run(t, nil, "user", "delete", "--data-dir", dir, "alice@example.com")
+	if code != 0 || !strings.Contains(stdout, "deleted alice@example.com") || !strings.Contains(stdout, "sql:user_secrets") {
+		t.Fatalf("delete: %d %q %q", code, stdout, stderr)
+	}
+	code, _, stderr = run(t, nil, "user", "delete", "--data-dir", dir, "bob@example.com")
+	if code != 1 || !strings.Contains(stderr, "last admin") {
+		t.Fatalf("deleting the last admin: %d %q", code, stderr)
+	}
+	code, _, stderr = run(t, nil, "user", "delete", "--data-dir", dir, "alice@example.com")
+	if code != 1 || !strings.Contains(stderr, "no account has the email") {
+		t.Fatalf("deleting a deleted account: %d %q", code, stderr)
+	}
+}
+
+func TestKeysRotateCommand(t *testing.T) {
+	dir := seed(t, "alice", "bob")
+	code, stdout, stderr := run(t, nil, "keys", "rotate", "--data-dir", dir)
+	if code != 0 || !strings.Contains(stdout, "2 secrets re-encrypted, 0 failed") {
+		t.Fatalf("keys rotate: %d %q %q", code, stdout, stderr)
+	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
