@@ -185,11 +185,13 @@ func (s *Server) Cleanup(ctx context.Context) (tokens, clients int64, err error)
 }
 
 // InventoryTables lists the user-owned tables of package oauth for the
-// storage ownership inventory. Exports redact every credential-like column.
+// storage ownership inventory. Grants and consents are exported; tokens are
+// nothing but credentials, so they are deleted with the account and never
+// exported.
 func InventoryTables() []storage.Table {
 	return []storage.Table{
 		{Name: "oauth_grants"},
 		{Name: "oauth_consents"},
-		{Name: "oauth_tokens", KeyColumn: "signature", Redact: []string{"signature", "request", "successor", "access_signature"}},
+		{Name: "oauth_tokens", KeyColumn: "signature", SkipExport: true},
 	}
 }
