@@ -48,9 +48,12 @@ type Config struct {
 	// names at run time (ReserveUsername, ReleaseUsername), stored in SQL.
 	ReservedUsernames []string
 
-	// PasswordSetupTTL is how long a password-setup link stays valid.
-	// Default 72 hours.
+	// PasswordSetupTTL is how long a password-setup link (for an account
+	// created without a password) stays valid. Default 72 hours.
 	PasswordSetupTTL time.Duration
+	// PasswordResetTTL is how long a password-reset link stays valid.
+	// Default 1 hour.
+	PasswordResetTTL time.Duration
 
 	// Logger receives warnings (for example a failed role lookup). Default
 	// slog.Default().
@@ -67,6 +70,7 @@ const (
 	DefaultSessionLifetime    = 7 * 24 * time.Hour
 	DefaultRememberMeLifetime = 30 * 24 * time.Hour
 	DefaultPasswordSetupTTL   = 72 * time.Hour
+	DefaultPasswordResetTTL   = time.Hour
 )
 
 func (c Config) withDefaults() Config {
@@ -85,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PasswordSetupTTL <= 0 {
 		c.PasswordSetupTTL = DefaultPasswordSetupTTL
+	}
+	if c.PasswordResetTTL <= 0 {
+		c.PasswordResetTTL = DefaultPasswordResetTTL
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

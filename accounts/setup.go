@@ -40,10 +40,14 @@ func hashToken(token string) string {
 }
 
 func (s *Service) insertSetupToken(ctx context.Context, tx bun.IDB, userID int64, now time.Time) (string, error) {
+	return s.insertToken(ctx, tx, userID, now, s.cfg.PasswordSetupTTL)
+}
+
+func (s *Service) insertToken(ctx context.Context, tx bun.IDB, userID int64, now time.Time, ttl time.Duration) (string, error) {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	token := base64.RawURLEncoding.EncodeToString(b)
-	row := &setupToken{TokenHash: hashToken(token), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(s.cfg.PasswordSetupTTL)}
+	row := &setupToken{TokenHash: hashToken(token), UserID: userID, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	if _, err := tx.NewInsert().Model(row).Returning("NULL").Exec(ctx); err != nil {
 		return "", fmt.Errorf("insert password-setup token: %w", err)
 	}
@@ -54,19 +58,38 @@ func (s *Service) insertSetupToken(ctx context.Context, tx bun.IDB, userID int64
 // userID (earlier ones stay valid until used or expired). Only its hash is
 // stored. ErrDeleting for an account being deleted.
 func (s *Service) NewPasswordSetupToken(ctx context.Context, userID int64) (string, error) {
+	token, err := s.newToken(ctx, userID, s.cfg.PasswordSetupTTL)
+	if err != nil {
+		return "", fmt.Errorf("accounts: new password-setup token: %w", err)
+	}
+	return token, nil
+}
+
+// NewPasswordResetToken is NewPasswordSetupToken for a forgotten password:
+// the token is valid for Config.PasswordResetTTL and is redeemed the same
+// way, with SetPasswordWithToken (at PasswordSetupPath). Using it ends every
+// earlier session, like any password change. Send it only to the account's
+// current email, and answer the request the same way whether or not an
+// account has that email.
+func (s *Service) NewPasswordResetToken(ctx context.Context, userID int64) (string, error) {
+	token, err := s.newToken(ctx, userID, s.cfg.PasswordResetTTL)
+	if err != nil {
+		return "", fmt.Errorf("accounts: new password-reset token: %w", err)
+	}
+	return token, nil
+}
+
+func (s *Service) newToken(ctx context.Context, userID int64, ttl time.Duration) (string, error) {
 	var token string
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := writableUser(ctx, tx, userID); err != nil {
 			return err
 		}
 		var err error
-		token, err = s.insertSetupToken(ctx, tx, userID, s.now())
+		token, err = s.insertToken(ctx, tx, userID, s.now(), ttl)
 		return err
 	})
-	if err != nil {
-		return "", fmt.Errorf("accounts: new password-setup token: %w", err)
-	}
-	return token, nil
+	return token, err
 }
 
 // SetPasswordWithToken consumes a password-setup token and sets the

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -315,6 +316,13 @@ func assignDefaultRole(ctx context.Context, tx bun.Tx, userID int64, now time.Ti
 		return fmt.Errorf("assign role %s: the role does not exist (are the migrations applied?)", capabilities.RoleUser)
 	}
 	return nil
+}
+
+// isUniqueViolation reports whether err is PostgreSQL's unique_violation.
+// (SQLite writers are serialized, so checks made in the transaction hold.)
+func isUniqueViolation(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505"
 }
 
 func randomStableID() string {
@@ -666,4 +674,45 @@ func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email str
 		return fmt.Errorf("accounts: release email: %w", err)
 	}
 	return nil
+}
+
+// ChangeUsername gives userID a new username, under the same rules as
+// signup (shape, reserved list, uniqueness). Errors: ErrInvalidUsername,
+// ErrUsernameReserved, ErrUsernameTaken, ErrDeleting, ErrNotFound.
+func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername string) (User, error) {
+	username, err := NormalizeUsername(newUsername)
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: change username: %w", err)
+	}
+	var row userRow
+	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if row, err = writableUser(ctx, tx, userID); err != nil {
+			return err
+		}
+		if row.Username == username {
+			return nil
+		}
+		if reserved, err := s.isReserved(ctx, tx, username); err != nil {
+			return err
+		} else if reserved {
+			return ErrUsernameReserved
+		}
+		row.Username, row.UpdatedAt = username, s.now()
+		res, err := tx.NewRaw("UPDATE users SET username = ?, updated_at = ? WHERE id = ? AND NOT EXISTS (SELECT 1 FROM users AS o WHERE o.username = ?)",
+			username, row.UpdatedAt, userID, username).Exec(ctx)
+		if isUniqueViolation(err) { // a concurrent change took it (PostgreSQL)
+			return ErrUsernameTaken
+		}
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrUsernameTaken
+		}
+		return nil
+	})
+	if err != nil {
+		return User{}, fmt.Errorf("accounts: change username: %w", err)
+	}
+	return row.user(), nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
@@ -441,6 +443,92 @@ func TestPasswordSetupToken(t *testing.T) {
 		// An operator-created account with a password needs no token.
 		if _, tok, err := svc.CreateUser(ctx, accounts.CreateUserInput{Email: "ivan@example.com", Username: "ivan", Password: goodPassword}); err != nil || tok != "" {
 			t.Fatalf("create with password: %q, %v", tok, err)
+		}
+	})
+}
+
+func TestChangeUsername(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		u := signup(t, svc, "ursula")
+		signup(t, svc, "victor")
+		for _, tc := range []struct {
+			name string
+			want error
+		}{
+			{"victor", accounts.ErrUsernameTaken},
+			{"Post-Master", accounts.ErrUsernameReserved},
+			{"x", accounts.ErrInvalidUsername},
+			{"ursula", nil}, // unchanged
+			{"Ursula-K", nil},
+		} {
+			got, err := svc.ChangeUsername(ctx, u.ID, tc.name)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("change to %q = %v, want %v", tc.name, err, tc.want)
+			}
+			if err == nil && got.Username != strings.ToLower(tc.name) {
+				t.Fatalf("username %q after change to %q", got.Username, tc.name)
+			}
+		}
+		if _, err := svc.UserByUsername(ctx, "ursula"); !errors.Is(err, accounts.ErrNotFound) {
+			t.Fatalf("old username still resolves: %v", err)
+		}
+		if _, err := svc.MarkDeleting(ctx, u.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.ChangeUsername(ctx, u.ID, "ursula-three"); !errors.Is(err, accounts.ErrDeleting) {
+			t.Fatalf("change while deleting = %v", err)
+		}
+	})
+}
+
+func TestPasswordResetToken(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, clk := newService(t, s, accounts.Config{})
+		u := signup(t, svc, "wanda")
+		late, err := svc.NewPasswordResetToken(ctx, u.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(accounts.DefaultPasswordResetTTL)
+		if _, err := svc.SetPasswordWithToken(ctx, late, "reset passphrase one"); !errors.Is(err, accounts.ErrInvalidToken) {
+			t.Fatalf("reset token after an hour = %v", err)
+		}
+		token, err := svc.NewPasswordResetToken(ctx, u.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.SetPasswordWithToken(ctx, token, "reset passphrase two"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Login(ctx, "wanda@example.com", goodPassword); err != accounts.ErrInvalidCredentials {
+			t.Fatalf("old password after reset = %v", err)
+		}
+		if _, err := svc.Login(ctx, "wanda@example.com", "reset passphrase two"); err != nil {
+			t.Fatalf("new password after reset = %v", err)
+		}
+	})
+}
+
+// A failing password-change hook (say, OAuth grants could not be revoked)
+// rolls the whole change back.
+func TestPasswordChangeHookFailureRollsBack(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		u := signup(t, svc, "xena")
+		boom := errors.New("grant store down")
+		svc.OnPasswordChange(func(context.Context, bun.Tx, int64) error { return boom })
+		if _, err := svc.ChangePassword(ctx, u.ID, goodPassword, "the replacement passphrase"); !errors.Is(err, boom) {
+			t.Fatalf("change = %v, want the hook's error", err)
+		}
+		if _, err := svc.Login(ctx, "xena@example.com", goodPassword); err != nil {
+			t.Fatalf("old password after a rolled-back change: %v", err)
+		}
+		if got, _ := svc.UserByID(ctx, u.ID); got.PasswordChangedAt != nil {
+			t.Fatalf("password_changed_at stamped by a rolled-back change")
 		}
 	})
 }
