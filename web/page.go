@@ -36,8 +36,8 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Prefix:       h.prefix,
 		StyleVersion: styleVersion,
 	}
-	if v := viewerFrom(r.Context()); v != nil {
-		p.Viewer = v
+	if pr := PrincipalFrom(r.Context()); pr != nil {
+		p.Viewer = &viewer{Username: pr.Session.User.Username, Admin: pr.Grants.HasRole(adminRole)}
 	}
 	return p
 }

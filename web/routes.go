@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"strings"
+
+	"github.com/enclave-mcp/enclave/accounts"
 )
 
 // maxFormBytes bounds the body of a form post.
@@ -34,9 +36,31 @@ func (h *Handler) routes() http.Handler {
 		handle("GET /dev/mail", h.devMailbox)
 	}
 
+	limit := func(fn http.HandlerFunc) http.HandlerFunc { return h.LimitCredentials(fn).ServeHTTP }
+	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
+
+	handle("GET "+pathSignup, h.signupForm)
+	handle("POST "+pathSignup, limit(h.signup))
+	handle("GET "+pathLogin, h.loginForm)
+	handle("POST "+pathLogin, limit(h.login))
+	handle("POST "+pathLogout, h.logout)
+	handle("GET "+pathVerifyEmail, h.verifyEmailForm)
+	handle("POST "+pathVerifyEmail, limit(h.verifyEmail))
+	handle("GET "+pathResetRequest, h.resetRequestForm)
+	handle("POST "+pathResetRequest, limit(h.resetRequest))
+	handle("GET "+pathResetConfirm, h.resetConfirmForm)
+	handle("POST "+pathResetConfirm, limit(h.resetConfirm))
+	handle("GET "+accounts.PasswordSetupPath, h.passwordSetupForm)
+	handle("POST "+accounts.PasswordSetupPath, limit(h.passwordSetup))
+	handle("GET "+pathAccount, user(h.account))
+	handle("POST "+pathAccountPass, limit(user(h.changePassword)))
+	handle("POST "+pathAccountEmail, user(h.changeEmail))
+	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
+	h.adminRoutes(handle)
+
 	handle("GET /{$}", h.home)
 	handle("/", h.notFound)
-	return h.csrf.Handler(limitBody(mux))
+	return h.csrf.Handler(limitBody(h.identify(mux)))
 }
 
 // limitBody caps request bodies: the shell only takes small forms.
@@ -61,7 +85,7 @@ func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
-	if viewerFrom(r.Context()) != nil {
+	if PrincipalFrom(r.Context()) != nil {
 		http.Redirect(w, r, h.prefix+"/account", http.StatusSeeOther)
 		return
 	}
@@ -72,10 +96,31 @@ func (h *Handler) devMailbox(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, devMailPage(h.page(r, "Development mailbox"), h.devMail.Messages()))
 }
 
-const viewerKey ctxKey = iota + 100
+// identify attaches the signed-in person, if any, to every request, so
+// pages show who is signed in and guards do not load them again. A
+// missing, invalid or refused session leaves the request anonymous (the
+// guards answer it); a failure to load roles leaves none (fail closed).
+func (h *Handler) identify(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !hasSessionCookie(r) || strings.HasPrefix(r.URL.Path, "/static/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx := r.Context()
+		sess, err := h.opts.Accounts.Authenticate(ctx, r)
+		if err == nil {
+			p := &Principal{Session: sess, Grants: h.opts.Accounts.FreshGrants(ctx, sess.User.ID)}
+			r = r.WithContext(context.WithValue(ctx, principalKey{}, p))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
-// viewerFrom returns the signed-in person of ctx, or nil.
-func viewerFrom(ctx context.Context) *viewer {
-	v, _ := ctx.Value(viewerKey).(*viewer)
-	return v
+func hasSessionCookie(r *http.Request) bool {
+	for _, name := range []string{accounts.SessionCookieName, accounts.SecureSessionCookieName} {
+		if _, err := r.Cookie(name); err == nil {
+			return true
+		}
+	}
+	return false
 }

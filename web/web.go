@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -18,6 +19,14 @@ import (
 type Options struct {
 	// Store holds the rate-limit log and the mail tokens. Required.
 	Store *storage.Store
+
+	// Accounts serves the account and admin pages. Required.
+	Accounts *accounts.Service
+
+	// MinPasswordLength is shown to people choosing a password (the
+	// accounts service enforces its own policy). Default
+	// accounts.DefaultMinPasswordLength.
+	MinPasswordLength int
 
 	// BaseURL is the public origin of the server (scheme, host, optional
 	// path, no trailing slash), used in links sent by mail and as the
@@ -84,6 +93,7 @@ type Handler struct {
 	mailer  Mailer
 	devMail *DevMailer
 	csrf    *http.CrossOriginProtection
+	guards  *Guards
 	mux     http.Handler
 	// patterns lists every registered route, for tests that walk them all.
 	patterns []string
@@ -94,6 +104,12 @@ type Handler struct {
 func New(opts Options) (*Handler, error) {
 	if opts.Store == nil {
 		return nil, errors.New("web: Options.Store is required")
+	}
+	if opts.Accounts == nil {
+		return nil, errors.New("web: Options.Accounts is required")
+	}
+	if opts.MinPasswordLength <= 0 {
+		opts.MinPasswordLength = accounts.DefaultMinPasswordLength
 	}
 	if opts.BaseURL == "" {
 		opts.BaseURL = DefaultBaseURL
@@ -148,6 +164,13 @@ func New(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("web: trust origin %s: %w", origin, err)
 	}
 	h.csrf.SetDenyHandler(http.HandlerFunc(h.crossOriginDenied))
+	h.guards = NewGuards(opts.Accounts, GuardOptions{
+		LoginPath: h.prefix + pathLogin,
+		Forbidden: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.renderError(w, r, http.StatusForbidden, "You do not have access to this page.")
+		}),
+		Logger: opts.Logger,
+	})
 	h.mux = h.routes()
 	return h, nil
 }

@@ -1,8 +1,11 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -12,23 +15,44 @@ import (
 	"testing"
 	"time"
 
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
-// newTestHandler returns a development handler on s with dev routes on;
-// change opts with edit.
+// newTestHandler returns a development handler on s with dev routes on
+// and a quiet logger; change opts with edit. Unless edit sets Accounts, an
+// accounts service with cheap hashing and opts.Now as its clock is made.
 func newTestHandler(t *testing.T, s *storage.Store, edit func(*Options)) *Handler {
 	t.Helper()
-	opts := Options{Store: s, BaseURL: "http://enclave.test", DevRoutes: true}
+	opts := Options{Store: s, BaseURL: "http://enclave.test", DevRoutes: true, Logger: quietLogger()}
 	if edit != nil {
 		edit(&opts)
+	}
+	if opts.Accounts == nil {
+		opts.Accounts = newAccounts(t, s, opts.Now)
 	}
 	h, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return h
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newAccounts returns an accounts service on s with cheap hashing.
+func newAccounts(t testing.TB, s *storage.Store, now func() time.Time) *accounts.Service {
+	t.Helper()
+	svc, err := accounts.New(context.Background(), s, accounts.Config{
+		Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1},
+		Now:    now,
+		Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
 
 // serve runs h behind a test server stopped when t ends.
@@ -83,45 +107,70 @@ func concretePath(pattern string) (method, path string) {
 }
 
 // Every route answers with the security headers, HTML or not, and with
-// HSTS when the public origin is https.
+// HSTS when the public origin is https; signed out and signed in as an
+// admin (so guarded pages render too).
 func TestSecurityHeadersOnEveryRoute(t *testing.T) {
-	s := storagetest.Open(t, storage.SQLite)
 	for _, base := range []string{"http://enclave.test", "https://enclave.test"} {
 		t.Run(base, func(t *testing.T) {
-			h := newTestHandler(t, s, func(o *Options) { o.BaseURL = base })
-			if len(h.patterns) < 5 {
+			s := storagetest.Open(t, storage.SQLite)
+			h := newTestHandler(t, s, func(o *Options) { o.BaseURL = base; o.CredentialLimit = Limit{Requests: 1000} })
+			if len(h.patterns) < 20 {
 				t.Fatalf("only %d routes registered: %v", len(h.patterns), h.patterns)
 			}
-			for _, p := range h.patterns {
-				method, path := concretePath(p)
-				for _, m := range []string{method, http.MethodPost} {
-					if m == http.MethodHead {
-						continue
-					}
-					r := httptest.NewRequest(m, base+path, strings.NewReader(""))
-					r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-					w := httptest.NewRecorder()
-					h.ServeHTTP(w, r)
-					what := m + " " + path + " (" + p + ") → " + strconv.Itoa(w.Code)
-					if p == "GET "+stylesheetPath && m == http.MethodGet {
-						if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/css") {
-							t.Errorf("%s: Content-Type %q", what, ct)
+			u, err := h.opts.Accounts.Signup(t.Context(), accounts.SignupInput{Email: "admin@example.com", Username: "boss", Password: "correct horse battery"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.opts.Accounts.AssignRole(t.Context(), u.ID, adminRole); err != nil {
+				t.Fatal(err)
+			}
+			w := httptest.NewRecorder()
+			if _, err := h.opts.Accounts.StartSession(w, httptest.NewRequest("GET", base+"/", nil), u, false); err != nil {
+				t.Fatal(err)
+			}
+			session := w.Result().Cookies()[0]
+			rendered := map[string]bool{} // signed-in GET pages answered 200
+			for _, signedIn := range []bool{false, true} {
+				for _, p := range h.patterns {
+					method, path := concretePath(p)
+					path = strings.ReplaceAll(path, "/1", "/"+strconv.FormatInt(u.ID, 10))
+					for _, m := range []string{method, http.MethodPost} {
+						r := httptest.NewRequest(m, base+path, strings.NewReader(""))
+						r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+						if signedIn {
+							r.AddCookie(session)
 						}
-						if w.Header().Get("X-Content-Type-Options") != "nosniff" {
-							t.Errorf("%s: no nosniff", what)
+						w := httptest.NewRecorder()
+						h.ServeHTTP(w, r)
+						what := fmt.Sprintf("%s %s (%s, signed in %v) → %d", m, path, p, signedIn, w.Code)
+						if signedIn && m == http.MethodGet && w.Code == http.StatusOK {
+							rendered[path] = true
 						}
-						continue
-					}
-					if w.Code >= 300 && w.Code < 400 {
-						continue // redirects carry no body
-					}
-					checkSecurityHeaders(t, what, w.Header(), strings.HasPrefix(base, "https"))
-					if ct := w.Header().Get("Content-Type"); strings.HasPrefix(ct, "text/html") {
-						body := w.Body.String()
-						if strings.Contains(body, "<script") || strings.Contains(body, " style=") {
-							t.Errorf("%s: page has an inline script or style", what)
+						if p == "GET "+stylesheetPath && m == http.MethodGet {
+							if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/css") {
+								t.Errorf("%s: Content-Type %q", what, ct)
+							}
+							if w.Header().Get("X-Content-Type-Options") != "nosniff" {
+								t.Errorf("%s: no nosniff", what)
+							}
+							continue
+						}
+						if w.Code >= 300 && w.Code < 400 {
+							continue // redirects carry no page
+						}
+						checkSecurityHeaders(t, what, w.Header(), strings.HasPrefix(base, "https"))
+						if ct := w.Header().Get("Content-Type"); strings.HasPrefix(ct, "text/html") {
+							body := w.Body.String()
+							if strings.Contains(body, "<script") || strings.Contains(body, " style=") {
+								t.Errorf("%s: page has an inline script or style", what)
+							}
 						}
 					}
+				}
+			}
+			for _, path := range []string{"/account", "/admin/users", "/admin/users/" + strconv.FormatInt(u.ID, 10), "/admin/roles", "/dev/mail"} {
+				if !rendered[path] {
+					t.Errorf("GET %s did not render for a signed-in admin", path)
 				}
 			}
 		})
@@ -275,7 +324,8 @@ func TestProductionFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := Options{Store: s, Production: true, BaseURL: "https://enclave.example", Mailer: smtpMailer, SessionKeysPersistent: true}
+	acc := newAccounts(t, s, nil)
+	good := Options{Store: s, Accounts: acc, Production: true, BaseURL: "https://enclave.example", Mailer: smtpMailer, SessionKeysPersistent: true}
 	tests := []struct {
 		name    string
 		edit    func(*Options)
@@ -289,6 +339,7 @@ func TestProductionFailsClosed(t *testing.T) {
 		{"dev mailer", func(o *Options) { o.Mailer = NewDevMailer(nil) }, "development mailer"},
 		{"ephemeral session keys", func(o *Options) { o.SessionKeysPersistent = false }, "session keys"},
 		{"no store", func(o *Options) { o.Store = nil }, "Store is required"},
+		{"no accounts", func(o *Options) { o.Accounts = nil }, "Accounts is required"},
 		{"bad base URL", func(o *Options) { o.BaseURL = "https://enclave.example/?q=1" }, "base URL"},
 	}
 	for _, tt := range tests {
@@ -312,7 +363,7 @@ func TestDevAndMaintenancePaths(t *testing.T) {
 	s := storagetest.Open(t, storage.SQLite)
 	dev := newTestHandler(t, s, nil)
 	mailer, _ := NewSMTPMailer(SMTPConfig{Addr: "smtp.example.com:587", From: "noreply@example.com"})
-	prod, err := New(Options{Store: s, Production: true, BaseURL: "https://enclave.example", Mailer: mailer, SessionKeysPersistent: true})
+	prod, err := New(Options{Store: s, Accounts: newAccounts(t, s, nil), Logger: quietLogger(), Production: true, BaseURL: "https://enclave.example", Mailer: mailer, SessionKeysPersistent: true})
 	if err != nil {
 		t.Fatal(err)
 	}

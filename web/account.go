@@ -1,0 +1,521 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/enclave-mcp/enclave/accounts"
+)
+
+// Account page paths.
+const (
+	pathLogin         = "/login"
+	pathSignup        = "/signup"
+	pathLogout        = "/logout"
+	pathVerifyEmail   = "/verify-email"
+	pathResetRequest  = "/password-reset"
+	pathResetConfirm  = "/password-reset/confirm"
+	pathAccount       = "/account"
+	pathAccountPass   = "/account/password"
+	pathAccountEmail  = "/account/email"
+	pathAccountVerify = "/account/verify-email"
+)
+
+// notices are the messages a redirect can ask a page to show, by code, so
+// no text from the URL is ever echoed.
+var notices = map[string]string{
+	"signed-out":       "You are signed out.",
+	"password-changed": "Your password is changed. Every other browser and connected app was signed out.",
+	"password-set":     "Your password is set. Sign in with it.",
+	"email-changed":    "Your email is changed. We sent a verification link to the new address.",
+	"verify-sent":      "We sent a new verification link.",
+	"verified":         "Your email address is verified.",
+	"signed-in":        "You are signed in.",
+	"role-assigned":    "The role is assigned.",
+	"role-removed":     "The role is removed.",
+	"suspended":        "The account is suspended. It is refused everywhere until unsuspended.",
+	"unsuspended":      "The account is active again.",
+	"marked-verified":  "The email address is marked verified.",
+}
+
+func (h *Handler) withNotice(r *http.Request, p page) page {
+	p.Notice = notices[r.URL.Query().Get("notice")]
+	return p
+}
+
+// redirect answers a form post with 303 to a path on this site.
+func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, path string) {
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, h.prefix+path, http.StatusSeeOther)
+}
+
+// parseForm parses a posted form; on failure it answers 400 and returns
+// false.
+func (h *Handler) parseForm(w http.ResponseWriter, r *http.Request) bool {
+	if err := r.ParseForm(); err != nil {
+		h.renderError(w, r, http.StatusBadRequest, "The form could not be read. Go back and try again.")
+		return false
+	}
+	return true
+}
+
+// internalError logs err and answers 500 without detail.
+func (h *Handler) internalError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	h.log.ErrorContext(r.Context(), "web: "+what, "err", err)
+	h.renderError(w, r, http.StatusInternalServerError, "Something went wrong on our side. Please try again.")
+}
+
+// userError maps an accounts domain error to a status and a message fit
+// for the person; ok is false for errors that are not domain errors.
+func userError(err error) (status int, msg string, ok bool) {
+	var policy *accounts.PasswordPolicyError
+	switch {
+	case errors.As(err, &policy):
+		return http.StatusUnprocessableEntity, policy.Reason, true
+	case errors.Is(err, accounts.ErrInvalidEmail), errors.Is(err, accounts.ErrInvalidUsername),
+		errors.Is(err, accounts.ErrUsernameReserved), errors.Is(err, accounts.ErrWeakPassword):
+		return http.StatusUnprocessableEntity, domainMessage(err), true
+	case errors.Is(err, accounts.ErrUsernameTaken), errors.Is(err, accounts.ErrEmailTaken),
+		errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrLastAdmin):
+		return http.StatusConflict, domainMessage(err), true
+	case errors.Is(err, accounts.ErrInvalidCredentials):
+		return http.StatusUnauthorized, domainMessage(err), true
+	case errors.Is(err, accounts.ErrSuspended), errors.Is(err, accounts.ErrDeleting), errors.Is(err, accounts.ErrEmailUnverified):
+		return http.StatusForbidden, domainMessage(err), true
+	case errors.Is(err, accounts.ErrNotFound):
+		return http.StatusNotFound, domainMessage(err), true
+	case errors.Is(err, accounts.ErrInvalidToken):
+		return http.StatusBadRequest, domainMessage(err), true
+	case errors.Is(err, accounts.ErrUnknownRole):
+		return http.StatusUnprocessableEntity, domainMessage(err), true
+	}
+	return 0, "", false
+}
+
+// domainMessage returns the sentence of the accounts error inside err
+// (accounts wraps its domain errors with a lowercase prefix).
+func domainMessage(err error) string {
+	for _, e := range []error{
+		accounts.ErrInvalidEmail, accounts.ErrInvalidUsername, accounts.ErrUsernameReserved, accounts.ErrWeakPassword,
+		accounts.ErrUsernameTaken, accounts.ErrEmailTaken, accounts.ErrEmailClaimed, accounts.ErrLastAdmin,
+		accounts.ErrInvalidCredentials, accounts.ErrSuspended, accounts.ErrDeleting, accounts.ErrEmailUnverified,
+		accounts.ErrNotFound, accounts.ErrInvalidToken, accounts.ErrUnknownRole,
+	} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return "That did not work."
+}
+
+func (h *Handler) minPassword() string { return strconv.Itoa(h.opts.MinPasswordLength) }
+
+// ---- sign up ----
+
+func (h *Handler) signupForm(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusOK, signupPage(h.page(r, "Create an account"), authForm{MinPassword: h.minPassword()}))
+}
+
+func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	f := authForm{Email: strings.TrimSpace(r.PostFormValue("email")), Username: strings.TrimSpace(r.PostFormValue("username")), MinPassword: h.minPassword()}
+	u, err := h.opts.Accounts.Signup(r.Context(), accounts.SignupInput{Email: f.Email, Username: f.Username, Password: r.PostFormValue("password")})
+	switch {
+	case err == nil:
+		h.sendVerification(r.Context(), u.ID, u.Email)
+	case errors.Is(err, accounts.ErrEmailTaken), errors.Is(err, accounts.ErrEmailClaimed):
+		// Answer exactly as for a new account, and send nothing: signup
+		// does not reveal which addresses are registered.
+		h.log.InfoContext(r.Context(), "web: signup for a registered email")
+	default:
+		status, msg, ok := userError(err)
+		if !ok {
+			h.internalError(w, r, "signup", err)
+			return
+		}
+		f.Error = msg
+		h.render(w, r, status, signupPage(h.page(r, "Create an account"), f))
+		return
+	}
+	h.render(w, r, http.StatusOK, checkInboxPage(h.page(r, "Check your email"), "Check your email",
+		"We sent a link to "+f.Email+" to verify the address. Open it, then sign in."))
+}
+
+// sendVerification issues a verification token for userID's email and
+// mails the link. Failures are logged: the person can ask for a new link
+// from the account page.
+func (h *Handler) sendVerification(ctx context.Context, userID int64, email string) {
+	token, err := h.issueToken(ctx, userID, purposeVerifyEmail, email, "", VerifyEmailTTL)
+	if err != nil {
+		h.log.ErrorContext(ctx, "web: verification token", "err", err)
+		return
+	}
+	link := h.absURL(pathVerifyEmail, url.Values{"token": {token}})
+	msg := Message{
+		To:      email,
+		Subject: "Verify your email address for " + h.opts.SiteName,
+		Text: "Open this link to verify your email address:\n\n" + link +
+			"\n\nThe link works once and expires in 24 hours. If you did not create an account, ignore this message.\n",
+	}
+	if err := h.mailer.Send(ctx, msg); err != nil {
+		h.log.ErrorContext(ctx, "web: send verification mail", "err", err)
+	}
+}
+
+// ---- sign in and out ----
+
+func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
+	if PrincipalFrom(r.Context()) != nil {
+		h.redirect(w, r, SafeRedirectPath(r.URL.Query().Get("redirectTo")))
+		return
+	}
+	f := authForm{Action: h.prefix + pathLogin, RedirectTo: redirectParam(r.URL.Query().Get("redirectTo"))}
+	h.render(w, r, http.StatusOK, loginPage(h.withNotice(r, h.page(r, "Sign in")), f))
+}
+
+// redirectParam keeps a redirectTo value only when it is a local path.
+func redirectParam(s string) string {
+	if s == "" || SafeRedirectPath(s) != s {
+		return ""
+	}
+	return s
+}
+
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	f := authForm{Action: h.prefix + pathLogin, Email: strings.TrimSpace(r.PostFormValue("email")), RedirectTo: redirectParam(r.PostFormValue("redirectTo"))}
+	if _, ok := h.signIn(w, r, &f); !ok {
+		h.render(w, r, f.status(), loginPage(h.page(r, "Sign in"), f))
+		return
+	}
+	target := pathAccount
+	if f.RedirectTo != "" {
+		target = strings.TrimPrefix(f.RedirectTo, h.prefix)
+	}
+	h.redirect(w, r, target)
+}
+
+// signIn checks the posted credentials and starts a session. On failure
+// it fills f.Error (and the status through f) and returns false; an
+// internal failure is logged and reported generically.
+func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, f *authForm) (accounts.User, bool) {
+	u, err := h.opts.Accounts.Login(r.Context(), f.Email, r.PostFormValue("password"))
+	if err == nil {
+		if _, err = h.opts.Accounts.StartSession(w, r, u, r.PostFormValue("remember") == "1"); err == nil {
+			return u, true
+		}
+	}
+	if _, msg, ok := userError(err); ok {
+		f.Error = msg
+		f.errStatus = statusOf(err)
+	} else {
+		h.log.ErrorContext(r.Context(), "web: sign in", "err", err)
+		f.Error = "Something went wrong on our side. Please try again."
+		f.errStatus = http.StatusInternalServerError
+	}
+	return accounts.User{}, false
+}
+
+func statusOf(err error) int {
+	s, _, _ := userError(err)
+	return s
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	h.opts.Accounts.EndSession(w, r)
+	h.redirect(w, r, pathLogin+"?notice=signed-out")
+}
+
+// ---- email verification ----
+
+func (h *Handler) verifyEmailForm(w http.ResponseWriter, r *http.Request) {
+	token := r.URL.Query().Get("token")
+	if _, err := h.peekToken(r.Context(), token, purposeVerifyEmail); err != nil {
+		h.badLink(w, r, err)
+		return
+	}
+	// Confirming takes a click: mail scanners that open links must not use
+	// up the token.
+	h.render(w, r, http.StatusOK, confirmTokenPage(h.page(r, "Verify your email"), "Verify your email",
+		"Confirm that this address belongs to you.", pathVerifyEmail, token, "Verify my email"))
+}
+
+func (h *Handler) verifyEmail(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	ctx := r.Context()
+	tok, err := h.consumeToken(ctx, r.PostFormValue("token"), purposeVerifyEmail)
+	if err != nil {
+		h.badLink(w, r, err)
+		return
+	}
+	u, err := h.opts.Accounts.UserByID(ctx, tok.UserID)
+	if err != nil || u.Email != tok.Email {
+		// The account changed its address since the link was sent.
+		h.badLink(w, r, errBadToken)
+		return
+	}
+	if _, err := h.opts.Accounts.MarkEmailVerified(ctx, u.ID); err != nil {
+		if status, msg, ok := userError(err); ok {
+			h.renderError(w, r, status, msg)
+			return
+		}
+		h.internalError(w, r, "mark email verified", err)
+		return
+	}
+	next, text := pathLogin, "Go to sign in"
+	if PrincipalFrom(ctx) != nil {
+		next, text = pathAccount, "Go to your account"
+	}
+	h.render(w, r, http.StatusOK, messagePage(h.page(r, "Email verified"), "Email verified",
+		"Thank you: "+u.Email+" is verified.", next, text))
+}
+
+// badLink answers a request carrying an unusable token.
+func (h *Handler) badLink(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errBadToken) || errors.Is(err, accounts.ErrInvalidToken) {
+		h.render(w, r, http.StatusBadRequest, messagePage(h.page(r, "Link expired"), "This link is invalid or has expired",
+			"Links work once and only for a limited time. Ask for a new one.", pathLogin, "Go to sign in"))
+		return
+	}
+	h.internalError(w, r, "read mail token", err)
+}
+
+// ---- password reset ----
+
+func (h *Handler) resetRequestForm(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusOK, resetRequestPage(h.page(r, "Reset your password"), authForm{}))
+}
+
+func (h *Handler) resetRequest(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	ctx := r.Context()
+	email := strings.TrimSpace(r.PostFormValue("email"))
+	if _, err := accounts.NormalizeEmail(email); err != nil {
+		h.render(w, r, http.StatusUnprocessableEntity, resetRequestPage(h.page(r, "Reset your password"), authForm{Email: email, Error: domainMessage(accounts.ErrInvalidEmail)}))
+		return
+	}
+	u, err := h.opts.Accounts.UserByEmail(ctx, email)
+	switch {
+	case err == nil && u.CheckActive() == nil:
+		h.sendReset(ctx, u)
+	case err == nil, errors.Is(err, accounts.ErrNotFound):
+		// Same answer whether or not the address has an account.
+	default:
+		h.internalError(w, r, "password reset request", err)
+		return
+	}
+	h.render(w, r, http.StatusOK, checkInboxPage(h.page(r, "Check your email"), "Check your email",
+		"If an account uses "+email+", we sent it a link to choose a new password. The link works for one hour."))
+}
+
+// sendReset mails u a password-reset link. The link carries an accounts
+// password-setup token (which sets the password and ends every session
+// and grant), limited here to ResetPasswordTTL.
+func (h *Handler) sendReset(ctx context.Context, u accounts.User) {
+	setup, err := h.opts.Accounts.NewPasswordSetupToken(ctx, u.ID)
+	if err != nil {
+		h.log.ErrorContext(ctx, "web: reset token", "err", err)
+		return
+	}
+	token, err := h.issueToken(ctx, u.ID, purposeResetPassword, u.Email, setup, ResetPasswordTTL)
+	if err != nil {
+		h.log.ErrorContext(ctx, "web: reset token", "err", err)
+		return
+	}
+	link := h.absURL(pathResetConfirm, url.Values{"token": {token}})
+	msg := Message{
+		To:      u.Email,
+		Subject: "Reset your password for " + h.opts.SiteName,
+		Text: "Someone asked to reset the password of your account " + u.Username + ".\n\nOpen this link to choose a new password:\n\n" + link +
+			"\n\nThe link works once and expires in one hour. Choosing a new password signs out every browser and connected app.\nIf you did not ask for this, ignore this message; your password stays as it is.\n",
+	}
+	if err := h.mailer.Send(ctx, msg); err != nil {
+		h.log.ErrorContext(ctx, "web: send reset mail", "err", err)
+	}
+}
+
+func (h *Handler) resetConfirmForm(w http.ResponseWriter, r *http.Request) {
+	token := r.URL.Query().Get("token")
+	if _, err := h.peekToken(r.Context(), token, purposeResetPassword); err != nil {
+		h.badLink(w, r, err)
+		return
+	}
+	f := authForm{Token: token, Action: h.prefix + pathResetConfirm, MinPassword: h.minPassword()}
+	h.render(w, r, http.StatusOK, newPasswordPage(h.page(r, "Choose a new password"), f))
+}
+
+func (h *Handler) resetConfirm(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	ctx := r.Context()
+	token := r.PostFormValue("token")
+	tok, err := h.peekToken(ctx, token, purposeResetPassword)
+	if err != nil {
+		h.badLink(w, r, err)
+		return
+	}
+	h.setPassword(w, r, token, "Choose a new password", pathResetConfirm, func() {
+		if err := h.retireTokens(ctx, tok.UserID, purposeResetPassword); err != nil {
+			h.log.ErrorContext(ctx, "web: retire used reset tokens", "err", err)
+		}
+	})
+}
+
+// passwordSetupForm and passwordSetup serve the link an operator hands to a
+// person whose account was created without a password.
+func (h *Handler) passwordSetupForm(w http.ResponseWriter, r *http.Request) {
+	token := r.URL.Query().Get("token")
+	if h.expiredResetToken(r.Context(), token) {
+		h.badLink(w, r, errBadToken)
+		return
+	}
+	f := authForm{Token: token, Action: h.prefix + accounts.PasswordSetupPath, MinPassword: h.minPassword()}
+	h.render(w, r, http.StatusOK, newPasswordPage(h.page(r, "Choose your password"), f))
+}
+
+func (h *Handler) passwordSetup(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	token := r.PostFormValue("token")
+	if h.expiredResetToken(r.Context(), token) {
+		h.badLink(w, r, errBadToken)
+		return
+	}
+	h.setPassword(w, r, token, "Choose your password", accounts.PasswordSetupPath, nil)
+}
+
+// expiredResetToken reports whether token is a reset link (a setup token
+// sent by sendReset) that has passed ResetPasswordTTL, so the setup path
+// cannot stretch a reset link's life.
+func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
+	var rows []mailToken
+	err := h.opts.Store.Reader.NewSelect().Model(&rows).Where("token_hash = ?", hashMailToken(token)).Scan(ctx)
+	if err != nil {
+		return true // fail closed
+	}
+	for _, row := range rows {
+		if row.Purpose == purposeResetPassword && !h.now().Before(row.ExpiresAt) {
+			return true
+		}
+	}
+	return false
+}
+
+// setPassword uses a password-setup token to set the posted password. A
+// refused password keeps the token usable and shows the form again.
+func (h *Handler) setPassword(w http.ResponseWriter, r *http.Request, token, title, action string, done func()) {
+	_, err := h.opts.Accounts.SetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
+	if err != nil {
+		if errors.Is(err, accounts.ErrInvalidToken) {
+			h.badLink(w, r, err)
+			return
+		}
+		status, msg, ok := userError(err)
+		if !ok {
+			h.internalError(w, r, "set password", err)
+			return
+		}
+		f := authForm{Token: token, Action: h.prefix + action, MinPassword: h.minPassword(), Error: msg}
+		h.render(w, r, status, newPasswordPage(h.page(r, title), f))
+		return
+	}
+	if done != nil {
+		done()
+	}
+	h.opts.Accounts.EndSession(w, r)
+	h.redirect(w, r, pathLogin+"?notice=password-set")
+}
+
+// ---- account home ----
+
+func (h *Handler) account(w http.ResponseWriter, r *http.Request) {
+	h.renderAccount(w, r, http.StatusOK, accountView{})
+}
+
+func (h *Handler) renderAccount(w http.ResponseWriter, r *http.Request, status int, v accountView) {
+	p := PrincipalFrom(r.Context())
+	v.User = p.Session.User
+	v.Roles = p.Grants.Roles
+	v.MinPassword = h.minPassword()
+	claims, err := h.opts.Accounts.EmailClaims(r.Context(), v.User.ID)
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "web: email claims", "err", err)
+	}
+	for _, c := range claims {
+		if c != v.User.Email {
+			v.FormerEmails = append(v.FormerEmails, c)
+		}
+	}
+	slices.Sort(v.FormerEmails)
+	h.render(w, r, status, accountPage(h.withNotice(r, h.page(r, "Your account")), v))
+}
+
+func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	p := PrincipalFrom(r.Context())
+	u, err := h.opts.Accounts.ChangePassword(r.Context(), p.Session.User.ID, r.PostFormValue("current"), r.PostFormValue("next"))
+	if err != nil {
+		status, msg, ok := userError(err)
+		if !ok {
+			h.internalError(w, r, "change password", err)
+			return
+		}
+		if errors.Is(err, accounts.ErrInvalidCredentials) {
+			msg = "Your current password is not correct."
+		}
+		h.renderAccount(w, r, status, accountView{PasswordError: msg})
+		return
+	}
+	// Every session issued before the change is dead, this one included:
+	// give this browser a new one.
+	if _, err := h.opts.Accounts.StartSession(w, r, u, p.Session.RememberMe); err != nil {
+		h.log.ErrorContext(r.Context(), "web: new session after password change", "err", err)
+		h.redirect(w, r, pathLogin+"?notice=password-set")
+		return
+	}
+	h.redirect(w, r, pathAccount+"?notice=password-changed")
+}
+
+func (h *Handler) changeEmail(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	p := PrincipalFrom(r.Context())
+	u, err := h.opts.Accounts.ChangeEmail(r.Context(), p.Session.User.ID, r.PostFormValue("email"))
+	if err != nil {
+		status, msg, ok := userError(err)
+		if !ok {
+			h.internalError(w, r, "change email", err)
+			return
+		}
+		h.renderAccount(w, r, status, accountView{EmailError: msg})
+		return
+	}
+	h.sendVerification(r.Context(), u.ID, u.Email)
+	h.redirect(w, r, pathAccount+"?notice=email-changed")
+}
+
+func (h *Handler) resendVerification(w http.ResponseWriter, r *http.Request) {
+	u := PrincipalFrom(r.Context()).Session.User
+	if !u.EmailVerified() {
+		h.sendVerification(r.Context(), u.ID, u.Email)
+	}
+	h.redirect(w, r, pathAccount+"?notice=verify-sent")
+}

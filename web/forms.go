@@ -1,0 +1,47 @@
+package web
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/enclave-mcp/enclave/accounts"
+)
+
+// authForm is the state of a sign-in, sign-up or password form: what to
+// show again after an error (never a password) and the error.
+type authForm struct {
+	Email       string
+	Username    string
+	Token       string
+	RedirectTo  string
+	Action      string // where the form posts (path and query)
+	ClientName  string // OAuth client asking for sign-in, if any
+	MinPassword string
+	Error       string
+	errStatus   int
+}
+
+// status is the HTTP status of a form shown again after an error.
+func (f authForm) status() int {
+	if f.errStatus == 0 {
+		return http.StatusBadRequest
+	}
+	return f.errStatus
+}
+
+func joinComma(s []string) string {
+	if len(s) == 0 {
+		return "—"
+	}
+	return strings.Join(s, ", ")
+}
+
+// accountView is what the account page shows.
+type accountView struct {
+	User          accounts.User
+	Roles         []string
+	FormerEmails  []string
+	MinPassword   string
+	PasswordError string
+	EmailError    string
+}
