@@ -11,6 +11,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/envelope"
+	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -55,7 +56,28 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
+
+	mopts := s.cfg.MCP
+	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
+	mopts.Verifier = s.cfg.TokenVerifier
+	if mopts.Verifier == nil {
+		mopts.Verifier = refuseTokens{}
+	}
+	if mopts.Logger == nil {
+		mopts.Logger = s.log
+	}
+	if s.mcp, err = mcp.New(mopts); err != nil {
+		return err
+	}
 	return nil
+}
+
+// refuseTokens is the verifier while no issuer is configured: every token
+// is refused, so /mcp answers with the OAuth challenge.
+type refuseTokens struct{}
+
+func (refuseTokens) VerifyToken(context.Context, string) (mcp.TokenInfo, error) {
+	return mcp.TokenInfo{}, mcp.ErrInvalidToken
 }
 
 // registerInventory records where enclave's own user-owned data lives. A

@@ -19,6 +19,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -53,6 +54,15 @@ type Config struct {
 	// Accounts tunes password hashing, password policy and sessions; see
 	// accounts.Config for each default.
 	Accounts accounts.Config
+
+	// TokenVerifier checks the bearer tokens of /mcp. Default: enclave's own
+	// authorization server. Set it to accept tokens from another issuer;
+	// they must carry the audience BaseURL+"/mcp".
+	TokenVerifier mcp.TokenVerifier
+
+	// MCP tunes the MCP endpoint (session TTL and limits, body limit). Its
+	// Registry, Verifier, Loader, BaseURL and Logger are set by New.
+	MCP mcp.Options
 
 	// Quota limits capability calls per caller. Default: unlimited.
 	Quota capabilities.Quota
@@ -108,6 +118,7 @@ type Server struct {
 	lifecycle *lifecycle.Service
 	secrets   *secrets.Service
 	audit     *audit.Log
+	mcp       *mcp.Server
 
 	closeOnce sync.Once
 	closeErr  error
@@ -197,6 +208,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle(mcp.Path, s.mcp)
 	return requestid.Middleware(s.accessLog(recoverPanics(s.log, mux)))
 }
 
@@ -256,7 +268,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // Close releases the stores. It is safe to call more than once.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.store.Close() })
+	s.closeOnce.Do(func() {
+		if s.mcp != nil {
+			s.mcp.Close()
+		}
+		s.closeErr = s.store.Close()
+	})
 	return s.closeErr
 }
 
