@@ -209,6 +209,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle(mcp.Path, s.mcp)
+	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	return requestid.Middleware(s.accessLog(recoverPanics(s.log, mux)))
 }
 
