@@ -12,6 +12,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -37,11 +38,28 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	s.secrets = secrets.NewWithRing(s.store, ring)
 
+	oopts := s.cfg.OAuth
+	oopts.Store, oopts.BaseURL = s.store, s.cfg.BaseURL
+	if oopts.Logger == nil {
+		oopts.Logger = s.log
+	}
+	if s.oauth, err = oauth.New(ctx, oopts); err != nil {
+		return err
+	}
+	// Sessions die with the password: a password change or reset revokes
+	// every grant in the same transaction.
+	s.accounts.OnPasswordChange(s.oauth.RevokeAllInTx)
+
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
 		return err
 	}
-	s.lifecycle = lifecycle.New(s.store, s.inventory, s.accounts, lifecycle.Options{Logger: s.log})
+	s.lifecycle = lifecycle.New(s.store, s.inventory, s.accounts, lifecycle.Options{
+		Logger: s.log,
+		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
+			return s.oauth.RevokeAll(ctx, o.ID)
+		}}},
+	})
 
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Auditor:  s.audit,
@@ -61,7 +79,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
-		mopts.Verifier = refuseTokens{}
+		mopts.Verifier = oauthVerifier{s.oauth}
 	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
@@ -72,12 +90,16 @@ func (s *Server) assemble(ctx context.Context) error {
 	return nil
 }
 
-// refuseTokens is the verifier while no issuer is configured: every token
-// is refused, so /mcp answers with the OAuth challenge.
-type refuseTokens struct{}
+// oauthVerifier checks /mcp bearer tokens against enclave's own
+// authorization server.
+type oauthVerifier struct{ s *oauth.Server }
 
-func (refuseTokens) VerifyToken(context.Context, string) (mcp.TokenInfo, error) {
-	return mcp.TokenInfo{}, mcp.ErrInvalidToken
+func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
+	a, err := v.s.VerifyAccessToken(ctx, token)
+	if err != nil {
+		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
+	}
+	return mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt}, nil
 }
 
 // registerInventory records where enclave's own user-owned data lives. A
@@ -89,5 +111,14 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "password_setup_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		secrets.RegisterInventory(inv),
+		addTables(inv, oauth.InventoryTables()),
 	)
+}
+
+func addTables(inv *storage.Inventory, tables []storage.Table) error {
+	var errs []error
+	for _, t := range tables {
+		errs = append(errs, inv.AddTable(t))
+	}
+	return errors.Join(errs...)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -54,6 +55,11 @@ type Config struct {
 	// Accounts tunes password hashing, password policy and sessions; see
 	// accounts.Config for each default.
 	Accounts accounts.Config
+
+	// OAuth tunes the authorization server (token lifetimes, refresh grace
+	// window, client registration rules, extra scopes). Its Store, BaseURL
+	// and Logger are set by New.
+	OAuth oauth.Options
 
 	// TokenVerifier checks the bearer tokens of /mcp. Default: enclave's own
 	// authorization server. Set it to accept tokens from another issuer;
@@ -119,6 +125,7 @@ type Server struct {
 	secrets   *secrets.Service
 	audit     *audit.Log
 	mcp       *mcp.Server
+	oauth     *oauth.Server
 
 	closeOnce sync.Once
 	closeErr  error
@@ -195,6 +202,9 @@ func (s *Server) Inventory() *storage.Inventory { return s.inventory }
 // Lifecycle returns the account export and deletion service.
 func (s *Server) Lifecycle() *lifecycle.Service { return s.lifecycle }
 
+// OAuth returns the authorization server.
+func (s *Server) OAuth() *oauth.Server { return s.oauth }
+
 // Secrets returns the per-user secrets service.
 func (s *Server) Secrets() *secrets.Service { return s.secrets }
 
@@ -210,6 +220,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle(mcp.Path, s.mcp)
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
+	s.oauth.Register(mux)
 	return requestid.Middleware(s.accessLog(recoverPanics(s.log, mux)))
 }
 
