@@ -86,7 +86,7 @@ func (f *fakeLogin) pages() (logins, consents int) {
 
 // env is a running authorization server with a token-checked /mcp.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	st    *storage.Store
 	srv   *oauth.Server
 	ts    *httptest.Server
@@ -95,7 +95,7 @@ type env struct {
 	http  *http.Client // does not follow redirects
 }
 
-func newEnv(t *testing.T, st *storage.Store, opts ...func(*oauth.Options)) *env {
+func newEnv(t testing.TB, st *storage.Store, opts ...func(*oauth.Options)) *env {
 	t.Helper()
 	mux := http.NewServeMux()
 	ts := httptest.NewServer(mux)

@@ -375,12 +375,15 @@ func (s *store) requester(ctx context.Context, row *tokenRow, into fosite.Sessio
 	if sr.Session == nil {
 		return nil, errors.New("oauth: stored request has no session")
 	}
+	// Like decoding JSON into into: stored fields overwrite, expiries fosite
+	// has already set on into for the tokens being issued stay.
 	var sess fosite.Session = sr.Session
-	if into != nil {
-		if dst, ok := into.(*session); ok {
-			*dst = *sr.Session
-			sess = dst
+	if dst, ok := into.(*session); ok && dst != nil {
+		dst.UserID, dst.Subject = sr.Session.UserID, sr.Session.Subject
+		for k, v := range sr.Session.ExpiresAt {
+			dst.SetExpiresAt(k, v)
 		}
+		sess = dst
 	}
 	form := url.Values{}
 	for k, v := range sr.Form {
