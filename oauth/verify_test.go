@@ -94,7 +94,9 @@ func TestVerifyAccessToken(t *testing.T) {
 			spoil func(t *testing.T, uid int64, tok tokenResponse)
 			after func()
 		}{
-			{name: "expired", spoil: func(*testing.T, int64, tokenResponse) { e.clock.Advance(oauth.DefaultAccessTokenLifetime + time.Second) },
+			{name: "expired", spoil: func(*testing.T, int64, tokenResponse) {
+				e.clock.Advance(oauth.DefaultAccessTokenLifetime + time.Second)
+			},
 				after: func() { e.clock.Advance(-(oauth.DefaultAccessTokenLifetime + time.Second)) }},
 			{name: "foreign audience", spoil: func(t *testing.T, uid int64, _ tokenResponse) {
 				if _, err := st.DB.NewRaw("UPDATE oauth_tokens SET audience = ? WHERE user_id = ? AND kind = 'access'", "https://elsewhere.example/mcp", uid).Exec(ctx); err != nil {
