@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -197,9 +198,14 @@ type keyRing struct {
 	lastReload time.Time
 }
 
-// reloadEvery bounds how often an unknown key id (a key made by another
-// replica, or a forgery) triggers a reload from SQL.
-const reloadEvery = 10 * time.Second
+// reloadEvery bounds how often an unknown key id (a key just made by
+// another replica, or a forgery) triggers a reload from SQL: often enough
+// that a fresh key is picked up within a second, rarely enough that forged
+// key ids cannot load the database.
+const reloadEvery = time.Second
+
+// storedKeyID is the shape of generated key ids.
+var storedKeyID = regexp.MustCompile(`^k[0-9a-f]{16}$`)
 
 func newKeyRing(ctx context.Context, store *storage.Store, cfg Config) (*keyRing, error) {
 	kr := &keyRing{store: store, cfg: cfg, keys: map[string][]byte{}}
@@ -270,7 +276,7 @@ func (kr *keyRing) verifier(ctx context.Context, id string) ([]byte, error) {
 	k, ok := kr.keys[id]
 	stale := kr.cfg.Now().Sub(kr.lastReload) > reloadEvery
 	kr.mu.RUnlock()
-	if ok || kr.fromConfig || !stale {
+	if ok || kr.fromConfig || !stale || !storedKeyID.MatchString(id) {
 		return k, nil
 	}
 	if err := kr.load(ctx); err != nil {

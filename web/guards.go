@@ -121,12 +121,16 @@ func (g *Guards) load(w http.ResponseWriter, r *http.Request) (*Principal, bool)
 	sess, err := g.accounts.Authenticate(ctx, r)
 	switch {
 	case err == nil:
-	case errors.Is(err, accounts.ErrNoSession), errors.Is(err, accounts.ErrSuspended), errors.Is(err, accounts.ErrDeleting):
-		if _, cerr := r.Cookie(accounts.SessionCookieName); cerr == nil {
-			g.accounts.EndSession(w, r)
-		} else if _, cerr := r.Cookie(accounts.SecureSessionCookieName); cerr == nil {
+	case errors.Is(err, accounts.ErrNoSession):
+		// A forged, expired or revoked cookie is dropped. (The cookie of a
+		// suspended or deleting account is kept: it works again after an
+		// unsuspension, and the deletion flow retries with it.)
+		if presentsSessionCookie(r) {
 			g.accounts.EndSession(w, r)
 		}
+		g.unauthenticated(w, r)
+		return nil, false
+	case errors.Is(err, accounts.ErrSuspended), errors.Is(err, accounts.ErrDeleting):
 		g.unauthenticated(w, r)
 		return nil, false
 	default:
@@ -136,6 +140,15 @@ func (g *Guards) load(w http.ResponseWriter, r *http.Request) (*Principal, bool)
 		return nil, false
 	}
 	return &Principal{Session: sess, Grants: g.accounts.FreshGrants(ctx, sess.User.ID)}, true
+}
+
+func presentsSessionCookie(r *http.Request) bool {
+	for _, c := range r.Cookies() {
+		if c.Name == accounts.SessionCookieName || c.Name == accounts.SecureSessionCookieName {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *Guards) unauthenticated(w http.ResponseWriter, r *http.Request) {

@@ -24,7 +24,9 @@ func withAccounts(ctx context.Context, o *options, fn func(*accounts.Service) er
 		return err
 	}
 	defer s.Close()
-	svc, err := accounts.New(ctx, s, accounts.Config{Logger: o.log})
+	acfg := o.cfg.Accounts // the server's settings (argon2 cost, reserved names…)
+	acfg.Logger = o.log
+	svc, err := accounts.New(ctx, s, acfg)
 	if err != nil {
 		return err
 	}
