@@ -18,6 +18,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/migrations"
@@ -259,6 +260,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	bgctx, stopBackground := context.WithCancel(context.Background())
+	bgdone := make(chan struct{})
+	go func() { s.RunBackground(bgctx); close(bgdone) }()
+	defer func() { stopBackground(); <-bgdone }()
 	s.log.Info("serving", "addr", ln.Addr().String(), "base_url", s.cfg.BaseURL)
 	select {
 	case err := <-errc:
@@ -276,6 +281,29 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("enclave: serve: %w", err)
 	}
 	return nil
+}
+
+// RunBackground runs the periodic lanes (audit retention, OAuth cleanup)
+// until ctx ends. Serve and Run start it themselves; call it when you serve
+// Handler from your own http.Server. Each lane runs on one replica per
+// period.
+func (s *Server) RunBackground(ctx context.Context) {
+	lanes.New(s.store.DB, s.log,
+		lanes.Lane{Name: "audit-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
+			n, err := s.audit.Purge(ctx, 0)
+			if n > 0 {
+				s.log.InfoContext(ctx, "audit events past retention removed", "count", n)
+			}
+			return err
+		}},
+		lanes.Lane{Name: "oauth-cleanup", Every: time.Hour, Run: func(ctx context.Context) error {
+			tokens, clients, err := s.oauth.Cleanup(ctx)
+			if tokens+clients > 0 {
+				s.log.InfoContext(ctx, "expired OAuth tokens and idle clients removed", "tokens", tokens, "clients", clients)
+			}
+			return err
+		}},
+	).Run(ctx)
 }
 
 // Close releases the stores. It is safe to call more than once.
