@@ -41,6 +41,7 @@ var notices = map[string]string{
 	"suspended":        "The account is suspended. It is refused everywhere until unsuspended.",
 	"unsuspended":      "The account is active again.",
 	"marked-verified":  "The email address is marked verified.",
+	"app-revoked":      "The app is disconnected. Its tokens no longer work.",
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {

@@ -15,6 +15,13 @@ type page struct {
 	StyleVersion string
 	Viewer       *viewer // nil when signed out
 	Notice       string
+	Features     features
+}
+
+// features says which optional account pages exist.
+type features struct {
+	Apps      bool // connected apps (Options.OAuth)
+	Lifecycle bool // export and deletion (Options.Lifecycle)
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -35,6 +42,7 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Site:         h.opts.SiteName,
 		Prefix:       h.prefix,
 		StyleVersion: styleVersion,
+		Features:     features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil},
 	}
 	if pr := PrincipalFrom(r.Context()); pr != nil {
 		p.Viewer = &viewer{Username: pr.Session.User.Username, Admin: pr.Grants.HasRole(adminRole)}

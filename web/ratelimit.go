@@ -171,21 +171,31 @@ func (h *Handler) LimitCredentials(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		bucket := credentialBucketPrefix + clientBucket(h.ipOf.Addr(r))
-		d, err := h.limiter.Allow(r.Context(), bucket, h.opts.CredentialLimit)
-		if err != nil {
-			h.log.ErrorContext(r.Context(), "web: rate limit check failed", "err", err)
-			h.renderError(w, r, http.StatusServiceUnavailable, "The service is briefly unavailable. Please try again in a moment.")
-			return
+		if h.allowCredential(w, r) {
+			next.ServeHTTP(w, r)
 		}
-		if !d.Allowed {
-			secs := int64(math.Ceil(d.RetryAfter.Seconds()))
-			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-			h.renderError(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many attempts from your network. Try again in %s.", humanSeconds(secs)))
-			return
-		}
-		next.ServeHTTP(w, r)
 	})
+}
+
+// allowCredential counts r against its client's credential bucket. When
+// the request is refused it answers it (429 with Retry-After, or 503 when
+// the limiter fails: fail closed) and returns false.
+func (h *Handler) allowCredential(w http.ResponseWriter, r *http.Request) bool {
+	bucket := credentialBucketPrefix + clientBucket(h.ipOf.Addr(r))
+	d, err := h.limiter.Allow(r.Context(), bucket, h.opts.CredentialLimit)
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "web: rate limit check failed", "err", err)
+		w.Header().Set("Retry-After", "5")
+		h.renderError(w, r, http.StatusServiceUnavailable, "The service is briefly unavailable. Please try again in a moment.")
+		return false
+	}
+	if !d.Allowed {
+		secs := int64(math.Ceil(d.RetryAfter.Seconds()))
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.renderError(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many attempts from your network. Try again in %s.", humanSeconds(secs)))
+		return false
+	}
+	return true
 }
 
 func humanSeconds(s int64) string {

@@ -56,6 +56,7 @@ func (h *Handler) routes() http.Handler {
 	handle("POST "+pathAccountPass, limit(user(h.changePassword)))
 	handle("POST "+pathAccountEmail, user(h.changeEmail))
 	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
+	h.lifecycleRoutes(handle)
 	h.adminRoutes(handle)
 
 	handle("GET /{$}", h.home)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -22,6 +23,13 @@ type Options struct {
 
 	// Accounts serves the account and admin pages. Required.
 	Accounts *accounts.Service
+
+	// OAuth, when set, adds the connected-apps page (list and revoke the
+	// person's OAuth grants). Pass the *oauth.Server.
+	OAuth ConnectedApps
+
+	// Lifecycle, when set, adds the export and delete-account pages.
+	Lifecycle *lifecycle.Service
 
 	// MinPasswordLength is shown to people choosing a password (the
 	// accounts service enforces its own policy). Default

@@ -1,0 +1,160 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/oauth"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// ConnectedApps lists and revokes the OAuth grants of a person;
+// *oauth.Server implements it.
+type ConnectedApps interface {
+	Grants(ctx context.Context, userID int64) ([]oauth.Grant, error)
+	RevokeGrant(ctx context.Context, userID int64, grantID string) error
+}
+
+// removedItem is one line of the deletion result page.
+type removedItem struct {
+	Surface string
+	Count   string
+}
+
+func (h *Handler) lifecycleRoutes(handle func(string, http.HandlerFunc)) {
+	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
+	if h.opts.OAuth != nil {
+		handle("GET /account/apps", user(h.apps))
+		handle("POST /account/apps/{id}/revoke", user(h.revokeApp))
+	}
+	if h.opts.Lifecycle != nil {
+		handle("GET /account/export", user(h.exportPage))
+		handle("GET /account/export/manifest.json", user(h.exportManifest))
+		handle("GET /account/export/data.json", user(h.exportData))
+		handle("GET /account/delete", user(h.deleteForm))
+		handle("POST /account/delete", h.LimitCredentials(http.HandlerFunc(user(h.deleteAccount))).ServeHTTP)
+	}
+}
+
+func ownerOf(u accounts.User) storage.Owner { return storage.Owner{ID: u.ID, StableID: u.StableID} }
+
+func (h *Handler) apps(w http.ResponseWriter, r *http.Request) {
+	u := PrincipalFrom(r.Context()).Session.User
+	grants, err := h.opts.OAuth.Grants(r.Context(), u.ID)
+	if err != nil {
+		h.internalError(w, r, "list grants", err)
+		return
+	}
+	h.render(w, r, http.StatusOK, appsPage(h.withNotice(r, h.page(r, "Connected apps")), grants))
+}
+
+func (h *Handler) revokeApp(w http.ResponseWriter, r *http.Request) {
+	u := PrincipalFrom(r.Context()).Session.User
+	err := h.opts.OAuth.RevokeGrant(r.Context(), u.ID, r.PathValue("id"))
+	switch {
+	case errors.Is(err, oauth.ErrGrantNotFound):
+		h.renderError(w, r, http.StatusNotFound, "There is no such connected app.")
+	case err != nil:
+		h.internalError(w, r, "revoke grant", err)
+	default:
+		h.redirect(w, r, "/account/apps?notice=app-revoked")
+	}
+}
+
+func (h *Handler) exportPage(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusOK, exportPage(h.page(r, "Export your data")))
+}
+
+// downloadHeaders prepares a JSON attachment response.
+func (h *Handler) downloadHeaders(w http.ResponseWriter, r *http.Request, name string) {
+	hdr := w.Header()
+	h.setSecurityHeaders(hdr, r)
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("Content-Disposition", `attachment; filename="`+name+`"`)
+}
+
+func (h *Handler) exportManifest(w http.ResponseWriter, r *http.Request) {
+	u := PrincipalFrom(r.Context()).Session.User
+	m, err := h.opts.Lifecycle.Manifest(r.Context(), ownerOf(u))
+	if err != nil {
+		h.internalError(w, r, "export manifest", err)
+		return
+	}
+	body, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		h.internalError(w, r, "export manifest", err)
+		return
+	}
+	h.downloadHeaders(w, r, "enclave-manifest-"+u.Username+".json")
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func (h *Handler) exportData(w http.ResponseWriter, r *http.Request) {
+	u := PrincipalFrom(r.Context()).Session.User
+	h.downloadHeaders(w, r, "enclave-export-"+u.Username+".json")
+	// The export streams: once it has started, a failure can only cut it
+	// short (the document is then invalid JSON, which a reader notices).
+	if err := h.opts.Lifecycle.WriteExport(r.Context(), ownerOf(u), w); err != nil {
+		h.log.ErrorContext(r.Context(), "web: export", "user_id", u.ID, "err", err)
+	}
+}
+
+func (h *Handler) deleteForm(w http.ResponseWriter, r *http.Request) {
+	u := PrincipalFrom(r.Context()).Session.User
+	h.render(w, r, http.StatusOK, deletePage(h.page(r, "Delete your account"), u.Username, ""))
+}
+
+func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	ctx := r.Context()
+	u := PrincipalFrom(ctx).Session.User
+	again := func(status int, msg string) {
+		h.render(w, r, status, deletePage(h.page(r, "Delete your account"), u.Username, msg))
+	}
+	if strings.TrimSpace(r.PostFormValue("confirm")) != u.Username {
+		again(http.StatusUnprocessableEntity, "Type your username exactly to confirm.")
+		return
+	}
+	if _, err := h.opts.Accounts.Login(ctx, u.Email, r.PostFormValue("password")); err != nil {
+		if errors.Is(err, accounts.ErrInvalidCredentials) {
+			again(http.StatusUnauthorized, "Your password is not correct.")
+			return
+		}
+		if status, msg, ok := userError(err); ok {
+			again(status, msg)
+			return
+		}
+		h.internalError(w, r, "delete account: check password", err)
+		return
+	}
+	res, err := h.opts.Lifecycle.Delete(ctx, ownerOf(u))
+	if err != nil {
+		if errors.Is(err, accounts.ErrLastAdmin) {
+			again(http.StatusConflict, domainMessage(accounts.ErrLastAdmin))
+			return
+		}
+		h.log.ErrorContext(ctx, "web: delete account", "user_id", u.ID, "err", err)
+		h.renderError(w, r, http.StatusInternalServerError,
+			"Your account could not be deleted completely. It is marked for deletion and your data stays until it is retried; contact the operator.")
+		return
+	}
+	h.log.InfoContext(ctx, "web: account deleted", "user_id", u.ID)
+	h.opts.Accounts.EndSession(w, r)
+	var removed []removedItem
+	for surface, n := range res.Deleted {
+		removed = append(removed, removedItem{Surface: surface, Count: strconv.FormatInt(n, 10)})
+	}
+	slices.SortFunc(removed, func(a, b removedItem) int { return strings.Compare(a.Surface, b.Surface) })
+	p := h.page(r, "Account deleted")
+	p.Viewer = nil
+	h.render(w, r, http.StatusOK, deletedPage(p, removed, res.Warnings))
+}

@@ -1,0 +1,78 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/oauth"
+)
+
+// Handler signs people in and asks for their consent on the OAuth
+// authorization endpoint.
+var _ oauth.LoginConsent = (*Handler)(nil)
+
+// Login implements oauth.LoginConsent. A signed-in person is returned at
+// once. Otherwise a POST carrying email and password is checked like the
+// login page (cross-origin protection, the shared credential rate limit)
+// and starts a session; anything else gets the login form, posting back to
+// the authorization endpoint.
+func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest) (int64, bool) {
+	ctx := r.Context()
+	if hasSessionCookie(r) {
+		sess, err := h.opts.Accounts.Authenticate(ctx, r)
+		if err == nil {
+			return sess.User.ID, true
+		}
+		if !errors.Is(err, accounts.ErrNoSession) && !errors.Is(err, accounts.ErrSuspended) && !errors.Is(err, accounts.ErrDeleting) {
+			h.internalError(w, r, "oauth login: session", err)
+			return 0, false
+		}
+	}
+	f := authForm{Action: req.FormAction, ClientName: req.ClientName}
+	if r.Method != http.MethodPost || r.PostFormValue("password") == "" {
+		h.render(w, r, http.StatusOK, loginPage(h.page(r, "Sign in"), f))
+		return 0, false
+	}
+	if err := h.csrf.Check(r); err != nil {
+		h.crossOriginDenied(w, r)
+		return 0, false
+	}
+	if !h.allowCredential(w, r) {
+		return 0, false
+	}
+	f.Email = strings.TrimSpace(r.PostFormValue("email"))
+	u, ok := h.signIn(w, r, &f)
+	if !ok {
+		h.render(w, r, f.status(), loginPage(h.page(r, "Sign in"), f))
+		return 0, false
+	}
+	return u.ID, true
+}
+
+// Consent implements oauth.LoginConsent: a cross-origin-checked POST with
+// decision=approve or decision=deny answers; anything else shows the
+// consent page. The page cannot be framed (frame-ancestors 'none',
+// X-Frame-Options DENY).
+func (h *Handler) Consent(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) (approved, ok bool) {
+	if r.Method == http.MethodPost {
+		switch r.PostFormValue("decision") {
+		case "approve", "deny":
+			if err := h.csrf.Check(r); err != nil {
+				h.crossOriginDenied(w, r)
+				return false, false
+			}
+			return r.PostFormValue("decision") == "approve", true
+		}
+	}
+	u, err := h.opts.Accounts.UserByID(r.Context(), userID)
+	if err != nil {
+		h.internalError(w, r, "oauth consent: load user", err)
+		return false, false
+	}
+	p := h.page(r, "Connect "+req.ClientName)
+	p.Viewer = &viewer{Username: u.Username}
+	h.render(w, r, http.StatusOK, consentPage(p, req, u.Username))
+	return false, false
+}
