@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
@@ -81,6 +82,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	if mopts.Verifier == nil {
 		mopts.Verifier = oauthVerifier{s.oauth}
 	}
+	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
 	}
@@ -88,6 +90,54 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// auditedVerifier records refused tokens in the audit log. A malformed
+// token is refused without a record: anyone can send those, and logging
+// them would let them flood the log.
+type auditedVerifier struct {
+	next  mcp.TokenVerifier
+	audit *audit.Log
+}
+
+func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
+	info, err := v.next.VerifyToken(ctx, token)
+	if err == nil {
+		return info, nil
+	}
+	reason := tokenRefusal(err)
+	if reason != "malformed" {
+		_ = v.audit.Record(ctx, audit.Event{
+			Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: reason,
+			IPHash: v.audit.HashIP(clientIP(ctx)),
+		})
+	}
+	return info, err
+}
+
+// tokenRefusal names why a token was refused, from the verifier's error.
+func tokenRefusal(err error) string {
+	switch {
+	case errors.Is(err, oauth.ErrAccountSuspended):
+		return "account_suspended"
+	case errors.Is(err, oauth.ErrAccountDeleting):
+		return "account_deleting"
+	case errors.Is(err, oauth.ErrEmailNotVerified):
+		return "email_not_verified"
+	}
+	msg := err.Error()
+	for _, r := range []struct{ needle, reason string }{
+		{"malformed", "malformed"},
+		{"expired", "expired"},
+		{"audience", "wrong_audience"},
+		{"unknown or revoked", "unknown_or_revoked"},
+		{"password", "revoked_by_password_change"},
+	} {
+		if strings.Contains(msg, r.needle) {
+			return r.reason
+		}
+	}
+	return "invalid"
 }
 
 // oauthVerifier checks /mcp bearer tokens against enclave's own

@@ -222,7 +222,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(mcp.Path, s.mcp)
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
-	return requestid.Middleware(s.accessLog(recoverPanics(s.log, mux)))
+	return requestid.Middleware(withClientIP(s.accessLog(recoverPanics(s.log, mux))))
 }
 
 // healthz answers 200 when the database answers, 503 otherwise.

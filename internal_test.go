@@ -1,6 +1,8 @@
 package enclave
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/oauth"
 )
 
 func TestPanicsBecomeGeneric500s(t *testing.T) {
@@ -43,5 +46,24 @@ func TestStatusWriterKeepsStreaming(t *testing.T) {
 	}
 	if !rec.Flushed {
 		t.Fatal("flush did not pass through")
+	}
+}
+
+func TestTokenRefusalReasons(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: malformed", oauth.ErrInvalidToken), "malformed"},
+		{fmt.Errorf("%w: expired", oauth.ErrInvalidToken), "expired"},
+		{fmt.Errorf("%w: audience [https://other/mcp]", oauth.ErrInvalidToken), "wrong_audience"},
+		{fmt.Errorf("%w: unknown or revoked", oauth.ErrInvalidToken), "unknown_or_revoked"},
+		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrAccountSuspended), "account_suspended"},
+		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrAccountDeleting), "account_deleting"},
+		{errors.New("anything else"), "invalid"},
+	} {
+		if got := tokenRefusal(tc.err); got != tc.want {
+			t.Errorf("tokenRefusal(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -82,6 +83,15 @@ func TestMCPEndpoint(t *testing.T) {
 	code, _, _, h := rpc(t, base, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	if code != http.StatusUnauthorized || !strings.Contains(h.Get("WWW-Authenticate"), `resource_metadata="`+base+`/.well-known/oauth-protected-resource/mcp"`) {
 		t.Fatalf("no token: %d %q", code, h.Get("WWW-Authenticate"))
+	}
+
+	// A refused token is audited (hashed client address, no token).
+	if code, _, _, _ := rpc(t, base, "not-a-test-token", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`); code != http.StatusUnauthorized {
+		t.Fatalf("bad token: %d", code)
+	}
+	events, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryMCP}, storage.PageRequest{})
+	if err != nil || len(events.Items) != 1 || events.Items[0].Result != audit.ResultDenied || events.Items[0].IPHash != srv.Audit().HashIP("127.0.0.1") {
+		t.Fatalf("audit after a refused token: %+v %v", events.Items, err)
 	}
 
 	token := "test-token:" + u.StableID
