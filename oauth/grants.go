@@ -41,12 +41,12 @@ type consentRow struct {
 // Grant is one authorization a user gave a client: the family of tokens
 // issued from one approval.
 type Grant struct {
-	ID         string
-	ClientID   string
-	ClientName string
-	Scopes     []string
-	CreatedAt  time.Time
-	LastUsedAt time.Time
+	ID         string    `json:"id"`
+	ClientID   string    `json:"clientId"`
+	ClientName string    `json:"clientName"`
+	Scopes     []string  `json:"scopes"`
+	CreatedAt  time.Time `json:"createdAt"`
+	LastUsedAt time.Time `json:"lastUsedAt"`
 }
 
 // ErrGrantNotFound is returned by RevokeGrant for a grant that does not
