@@ -1,6 +1,7 @@
 package accounts
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -231,7 +232,7 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 		}
 		row = userRow{
 			StableID: StableIDForEmail(email), Email: email, Username: username, PasswordHash: hash,
-			PasswordChangedAt: nil, CreatedAt: now, UpdatedAt: now,
+			CreatedAt: now, UpdatedAt: now,
 		}
 		if verified {
 			row.EmailVerifiedAt = &now
@@ -253,7 +254,10 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 			if err := checkEmailFree(ctx, tx, email, 0); err != nil {
 				return err
 			}
-			return ErrUsernameTaken
+			if taken, err := tx.NewSelect().Model((*userRow)(nil)).Where("username = ?", username).Exists(ctx); err != nil || taken {
+				return cmp.Or(err, ErrUsernameTaken)
+			}
+			return errors.New("stable id minted concurrently; retry")
 		}
 		res, err = tx.NewInsert().Model(&emailClaim{Email: email, UserID: row.ID, CreatedAt: now}).
 			On("CONFLICT DO NOTHING").Returning("NULL").Exec(ctx)
@@ -427,8 +431,11 @@ func (s *Service) UserByUsername(ctx context.Context, username string) (User, er
 // setStamp sets column to now where it is NULL (or clears it where it is
 // set) and reports whether the row changed; ErrNotFound when there is no
 // such user.
-func (s *Service) setStamp(ctx context.Context, userID int64, column string, set bool) (bool, error) {
+func (s *Service) setStamp(ctx context.Context, userID int64, column string, set, refuseDeleting bool) (bool, error) {
 	q := s.store.DB.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID)
+	if refuseDeleting {
+		q = q.Where("deleting_at IS NULL")
+	}
 	now := s.now()
 	if set {
 		q = q.Set("? = ?", bun.Ident(column), now).Where("? IS NULL", bun.Ident(column))
@@ -442,8 +449,12 @@ func (s *Service) setStamp(ctx context.Context, userID int64, column string, set
 	if n, _ := res.RowsAffected(); n > 0 {
 		return true, nil
 	}
-	if _, err := s.userWhere(ctx, s.store.DB, "id = ?", userID); err != nil {
+	row, err := s.userWhere(ctx, s.store.DB, "id = ?", userID)
+	if err != nil {
 		return false, err
+	}
+	if refuseDeleting && row.DeletingAt != nil {
+		return false, ErrDeleting
 	}
 	return false, nil
 }
@@ -451,7 +462,7 @@ func (s *Service) setStamp(ctx context.Context, userID int64, column string, set
 // Suspend suspends an account: every session, token and capability call of
 // it is refused until Unsuspend. It reports whether the state changed.
 func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "suspended_at", true)
+	changed, err := s.setStamp(ctx, userID, "suspended_at", true, false)
 	if err != nil {
 		return false, fmt.Errorf("accounts: suspend: %w", err)
 	}
@@ -463,7 +474,7 @@ func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
 
 // Unsuspend lifts a suspension. It reports whether the state changed.
 func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "suspended_at", false)
+	changed, err := s.setStamp(ctx, userID, "suspended_at", false, false)
 	if err != nil {
 		return false, fmt.Errorf("accounts: unsuspend: %w", err)
 	}
@@ -477,7 +488,7 @@ func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
 // then on every mutation path refuses writes for the account. Idempotent;
 // it reports whether the state changed.
 func (s *Service) MarkDeleting(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "deleting_at", true)
+	changed, err := s.setStamp(ctx, userID, "deleting_at", true, false)
 	if err != nil {
 		return false, fmt.Errorf("accounts: mark deleting: %w", err)
 	}
@@ -485,9 +496,10 @@ func (s *Service) MarkDeleting(ctx context.Context, userID int64) (bool, error) 
 }
 
 // MarkEmailVerified records that the account's current email is verified.
-// It reports whether the state changed.
+// It reports whether the state changed; ErrDeleting for an account being
+// deleted.
 func (s *Service) MarkEmailVerified(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "email_verified_at", true)
+	changed, err := s.setStamp(ctx, userID, "email_verified_at", true, true)
 	if err != nil {
 		return false, fmt.Errorf("accounts: mark email verified: %w", err)
 	}

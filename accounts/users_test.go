@@ -318,6 +318,12 @@ func TestAccountStates(t *testing.T) {
 		if _, err := svc.NewPasswordSetupToken(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("setup token while deleting = %v", err)
 		}
+		if _, err := svc.MarkEmailVerified(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
+			t.Errorf("verify email while deleting = %v", err)
+		}
+		if _, err := svc.ChangeUsername(ctx, u.ID, "erin-two"); !errors.Is(err, accounts.ErrDeleting) {
+			t.Errorf("change username while deleting = %v", err)
+		}
 		got, err := svc.UserByID(ctx, u.ID)
 		if err != nil || got.State() != accounts.StateDeleting || !errors.Is(got.CheckActive(), accounts.ErrDeleting) {
 			t.Errorf("state = %v, %v", got.State(), err)
