@@ -105,7 +105,7 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 	}
 	c.Handler = func(ctx context.Context, call *Call, args json.RawMessage) (Result, error) {
 		var in In
-		if len(bytes.TrimSpace(args)) > 0 {
+		if !absent(args) {
 			dec := json.NewDecoder(bytes.NewReader(args))
 			if err := dec.Decode(&in); err != nil {
 				return Result{}, &Error{Code: CodeInvalidInput, Message: "arguments do not match the input schema", Err: err}
@@ -149,13 +149,13 @@ var (
 )
 
 // validate checks a definition and resolves its input schema.
-func (c *Capability) validate(vocab *Vocabulary) error {
+func (c *Capability) validate(vocab *Vocabulary, names *regexp.Regexp) error {
 	if c.err != nil {
 		return c.err
 	}
 	var errs []error
-	if !capabilityName.MatchString(c.Name) {
-		errs = append(errs, errors.New("name must be camelCase letters and digits, starting lowercase"))
+	if !names.MatchString(c.Name) {
+		errs = append(errs, fmt.Errorf("name must match %s", names))
 	}
 	if !domainName.MatchString(c.Domain) {
 		errs = append(errs, errors.New("domain must be a lowercase word"))
@@ -212,7 +212,7 @@ func resolveObjectSchema(raw json.RawMessage) (*jsonschema.Resolved, error) {
 // arguments are an empty object.
 func (c *Capability) validateInput(args json.RawMessage) error {
 	var v any
-	if len(bytes.TrimSpace(args)) == 0 {
+	if absent(args) {
 		v = map[string]any{}
 	} else if err := json.Unmarshal(args, &v); err != nil {
 		return &Error{Code: CodeInvalidInput, Message: "arguments are not valid JSON"}
@@ -221,4 +221,10 @@ func (c *Capability) validateInput(args json.RawMessage) error {
 		return &Error{Code: CodeInvalidInput, Message: "invalid arguments: " + err.Error()}
 	}
 	return nil
+}
+
+// absent reports whether raw arguments are missing: empty or JSON null.
+func absent(args json.RawMessage) bool {
+	t := bytes.TrimSpace(args)
+	return len(t) == 0 || string(t) == "null"
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -79,6 +80,9 @@ type Options struct {
 	Logger *slog.Logger
 	// NoBuiltins leaves out whoami and capabilitiesSearch.
 	NoBuiltins bool
+	// Names, when set, replaces the camelCase rule for capability names (a
+	// server reproducing another's tool names may need snake_case).
+	Names *regexp.Regexp
 }
 
 // Registry holds the capabilities, resources and prompts of a server and is
@@ -109,7 +113,7 @@ func NewRegistry(opts Options) *Registry {
 	}
 	if !opts.NoBuiltins {
 		for _, c := range builtins(r) {
-			if err := r.Register(c); err != nil {
+			if err := r.register(capabilityName, c); err != nil {
 				panic(err) // a bug in this package, caught by its tests
 			}
 		}
@@ -120,10 +124,14 @@ func NewRegistry(opts Options) *Registry {
 // Register adds capabilities. It refuses invalid definitions and duplicate
 // names; nothing is added when any of them is refused.
 func (r *Registry) Register(caps ...Capability) error {
+	return r.register(cmp.Or(r.opts.Names, capabilityName), caps...)
+}
+
+func (r *Registry) register(names *regexp.Regexp, caps ...Capability) error {
 	staged := make([]*Capability, 0, len(caps))
 	seen := map[string]bool{}
 	for _, c := range caps {
-		if err := c.validate(r.vocab); err != nil {
+		if err := c.validate(r.vocab, names); err != nil {
 			return fmt.Errorf("capabilities: register %q: %w", c.Name, err)
 		}
 		if seen[c.Name] {

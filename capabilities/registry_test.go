@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -217,7 +219,8 @@ func TestVisibleMatchesInvoke(t *testing.T) {
 }
 
 func TestPanicRecovered(t *testing.T) {
-	reg := capabilities.NewRegistry(capabilities.Options{})
+	var logs strings.Builder
+	reg := capabilities.NewRegistry(capabilities.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	err := reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
 		Name: "boom", Domain: "test", Description: "Panics.", Annotations: &read,
 		Handler: func(context.Context, *capabilities.Call, struct{}) (capabilities.Result, error) {
@@ -234,6 +237,9 @@ func TestPanicRecovered(t *testing.T) {
 	}
 	if strings.Contains(e.Message, "secret") {
 		t.Fatalf("message %q leaks the panic", e.Message)
+	}
+	if !strings.Contains(logs.String(), "secret detail") {
+		t.Fatalf("panic not logged: %s", logs.String())
 	}
 }
 
@@ -429,5 +435,29 @@ func TestHashSubject(t *testing.T) {
 	}
 	if len(a.HashSubject("u1")) != 32 {
 		t.Fatalf("hash %q is not 128 bits of hex", a.HashSubject("u1"))
+	}
+}
+
+func TestNullArgumentsAreAbsent(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{})
+	for _, args := range []string{"", "null", " null ", "{}"} {
+		if _, err := reg.Invoke(t.Context(), capabilitiestest.User("u"), "whoami", json.RawMessage(args)); err != nil {
+			t.Errorf("args %q: %v", args, err)
+		}
+	}
+	if _, err := reg.Invoke(t.Context(), capabilitiestest.User("u"), "whoami", json.RawMessage(`[]`)); capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+		t.Errorf("array arguments: %v", err)
+	}
+}
+
+func TestNamesOption(t *testing.T) {
+	s := &spy{}
+	snake := s.echo("snake_name", read, capabilities.Requirement{})
+	if err := capabilities.NewRegistry(capabilities.Options{}).Register(snake); err == nil {
+		t.Fatal("snake_case accepted by default")
+	}
+	reg := capabilities.NewRegistry(capabilities.Options{Names: regexp.MustCompile(`^[a-z][a-z_]*$`)})
+	if err := reg.Register(snake); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -249,47 +248,83 @@ func (c *client) notify(ctx context.Context, method string, params map[string]an
 }
 
 func (c *client) Elicit(ctx context.Context, req capabilities.ElicitRequest) (capabilities.ElicitResult, error) {
-	var schema any
+	if _, ok := c.s.sessions.clientCan(c.st.sessionID); !ok {
+		return capabilities.ElicitResult{}, capabilities.ErrUnsupported
+	}
+	params := map[string]any{"message": req.Message}
 	if len(req.Schema) > 0 {
-		if err := json.Unmarshal(req.Schema, &schema); err != nil {
-			return capabilities.ElicitResult{}, fmt.Errorf("mcp: elicit: schema: %w", err)
-		}
+		params["requestedSchema"] = req.Schema
 	}
-	res, err := c.s.mcp.RequestElicitation(ctx, mcpgo.ElicitationRequest{
-		Request: mcpgo.Request{Method: string(mcpgo.MethodElicitationCreate)},
-		Params:  mcpgo.ElicitationParams{Message: req.Message, RequestedSchema: schema},
-	})
+	raw, err := c.request(ctx, string(mcpgo.MethodElicitationCreate), params)
 	if err != nil {
-		return capabilities.ElicitResult{}, clientRequestError("elicit", err)
+		return capabilities.ElicitResult{}, err
 	}
-	out := capabilities.ElicitResult{Action: string(res.Action)}
-	out.Content, _ = res.Content.(map[string]any)
-	return out, nil
+	var res struct {
+		Action  string         `json:"action"`
+		Content map[string]any `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return capabilities.ElicitResult{}, fmt.Errorf("mcp: elicit: decode answer: %w", err)
+	}
+	return capabilities.ElicitResult{Action: res.Action, Content: res.Content}, nil
 }
 
 func (c *client) Sample(ctx context.Context, req capabilities.SampleRequest) (capabilities.SampleResult, error) {
-	params := mcpgo.CreateMessageParams{SystemPrompt: req.SystemPrompt, MaxTokens: req.MaxTokens}
+	if ok, _ := c.s.sessions.clientCan(c.st.sessionID); !ok {
+		return capabilities.SampleResult{}, capabilities.ErrUnsupported
+	}
+	var messages []map[string]any
 	for _, m := range req.Messages {
-		params.Messages = append(params.Messages, mcpgo.SamplingMessage{Role: mcpgo.Role(m.Role), Content: mcpgo.NewTextContent(m.Text)})
+		messages = append(messages, map[string]any{"role": m.Role, "content": map[string]any{"type": "text", "text": m.Text}})
 	}
-	res, err := c.s.mcp.RequestSampling(ctx, mcpgo.CreateMessageRequest{
-		Request:             mcpgo.Request{Method: string(mcpgo.MethodSamplingCreateMessage)},
-		CreateMessageParams: params,
-	})
+	params := map[string]any{"messages": messages, "maxTokens": req.MaxTokens}
+	if req.SystemPrompt != "" {
+		params["systemPrompt"] = req.SystemPrompt
+	}
+	raw, err := c.request(ctx, string(mcpgo.MethodSamplingCreateMessage), params)
 	if err != nil {
-		return capabilities.SampleResult{}, clientRequestError("sample", err)
+		return capabilities.SampleResult{}, err
 	}
-	out := capabilities.SampleResult{Role: string(res.Role), Model: res.Model, StopReason: res.StopReason}
-	if t, ok := res.Content.(mcpgo.TextContent); ok {
-		out.Text = t.Text
+	var res struct {
+		Role       string `json:"role"`
+		Model      string `json:"model"`
+		StopReason string `json:"stopReason"`
+		Content    struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
 	}
-	return out, nil
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return capabilities.SampleResult{}, fmt.Errorf("mcp: sample: decode answer: %w", err)
+	}
+	return capabilities.SampleResult{Role: res.Role, Text: res.Content.Text, Model: res.Model, StopReason: res.StopReason}, nil
 }
 
-// clientRequestError classifies a failed server-to-client request.
-func clientRequestError(op string, err error) error {
-	if errors.Is(err, mcpserver.ErrServerInitiatedRequestUnsupported) || errors.Is(err, mcpserver.ErrElicitationNotSupported) {
-		return &capabilities.Error{Code: capabilities.CodeUnsupported, Message: "the client does not support this request", Err: err}
+// request sends a request to the client on this request's own event stream
+// and waits for the answer. Protocol 2026-07-28 has no server-to-client
+// requests (it retries the call with the answers instead), which this
+// transport does not implement yet.
+func (c *client) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	sess, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithStreamableHTTPConfig)
+	if !ok || c.st.sessionID == "" || mcpserver.IsModernRequest(ctx) || c.st.out == nil || !c.st.out.streams() {
+		return nil, capabilities.ErrUnsupported
 	}
-	return fmt.Errorf("mcp: %s: %w", op, err)
+	// The final response must follow on the same event stream.
+	sess.UpgradeToSSEWhenReceiveNotification()
+	id, answer, done := c.s.pending.add(c.st.sessionID)
+	defer done()
+	msg := map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}
+	if err := c.st.out.send(msg); err != nil {
+		return nil, fmt.Errorf("mcp: %s: %w", method, err)
+	}
+	select {
+	case a := <-answer:
+		if a.Error != nil {
+			return nil, &capabilities.Error{Code: capabilities.CodeUnsupported, Message: "the client declined the request",
+				Err: fmt.Errorf("mcp: %s: client error %d: %s", method, a.Error.Code, a.Error.Message)}
+		}
+		return a.Result, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("mcp: %s: %w", method, ctx.Err())
+	}
 }

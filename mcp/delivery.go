@@ -3,11 +3,19 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 )
 
-// deliveryWriter counts the notifications written to a response stream.
+// deliveryWriter is the response writer mcp-go gets for each request. It
+// serializes writes, so that the transport can put its own messages on the
+// request's event stream between mcp-go's, and counts the notifications
+// written.
 //
 // mcp-go forwards a request's notifications from a goroutine, and once the
 // handler has returned it closes the stream under a lock that the
@@ -15,7 +23,9 @@ import (
 // not yet written is then dropped. Handlers therefore wait (see settle)
 // until every notification they sent has been written before returning.
 type deliveryWriter struct {
-	http.ResponseWriter
+	w       http.ResponseWriter
+	mu      sync.Mutex
+	started bool // status line sent
 	written atomic.Int64
 	wrote   chan struct{} // signalled after each notification write
 }
@@ -23,11 +33,27 @@ type deliveryWriter struct {
 var notificationMark = []byte(`"method":"notifications/`)
 
 func newDeliveryWriter(w http.ResponseWriter) *deliveryWriter {
-	return &deliveryWriter{ResponseWriter: w, wrote: make(chan struct{}, 1)}
+	return &deliveryWriter{w: w, wrote: make(chan struct{}, 1)}
+}
+
+func (d *deliveryWriter) Header() http.Header { return d.w.Header() }
+
+// WriteHeader sends the status once; the stream may already have been
+// opened by send.
+func (d *deliveryWriter) WriteHeader(status int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.started {
+		d.started = true
+		d.w.WriteHeader(status)
+	}
 }
 
 func (d *deliveryWriter) Write(p []byte) (int, error) {
-	n, err := d.ResponseWriter.Write(p)
+	d.mu.Lock()
+	d.started = true
+	n, err := d.w.Write(p)
+	d.mu.Unlock()
 	if bytes.Contains(p, notificationMark) {
 		d.written.Add(1)
 		select {
@@ -40,16 +66,47 @@ func (d *deliveryWriter) Write(p []byte) (int, error) {
 
 // Flush is what lets mcp-go stream at all.
 func (d *deliveryWriter) Flush() {
-	if f, ok := d.ResponseWriter.(http.Flusher); ok {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if f, ok := d.w.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
-func (d *deliveryWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
+func (d *deliveryWriter) Unwrap() http.ResponseWriter { return d.w }
 
 func (d *deliveryWriter) streams() bool {
-	_, ok := d.ResponseWriter.(http.Flusher)
+	_, ok := d.w.(http.Flusher)
 	return ok
+}
+
+var errNotStreaming = errors.New("mcp: the response is not an event stream")
+
+// send writes one JSON-RPC message as an event of the request's stream,
+// opening the stream if nothing was written yet.
+func (d *deliveryWriter) send(msg any) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("mcp: encode message: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.started {
+		h := d.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		d.w.WriteHeader(http.StatusOK)
+		d.started = true
+	} else if !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
+		return errNotStreaming
+	}
+	if _, err := fmt.Fprintf(d.w, "event: message\ndata: %s\n\n", b); err != nil {
+		return fmt.Errorf("mcp: write event: %w", err)
+	}
+	if f, ok := d.w.(http.Flusher); ok {
+		f.Flush()
+	}
+	return nil
 }
 
 // settle waits until the request's sent notifications are written, or ctx
@@ -67,4 +124,53 @@ func (st *reqState) settle(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// clientAnswer is a client's response to a request the server sent it.
+type clientAnswer struct {
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// pendingRequests are the server-to-client requests awaiting an answer, by
+// session and request id: only the session that received a request can
+// answer it.
+type pendingRequests struct {
+	mu   sync.Mutex
+	m    map[string]chan clientAnswer
+	next atomic.Uint64
+}
+
+func pendingKey(sid string, id json.RawMessage) string { return sid + "\x00" + string(id) }
+
+func (p *pendingRequests) add(sid string) (json.RawMessage, chan clientAnswer, func()) {
+	id, _ := json.Marshal(fmt.Sprintf("enclave-%d", p.next.Add(1)))
+	ch := make(chan clientAnswer, 1)
+	key := pendingKey(sid, id)
+	p.mu.Lock()
+	if p.m == nil {
+		p.m = map[string]chan clientAnswer{}
+	}
+	p.m[key] = ch
+	p.mu.Unlock()
+	return id, ch, func() {
+		p.mu.Lock()
+		delete(p.m, key)
+		p.mu.Unlock()
+	}
+}
+
+// answer delivers a response and reports whether a request was waiting.
+func (p *pendingRequests) answer(sid string, id json.RawMessage, a clientAnswer) bool {
+	p.mu.Lock()
+	ch, ok := p.m[pendingKey(sid, bytes.TrimSpace(id))]
+	delete(p.m, pendingKey(sid, bytes.TrimSpace(id)))
+	p.mu.Unlock()
+	if ok {
+		ch <- a
+	}
+	return ok
 }

@@ -103,8 +103,9 @@ type Server struct {
 	maxBody     int64
 	now         func() time.Time
 
-	syncMu sync.Mutex
-	synced atomic.Uint64 // registry version mirrored into mcp-go, plus one
+	syncMu  sync.Mutex
+	synced  atomic.Uint64 // registry version mirrored into mcp-go, plus one
+	pending pendingRequests
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -240,6 +241,7 @@ type reqState struct {
 	requestID string
 	method    string
 	sessionID string // legacy session, "" for 2026-07-28 requests
+	created   string // the session an initialize request created
 	evicted   []string
 	out       *deliveryWriter
 	sent      atomic.Int64 // notifications sent to this request's stream
@@ -439,10 +441,19 @@ func loopback(remoteAddr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// routeResponse delivers a client's answer to an elicitation or sampling
-// request. The request went out on one per-request stream of the session;
-// each candidate is tried until mcp-go accepts the answer.
+// routeResponse delivers a client's answer to a request the server sent it:
+// first to the transport's own requests (elicitation and sampling, sent on
+// the calling request's stream), then to mcp-go, trying the session and
+// each request in flight on it until one accepts the answer.
 func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid string, body []byte) {
+	var msg struct {
+		ID json.RawMessage `json:"id"`
+		clientAnswer
+	}
+	if json.Unmarshal(body, &msg) == nil && s.pending.answer(sid, msg.ID, msg.clientAnswer) {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
 	var last *recorder
 	for _, id := range append(s.sessions.inFlight(sid), sid) {
 		rec := &recorder{header: http.Header{}}
@@ -543,7 +554,11 @@ func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
 	}
 }
 
-func (s *Server) afterInitialize(_ context.Context, _ any, _ *mcpgo.InitializeRequest, res *mcpgo.InitializeResult) {
+func (s *Server) afterInitialize(ctx context.Context, _ any, req *mcpgo.InitializeRequest, res *mcpgo.InitializeResult) {
+	if st := stateFrom(ctx); st != nil && st.created != "" {
+		caps := req.Params.Capabilities
+		s.sessions.setClientCaps(st.created, caps.Sampling != nil, caps.Elicitation != nil)
+	}
 	if !slices.Contains(ProtocolVersions, res.ProtocolVersion) {
 		res.ProtocolVersion = mcpgo.LATEST_LEGACY_PROTOCOL_VERSION
 	}
@@ -607,6 +622,7 @@ func (m idManager) Generate() string {
 	}
 	id, evicted := m.s.sessions.create(m.st.caller.UserID)
 	m.st.evicted = append(m.st.evicted, evicted...)
+	m.st.created = id
 	return id
 }
 

@@ -20,6 +20,8 @@ type session struct {
 	logLevel string // level set with logging/setLevel; "" sends everything
 	streams  map[int]func()
 	nextID   int
+	// what the client declared it can do at initialize
+	canSample, canElicit bool
 }
 
 // sessionStore binds session ids to users and bounds how many live: each
@@ -246,3 +248,21 @@ func (s *sessionStore) logLevel(id string) string {
 
 // fingerprint identifies a set of names (already sorted).
 func fingerprint(names []string) string { return "#" + strings.Join(names, "\x00") }
+
+func (s *sessionStore) setClientCaps(id string, sample, elicit bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		se.canSample, se.canElicit = sample, elicit
+	}
+}
+
+// clientCan reports what the session's client declared it supports.
+func (s *sessionStore) clientCan(id string) (sample, elicit bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		return se.canSample, se.canElicit
+	}
+	return false, false
+}
