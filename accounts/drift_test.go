@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -68,4 +69,42 @@ func sorted(ps []capabilities.Permission) []capabilities.Permission {
 	out := slices.Clone(ps)
 	slices.Sort(out)
 	return out
+}
+
+// Entities an embedder registers become permissions attached to the
+// built-in roles by the same rules.
+func TestSyncVocabulary(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		vocab, err := capabilities.NewVocabulary("note", "calendar_event")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // idempotent
+			if err := svc.SyncVocabulary(ctx, vocab); err != nil {
+				t.Fatal(err)
+			}
+		}
+		plain, admin := signup(t, svc, "sync-user"), signup(t, svc, "sync-admin")
+		if _, err := svc.AssignRole(ctx, admin.ID, capabilities.RoleAdmin); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			user accounts.User
+			role string
+		}{{plain, capabilities.RoleUser}, {admin, capabilities.RoleAdmin}} {
+			g, err := svc.RolesAndPermissions(ctx, tc.user.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := sorted(vocab.RolePermissions(tc.role)); !slices.Equal(g.Permissions, want) {
+				t.Errorf("%s holds %v\nwant %v", tc.role, g.Permissions, want)
+			}
+		}
+		note := capabilities.NewPermission(capabilities.ActionCreate, "note", capabilities.Own)
+		if g, _ := svc.RolesAndPermissions(ctx, plain.ID); !g.Has(note) {
+			t.Errorf("user lacks %s", note)
+		}
+	})
 }

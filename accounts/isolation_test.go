@@ -42,6 +42,12 @@ func TestCrossUserDenial(t *testing.T) {
 				t.Fatalf("alice sees bob's admin grants: %+v", g)
 			}
 		})
+		t.Run("caller", func(t *testing.T) {
+			c, err := svc.LoadCaller(ctx, alice.StableID)
+			if err != nil || c.UserID != alice.StableID || c.Username != "alice" || c.HasRole(capabilities.RoleAdmin) {
+				t.Fatalf("alice's caller %+v, %v", c, err)
+			}
+		})
 		t.Run("email claims", func(t *testing.T) {
 			claims, err := svc.EmailClaims(ctx, alice.ID)
 			if err != nil || !slices.Equal(claims, []string{"alice@example.com"}) {
