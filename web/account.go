@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 )
 
 // Account page paths.
@@ -130,8 +131,10 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 	u, err := h.opts.Accounts.Signup(r.Context(), accounts.SignupInput{Email: f.Email, Username: f.Username, Password: r.PostFormValue("password")})
 	switch {
 	case err == nil:
+		h.audit(r, audit.CategoryAuth, "signup", audit.ResultSuccess, "", &u)
 		h.sendVerification(r.Context(), u.ID, u.Email)
 	case errors.Is(err, accounts.ErrEmailTaken), errors.Is(err, accounts.ErrEmailClaimed):
+		h.audit(r, audit.CategoryAuth, "signup", audit.ResultFailure, auditReason(err), nil)
 		// Answer exactly as for a new account, and send nothing: signup
 		// does not reveal which addresses are registered.
 		h.log.InfoContext(r.Context(), "web: signup for a registered email")
@@ -142,6 +145,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.Error = msg
+		h.audit(r, audit.CategoryAuth, "signup", audit.ResultFailure, auditReason(err), nil)
 		h.render(w, r, status, signupPage(h.page(r, "Create an account"), f))
 		return
 	}
@@ -212,8 +216,14 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, f *authForm) (a
 	u, err := h.opts.Accounts.Login(r.Context(), f.Email, r.PostFormValue("password"))
 	if err == nil {
 		if _, err = h.opts.Accounts.StartSession(w, r, u, r.PostFormValue("remember") == "1"); err == nil {
+			h.audit(r, audit.CategoryAuth, "login", audit.ResultSuccess, "", &u)
 			return u, true
 		}
+	}
+	if u.ID != 0 {
+		h.audit(r, audit.CategoryAuth, "login", audit.ResultFailure, auditReason(err), &u)
+	} else {
+		h.audit(r, audit.CategoryAuth, "login", audit.ResultFailure, auditReason(err), nil)
 	}
 	if _, msg, ok := userError(err); ok {
 		f.Error = msg
@@ -274,6 +284,7 @@ func (h *Handler) verifyEmail(w http.ResponseWriter, r *http.Request) {
 		h.internalError(w, r, "mark email verified", err)
 		return
 	}
+	h.audit(r, audit.CategoryAuth, "verify_email", audit.ResultSuccess, "", &u)
 	next, text := pathLogin, "Go to sign in"
 	if PrincipalFrom(ctx) != nil {
 		next, text = pathAccount, "Go to your account"
@@ -311,6 +322,7 @@ func (h *Handler) resetRequest(w http.ResponseWriter, r *http.Request) {
 	u, err := h.opts.Accounts.UserByEmail(ctx, email)
 	switch {
 	case err == nil && u.CheckActive() == nil:
+		h.audit(r, audit.CategoryAuth, "password_reset_request", audit.ResultSuccess, "", &u)
 		h.sendReset(ctx, u)
 	case err == nil, errors.Is(err, accounts.ErrNotFound):
 		// Same answer whether or not the address has an account.
@@ -420,7 +432,12 @@ func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
 // setPassword uses a password-setup token to set the posted password. A
 // refused password keeps the token usable and shows the form again.
 func (h *Handler) setPassword(w http.ResponseWriter, r *http.Request, token, title, action string, done func()) {
-	_, err := h.opts.Accounts.SetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
+	u, err := h.opts.Accounts.SetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
+	if err == nil {
+		h.audit(r, audit.CategoryAuth, "password_set", audit.ResultSuccess, action, &u)
+	} else {
+		h.audit(r, audit.CategoryAuth, "password_set", audit.ResultFailure, auditReason(err), nil)
+	}
 	if err != nil {
 		if errors.Is(err, accounts.ErrInvalidToken) {
 			h.badLink(w, r, err)
@@ -472,6 +489,7 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
 	}
 	p := PrincipalFrom(r.Context())
 	u, err := h.opts.Accounts.ChangePassword(r.Context(), p.Session.User.ID, r.PostFormValue("current"), r.PostFormValue("next"))
+	h.audit(r, audit.CategoryAuth, "password_change", resultOf(err), auditReason(err), &p.Session.User)
 	if err != nil {
 		status, msg, ok := userError(err)
 		if !ok {
@@ -500,6 +518,7 @@ func (h *Handler) changeEmail(w http.ResponseWriter, r *http.Request) {
 	}
 	p := PrincipalFrom(r.Context())
 	u, err := h.opts.Accounts.ChangeEmail(r.Context(), p.Session.User.ID, r.PostFormValue("email"))
+	h.audit(r, audit.CategoryAccount, "email_change", resultOf(err), auditReason(err), &p.Session.User)
 	if err != nil {
 		status, msg, ok := userError(err)
 		if !ok {

@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -137,12 +138,15 @@ func (h *Handler) adminRoutes(handle func(string, http.HandlerFunc)) {
 	handle("GET /admin/users/new", admin(h.adminNewUserForm))
 	handle("POST /admin/users", admin(h.adminCreateUser))
 	handle("GET /admin/users/{id}", admin(h.adminUserDetail))
-	handle("POST /admin/users/{id}/roles", admin(h.adminUserAction(h.actAssignRole)))
-	handle("POST /admin/users/{id}/roles/remove", admin(h.adminUserAction(h.actRemoveRole)))
-	handle("POST /admin/users/{id}/suspend", admin(h.adminUserAction(h.actSuspend)))
-	handle("POST /admin/users/{id}/unsuspend", admin(h.adminUserAction(h.actUnsuspend)))
-	handle("POST /admin/users/{id}/verify", admin(h.adminUserAction(h.actVerify)))
+	handle("POST /admin/users/{id}/roles", admin(h.adminUserAction("assign_role", h.actAssignRole)))
+	handle("POST /admin/users/{id}/roles/remove", admin(h.adminUserAction("remove_role", h.actRemoveRole)))
+	handle("POST /admin/users/{id}/suspend", admin(h.adminUserAction("suspend", h.actSuspend)))
+	handle("POST /admin/users/{id}/unsuspend", admin(h.adminUserAction("unsuspend", h.actUnsuspend)))
+	handle("POST /admin/users/{id}/verify", admin(h.adminUserAction("mark_verified", h.actVerify)))
 	handle("GET /admin/roles", admin(h.adminRoles))
+	if h.opts.Audit != nil {
+		handle("GET /admin/audit", admin(h.adminAudit))
+	}
 }
 
 func (h *Handler) adminUsers(w http.ResponseWriter, r *http.Request) {
@@ -227,7 +231,7 @@ func (h *Handler) renderAdminUser(w http.ResponseWriter, r *http.Request, status
 
 // adminUserAction runs act on the {id} account and shows the account page
 // again (with act's error, or after a redirect on success).
-func (h *Handler) adminUserAction(act func(ctx context.Context, admin, target accounts.User, form url.Values) (notice string, err error)) http.HandlerFunc {
+func (h *Handler) adminUserAction(name string, act func(ctx context.Context, admin, target accounts.User, form url.Values) (notice string, err error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.parseForm(w, r) {
 			return
@@ -238,6 +242,7 @@ func (h *Handler) adminUserAction(act func(ctx context.Context, admin, target ac
 		}
 		admin := PrincipalFrom(r.Context()).Session.User
 		notice, err := act(r.Context(), admin, u, r.PostForm)
+		h.audit(r, audit.CategoryAccount, "admin_"+name, resultOf(err), auditReason(err), &u)
 		if err != nil {
 			var ae adminError
 			status, msg := http.StatusConflict, ""
@@ -318,6 +323,7 @@ func (h *Handler) adminCreateUser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	admin := PrincipalFrom(r.Context()).Session.User
+	h.audit(r, audit.CategoryAccount, "admin_create_user", audit.ResultSuccess, "", &u)
 	h.log.InfoContext(r.Context(), "web: admin created account", "admin_id", admin.ID, "user_id", u.ID)
 	link := accounts.PasswordSetupURL(h.opts.BaseURL, token)
 	h.render(w, r, http.StatusCreated, adminCreatedPage(h.page(r, "Account created"), u, link))

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -200,3 +201,47 @@ var (
 	reNextLink    = regexp.MustCompile(`rel="next" href="([^"]+)"`)
 	reSetupLink   = regexp.MustCompile(`http://enclave\.test/password/setup\?token=([^<\s"]+)`)
 )
+
+// Browser and admin events reach the audit log, hashed, and admins read
+// them on the audit page.
+func TestAuditTrail(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	log := audit.New(s, make([]byte, 32), quietLogger())
+	h := newTestHandler(t, s, func(o *Options) { o.Audit = log; o.CredentialLimit = Limit{Requests: 1000} })
+	srv := serve(t, h)
+	root := newBrowser(t, srv)
+	signedIn(t, h, root, "root@example.com", "operator-jo", true)
+	newBrowser(t, srv).post("/login", url.Values{"email": {"root@example.com"}, "password": {"wrong password!"}})
+	newBrowser(t, srv).post("/signup", url.Values{"email": {"root@example.com"}, "username": {"someone"}, "password": {testPassword}})
+	bob, _, err := h.opts.Accounts.CreateUser(t.Context(), accounts.CreateUserInput{Email: "bob@example.com", Username: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root.post("/admin/users/"+strconv.FormatInt(bob.ID, 10)+"/suspend", nil)
+
+	page, err := log.Query(t.Context(), audit.Filter{}, storage.PageRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range page.Items {
+		got = append(got, e.Category+"/"+e.Action+"/"+e.Result+"/"+e.Reason)
+		if strings.Contains(e.UserHash, "@") || e.IPHash == "127.0.0.1" {
+			t.Fatalf("unhashed identifier in %+v", e)
+		}
+	}
+	for _, want := range []string{
+		"auth/login/success/", "auth/login/failure/invalid_credentials",
+		"auth/signup/failure/email_exists", "account/admin_suspend/success/",
+	} {
+		if !slices.Contains(got, want) {
+			t.Errorf("audit log lacks %s; has %v", want, got)
+		}
+	}
+	a := root.get("/admin/audit?category=auth")
+	expect(t, "audit page", a, http.StatusOK, "invalid_credentials")
+	if strings.Contains(a.Body, "root@example.com") || strings.Contains(a.Body, "admin_suspend") {
+		t.Fatal("audit page shows a raw email, or ignores the category filter")
+	}
+	expect(t, "audit page for non-admins", newBrowser(t, srv).get("/admin/audit"), http.StatusSeeOther)
+}

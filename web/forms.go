@@ -45,3 +45,11 @@ type accountView struct {
 	PasswordError string
 	EmailError    string
 }
+
+// shortHash abbreviates a keyed hash for display.
+func shortHash(s string) string {
+	if len(s) > 12 {
+		return s[:12] + "…"
+	}
+	return s
+}

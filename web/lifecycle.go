@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -137,6 +138,7 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.opts.Lifecycle.Delete(ctx, ownerOf(u))
+	h.audit(r, audit.CategoryAccount, "delete_account", resultOf(err), auditReason(err), &u)
 	if err != nil {
 		if errors.Is(err, accounts.ErrLastAdmin) {
 			again(http.StatusConflict, domainMessage(accounts.ErrLastAdmin))

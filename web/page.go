@@ -22,6 +22,7 @@ type page struct {
 type features struct {
 	Apps      bool // connected apps (Options.OAuth)
 	Lifecycle bool // export and deletion (Options.Lifecycle)
+	Audit     bool // the admin audit page (Options.Audit)
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -42,7 +43,7 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Site:         h.opts.SiteName,
 		Prefix:       h.prefix,
 		StyleVersion: styleVersion,
-		Features:     features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil},
+		Features:     features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil},
 	}
 	if pr := PrincipalFrom(r.Context()); pr != nil {
 		p.Viewer = &viewer{Username: pr.Session.User.Username, Admin: pr.Grants.HasRole(adminRole)}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -30,6 +31,10 @@ type Options struct {
 
 	// Lifecycle, when set, adds the export and delete-account pages.
 	Lifecycle *lifecycle.Service
+
+	// Audit, when set, receives browser sign-in, sign-up, password,
+	// verification and admin events, and adds the admin audit-log page.
+	Audit *audit.Log
 
 	// MinPasswordLength is shown to people choosing a password (the
 	// accounts service enforces its own policy). Default

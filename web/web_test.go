@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -113,8 +114,16 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 	for _, base := range []string{"http://enclave.test", "https://enclave.test"} {
 		t.Run(base, func(t *testing.T) {
 			s := storagetest.Open(t, storage.SQLite)
-			h := newTestHandler(t, s, func(o *Options) { o.BaseURL = base; o.CredentialLimit = Limit{Requests: 1000} })
-			if len(h.patterns) < 20 {
+			acc := newAccounts(t, s, nil)
+			h := newTestHandler(t, s, func(o *Options) {
+				o.BaseURL = base
+				o.CredentialLimit = Limit{Requests: 1000}
+				o.Accounts = acc
+				o.OAuth = &fakeApps{}
+				o.Lifecycle = newLifecycle(t, s, acc)
+				o.Audit = audit.New(s, make([]byte, 32), quietLogger())
+			})
+			if len(h.patterns) < 30 {
 				t.Fatalf("only %d routes registered: %v", len(h.patterns), h.patterns)
 			}
 			u, err := h.opts.Accounts.Signup(t.Context(), accounts.SignupInput{Email: "admin@example.com", Username: "boss", Password: "correct horse battery"})
@@ -168,7 +177,8 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 					}
 				}
 			}
-			for _, path := range []string{"/account", "/admin/users", "/admin/users/" + strconv.FormatInt(u.ID, 10), "/admin/roles", "/dev/mail"} {
+			for _, path := range []string{"/account", "/account/apps", "/account/export", "/account/delete", "/admin/users",
+				"/admin/users/" + strconv.FormatInt(u.ID, 10), "/admin/users/new", "/admin/roles", "/admin/audit", "/dev/mail"} {
 				if !rendered[path] {
 					t.Errorf("GET %s did not render for a signed-in admin", path)
 				}
