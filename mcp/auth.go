@@ -19,7 +19,8 @@ type TokenInfo struct {
 }
 
 // TokenVerifier checks a bearer token. It returns ErrInvalidToken (or any
-// error) for a token it does not accept; the server answers 401 either way.
+// error) for a token it does not accept, and the server answers 401; an
+// error carrying capabilities.CodeAccountSuspended is answered 403 instead.
 type TokenVerifier interface {
 	VerifyToken(ctx context.Context, token string) (TokenInfo, error)
 }

@@ -210,6 +210,8 @@ func newFixture(t *testing.T, tweak ...func(*Options)) *fixture {
 			return TokenInfo{UserID: "alice", Audience: aud, ExpiresAt: f.clock.Now().Add(-time.Second)}, nil
 		case "foreign-token":
 			return TokenInfo{UserID: "alice", Audience: []string{"https://other.test/mcp"}, ExpiresAt: exp}, nil
+		case "suspended-token":
+			return TokenInfo{}, capabilities.Errorf(capabilities.CodeAccountSuspended, "suspended")
 		case "ghost-token":
 			return TokenInfo{UserID: "ghost", Audience: aud, ExpiresAt: exp}, nil
 		}

@@ -407,6 +407,10 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	}
 	ctx := r.Context()
 	info, err := s.verify(ctx, token)
+	if capabilities.CodeOf(err) == capabilities.CodeAccountSuspended {
+		writeHTTPError(w, http.StatusForbidden, "account suspended", requestID)
+		return capabilities.Caller{}, false
+	}
 	if err != nil {
 		s.log.DebugContext(ctx, "mcp: token refused", "err", err, "request_id", requestID)
 		s.challenge(w, true, requestID)
@@ -441,10 +445,9 @@ func loopback(remoteAddr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// routeResponse delivers a client's answer to a request the server sent it:
-// first to the transport's own requests (elicitation and sampling, sent on
-// the calling request's stream), then to mcp-go, trying the session and
-// each request in flight on it until one accepts the answer.
+// routeResponse delivers a client's answer to a request the server sent it
+// (elicitation or sampling, sent on the calling request's stream). Answers
+// to anything else are mcp-go's to handle.
 func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid string, body []byte) {
 	var msg struct {
 		ID json.RawMessage `json:"id"`
@@ -454,19 +457,9 @@ func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid strin
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	var last *recorder
-	for _, id := range append(s.sessions.inFlight(sid), sid) {
-		rec := &recorder{header: http.Header{}}
-		attempt := r.Clone(r.Context())
-		attempt.Header.Set(sessionHeader, id)
-		attempt.Body = io.NopCloser(bytes.NewReader(body))
-		s.http.ServeHTTP(rec, attempt)
-		last = rec
-		if rec.status < 300 {
-			break
-		}
-	}
-	last.copyTo(w)
+	r.Header.Set(sessionHeader, sid)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	s.http.ServeHTTP(w, r)
 }
 
 // syncRegistry mirrors the registry's definitions into mcp-go when they
@@ -638,34 +631,6 @@ func (m idManager) Validate(id string) (bool, error) {
 func (m idManager) Terminate(id string) (bool, error) {
 	m.s.sessions.remove(id)
 	return false, nil
-}
-
-// recorder buffers one non-streaming response.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.body.Write(b)
-}
-func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *recorder) copyTo(w http.ResponseWriter) {
-	for k, v := range r.header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(cmp.Or(r.status, http.StatusOK))
-	w.Write(r.body.Bytes())
 }
 
 type discard struct{}

@@ -40,6 +40,11 @@ func TestAuthentication(t *testing.T) {
 			}
 		})
 	}
+	t.Run("suspended by the verifier", func(t *testing.T) {
+		if resp := f.request(http.MethodPost, "suspended-token", "", rpc(1, "tools/list", nil)); resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("status %d, want 403", resp.StatusCode)
+		}
+	})
 	t.Run("suspended", func(t *testing.T) {
 		c, _ := f.loader.LoadCaller(t.Context(), "bob")
 		c.State = capabilities.AccountSuspended
@@ -440,5 +445,71 @@ func TestNewValidatesOptions(t *testing.T) {
 			s.Close()
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+func TestDeleteEndsGETStream(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	stream := f.request(http.MethodGet, "alice-token", sid, "")
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %d", stream.StatusCode)
+	}
+	if resp := f.request(http.MethodDelete, "alice-token", sid, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	// The stream ends: reading reaches EOF instead of blocking.
+	next := sseReader(stream)
+	for m := next(); m != nil; m = next() {
+	}
+}
+
+func TestLoadFailureFailsClosed(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("admin-token")
+	f.loader.Err = fmt.Errorf("database down")
+	call := func(name string, args map[string]any) string {
+		resp := f.request(http.MethodPost, "admin-token", sid, rpc(2, "tools/call", map[string]any{"name": name, "arguments": args}))
+		return readAll(resp)
+	}
+	if got := call("whoami", nil); !strings.Contains(got, `"roles":[]`) {
+		t.Fatalf("whoami while loading fails = %s", got)
+	}
+	if got := call("adminOnly", map[string]any{"text": "x"}); !strings.Contains(got, "not found") {
+		t.Fatalf("admin capability while loading fails = %s", got)
+	}
+	if !strings.Contains(f.logs.String(), "database down") {
+		t.Fatal("load failure not logged")
+	}
+}
+
+// TestAnswersBoundToSession: an elicitation sent to alice's call can only
+// be answered from alice's session.
+func TestAnswersBoundToSession(t *testing.T) {
+	f := newFixture(t)
+	alice := f.initialize("alice-token")
+	bob := f.initialize("bob-token")
+	call := f.request(http.MethodPost, "alice-token", alice, rpc(5, "tools/call", map[string]any{"name": "ask"}))
+	next := sseReader(call)
+	ask := next()
+	if ask == nil || ask["method"] != "elicitation/create" {
+		t.Fatalf("first event = %v", ask)
+	}
+	id, _ := json.Marshal(ask["id"])
+	answer := func(name string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"action":"accept","content":{"name":%q}}}`, id, name)
+	}
+	if resp := f.request(http.MethodPost, "bob-token", bob, answer("bob")); resp.StatusCode == http.StatusAccepted {
+		t.Fatal("bob's session answered alice's elicitation")
+	}
+	if resp := f.request(http.MethodPost, "bob-token", alice, answer("bob")); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("bob answering on alice's session: %d", resp.StatusCode)
+	}
+	if resp := f.request(http.MethodPost, "alice-token", alice, answer("alice")); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("alice's answer: %d", resp.StatusCode)
+	}
+	final := next()
+	if got := fmt.Sprint(final["result"]); !strings.Contains(got, "accept:alice") {
+		t.Fatalf("result = %v", final)
 	}
 }

@@ -131,19 +131,6 @@ func (s *sessionStore) begin(id string, perRequest bool) (internalID string, end
 	}
 }
 
-// inFlight lists the per-request ids currently open on session id.
-func (s *sessionStore) inFlight(id string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for internal, external := range s.internal {
-		if external == id {
-			out = append(out, internal)
-		}
-	}
-	return out
-}
-
 // stream registers a GET stream's cancel func, called when the session
 // ends; the returned func unregisters it.
 func (s *sessionStore) stream(id string, cancel func()) (done func()) {
