@@ -1,0 +1,48 @@
+// Command bench measures what enclave's authentication, roles, quota and
+// isolation cost on the MCP hot path, against bare mcp-go and the official
+// TypeScript SDK, and how account export and deletion scale with rows.
+//
+// Run everything (under five minutes on two cores):
+//
+//	go run ./bench
+//
+// See bench/README.md for the flags and docs/performance.md for the latest
+// figures. The same binary is re-executed for its parts:
+//
+//	bench serve  -kind a|b|c   one server under test (a process of its own)
+//	bench load                 the load generator (a process of its own)
+//	bench scale-one            one export+deletion measurement at one size
+//
+// Every process it starts is stopped when it returns, also on error or
+// interrupt, and each child also exits by itself after -max-lifetime.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		var err error
+		switch os.Args[1] {
+		case "serve":
+			err = serveMain(os.Args[2:])
+		case "load":
+			err = loadMain(os.Args[2:])
+		case "scale-one":
+			err = scaleOneMain(os.Args[2:])
+		default:
+			err = runMain(os.Args[1:])
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := runMain(nil); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

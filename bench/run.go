@@ -1,0 +1,407 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// ServerResult is one server's row.
+type ServerResult struct {
+	Key         string     `json:"key"`
+	Name        string     `json:"name"`
+	Load        LoadResult `json:"load"`
+	CPUSeconds  float64    `json:"server_cpu_seconds"`
+	CPUPer1k    float64    `json:"server_cpu_seconds_per_1000_calls"`
+	PeakRSSMiB  float64    `json:"server_peak_rss_mib"`
+	LoadCPUUtil float64    `json:"loadgen_cpu_utilisation"` // of one core, over the window
+	Skipped     string     `json:"skipped,omitempty"`
+}
+
+// Report is everything one run measured.
+type Report struct {
+	When    time.Time      `json:"when"`
+	Machine Machine        `json:"machine"`
+	Flags   map[string]any `json:"flags"`
+	Servers []ServerResult `json:"servers"`
+	Scaling []ScaleResult  `json:"scaling"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPU, Kernel, Go, Node string
+	Cores                 int
+	MemGiB                float64
+	Pinned                bool
+}
+
+var serverNames = map[string]string{
+	"a": "(a) mcp-go bare, no auth",
+	"b": "(b) enclave, OAuth+roles+quota, SQLite",
+	"c": "(c) enclave, OAuth+roles+quota, PostgreSQL",
+	"d": "(d) TS SDK + requireBearerAuth",
+}
+
+func runMain(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	servers := fs.String("servers", "a,b,c,d", "servers to compare (c needs ENCLAVE_TEST_POSTGRES, d needs node)")
+	clients := fs.Int("clients", 16, "concurrent clients, each with its own user, token and session")
+	warmup := fs.Duration("warmup", 3*time.Second, "warm-up per server, not measured")
+	duration := fs.Duration("duration", 15*time.Second, "measured window per server")
+	quota := fs.String("quota", "memory", "quota counter of (b) and (c): memory, sql or none")
+	logLevel := fs.String("log-level", "warn", "enclave's log level (info adds its per-request access log)")
+	scaleRows := fs.String("scale", "10000,100000,1000000", "row counts of the export/deletion scaling run (empty: skip)")
+	scaleDB := fs.String("scale-db", "sqlite", "scaling run database: sqlite, postgres or both")
+	pin := fs.Bool("pin", true, "pin the server to core 0 and the load generator to core 1 (taskset)")
+	outDir := fs.String("out", "bench/results", "directory for the JSON report and process logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		return err
+	}
+	logDir, err := os.MkdirTemp(*outDir, "logs-*")
+	if err != nil {
+		return err
+	}
+
+	// Stop every child on interrupt, and on any return.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "bench: %s: stopping children\n", s)
+		stopAll()
+		os.Exit(130)
+	}()
+	defer stopAll()
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	serverCore, loadCore := 0, 1
+	_, tsErr := exec.LookPath("taskset")
+	pinned := *pin && tsErr == nil && runtime.NumCPU() >= 2
+	if !pinned {
+		serverCore, loadCore = -1, -1
+	}
+	rep := Report{When: time.Now().UTC(), Machine: machine(pinned), Flags: map[string]any{
+		"clients": *clients, "warmup": warmup.String(), "duration": duration.String(), "quota": *quota, "log_level": *logLevel,
+	}}
+	fmt.Printf("enclave bench: %d clients, %s warm-up + %s measured per server; %s, %d cores, pinned=%v\n",
+		*clients, *warmup, *duration, rep.Machine.CPU, rep.Machine.Cores, pinned)
+
+	pg := os.Getenv("ENCLAVE_TEST_POSTGRES")
+	for _, key := range strings.Split(*servers, ",") {
+		key = strings.TrimSpace(key)
+		r := ServerResult{Key: key, Name: serverNames[key]}
+		if r.Name == "" {
+			return fmt.Errorf("unknown server %q", key)
+		}
+		switch {
+		case key == "c" && pg == "":
+			r.Skipped = "ENCLAVE_TEST_POSTGRES not set"
+		case key == "d":
+			if err := nodeReady(); err != nil {
+				r.Skipped = err.Error()
+			}
+		}
+		if r.Skipped != "" {
+			fmt.Printf("%s: skipped (%s)\n", r.Name, r.Skipped)
+			rep.Servers = append(rep.Servers, r)
+			continue
+		}
+		fmt.Printf("%s: running…\n", r.Name)
+		if err := measureServer(&r, self, logDir, serverCore, loadCore, *clients, *warmup, *duration, *quota, *logLevel, pg); err != nil {
+			return fmt.Errorf("%s: %w", r.Name, err)
+		}
+		rep.Servers = append(rep.Servers, r)
+	}
+
+	if *scaleRows != "" {
+		var sizes []int
+		for _, s := range strings.Split(*scaleRows, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					return fmt.Errorf("-scale: %w", err)
+				}
+				sizes = append(sizes, n)
+			}
+		}
+		dbs := []string{*scaleDB}
+		if *scaleDB == "both" {
+			dbs = []string{"sqlite", "postgres"}
+		}
+		for _, db := range dbs {
+			if db == "postgres" && pg == "" {
+				fmt.Println("scaling on postgres: skipped (ENCLAVE_TEST_POSTGRES not set)")
+				continue
+			}
+			for _, n := range sizes {
+				fmt.Printf("scaling: %s, %d rows…\n", db, n)
+				sr, err := runScale(self, logDir, serverCore, db, n)
+				if err != nil {
+					return err
+				}
+				rep.Scaling = append(rep.Scaling, sr)
+			}
+		}
+	}
+
+	printReport(os.Stdout, rep)
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	path := filepath.Join(*outDir, "latest.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nreport: %s; process logs: %s\n", path, logDir)
+	return nil
+}
+
+// nodeDir is bench/node, next to this source file or under the working
+// directory.
+func nodeDir() string {
+	if _, file, _, ok := runtime.Caller(0); ok {
+		d := filepath.Join(filepath.Dir(file), "node")
+		if _, err := os.Stat(filepath.Join(d, "package.json")); err == nil {
+			return d
+		}
+	}
+	return filepath.Join("bench", "node")
+}
+
+// nodeReady installs the TypeScript SDK from package-lock.json when it is
+// not installed yet.
+func nodeReady() error {
+	if _, err := exec.LookPath("node"); err != nil {
+		return errors.New("node not found")
+	}
+	dir := nodeDir()
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err == nil {
+		return nil
+	}
+	fmt.Printf("installing the TypeScript SDK (npm ci in %s)…\n", dir)
+	cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("npm ci: %w", err)
+	}
+	return nil
+}
+
+func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, clients int, warmup, duration time.Duration, quota, logLevel, pg string) error {
+	life := warmup + duration + 3*time.Minute
+	tokens := filepath.Join(logDir, "tokens-"+r.Key+".txt")
+	var argv []string
+	dir := ""
+	switch r.Key {
+	case "a":
+		argv = []string{self, "serve", "-kind", "a", "-max-lifetime", life.String()}
+		tokens = ""
+	case "b", "c":
+		argv = []string{self, "serve", "-kind", r.Key, "-users", strconv.Itoa(clients), "-tokens-out", tokens,
+			"-quota", quota, "-log-level", logLevel, "-max-lifetime", life.String()}
+		if r.Key == "c" {
+			argv = append(argv, "-pg", pg)
+		}
+	case "d":
+		// The peer's tokens are random opaque strings, one per user.
+		var lines []string
+		for range clients {
+			lines = append(lines, randomToken())
+		}
+		if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			return err
+		}
+		dir = nodeDir()
+		argv = []string{"node", "server.mjs", "--tokens", tokens, "--max-lifetime-ms", strconv.FormatInt(life.Milliseconds(), 10)}
+	}
+	srv, err := startProc("server-"+r.Key, serverCore, logDir, dir, argv...)
+	if err != nil {
+		return err
+	}
+	defer srv.stop(15 * time.Second)
+	addr, err := srv.waitLine("READY ", 3*time.Minute)
+	if err != nil {
+		return err
+	}
+	largv := []string{self, "load", "-url", "http://" + addr + "/mcp", "-clients", strconv.Itoa(clients),
+		"-warmup", warmup.String(), "-duration", duration.String()}
+	if tokens != "" {
+		largv = append(largv, "-tokens", tokens)
+	}
+	ld, err := startProc("load-"+r.Key, loadCore, logDir, "", largv...)
+	if err != nil {
+		return err
+	}
+	defer ld.stop(5 * time.Second)
+	timeout := warmup + duration + 2*time.Minute
+	if _, err := ld.waitLine("MEASURE_START", timeout); err != nil {
+		return err
+	}
+	cpu0, err := cpuSeconds(srv.pid())
+	if err != nil {
+		return err
+	}
+	lcpu0, _ := cpuSeconds(ld.pid())
+	t0 := time.Now()
+	if _, err := ld.waitLine("MEASURE_END", timeout); err != nil {
+		return err
+	}
+	cpu1, err := cpuSeconds(srv.pid())
+	if err != nil {
+		return err
+	}
+	lcpu1, _ := cpuSeconds(ld.pid())
+	window := time.Since(t0).Seconds()
+	res, err := ld.waitLine("RESULT ", time.Minute)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(res), &r.Load); err != nil {
+		return err
+	}
+	hwm, err := statusKiB(strconv.Itoa(srv.pid()), "VmHWM")
+	if err != nil {
+		return err
+	}
+	r.CPUSeconds = cpu1 - cpu0
+	if r.Load.Requests > 0 {
+		r.CPUPer1k = r.CPUSeconds / float64(r.Load.Requests) * 1000
+	}
+	r.PeakRSSMiB = float64(hwm) / 1024
+	r.LoadCPUUtil = (lcpu1 - lcpu0) / window
+	if r.Load.Errors > 0 {
+		fmt.Printf("  %d errors, e.g. %v\n", r.Load.Errors, r.Load.ErrSample)
+	}
+	fmt.Printf("  %.0f req/s, p50 %.2f ms, p99 %.2f ms, %.3f CPU-s/1k calls, peak RSS %.1f MiB\n",
+		r.Load.RPS, r.Load.P50ms, r.Load.P99ms, r.CPUPer1k, r.PeakRSSMiB)
+	return nil
+}
+
+func randomToken() string {
+	f, err := os.Open("/dev/urandom")
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	b := make([]byte, 32)
+	_, _ = io.ReadFull(f, b)
+	return fmt.Sprintf("%x", b)
+}
+
+func machine(pinned bool) Machine {
+	m := Machine{Go: runtime.Version(), Cores: runtime.NumCPU(), Pinned: pinned}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				m.CPU = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if kib, err := statusKiBFile("/proc/meminfo", "MemTotal"); err == nil {
+		m.MemGiB = float64(kib) / (1 << 20)
+	}
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		m.Kernel = strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command("node", "--version").Output(); err == nil {
+		m.Node = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+func statusKiBFile(path, key string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s", key)
+}
+
+func printReport(w io.Writer, rep Report) {
+	fmt.Fprintf(w, "\n## MCP tools/call, %v clients, %s measured per server\n", rep.Flags["clients"], rep.Flags["duration"])
+	fmt.Fprintf(w, "machine: %s, %d cores, %.1f GiB, kernel %s, %s, node %s, pinned=%v\n\n",
+		rep.Machine.CPU, rep.Machine.Cores, rep.Machine.MemGiB, rep.Machine.Kernel, rep.Machine.Go, rep.Machine.Node, rep.Machine.Pinned)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| server\t req/s\t p50 ms\t p99 ms\t p99.9 ms\t errors\t server CPU-s/1k calls\t peak RSS MiB\t loadgen core use\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	var a *ServerResult
+	for i := range rep.Servers {
+		s := &rep.Servers[i]
+		if s.Skipped != "" {
+			fmt.Fprintf(tw, "| %s\t skipped: %s\t\t\t\t\t\t\t\t\n", s.Name, s.Skipped)
+			continue
+		}
+		if s.Key == "a" {
+			a = s
+		}
+		fmt.Fprintf(tw, "| %s\t %.0f\t %.2f\t %.2f\t %.2f\t %d\t %.3f\t %.1f\t %.0f%%\t\n", s.Name, s.Load.RPS, s.Load.P50ms, s.Load.P99ms,
+			s.Load.P999ms, s.Load.Errors, s.CPUPer1k, s.PeakRSSMiB, 100*s.LoadCPUUtil)
+	}
+	tw.Flush()
+	if a != nil && a.Load.RPS > 0 {
+		fmt.Fprintf(w, "\n### Ratios to (a)\n\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+		fmt.Fprintln(tw, "| server\t throughput ×(a)\t p50 ×(a)\t p99 ×(a)\t CPU per call ×(a)\t")
+		fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t")
+		for _, s := range rep.Servers {
+			if s.Key == "a" || s.Skipped != "" {
+				continue
+			}
+			fmt.Fprintf(tw, "| %s\t %.2f\t %.2f\t %.2f\t %.2f\t\n", s.Name, s.Load.RPS/a.Load.RPS, s.Load.P50ms/a.Load.P50ms,
+				s.Load.P99ms/a.Load.P99ms, s.CPUPer1k/a.CPUPer1k)
+		}
+		tw.Flush()
+	}
+	byKey := map[string]ServerResult{}
+	for _, s := range rep.Servers {
+		if s.Skipped == "" {
+			byKey[s.Key] = s
+		}
+	}
+	fmt.Fprintf(w, "\n### Targets of issue 8\n\n")
+	target := func(name string, ok bool, have bool, detail string) {
+		verdict := "not measured"
+		if have {
+			verdict = map[bool]string{true: "REACHED", false: "NOT reached"}[ok]
+		}
+		fmt.Fprintf(w, "- %s: %s (%s)\n", name, verdict, detail)
+	}
+	sa, okA := byKey["a"]
+	sb, okB := byKey["b"]
+	sd, okD := byKey["d"]
+	target("(b) throughput ≥ 0.8× (a)", okA && okB && sb.Load.RPS >= 0.8*sa.Load.RPS, okA && okB, fmt.Sprintf("%.2f×", safeDiv(sb.Load.RPS, sa.Load.RPS)))
+	target("(b) p99 ≤ 1.5× (a)", okA && okB && sb.Load.P99ms <= 1.5*sa.Load.P99ms, okA && okB, fmt.Sprintf("%.2f×", safeDiv(sb.Load.P99ms, sa.Load.P99ms)))
+	target("(b) throughput ≥ 3× (d)", okB && okD && sb.Load.RPS >= 3*sd.Load.RPS, okB && okD, fmt.Sprintf("%.2f×", safeDiv(sb.Load.RPS, sd.Load.RPS)))
+	if len(rep.Scaling) > 0 {
+		printScaling(w, rep.Scaling)
+	}
+}
+
+func safeDiv(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/oauth"
+)
+
+// serveMain runs one server under test until SIGTERM/SIGINT or
+// -max-lifetime, whichever comes first. When it is ready it prints
+// "READY <addr>" on stdout; for enclave servers the bearer tokens of its
+// users are written to -tokens-out first, one a line.
+func serveMain(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	kind := fs.String("kind", "a", "a (bare mcp-go), b (enclave on SQLite) or c (enclave on PostgreSQL)")
+	users := fs.Int("users", 16, "users to create, each with its own OAuth client and token (b, c)")
+	tokensOut := fs.String("tokens-out", "", "file to write the users' access tokens to (b, c)")
+	quota := fs.String("quota", "memory", "quota counter: memory (per-user fixed window in process) or sql (one UPSERT per call)")
+	pg := fs.String("pg", os.Getenv("ENCLAVE_TEST_POSTGRES"), "PostgreSQL URL for kind c (a schema is created and dropped)")
+	logLevel := fs.String("log-level", "warn", "server log level (info turns on enclave's per-request access log)")
+	maxLife := fs.Duration("max-lifetime", 10*time.Minute, "exit by itself after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *maxLife)
+	defer cancel()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	switch *kind {
+	case "a":
+		return serveBare(ctx, ln)
+	case "b":
+		return serveEnclave(ctx, ln, "", *users, *tokensOut, *quota, logger)
+	case "c":
+		if *pg == "" {
+			return errors.New("kind c needs -pg or ENCLAVE_TEST_POSTGRES")
+		}
+		return serveEnclave(ctx, ln, *pg, *users, *tokensOut, *quota, logger)
+	}
+	return fmt.Errorf("unknown kind %q", *kind)
+}
+
+func ready(ln net.Listener) { fmt.Printf("READY %s\n", ln.Addr()) }
+
+// serveBare is server (a): mcp-go's streamable HTTP transport with one
+// echo tool, its defaults, no authentication. The floor.
+func serveBare(ctx context.Context, ln net.Listener) error {
+	s := mcpserver.NewMCPServer("bench-bare", "1", mcpserver.WithToolCapabilities(false))
+	s.AddTool(mcpgo.NewTool("echo",
+		mcpgo.WithDescription("Echoes its text."),
+		mcpgo.WithString("text", mcpgo.Required(), mcpgo.Description("text to echo")),
+	), func(_ context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		return mcpgo.NewToolResultText(req.GetString("text", "")), nil
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcpserver.NewStreamableHTTPServer(s))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	ready(ln)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+	}
+	return nil
+}
+
+// echoIn is the echo capability's input.
+type echoIn struct {
+	Text string `json:"text" jsonschema:"text to echo"`
+}
+
+// echoCapability is the same tool as the bare server's, as an enclave
+// capability that needs the user role and a permission, so every call
+// really checks the freshly loaded roles.
+func echoCapability() capabilities.Capability {
+	return capabilities.Define(capabilities.Spec[echoIn, capabilities.Result]{
+		Name: "echo", Domain: "bench", Title: "Echo", Description: "Echoes its text.",
+		Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
+		Requires:    capabilities.Requirement{Role: capabilities.RoleUser, Permissions: []capabilities.Permission{capabilities.ReadUserOwn}},
+		Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (capabilities.Result, error) {
+			return capabilities.TextResult(in.Text), nil
+		},
+	})
+}
+
+// serveEnclave is server (b) (dbURL empty: SQLite in a temp dir) or (c)
+// (PostgreSQL, in a schema made for the run and dropped after it).
+func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int, tokensOut, quotaKind string, logger *slog.Logger) error {
+	dir, err := os.MkdirTemp("", "enclave-bench-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	dbURL := ""
+	if pgURL != "" {
+		u, drop, err := pgSchema(context.Background(), dir, pgURL)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		dbURL = u
+	}
+	base := "http://" + ln.Addr().String()
+	verifier := &oauthVerifier{}
+	quota := &lazyQuota{}
+	srv, err := enclave.New(ctx, enclave.Config{
+		Addr:          ln.Addr().String(),
+		BaseURL:       base,
+		DataDir:       dir,
+		DatabaseURL:   dbURL,
+		TokenVerifier: verifier,
+		Quota:         quota,
+		Migrations:    []migrations.Source{benchMigrations},
+		// Cheap hashing: signup is setup, not what is measured.
+		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1}},
+		Logger:   logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	switch quotaKind {
+	case "memory":
+		quota.set(newMemoryQuota())
+	case "sql":
+		quota.set(sqlQuotaFor(srv.Store()))
+	case "none":
+	default:
+		return fmt.Errorf("unknown quota %q", quotaKind)
+	}
+	if err := srv.Registry().Register(echoCapability()); err != nil {
+		return err
+	}
+	as, err := oauth.New(ctx, oauth.Options{Store: srv.Store(), BaseURL: base, LoginConsent: benchLogin{}, Logger: logger})
+	if err != nil {
+		return err
+	}
+	verifier.as.Store(as)
+	tokens, err := issueTokens(ctx, as, srv.Accounts(), users)
+	if err != nil {
+		return err
+	}
+	if tokensOut != "" {
+		if err := os.WriteFile(tokensOut, []byte(strings.Join(tokens, "\n")+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ctx, ln) }()
+	ready(ln)
+	return <-errc
+}
+
+// oauthVerifier checks bearer tokens with enclave's OAuth server (real
+// opaque tokens, hashed in SQL). Root enclave does not wire oauth as its
+// default verifier yet, so the bench wires it through Config.TokenVerifier.
+type oauthVerifier struct{ as atomic.Pointer[oauth.Server] }
+
+func (v *oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
+	as := v.as.Load()
+	if as == nil {
+		return mcp.TokenInfo{}, mcp.ErrInvalidToken
+	}
+	a, err := as.VerifyAccessToken(ctx, token)
+	if err != nil {
+		return mcp.TokenInfo{}, err
+	}
+	return mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt}, nil
+}
+
+// benchLogin signs in the user named by a header on in-process requests:
+// the authorization endpoint is never served on the network by the bench.
+type benchLogin struct{}
+
+const benchUserHeader = "X-Bench-User"
+
+func (benchLogin) Login(w http.ResponseWriter, r *http.Request, _ *oauth.AuthorizeRequest) (int64, bool) {
+	id, err := strconv.ParseInt(r.Header.Get(benchUserHeader), 10, 64)
+	if err != nil {
+		http.Error(w, "no bench user", http.StatusUnauthorized)
+		return 0, false
+	}
+	return id, true
+}
+
+func (benchLogin) Consent(http.ResponseWriter, *http.Request, *oauth.AuthorizeRequest, int64) (bool, bool) {
+	return true, true
+}
+
+// issueTokens creates n users and runs, for each, a dynamic client
+// registration, an authorization code request with PKCE S256 and a token
+// exchange against the OAuth server, in process. It returns one access
+// token per user.
+func issueTokens(ctx context.Context, as *oauth.Server, acc *accounts.Service, n int) ([]string, error) {
+	mux := http.NewServeMux()
+	as.Register(mux)
+	const redirect = "http://127.0.0.1:9/callback"
+	tokens := make([]string, 0, n)
+	for i := range n {
+		u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{
+			Email: fmt.Sprintf("bench%d@example.test", i), Username: fmt.Sprintf("bench%d", i),
+			Password: "bench-password-0123456789", Verified: true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		reg, err := as.RegisterClient(ctx, oauth.ClientMetadata{
+			RedirectURIs: []string{redirect}, TokenEndpointAuthMethod: "none", ClientName: fmt.Sprintf("bench agent %d", i),
+		})
+		if err != nil {
+			return nil, err
+		}
+		vb := make([]byte, 32)
+		_, _ = rand.Read(vb)
+		verifier := base64.RawURLEncoding.EncodeToString(vb)
+		sum := sha256.Sum256([]byte(verifier))
+		q := url.Values{
+			"response_type": {"code"}, "client_id": {reg.ClientID}, "redirect_uri": {redirect}, "scope": {oauth.ScopeMCP},
+			"state": {"bench-state-0123456789"}, "code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])},
+			"code_challenge_method": {"S256"}, "resource": {as.Resource()},
+		}
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, oauth.PathAuthorize+"?"+q.Encode(), nil)
+		req.Header.Set(benchUserHeader, strconv.FormatInt(u.ID, 10))
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		loc, err := url.Parse(rec.Header().Get("Location"))
+		if err != nil || loc.Query().Get("code") == "" {
+			return nil, fmt.Errorf("authorize: %d %s %s", rec.Code, rec.Header().Get("Location"), rec.Body.String())
+		}
+		form := url.Values{
+			"grant_type": {"authorization_code"}, "code": {loc.Query().Get("code")}, "client_id": {reg.ClientID},
+			"redirect_uri": {redirect}, "code_verifier": {verifier}, "resource": {as.Resource()},
+		}
+		req = httptest.NewRequestWithContext(ctx, http.MethodPost, oauth.PathToken, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		rec = httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		var tok struct {
+			AccessToken string `json:"access_token"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &tok); err != nil || tok.AccessToken == "" {
+			return nil, fmt.Errorf("token: %d %s", rec.Code, rec.Body.String())
+		}
+		tokens = append(tokens, tok.AccessToken)
+	}
+	return tokens, nil
+}
