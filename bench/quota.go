@@ -57,7 +57,9 @@ CREATE INDEX bench_items_user_id ON bench_items (user_id, id);
 const quotaLimit = 1 << 40
 
 // lazyQuota lets the quota be chosen after the store is open.
-type lazyQuota struct{ q atomic.Pointer[capabilities.Quota] }
+type lazyQuota struct {
+	q atomic.Pointer[capabilities.Quota]
+}
 
 func (l *lazyQuota) Allow(ctx context.Context, c capabilities.Caller, name string) error {
 	if q := l.q.Load(); q != nil {
