@@ -15,6 +15,7 @@ import (
 // every permission of AllPermissions with its parts, role user with every
 // :own permission, role admin with all of them, and nothing else.
 func TestSeededRBACMatchesVocabulary(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		var perms []struct {
@@ -74,6 +75,7 @@ func sorted(ps []capabilities.Permission) []capabilities.Permission {
 // Entities an embedder registers become permissions attached to the
 // built-in roles by the same rules.
 func TestSyncVocabulary(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})

@@ -19,6 +19,7 @@ import (
 // Every read path answers for the account it is asked about and never shows
 // another account's data.
 func TestCrossUserDenial(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})

@@ -8,6 +8,7 @@ import (
 )
 
 func TestHashRoundTrip(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := newHasher(Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}.withDefaults(), 2)
 	enc, err := h.hash(ctx, "pässwörd with ünïcode")
@@ -39,6 +40,7 @@ func TestHashRoundTrip(t *testing.T) {
 }
 
 func TestDecodeHashRefusesMalformed(t *testing.T) {
+	t.Parallel()
 	const salt, key = "c2FsdHNhbHRzYWx0c2FsdA", "a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2V5a2U"
 	for _, enc := range []string{
 		"",
@@ -63,6 +65,7 @@ func TestDecodeHashRefusesMalformed(t *testing.T) {
 }
 
 func TestPasswordPolicy(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		password string
 		ok       bool
@@ -89,6 +92,7 @@ func TestPasswordPolicy(t *testing.T) {
 }
 
 func TestDefaultArgon2MeetsOWASPMinimum(t *testing.T) {
+	t.Parallel()
 	p := Argon2Params{}.withDefaults()
 	// OWASP: argon2id with at least 19 MiB memory, 2 iterations, 1 lane.
 	if p.MemoryKiB < 19*1024 || p.Iterations < 2 || p.Parallelism < 1 || p.SaltLen < 16 || p.KeyLen < 32 {

@@ -14,6 +14,7 @@ import (
 )
 
 func TestAssignAndRemoveRoles(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -73,6 +74,7 @@ func TestAssignAndRemoveRoles(t *testing.T) {
 // Concurrent removals of admin from every admin leave exactly one: each
 // removal is decided inside its DELETE, never on a stale count.
 func TestLastAdminUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -122,6 +124,7 @@ func TestLastAdminUnderConcurrency(t *testing.T) {
 }
 
 func TestLoadCaller(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})

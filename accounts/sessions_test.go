@@ -39,6 +39,7 @@ func withCookie(c *http.Cookie) *http.Request {
 }
 
 func TestSessionCookieAttributes(t *testing.T) {
+	t.Parallel()
 	s := storagetest.Open(t, storage.SQLite)
 	svc, _ := newService(t, s, accounts.Config{})
 	u := signup(t, svc, "kim")
@@ -84,6 +85,7 @@ func TestSessionCookieAttributes(t *testing.T) {
 }
 
 func TestSessionLifecycle(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, clk := newService(t, s, accounts.Config{})
@@ -202,6 +204,7 @@ func TestSessionLifecycle(t *testing.T) {
 }
 
 func TestSessionKeyRotation(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, clk := newService(t, s, accounts.Config{})
@@ -265,6 +268,7 @@ func TestSessionKeyRotation(t *testing.T) {
 }
 
 func TestConfiguredSessionKeys(t *testing.T) {
+	t.Parallel()
 	s := storagetest.Open(t, storage.SQLite)
 	ctx := context.Background()
 	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)

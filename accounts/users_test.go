@@ -17,6 +17,7 @@ import (
 )
 
 func TestSignupLoginAndDefaultRole(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -64,6 +65,7 @@ func TestSignupLoginAndDefaultRole(t *testing.T) {
 }
 
 func TestSignupRefusals(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -110,6 +112,7 @@ func TestSignupRefusals(t *testing.T) {
 // If the role user cannot be assigned, signup creates nothing and can be
 // retried once the role is back.
 func TestSignupRollsBackWithoutDefaultRole(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -138,6 +141,7 @@ func TestSignupRollsBackWithoutDefaultRole(t *testing.T) {
 // Of concurrent signups with one email, exactly one wins; the others get
 // ErrEmailTaken (never an internal error).
 func TestConcurrentSignupsWithOneEmail(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -168,6 +172,7 @@ func TestConcurrentSignupsWithOneEmail(t *testing.T) {
 }
 
 func TestReservedUsernames(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{ReservedUsernames: []string{"Acme-Corp"}})
@@ -238,6 +243,7 @@ func TestReservedUsernames(t *testing.T) {
 // A login with a hash made under other parameters succeeds and replaces the
 // hash with one made under the current parameters.
 func TestRehashAfterLogin(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		old, _ := newService(t, s, accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 32, Iterations: 1, Parallelism: 1}})
@@ -274,6 +280,7 @@ func TestRehashAfterLogin(t *testing.T) {
 }
 
 func TestAccountStates(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -332,6 +339,7 @@ func TestAccountStates(t *testing.T) {
 }
 
 func TestEmailClaims(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -403,6 +411,7 @@ func TestEmailClaims(t *testing.T) {
 }
 
 func TestPasswordSetupToken(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, clk := newService(t, s, accounts.Config{})
@@ -454,6 +463,7 @@ func TestPasswordSetupToken(t *testing.T) {
 }
 
 func TestChangeUsername(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
@@ -490,6 +500,7 @@ func TestChangeUsername(t *testing.T) {
 }
 
 func TestPasswordResetToken(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, clk := newService(t, s, accounts.Config{})
@@ -521,6 +532,7 @@ func TestPasswordResetToken(t *testing.T) {
 // A failing password-change hook (say, OAuth grants could not be revoked)
 // rolls the whole change back.
 func TestPasswordChangeHookFailureRollsBack(t *testing.T) {
+	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
