@@ -97,6 +97,27 @@ type env struct {
 
 func newEnv(t testing.TB, st *storage.Store, opts ...func(*oauth.Options)) *env {
 	t.Helper()
+	return startEnv(t, st, fakeMCP, opts...)
+}
+
+// fakeMCP stands in for the MCP endpoint: 200 with the Access for a good
+// bearer, 401 with the RFC 9728 challenge otherwise.
+func fakeMCP(srv *oauth.Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		a, err := srv.VerifyAccessToken(r.Context(), token)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", resource_metadata="`+srv.ResourceMetadataURL()+`"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(a)
+	})
+}
+
+// startEnv starts the authorization server with mcp(srv) serving /mcp.
+func startEnv(t testing.TB, st *storage.Store, mcp func(*oauth.Server) http.Handler, opts ...func(*oauth.Options)) *env {
+	t.Helper()
 	mux := http.NewServeMux()
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
@@ -117,16 +138,7 @@ func newEnv(t testing.TB, st *storage.Store, opts ...func(*oauth.Options)) *env 
 	}
 	e.srv = srv
 	srv.Register(mux)
-	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
-		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		a, err := srv.VerifyAccessToken(r.Context(), token)
-		if err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", resource_metadata="`+srv.ResourceMetadataURL()+`"`)
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(a)
-	})
+	mux.Handle("/mcp", mcp(srv))
 	e.http = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return e
 }
