@@ -38,21 +38,32 @@ type PromptMessage struct {
 	Content Content
 }
 
-// RegisterPrompt adds prompts.
+// RegisterPrompt adds prompts. It refuses invalid definitions and
+// duplicates; nothing is added when any of them is refused.
 func (r *Registry) RegisterPrompt(prompts ...Prompt) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	staged := make([]*Prompt, 0, len(prompts))
+	seen := map[string]bool{}
 	for _, p := range prompts {
 		switch {
 		case p.Name == "":
 			return fmt.Errorf("capabilities: register prompt: name is required")
 		case p.Get == nil:
 			return fmt.Errorf("capabilities: register prompt %q: get is required", p.Name)
+		case seen[p.Name]:
+			return fmt.Errorf("capabilities: register prompt %q: defined twice", p.Name)
 		}
+		seen[p.Name] = true
+		staged = append(staged, &p)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range staged {
 		if _, ok := r.prompts[p.Name]; ok {
 			return fmt.Errorf("capabilities: register prompt %q: already registered", p.Name)
 		}
-		r.prompts[p.Name] = &p
+	}
+	for _, p := range staged {
+		r.prompts[p.Name] = p
 	}
 	r.version++
 	return nil

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"runtime/debug"
 	"slices"
@@ -95,6 +96,7 @@ type Registry struct {
 
 	mu        sync.RWMutex
 	caps      map[string]*Capability
+	sorted    []*Capability // caps by name
 	resources map[string]*Resource
 	templates []*Resource
 	prompts   map[string]*Prompt
@@ -150,6 +152,7 @@ func (r *Registry) register(names *regexp.Regexp, caps ...Capability) error {
 	for _, c := range staged {
 		r.caps[c.Name] = c
 	}
+	r.sorted = slices.SortedFunc(maps.Values(r.caps), func(a, b *Capability) int { return cmp.Compare(a.Name, b.Name) })
 	r.version++
 	return nil
 }
@@ -167,12 +170,18 @@ func (r *Registry) Version() uint64 {
 func (r *Registry) All() []Capability {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]Capability, 0, len(r.caps))
-	for _, c := range r.caps {
-		out = append(out, *c)
+	out := make([]Capability, len(r.sorted))
+	for i, c := range r.sorted {
+		out[i] = *c
 	}
-	slices.SortFunc(out, func(a, b Capability) int { return cmp.Compare(a.Name, b.Name) })
 	return out
+}
+
+// Has reports whether a capability of that name is registered, whoever may
+// see it. Transports use it only to route and audit, never to answer.
+func (r *Registry) Has(name string) bool {
+	_, ok := r.lookup(name)
+	return ok
 }
 
 func (r *Registry) lookup(name string) (*Capability, bool) {
@@ -186,10 +195,27 @@ func (r *Registry) lookup(name string) (*Capability, bool) {
 // the same decision as Invoke, except that a capability whose only missing
 // condition is a token scope stays visible (the client can obtain the scope).
 func (r *Registry) Visible(ctx context.Context, caller Caller) []Capability {
+	r.mu.RLock()
+	all := r.sorted // never modified in place: Register replaces it
+	r.mu.RUnlock()
 	var out []Capability
-	for _, c := range r.All() {
+	for _, c := range all {
 		if r.stateDenial(caller, c.Annotations.ReadOnly) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
-			out = append(out, c)
+			out = append(out, *c)
+		}
+	}
+	return out
+}
+
+// VisibleNames returns the names of the capabilities Visible returns.
+func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
+	r.mu.RLock()
+	all := r.sorted
+	r.mu.RUnlock()
+	var out []string
+	for _, c := range all {
+		if r.stateDenial(caller, c.Annotations.ReadOnly) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
+			out = append(out, c.Name)
 		}
 	}
 	return out

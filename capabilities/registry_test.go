@@ -205,8 +205,13 @@ func TestVisibleMatchesInvoke(t *testing.T) {
 	callers["background"] = bg
 	for label, caller := range callers {
 		visible := map[string]bool{}
+		var names []string
 		for _, c := range reg.Visible(t.Context(), caller) {
 			visible[c.Name] = true
+			names = append(names, c.Name)
+		}
+		if got := reg.VisibleNames(t.Context(), caller); !reflect.DeepEqual(got, names) {
+			t.Errorf("%s: VisibleNames %v, Visible %v", label, got, names)
 		}
 		for _, c := range reg.All() {
 			_, err := reg.Invoke(t.Context(), caller, c.Name, json.RawMessage(`{"text":"x","query":"x"}`))

@@ -78,25 +78,37 @@ func (res *Resource) match(uri string) (map[string]string, bool) {
 	return params, true
 }
 
-// RegisterResource adds resources and resource templates.
+// RegisterResource adds resources and resource templates. It refuses
+// invalid definitions and duplicates; nothing is added when any of them is
+// refused.
 func (r *Registry) RegisterResource(resources ...Resource) error {
+	staged := make([]*Resource, 0, len(resources))
+	seen := map[string]bool{}
+	for _, res := range resources {
+		key := cmp.Or(res.URI, res.Template)
+		if err := res.compile(); err != nil {
+			return fmt.Errorf("capabilities: register resource %q: %w", key, err)
+		}
+		if seen[key] {
+			return fmt.Errorf("capabilities: register resource %q: defined twice", key)
+		}
+		seen[key] = true
+		staged = append(staged, &res)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, res := range resources {
-		if err := res.compile(); err != nil {
-			return fmt.Errorf("capabilities: register resource %q: %w", cmp.Or(res.URI, res.Template), err)
+	for _, res := range staged {
+		_, fixed := r.resources[res.URI]
+		if fixed || slices.ContainsFunc(r.templates, func(t *Resource) bool { return res.Template != "" && t.Template == res.Template }) {
+			return fmt.Errorf("capabilities: register resource %q: already registered", cmp.Or(res.URI, res.Template))
 		}
+	}
+	for _, res := range staged {
 		if res.URI != "" {
-			if _, ok := r.resources[res.URI]; ok {
-				return fmt.Errorf("capabilities: register resource %q: already registered", res.URI)
-			}
-			r.resources[res.URI] = &res
-			continue
+			r.resources[res.URI] = res
+		} else {
+			r.templates = append(r.templates, res)
 		}
-		if slices.ContainsFunc(r.templates, func(t *Resource) bool { return t.Template == res.Template }) {
-			return fmt.Errorf("capabilities: register resource template %q: already registered", res.Template)
-		}
-		r.templates = append(r.templates, &res)
 	}
 	r.version++
 	return nil

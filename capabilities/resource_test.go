@@ -96,3 +96,29 @@ func TestResourceDefinitionsValidated(t *testing.T) {
 		}
 	}
 }
+
+func TestResourceAndPromptRegistrationIsAllOrNothing(t *testing.T) {
+	read := func(context.Context, *capabilities.Call, string, map[string]string) ([]capabilities.ResourceContents, error) {
+		return nil, nil
+	}
+	get := func(context.Context, *capabilities.Call, map[string]string) (capabilities.PromptResult, error) {
+		return capabilities.PromptResult{}, nil
+	}
+	reg := capabilities.NewRegistry(capabilities.Options{})
+	user := capabilitiestest.User("u")
+	if err := reg.RegisterResource(
+		capabilities.Resource{URI: "a://one", Name: "one", Read: read},
+		capabilities.Resource{URI: "a://one", Name: "again", Read: read},
+	); err == nil {
+		t.Fatal("duplicate resource registered")
+	}
+	if got := reg.VisibleResources(t.Context(), user); len(got) != 0 {
+		t.Fatalf("refused batch left %d resources", len(got))
+	}
+	if err := reg.RegisterPrompt(capabilities.Prompt{Name: "p", Get: get}, capabilities.Prompt{Name: "q"}); err == nil {
+		t.Fatal("prompt without Get registered")
+	}
+	if got := reg.VisiblePrompts(t.Context(), user); len(got) != 0 {
+		t.Fatalf("refused batch left %d prompts", len(got))
+	}
+}

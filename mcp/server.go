@@ -144,6 +144,7 @@ func New(opts Options) (*Server, error) {
 	// Hooks are registered here, before serving: adding them later races.
 	hooks := &mcpserver.Hooks{}
 	hooks.AddAfterInitialize(s.afterInitialize)
+	hooks.AddBeforeCallTool(s.beforeCallTool)
 	hooks.AddAfterListTools(s.afterListTools)
 	hooks.AddAfterSetLevel(s.afterSetLevel)
 	hooks.AddAfterListResources(s.afterListResources)
@@ -374,9 +375,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// its own notification channel: its progress and log messages
 			// cannot reach another request, and the session's own channel
 			// is read only by the session's GET stream.
-			internal, end := s.sessions.begin(sid, true)
+			internal, end := s.sessions.begin(sid)
 			defer end()
 			r.Header.Set(sessionHeader, internal)
+			if msg.Method == string(mcpgo.MethodSetLogLevel) {
+				// mcp-go stores the level under the per-request id; the
+				// transport keeps its own copy (afterSetLevel), so release it.
+				defer s.terminate(internal)
+			}
 			if msg.Method != string(mcpgo.MethodToolsList) {
 				s.notifyToolsChanged(ctx, st)
 			}
@@ -532,11 +538,7 @@ func (s *Server) filterPrompts(ctx context.Context, prompts []mcpgo.Prompt) []mc
 
 // visibleFingerprint identifies the set of tools caller can see.
 func (s *Server) visibleFingerprint(ctx context.Context, caller capabilities.Caller) string {
-	var names []string
-	for _, c := range s.reg.Visible(ctx, caller) {
-		names = append(names, c.Name)
-	}
-	return fingerprint(names)
+	return fingerprint(s.reg.VisibleNames(ctx, caller))
 }
 
 // notifyToolsChanged tells a session that listed tools before that its
@@ -557,6 +559,14 @@ func (s *Server) afterInitialize(ctx context.Context, _ any, req *mcpgo.Initiali
 	}
 	if res.Capabilities.Tools != nil {
 		res.Capabilities.Tools.ListChanged = true
+	}
+}
+
+// beforeCallTool audits calls of names the registry does not know: mcp-go
+// answers those itself, before any filter runs.
+func (s *Server) beforeCallTool(ctx context.Context, _ any, req *mcpgo.CallToolRequest) {
+	if st := stateFrom(ctx); st != nil && !s.reg.Has(req.Params.Name) {
+		s.reg.Screen(ctx, st.caller, req.Params.Name)
 	}
 }
 

@@ -190,9 +190,12 @@ func TestHiddenAnswersLikeUnknownOverHTTP(t *testing.T) {
 	if hidden != unknown {
 		t.Fatalf("hidden answers %s\nunknown answers %s", hidden, unknown)
 	}
-	denials := f.audit.Denials()
-	if len(denials) != 1 || denials[0].Reason != capabilities.ReasonRole || denials[0].Name != "adminOnly" {
-		t.Fatalf("denials = %+v, want one role denial for adminOnly", denials)
+	var got []string
+	for _, d := range f.audit.Denials() {
+		got = append(got, d.Name+":"+string(d.Reason))
+	}
+	if want := []string{"adminOnly:role", "adminOnlx:unknown"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("denials = %v, want %v", got, want)
 	}
 
 	names := func(token, sid string) []string {
@@ -511,5 +514,68 @@ func TestAnswersBoundToSession(t *testing.T) {
 	final := next()
 	if got := fmt.Sprint(final["result"]); !strings.Contains(got, "accept:alice") {
 		t.Fatalf("result = %v", final)
+	}
+}
+
+func TestHiddenResourcesAndPromptsAnswerLikeUnknown(t *testing.T) {
+	f := newFixture(t)
+	admin := capabilities.Requirement{Role: capabilities.RoleAdmin}
+	read := func(_ context.Context, _ *capabilities.Call, uri string, _ map[string]string) ([]capabilities.ResourceContents, error) {
+		return []capabilities.ResourceContents{{URI: uri, Text: "secret"}}, nil
+	}
+	get := func(context.Context, *capabilities.Call, map[string]string) (capabilities.PromptResult, error) {
+		return capabilities.PromptResult{Messages: []capabilities.PromptMessage{{Role: "user", Content: capabilities.Text{Text: "secret"}}}}, nil
+	}
+	must(t, f.reg.RegisterResource(capabilities.Resource{URI: "test://admin", Name: "admin", Requires: admin, Read: read}))
+	must(t, f.reg.RegisterPrompt(capabilities.Prompt{Name: "adminPrompt", Requires: admin, Get: get}))
+	sid := f.initialize("alice-token")
+	ask := func(method string, params map[string]any, name, placeholder string) string {
+		resp := f.request(http.MethodPost, "alice-token", sid, rpc(9, method, params))
+		return strings.ReplaceAll(readAll(resp), name, placeholder)
+	}
+	for _, tc := range []struct{ method, key, hidden, unknown string }{
+		{"resources/read", "uri", "test://admin", "test://admix"},
+		{"prompts/get", "name", "adminPrompt", "adminPromx"},
+	} {
+		hidden := ask(tc.method, map[string]any{tc.key: tc.hidden}, tc.hidden, "NAME")
+		unknown := ask(tc.method, map[string]any{tc.key: tc.unknown}, tc.unknown, "NAME")
+		if hidden != unknown || strings.Contains(hidden, "secret") {
+			t.Errorf("%s: hidden answers %s, unknown answers %s", tc.method, hidden, unknown)
+		}
+	}
+	for method, hidden := range map[string]string{"resources/list": "test://admin", "prompts/list": "adminPrompt"} {
+		if body := readAll(f.request(http.MethodPost, "alice-token", sid, rpc(10, method, nil))); strings.Contains(body, hidden) {
+			t.Errorf("%s lists %s to alice: %s", method, hidden, body)
+		}
+		adminSID := f.initialize("admin-token")
+		if body := readAll(f.request(http.MethodPost, "admin-token", adminSID, rpc(10, method, nil))); !strings.Contains(body, hidden) {
+			t.Errorf("%s hides %s from admin: %s", method, hidden, body)
+		}
+	}
+}
+
+func TestLogLevelRespected(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	logs := func() int {
+		resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "progress", "arguments": map[string]any{"tag": "x"}}))
+		n := 0
+		for _, m := range messages(t, resp) {
+			if m["method"] == "notifications/message" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := logs(); n != 1 {
+		t.Fatalf("%d info messages before any level was set, want 1", n)
+	}
+	for level, want := range map[string]int{"error": 0, "info": 1, "debug": 1} {
+		if resp := f.request(http.MethodPost, "alice-token", sid, rpc(2, "logging/setLevel", map[string]any{"level": level})); resp.StatusCode != http.StatusOK {
+			t.Fatalf("setLevel: %d", resp.StatusCode)
+		}
+		if n := logs(); n != want {
+			t.Fatalf("level %s: %d info messages, want %d", level, n, want)
+		}
 	}
 }

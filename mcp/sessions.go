@@ -106,10 +106,9 @@ func (s *sessionStore) known(id string) bool {
 }
 
 // begin marks a request in progress on session id; the returned func ends
-// it. With perRequest it also mints a per-request id that the transport
-// uses in place of the session id, so that the request gets its own
-// notification channel.
-func (s *sessionStore) begin(id string, perRequest bool) (internalID string, end func()) {
+// it. It mints a per-request id that the transport uses in place of the
+// session id, so that the request gets its own notification channel.
+func (s *sessionStore) begin(id string) (internalID string, end func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se, ok := s.byID[id]
@@ -117,11 +116,9 @@ func (s *sessionStore) begin(id string, perRequest bool) (internalID string, end
 		return "", func() {}
 	}
 	se.busy++
-	if perRequest {
-		s.seq++
-		internalID = id + "." + strconv.FormatUint(s.seq, 36)
-		s.internal[internalID] = id
-	}
+	s.seq++
+	internalID = id + "." + strconv.FormatUint(s.seq, 36)
+	s.internal[internalID] = id
 	return internalID, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
