@@ -128,13 +128,15 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	o.Scopes = scopes
-	for i, s := range o.PrivateURISchemes {
-		s = strings.ToLower(strings.TrimSuffix(s, ":"))
-		if s == "" || s == "http" || s == "https" || s == "javascript" || s == "data" || s == "file" {
-			return o, fmt.Errorf("oauth: private URI scheme %q is not allowed", o.PrivateURISchemes[i])
+	schemes := make([]string, 0, len(o.PrivateURISchemes))
+	for _, raw := range o.PrivateURISchemes {
+		s := strings.ToLower(strings.TrimSuffix(raw, ":"))
+		if s == "" || s == "http" || s == "https" || s == "javascript" || s == "data" || s == "file" || s == "vbscript" {
+			return o, fmt.Errorf("oauth: private URI scheme %q is not allowed", raw)
 		}
-		o.PrivateURISchemes[i] = s
+		schemes = append(schemes, s)
 	}
+	o.PrivateURISchemes = schemes
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

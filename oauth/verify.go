@@ -11,6 +11,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -113,6 +114,26 @@ func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, 
 		Roles:        splitList(row.Roles),
 		Permissions:  splitList(row.Permissions),
 	}, nil
+}
+
+// Caller is the capabilities caller this access stands for, with the roles
+// and permissions loaded with the token: a transport can use it instead of
+// loading the account again. The account is active (VerifyAccessToken
+// refuses suspended and deleting accounts); whether the call is
+// interactive is the transport's to say.
+func (a *Access) Caller() capabilities.Caller {
+	perms := make([]capabilities.Permission, len(a.Permissions))
+	for i, p := range a.Permissions {
+		perms[i] = capabilities.Permission(p)
+	}
+	return capabilities.Caller{
+		UserID:      a.StableUserID,
+		Username:    a.Username,
+		Roles:       slices.Clone(a.Roles),
+		Permissions: perms,
+		Scopes:      slices.Clone(a.Scopes),
+		State:       capabilities.AccountActive,
+	}
 }
 
 func splitList(s string) []string {

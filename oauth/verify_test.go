@@ -11,6 +11,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -66,6 +67,10 @@ func TestVerifyAccessToken(t *testing.T) {
 			}
 			if len(a.StableUserID) != 64 || a.UserID != uid {
 				t.Errorf("subject: %+v", a)
+			}
+			c := a.Caller()
+			if c.UserID != a.StableUserID || !c.HasRole("user") || !c.HasPermission(capabilities.ReadUserOwn) || !c.HasScope("mcp") || c.HasScope("other") || c.State != capabilities.AccountActive {
+				t.Errorf("caller: %+v", c)
 			}
 		})
 
