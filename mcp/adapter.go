@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -86,7 +87,7 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 }
 
 func (s *Server) logIfInternal(ctx context.Context, st *reqState, what string, err error) {
-	if capabilities.CodeOf(err) == capabilities.CodeInternal {
+	if capabilities.CodeOf(err) == capabilities.CodeInternal && !errors.Is(err, context.Canceled) {
 		s.log.ErrorContext(ctx, "mcp: internal error", "op", what, "err", err, "request_id", st.requestID)
 	}
 }

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +40,9 @@ var codes = map[capabilities.Code]wire{
 // or for internal errors a generic text carrying the request id (the
 // detail goes to the log).
 func publicMessage(err error, requestID string) string {
+	if errors.Is(err, context.Canceled) {
+		return "request cancelled"
+	}
 	var e *capabilities.Error
 	if errors.As(err, &e) && e.Code != capabilities.CodeInternal && e.Message != "" {
 		return e.Message

@@ -9,7 +9,8 @@
 // who created it, and any other user's or a forged session id gets 404, on
 // GET streams too; each request gets its own notification channel, so
 // progress and log messages reach only the request they belong to; idle sessions expire and each user keeps a bounded number;
-// request bodies are limited (413); internal errors reach the client only as
+// request bodies are limited (413); notifications/cancelled stops the named
+// request of the same session; internal errors reach the client only as
 // a generic message with a request id; panics are recovered; and
 // tools/list_changed is sent to a session only when the tools that session's
 // user can see really changed.
@@ -262,8 +263,9 @@ type envelope struct {
 	Result json.RawMessage `json:"result"`
 	Error  json.RawMessage `json:"error"`
 	Params struct {
-		Name string      `json:"name"`
-		Meta *mcpgo.Meta `json:"_meta"`
+		Name      string          `json:"name"`
+		Meta      *mcpgo.Meta     `json:"_meta"`
+		RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
 	} `json:"params"`
 }
 
@@ -378,6 +380,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			internal, end := s.sessions.begin(sid)
 			defer end()
 			r.Header.Set(sessionHeader, internal)
+			switch {
+			case msg.Method == string(mcpgo.MethodNotificationCancelled):
+				s.sessions.cancel(sid, bytes.TrimSpace(msg.Params.RequestID))
+			case len(msg.ID) > 0:
+				callCtx, cancel := context.WithCancel(r.Context())
+				defer cancel()
+				defer s.sessions.track(sid, bytes.TrimSpace(msg.ID), cancel)()
+				r = r.WithContext(callCtx)
+			}
 			if msg.Method == string(mcpgo.MethodSetLogLevel) {
 				// mcp-go stores the level under the per-request id; the
 				// transport keeps its own copy (afterSetLevel), so release it.

@@ -420,6 +420,17 @@ func TestStatelessProtocol(t *testing.T) {
 	if resp.Header.Get(sessionHeader) != "" {
 		t.Fatal("stateless request got a session id")
 	}
+
+	// 2026-07-28 has no GET stream: nothing to register under an empty id.
+	get, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+	get.Header.Set("Authorization", "Bearer bob-token")
+	get.Header.Set(versionHeader, "2026-07-28")
+	gresp, err := http.DefaultClient.Do(get)
+	must(t, err)
+	defer gresp.Body.Close()
+	if gresp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("stateless GET: %d, want 405", gresp.StatusCode)
+	}
 }
 
 func TestAnonymousOnlyOnLoopback(t *testing.T) {
@@ -577,5 +588,55 @@ func TestLogLevelRespected(t *testing.T) {
 		if n := logs(); n != want {
 			t.Fatalf("level %s: %d info messages, want %d", level, n, want)
 		}
+	}
+}
+
+func TestCancelledNotificationStopsTheCall(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	bob := f.initialize("bob-token")
+	start := func(id int) (next func() map[string]any) {
+		call := f.request(http.MethodPost, "alice-token", sid, rpc(id, "tools/call", map[string]any{
+			"name": "progress", "arguments": map[string]any{"tag": "x"}, "_meta": map[string]any{"progressToken": "p"},
+		}))
+		next = sseReader(call)
+		if m := next(); m == nil || m["method"] != "notifications/progress" {
+			t.Fatalf("call %d: first event = %v", id, m)
+		}
+		return next
+	}
+	cancel := func(token, sid string, id int) {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, id)
+		if resp := f.request(http.MethodPost, token, sid, body); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("cancel: %d", resp.StatusCode)
+		}
+	}
+	rest := func(next func() map[string]any) (result any) {
+		for m := next(); m != nil; m = next() {
+			if r, ok := m["result"]; ok {
+				result = r
+			}
+		}
+		return result
+	}
+
+	// Bob cancelling id 41 from his session does not touch alice's call 41:
+	// it completes once a second call joins it at the gate.
+	f.gate = newBarrier(2)
+	first := start(41)
+	cancel("bob-token", bob, 41)
+	second := start(42)
+	for _, next := range []func() map[string]any{first, second} {
+		if got := fmt.Sprint(rest(next)); !strings.Contains(got, "alice/x") {
+			t.Fatalf("call result = %s", got)
+		}
+	}
+
+	// Alice cancelling her call stops it; no response follows.
+	f.gate = newBarrier(2)
+	third := start(43)
+	cancel("alice-token", sid, 43)
+	if got := rest(third); got != nil {
+		t.Fatalf("cancelled call answered %v", got)
 	}
 }

@@ -31,6 +31,7 @@ type sessionStore struct {
 	mu       sync.Mutex
 	byID     map[string]*session
 	internal map[string]string // per-request id -> session id
+	calls    map[string]func() // session id + JSON-RPC id -> cancel
 	ttl      time.Duration
 	perUser  int
 	total    int
@@ -40,7 +41,7 @@ type sessionStore struct {
 
 func newSessionStore(ttl time.Duration, perUser, total int, now func() time.Time) *sessionStore {
 	return &sessionStore{
-		byID: map[string]*session{}, internal: map[string]string{},
+		byID: map[string]*session{}, internal: map[string]string{}, calls: map[string]func(){},
 		ttl: ttl, perUser: perUser, total: total, now: now,
 	}
 }
@@ -249,4 +250,30 @@ func (s *sessionStore) clientCan(id string) (sample, elicit bool) {
 		return se.canSample, se.canElicit
 	}
 	return false, false
+}
+
+func callKey(sid string, rpcID []byte) string { return sid + "\x00" + string(rpcID) }
+
+// track records the cancel func of a request in progress on session sid,
+// so that notifications/cancelled from the same session can stop it.
+func (s *sessionStore) track(sid string, rpcID []byte, cancel func()) (untrack func()) {
+	key := callKey(sid, rpcID)
+	s.mu.Lock()
+	s.calls[key] = cancel
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.calls, key)
+		s.mu.Unlock()
+	}
+}
+
+// cancel stops a request of session sid, if it is still in progress.
+func (s *sessionStore) cancel(sid string, rpcID []byte) {
+	s.mu.Lock()
+	cancel := s.calls[callKey(sid, rpcID)]
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
