@@ -76,6 +76,9 @@ func runMain(args []string) error {
 	if err != nil {
 		return err
 	}
+	if logDir, err = filepath.Abs(logDir); err != nil {
+		return err
+	}
 
 	// Stop every child on interrupt, and on any return.
 	sig := make(chan os.Signal, 1)

@@ -42,6 +42,7 @@ func serveMain(args []string) error {
 	kind := fs.String("kind", "a", "a (bare mcp-go), b (enclave on SQLite) or c (enclave on PostgreSQL)")
 	users := fs.Int("users", 16, "users to create, each with its own OAuth client and token (b, c)")
 	tokensOut := fs.String("tokens-out", "", "file to write the users' access tokens to (b, c)")
+	traceOut := fs.String("trace-out", "", "file to write the SQL statements of one traced tools/call to (b, c)")
 	quota := fs.String("quota", "memory", "quota counter: memory (per-user fixed window in process) or sql (one UPSERT per call)")
 	pg := fs.String("pg", os.Getenv("ENCLAVE_TEST_POSTGRES"), "PostgreSQL URL for kind c (a schema is created and dropped)")
 	logLevel := fs.String("log-level", "warn", "server log level (info turns on enclave's per-request access log)")
@@ -69,12 +70,12 @@ func serveMain(args []string) error {
 	case "a":
 		return serveBare(ctx, ln)
 	case "b":
-		return serveEnclave(ctx, ln, "", *users, *tokensOut, *quota, logger)
+		return serveEnclave(ctx, ln, "", *users, *tokensOut, *traceOut, *quota, logger)
 	case "c":
 		if *pg == "" {
 			return errors.New("kind c needs -pg or ENCLAVE_TEST_POSTGRES")
 		}
-		return serveEnclave(ctx, ln, *pg, *users, *tokensOut, *quota, logger)
+		return serveEnclave(ctx, ln, *pg, *users, *tokensOut, *traceOut, *quota, logger)
 	}
 	return fmt.Errorf("unknown kind %q", *kind)
 }
@@ -131,7 +132,7 @@ func echoCapability() capabilities.Capability {
 
 // serveEnclave is server (b) (dbURL empty: SQLite in a temp dir) or (c)
 // (PostgreSQL, in a schema made for the run and dropped after it).
-func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int, tokensOut, quotaKind string, logger *slog.Logger) error {
+func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int, tokensOut, traceOut, quotaKind string, logger *slog.Logger) error {
 	dir, err := os.MkdirTemp("", "enclave-bench-*")
 	if err != nil {
 		return err
@@ -182,9 +183,23 @@ func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int,
 		return err
 	}
 	verifier.as.Store(as)
-	tokens, err := issueTokens(ctx, as, srv.Accounts(), users)
+	tokens, err := issueTokens(ctx, as, srv.Accounts(), users+1)
 	if err != nil {
 		return err
+	}
+	// The last user is traced in process: the SQL statements of its
+	// tools/call requests, through the same handler the network gets.
+	rec := recordQueries(srv.Store())
+	trace, err := traceCall(srv.Handler(), rec, tokens[users])
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	tokens = tokens[:users]
+	if traceOut != "" {
+		b, _ := json.MarshalIndent(trace, "", "  ")
+		if err := os.WriteFile(traceOut, b, 0o644); err != nil {
+			return err
+		}
 	}
 	if tokensOut != "" {
 		if err := os.WriteFile(tokensOut, []byte(strings.Join(tokens, "\n")+"\n"), 0o600); err != nil {
