@@ -34,6 +34,11 @@ func (s *Server) assemble(ctx context.Context) error {
 	if acfg.Logger == nil {
 		acfg.Logger = s.log
 	}
+	// Behind a TLS-terminating proxy the request itself is plain HTTP: the
+	// public base URL decides whether cookies are Secure and __Host-.
+	if strings.HasPrefix(s.cfg.BaseURL, "https://") {
+		acfg.SecureCookies = true
+	}
 	if s.accounts, err = accounts.New(ctx, s.store, acfg); err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func usage(w io.Writer, args []string) {
 	cmds := commands()
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 	for _, c := range cmds {
-		fmt.Fprintf(w, "  %-18s %s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
+		fmt.Fprintf(w, "  %-22s %s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'enclave COMMAND -h' for a command's flags.")
 }
