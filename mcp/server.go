@@ -304,108 +304,138 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusBadRequest, "unsupported protocol version "+v, requestID)
 		return
 	}
-
-	var body []byte
-	var msg envelope
-	if r.Method == http.MethodPost {
-		if r.ContentLength > s.maxBody {
-			writeHTTPError(w, http.StatusRequestEntityTooLarge, "request body too large", requestID)
-			return
-		}
-		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
-			writeHTTPError(w, http.StatusRequestEntityTooLarge, "request body too large", requestID)
-			return
-		} else if err != nil {
-			writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
-			return
-		}
-		_ = json.Unmarshal(body, &msg) // a malformed body is mcp-go's to answer
+	body, msg, ok := s.readBody(w, r, requestID)
+	if !ok {
+		return
 	}
 	s.syncRegistry()
 
 	st := &reqState{caller: caller, requestID: requestID, method: msg.Method}
-	ctx := context.WithValue(r.Context(), stateKey{}, st)
-	r = r.Clone(ctx)
+	r = r.Clone(context.WithValue(r.Context(), stateKey{}, st))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-
-	initialize := r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize)
-	modern := mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion())
-	switch {
-	case modern:
-		// 2026-07-28 has no sessions: each request stands alone.
-		r.Header.Del(sessionHeader)
-	case initialize:
-		if s.sessions.len() >= s.sessions.total {
-			writeHTTPError(w, http.StatusServiceUnavailable, "too many sessions", requestID)
-			return
-		}
-	default:
-		sid := r.Header.Get(sessionHeader)
-		if sid == "" {
-			writeHTTPError(w, http.StatusBadRequest, "missing "+sessionHeader+" header", requestID)
-			return
-		}
-		if !s.sessions.owned(sid, caller.UserID) {
-			writeHTTPError(w, http.StatusNotFound, "session not found", requestID)
-			return
-		}
-		st.sessionID = sid
+	if !s.bindSession(w, r, st, msg) {
+		return
 	}
-
 	if msg.Method == string(mcpgo.MethodToolsCall) {
-		if e := s.reg.CheckScope(ctx, caller, msg.Params.Name); e != nil {
+		if e := s.reg.CheckScope(r.Context(), caller, msg.Params.Name); e != nil {
 			s.insufficientScope(w, e.Scopes, requestID)
 			return
 		}
 	}
-
-	if sid := st.sessionID; sid != "" {
-		switch {
-		case r.Method == http.MethodGet:
-			streamCtx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			defer s.sessions.stream(sid, cancel)()
-			r = r.WithContext(streamCtx)
-		case r.Method == http.MethodPost && msg.isResponse():
-			s.routeResponse(w, r, sid, body)
+	if st.sessionID != "" {
+		if r.Method == http.MethodPost && msg.isResponse() {
+			s.routeResponse(w, r, st.sessionID, body)
 			return
-		case r.Method == http.MethodPost:
-			// Each request is served under its own id, so mcp-go gives it
-			// its own notification channel: its progress and log messages
-			// cannot reach another request, and the session's own channel
-			// is read only by the session's GET stream.
-			internal, end := s.sessions.begin(sid)
-			defer end()
-			r.Header.Set(sessionHeader, internal)
-			switch {
-			case msg.Method == string(mcpgo.MethodNotificationCancelled):
-				s.sessions.cancel(sid, bytes.TrimSpace(msg.Params.RequestID))
-			case len(msg.ID) > 0:
-				callCtx, cancel := context.WithCancel(r.Context())
-				defer cancel()
-				defer s.sessions.track(sid, bytes.TrimSpace(msg.ID), cancel)()
-				r = r.WithContext(callCtx)
-			}
-			if msg.Method == string(mcpgo.MethodSetLogLevel) {
-				// mcp-go stores the level under the per-request id; the
-				// transport keeps its own copy (afterSetLevel), so release it.
-				defer s.terminate(internal)
-			}
-			if msg.Method != string(mcpgo.MethodToolsList) {
-				s.notifyToolsChanged(ctx, st)
-			}
 		}
+		var done func()
+		r, done = s.withinSession(r, st, msg)
+		defer done()
 	}
 
 	st.out = newDeliveryWriter(w)
 	s.http.ServeHTTP(st.out, r)
-
 	for _, id := range st.evicted {
 		s.terminate(id)
 	}
+}
+
+// readBody reads a POST body within the size limit and peeks at its
+// JSON-RPC envelope; a malformed body is mcp-go's to answer.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID string) ([]byte, envelope, bool) {
+	var msg envelope
+	if r.Method != http.MethodPost {
+		return nil, msg, true
+	}
+	if r.ContentLength > s.maxBody {
+		writeHTTPError(w, http.StatusRequestEntityTooLarge, "request body too large", requestID)
+		return nil, msg, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+		writeHTTPError(w, http.StatusRequestEntityTooLarge, "request body too large", requestID)
+		return nil, msg, false
+	} else if err != nil {
+		writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
+		return nil, msg, false
+	}
+	_ = json.Unmarshal(body, &msg)
+	return body, msg, true
+}
+
+// bindSession decides which session r belongs to: none for protocol
+// 2026-07-28, a new one for initialize, otherwise the one named in the
+// header, which must belong to the caller. A missing and another user's
+// session answer the same 404.
+func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqState, msg envelope) bool {
+	switch {
+	case mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion()):
+		r.Header.Del(sessionHeader) // 2026-07-28 has no sessions: each request stands alone
+		return true
+	case r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize):
+		if s.sessions.len() >= s.sessions.total {
+			writeHTTPError(w, http.StatusServiceUnavailable, "too many sessions", st.requestID)
+			return false
+		}
+		return true
+	}
+	sid := r.Header.Get(sessionHeader)
+	if sid == "" {
+		writeHTTPError(w, http.StatusBadRequest, "missing "+sessionHeader+" header", st.requestID)
+		return false
+	}
+	if !s.sessions.owned(sid, st.caller.UserID) {
+		writeHTTPError(w, http.StatusNotFound, "session not found", st.requestID)
+		return false
+	}
+	st.sessionID = sid
+	return true
+}
+
+// withinSession prepares a GET stream or a POST request of a session for
+// mcp-go, and returns what to run when it is served.
+func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*http.Request, func()) {
+	sid := st.sessionID
+	var cleanup []func()
+	done := func() {
+		for _, f := range slices.Backward(cleanup) {
+			f()
+		}
+	}
+	withCancel := func() context.CancelFunc {
+		ctx, cancel := context.WithCancel(r.Context())
+		r = r.WithContext(ctx)
+		cleanup = append(cleanup, cancel)
+		return cancel
+	}
+	switch r.Method {
+	case http.MethodGet:
+		// The stream ends with the session (DELETE, expiry, eviction).
+		cleanup = append(cleanup, s.sessions.stream(sid, withCancel()))
+	case http.MethodPost:
+		// Each request is served under its own id, so mcp-go gives it its
+		// own notification channel: its progress and log messages cannot
+		// reach another request, and the session's own channel is read only
+		// by the session's GET stream.
+		internal, end := s.sessions.begin(sid)
+		cleanup = append(cleanup, end)
+		r.Header.Set(sessionHeader, internal)
+		switch {
+		case msg.Method == string(mcpgo.MethodNotificationCancelled):
+			s.sessions.cancel(sid, bytes.TrimSpace(msg.Params.RequestID))
+		case len(msg.ID) > 0:
+			cleanup = append(cleanup, s.sessions.track(sid, bytes.TrimSpace(msg.ID), withCancel()))
+		}
+		if msg.Method == string(mcpgo.MethodSetLogLevel) {
+			// mcp-go keeps the level under the per-request id; the transport
+			// has its own copy (afterSetLevel), so release mcp-go's.
+			cleanup = append(cleanup, func() { s.terminate(internal) })
+		}
+		if msg.Method != string(mcpgo.MethodToolsList) {
+			s.notifyToolsChanged(r.Context(), st)
+		}
+	}
+	return r, done
 }
 
 // authenticate returns the caller of r, or answers the request itself.
