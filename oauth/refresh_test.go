@@ -2,11 +2,15 @@ package oauth_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -151,4 +155,72 @@ func TestConcurrentRefreshInGraceWindow(t *testing.T) {
 			t.Fatalf("grants: %v %v", grants, err)
 		}
 	})
+}
+
+// Two replicas (separate stores and servers on one database) refreshing
+// the same token at once agree on one pair: the decision is in SQL. They
+// also share the token signing secret through the database.
+func TestRefreshAcrossReplicas(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			cfg := storagetest.Config(t, d)
+			open := func() *storage.Store {
+				st, err := storage.Open(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { st.Close() })
+				return st
+			}
+			first := open()
+			if _, err := migrations.Apply(context.Background(), first.DB); err != nil {
+				t.Fatal(err)
+			}
+			e := newEnv(t, first)
+			conf, _, tok := e.signIn()
+
+			second := open()
+			mux := http.NewServeMux()
+			replica, err := oauth.New(context.Background(), oauth.Options{Store: second, BaseURL: e.ts.URL, LoginConsent: e.login})
+			if err != nil {
+				t.Fatal(err)
+			}
+			replica.Register(mux)
+			ts := httptest.NewServer(mux)
+			t.Cleanup(ts.Close)
+			if _, err := replica.VerifyAccessToken(context.Background(), tok.AccessToken); err != nil {
+				t.Fatalf("the replica does not accept the first server's token: %v", err)
+			}
+
+			const n = 8
+			results := make([]tokenResponse, n)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "client_id": {conf.ClientID}}
+					target := e.ts.URL
+					if i%2 == 1 {
+						target = ts.URL
+					}
+					resp, err := http.PostForm(target+"/oauth/token", form)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer resp.Body.Close()
+					results[i].Status = resp.StatusCode
+					_ = json.NewDecoder(resp.Body).Decode(&results[i])
+				})
+			}
+			close(start)
+			wg.Wait()
+			for i, r := range results {
+				if r.Status != 200 || r.AccessToken != results[0].AccessToken || r.RefreshToken != results[0].RefreshToken {
+					t.Fatalf("exchange %d: %+v, first %+v", i, r, results[0])
+				}
+			}
+		})
+	}
 }

@@ -209,8 +209,8 @@ func (s *Server) normalizeMetadata(md *ClientMetadata) error {
 		if link == "" {
 			continue
 		}
-		if u, err := url.Parse(link); err != nil || u.Scheme != "https" || u.Host == "" {
-			return invalidMetadata("The URI %q must be an https URL.", link)
+		if u, err := url.Parse(link); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return invalidMetadata("The URI %q must be an http(s) URL.", link)
 		}
 	}
 	return nil

@@ -1,13 +1,23 @@
 package oauth_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
+
+func manyRedirects(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("https://a.example/cb%d", i)
+	}
+	return out
+}
 
 func TestRegister(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
@@ -34,6 +44,9 @@ func TestRegister(t *testing.T) {
 			{"token response", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "response_types": []string{"token"}}, "invalid_client_metadata"},
 			{"jwt auth", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "token_endpoint_auth_method": "private_key_jwt"}, "invalid_client_metadata"},
 			{"unknown scope", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "scope": "mcp admin"}, "invalid_client_metadata"},
+			{"javascript client_uri", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "client_uri": "javascript:alert(1)"}, "invalid_client_metadata"},
+			{"long name", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "client_name": strings.Repeat("x", 300)}, "invalid_client_metadata"},
+			{"too many redirects", map[string]any{"redirect_uris": manyRedirects(11)}, "invalid_redirect_uri"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
