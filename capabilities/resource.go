@@ -159,6 +159,13 @@ func (r *Registry) findResource(uri string) (*Resource, map[string]string) {
 	return nil, nil
 }
 
+// CanRead reports whether caller may read uri now, without recording
+// anything: transports use it to decide whom to tell that a resource changed.
+func (r *Registry) CanRead(ctx context.Context, caller Caller, uri string) bool {
+	res, _ := r.findResource(uri)
+	return res != nil && r.stateDenial(caller, true) == "" && r.hiddenBy(ctx, caller, res.Requires) == ""
+}
+
 // ReadResource reads a resource through the same guard as Invoke.
 func (r *Registry) ReadResource(ctx context.Context, caller Caller, uri string) ([]ResourceContents, error) {
 	res, params := r.findResource(uri)

@@ -146,6 +146,8 @@ func New(opts Options) (*Server, error) {
 	hooks := &mcpserver.Hooks{}
 	hooks.AddAfterInitialize(s.afterInitialize)
 	hooks.AddBeforeCallTool(s.beforeCallTool)
+	hooks.AddAfterSubscribe(s.afterSubscribe)
+	hooks.AddAfterUnsubscribe(s.afterUnsubscribe)
 	hooks.AddAfterListTools(s.afterListTools)
 	hooks.AddAfterSetLevel(s.afterSetLevel)
 	hooks.AddAfterListResources(s.afterListResources)
@@ -641,6 +643,47 @@ func (s *Server) afterListResourceTemplates(ctx context.Context, _ any, _ *mcpgo
 			res.ResourceTemplates = append(res.ResourceTemplates, templateOf(r))
 		}
 	}
+}
+
+// afterSubscribe records a subscription to a resource the caller can read.
+// Any other URI is acknowledged all the same (hidden answers like unknown)
+// and never notified.
+func (s *Server) afterSubscribe(ctx context.Context, _ any, req *mcpgo.SubscribeRequest, _ *mcpgo.EmptyResult) {
+	if st := stateFrom(ctx); st != nil && st.sessionID != "" && s.reg.CanRead(ctx, st.caller, req.Params.URI) {
+		s.sessions.subscribe(st.sessionID, req.Params.URI, true)
+	}
+}
+
+func (s *Server) afterUnsubscribe(ctx context.Context, _ any, req *mcpgo.UnsubscribeRequest, _ *mcpgo.EmptyResult) {
+	if st := stateFrom(ctx); st != nil && st.sessionID != "" {
+		s.sessions.subscribe(st.sessionID, req.Params.URI, false)
+	}
+}
+
+// NotifyResourceUpdated tells the sessions subscribed to uri that it
+// changed, on their GET streams. Each subscriber's user is loaded fresh and
+// told only if they may still read it.
+func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
+	for sid, userID := range s.sessions.subscribers(uri) {
+		caller, err := s.callerFor(ctx, userID)
+		if err != nil || !s.reg.CanRead(ctx, caller, uri) {
+			continue
+		}
+		_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
+	}
+}
+
+// callerFor loads a session's user outside of a request.
+func (s *Server) callerFor(ctx context.Context, userID string) (capabilities.Caller, error) {
+	if s.opts.Anonymous != nil {
+		return *s.opts.Anonymous, nil
+	}
+	c, err := s.opts.Loader.LoadCaller(ctx, userID)
+	if err != nil {
+		return capabilities.Caller{}, fmt.Errorf("mcp: load caller: %w", err)
+	}
+	c.UserID = userID
+	return c, nil
 }
 
 // resolver hands mcp-go a session id manager bound to the request's user.

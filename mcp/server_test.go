@@ -640,3 +640,52 @@ func TestCancelledNotificationStopsTheCall(t *testing.T) {
 		t.Fatalf("cancelled call answered %v", got)
 	}
 }
+
+func TestResourceUpdatedReachesSubscribersWhoCanRead(t *testing.T) {
+	f := newFixture(t)
+	read := func(_ context.Context, _ *capabilities.Call, uri string, _ map[string]string) ([]capabilities.ResourceContents, error) {
+		return []capabilities.ResourceContents{{URI: uri, Text: "x"}}, nil
+	}
+	must(t, f.reg.RegisterResource(
+		capabilities.Resource{URI: "test://public", Name: "public", Read: read},
+		capabilities.Resource{URI: "test://admin", Name: "admin", Requires: capabilities.Requirement{Role: capabilities.RoleAdmin}, Read: read},
+	))
+	alice, bob := f.initialize("alice-token"), f.initialize("bob-token")
+	subscribe := func(token, sid, uri string) {
+		if resp := f.request(http.MethodPost, token, sid, rpc(4, "resources/subscribe", map[string]any{"uri": uri})); resp.StatusCode != http.StatusOK {
+			t.Fatalf("subscribe %s: %d", uri, resp.StatusCode)
+		}
+	}
+	subscribe("alice-token", alice, "test://public")
+	subscribe("alice-token", alice, "test://admin") // acknowledged, never notified
+	subscribe("bob-token", bob, "test://other")
+	aliceStream := sseReader(f.request(http.MethodGet, "alice-token", alice, ""))
+	bobStream := f.request(http.MethodGet, "bob-token", bob, "")
+
+	f.srv.NotifyResourceUpdated(t.Context(), "test://admin")
+	f.srv.NotifyResourceUpdated(t.Context(), "test://public")
+	must(t, f.srv.mcp.SendNotificationToSpecificClient(alice, "test/sentinel", nil))
+	var got []string
+	for range 2 {
+		m := aliceStream()
+		params, _ := m["params"].(map[string]any)
+		switch m["method"] {
+		case "notifications/resources/updated":
+			got = append(got, fmt.Sprint("updated ", params["uri"]))
+		case "test/sentinel":
+			got = append(got, "sentinel")
+		default:
+			got = append(got, fmt.Sprint(m))
+		}
+	}
+	if want := []string{"updated test://public", "sentinel"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("alice's stream carried %v, want %v", got, want)
+	}
+
+	// Bob is subscribed to nothing that changed: his stream carries only
+	// the sentinel sent after the updates.
+	must(t, f.srv.mcp.SendNotificationToSpecificClient(bob, "test/sentinel", nil))
+	if m := sseReader(bobStream)(); m["method"] != "test/sentinel" {
+		t.Fatalf("bob's stream carried %v first", m)
+	}
+}

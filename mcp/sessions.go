@@ -22,7 +22,11 @@ type session struct {
 	nextID   int
 	// what the client declared it can do at initialize
 	canSample, canElicit bool
+	subs                 map[string]bool // resource URIs subscribed to
 }
+
+// maxSubscriptions bounds the resource subscriptions of one session.
+const maxSubscriptions = 256
 
 // sessionStore binds session ids to users and bounds how many live: each
 // user keeps at most perUser sessions (the least recently used is evicted)
@@ -276,4 +280,40 @@ func (s *sessionStore) cancel(sid string, rpcID []byte) {
 	if cancel != nil {
 		cancel()
 	}
+}
+
+// subscribe records (or with on false, drops) a resource subscription. It
+// reports false when the session is at its limit.
+func (s *sessionStore) subscribe(id, uri string, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	if !ok {
+		return false
+	}
+	if !on {
+		delete(se.subs, uri)
+		return true
+	}
+	if se.subs == nil {
+		se.subs = map[string]bool{}
+	}
+	if len(se.subs) >= maxSubscriptions && !se.subs[uri] {
+		return false
+	}
+	se.subs[uri] = true
+	return true
+}
+
+// subscribers returns the sessions subscribed to uri, with their users.
+func (s *sessionStore) subscribers(uri string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	for id, se := range s.byID {
+		if se.subs[uri] {
+			out[id] = se.userID
+		}
+	}
+	return out
 }
