@@ -154,7 +154,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 }
 
 // sendVerification issues a verification token for userID's email and
-// mails the link. Failures are logged: the person can ask for a new link
+// queues the link. Failures are logged: the person can ask for a new link
 // from the account page.
 func (h *Handler) sendVerification(ctx context.Context, userID int64, email string) {
 	token, err := h.issueToken(ctx, userID, purposeVerifyEmail, email, "", VerifyEmailTTL)
@@ -169,9 +169,7 @@ func (h *Handler) sendVerification(ctx context.Context, userID int64, email stri
 		Text: "Open this link to verify your email address:\n\n" + link +
 			"\n\nThe link works once and expires in 24 hours. If you did not create an account, ignore this message.\n",
 	}
-	if err := h.mailer.Send(ctx, msg); err != nil {
-		h.log.ErrorContext(ctx, "web: send verification mail", "err", err)
-	}
+	h.sendMail(ctx, msg)
 }
 
 // ---- sign in and out ----
@@ -355,9 +353,7 @@ func (h *Handler) sendReset(ctx context.Context, u accounts.User) {
 		Text: "Someone asked to reset the password of your account " + u.Username + ".\n\nOpen this link to choose a new password:\n\n" + link +
 			"\n\nThe link works once and expires in one hour. Choosing a new password signs out every browser and connected app.\nIf you did not ask for this, ignore this message; your password stays as it is.\n",
 	}
-	if err := h.mailer.Send(ctx, msg); err != nil {
-		h.log.ErrorContext(ctx, "web: send reset mail", "err", err)
-	}
+	h.sendMail(ctx, msg)
 }
 
 func (h *Handler) resetConfirmForm(w http.ResponseWriter, r *http.Request) {

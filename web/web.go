@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,7 +77,10 @@ type Options struct {
 	CredentialLimit Limit
 
 	// Mailer sends verification and reset links. Default in development: a
-	// DevMailer (see DevMail). Production requires a real one.
+	// DevMailer (see DevMail), which keeps each message at once. Any other
+	// mailer is fed by a background queue with retries, so requests never
+	// wait on the mail server (call Close on shutdown). Production requires
+	// a real one.
 	Mailer Mailer
 
 	// SiteName is shown in page titles and mail. Default "enclave".
@@ -104,6 +108,7 @@ type Handler struct {
 	limiter *Limiter
 	ipOf    *ClientIP
 	mailer  Mailer
+	queue   *mailQueue // nil with a DevMailer, which keeps mail at once
 	devMail *DevMailer
 	csrf    *http.CrossOriginProtection
 	guards  *Guards
@@ -177,6 +182,9 @@ func New(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("web: trust origin %s: %w", origin, err)
 	}
 	h.csrf.SetDenyHandler(http.HandlerFunc(h.crossOriginDenied))
+	if devMail == nil {
+		h.queue = newMailQueue(opts.Mailer, opts.Logger)
+	}
 	h.guards = NewGuards(opts.Accounts, GuardOptions{
 		LoginPath: h.prefix + pathLogin,
 		Forbidden: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -210,6 +218,32 @@ func checkProduction(opts Options, base *url.URL) error {
 		return fmt.Errorf("web: refusing to start in production: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// Close stops the background mail sender: it waits until queued mail is
+// handed to the Mailer or ctx ends (then the rest is dropped and logged).
+// Call it after the HTTP server has shut down. It is safe to call more than
+// once.
+func (h *Handler) Close(ctx context.Context) error {
+	if h.queue == nil {
+		return nil
+	}
+	if err := h.queue.close(ctx); err != nil {
+		return fmt.Errorf("web: close mail queue: %w", err)
+	}
+	return nil
+}
+
+// sendMail hands msg to the mailer: through the background queue, or at
+// once to a DevMailer.
+func (h *Handler) sendMail(ctx context.Context, msg Message) {
+	if h.queue != nil {
+		h.queue.enqueue(ctx, msg)
+		return
+	}
+	if err := h.mailer.Send(ctx, msg); err != nil {
+		h.log.ErrorContext(ctx, "web: send mail", "to", msg.To, "err", err)
+	}
 }
 
 // ServeHTTP serves the web shell.

@@ -37,6 +37,7 @@ func newTestHandler(t *testing.T, s *storage.Store, edit func(*Options)) *Handle
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close(context.Background()) })
 	return h
 }
 
@@ -356,7 +357,10 @@ func TestProductionFailsClosed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := good
 			tt.edit(&o)
-			_, err := New(o)
+			h, err := New(o)
+			if h != nil {
+				t.Cleanup(func() { h.Close(context.Background()) })
+			}
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
@@ -377,6 +381,7 @@ func TestDevAndMaintenancePaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { prod.Close(context.Background()) })
 	tests := []struct {
 		h      *Handler
 		name   string
