@@ -51,6 +51,7 @@ func TestAuthorizeRefusedBeforeLogin(t *testing.T) {
 			{name: "short state", change: url.Values{"state": {"abc"}}, redirect: true, wantError: "invalid_state"},
 			{name: "foreign resource", change: url.Values{"resource": {"https://elsewhere.example/mcp"}}, redirect: true, wantError: "invalid_target"},
 			{name: "unknown scope", change: url.Values{"scope": {"admin"}}, redirect: true, wantError: "invalid_scope"},
+			{name: "form post response mode", change: url.Values{"response_mode": {"form_post"}}, redirect: true, wantError: "unsupported_response_mode"},
 			{name: "token response type", change: url.Values{"response_type": {"token"}}, redirect: true, wantError: "unsupported_response_type"},
 			{name: "unregistered redirect", change: url.Values{"redirect_uri": {"https://attacker.example/cb"}}, wantError: "invalid_request", wantCode: 400},
 			{name: "loopback on another port", change: url.Values{"redirect_uri": {"http://127.0.0.1:10/callback"}}, wantError: "invalid_request", wantCode: 400},
