@@ -23,7 +23,9 @@ type queryRecorder struct {
 	seen []string
 }
 
-func (q *queryRecorder) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context { return ctx }
+func (q *queryRecorder) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context {
+	return ctx
+}
 
 func (q *queryRecorder) AfterQuery(_ context.Context, e *bun.QueryEvent) {
 	if !q.on.Load() {

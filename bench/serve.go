@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -47,8 +48,19 @@ func serveMain(args []string) error {
 	pg := fs.String("pg", os.Getenv("ENCLAVE_TEST_POSTGRES"), "PostgreSQL URL for kind c (a schema is created and dropped)")
 	logLevel := fs.String("log-level", "warn", "server log level (info turns on enclave's per-request access log)")
 	maxLife := fs.Duration("max-lifetime", 10*time.Minute, "exit by itself after this long")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole serving time to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
