@@ -2,8 +2,13 @@ package oauth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,5 +186,75 @@ func TestStoreContract(t *testing.T) {
 				}
 			}
 		})
+	})
+}
+
+// A code past its 10 minutes is refused with invalid_grant; the same code
+// inside them is accepted.
+func TestExpiredCode(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		srv, err := New(ctx, Options{Store: st, BaseURL: "https://as.example"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := srv.RegisterClient(ctx, ClientMetadata{RedirectURIs: []string{"https://agent.example/cb"}, TokenEndpointAuthMethod: "none"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, err := srv.store.GetClient(ctx, reg.ClientID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var uid int64
+		now := time.Now().UTC()
+		if err := st.DB.NewRaw(`INSERT INTO users (stable_user_id, email, username, email_verified_at, created_at, updated_at) VALUES (?, 'x@example.test', 'x', ?, ?, ?) RETURNING id`,
+			"d000000000000000000000000000000000000000000000000000000000000000", now, now, now).Scan(ctx, &uid); err != nil {
+			t.Fatal(err)
+		}
+		const verifier = "verifier-verifier-verifier-verifier-verifier"
+		sum := sha256.Sum256([]byte(verifier))
+		for _, tt := range []struct {
+			name      string
+			age       time.Duration
+			wantCode  int
+			wantError string
+		}{
+			{"fresh", time.Minute, http.StatusOK, ""},
+			{"expired", AuthorizationCodeLifetime + time.Minute, http.StatusBadRequest, "invalid_grant"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				r := fosite.NewRequest()
+				r.ID = "req-" + tt.name
+				r.Client = client
+				r.RequestedAt = now.Add(-tt.age)
+				sess := &session{UserID: uid, Subject: "x"}
+				sess.SetExpiresAt(fosite.AuthorizeCode, r.RequestedAt.Add(AuthorizationCodeLifetime))
+				r.Session = sess
+				r.Form = url.Values{"redirect_uri": {"https://agent.example/cb"}, "code_challenge_method": {"S256"},
+					"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}}
+				r.GrantScope(ScopeMCP)
+				r.GrantAudience(srv.Resource())
+				code, sig, err := srv.strategy.GenerateAuthorizeCode(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := srv.store.CreateAuthorizeCodeSession(ctx, sig, r); err != nil {
+					t.Fatal(err)
+				}
+				if err := srv.store.CreatePKCERequestSession(ctx, sig, r); err != nil {
+					t.Fatal(err)
+				}
+				form := url.Values{"grant_type": {"authorization_code"}, "code": {code}, "client_id": {reg.ClientID},
+					"redirect_uri": {"https://agent.example/cb"}, "code_verifier": {verifier}}
+				req := httptest.NewRequest(http.MethodPost, PathToken, strings.NewReader(form.Encode()))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				rec := httptest.NewRecorder()
+				srv.Handler().ServeHTTP(rec, req)
+				if rec.Code != tt.wantCode || (tt.wantError != "" && !strings.Contains(rec.Body.String(), `"error":"`+tt.wantError+`"`)) {
+					t.Fatalf("got %d %s, want %d %s", rec.Code, rec.Body, tt.wantCode, tt.wantError)
+				}
+			})
+		}
 	})
 }
