@@ -93,9 +93,21 @@ func loadMain(args []string) error {
 	for _, c := range cs {
 		wg.Go(func() { c.run(ctx, measureFrom, measureTo) })
 	}
-	time.Sleep(time.Until(measureFrom))
+	sleep := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := sleep(time.Until(measureFrom)); err != nil {
+		return err
+	}
 	fmt.Println("MEASURE_START")
-	time.Sleep(time.Until(measureTo))
+	if err := sleep(time.Until(measureTo)); err != nil {
+		return err
+	}
 	fmt.Println("MEASURE_END")
 	wg.Wait()
 	for _, c := range cs {
