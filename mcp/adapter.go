@@ -72,9 +72,15 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 	if req.Params.Meta != nil {
 		token = req.Params.Meta.ProgressToken
 	}
-	ctx = capabilities.WithClient(ctx, &client{s: s, st: st, progressToken: token})
-	res, err := s.reg.Invoke(ctx, st.caller, req.Params.Name, args)
+	cl := &client{s: s, st: st, progressToken: token, retries: true, answers: req.Params.InputResponses}
+	res, err := s.reg.Invoke(capabilities.WithClient(ctx, cl), st.caller, req.Params.Name, args)
 	st.settle(ctx)
+	if errors.Is(err, errInputRequired) && cl.question != nil {
+		return &mcpgo.CallToolResult{
+			Result:               mcpgo.Result{ResultType: mcpgo.ResultTypeInputRequired},
+			MultiRoundTripResult: mcpgo.MultiRoundTripResult{InputRequests: cl.question},
+		}, nil
+	}
 	if err != nil {
 		s.logIfInternal(ctx, st, "tools/call "+req.Params.Name, err)
 		return mcpgo.NewToolResultError(publicMessage(err, st.requestID)), nil
@@ -202,6 +208,12 @@ type client struct {
 	s             *Server
 	st            *reqState
 	progressToken mcpgo.ProgressToken
+
+	// 2026-07-28 multi-round-trip asking (see askAgain), for tool calls
+	retries  bool
+	answers  mcpgo.InputResponses
+	asked    int
+	question mcpgo.InputRequests
 }
 
 func (c *client) Progress(ctx context.Context, progress, total float64, message string) error {
@@ -249,14 +261,11 @@ func (c *client) notify(ctx context.Context, method string, params map[string]an
 }
 
 func (c *client) Elicit(ctx context.Context, req capabilities.ElicitRequest) (capabilities.ElicitResult, error) {
-	if _, ok := c.s.sessions.clientCan(c.st.sessionID); !ok {
-		return capabilities.ElicitResult{}, capabilities.ErrUnsupported
-	}
-	params := map[string]any{"message": req.Message}
+	params := mcpgo.ElicitationParams{Message: req.Message}
 	if len(req.Schema) > 0 {
-		params["requestedSchema"] = req.Schema
+		params.RequestedSchema = req.Schema
 	}
-	raw, err := c.request(ctx, string(mcpgo.MethodElicitationCreate), params)
+	raw, err := c.ask(ctx, mcpgo.NewElicitationInputRequest(params))
 	if err != nil {
 		return capabilities.ElicitResult{}, err
 	}
@@ -271,18 +280,11 @@ func (c *client) Elicit(ctx context.Context, req capabilities.ElicitRequest) (ca
 }
 
 func (c *client) Sample(ctx context.Context, req capabilities.SampleRequest) (capabilities.SampleResult, error) {
-	if ok, _ := c.s.sessions.clientCan(c.st.sessionID); !ok {
-		return capabilities.SampleResult{}, capabilities.ErrUnsupported
-	}
-	var messages []map[string]any
+	params := mcpgo.CreateMessageParams{SystemPrompt: req.SystemPrompt, MaxTokens: req.MaxTokens}
 	for _, m := range req.Messages {
-		messages = append(messages, map[string]any{"role": m.Role, "content": map[string]any{"type": "text", "text": m.Text}})
+		params.Messages = append(params.Messages, mcpgo.SamplingMessage{Role: mcpgo.Role(m.Role), Content: mcpgo.NewTextContent(m.Text)})
 	}
-	params := map[string]any{"messages": messages, "maxTokens": req.MaxTokens}
-	if req.SystemPrompt != "" {
-		params["systemPrompt"] = req.SystemPrompt
-	}
-	raw, err := c.request(ctx, string(mcpgo.MethodSamplingCreateMessage), params)
+	raw, err := c.ask(ctx, mcpgo.NewSamplingInputRequest(params))
 	if err != nil {
 		return capabilities.SampleResult{}, err
 	}
@@ -291,7 +293,6 @@ func (c *client) Sample(ctx context.Context, req capabilities.SampleRequest) (ca
 		Model      string `json:"model"`
 		StopReason string `json:"stopReason"`
 		Content    struct {
-			Type string `json:"type"`
 			Text string `json:"text"`
 		} `json:"content"`
 	}
@@ -301,31 +302,75 @@ func (c *client) Sample(ctx context.Context, req capabilities.SampleRequest) (ca
 	return capabilities.SampleResult{Role: res.Role, Text: res.Content.Text, Model: res.Model, StopReason: res.StopReason}, nil
 }
 
-// request sends a request to the client on this request's own event stream
-// and waits for the answer. Protocol 2026-07-28 has no server-to-client
-// requests (it retries the call with the answers instead), which this
-// transport does not implement yet.
-func (c *client) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
+// errInputRequired stops a handler that asked a 2026-07-28 client
+// something the retried call has not answered yet.
+var errInputRequired = errors.New("mcp: input required")
+
+// ask puts a question to the client and returns its raw answer.
+//
+// Session-based clients get a request on the calling request's own event
+// stream, answered by a POST of the same session. Protocol 2026-07-28 has
+// no server-to-client requests: the call ends with the question
+// (input_required) and the client calls again with the answer, so the
+// handler runs again from the start and finds the answer this time. Its
+// effects before asking therefore happen once per round.
+func (c *client) ask(ctx context.Context, q mcpgo.InputRequest) (json.RawMessage, error) {
+	if mcpserver.IsModernRequest(ctx) {
+		return c.askAgain(ctx, q)
+	}
+	sample, elicit := c.s.sessions.clientCan(c.st.sessionID)
+	if q.Method == mcpgo.MethodSamplingCreateMessage && !sample || q.Method == mcpgo.MethodElicitationCreate && !elicit {
+		return nil, capabilities.ErrUnsupported
+	}
 	sess, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithStreamableHTTPConfig)
-	if !ok || c.st.sessionID == "" || mcpserver.IsModernRequest(ctx) || c.st.out == nil || !c.st.out.streams() {
+	if !ok || c.st.sessionID == "" || c.st.out == nil || !c.st.out.streams() {
 		return nil, capabilities.ErrUnsupported
 	}
 	// The final response must follow on the same event stream.
 	sess.UpgradeToSSEWhenReceiveNotification()
 	id, answer, done := c.s.pending.add(c.st.sessionID)
 	defer done()
-	msg := map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}
+	msg := map[string]any{"jsonrpc": "2.0", "id": id, "method": q.Method}
+	if q.Elicitation != nil {
+		msg["params"] = q.Elicitation
+	} else {
+		msg["params"] = q.Sampling
+	}
 	if err := c.st.out.send(msg); err != nil {
-		return nil, fmt.Errorf("mcp: %s: %w", method, err)
+		return nil, fmt.Errorf("mcp: %s: %w", q.Method, err)
 	}
 	select {
 	case a := <-answer:
 		if a.Error != nil {
 			return nil, &capabilities.Error{Code: capabilities.CodeUnsupported, Message: "the client declined the request",
-				Err: fmt.Errorf("mcp: %s: client error %d: %s", method, a.Error.Code, a.Error.Message)}
+				Err: fmt.Errorf("mcp: %s: client error %d: %s", q.Method, a.Error.Code, a.Error.Message)}
 		}
 		return a.Result, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("mcp: %s: %w", method, ctx.Err())
+		return nil, fmt.Errorf("mcp: %s: %w", q.Method, ctx.Err())
 	}
+}
+
+// askAgain is ask for protocol 2026-07-28: the n-th question of a run is
+// keyed "<method>-<n>"; an answer under that key in the retried call is
+// returned, otherwise the question is recorded and the handler stopped.
+func (c *client) askAgain(ctx context.Context, q mcpgo.InputRequest) (json.RawMessage, error) {
+	caps := mcpgo.ClientCapabilities{}
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ClientCapabilities != nil {
+		caps = *info.ClientCapabilities
+	}
+	if !c.retries || q.Method == mcpgo.MethodSamplingCreateMessage && caps.Sampling == nil || q.Method == mcpgo.MethodElicitationCreate && caps.Elicitation == nil {
+		return nil, capabilities.ErrUnsupported
+	}
+	c.asked++
+	key := fmt.Sprintf("%s-%d", q.Method, c.asked)
+	if answer, ok := c.answers[key]; ok {
+		raw, err := json.Marshal(answer)
+		if err != nil {
+			return nil, fmt.Errorf("mcp: %s: %w", q.Method, err)
+		}
+		return raw, nil
+	}
+	c.question = mcpgo.InputRequests{key: q}
+	return nil, errInputRequired
 }

@@ -163,3 +163,33 @@ func TestClientIntegration(t *testing.T) {
 		t.Fatalf("schema violation answered %q", text(res))
 	}
 }
+
+// TestStatelessClientIntegration uses mcp-go's client with its default, the
+// stateless 2026-07-28 protocol: calls stand alone, and asking the user
+// goes through the retry round.
+func TestStatelessClientIntegration(t *testing.T) {
+	f := newFixture(t)
+	tr, err := transport.NewStreamableHTTP(f.url, transport.WithHTTPBasicClient(&http.Client{Transport: bearerTransport{"alice-token"}}))
+	must(t, err)
+	c := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(answer{"alice"}))
+	must(t, c.Start(t.Context()))
+	t.Cleanup(func() { c.Close() })
+	init, err := c.Initialize(t.Context(), mcpgo.InitializeRequest{Params: mcpgo.InitializeParams{
+		ClientInfo:   mcpgo.Implementation{Name: "test", Version: "1"},
+		Capabilities: mcpgo.ClientCapabilities{Elicitation: &mcpgo.ElicitationCapability{}},
+	}})
+	must(t, err)
+	if init.ProtocolVersion != "2026-07-28" {
+		t.Fatalf("negotiated %s", init.ProtocolVersion)
+	}
+	res, err := c.CallTool(t.Context(), mcpgo.CallToolRequest{Params: mcpgo.CallToolParams{Name: "whoami"}})
+	must(t, err)
+	if s := fmt.Sprint(res.StructuredContent); !strings.Contains(s, "userId:alice") {
+		t.Fatalf("whoami = %s", s)
+	}
+	res, err = c.CallTool(t.Context(), mcpgo.CallToolRequest{Params: mcpgo.CallToolParams{Name: "ask"}})
+	must(t, err)
+	if got := text(res); got != "accept:alice answering name?" {
+		t.Fatalf("ask = %q", got)
+	}
+}

@@ -689,3 +689,46 @@ func TestResourceUpdatedReachesSubscribersWhoCanRead(t *testing.T) {
 		t.Fatalf("bob's stream carried %v first", m)
 	}
 }
+
+// TestStatelessElicitationRetries: a 2026-07-28 client gets the question
+// as an input_required result and calls again with the answer.
+func TestStatelessElicitationRetries(t *testing.T) {
+	f := newFixture(t)
+	call := func(extra map[string]any) map[string]any {
+		params := map[string]any{
+			"name": "ask", "arguments": map[string]any{},
+			"_meta": map[string]any{
+				"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+				"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "t", "version": "1"},
+				"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{}},
+			},
+		}
+		for k, v := range extra {
+			params[k] = v
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(rpc(1, "tools/call", params)))
+		req.Header.Set("Authorization", "Bearer bob-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "ask")
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		res, _ := result(t, resp)["result"].(map[string]any)
+		return res
+	}
+	first := call(nil)
+	questions, _ := first["inputRequests"].(map[string]any)
+	q, _ := questions["elicitation/create-1"].(map[string]any)
+	if first["resultType"] != "input_required" || fmt.Sprint(q["params"]) == "" || !strings.Contains(fmt.Sprint(q), "name?") {
+		t.Fatalf("first round = %v", first)
+	}
+	second := call(map[string]any{"inputResponses": map[string]any{
+		"elicitation/create-1": map[string]any{"action": "accept", "content": map[string]any{"name": "zed"}},
+	}})
+	if got := fmt.Sprint(second["content"]); !strings.Contains(got, "accept:zed") {
+		t.Fatalf("second round = %v", second)
+	}
+}
