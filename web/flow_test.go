@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -8,8 +9,11 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage"
@@ -122,8 +126,13 @@ func mailCount(h *Handler) int { return len(h.DevMail().Messages()) }
 func TestAccountFlow(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		clock := newFakeClock()
+		acc := newAccounts(t, s, clock.Now)
+		// The root package revokes OAuth grants in this hook; count its runs.
+		var hookRuns atomic.Int64
+		acc.OnPasswordChange(func(context.Context, bun.Tx, int64) error { hookRuns.Add(1); return nil })
 		h := newTestHandler(t, s, func(o *Options) {
 			o.Now = clock.Now
+			o.Accounts = acc
 			o.CredentialLimit = Limit{Requests: 1000}
 		})
 		srv := serve(t, h)
@@ -180,6 +189,9 @@ func TestAccountFlow(t *testing.T) {
 			t.Fatalf("change password: %d %q %s", a.Status, a.Location, a.Body)
 		}
 		expect(t, "still signed in", ann.get("/account"), http.StatusOK, "ann@example.com")
+		if hookRuns.Load() != 1 {
+			t.Fatalf("password-change hooks ran %d times, want 1", hookRuns.Load())
+		}
 		if a := before.get("/account"); a.Status != http.StatusSeeOther || !strings.HasPrefix(a.Location, "/login") {
 			t.Fatalf("old session after password change: %d %q", a.Status, a.Location)
 		}
@@ -213,6 +225,9 @@ func TestAccountFlow(t *testing.T) {
 		a = other.post(path, url.Values{"token": {token}, "password": {pw3}})
 		if a.Status != http.StatusSeeOther || !strings.Contains(a.Location, "password-set") {
 			t.Fatalf("reset confirm: %d %q %s", a.Status, a.Location, a.Body)
+		}
+		if hookRuns.Load() != 2 {
+			t.Fatalf("a reset ran the password-change hooks %d times in all, want 2", hookRuns.Load())
 		}
 		expect(t, "reset reuse", other.post(path, url.Values{"token": {token}, "password": {pw3 + "x"}}), http.StatusBadRequest, "invalid or has expired")
 		if a := ann.get("/account"); a.Status != http.StatusSeeOther {
@@ -286,4 +301,29 @@ func TestLoginRedirect(t *testing.T) {
 		t.Fatalf("guarded page: %d %q", a.Status, a.Location)
 	}
 	expect(t, "login form keeps target", newBrowser(t, srv).get("/login?redirectTo=%2Faccount"), http.StatusOK, `name="redirectTo" value="/account"`)
+}
+
+// Only the newest reset link works, on the reset path and on the
+// password-setup path alike.
+func TestOnlyNewestResetLinkWorks(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	h := newTestHandler(t, s, nil)
+	if _, err := h.opts.Accounts.Signup(t.Context(), accounts.SignupInput{Email: "d@example.com", Username: "dee", Password: testPassword}); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, h)
+	b := newBrowser(t, srv)
+	b.post("/password-reset", url.Values{"email": {"d@example.com"}})
+	_, first := mailedLink(t, h, "d@example.com")
+	b.post("/password-reset", url.Values{"email": {"d@example.com"}})
+	_, second := mailedLink(t, h, "d@example.com")
+	if first == second {
+		t.Fatal("two reset requests mailed the same token")
+	}
+	for _, path := range []string{"/password-reset/confirm", accounts.PasswordSetupPath} {
+		expect(t, "older link on "+path, b.post(path, url.Values{"token": {first}, "password": {"a brand new passphrase"}}), http.StatusBadRequest)
+	}
+	if a := b.post("/password-reset/confirm", url.Values{"token": {second}, "password": {"a brand new passphrase"}}); a.Status != http.StatusSeeOther {
+		t.Fatalf("newest link: %d %s", a.Status, a.Body)
+	}
 }
