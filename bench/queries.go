@@ -62,6 +62,7 @@ func (q *queryRecorder) during(f func() error) ([]string, error) {
 // QueryTrace lists the SQL statements of authenticated tools/call requests
 // served in process through the same handler the network gets.
 type QueryTrace struct {
+	Initialize []string `json:"initialize"`  // the session's initialize request
 	FirstCall  []string `json:"first_call"`  // the session's first tools/call
 	SecondCall []string `json:"second_call"` // steady state
 }
@@ -98,14 +99,17 @@ func traceCall(h http.Handler, q *queryRecorder, token string) (QueryTrace, erro
 		}
 		return nil
 	}
-	if err := send(fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"trace","version":"1"}}}`, protocolVersion)); err != nil {
+	var err error
+	tr.Initialize, err = q.during(func() error {
+		return send(fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"trace","version":"1"}}}`, protocolVersion))
+	})
+	if err != nil {
 		return tr, err
 	}
 	if err := send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
 		return tr, err
 	}
 	call := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"trace"}}}`
-	var err error
 	if tr.FirstCall, err = q.during(func() error { return send(fmt.Sprintf(call, 2)) }); err != nil {
 		return tr, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -19,7 +20,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,7 +29,6 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 )
@@ -160,16 +159,18 @@ func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int,
 		dbURL = u
 	}
 	base := "http://" + ln.Addr().String()
-	verifier := &oauthVerifier{}
 	quota := &lazyQuota{}
+	login := newBenchLogin()
 	srv, err := enclave.New(ctx, enclave.Config{
-		Addr:          ln.Addr().String(),
-		BaseURL:       base,
-		DataDir:       dir,
-		DatabaseURL:   dbURL,
-		TokenVerifier: verifier,
-		Quota:         quota,
-		Migrations:    []migrations.Source{benchMigrations},
+		Addr:        ln.Addr().String(),
+		BaseURL:     base,
+		DataDir:     dir,
+		DatabaseURL: dbURL,
+		// TokenVerifier stays nil: /mcp checks bearer tokens with enclave's
+		// own authorization server, the default.
+		OAuth:      oauth.Options{LoginConsent: login},
+		Quota:      quota,
+		Migrations: []migrations.Source{benchMigrations},
 		// Cheap hashing: signup is setup, not what is measured.
 		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1}},
 		Logger:   logger,
@@ -190,12 +191,7 @@ func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int,
 	if err := srv.Registry().Register(echoCapability()); err != nil {
 		return err
 	}
-	as, err := oauth.New(ctx, oauth.Options{Store: srv.Store(), BaseURL: base, LoginConsent: benchLogin{}, Logger: logger})
-	if err != nil {
-		return err
-	}
-	verifier.as.Store(as)
-	tokens, err := issueTokens(ctx, as, srv.Accounts(), users+1)
+	tokens, err := issueTokens(ctx, srv.OAuth(), login, srv.Accounts(), users+1)
 	if err != nil {
 		return err
 	}
@@ -224,32 +220,25 @@ func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int,
 	return <-errc
 }
 
-// oauthVerifier checks bearer tokens with enclave's OAuth server (real
-// opaque tokens, hashed in SQL). Root enclave does not wire oauth as its
-// default verifier yet, so the bench wires it through Config.TokenVerifier.
-type oauthVerifier struct{ as atomic.Pointer[oauth.Server] }
+// benchLogin signs in the user named by a header, on requests that also
+// carry a secret made at start: only the bench's own in-process requests
+// (the network never learns the secret).
+type benchLogin struct{ secret string }
 
-func (v *oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
-	as := v.as.Load()
-	if as == nil {
-		return mcp.TokenInfo{}, mcp.ErrInvalidToken
-	}
-	a, err := as.VerifyAccessToken(ctx, token)
-	if err != nil {
-		return mcp.TokenInfo{}, err
-	}
-	return mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt}, nil
+const (
+	benchUserHeader   = "X-Bench-User"
+	benchSecretHeader = "X-Bench-Secret"
+)
+
+func newBenchLogin() benchLogin {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return benchLogin{secret: base64.RawURLEncoding.EncodeToString(b)}
 }
 
-// benchLogin signs in the user named by a header on in-process requests:
-// the authorization endpoint is never served on the network by the bench.
-type benchLogin struct{}
-
-const benchUserHeader = "X-Bench-User"
-
-func (benchLogin) Login(w http.ResponseWriter, r *http.Request, _ *oauth.AuthorizeRequest) (int64, bool) {
+func (l benchLogin) Login(w http.ResponseWriter, r *http.Request, _ *oauth.AuthorizeRequest) (int64, bool) {
 	id, err := strconv.ParseInt(r.Header.Get(benchUserHeader), 10, 64)
-	if err != nil {
+	if err != nil || subtle.ConstantTimeCompare([]byte(r.Header.Get(benchSecretHeader)), []byte(l.secret)) != 1 {
 		http.Error(w, "no bench user", http.StatusUnauthorized)
 		return 0, false
 	}
@@ -264,7 +253,7 @@ func (benchLogin) Consent(http.ResponseWriter, *http.Request, *oauth.AuthorizeRe
 // registration, an authorization code request with PKCE S256 and a token
 // exchange against the OAuth server, in process. It returns one access
 // token per user.
-func issueTokens(ctx context.Context, as *oauth.Server, acc *accounts.Service, n int) ([]string, error) {
+func issueTokens(ctx context.Context, as *oauth.Server, login benchLogin, acc *accounts.Service, n int) ([]string, error) {
 	mux := http.NewServeMux()
 	as.Register(mux)
 	const redirect = "http://127.0.0.1:9/callback"
@@ -294,6 +283,7 @@ func issueTokens(ctx context.Context, as *oauth.Server, acc *accounts.Service, n
 		}
 		req := httptest.NewRequestWithContext(ctx, http.MethodGet, oauth.PathAuthorize+"?"+q.Encode(), nil)
 		req.Header.Set(benchUserHeader, strconv.FormatInt(u.ID, 10))
+		req.Header.Set(benchSecretHeader, login.secret)
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, req)
 		loc, err := url.Parse(rec.Header().Get("Location"))
