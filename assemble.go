@@ -77,6 +77,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(secrets.OwnerOf(owners)), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.audit.Capability())
+	caps = append(caps, s.oauth.Capabilities(oauth.OwnerOf(owners))...)
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
