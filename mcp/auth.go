@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/enclave-mcp/enclave/capabilities"
 )
 
 // TokenInfo is what a verified access token says.
@@ -79,5 +81,5 @@ func (s *Server) challenge(w http.ResponseWriter, invalid bool, requestID string
 func (s *Server) insufficientScope(w http.ResponseWriter, scopes []string, requestID string) {
 	w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope=%q, resource_metadata=%q`,
 		strings.Join(scopes, " "), s.metadataURL))
-	writeHTTPError(w, http.StatusForbidden, "insufficient scope", requestID)
+	refuse(w, &capabilities.Error{Code: capabilities.CodeInsufficientScope, Message: "the access token lacks a required scope", Scopes: scopes}, requestID)
 }

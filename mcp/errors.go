@@ -13,27 +13,37 @@ import (
 	"github.com/enclave-mcp/enclave/internal/requestid"
 )
 
-// wire is how one domain error code travels over MCP: as a tool error
-// result (the model sees the message and can react) or as a JSON-RPC error,
-// and with which HTTP status when it is answered before reaching the
-// protocol layer.
-type wire struct {
-	toolError bool
-	rpcCode   int
-	status    int
+// How domain errors travel (capabilities.Code):
+//
+//   - tools/call: every failure is a tool result with isError set and the
+//     domain message, so the model can read it and react; hidden and
+//     unknown capabilities are the one exception, answered by mcp-go's own
+//     "tool not found" error so that the two are indistinguishable;
+//   - resources/read, prompts/get, completion/complete: a JSON-RPC error
+//     carrying the domain message (mcp-go fixes its code);
+//   - refusals answered before the protocol layer: the HTTP status below.
+//
+// CodeInternal never carries its detail: the client gets a generic message
+// with the request id, and the log gets the error.
+var httpStatus = map[capabilities.Code]int{
+	capabilities.CodeNotFound:          http.StatusNotFound,
+	capabilities.CodeInvalidInput:      http.StatusBadRequest,
+	capabilities.CodeAccountSuspended:  http.StatusForbidden,
+	capabilities.CodeAccountDeleting:   http.StatusForbidden,
+	capabilities.CodeInsufficientScope: http.StatusForbidden,
+	capabilities.CodeQuotaExceeded:     http.StatusTooManyRequests,
+	capabilities.CodeConflict:          http.StatusConflict,
+	capabilities.CodeUnsupported:       http.StatusBadRequest,
+	capabilities.CodeInternal:          http.StatusInternalServerError,
 }
 
-// codes is the one table mapping domain codes to MCP.
-var codes = map[capabilities.Code]wire{
-	capabilities.CodeNotFound:          {toolError: true, rpcCode: mcpgo.INVALID_PARAMS, status: http.StatusNotFound},
-	capabilities.CodeInvalidInput:      {toolError: true, rpcCode: mcpgo.INVALID_PARAMS, status: http.StatusBadRequest},
-	capabilities.CodeAccountSuspended:  {toolError: true, rpcCode: mcpgo.INVALID_REQUEST, status: http.StatusForbidden},
-	capabilities.CodeAccountDeleting:   {toolError: true, rpcCode: mcpgo.INVALID_REQUEST, status: http.StatusForbidden},
-	capabilities.CodeInsufficientScope: {toolError: true, rpcCode: mcpgo.INVALID_REQUEST, status: http.StatusForbidden},
-	capabilities.CodeQuotaExceeded:     {toolError: true, rpcCode: mcpgo.INVALID_REQUEST, status: http.StatusTooManyRequests},
-	capabilities.CodeConflict:          {toolError: true, rpcCode: mcpgo.INVALID_REQUEST, status: http.StatusConflict},
-	capabilities.CodeUnsupported:       {toolError: true, rpcCode: mcpgo.INVALID_REQUEST, status: http.StatusBadRequest},
-	capabilities.CodeInternal:          {toolError: true, rpcCode: mcpgo.INTERNAL_ERROR, status: http.StatusInternalServerError},
+// refuse answers a request with a domain error before the protocol layer.
+func refuse(w http.ResponseWriter, err error, requestID string) {
+	status, ok := httpStatus[capabilities.CodeOf(err)]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	writeHTTPError(w, status, publicMessage(err, requestID), requestID)
 }
 
 // publicMessage is what the client may read about err: the domain message,

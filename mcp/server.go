@@ -457,7 +457,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	ctx := r.Context()
 	info, err := s.verify(ctx, token)
 	if capabilities.CodeOf(err) == capabilities.CodeAccountSuspended {
-		writeHTTPError(w, http.StatusForbidden, "account suspended", requestID)
+		refuse(w, errSuspended, requestID)
 		return capabilities.Caller{}, false
 	}
 	if err != nil {
@@ -479,11 +479,13 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	caller.AllScopes = false
 	caller.Interactive = true
 	if caller.State == capabilities.AccountSuspended {
-		writeHTTPError(w, http.StatusForbidden, "account suspended", requestID)
+		refuse(w, errSuspended, requestID)
 		return capabilities.Caller{}, false
 	}
 	return caller, true
 }
+
+var errSuspended = capabilities.Errorf(capabilities.CodeAccountSuspended, "this account is suspended")
 
 func loopback(remoteAddr string) bool {
 	host, _, err := net.SplitHostPort(remoteAddr)
