@@ -152,10 +152,17 @@ type oauthVerifier struct{ s *oauth.Server }
 
 func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
 	a, err := v.s.VerifyAccessToken(ctx, token)
+	if errors.Is(err, oauth.ErrAccountSuspended) {
+		// 403, not 401: a new token would not help.
+		return mcp.TokenInfo{}, &capabilities.Error{Code: capabilities.CodeAccountSuspended, Message: "account suspended", Err: err}
+	}
 	if err != nil {
 		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
 	}
-	return mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt}, nil
+	// The token check loaded the account's state, roles and permissions in
+	// its one query: hand them over instead of loading the account again.
+	caller := a.Caller()
+	return mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller}, nil
 }
 
 // registerInventory records where enclave's own user-owned data lives. A

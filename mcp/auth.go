@@ -18,6 +18,11 @@ type TokenInfo struct {
 	Scopes    []string  // granted scopes
 	Audience  []string  // resources the token is for (RFC 8707)
 	ExpiresAt time.Time // zero means the verifier already checked expiry
+	// Caller, when set, is the subject's caller loaded by the verifier in
+	// this same request, with fresh roles, permissions and account state
+	// (for example in the query that checked the token). The server then
+	// skips its Loader. Leave it nil unless it was loaded now.
+	Caller *capabilities.Caller
 }
 
 // TokenVerifier checks a bearer token. It returns ErrInvalidToken (or any

@@ -465,7 +465,12 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 		s.challenge(w, true, requestID)
 		return capabilities.Caller{}, false
 	}
-	caller, err := s.opts.Loader.LoadCaller(ctx, info.UserID)
+	var caller capabilities.Caller
+	if info.Caller != nil {
+		caller = *info.Caller
+	} else {
+		caller, err = s.opts.Loader.LoadCaller(ctx, info.UserID)
+	}
 	switch {
 	case errors.Is(err, capabilities.ErrUnknownUser):
 		s.challenge(w, true, requestID)
