@@ -56,11 +56,13 @@ var serverNames = map[string]string{
 	"b": "(b) enclave, OAuth+roles+quota, SQLite",
 	"c": "(c) enclave, OAuth+roles+quota, PostgreSQL",
 	"d": "(d) TS SDK + requireBearerAuth",
+	// Not in the default set: (b) with the quota counted in SQL.
+	"bsql": "(b-sql) as (b), quota as one SQL UPSERT per call",
 }
 
 func runMain(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	servers := fs.String("servers", "a,b,c,d", "servers to compare (c needs ENCLAVE_TEST_POSTGRES, d needs node)")
+	servers := fs.String("servers", "a,b,c,d", "servers to compare (c needs ENCLAVE_TEST_POSTGRES, d needs node; bsql is (b) with an SQL quota counter)")
 	clients := fs.Int("clients", 16, "concurrent clients, each with its own user, token and session")
 	warmup := fs.Duration("warmup", 3*time.Second, "warm-up per server, not measured")
 	duration := fs.Duration("duration", 10*time.Second, "measured window per server and round")
@@ -245,8 +247,12 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 	case "a":
 		argv = []string{self, "serve", "-kind", "a", "-max-lifetime", life.String()}
 		tokens = ""
-	case "b", "c":
-		argv = []string{self, "serve", "-kind", r.Key, "-users", strconv.Itoa(clients), "-tokens-out", tokens,
+	case "b", "c", "bsql":
+		kind := r.Key
+		if kind == "bsql" {
+			kind, quota = "b", "sql"
+		}
+		argv = []string{self, "serve", "-kind", kind, "-users", strconv.Itoa(clients), "-tokens-out", tokens,
 			"-quota", quota, "-log-level", logLevel, "-max-lifetime", life.String()}
 		trace = filepath.Join(logDir, "sql-"+r.Key+".json")
 		argv = append(argv, "-trace-out", trace)
