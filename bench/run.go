@@ -115,7 +115,10 @@ func runMain(args []string) error {
 		*clients, *warmup, *duration, rep.Machine.CPU, rep.Machine.Cores, pinned)
 
 	pg := os.Getenv("ENCLAVE_TEST_POSTGRES")
-	keys := strings.Split(*servers, ",")
+	var keys []string
+	if *servers != "" {
+		keys = strings.Split(*servers, ",")
+	}
 	rounds := map[string][]ServerResult{}
 	skipped := map[string]string{}
 	for _, key := range keys {
@@ -388,6 +391,12 @@ func statusKiBFile(path, key string) (int64, error) {
 }
 
 func printReport(w io.Writer, rep Report) {
+	if len(rep.Servers) == 0 {
+		if len(rep.Scaling) > 0 {
+			printScaling(w, rep.Scaling)
+		}
+		return
+	}
 	fmt.Fprintf(w, "\n## MCP tools/call, %v clients, %s measured per server and round, best of %v rounds\n", rep.Flags["clients"], rep.Flags["duration"], rep.Flags["rounds"])
 	fmt.Fprintf(w, "machine: %s, %d cores, %.1f GiB, kernel %s, %s, node %s, pinned=%v\n\n",
 		rep.Machine.CPU, rep.Machine.Cores, rep.Machine.MemGiB, rep.Machine.Kernel, rep.Machine.Go, rep.Machine.Node, rep.Machine.Pinned)
