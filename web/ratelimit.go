@@ -17,22 +17,26 @@ import (
 
 // Limit is a rate limit: at most Requests in any Window.
 type Limit struct {
-	// Requests is how many requests a bucket admits per Window. Default 10.
+	// Requests is how many requests a bucket admits per Window. Default
+	// DefaultCredentialRequests (10).
 	Requests int
-	// Window is the length of the sliding window. Default 60 s.
+	// Window is the length of the sliding window. Default
+	// DefaultCredentialWindow (60 s).
 	Window time.Duration
 }
 
-// DefaultCredentialLimit is the default limit of the shared credential
-// bucket.
-var DefaultCredentialLimit = Limit{Requests: 10, Window: time.Minute}
+// Defaults of the shared credential bucket.
+const (
+	DefaultCredentialRequests = 10
+	DefaultCredentialWindow   = time.Minute
+)
 
 func (l Limit) withDefaults() Limit {
 	if l.Requests <= 0 {
-		l.Requests = DefaultCredentialLimit.Requests
+		l.Requests = DefaultCredentialRequests
 	}
 	if l.Window <= 0 {
-		l.Window = DefaultCredentialLimit.Window
+		l.Window = DefaultCredentialWindow
 	}
 	return l
 }

@@ -11,11 +11,11 @@ import (
 // maxFormBytes bounds the body of a form post.
 const maxFormBytes = 64 << 10
 
-// DevPathPrefixes are the path prefixes reserved for development and
+// devPathPrefixes are the path prefixes reserved for development and
 // maintenance endpoints. A path under one of them that is not a registered
 // development route (and every such path in production) answers 404 with a
 // JSON body, never a page.
-var DevPathPrefixes = []string{"/dev/", "/debug/", "/maintenance/"}
+var devPathPrefixes = []string{"/dev/", "/debug/", "/maintenance/"}
 
 // routes builds the web shell's router. Every route is behind cross-origin
 // protection: a non-safe request from another origin is refused with 403
@@ -28,7 +28,7 @@ func (h *Handler) routes() http.Handler {
 	}
 	handle("GET "+stylesheetPath, h.serveStylesheet)
 
-	for _, p := range DevPathPrefixes {
+	for _, p := range devPathPrefixes {
 		handle(p, h.notFoundJSON)
 		handle(strings.TrimSuffix(p, "/"), h.notFoundJSON)
 	}

@@ -72,8 +72,9 @@ type Options struct {
 
 	// CredentialLimit bounds requests to credential endpoints (login,
 	// signup, password reset request and confirm, password change, OAuth
-	// login) per client address; they all share one bucket. Zero fields take
-	// DefaultCredentialLimit.
+	// login, email verification, account deletion) per client address; they
+	// all share one bucket. Zero fields take DefaultCredentialRequests per
+	// DefaultCredentialWindow (10 per minute).
 	CredentialLimit Limit
 
 	// Mailer sends verification and reset links. Default in development: a
