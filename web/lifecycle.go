@@ -22,6 +22,8 @@ type ConnectedApps interface {
 	RevokeGrant(ctx context.Context, userID int64, grantID string) error
 }
 
+var _ ConnectedApps = (*oauth.Server)(nil)
+
 // removedItem is one line of the deletion result page.
 type removedItem struct {
 	Surface string
