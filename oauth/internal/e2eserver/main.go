@@ -30,7 +30,6 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/oauth"
 )
 
@@ -71,9 +70,6 @@ func run() error {
 		return err
 	}
 	forms.accounts = srv.Accounts()
-	if err := srv.Registry().Register(srv.OAuth().Capabilities(oauth.OwnerOf(lifecycle.Owners(srv.Accounts())))...); err != nil {
-		return err
-	}
 	const email, password = "agent-owner@example.test", "correct horse battery staple"
 	if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{
 		Email: email, Username: "agentowner", Password: password, Verified: true,
