@@ -26,6 +26,7 @@ const protocolVersion = "2025-06-18"
 // LoadResult is what the load generator prints as its last line.
 type LoadResult struct {
 	Clients   int      `json:"clients"`
+	Rate      float64  `json:"rate,omitempty"` // offered calls/s; 0 is closed loop
 	Seconds   float64  `json:"seconds"`
 	Requests  int64    `json:"requests"`
 	Errors    int64    `json:"errors"`
@@ -49,6 +50,7 @@ func loadMain(args []string) error {
 	clients := fs.Int("clients", 16, "concurrent clients")
 	warmup := fs.Duration("warmup", 3*time.Second, "unmeasured warm-up")
 	duration := fs.Duration("duration", 15*time.Second, "measured window")
+	rate := fs.Float64("rate", 0, "total calls per second, spread evenly over the clients (0: each client calls again as soon as it has its answer)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -91,6 +93,10 @@ func loadMain(args []string) error {
 	measureTo := measureFrom.Add(*duration)
 	var wg sync.WaitGroup
 	for _, c := range cs {
+		if *rate > 0 {
+			c.every = time.Duration(float64(time.Second) * float64(*clients) / *rate)
+			c.next = start.Add(time.Duration(c.n) * c.every / time.Duration(*clients))
+		}
 		wg.Go(func() { c.run(ctx, measureFrom, measureTo) })
 	}
 	sleep := func(d time.Duration) error {
@@ -128,6 +134,7 @@ func loadMain(args []string) error {
 	}
 	slices.Sort(lat)
 	res.Clients = *clients
+	res.Rate = *rate
 	res.Seconds = duration.Seconds()
 	res.RPS = float64(res.Requests) / res.Seconds
 	res.P50ms, res.P99ms, res.P999ms = ms(pct(lat, 0.50)), ms(pct(lat, 0.99)), ms(pct(lat, 0.999))
@@ -154,6 +161,8 @@ type client struct {
 	n                   int
 	http                *http.Client
 	id                  int
+	every               time.Duration // paced: one call per every, from next
+	next                time.Time
 	lat                 []time.Duration // successful calls completed in the window
 	errors              int64           // failed calls completed in the window
 	errSample           []string
@@ -272,7 +281,19 @@ func (c *client) call(ctx context.Context) error {
 func (c *client) run(ctx context.Context, from, to time.Time) {
 	c.lat = make([]time.Duration, 0, 1<<15)
 	for ctx.Err() == nil {
+		if c.every > 0 {
+			// Paced: latency counts from the scheduled send time, so that a
+			// slow answer also delays (and is charged to) the calls behind it.
+			select {
+			case <-time.After(time.Until(c.next)):
+			case <-ctx.Done():
+				return
+			}
+		}
 		t0 := time.Now()
+		if c.every > 0 {
+			t0, c.next = c.next, c.next.Add(c.every)
+		}
 		if !t0.Before(to) {
 			return
 		}

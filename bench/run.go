@@ -66,6 +66,7 @@ func runMain(args []string) error {
 	clients := fs.Int("clients", 16, "concurrent clients, each with its own user, token and session")
 	warmup := fs.Duration("warmup", 3*time.Second, "warm-up per server, not measured")
 	duration := fs.Duration("duration", 10*time.Second, "measured window per server and round")
+	rate := fs.Float64("rate", 0, "offered load in calls/s spread over the clients (0: closed loop, as fast as each server answers)")
 	nRounds := fs.Int("rounds", 2, "rounds over all servers; each server's best round (by throughput) is reported")
 	quota := fs.String("quota", "memory", "quota counter of (b) and (c): memory, sql or none")
 	logLevel := fs.String("log-level", "warn", "enclave's log level (info adds its per-request access log)")
@@ -109,7 +110,7 @@ func runMain(args []string) error {
 		serverCore, loadCore = -1, -1
 	}
 	rep := Report{When: time.Now().UTC(), Machine: machine(pinned), Flags: map[string]any{
-		"clients": *clients, "warmup": warmup.String(), "duration": duration.String(), "rounds": *nRounds, "quota": *quota, "log_level": *logLevel,
+		"clients": *clients, "warmup": warmup.String(), "duration": duration.String(), "rounds": *nRounds, "rate": *rate, "quota": *quota, "log_level": *logLevel,
 	}}
 	fmt.Printf("enclave bench: %d clients, %s warm-up + %s measured per server; %s, %d cores, pinned=%v\n",
 		*clients, *warmup, *duration, rep.Machine.CPU, rep.Machine.Cores, pinned)
@@ -145,7 +146,7 @@ func runMain(args []string) error {
 				continue
 			}
 			fmt.Printf("round %d/%d, %s: running…\n", round, *nRounds, r.Name)
-			if err := measureServer(&r, self, logDir, serverCore, loadCore, *clients, *warmup, *duration, *quota, *logLevel, pg); err != nil {
+			if err := measureServer(&r, self, logDir, serverCore, loadCore, *clients, *rate, *warmup, *duration, *quota, *logLevel, pg); err != nil {
 				return fmt.Errorf("%s: %w", r.Name, err)
 			}
 			rounds[key] = append(rounds[key], r)
@@ -240,7 +241,7 @@ func nodeReady() error {
 	return nil
 }
 
-func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, clients int, warmup, duration time.Duration, quota, logLevel, pg string) error {
+func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, clients int, rate float64, warmup, duration time.Duration, quota, logLevel, pg string) error {
 	life := warmup + duration + 3*time.Minute
 	tokens := filepath.Join(logDir, "tokens-"+r.Key+".txt")
 	trace := ""
@@ -284,7 +285,7 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 		return err
 	}
 	largv := []string{self, "load", "-url", "http://" + addr + "/mcp", "-clients", strconv.Itoa(clients),
-		"-warmup", warmup.String(), "-duration", duration.String()}
+		"-warmup", warmup.String(), "-duration", duration.String(), "-rate", strconv.FormatFloat(rate, 'f', -1, 64)}
 	if tokens != "" {
 		largv = append(largv, "-tokens", tokens)
 	}
@@ -397,7 +398,11 @@ func printReport(w io.Writer, rep Report) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "\n## MCP tools/call, %v clients, %s measured per server and round, best of %v rounds\n", rep.Flags["clients"], rep.Flags["duration"], rep.Flags["rounds"])
+	load := "closed loop"
+	if r, _ := rep.Flags["rate"].(float64); r > 0 {
+		load = fmt.Sprintf("offered %.0f calls/s", r)
+	}
+	fmt.Fprintf(w, "\n## MCP tools/call, %v clients, %s, %s measured per server and round, best of %v rounds\n", rep.Flags["clients"], load, rep.Flags["duration"], rep.Flags["rounds"])
 	fmt.Fprintf(w, "machine: %s, %d cores, %.1f GiB, kernel %s, %s, node %s, pinned=%v\n\n",
 		rep.Machine.CPU, rep.Machine.Cores, rep.Machine.MemGiB, rep.Machine.Kernel, rep.Machine.Go, rep.Machine.Node, rep.Machine.Pinned)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
