@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -15,6 +16,7 @@ import (
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/web"
 )
 
 // assemble builds the domain services on the open store and registers the
@@ -49,6 +51,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	if oopts.Logger == nil {
 		oopts.Logger = s.log
 	}
+	// The web shell renders the OAuth login and consent pages; it is built
+	// after the OAuth server (it lists and revokes grants), so the OAuth
+	// server reaches it through a forwarder set below.
+	pages := &loginConsent{}
+	if oopts.LoginConsent == nil {
+		oopts.LoginConsent = pages
+	}
 	if s.oauth, err = oauth.New(ctx, oopts); err != nil {
 		return err
 	}
@@ -82,6 +91,22 @@ func (s *Server) assemble(ctx context.Context) error {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
 
+	wopts := web.Options{
+		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
+		BaseURL: s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
+		// Session keys live in SQL, sealed by the keeper (or come from
+		// Config.Accounts.SessionKeys): every replica and restart shares them.
+		SessionKeysPersistent: true,
+		TrustedProxies:        s.cfg.TrustedProxies,
+		Mailer:                s.cfg.Mailer,
+		MinPasswordLength:     acfg.MinPasswordLength,
+		Logger:                s.log,
+	}
+	if s.web, err = web.New(wopts); err != nil {
+		return err
+	}
+	pages.web = s.web
+
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
 	mopts.Verifier = s.cfg.TokenVerifier
@@ -96,6 +121,17 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// loginConsent forwards the OAuth login and consent pages to the web shell.
+type loginConsent struct{ web *web.Handler }
+
+func (l *loginConsent) Login(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest) (int64, bool) {
+	return l.web.Login(w, r, req)
+}
+
+func (l *loginConsent) Consent(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) (bool, bool) {
+	return l.web.Consent(w, r, req, userID)
 }
 
 // auditedVerifier records refused tokens in the audit log. A malformed

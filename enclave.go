@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/web"
 )
 
 // Config configures a Server. Every zero value is a documented default.
@@ -52,6 +54,16 @@ type Config struct {
 	// Migrations are the embedder's own migration sources, applied in order
 	// after enclave's (see migrations.ApplySource).
 	Migrations []migrations.Source
+
+	// TrustedProxies are the networks of reverse proxies whose
+	// X-Forwarded-For is believed when deciding a client's address (rate
+	// limits, audit). Default none: the client is the TCP peer.
+	TrustedProxies []netip.Prefix
+
+	// Mailer sends verification and password-reset mail. Default: in
+	// development, a mailer that keeps messages and shows them at
+	// /dev/mail; production requires one (see web.NewSMTPMailer).
+	Mailer web.Mailer
 
 	// Accounts tunes password hashing, password policy and sessions; see
 	// accounts.Config for each default.
@@ -127,6 +139,7 @@ type Server struct {
 	audit     *audit.Log
 	mcp       *mcp.Server
 	oauth     *oauth.Server
+	web       *web.Handler
 
 	closeOnce sync.Once
 	closeErr  error
@@ -206,6 +219,9 @@ func (s *Server) Lifecycle() *lifecycle.Service { return s.lifecycle }
 // OAuth returns the authorization server.
 func (s *Server) OAuth() *oauth.Server { return s.oauth }
 
+// Web returns the web shell (account and admin pages).
+func (s *Server) Web() *web.Handler { return s.web }
+
 // Secrets returns the per-user secrets service.
 func (s *Server) Secrets() *secrets.Service { return s.secrets }
 
@@ -222,6 +238,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(mcp.Path, s.mcp)
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
+	mux.Handle("/", s.web)
 	return requestid.Middleware(withClientIP(s.accessLog(recoverPanics(s.log, mux))))
 }
 
@@ -311,6 +328,13 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		if s.mcp != nil {
 			s.mcp.Close()
+		}
+		if s.web != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+			if err := s.web.Close(ctx); err != nil {
+				s.log.Warn("queued mail not sent before shutdown", "err", err)
+			}
+			cancel()
 		}
 		s.closeErr = s.store.Close()
 	})

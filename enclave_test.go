@@ -15,6 +15,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
+	"github.com/enclave-mcp/enclave/web"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -111,6 +112,7 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"production needs https", enclave.Config{Production: true, BaseURL: "http://example.com"}, "https base URL"},
 		{"production default base URL is http", enclave.Config{Production: true}, "https base URL"},
+		{"production needs a mailer", enclave.Config{Production: true, BaseURL: "https://mcp.example.com"}, "no mailer"},
 		{"base URL with a query", enclave.Config{BaseURL: "https://example.com/?x=1"}, "without query"},
 		{"base URL without host", enclave.Config{BaseURL: "https:///path"}, "want http(s)"},
 		{"not a URL scheme", enclave.Config{BaseURL: "ftp://example.com"}, "want http(s)"},
@@ -128,7 +130,11 @@ func TestConfigValidation(t *testing.T) {
 			}
 		})
 	}
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: t.TempDir(), BaseURL: "https://mcp.example.com/", Production: true, Logger: quiet()})
+	mailer, err := web.NewSMTPMailer(web.SMTPConfig{Addr: "127.0.0.1:2525", From: "noreply@example.com", Security: web.SMTPPlaintext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: t.TempDir(), BaseURL: "https://mcp.example.com/", Production: true, Mailer: mailer, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

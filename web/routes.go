@@ -57,6 +57,7 @@ func (h *Handler) routes() http.Handler {
 	handle("POST "+pathAccountEmail, user(h.changeEmail))
 	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
 	h.lifecycleRoutes(handle)
+	h.secretRoutes(handle)
 	h.adminRoutes(handle)
 
 	handle("GET /{$}", h.home)

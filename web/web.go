@@ -14,6 +14,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -36,6 +37,10 @@ type Options struct {
 	// Audit, when set, receives browser sign-in, sign-up, password,
 	// verification and admin events, and adds the admin audit-log page.
 	Audit *audit.Log
+
+	// Secrets, when set, adds the secrets page: the one place where a
+	// person sees the value of a secret they stored (agents never can).
+	Secrets *secrets.Service
 
 	// MinPasswordLength is shown to people choosing a password (the
 	// accounts service enforces its own policy). Default

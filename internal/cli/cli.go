@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/web"
 )
 
 // Env is what a command may touch of the outside world.
@@ -138,10 +140,15 @@ type options struct {
 	cfg       enclave.Config
 	logFormat string
 	log       *slog.Logger
+
+	smtp           web.SMTPConfig
+	smtpSecurity   string
+	trustedProxies string
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
-var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format"}
+var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format",
+	"trusted-proxies", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.Addr, "addr", enclave.DefaultAddr, "listen address")
@@ -154,6 +161,12 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.KeeperURL, "keeper-url", "", "secrets keeper URL (default a key kept in <data-dir>/keeper.key)")
 	fs.BoolVar(&o.cfg.Production, "production", false, "production mode: require an https base URL, no development routes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
+	fs.StringVar(&o.smtp.Addr, "smtp-addr", "", "SMTP server host:port for verification and reset mail (required with --production)")
+	fs.StringVar(&o.smtp.From, "smtp-from", "", "sender address of that mail")
+	fs.StringVar(&o.smtp.Username, "smtp-username", "", "SMTP user (AUTH PLAIN, only over TLS or to a loopback relay)")
+	fs.StringVar(&o.smtp.Password, "smtp-password", "", "SMTP password (prefer ENCLAVE_SMTP_PASSWORD)")
+	fs.StringVar(&o.smtpSecurity, "smtp-security", "starttls", "starttls, tls, or plain (loopback relays only)")
 }
 
 // applyEnv sets each shared flag from ENCLAVE_<NAME> when that variable is
@@ -182,6 +195,33 @@ func (o *options) finish(stderr io.Writer) error {
 	}
 	o.log = slog.New(h)
 	o.cfg.Logger = o.log
+	for _, p := range strings.Split(o.trustedProxies, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			return fmt.Errorf("--trusted-proxies %q: want networks such as 10.0.0.0/8", p)
+		}
+		o.cfg.TrustedProxies = append(o.cfg.TrustedProxies, prefix)
+	}
+	if o.smtp.Addr != "" {
+		switch o.smtpSecurity {
+		case "starttls":
+			o.smtp.Security = web.SMTPStartTLS
+		case "tls":
+			o.smtp.Security = web.SMTPImplicitTLS
+		case "plain":
+			o.smtp.Security = web.SMTPPlaintext
+		default:
+			return fmt.Errorf("--smtp-security %q: want starttls, tls or plain", o.smtpSecurity)
+		}
+		m, err := web.NewSMTPMailer(o.smtp)
+		if err != nil {
+			return err
+		}
+		o.cfg.Mailer = m
+	}
 	return nil
 }
 

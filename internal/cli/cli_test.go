@@ -163,3 +163,54 @@ func TestServeRefusesHTTPInProduction(t *testing.T) {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
 }
+
+func TestMailAndProxyFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--trusted-proxies", "10.0.0.0/8,not-a-net"}, "--trusted-proxies"},
+		{[]string{"--smtp-addr", "127.0.0.1:2525", "--smtp-from", "a@example.com", "--smtp-security", "rot13"}, "--smtp-security"},
+		{[]string{"--smtp-addr", "mail.example.com:25", "--smtp-from", "a@example.com", "--smtp-security", "plain"}, "loopback"},
+	} {
+		code, _, errOut := run(t, nil, append([]string{"migrate", "--data-dir", t.TempDir()}, tc.args...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+// With an https base URL and an SMTP relay, production mode starts.
+func TestServeInProduction(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	env := map[string]string{"ENCLAVE_SMTP_PASSWORD": ""}
+	go func() {
+		done <- Main(ctx, []string{"serve", "--production", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+			"--base-url", "https://mcp.example.com", "--smtp-addr", "127.0.0.1:2525", "--smtp-from", "noreply@example.com", "--smtp-security", "plain"},
+			&Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }})
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "MCP endpoint: https://mcp.example.com/mcp") {
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d: %s", code, errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("serve did not start: %q %q", out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
