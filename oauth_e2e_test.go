@@ -159,4 +159,3 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 		})
 	}
 }
-
