@@ -160,9 +160,11 @@ func runMain(args []string) error {
 			rep.Servers = append(rep.Servers, ServerResult{Key: key, Name: serverNames[key], Skipped: skipped[key]})
 			continue
 		}
+		// Closed loop: the best round is the fastest. Paced: every round
+		// carries the same load, and the best is the one with the lowest p99.
 		best := rounds[key][0]
 		for _, r := range rounds[key][1:] {
-			if r.Load.RPS > best.Load.RPS {
+			if (*rate == 0 && r.Load.RPS > best.Load.RPS) || (*rate > 0 && r.Load.P99ms < best.Load.P99ms) {
 				best = r
 			}
 		}
