@@ -31,16 +31,19 @@ function attrs(tag) {
   for (const m of tag.matchAll(/([\w-]+)(?:="([^"]*)")?/g)) out[m[1].toLowerCase()] = unescape(m[2] ?? '');
   return out;
 }
+// readForm reads the page's authorization form (a page may hold others,
+// such as the sign-out button of the layout).
 function readForm(html) {
-  const form = html.match(/<form\b[^>]*>/i);
-  assert.ok(form, 'the page has a form');
-  const action = attrs(form[0]).action;
+  const forms = [...html.matchAll(/<form\b[^>]*>([\s\S]*?)<\/form>/gi)];
+  const form = forms.find((f) => (attrs(f[0].match(/<form\b[^>]*>/i)[0]).action ?? '').includes('/oauth/authorize'));
+  assert.ok(form, 'the page has the authorization form');
+  const action = attrs(form[0].match(/<form\b[^>]*>/i)[0]).action;
   const fields = new URLSearchParams();
-  for (const m of html.matchAll(/<input\b[^>]*>/gi)) {
+  for (const m of form[1].matchAll(/<input\b[^>]*>/gi)) {
     const a = attrs(m[0]);
     if (a.type === 'hidden' && a.name) fields.set(a.name, a.value ?? '');
   }
-  const buttons = [...html.matchAll(/<button\b[^>]*>/gi)].map((m) => attrs(m[0]));
+  const buttons = [...form[1].matchAll(/<button\b[^>]*>/gi)].map((m) => attrs(m[0]));
   return { action, fields, buttons };
 }
 async function browse(url, init = {}) {
