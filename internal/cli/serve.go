@@ -33,7 +33,7 @@ func runServe(ctx context.Context, e *Env, o *options, args []string) error {
   health:       %s/healthz
   data:         %s
 
-Next step: create the first admin (in another terminal, same --data-dir or --database-url):
+Next step: create the first admin (in another terminal, with the same --data-dir, --database-url and --base-url):
   enclave user create --email you@example.com --username you
   enclave admin grant you@example.com
 
