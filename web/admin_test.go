@@ -144,15 +144,24 @@ func TestAdminPages(t *testing.T) {
 			form   url.Values
 			status int
 			check  func(u accounts.User, roles []string) bool
+			before func()
 		}{
-			{"/verify", nil, http.StatusSeeOther, func(u accounts.User, _ []string) bool { return u.EmailVerified() }},
-			{"/roles", url.Values{"role": {"admin"}}, http.StatusSeeOther, func(_ accounts.User, r []string) bool { return slices.Contains(r, "admin") }},
-			{"/roles/remove", url.Values{"role": {"admin"}}, http.StatusSeeOther, func(_ accounts.User, r []string) bool { return !slices.Contains(r, "admin") }},
-			{"/roles", url.Values{"role": {"wizard"}}, http.StatusUnprocessableEntity, func(_ accounts.User, r []string) bool { return !slices.Contains(r, "wizard") }},
-			{"/suspend", nil, http.StatusSeeOther, func(u accounts.User, _ []string) bool { return u.SuspendedAt != nil }},
-			{"/unsuspend", nil, http.StatusSeeOther, func(u accounts.User, _ []string) bool { return u.SuspendedAt == nil }},
+			{"/verify", nil, http.StatusSeeOther, func(u accounts.User, _ []string) bool { return u.EmailVerified() }, nil},
+			// No runtime path grants admin: the page refuses it.
+			{"/roles", url.Values{"role": {"admin"}}, http.StatusConflict, func(_ accounts.User, r []string) bool { return !slices.Contains(r, "admin") }, nil},
+			{"/roles/remove", url.Values{"role": {"admin"}}, http.StatusSeeOther, func(_ accounts.User, r []string) bool { return !slices.Contains(r, "admin") }, func() {
+				if _, err := h.opts.Accounts.AssignRole(t.Context(), bob.ID, "admin"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"/roles", url.Values{"role": {"wizard"}}, http.StatusUnprocessableEntity, func(_ accounts.User, r []string) bool { return !slices.Contains(r, "wizard") }, nil},
+			{"/suspend", nil, http.StatusSeeOther, func(u accounts.User, _ []string) bool { return u.SuspendedAt != nil }, nil},
+			{"/unsuspend", nil, http.StatusSeeOther, func(u accounts.User, _ []string) bool { return u.SuspendedAt == nil }, nil},
 		}
 		for _, st := range steps {
+			if st.before != nil {
+				st.before()
+			}
 			a := root.post(bobPath+st.path, st.form)
 			if a.Status != st.status {
 				t.Fatalf("%s: %d, want %d\n%s", st.path, a.Status, st.status, a.Body)
