@@ -117,7 +117,7 @@ func BenchmarkBearerCheck(b *testing.B) {
 					}
 				}
 			})
-			b.Run("unknown", func(b *testing.B) {
+			b.Run("forged", func(b *testing.B) {
 				forged := token[:len(token)-4] + "AAAA"
 				b.ReportAllocs()
 				for b.Loop() {
