@@ -84,9 +84,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		Logger:   s.log,
 	})
 	owners := lifecycle.Owners(s.accounts)
-	caps := append(s.secrets.Capabilities(secrets.OwnerOf(owners)), s.lifecycle.Capabilities(owners)...)
+	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.audit.Capability())
-	caps = append(caps, s.oauth.Capabilities(oauth.OwnerOf(owners))...)
+	caps = append(caps, s.oauth.Capabilities(owners)...)
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}

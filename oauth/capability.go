@@ -5,11 +5,7 @@ import (
 	"errors"
 
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/storage"
 )
-
-// OwnerOf resolves the caller of a capability to the owner of its data.
-type OwnerOf func(ctx context.Context, c capabilities.Caller) (storage.Owner, error)
 
 // GrantListOutput is the output of oauthGrantList.
 type GrantListOutput struct {
@@ -29,7 +25,7 @@ type GrantRevokeOutput struct {
 // Capabilities returns oauthGrantList and oauthGrantRevoke: the caller's
 // connected apps, and ending one of them. Both act on the caller's own
 // grants only.
-func (s *Server) Capabilities(owner OwnerOf) []capabilities.Capability {
+func (s *Server) Capabilities(owner capabilities.OwnerOf) []capabilities.Capability {
 	own := func(p capabilities.Permission) capabilities.Requirement {
 		return capabilities.Requirement{Permissions: []capabilities.Permission{p}}
 	}

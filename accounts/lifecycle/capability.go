@@ -9,9 +9,6 @@ import (
 	"github.com/enclave-mcp/enclave/storage"
 )
 
-// OwnerOf resolves a capability's caller to the owner of its data.
-type OwnerOf func(ctx context.Context, c capabilities.Caller) (storage.Owner, error)
-
 // SectionInput is the input of accountExportSection.
 type SectionInput struct {
 	Section string `json:"section" jsonschema:"a section name from accountExportManifest, e.g. sql:users or blob:notes"`
@@ -21,7 +18,7 @@ type SectionInput struct {
 
 // Capabilities returns accountExportManifest and accountExportSection:
 // the caller's own complete export, page by page.
-func (s *Service) Capabilities(owner OwnerOf) []capabilities.Capability {
+func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capability {
 	read := capabilities.Requirement{Permissions: []capabilities.Permission{capabilities.ReadUserOwn}}
 	ro := &capabilities.Annotations{ReadOnly: true, Idempotent: true}
 	return []capabilities.Capability{
@@ -46,19 +43,17 @@ func (s *Service) Capabilities(owner OwnerOf) []capabilities.Capability {
 				if err != nil {
 					return SectionPage{}, err
 				}
-				if in.Limit < 0 || in.Limit > storage.MaxPageLimit {
-					return SectionPage{}, capabilities.Errorf(capabilities.CodeInvalidInput, "limit must be between 1 and %d", storage.MaxPageLimit)
+				if _, err := capabilities.Page(in.Cursor, in.Limit); err != nil {
+					return SectionPage{}, err
 				}
 				page, err := s.Section(ctx, o, in.Section, in.Cursor, in.Limit)
 				switch {
 				case errors.Is(err, ErrUnknownSection):
 					return page, capabilities.Errorf(capabilities.CodeNotFound, "no export section %q; see accountExportManifest", in.Section)
-				case errors.Is(err, storage.ErrInvalidCursor):
-					return page, capabilities.Errorf(capabilities.CodeInvalidInput, "cursor is not one this section issued")
 				case errors.Is(err, storage.ErrBlobChanged):
 					return page, capabilities.Errorf(capabilities.CodeConflict, "a file changed while it was being exported; restart section %s without a cursor", in.Section)
 				}
-				return page, err
+				return page, capabilities.PageError(err)
 			},
 		}),
 	}
@@ -66,7 +61,7 @@ func (s *Service) Capabilities(owner OwnerOf) []capabilities.Capability {
 
 // Owners resolves callers through the accounts service: a caller's stable
 // user id names the owner; an unknown account is refused as not found.
-func Owners(acc *accounts.Service) OwnerOf {
+func Owners(acc *accounts.Service) capabilities.OwnerOf {
 	return func(ctx context.Context, c capabilities.Caller) (storage.Owner, error) {
 		u, err := acc.UserByStableID(ctx, c.UserID)
 		if errors.Is(err, accounts.ErrNotFound) {

@@ -2,11 +2,9 @@ package audit
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/storage"
 )
 
 // QueryInput is the input of adminAuditLogQuery.
@@ -55,15 +53,13 @@ func (l *Log) Capability() capabilities.Capability {
 				}
 				*t.dst = v
 			}
-			if in.Limit < 0 || in.Limit > storage.MaxPageLimit {
-				return QueryOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "limit must be between 1 and %d", storage.MaxPageLimit)
-			}
-			page, err := l.Query(ctx, f, storage.PageRequest{Cursor: in.Cursor, Limit: in.Limit})
-			if errors.Is(err, storage.ErrInvalidCursor) {
-				return QueryOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "cursor is not one this listing issued")
-			}
+			req, err := capabilities.Page(in.Cursor, in.Limit)
 			if err != nil {
 				return QueryOutput{}, err
+			}
+			page, err := l.Query(ctx, f, req)
+			if err != nil {
+				return QueryOutput{}, capabilities.PageError(err)
 			}
 			if page.Items == nil {
 				page.Items = []Event{}

@@ -5,11 +5,7 @@ import (
 	"errors"
 
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/storage"
 )
-
-// OwnerOf resolves the caller of a capability to the owner of its data.
-type OwnerOf func(ctx context.Context, c capabilities.Caller) (storage.Owner, error)
 
 // SetInput is the input of secretSet.
 type SetInput struct {
@@ -48,7 +44,7 @@ type DeleteOutput struct {
 
 // Capabilities returns secretSet, secretList and secretDelete. Each acts on
 // the caller's own secrets only; none returns a value.
-func (s *Service) Capabilities(owner OwnerOf) []capabilities.Capability {
+func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capability {
 	own := func(p capabilities.Permission) capabilities.Requirement {
 		return capabilities.Requirement{Permissions: []capabilities.Permission{p}}
 	}
@@ -80,15 +76,13 @@ func (s *Service) Capabilities(owner OwnerOf) []capabilities.Capability {
 				if err != nil {
 					return ListOutput{}, err
 				}
-				if in.Limit < 0 || in.Limit > storage.MaxPageLimit {
-					return ListOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "limit must be between 1 and %d", storage.MaxPageLimit)
-				}
-				page, err := s.List(ctx, o, storage.PageRequest{Cursor: in.Cursor, Limit: in.Limit})
-				if errors.Is(err, storage.ErrInvalidCursor) {
-					return ListOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "cursor is not one this listing issued")
-				}
+				req, err := capabilities.Page(in.Cursor, in.Limit)
 				if err != nil {
 					return ListOutput{}, err
+				}
+				page, err := s.List(ctx, o, req)
+				if err != nil {
+					return ListOutput{}, capabilities.PageError(err)
 				}
 				if page.Items == nil {
 					page.Items = []Secret{}

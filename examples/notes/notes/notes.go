@@ -23,7 +23,6 @@ import (
 	"github.com/uptrace/bun"
 	"gocloud.dev/gcerrors"
 
-	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
@@ -55,12 +54,12 @@ type Note struct {
 // Service stores notes.
 type Service struct {
 	store *storage.Store
-	owner lifecycle.OwnerOf
+	owner capabilities.OwnerOf
 }
 
 // Register adds the notes domain to a server: its ownership surfaces and
 // its capabilities.
-func Register(store *storage.Store, inv *storage.Inventory, reg *capabilities.Registry, owner lifecycle.OwnerOf) (*Service, error) {
+func Register(store *storage.Store, inv *storage.Inventory, reg *capabilities.Registry, owner capabilities.OwnerOf) (*Service, error) {
 	s := &Service{store: store, owner: owner}
 	if err := errors.Join(
 		inv.AddTable(storage.Table{Name: "notes"}),
@@ -219,13 +218,13 @@ func (s *Service) capabilities() []capabilities.Capability {
 					return ListOutput{}, err
 				}
 				q := s.store.Reader.NewSelect().Model((*Note)(nil)).Where("user_id = ?", o.ID)
-				page, err := storage.Paginate(ctx, q, storage.Keyset[Note]{Kind: "notes", Column: "id", Key: func(n *Note) any { return n.ID }},
-					storage.PageRequest{Cursor: in.Cursor, Limit: in.Limit})
-				if errors.Is(err, storage.ErrInvalidCursor) {
-					return ListOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "cursor is not one this listing issued")
-				}
+				req, err := capabilities.Page(in.Cursor, in.Limit)
 				if err != nil {
 					return ListOutput{}, err
+				}
+				page, err := storage.Paginate(ctx, q, storage.Keyset[Note]{Kind: "notes", Column: "id", Key: func(n *Note) any { return n.ID }}, req)
+				if err != nil {
+					return ListOutput{}, capabilities.PageError(err)
 				}
 				if page.Items == nil {
 					page.Items = []Note{}
