@@ -407,15 +407,29 @@ func (inv *Inventory) DeleteRows(ctx context.Context, tx bun.Tx, o Owner) (map[s
 	out := make(map[string]int64, len(tables))
 	for i := len(tables) - 1; i >= 0; i-- {
 		t := tables[i]
-		res, err := tx.NewDelete().TableExpr("?", bun.Ident(t.Name)).Where("? = ?", bun.Ident(t.OwnerColumn), o.ID).Exec(ctx)
-		if err != nil {
-			return out, fmt.Errorf("storage: delete from %s: %w", t.Name, err)
+		// In chunks, so that memory stays flat however many rows the owner
+		// has; all in the one transaction.
+		for {
+			chunk := tx.NewSelect().TableExpr("?", bun.Ident(t.Name)).Column(t.KeyColumn).
+				Where("? = ?", bun.Ident(t.OwnerColumn), o.ID).Limit(int64(deleteChunk))
+			res, err := tx.NewDelete().TableExpr("?", bun.Ident(t.Name)).
+				Where("? = ?", bun.Ident(t.OwnerColumn), o.ID).
+				Where("? IN (?)", bun.Ident(t.KeyColumn), chunk).Exec(ctx)
+			if err != nil {
+				return out, fmt.Errorf("storage: delete from %s: %w", t.Name, err)
+			}
+			n, _ := res.RowsAffected()
+			out[t.Name] += n
+			if n < int64(deleteChunk) {
+				break
+			}
 		}
-		n, _ := res.RowsAffected()
-		out[t.Name] = n
 	}
 	return out, nil
 }
+
+// deleteChunk is how many rows one DELETE of DeleteRows removes.
+var deleteChunk = 10000
 
 // ListBlobs returns the keys of the owner's blobs in domain d, in key order.
 func ListBlobs(ctx context.Context, b *blob.Bucket, o Owner, d BlobPrefix) ([]string, error) {

@@ -173,7 +173,9 @@ func TestInventoryRowsAreOwnerScoped(t *testing.T) {
 			t.Fatalf("alice's export with bob's cursor returned %d rows", len(cross.Items))
 		}
 
-		// Deleting alice leaves bob byte-for-byte intact.
+		// Deleting alice leaves bob byte-for-byte intact. Chunks of 7 rows
+		// exercise the chunked delete (25 rows: 7+7+7+4).
+		defer storage.SetDeleteChunk(7)()
 		before, _ := storage.ExportRows(ctx, s.Reader, notes, bob, storage.PageRequest{Limit: 100})
 		var counts map[string]int64
 		if err := s.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
