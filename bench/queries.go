@@ -21,6 +21,8 @@ type queryRecorder struct {
 	on   atomic.Bool
 	mu   sync.Mutex
 	seen []string
+	// prepared counts statements run outside bun (oauth.Server.BearerChecks).
+	prepared func() int64
 }
 
 func (q *queryRecorder) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context {
@@ -46,17 +48,29 @@ func recordQueries(st *storage.Store) *queryRecorder {
 	return q
 }
 
-// during returns the statements f runs.
+// during returns the statements f runs: those bun's hooks see, plus one
+// line per prepared bearer check (which runs outside bun) when prepared is
+// set.
 func (q *queryRecorder) during(f func() error) ([]string, error) {
 	q.mu.Lock()
 	q.seen = nil
 	q.mu.Unlock()
+	var before int64
+	if q.prepared != nil {
+		before = q.prepared()
+	}
 	q.on.Store(true)
 	err := f()
 	q.on.Store(false)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return append([]string(nil), q.seen...), err
+	out := append([]string(nil), q.seen...)
+	if q.prepared != nil {
+		for range q.prepared() - before {
+			out = append([]string{"(prepared) the bearer check: token, grant, account state, roles and permissions"}, out...)
+		}
+	}
+	return out, err
 }
 
 // QueryTrace lists the SQL statements of authenticated tools/call requests

@@ -198,6 +198,7 @@ func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int,
 	// The last user is traced in process: the SQL statements of its
 	// tools/call requests, through the same handler the network gets.
 	rec := recordQueries(srv.Store())
+	rec.prepared = srv.OAuth().BearerChecks
 	trace, err := traceCall(srv.Handler(), rec, tokens[users])
 	if err != nil {
 		return fmt.Errorf("trace: %w", err)

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -62,22 +60,7 @@ func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, 
 		return nil, fmt.Errorf("%w: malformed", ErrInvalidToken)
 	}
 	sig := s.strategy.AccessTokenSignature(ctx, token)
-	agg, aggDistinct := "group_concat(?, ',')", "group_concat(DISTINCT ?)"
-	if s.store.db.Dialect() == storage.Postgres {
-		agg, aggDistinct = "string_agg(?, ',')", "string_agg(DISTINCT ?, ',')"
-	}
-	var row accessRow
-	err := s.store.db.Reader.NewSelect().
-		TableExpr("oauth_tokens AS t").
-		Join("JOIN oauth_grants AS g ON g.id = t.request_id").
-		Join("JOIN users AS u ON u.id = t.user_id").
-		ColumnExpr("t.request_id, t.client_id, t.scopes, t.audience, t.expires_at, t.requested_at").
-		ColumnExpr("g.last_used_at AS grant_used_at").
-		ColumnExpr("u.id, u.stable_user_id, u.username, u.email_verified_at, u.password_changed_at, u.suspended_at, u.deleting_at").
-		ColumnExpr("COALESCE((SELECT "+agg+" FROM user_roles AS ur WHERE ur.user_id = t.user_id), '') AS roles", bun.Ident("ur.role_name")).
-		ColumnExpr("COALESCE((SELECT "+aggDistinct+" FROM user_roles AS ur JOIN role_permissions AS rp ON rp.role_name = ur.role_name WHERE ur.user_id = t.user_id), '') AS permissions", bun.Ident("rp.permission_name")).
-		Where("t.signature = ? AND t.kind = ?", sig, kindAccess).
-		Scan(ctx, &row)
+	row, err := s.lookupAccess(ctx, sig)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: unknown or revoked", ErrInvalidToken)
 	}
@@ -134,6 +117,86 @@ func (a *Access) Caller() capabilities.Caller {
 		Scopes:      slices.Clone(a.Scopes),
 		State:       capabilities.AccountActive,
 	}
+}
+
+// accessQuery is the bearer check's one query: the token with its grant,
+// the account's state, and its roles and permissions. It is prepared once
+// per connection with the signature as a parameter, so the database parses
+// and plans it once instead of on every call.
+const accessQuery = `SELECT t.request_id, t.client_id, t.scopes, t.audience, t.expires_at, t.requested_at,
+	g.last_used_at AS grant_used_at,
+	u.id, u.stable_user_id, u.username, u.email_verified_at, u.password_changed_at, u.suspended_at, u.deleting_at,
+	COALESCE((SELECT %[1]s FROM user_roles AS ur WHERE ur.user_id = t.user_id), '') AS roles,
+	COALESCE((SELECT %[2]s FROM user_roles AS ur JOIN role_permissions AS rp ON rp.role_name = ur.role_name
+		WHERE ur.user_id = t.user_id), '') AS permissions
+FROM oauth_tokens AS t
+JOIN oauth_grants AS g ON g.id = t.request_id
+JOIN users AS u ON u.id = t.user_id
+WHERE t.signature = %[3]s AND t.kind = 'access'`
+
+// lookupAccess runs accessQuery for an access token's signature.
+func (s *Server) lookupAccess(ctx context.Context, sig string) (accessRow, error) {
+	var row accessRow
+	stmt, err := s.accessStmt(ctx)
+	if err != nil {
+		return row, err
+	}
+	s.stmtRuns.Add(1)
+	rows, err := stmt.QueryContext(ctx, sig)
+	if err != nil {
+		return row, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return row, err
+		}
+		return row, sql.ErrNoRows
+	}
+	var scopes, audience, roles, perms sql.NullString
+	var emailVerified, pwChanged, suspended, deleting sql.NullTime
+	if err := rows.Scan(&row.RequestID, &row.ClientID, &scopes, &audience, &row.ExpiresAt, &row.RequestedAt,
+		&row.GrantUsedAt, &row.ID, &row.StableID, &row.Username,
+		&emailVerified, &pwChanged, &suspended, &deleting, &roles, &perms); err != nil {
+		return row, err
+	}
+	row.Scopes, row.Audience, row.Roles, row.Permissions = scopes.String, audience.String, roles.String, perms.String
+	row.EmailVerifiedAt, row.PasswordChangedAt = timePtr(emailVerified), timePtr(pwChanged)
+	row.SuspendedAt, row.DeletingAt = timePtr(suspended), timePtr(deleting)
+	return row, rows.Err()
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	v := t.Time
+	return &v
+}
+
+// BearerChecks counts the bearer-check queries this server has run. They
+// run as a prepared statement outside bun, so bun's query hooks do not see
+// them; tools that count queries add this.
+func (s *Server) BearerChecks() int64 { return s.stmtRuns.Load() }
+
+// accessStmt prepares accessQuery on the read pool the first time it is
+// needed. A failure is not remembered: the next call tries again.
+func (s *Server) accessStmt(ctx context.Context) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if s.stmt != nil {
+		return s.stmt, nil
+	}
+	q := fmt.Sprintf(accessQuery, "group_concat(ur.role_name, ',')", "group_concat(DISTINCT rp.permission_name)", "?")
+	if s.store.db.Dialect() == storage.Postgres {
+		q = fmt.Sprintf(accessQuery, "string_agg(ur.role_name, ',')", "string_agg(DISTINCT rp.permission_name, ',')", "$1")
+	}
+	stmt, err := s.store.db.Reader.DB.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: prepare the bearer check: %w", err)
+	}
+	s.stmt = stmt
+	return stmt, nil
 }
 
 func splitList(s string) []string {
