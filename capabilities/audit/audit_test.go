@@ -3,6 +3,7 @@ package audit_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -115,6 +116,64 @@ func TestRecordFilterAndPurge(t *testing.T) {
 		page, _ = log.Query(ctx, audit.Filter{}, storage.PageRequest{})
 		if len(page.Items) != 3 {
 			t.Fatalf("%d events after purge, want 3", len(page.Items))
+		}
+	})
+}
+
+type quotaNone struct{}
+
+func (quotaNone) Allow(context.Context, capabilities.Caller, string) error {
+	return errors.New("no calls left today")
+}
+
+// Every kind of refusal at the choke point lands in the audit log with its
+// reason.
+func TestEveryDenialKindIsAudited(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		log := audit.New(s, key, quiet())
+		write := &capabilities.Annotations{Idempotent: true}
+		read := &capabilities.Annotations{ReadOnly: true, Idempotent: true}
+		def := func(name string, ann *capabilities.Annotations, req capabilities.Requirement) capabilities.Capability {
+			return capabilities.Define(capabilities.Spec[struct{}, struct{}]{
+				Name: name, Domain: "test", Title: name, Description: "a test capability", Annotations: ann, Requires: req,
+				Handler: func(context.Context, *capabilities.Call, struct{}) (struct{}, error) { return struct{}{}, nil },
+			})
+		}
+		for _, tc := range []struct {
+			name  string
+			quota capabilities.Quota
+			cap   capabilities.Capability
+			edit  func(*capabilities.Caller)
+			want  capabilities.DenialReason
+		}{
+			{"anonymous", nil, def("anyoneWrite", write, capabilities.Requirement{}), func(c *capabilities.Caller) { *c = capabilities.Caller{} }, capabilities.ReasonUnauthenticated},
+			{"suspended", nil, def("readThing", read, capabilities.Requirement{}), func(c *capabilities.Caller) { c.State = capabilities.AccountSuspended }, capabilities.ReasonSuspended},
+			{"deleting", nil, def("writeThing", write, capabilities.Requirement{}), func(c *capabilities.Caller) { c.State = capabilities.AccountDeleting }, capabilities.ReasonDeleting},
+			{"role", nil, def("adminThing", read, capabilities.Requirement{Role: "admin"}), nil, capabilities.ReasonRole},
+			{"permission", nil, def("readAnyUser", read, capabilities.Requirement{Permissions: []capabilities.Permission{capabilities.ReadUserAny}}), nil, capabilities.ReasonPermission},
+			{"feature", nil, def("betaThing", read, capabilities.Requirement{Feature: "beta"}), nil, capabilities.ReasonFeature},
+			{"interactive", nil, def("humanThing", read, capabilities.Requirement{InteractiveOnly: true}), func(c *capabilities.Caller) { c.Interactive = false }, capabilities.ReasonInteractive},
+			{"scope", nil, def("scopedThing", read, capabilities.Requirement{Scopes: []string{"files"}}), func(c *capabilities.Caller) { c.AllScopes, c.Scopes = false, []string{"mcp"} }, capabilities.ReasonScope},
+			{"quota", quotaNone{}, def("meteredThing", read, capabilities.Requirement{}), nil, capabilities.ReasonQuota},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				reg := capabilities.NewRegistry(capabilities.Options{Auditor: log, AuditKey: key, Logger: quiet(), Quota: tc.quota, NoBuiltins: true})
+				if err := reg.Register(tc.cap); err != nil {
+					t.Fatal(err)
+				}
+				caller := capabilities.Caller{UserID: "u-" + tc.name, Roles: []string{"user"}, State: capabilities.AccountActive, AllScopes: true, Interactive: true}
+				if tc.edit != nil {
+					tc.edit(&caller)
+				}
+				if _, err := reg.Invoke(ctx, caller, tc.cap.Name, json.RawMessage(`{}`)); err == nil {
+					t.Fatal("the call ran")
+				}
+				page, err := log.Query(ctx, audit.Filter{Action: "tool:" + tc.cap.Name}, storage.PageRequest{})
+				if err != nil || len(page.Items) != 1 || page.Items[0].Reason != string(tc.want) || page.Items[0].Result != audit.ResultDenied {
+					t.Fatalf("audit rows %+v, %v; want one denial with reason %s", page.Items, err, tc.want)
+				}
+			})
 		}
 	})
 }
