@@ -13,6 +13,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/envelope"
+	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
@@ -45,6 +46,8 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	s.secrets = secrets.NewWithRing(s.store, ring)
+	s.ring = ring
+	s.outbox = outbox.New(ring)
 
 	oopts := s.cfg.OAuth
 	oopts.Store, oopts.BaseURL = s.store, s.cfg.BaseURL
@@ -93,6 +96,7 @@ func (s *Server) assemble(ctx context.Context) error {
 
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
+		Outbox:  s.outbox,
 		BaseURL: s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
 		// Session keys live in SQL, sealed by the keeper (or come from
 		// Config.Accounts.SessionKeys): every replica and restart shares them.

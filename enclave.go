@@ -19,7 +19,9 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
+	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/migrations"
@@ -140,6 +142,8 @@ type Server struct {
 	mcp       *mcp.Server
 	oauth     *oauth.Server
 	web       *web.Handler
+	ring      *envelope.Ring
+	outbox    *outbox.Outbox
 
 	closeOnce sync.Once
 	closeErr  error
@@ -300,11 +304,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// RunBackground runs the periodic lanes (audit retention, OAuth cleanup)
-// until ctx ends. Serve and Run start it themselves; call it when you serve
-// Handler from your own http.Server. Each lane runs on one replica per
-// period.
+// RunBackground runs, until ctx ends, the outbox relay (mail written in
+// the same transaction as its link, delivered with retries) and the
+// periodic lanes (audit retention, OAuth cleanup). Serve and Run start it
+// themselves; call it when you serve Handler from your own http.Server.
+// Every replica runs it: each outbox row and each lane's period is taken by
+// one replica.
 func (s *Server) RunBackground(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	relay := outbox.NewRelay(s.store, s.ring, s.log, map[string]outbox.Handler{web.MailTopic: s.web.MailHandler()})
+	wg.Go(func() { relay.Run(ctx) })
 	lanes.New(s.store.DB, s.log,
 		lanes.Lane{Name: "audit-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
 			n, err := s.audit.Purge(ctx, 0)

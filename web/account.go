@@ -157,19 +157,18 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 // queues the link. Failures are logged: the person can ask for a new link
 // from the account page.
 func (h *Handler) sendVerification(ctx context.Context, userID int64, email string) {
-	token, err := h.issueToken(ctx, userID, purposeVerifyEmail, email, "", VerifyEmailTTL)
+	_, err := h.issueTokenMail(ctx, userID, purposeVerifyEmail, email, "", VerifyEmailTTL, func(token string) Message {
+		link := h.absURL(pathVerifyEmail, url.Values{"token": {token}})
+		return Message{
+			To:      email,
+			Subject: "Verify your email address for " + h.opts.SiteName,
+			Text: "Open this link to verify your email address:\n\n" + link +
+				"\n\nThe link works once and expires in 24 hours. If you did not create an account, ignore this message.\n",
+		}
+	})
 	if err != nil {
 		h.log.ErrorContext(ctx, "web: verification token", "err", err)
-		return
 	}
-	link := h.absURL(pathVerifyEmail, url.Values{"token": {token}})
-	msg := Message{
-		To:      email,
-		Subject: "Verify your email address for " + h.opts.SiteName,
-		Text: "Open this link to verify your email address:\n\n" + link +
-			"\n\nThe link works once and expires in 24 hours. If you did not create an account, ignore this message.\n",
-	}
-	h.sendMail(ctx, msg)
 }
 
 // ---- sign in and out ----
@@ -341,19 +340,18 @@ func (h *Handler) sendReset(ctx context.Context, u accounts.User) {
 		h.log.ErrorContext(ctx, "web: reset token", "err", err)
 		return
 	}
-	token, err := h.issueToken(ctx, u.ID, purposeResetPassword, u.Email, setup, ResetPasswordTTL)
+	_, err = h.issueTokenMail(ctx, u.ID, purposeResetPassword, u.Email, setup, ResetPasswordTTL, func(token string) Message {
+		link := h.absURL(pathResetConfirm, url.Values{"token": {token}})
+		return Message{
+			To:      u.Email,
+			Subject: "Reset your password for " + h.opts.SiteName,
+			Text: "Someone asked to reset the password of your account " + u.Username + ".\n\nOpen this link to choose a new password:\n\n" + link +
+				"\n\nThe link works once and expires in one hour. Choosing a new password signs out every browser and connected app.\nIf you did not ask for this, ignore this message; your password stays as it is.\n",
+		}
+	})
 	if err != nil {
 		h.log.ErrorContext(ctx, "web: reset token", "err", err)
-		return
 	}
-	link := h.absURL(pathResetConfirm, url.Values{"token": {token}})
-	msg := Message{
-		To:      u.Email,
-		Subject: "Reset your password for " + h.opts.SiteName,
-		Text: "Someone asked to reset the password of your account " + u.Username + ".\n\nOpen this link to choose a new password:\n\n" + link +
-			"\n\nThe link works once and expires in one hour. Choosing a new password signs out every browser and connected app.\nIf you did not ask for this, ignore this message; your password stays as it is.\n",
-	}
-	h.sendMail(ctx, msg)
 }
 
 func (h *Handler) resetConfirmForm(w http.ResponseWriter, r *http.Request) {

@@ -2,10 +2,16 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/internal/outbox"
 )
 
 // mailQueue hands messages to a Mailer from a background worker, so a
@@ -124,5 +130,32 @@ func (q *mailQueue) close(ctx context.Context) error {
 		q.stop()
 		<-q.done
 		return ctx.Err()
+	}
+}
+
+// MailTopic is the outbox topic of mail.
+const MailTopic = "mail"
+
+// enqueueMail writes msg to the outbox inside tx.
+func (h *Handler) enqueueMail(ctx context.Context, tx bun.IDB, msg Message) error {
+	if _, err := msg.validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("web: encode mail: %w", err)
+	}
+	return h.opts.Outbox.Add(ctx, tx, MailTopic, payload)
+}
+
+// MailHandler is the outbox handler of MailTopic: it hands a message to the
+// Mailer. Register it with the outbox relay.
+func (h *Handler) MailHandler() outbox.Handler {
+	return func(ctx context.Context, payload []byte) error {
+		var msg Message
+		if err := json.Unmarshal(payload, &msg); err != nil {
+			return fmt.Errorf("web: decode mail: %w", err)
+		}
+		return h.mailer.Send(ctx, msg)
 	}
 }

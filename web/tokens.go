@@ -57,6 +57,14 @@ func hashMailToken(token string) string {
 // tokenRecordKeep: a reset link is also an accounts password-setup token,
 // and the setup page refuses a token whose reset record has expired.
 func (h *Handler) issueToken(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration) (string, error) {
+	return h.issueTokenMail(ctx, userID, purpose, email, token, ttl, nil)
+}
+
+// issueTokenMail is issueToken that also mails compose(token). With an
+// outbox the message is written in the token's own transaction, so the
+// link is sent exactly when the token exists, even if the process dies
+// right after; without one it goes to the mail queue after the commit.
+func (h *Handler) issueTokenMail(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration, compose func(token string) Message) (string, error) {
 	if token == "" {
 		token = rand.Text() + rand.Text()
 	}
@@ -70,11 +78,19 @@ func (h *Handler) issueToken(ctx context.Context, userID int64, purpose, email, 
 			Where("user_id = ?", userID).Where("created_at < ?", now.Add(-tokenRecordKeep)).Exec(ctx); err != nil {
 			return err
 		}
-		_, err := tx.NewInsert().Model(row).Returning("NULL").Exec(ctx)
-		return err
+		if _, err := tx.NewInsert().Model(row).Returning("NULL").Exec(ctx); err != nil {
+			return err
+		}
+		if compose != nil && h.opts.Outbox != nil && h.devMail == nil {
+			return h.enqueueMail(ctx, tx, compose(token))
+		}
+		return nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("web: issue %s token: %w", purpose, err)
+	}
+	if compose != nil && (h.opts.Outbox == nil || h.devMail != nil) {
+		h.sendMail(ctx, compose(token))
 	}
 	return token, nil
 }

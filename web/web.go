@@ -15,6 +15,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -37,6 +38,13 @@ type Options struct {
 	// Audit, when set, receives browser sign-in, sign-up, password,
 	// verification and admin events, and adds the admin audit-log page.
 	Audit *audit.Log
+
+	// Outbox, when set, carries verification and reset mail: the message is
+	// written in the transaction that creates its link and delivered by the
+	// outbox relay (register MailHandler with it), so a crash never loses
+	// it. Without it, mail goes through an in-memory queue. A DevMailer
+	// always gets mail at once.
+	Outbox *outbox.Outbox
 
 	// Secrets, when set, adds the secrets page: the one place where a
 	// person sees the value of a secret they stored (agents never can).
@@ -188,7 +196,7 @@ func New(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("web: trust origin %s: %w", origin, err)
 	}
 	h.csrf.SetDenyHandler(http.HandlerFunc(h.crossOriginDenied))
-	if devMail == nil {
+	if devMail == nil && opts.Outbox == nil {
 		h.queue = newMailQueue(opts.Mailer, opts.Logger)
 	}
 	h.guards = NewGuards(opts.Accounts, GuardOptions{
