@@ -100,6 +100,7 @@ type Server struct {
 	http        *mcpserver.StreamableHTTPServer
 	sessions    *sessionStore
 	resource    string
+	publicHost  string // BaseURL's host, accepted in Host on loopback
 	metadataURL string
 	maxBody     int64
 	now         func() time.Time
@@ -131,6 +132,7 @@ func New(opts Options) (*Server, error) {
 		reg:         opts.Registry,
 		log:         cmp.Or(opts.Logger, slog.Default()),
 		resource:    origin + Path,
+		publicHost:  base.Hostname(),
 		metadataURL: origin + "/.well-known/oauth-protected-resource" + Path,
 		maxBody:     cmp.Or(opts.MaxBodyBytes, 4<<20),
 		now:         time.Now,
@@ -181,6 +183,9 @@ func New(opts Options) (*Server, error) {
 		mcpserver.WithSessionIdManagerResolver(resolver{s}),
 		mcpserver.WithStreamableHTTPLogger(s.log),
 		mcpserver.WithStreamableHTTPProtocolVersions(ProtocolVersions...),
+		// Our own check (rebinding) replaces mcp-go's: it also accepts the
+		// public host of BaseURL, for a reverse proxy on the same machine.
+		mcpserver.WithDisableLocalhostProtection(true),
 	)
 	s.syncRegistry()
 
@@ -296,6 +301,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.Header().Set("Allow", "GET, POST, DELETE")
 		writeHTTPError(w, http.StatusMethodNotAllowed, "method not allowed", requestID)
+		return
+	}
+	if s.rebinding(r) {
+		writeHTTPError(w, http.StatusForbidden, "invalid Host header", requestID)
 		return
 	}
 	caller, ok := s.authenticate(w, r, requestID)
@@ -491,6 +500,28 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 }
 
 var errSuspended = capabilities.Errorf(capabilities.CodeAccountSuspended, "this account is suspended")
+
+// rebinding refuses DNS rebinding: a request that arrived on a loopback
+// address names a host in its Host header; only a loopback name or the
+// public host of BaseURL (a reverse proxy on this machine forwarding the
+// original Host) is accepted. A page on another site whose name was
+// rebound to 127.0.0.1 sends its own name and is refused.
+func (s *Server) rebinding(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok || local == nil || !loopback(local.String()) {
+		return false
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") || strings.EqualFold(host, s.publicHost) {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
 
 func loopback(remoteAddr string) bool {
 	host, _, err := net.SplitHostPort(remoteAddr)
