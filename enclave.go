@@ -114,6 +114,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Production && u.Scheme != "https" {
 		return c, fmt.Errorf("enclave: production mode needs an https base URL, got %q", c.BaseURL)
 	}
+	if c.Production && c.MCP.Anonymous != nil {
+		return c, errors.New("enclave: MCP without authentication (MCP.Anonymous) is refused in production mode")
+	}
 	if c.DataDir == "" {
 		c.DataDir = storage.DefaultDataDir
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 	"github.com/enclave-mcp/enclave/web"
@@ -113,6 +115,7 @@ func TestConfigValidation(t *testing.T) {
 		{"production needs https", enclave.Config{Production: true, BaseURL: "http://example.com"}, "https base URL"},
 		{"production default base URL is http", enclave.Config{Production: true}, "https base URL"},
 		{"production needs a mailer", enclave.Config{Production: true, BaseURL: "https://mcp.example.com"}, "no mailer"},
+		{"production refuses MCP without authentication", enclave.Config{Production: true, BaseURL: "https://mcp.example.com", MCP: mcp.Options{Anonymous: &capabilities.Caller{UserID: "x"}}}, "refused in production"},
 		{"base URL with a query", enclave.Config{BaseURL: "https://example.com/?x=1"}, "without query"},
 		{"base URL without host", enclave.Config{BaseURL: "https:///path"}, "want http(s)"},
 		{"not a URL scheme", enclave.Config{BaseURL: "ftp://example.com"}, "want http(s)"},

@@ -29,16 +29,21 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:3001", "loopback address to listen on")
+	production := flag.Bool("production", os.Getenv("ENCLAVE_PRODUCTION") == "true" || os.Getenv("ENCLAVE_PRODUCTION") == "1",
+		"production mode (also ENCLAVE_PRODUCTION): refused, since authentication is off")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, slog.Default()); err != nil {
+	if err := run(ctx, *addr, *production, slog.Default()); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, addr string, log *slog.Logger) error {
+func run(ctx context.Context, addr string, production bool, log *slog.Logger) error {
+	if production {
+		return errors.New("authentication is off, which is refused in production mode")
+	}
 	ln, err := listenLoopback(addr)
 	if err != nil {
 		return err

@@ -75,3 +75,13 @@ func TestRefusesNonLoopback(t *testing.T) {
 		t.Fatal("listened on a non-loopback address with authentication off")
 	}
 }
+
+func TestRefusedInProductionAndOffLoopback(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := run(t.Context(), "127.0.0.1:0", true, quiet); err == nil || !strings.Contains(err.Error(), "production") {
+		t.Fatalf("production: %v", err)
+	}
+	if err := run(t.Context(), "0.0.0.0:0", false, quiet); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("non-loopback address: %v", err)
+	}
+}
