@@ -9,28 +9,28 @@ import (
 	"io"
 	"strings"
 
+	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 )
 
 // The operator's account commands. They are the only way to make the first
 // admin: no runtime path grants it.
 
-// withAccounts opens the store (migrating it) and the account service, and
-// runs fn with them.
-func withAccounts(ctx context.Context, o *options, fn func(*accounts.Service) error) error {
-	s, err := o.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	acfg := o.cfg.Accounts // the server's settings (argon2 cost, reserved names…)
-	acfg.Logger = o.log
-	svc, err := accounts.New(ctx, s, acfg)
-	if err != nil {
-		return err
-	}
-	return fn(svc)
+// withAccounts assembles the server's services without serving, and runs
+// fn with the account service and a recorder that writes the operator's
+// change to the audit log (category account, action "operator:<what>").
+func withAccounts(ctx context.Context, o *options, fn func(svc *accounts.Service, record func(action string, u accounts.User)) error) error {
+	return withServer(ctx, o, func(srv *enclave.Server) error {
+		record := func(action string, u accounts.User) {
+			_ = srv.Audit().Record(ctx, audit.Event{
+				Category: audit.CategoryAccount, Action: "operator:" + action, Result: audit.ResultSuccess,
+				UserHash: srv.Audit().HashUser(u.StableID),
+			})
+		}
+		return fn(srv.Accounts(), record)
+	})
 }
 
 // oneEmail returns the single EMAIL argument of a command.
@@ -57,7 +57,7 @@ func runAdminGrant(ctx context.Context, e *Env, o *options, args []string) error
 	if err != nil {
 		return err
 	}
-	return withAccounts(ctx, o, func(svc *accounts.Service) error {
+	return withAccounts(ctx, o, func(svc *accounts.Service, record func(string, accounts.User)) error {
 		u, err := userByEmail(ctx, svc, email)
 		if err != nil {
 			return err
@@ -67,6 +67,7 @@ func runAdminGrant(ctx context.Context, e *Env, o *options, args []string) error
 			return err
 		}
 		if added {
+			record("admin_grant", u)
 			fmt.Fprintf(e.Stdout, "granted admin to %s\n", describe(u))
 		} else {
 			fmt.Fprintf(e.Stdout, "%s already has admin; nothing changed\n", describe(u))
@@ -80,7 +81,7 @@ func runAdminRevoke(ctx context.Context, e *Env, o *options, args []string) erro
 	if err != nil {
 		return err
 	}
-	return withAccounts(ctx, o, func(svc *accounts.Service) error {
+	return withAccounts(ctx, o, func(svc *accounts.Service, record func(string, accounts.User)) error {
 		u, err := userByEmail(ctx, svc, email)
 		if err != nil {
 			return err
@@ -93,6 +94,7 @@ func runAdminRevoke(ctx context.Context, e *Env, o *options, args []string) erro
 			return err
 		}
 		if removed {
+			record("admin_revoke", u)
 			fmt.Fprintf(e.Stdout, "revoked admin from %s\n", describe(u))
 		} else {
 			fmt.Fprintf(e.Stdout, "%s did not have admin; nothing changed\n", describe(u))
@@ -114,20 +116,21 @@ func setSuspended(ctx context.Context, e *Env, o *options, name string, args []s
 	if err != nil {
 		return err
 	}
-	return withAccounts(ctx, o, func(svc *accounts.Service) error {
+	return withAccounts(ctx, o, func(svc *accounts.Service, record func(string, accounts.User)) error {
 		u, err := userByEmail(ctx, svc, email)
 		if err != nil {
 			return err
 		}
-		change, state := svc.Unsuspend, "no longer suspended"
+		change, state, action := svc.Unsuspend, "no longer suspended", "unsuspend"
 		if suspend {
-			change, state = svc.Suspend, "suspended"
+			change, state, action = svc.Suspend, "suspended", "suspend"
 		}
 		changed, err := change(ctx, u.ID)
 		if err != nil {
 			return err
 		}
 		if changed {
+			record(action, u)
 			fmt.Fprintf(e.Stdout, "%s is now %s\n", describe(u), state)
 		} else {
 			fmt.Fprintf(e.Stdout, "%s is already %s; nothing changed\n", describe(u), state)
@@ -163,11 +166,12 @@ func userCreate() command {
 				}
 				in.Password = pw
 			}
-			return withAccounts(ctx, o, func(svc *accounts.Service) error {
+			return withAccounts(ctx, o, func(svc *accounts.Service, record func(string, accounts.User)) error {
 				u, token, err := svc.CreateUser(ctx, in)
 				if err != nil {
 					return err
 				}
+				record("user_create", u)
 				fmt.Fprintf(e.Stdout, "created %s with the role user\nstable id: %s\n", describe(u), u.StableID)
 				if token != "" {
 					base := o.cfg.BaseURL

@@ -11,13 +11,18 @@ import (
 	"strings"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
 // withServer assembles the server (stores, migrations, domains, inventory)
 // without serving, for commands that need the whole inventory.
 func withServer(ctx context.Context, o *options, fn func(*enclave.Server) error) error {
-	srv, err := enclave.New(ctx, o.cfg)
+	cfg := o.cfg
+	// Production's checks guard a server that serves (https base URL, a
+	// mailer); an operator command serves nothing.
+	cfg.Production = false
+	srv, err := enclave.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -108,6 +113,8 @@ func runUserDelete(ctx context.Context, e *Env, o *options, args []string) error
 		if err != nil {
 			return fmt.Errorf("%w\nthe account is kept, marked deleting (writes refused); run the command again to finish", err)
 		}
+		_ = srv.Audit().Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "operator:delete", Result: audit.ResultSuccess,
+			UserHash: srv.Audit().HashUser(u.StableID)})
 		fmt.Fprintf(e.Stdout, "deleted %s\n", describe(u))
 		return nil
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -115,3 +116,38 @@ func TestKeysRotateCommand(t *testing.T) {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// The operator's changes are in the audit log, with a hashed user id.
+func TestOperatorActionsAreAudited(t *testing.T) {
+	dir := seed(t, "alice", "bob")
+	for _, args := range [][]string{
+		{"admin", "grant", "--data-dir", dir, "alice@example.com"},
+		{"user", "suspend", "--data-dir", dir, "bob@example.com"},
+		{"user", "delete", "--data-dir", dir, "bob@example.com"},
+	} {
+		if code, _, stderr := run(t, nil, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	ctx := context.Background()
+	srv, err := enclave.New(ctx, enclave.Config{DataDir: dir, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	page, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryAccount}, storage.PageRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, e := range page.Items {
+		actions = append(actions, e.Action)
+		if e.UserHash == "" || strings.Contains(e.UserHash, "@") {
+			t.Errorf("event %+v: want a hashed user id", e)
+		}
+	}
+	want := []string{"operator:delete", "operator:suspend", "operator:admin_grant"} // newest first
+	if strings.Join(actions, ",") != strings.Join(want, ",") {
+		t.Fatalf("audited %v, want %v", actions, want)
+	}
+}
