@@ -7,9 +7,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+	"github.com/enclave-mcp/enclave/web"
 )
 
 func TestAccountExportJSON(t *testing.T) {
@@ -69,5 +73,43 @@ func TestAccountExportJSON(t *testing.T) {
 	forged.Value = strings.Replace(forged.Value, "a", "b", 1)
 	if rec := get(&forged); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("forged cookie: %d", rec.Code)
+	}
+}
+
+// Open registration is rate limited per client network, with an OAuth-style
+// 429 and Retry-After.
+func TestRegistrationIsRateLimited(t *testing.T) {
+	sc := storagetest.Config(t, storage.SQLite)
+	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, Logger: quiet(),
+		RegistrationLimit: web.Limit{Requests: 2, Window: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	register := func(remote string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/oauth/register", strings.NewReader(`{"client_name":"a","redirect_uris":["http://127.0.0.1:1234/cb"],"token_endpoint_auth_method":"none"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	for i := range 2 {
+		if rec := register("192.0.2.7:1000"); rec.Code != http.StatusCreated {
+			t.Fatalf("registration %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	rec := register("192.0.2.7:2000")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), `"error":"slow_down"`) {
+		t.Fatalf("third registration: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+	// Another network is not affected; an IPv6 /64 is one bucket.
+	if rec := register("198.51.100.1:1000"); rec.Code != http.StatusCreated {
+		t.Fatalf("another address: %d", rec.Code)
+	}
+	register("[2001:db8::1]:1000")
+	register("[2001:db8::2]:1000")
+	if rec := register("[2001:db8::3]:1000"); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("third registration from one /64: %d", rec.Code)
 	}
 }

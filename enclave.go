@@ -62,6 +62,11 @@ type Config struct {
 	// limits, audit). Default none: the client is the TCP peer.
 	TrustedProxies []netip.Prefix
 
+	// RegistrationLimit bounds dynamic client registrations (RFC 7591, open
+	// by design) per client network: an address, or an IPv6 /64. Counted in
+	// SQL, so it holds across replicas. Default 30 per hour.
+	RegistrationLimit web.Limit
+
 	// Mailer sends verification and password-reset mail. Default: in
 	// development, a mailer that keeps messages and shows them at
 	// /dev/mail; production requires one (see web.NewSMTPMailer).
@@ -119,6 +124,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DataDir == "" {
 		c.DataDir = storage.DefaultDataDir
+	}
+	if c.RegistrationLimit.Requests <= 0 || c.RegistrationLimit.Window <= 0 {
+		c.RegistrationLimit = web.Limit{Requests: 30, Window: time.Hour}
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
@@ -246,7 +254,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
-	return requestid.Middleware(withClientIP(s.accessLog(recoverPanics(s.log, mux))))
+	return requestid.Middleware(withClientIP(s.accessLog(recoverPanics(s.log, s.limitRegistration(mux)))))
 }
 
 // healthz answers 200 when the database answers, 503 otherwise.
