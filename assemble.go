@@ -163,23 +163,20 @@ func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.Tok
 
 // tokenRefusal names why a token was refused, from the verifier's error.
 func tokenRefusal(err error) string {
-	switch {
-	case errors.Is(err, oauth.ErrAccountSuspended):
-		return "account_suspended"
-	case errors.Is(err, oauth.ErrAccountDeleting):
-		return "account_deleting"
-	case errors.Is(err, oauth.ErrEmailNotVerified):
-		return "email_not_verified"
-	}
-	msg := err.Error()
-	for _, r := range []struct{ needle, reason string }{
-		{"malformed", "malformed"},
-		{"expired", "expired"},
-		{"audience", "wrong_audience"},
-		{"unknown or revoked", "unknown_or_revoked"},
-		{"password", "revoked_by_password_change"},
+	for _, r := range []struct {
+		err    error
+		reason string
+	}{
+		{oauth.ErrTokenMalformed, "malformed"},
+		{oauth.ErrTokenExpired, "expired"},
+		{oauth.ErrWrongAudience, "wrong_audience"},
+		{oauth.ErrTokenUnknown, "unknown_or_revoked"},
+		{oauth.ErrPasswordChanged, "revoked_by_password_change"},
+		{oauth.ErrAccountSuspended, "account_suspended"},
+		{oauth.ErrAccountDeleting, "account_deleting"},
+		{oauth.ErrEmailNotVerified, "email_not_verified"},
 	} {
-		if strings.Contains(msg, r.needle) {
+		if errors.Is(err, r.err) {
 			return r.reason
 		}
 	}

@@ -54,10 +54,12 @@ func TestTokenRefusalReasons(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("%w: malformed", oauth.ErrInvalidToken), "malformed"},
-		{fmt.Errorf("%w: expired", oauth.ErrInvalidToken), "expired"},
-		{fmt.Errorf("%w: audience [https://other/mcp]", oauth.ErrInvalidToken), "wrong_audience"},
-		{fmt.Errorf("%w: unknown or revoked", oauth.ErrInvalidToken), "unknown_or_revoked"},
+		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrTokenMalformed), "malformed"},
+		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrTokenExpired), "expired"},
+		{fmt.Errorf("%w: %w [https://other/mcp]", oauth.ErrInvalidToken, oauth.ErrWrongAudience), "wrong_audience"},
+		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrTokenUnknown), "unknown_or_revoked"},
+		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrPasswordChanged), "revoked_by_password_change"},
+		{errors.New("expired, but not from oauth"), "invalid"},
 		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrAccountSuspended), "account_suspended"},
 		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrAccountDeleting), "account_deleting"},
 		{errors.New("anything else"), "invalid"},

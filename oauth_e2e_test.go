@@ -17,6 +17,8 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
@@ -155,6 +157,12 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			}
 			if code, _, _, _ := rpc(t, base, tok.AccessToken, "", initialize); code != http.StatusUnauthorized {
 				t.Fatalf("token after a password change: %d, want 401", code)
+			}
+			// The refusal is audited with its reason: the password change revoked
+			// the grant, so the token no longer exists.
+			events, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryMCP}, storage.PageRequest{})
+			if err != nil || len(events.Items) != 1 || events.Items[0].Reason != "unknown_or_revoked" {
+				t.Fatalf("audit of the refused token: %+v, %v", events.Items, err)
 			}
 		})
 	}

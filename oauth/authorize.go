@@ -119,7 +119,7 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	acct, err := s.loadAccount(ctx, s.store.db.Reader, userID)
 	if err == nil {
 		err = s.refusal(acct, ar.GetRequestedAt())
-		if errors.Is(err, errPasswordChanged) {
+		if errors.Is(err, ErrPasswordChanged) {
 			err = nil // only issued tokens predate a password change
 		}
 	}

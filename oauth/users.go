@@ -32,8 +32,9 @@ var (
 	ErrAccountDeleting  = errors.New("oauth: account being deleted")
 	ErrEmailNotVerified = errors.New("oauth: email not verified")
 	ErrAccountNotFound  = errors.New("oauth: account not found")
-	errPasswordChanged  = errors.New("oauth: password changed since the grant")
-	accountRefusalHints = map[error]string{ErrAccountSuspended: "The account is suspended.", ErrAccountDeleting: "The account is being deleted.", ErrEmailNotVerified: "The account's email address is not verified.", ErrAccountNotFound: "The account does not exist.", errPasswordChanged: "The password changed after this grant was issued."}
+	// ErrPasswordChanged: the grant was issued before the last password change.
+	ErrPasswordChanged  = errors.New("oauth: password changed since the grant")
+	accountRefusalHints = map[error]string{ErrAccountSuspended: "The account is suspended.", ErrAccountDeleting: "The account is being deleted.", ErrEmailNotVerified: "The account's email address is not verified.", ErrAccountNotFound: "The account does not exist.", ErrPasswordChanged: "The password changed after this grant was issued."}
 )
 
 // refusal says why acct may not hold tokens issued at issuedAt, or nil.
@@ -46,7 +47,7 @@ func (s *Server) refusal(acct *account, issuedAt time.Time) error {
 	case acct.EmailVerifiedAt == nil && !s.opts.AllowUnverifiedEmail:
 		return ErrEmailNotVerified
 	case !issuedAt.IsZero() && acct.PasswordChangedAt != nil && !issuedAt.After(*acct.PasswordChangedAt):
-		return errPasswordChanged
+		return ErrPasswordChanged
 	}
 	return nil
 }

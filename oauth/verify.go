@@ -19,6 +19,15 @@ import (
 // invalid_token; the wrapped reason is for logs only.
 var ErrInvalidToken = errors.New("oauth: invalid token")
 
+// Why a token was refused. Each is wrapped together with ErrInvalidToken,
+// so callers (the audit of refusals) can tell them apart with errors.Is.
+var (
+	ErrTokenMalformed = errors.New("malformed")
+	ErrTokenUnknown   = errors.New("unknown or revoked")
+	ErrTokenExpired   = errors.New("expired")
+	ErrWrongAudience  = errors.New("issued for another audience")
+)
+
 // Access is what a verified access token grants, loaded together with the
 // account's state, roles and permissions.
 type Access struct {
@@ -57,12 +66,12 @@ type accessRow struct {
 // its last use. A malformed token costs none.
 func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, error) {
 	if err := s.strategy.Enigma.Validate(ctx, trimPrefix(token, "ory_at_")); err != nil {
-		return nil, fmt.Errorf("%w: malformed", ErrInvalidToken)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, ErrTokenMalformed)
 	}
 	sig := s.strategy.AccessTokenSignature(ctx, token)
 	row, err := s.lookupAccess(ctx, sig)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: unknown or revoked", ErrInvalidToken)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, ErrTokenUnknown)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("oauth: verify token: %w", err)
@@ -71,9 +80,9 @@ func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, 
 	audience := strings.Fields(row.Audience)
 	switch {
 	case !now.Before(row.ExpiresAt):
-		return nil, fmt.Errorf("%w: expired", ErrInvalidToken)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, ErrTokenExpired)
 	case !slices.Contains(audience, s.resource):
-		return nil, fmt.Errorf("%w: audience %v", ErrInvalidToken, audience)
+		return nil, fmt.Errorf("%w: %w %v", ErrInvalidToken, ErrWrongAudience, audience)
 	}
 	if err := s.refusal(&row.account, row.RequestedAt); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
