@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-	"gocloud.dev/docstore"
 	"gocloud.dev/pubsub"
 
 	"github.com/enclave-mcp/enclave/migrations"
@@ -369,7 +368,6 @@ func TestKVURLs(t *testing.T) {
 			t.Fatal("get of a missing key succeeded")
 		}
 	})
-	var _ *docstore.Collection // the KV handle is a plain docstore collection
 }
 
 func TestQueue(t *testing.T) {
