@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"gocloud.dev/blob"
@@ -74,6 +75,10 @@ func ExportBlobChunk(ctx context.Context, b *blob.Bucket, o Owner, d BlobPrefix,
 		return chunk, err
 	case gcerrors.Code(err) == gcerrors.NotFound:
 		return BlobChunk{}, fmt.Errorf("%w: %s was deleted", ErrBlobChanged, strings.TrimPrefix(cur.Key, prefix))
+	case err != nil && cursor != "" && !ownerHasKey(ctx, b, o, d, cur.Key):
+		// A cursor naming a key the owner does not have (a forged one the
+		// store cannot even stat) is the caller's mistake, not ours.
+		return BlobChunk{}, ErrInvalidCursor
 	case err != nil:
 		return BlobChunk{}, fmt.Errorf("storage: export blob: %w", err)
 	}
@@ -103,6 +108,14 @@ func ExportBlobChunk(ctx context.Context, b *blob.Bucket, o Owner, d BlobPrefix,
 	}
 	chunk.Next, err = nextObject(ctx, b, o, d, cur.Key)
 	return chunk, err
+}
+
+// ownerHasKey says whether key is one of o's objects in d. When the
+// listing itself fails it answers true, so that the store's error is
+// reported rather than blamed on the cursor.
+func ownerHasKey(ctx context.Context, b *blob.Bucket, o Owner, d BlobPrefix, key string) bool {
+	keys, err := ListBlobs(ctx, b, o, d)
+	return err != nil || slices.Contains(keys, key)
 }
 
 // nextObject returns a cursor at the start of the first object after key.
