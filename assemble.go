@@ -151,6 +151,9 @@ func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.Tok
 	if err == nil {
 		return info, nil
 	}
+	if !errors.Is(err, mcp.ErrInvalidToken) && capabilities.CodeOf(err) != capabilities.CodeAccountSuspended {
+		return info, err // not a refusal, an outage: nothing to audit
+	}
 	reason := tokenRefusal(err)
 	if reason != "malformed" {
 		_ = v.audit.Record(ctx, audit.Event{
@@ -193,8 +196,12 @@ func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.Token
 		// 403, not 401: a new token would not help.
 		return mcp.TokenInfo{}, &capabilities.Error{Code: capabilities.CodeAccountSuspended, Message: "account suspended", Err: err}
 	}
-	if err != nil {
+	if errors.Is(err, oauth.ErrInvalidToken) {
 		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
+	}
+	if err != nil {
+		// Not a refusal: the token could not be checked (503 at /mcp).
+		return mcp.TokenInfo{}, err
 	}
 	// The token check loaded the account's state, roles and permissions in
 	// its one query: hand them over instead of loading the account again.

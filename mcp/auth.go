@@ -40,7 +40,10 @@ func (f TokenVerifierFunc) VerifyToken(ctx context.Context, token string) (Token
 	return f(ctx, token)
 }
 
-// ErrInvalidToken is the error verifiers return for a token they refuse.
+// ErrInvalidToken is the error verifiers return for a token they refuse
+// (wrap it to give a reason). Any other error means the token could not be
+// checked, such as a database outage: the request gets 503 with
+// Retry-After instead of a 401 that would make the client drop its token.
 var ErrInvalidToken = errors.New("mcp: invalid token")
 
 // bearer extracts the token of an "Authorization: Bearer …" header.

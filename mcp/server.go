@@ -469,6 +469,14 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 		refuse(w, errSuspended, requestID)
 		return capabilities.Caller{}, false
 	}
+	if err != nil && !errors.Is(err, ErrInvalidToken) && !errors.Is(err, context.Canceled) {
+		// The token could not be checked (the database is down): 503, not
+		// 401, so that the client keeps its token and retries.
+		s.log.WarnContext(ctx, "mcp: token check failed", "err", err, "request_id", requestID)
+		w.Header().Set("Retry-After", "5")
+		writeHTTPError(w, http.StatusServiceUnavailable, "service temporarily unavailable; retry shortly", requestID)
+		return capabilities.Caller{}, false
+	}
 	if err != nil {
 		s.log.DebugContext(ctx, "mcp: token refused", "err", err, "request_id", requestID)
 		s.challenge(w, true, requestID)
