@@ -3,7 +3,6 @@ package enclave_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -35,7 +34,7 @@ type liveServer struct {
 	ts   *httptest.Server
 }
 
-func startLive(t *testing.T, cfg enclave.Config) *liveServer {
+func startLive(t *testing.T, cfg enclave.Config, prepare ...func(*enclave.Server)) *liveServer {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(nil)
 	base := "http://" + ts.Listener.Addr().String()
@@ -47,6 +46,9 @@ func startLive(t *testing.T, cfg enclave.Config) *liveServer {
 	srv, err := enclave.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range prepare {
+		p(srv)
 	}
 	ts.Config.Handler = srv.Handler()
 	ts.Start()
@@ -279,4 +281,5 @@ func TestFaultDatabaseOutage(t *testing.T) {
 	goroutinesSettle(t, base, 10)
 }
 
-var errInjected = errors.New("injected blob fault")
+// newWeb returns a web client that is not signed in.
+func (l *liveServer) newWeb() *relclient.Client { return relclient.New(l.base, nil) }
