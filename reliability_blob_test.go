@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -223,8 +225,18 @@ func TestFaultBlobStore(t *testing.T) {
 // it receives.
 type fakeSMTP struct {
 	ln   net.Listener
-	got  chan string
+	got  chan string // each message, when there is room
 	done chan struct{}
+
+	mu    sync.Mutex
+	mails []string
+}
+
+// all returns every message received so far.
+func (f *fakeSMTP) all() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.mails)
 }
 
 func startFakeSMTP(t *testing.T, addr string) *fakeSMTP {
@@ -280,7 +292,14 @@ func (f *fakeSMTP) session(c net.Conn) {
 			if inData {
 				if line == "." {
 					inData = false
-					f.got <- data.String()
+					f.mu.Lock()
+					f.mails = append(f.mails, data.String())
+					f.mu.Unlock()
+					select {
+					case f.got <- data.String():
+					default:
+					}
+					data.Reset()
 					write("250 ok")
 					continue
 				}

@@ -36,6 +36,10 @@ const Protocol = "2025-06-18"
 type Client struct {
 	Base string
 	HTTP *http.Client
+	// ForwardedFor, when set, is sent as X-Forwarded-For: the client's
+	// address as a trusted proxy would report it (per-address rate limits
+	// then count this client alone).
+	ForwardedFor string
 }
 
 // New returns a client of the server at base ("http://127.0.0.1:port").
@@ -86,6 +90,9 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, hd
 	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
+	}
+	if c.ForwardedFor != "" {
+		req.Header.Set("X-Forwarded-For", c.ForwardedFor)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
@@ -171,6 +178,7 @@ func (c *Client) Authorize(ctx context.Context, email, password string) (Tokens,
 		"state": {"relclient-state-0123"}, "scope": {"mcp"}, "resource": {c.Base + "/mcp"},
 	}
 	browser := New(c.Base, c.HTTP.Transport)
+	browser.ForwardedFor = c.ForwardedFor
 	resp, body, err = browser.do(ctx, http.MethodGet, "/oauth/authorize?"+q.Encode(), nil, nil)
 	if err != nil {
 		return Tokens{}, err
@@ -273,7 +281,9 @@ type RPCError struct {
 	Message string `json:"message"`
 }
 
-func (e *RPCError) Error() string { return fmt.Sprintf("relclient: JSON-RPC error %d: %s", e.Code, e.Message) }
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("relclient: JSON-RPC error %d: %s", e.Code, e.Message)
+}
 
 // Call calls a tool. A tool failure is a Result with IsError; a protocol
 // failure is an *RPCError; a refused request is a *StatusError.
