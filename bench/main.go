@@ -12,6 +12,8 @@
 //	bench serve  -kind a|b|c   one server under test (a process of its own)
 //	bench load                 the load generator (a process of its own)
 //	bench scale-one            one export+deletion measurement at one size
+//	bench soak                 the soak: long mixed load, figures at start and end
+//	bench soak-serve           the soak's server (a process of its own)
 //
 // Every process it starts is stopped when it returns, also on error or
 // interrupt, and each child also exits by itself after -max-lifetime.
@@ -32,6 +34,10 @@ func main() {
 			err = loadMain(os.Args[2:])
 		case "scale-one":
 			err = scaleOneMain(os.Args[2:])
+		case "soak":
+			err = soakMain(os.Args[2:])
+		case "soak-serve":
+			err = soakServeMain(os.Args[2:])
 		default:
 			err = runMain(os.Args[1:])
 		}
