@@ -53,6 +53,11 @@ type Config struct {
 	// its context ends. Default 15 s.
 	ShutdownTimeout time.Duration
 
+	// BodyReadTimeout bounds how long a request body may take to arrive
+	// (a client trickling it is cut off); the answer, however long it
+	// streams, is not bounded by it. Default 30 s (DefaultBodyReadTimeout).
+	BodyReadTimeout time.Duration
+
 	// Migrations are the embedder's own migration sources, applied in order
 	// after enclave's (see migrations.ApplySource).
 	Migrations []migrations.Source
@@ -130,6 +135,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = DefaultBodyReadTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -254,7 +262,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
-	return requestid.Middleware(withClientIP(s.accessLog(recoverPanics(s.log, s.limitRegistration(mux)))))
+	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(withClientIP(s.accessLog(recoverPanics(s.log, s.limitRegistration(mux))))))
 }
 
 // healthz answers 200 when the database answers, 503 otherwise.
