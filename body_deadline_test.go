@@ -1,0 +1,60 @@
+package enclave
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A body that takes longer than the timeout to arrive is cut off; an
+// answer that takes longer after the body has arrived is not.
+func TestBodyDeadline(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	ts := httptest.NewServer(bodyDeadline(timeout, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, "slow body", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select { // a long streamed answer
+		case <-time.After(3 * timeout):
+			io.WriteString(w, "done")
+		case <-r.Context().Done():
+		}
+	})))
+	defer ts.Close()
+
+	resp, err := http.Post(ts.URL, "text/plain", strings.NewReader("quick body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "done" {
+		t.Fatalf("long answer after a quick body: %d %q (cut by the body deadline?)", resp.StatusCode, b)
+	}
+
+	c, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nab")
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(10 * timeout))
+	for time.Since(start) < 5*timeout {
+		if _, err := io.WriteString(c, "x"); err != nil {
+			break
+		}
+		time.Sleep(timeout / 10)
+	}
+	got, _ := io.ReadAll(c)
+	if !strings.Contains(string(got), "400") || time.Since(start) > 8*timeout {
+		t.Fatalf("trickled body: %q after %s", got, time.Since(start))
+	}
+}
