@@ -77,6 +77,12 @@ func (l *liveServer) user(t *testing.T, name string) (email, password string) {
 // agent returns an MCP session of a new user, authorized through the real
 // OAuth flow, and a web client signed in as the same user.
 func (l *liveServer) agent(t *testing.T, name string) (*relclient.Session, *relclient.Client) {
+	s, web, _ := l.agentTokens(t, name)
+	return s, web
+}
+
+// agentTokens is agent, with the token pair and the agent's client.
+func (l *liveServer) agentTokens(t *testing.T, name string) (*relclient.Session, *relclient.Client, relclient.Tokens) {
 	t.Helper()
 	ctx := t.Context()
 	email, password := l.user(t, name)
@@ -92,7 +98,7 @@ func (l *liveServer) agent(t *testing.T, name string) (*relclient.Session, *relc
 	if err := c.SignIn(ctx, email, password); err != nil {
 		t.Fatal(err)
 	}
-	return s, c
+	return s, c, tok
 }
 
 // secretNames lists the session user's secret names.
@@ -209,7 +215,7 @@ func TestFaultDatabaseOutage(t *testing.T) {
 	proxy := newFaultProxy(t, u.Host)
 	u.Host = proxy.ln.Addr().String()
 	l := startLive(t, enclave.Config{DataDir: t.TempDir(), DatabaseURL: u.String()})
-	s, web := l.agent(t, "alice")
+	s, web, tok := l.agentTokens(t, "alice")
 	ctx := t.Context()
 	if r, err := s.Call(ctx, "secretSet", map[string]any{"name": "before", "value": "v"}); err != nil || r.IsError {
 		t.Fatalf("secretSet before the outage: %v %s", err, r.Text())
@@ -241,6 +247,13 @@ func TestFaultDatabaseOutage(t *testing.T) {
 		}
 		if status != http.StatusServiceUnavailable {
 			t.Fatalf("during the outage, /account answered %d (want 503): %.200s", status, body)
+		}
+		// A refresh that cannot be checked must not look like a refused
+		// grant (invalid_grant makes the client drop its refresh token).
+		if _, err := web.Refresh(ctx, tok); err == nil {
+			t.Fatal("a token refresh succeeded with the database down")
+		} else if st := relclient.StatusOf(err); st < 500 {
+			t.Fatalf("token refresh during the outage: %v (want a 5xx: the grant is not invalid)", err)
 		}
 		if status, _, _ := web.Get(ctx, "/healthz"); status != http.StatusServiceUnavailable {
 			t.Fatalf("healthz during the outage: %d", status)
@@ -276,6 +289,10 @@ func TestFaultDatabaseOutage(t *testing.T) {
 	}
 	if status, _, _ := web.Get(ctx, "/account"); status != http.StatusOK {
 		t.Errorf("/account after recovery: %d", status)
+	}
+	// The refresh token survived the outage.
+	if _, err := web.Refresh(ctx, tok); err != nil {
+		t.Errorf("refresh after recovery: %v", err)
 	}
 	l.ts.CloseClientConnections()
 	goroutinesSettle(t, base, 10)

@@ -178,9 +178,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// errUnavailable marks a store failure (as opposed to a missing record)
+// that fosite would otherwise report as the client's fault.
+var errUnavailable = errors.New("oauth: store unavailable")
+
 // writeError writes err as an RFC 6749 JSON error. Only the error code and
 // its public description leave; hints and debug text stay here.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errUnavailable) {
+		// The store failed (the database is down): whatever error fosite
+		// wrapped it in, the client's registration and grant are fine.
+		s.opts.Logger.WarnContext(r.Context(), "oauth: store unavailable", "path", r.URL.Path, "err", describe(err))
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, oauthError{Error: "server_error", Description: "The server is temporarily unavailable; retry shortly."})
+		return
+	}
 	rfc := fosite.ErrorToRFC6749Error(err)
 	if rfc.CodeField >= 500 {
 		s.opts.Logger.ErrorContext(r.Context(), "oauth: request failed", "path", r.URL.Path, "err", describe(err))

@@ -168,7 +168,9 @@ func (s *store) loadClient(ctx context.Context, id string) (*clientRow, error) {
 		return nil, fosite.ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("oauth: get client: %w", err)
+		// Not "unknown client": fosite would answer invalid_client, and the
+		// client would register again. writeError answers 503.
+		return nil, fmt.Errorf("oauth: get client: %w: %w", errUnavailable, err)
 	}
 	return &row, nil
 }
