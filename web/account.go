@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
@@ -62,6 +63,17 @@ func (h *Handler) parseForm(w http.ResponseWriter, r *http.Request) bool {
 	if err := r.ParseForm(); err != nil {
 		h.renderError(w, r, http.StatusBadRequest, "The form could not be read. Go back and try again.")
 		return false
+	}
+	// No field of any form takes a NUL byte or invalid UTF-8, and neither
+	// database stores them in text (PostgreSQL refuses them; SQLite cuts
+	// the statement): refuse them here rather than fail with a 500.
+	for _, vs := range r.Form {
+		for _, v := range vs {
+			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+				h.renderError(w, r, http.StatusBadRequest, "The form contains characters that are not allowed. Go back and try again.")
+				return false
+			}
+		}
 	}
 	return true
 }
