@@ -201,6 +201,11 @@ func FuzzCapabilityArguments(f *testing.F) {
 		[]any{uint8(12), false, []byte(`[]`)},
 		[]any{uint8(13), false, []byte(`null`)},
 	)
+	// NUL bytes in every string argument, to every tool.
+	nul := []byte(`{"name":"n\u0000","value":"v\u0000","description":"d\u0000","section":"sql:users\u0000","cursor":"\u0000","query":"\u0000","grantId":"\u0000","clientId":"\u0000","userId":"\u0000"}`)
+	for i := range 16 {
+		f.Add(uint8(i), i%2 == 0, nul)
+	}
 	w := newFuzzWorld(f)
 	f.Fuzz(func(t *testing.T, tool uint8, admin bool, args []byte) {
 		who, other := "alice", "carol"
@@ -219,6 +224,12 @@ func FuzzCapabilityArguments(f *testing.F) {
 		rec := w.mcp(t, who, w.sessions[who], body)
 		if rec.Code == http.StatusOK && bytes.Contains(rec.Body.Bytes(), []byte("value-of-"+other)) {
 			t.Fatalf("%s's secret reached %s: %s", other, who, rec.Body.String())
+		}
+		// Bad arguments are the caller's mistake: a tool error that says
+		// "internal error" means the input reached a failure it should
+		// have been refused before.
+		if bytes.Contains(rec.Body.Bytes(), []byte("internal error (request id")) {
+			t.Fatalf("arguments %s to %s: internal error: %s", args, w.tools[int(tool)%len(w.tools)], rec.Body.String())
 		}
 	})
 }
