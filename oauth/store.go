@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ory/fosite"
 	"github.com/ory/fosite/handler/oauth2"
@@ -162,6 +163,9 @@ func (s *store) GetClient(ctx context.Context, id string) (fosite.Client, error)
 
 // loadClient reads a client row.
 func (s *store) loadClient(ctx context.Context, id string) (*clientRow, error) {
+	if !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+		return nil, fosite.ErrNotFound // no client has such an id, and SQL cannot look it up
+	}
 	var row clientRow
 	err := s.reader(ctx).NewSelect().Model(&row).Where("id = ?", id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
