@@ -70,6 +70,7 @@ type SoakReport struct {
 	Errors     int               `json:"errors"`
 	ErrorKinds map[string]int    `json:"error_kinds,omitempty"`
 	Throttled  int               `json:"throttled_429"`
+	Throttles  map[string]int    `json:"throttled_by_operation,omitempty"`
 	Windows    []SoakWindow      `json:"windows"`
 	Start, End ServerStats       `json:"-"`
 	Stats      map[string]any    `json:"server"`
@@ -184,7 +185,14 @@ func soakMain(args []string) error {
 	rep.Ops = rec.opCounts()
 	rep.Errors = int(rec.errs.Load())
 	rep.Throttled = int(rec.throttled.Load())
-	rep.ErrorKinds = rec.errorKinds()
+	rep.ErrorKinds, rep.Throttles = map[string]int{}, map[string]int{}
+	for k, v := range rec.errorKinds() {
+		if op, ok := strings.CutPrefix(k, "429 "); ok {
+			rep.Throttles[op] = v
+		} else {
+			rep.ErrorKinds[k] = v
+		}
+	}
 	rep.Start, rep.End = startStats, endStats
 	rep.Stats = map[string]any{"start": startStats, "end": endStats}
 	// The bounds: what "flat" means for this run.
@@ -242,7 +250,7 @@ func printSoak(r SoakReport) {
 		total += v
 	}
 	slices.Sort(ops)
-	fmt.Printf("operations: %d (%s); errors: %d; designed 429s: %d\n\n", total, strings.Join(ops, ", "), r.Errors, r.Throttled)
+	fmt.Printf("operations: %d (%s); errors: %d; designed 429s: %d %v\n\n", total, strings.Join(ops, ", "), r.Errors, r.Throttled, r.Throttles)
 	fmt.Println("| window start | ops | errors | 429 | p50 ms | p99 ms |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|")
 	for _, w := range r.Windows {
@@ -285,7 +293,8 @@ func newSoakRecorder(d time.Duration, n int) *soakRecorder {
 }
 
 func (r *soakRecorder) record(op string, took time.Duration, err error) {
-	w := min(int(time.Since(r.start)/r.width), len(r.lat)-1)
+	// Answers that arrive after the end count in the last window.
+	w := min(int(time.Since(r.start)/r.width), len(r.lat)-2)
 	r.ops.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -296,6 +305,7 @@ func (r *soakRecorder) record(op string, took time.Duration, err error) {
 	case relclient.StatusOf(err) == http.StatusTooManyRequests:
 		r.throttled.Add(1)
 		r.thrW[w]++
+		r.kinds["429 "+op]++
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		// the run ended while the request was in flight: not the server's
 	default:
