@@ -325,8 +325,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // RunBackground runs, until ctx ends, the outbox relay (mail written in
 // the same transaction as its link, delivered with retries) and the
-// periodic lanes (audit retention, OAuth cleanup). Serve and Run start it
-// themselves; call it when you serve Handler from your own http.Server.
+// periodic lanes (audit retention, interrupted account deletions, OAuth
+// cleanup). Serve and Run start it themselves; call it when you serve
+// Handler from your own http.Server.
 // Every replica runs it: each outbox row and each lane's period is taken by
 // one replica.
 func (s *Server) RunBackground(ctx context.Context) {
@@ -340,6 +341,12 @@ func (s *Server) RunBackground(ctx context.Context) {
 			if n > 0 {
 				s.log.InfoContext(ctx, "audit events past retention removed", "count", n)
 			}
+			return err
+		}},
+		// Deletions a store failure or a crash interrupted are finished
+		// here; the grace period leaves one still running alone.
+		lanes.Lane{Name: "deletion-resume", Every: 10 * time.Minute, Run: func(ctx context.Context) error {
+			_, err := s.lifecycle.ResumeDeletions(ctx, 5*time.Minute)
 			return err
 		}},
 		lanes.Lane{Name: "oauth-cleanup", Every: time.Hour, Run: func(ctx context.Context) error {

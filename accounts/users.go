@@ -728,3 +728,21 @@ func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername 
 	}
 	return row.user(), nil
 }
+
+// DeletingAccounts returns up to limit accounts marked deleting before
+// before, oldest mark first: deletions a failure or a crash interrupted,
+// for the lifecycle to finish.
+func (s *Service) DeletingAccounts(ctx context.Context, before time.Time, limit int) ([]User, error) {
+	var rows []userRow
+	err := s.store.Reader.NewSelect().Model(&rows).
+		Where("deleting_at IS NOT NULL AND deleting_at < ?", before.UTC()).
+		OrderExpr("deleting_at, id").Limit(int64(limit)).Scan(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("accounts: deleting accounts: %w", err)
+	}
+	users := make([]User, len(rows))
+	for i := range rows {
+		users[i] = rows[i].user()
+	}
+	return users, nil
+}

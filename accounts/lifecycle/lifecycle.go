@@ -150,3 +150,24 @@ func (s *Service) Delete(ctx context.Context, o storage.Owner) (DeletionResult, 
 	s.opts.Logger.InfoContext(ctx, "lifecycle: account deleted", "user_id", o.ID, "at", time.Now().UTC())
 	return res, nil
 }
+
+// ResumeDeletions finishes, one by one, the deletions of accounts marked
+// deleting for longer than grace (a store failure or a crash stopped
+// them; Delete is idempotent). It returns how many it completed; the
+// first failure ends the pass (the next pass retries). enclave's server
+// runs it as the "deletion-resume" lane.
+func (s *Service) ResumeDeletions(ctx context.Context, grace time.Duration) (int, error) {
+	users, err := s.accounts.DeletingAccounts(ctx, time.Now().Add(-grace), 100)
+	if err != nil {
+		return 0, fmt.Errorf("lifecycle: resume deletions: %w", err)
+	}
+	done := 0
+	for _, u := range users {
+		if _, err := s.Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID}); err != nil {
+			return done, fmt.Errorf("lifecycle: resume deletion of user %d: %w", u.ID, err)
+		}
+		s.opts.Logger.InfoContext(ctx, "lifecycle: interrupted deletion completed", "user_id", u.ID)
+		done++
+	}
+	return done, nil
+}
