@@ -269,6 +269,8 @@ func runCrashRounds(t *testing.T, dbURL string, rounds int, seed uint64) {
 	var ipSeq atomic.Int64
 	nextIP := func() string { n := ipSeq.Add(1); return fmt.Sprintf("10.2.%d.%d", n/250, n%250+1) }
 	victimAttempted := map[string]string{} // email -> "acked" | "unacked"
+	var deleteTook atomic.Int64            // how long the last acknowledged deletion took
+	deleteTook.Store(int64(300 * time.Millisecond))
 	verifiedRows := 0
 
 	for round := range rounds {
@@ -386,6 +388,7 @@ func runCrashRounds(t *testing.T, dbURL string, rounds int, seed uint64) {
 				return // the crash came first
 			}
 			close(deleting)
+			began := time.Now()
 			status, _, err := c.PostForm(ctx, "/account/delete", url.Values{"confirm": {strings.Split(victim, "@")[0]}, "password": {password}})
 			unlock := led.lock()
 			defer unlock()
@@ -393,18 +396,23 @@ func runCrashRounds(t *testing.T, dbURL string, rounds int, seed uint64) {
 			if err == nil && status < 400 {
 				led.acked++
 				victimAttempted[victim] = "acked"
+				deleteTook.Store(int64(time.Since(began)))
 			} else {
 				victimAttempted[victim] = "unacked"
 			}
 		})
 
 		// Half the rounds kill at a random moment; the other half aim at
-		// the account deletion: a random moment in its first 300 ms.
+		// the account deletion: a random moment in the second half of the
+		// time the last acknowledged deletion took (its first half is
+		// mostly the password check), so that some kills land between the
+		// deleting mark and the final transaction.
 		wait := time.Duration(200+rng.IntN(1300)) * time.Millisecond
 		if rng.IntN(2) == 1 {
 			select {
 			case <-deleting:
-				wait = time.Duration(rng.IntN(300)) * time.Millisecond
+				took := time.Duration(deleteTook.Load())
+				wait = took/2 + time.Duration(rng.Int64N(int64(took/2)+1))
 			case <-time.After(2 * time.Second):
 				wait = 0
 			}
