@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -54,6 +55,7 @@ type accessRow struct {
 	ExpiresAt   time.Time `bun:"expires_at"`
 	RequestedAt time.Time `bun:"requested_at"`
 	GrantUsedAt time.Time `bun:"grant_used_at"`
+	GrantedAt   time.Time `bun:"granted_at"`
 	Username    string    `bun:"username"`
 	Roles       string    `bun:"roles"`
 	Permissions string    `bun:"permissions"`
@@ -85,6 +87,9 @@ func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, 
 		return nil, fmt.Errorf("%w: %w %v", ErrInvalidToken, ErrWrongAudience, audience)
 	}
 	if err := s.refusal(&row.account, row.RequestedAt); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	}
+	if err := cmp.Or(predates(&row.account, row.RequestedAt), predates(&row.account, row.GrantedAt)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if now.Sub(row.GrantUsedAt) > grantUseDebounce {
@@ -128,18 +133,19 @@ func (a *Access) Caller() capabilities.Caller {
 	}
 }
 
-// accessQuery is the bearer check's one query: the token with its grant,
-// the account's state, and its roles and permissions. It is prepared once
+// accessQuery is the bearer check's one query: the token with its grant
+// (which must be the same account's), the account's state and creation
+// time, and its roles and permissions. It is prepared once
 // per connection with the signature as a parameter, so the database parses
 // and plans it once instead of on every call.
 const accessQuery = `SELECT t.request_id, t.client_id, t.scopes, t.audience, t.expires_at, t.requested_at,
-	g.last_used_at AS grant_used_at,
-	u.id, u.stable_user_id, u.username, u.email_verified_at, u.password_changed_at, u.suspended_at, u.deleting_at,
+	g.last_used_at AS grant_used_at, g.created_at AS granted_at,
+	u.id, u.stable_user_id, u.username, u.email_verified_at, u.password_changed_at, u.suspended_at, u.deleting_at, u.created_at,
 	COALESCE((SELECT %[1]s FROM user_roles AS ur WHERE ur.user_id = t.user_id), '') AS roles,
 	COALESCE((SELECT %[2]s FROM user_roles AS ur JOIN role_permissions AS rp ON rp.role_name = ur.role_name
 		WHERE ur.user_id = t.user_id), '') AS permissions
 FROM oauth_tokens AS t
-JOIN oauth_grants AS g ON g.id = t.request_id
+JOIN oauth_grants AS g ON g.id = t.request_id AND g.user_id = t.user_id
 JOIN users AS u ON u.id = t.user_id
 WHERE t.signature = %[3]s AND t.kind = 'access'`
 
@@ -165,8 +171,8 @@ func (s *Server) lookupAccess(ctx context.Context, sig string) (accessRow, error
 	var scopes, audience, roles, perms sql.NullString
 	var emailVerified, pwChanged, suspended, deleting sql.NullTime
 	if err := rows.Scan(&row.RequestID, &row.ClientID, &scopes, &audience, &row.ExpiresAt, &row.RequestedAt,
-		&row.GrantUsedAt, &row.ID, &row.StableID, &row.Username,
-		&emailVerified, &pwChanged, &suspended, &deleting, &roles, &perms); err != nil {
+		&row.GrantUsedAt, &row.GrantedAt, &row.ID, &row.StableID, &row.Username,
+		&emailVerified, &pwChanged, &suspended, &deleting, &row.CreatedAt, &roles, &perms); err != nil {
 		return row, err
 	}
 	row.Scopes, row.Audience, row.Roles, row.Permissions = scopes.String, audience.String, roles.String, perms.String
