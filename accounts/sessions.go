@@ -112,9 +112,11 @@ func sessionMAC(key []byte, payload string) []byte {
 	return m.Sum(nil)
 }
 
-// Authenticate returns the session of r's cookie. It returns ErrNoSession
-// when there is no cookie or it is forged, expired, or issued at or before
-// the account's last password change; ErrSuspended for a suspended
+// Authenticate returns the session of r's cookie. A cookie names the
+// account by its stable id, which is never given to another account (also
+// after deletion). It returns ErrNoSession when there is no cookie or it is
+// forged, expired, issued before the account was created, or issued at or
+// before the account's last password change; ErrSuspended for a suspended
 // account; and ErrDeleting, with the Session filled in, for an account
 // being deleted (so the deletion flow can retry; every other path must
 // treat it as signed out). Any other error is internal: fail closed.
@@ -166,6 +168,12 @@ func (s *Service) VerifySession(ctx context.Context, value string) (Session, err
 		return Session{}, fmt.Errorf("accounts: verify session: %w", err)
 	}
 	if pc := sess.User.PasswordChangedAt; pc != nil && !sess.IssuedAt.After(*pc) {
+		return Session{}, ErrNoSession
+	}
+	// Identities are never reused, so a cookie naming this account's id was
+	// issued to it; one issued before the account existed was forged or
+	// minted for an id this account must not inherit.
+	if sess.IssuedAt.Before(sess.User.CreatedAt) {
 		return Session{}, ErrNoSession
 	}
 	switch sess.User.State() {

@@ -18,6 +18,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // User is an account. It never carries the password hash.
@@ -25,8 +26,10 @@ type User struct {
 	// ID is the internal key that every user-owned row references.
 	ID int64
 	// StableID is the identity shown to agents, logs and exports: the hex
-	// SHA-256 of the normalized email the account signed up with. It never
-	// changes, also when the email does.
+	// SHA-256 of the normalized email the account signed up with, or a
+	// random one when an earlier account already had that (see
+	// StableIDForEmail). It never changes, also when the email does, and is
+	// never given to another account, also after deletion.
 	StableID string
 	Email    string
 	Username string
@@ -136,10 +139,12 @@ func NormalizeEmail(s string) (string, error) {
 	return e, nil
 }
 
-// StableIDForEmail returns the stable user id an account signing up with
-// email gets: the lowercase hex SHA-256 of the trimmed, lowercased address.
-// (An address released by one account and signed up again gets a fresh
-// random id instead, so no id is ever minted twice.)
+// StableIDForEmail returns the stable user id the first account signing up
+// with email gets: the lowercase hex SHA-256 of the trimmed, lowercased
+// address. Identities are never reused: when that id is taken or retired
+// (an earlier account with the address released it or was deleted), the
+// new account gets a fresh random id instead, so no id is ever minted
+// twice and nothing issued to the earlier account works for the new one.
 func StableIDForEmail(email string) string {
 	sum := sha256.Sum256([]byte(strings.ToLower(strings.TrimSpace(email))))
 	return hex.EncodeToString(sum[:])
@@ -237,12 +242,25 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 		if verified {
 			row.EmailVerifiedAt = &now
 		}
-		// The hash of the email is taken when an earlier account that
-		// signed up with it has since released the address: mint a fresh id.
-		if minted, err := tx.NewSelect().Model((*userRow)(nil)).Where("stable_user_id = ?", row.StableID).Exists(ctx); err != nil {
-			return err
-		} else if minted {
+		// Identities are never reused: the hash of the email is taken when
+		// an earlier account signed up with the address and has since
+		// released it or been deleted (retired). Mint a fresh id then.
+		for {
+			taken, err := stableIDTaken(ctx, tx, row.StableID)
+			if err != nil {
+				return err
+			}
+			if !taken {
+				break
+			}
 			row.StableID = randomStableID()
+		}
+		if s.store.Dialect() == storage.SQLite {
+			// SQLite gives a new row the highest rowid plus one, which is a
+			// deleted account's id when that account was the newest one.
+			if row.ID, err = nextSQLiteUserID(ctx, tx); err != nil {
+				return err
+			}
 		}
 		// ON CONFLICT DO NOTHING keeps a PostgreSQL transaction usable when a
 		// concurrent signup won the race; the checks above then explain it.
@@ -327,6 +345,24 @@ func assignDefaultRole(ctx context.Context, tx bun.Tx, userID int64, now time.Ti
 func isUniqueViolation(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && pg.Code == "23505"
+}
+
+// stableIDTaken reports whether sid is a live account's or a retired
+// (deleted) account's stable id.
+func stableIDTaken(ctx context.Context, tx bun.IDB, sid string) (bool, error) {
+	var n int
+	err := tx.NewRaw("SELECT (SELECT COUNT(*) FROM users WHERE stable_user_id = ?) + (SELECT COUNT(*) FROM retired_user_ids WHERE stable_id = ?)",
+		sid, sid).Scan(ctx, &n)
+	return n > 0, err
+}
+
+// nextSQLiteUserID returns an internal id above every live and retired
+// one. SQLite's writer lock, held by the caller's transaction, makes it
+// race-free.
+func nextSQLiteUserID(ctx context.Context, tx bun.IDB) (int64, error) {
+	var top int64
+	err := tx.NewRaw("SELECT MAX(m) FROM (SELECT COALESCE(MAX(id), 0) AS m FROM users UNION ALL SELECT COALESCE(MAX(internal_id), 0) FROM retired_user_ids) AS ids").Scan(ctx, &top)
+	return top + 1, err
 }
 
 func randomStableID() string {

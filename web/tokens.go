@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/accounts"
 )
 
 // Token purposes and lifetimes.
@@ -109,7 +111,20 @@ func (h *Handler) consumeToken(ctx context.Context, token, purpose string) (mail
 	if len(rows) != 1 || !h.now().Before(rows[0].ExpiresAt) {
 		return mailToken{}, errBadToken
 	}
-	return rows[0], nil
+	return h.issuedToAccount(ctx, rows[0])
+}
+
+// issuedToAccount returns row unless it was issued before its account was
+// created (then errBadToken): identities are never reused, so such a link
+// belonged to an earlier account.
+func (h *Handler) issuedToAccount(ctx context.Context, row mailToken) (mailToken, error) {
+	if err := h.opts.Accounts.CheckIssuedToAccount(ctx, row.UserID, row.CreatedAt); err != nil {
+		if errors.Is(err, accounts.ErrInvalidToken) {
+			return mailToken{}, errBadToken
+		}
+		return mailToken{}, fmt.Errorf("web: read token account: %w", err)
+	}
+	return row, nil
 }
 
 // peekToken returns token's row without using it up: for showing the form
@@ -126,7 +141,7 @@ func (h *Handler) peekToken(ctx context.Context, token, purpose string) (mailTok
 	case !h.now().Before(row.ExpiresAt):
 		return mailToken{}, errBadToken
 	}
-	return row, nil
+	return h.issuedToAccount(ctx, row)
 }
 
 // retireTokens expires every token of userID with purpose.
