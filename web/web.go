@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
@@ -257,6 +259,22 @@ func (h *Handler) sendMail(ctx context.Context, msg Message) {
 	}
 	if err := h.mailer.Send(ctx, msg); err != nil {
 		h.log.ErrorContext(ctx, "web: send mail", "to", msg.To, "err", err)
+	}
+}
+
+// sendNotice mails msg, which carries no link to act on: through the
+// outbox (in its own transaction) when there is one, otherwise like
+// sendMail. A failure is logged.
+func (h *Handler) sendNotice(ctx context.Context, msg Message) {
+	if h.opts.Outbox == nil || h.devMail != nil {
+		h.sendMail(ctx, msg)
+		return
+	}
+	err := h.opts.Store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		return h.enqueueMail(ctx, tx, msg)
+	})
+	if err != nil {
+		h.log.ErrorContext(ctx, "web: queue mail", "to", msg.To, "err", err)
 	}
 }
 
