@@ -96,7 +96,15 @@ func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, h.prefix+"/login", http.StatusSeeOther)
 }
 
+// devMailbox lists the kept development mail. The messages hold working
+// sign-in links, so only a client on a loopback address (after the
+// trusted-proxy rules) may read them; anyone else gets the same 404 as
+// for a path that does not exist.
 func (h *Handler) devMailbox(w http.ResponseWriter, r *http.Request) {
+	if a := h.ipOf.Addr(r); !a.IsValid() || !a.IsLoopback() {
+		h.notFoundJSON(w, r)
+		return
+	}
 	h.render(w, r, http.StatusOK, devMailPage(h.page(r, "Development mailbox"), h.devMail.Messages()))
 }
 
