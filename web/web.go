@@ -291,6 +291,17 @@ func (h *Handler) Limiter() *Limiter { return h.limiter }
 // setting.
 func (h *Handler) ClientAddr(r *http.Request) netip.Addr { return h.ipOf.Addr(r) }
 
+// ClientKey returns r's client address as the rate limits and the audit
+// log record it: found under the trusted-proxy setting, IPv6 grouped by
+// /64; "" when the address is unknown. Hash it with audit.Log.HashIP.
+func (h *Handler) ClientKey(r *http.Request) string {
+	a := h.ipOf.Addr(r)
+	if !a.IsValid() {
+		return ""
+	}
+	return clientBucket(a)
+}
+
 // DevMail returns the development mailer in use, or nil when mail is really
 // sent.
 func (h *Handler) DevMail() *DevMailer { return h.devMail }
