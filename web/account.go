@@ -215,10 +215,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := authForm{Action: h.prefix + pathLogin, Email: strings.TrimSpace(r.PostFormValue("email")), RedirectTo: redirectParam(r.PostFormValue("redirectTo"))}
-	if h.resumeDeletion(w, r, f.Email) {
-		return
-	}
+	f.resumeDeletion = h.opts.Lifecycle != nil
 	if _, ok := h.signIn(w, r, &f); !ok {
+		if f.deletionResumed {
+			h.redirect(w, r, pathAccountDelete)
+			return
+		}
 		h.render(w, r, f.status(), loginPage(h.page(r, "Sign in"), f))
 		return
 	}
@@ -229,32 +231,23 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	h.redirect(w, r, target)
 }
 
-// resumeDeletion signs in a person whose account deletion started but did
-// not finish, with a session good only for the deletion page, and sends
-// them there. It returns false (having answered nothing) for any other
-// account or a wrong password; signIn then answers as usual.
-func (h *Handler) resumeDeletion(w http.ResponseWriter, r *http.Request, email string) bool {
-	if h.opts.Lifecycle == nil {
-		return false
-	}
-	u, err := h.opts.Accounts.Login(r.Context(), email, r.PostFormValue("password"))
-	if !errors.Is(err, accounts.ErrDeleting) || u.ID == 0 {
-		return false
-	}
-	if _, err := h.opts.Accounts.StartDeletingSession(w, r, u); err != nil {
-		h.internalError(w, r, "start deleting session", err)
-		return true
-	}
-	h.audit(r, audit.CategoryAuth, "login", audit.ResultSuccess, "deleting", &u)
-	h.redirect(w, r, pathAccountDelete)
-	return true
-}
-
 // signIn checks the posted credentials and starts a session. On failure
 // it fills f.Error (and the status through f) and returns false; an
 // internal failure is logged and reported generically.
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, f *authForm) (accounts.User, bool) {
 	u, err := h.opts.Accounts.Login(r.Context(), f.Email, r.PostFormValue("password"))
+	if f.resumeDeletion && errors.Is(err, accounts.ErrDeleting) && u.ID != 0 {
+		// The deletion of this account started but did not finish: a
+		// session good only for the deletion page lets the person see that
+		// and retry it.
+		_, serr := h.opts.Accounts.StartDeletingSession(w, r, u)
+		if serr == nil {
+			h.audit(r, audit.CategoryAuth, "login", audit.ResultSuccess, "deleting", &u)
+			f.deletionResumed = true
+			return accounts.User{}, false
+		}
+		h.log.ErrorContext(r.Context(), "web: start deleting session", "err", serr)
+	}
 	if err == nil {
 		if _, err = h.opts.Accounts.StartSession(w, r, u, r.PostFormValue("remember") == "1"); err == nil {
 			h.audit(r, audit.CategoryAuth, "login", audit.ResultSuccess, "", &u)
