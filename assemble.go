@@ -138,9 +138,13 @@ func (l *loginConsent) Consent(w http.ResponseWriter, r *http.Request, req *oaut
 	return l.web.Consent(w, r, req, userID)
 }
 
-// auditedVerifier records refused tokens in the audit log. A malformed
-// token is refused without a record: anyone can send those, and logging
-// them would let them flood the log.
+// auditedVerifier records refused tokens in the audit log, with the hash
+// of the user the token was issued to and of the client's address (the
+// same schemes as every other row). Only a token that resolved to a grant
+// is recorded (the verifier then names its user next to the error, see
+// Config.TokenVerifier): anyone can send made-up tokens, and logging those
+// would let them flood the log. This holds for any verifier, enclave's own
+// or an embedder's.
 type auditedVerifier struct {
 	next  mcp.TokenVerifier
 	audit *audit.Log
@@ -148,16 +152,14 @@ type auditedVerifier struct {
 
 func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
 	info, err := v.next.VerifyToken(ctx, token)
-	if err == nil {
-		return info, nil
+	if err == nil || info.UserID == "" {
+		return info, err
 	}
-	reason := tokenRefusal(err)
-	if reason != "malformed" {
-		_ = v.audit.Record(ctx, audit.Event{
-			Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: reason,
-			IPHash: v.audit.HashIP(clientIP(ctx)),
-		})
-	}
+	_ = v.audit.Record(ctx, audit.Event{
+		Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: tokenRefusal(err),
+		UserHash: v.audit.HashUser(info.UserID),
+		IPHash:   v.audit.HashIP(clientIP(ctx)),
+	})
 	return info, err
 }
 
@@ -189,12 +191,18 @@ type oauthVerifier struct{ s *oauth.Server }
 
 func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
 	a, err := v.s.VerifyAccessToken(ctx, token)
+	// A token that matched a grant names its user next to the refusal, for
+	// the audit log; one that matched nothing names no one.
+	var refused mcp.TokenInfo
+	if ref := (*oauth.TokenRefusal)(nil); errors.As(err, &ref) {
+		refused.UserID = ref.StableUserID
+	}
 	if errors.Is(err, oauth.ErrAccountSuspended) {
 		// 403, not 401: a new token would not help.
-		return mcp.TokenInfo{}, &capabilities.Error{Code: capabilities.CodeAccountSuspended, Message: "account suspended", Err: err}
+		return refused, &capabilities.Error{Code: capabilities.CodeAccountSuspended, Message: "account suspended", Err: err}
 	}
 	if err != nil {
-		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
+		return refused, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
 	}
 	// The token check loaded the account's state, roles and permissions in
 	// its one query: hand them over instead of loading the account again.

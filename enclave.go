@@ -83,7 +83,11 @@ type Config struct {
 
 	// TokenVerifier checks the bearer tokens of /mcp. Default: enclave's own
 	// authorization server. Set it to accept tokens from another issuer;
-	// they must carry the audience BaseURL+"/mcp".
+	// they must carry the audience BaseURL+"/mcp". A refusal is written to
+	// the audit log only when the verifier names the token's user: return
+	// a TokenInfo with UserID set together with the error for a token that
+	// matched a grant but is refused. A token that matches nothing never
+	// writes a row, so nobody can fill the log with made-up tokens.
 	TokenVerifier mcp.TokenVerifier
 
 	// MCP tunes the MCP endpoint (session TTL and limits, body limit). Its
@@ -254,7 +258,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
-	return requestid.Middleware(withClientIP(s.accessLog(recoverPanics(s.log, s.limitRegistration(mux)))))
+	return requestid.Middleware(s.withClientIP(s.accessLog(recoverPanics(s.log, s.limitRegistration(mux)))))
 }
 
 // healthz answers 200 when the database answers, 503 otherwise.

@@ -66,6 +66,22 @@ func (s *Service) StartSession(w http.ResponseWriter, r *http.Request, u User, r
 	if err := u.CheckActive(); err != nil {
 		return Session{}, fmt.Errorf("accounts: start session: %w", err)
 	}
+	return s.setSessionCookie(w, r, u, rememberMe)
+}
+
+// StartDeletingSession sets a session cookie for u, an account being
+// deleted whose password was just checked (Login returns it with
+// ErrDeleting). Authenticate answers such a session with ErrDeleting, which
+// every path treats as signed out except the deletion page: the person can
+// see that the deletion did not finish and retry it, and nothing else.
+func (s *Service) StartDeletingSession(w http.ResponseWriter, r *http.Request, u User) (Session, error) {
+	if u.State() != StateDeleting {
+		return Session{}, fmt.Errorf("accounts: start deleting session: the account is %s", u.State())
+	}
+	return s.setSessionCookie(w, r, u, false)
+}
+
+func (s *Service) setSessionCookie(w http.ResponseWriter, r *http.Request, u User, rememberMe bool) (Session, error) {
 	sess, value, err := s.signSession(u, rememberMe)
 	if err != nil {
 		return Session{}, err

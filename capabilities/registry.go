@@ -37,10 +37,13 @@ const (
 )
 
 // Denial is one refused call, as recorded for the audit log. Subject is a
-// keyed hash of the user id: the log can group denials by principal without
-// holding the id itself.
+// keyed hash of the user id (HashSubject): a log line can group denials by
+// principal without holding the id itself. UserID is the caller's stable
+// user id, for an Auditor that hashes ids with its own key (the audit log
+// does, so every row it holds uses one scheme); it is never logged as is.
 type Denial struct {
 	At      time.Time
+	UserID  string
 	Subject string
 	Surface string // "tool", "resource" or "prompt"
 	Name    string // the capability, resource URI or prompt name asked for
@@ -368,7 +371,7 @@ func (r *Registry) deny(ctx context.Context, caller Caller, surface, name string
 	if len(name) > 128 {
 		name = name[:128]
 	}
-	d := Denial{At: time.Now().UTC(), Subject: r.HashSubject(caller.UserID), Surface: surface, Name: name, Reason: reason}
+	d := Denial{At: time.Now().UTC(), UserID: caller.UserID, Subject: r.HashSubject(caller.UserID), Surface: surface, Name: name, Reason: reason}
 	if r.opts.Auditor != nil {
 		r.opts.Auditor.RecordDenial(ctx, d)
 		return
@@ -377,8 +380,9 @@ func (r *Registry) deny(ctx context.Context, caller Caller, surface, name string
 }
 
 // HashSubject returns the identifier recorded for a user id in denials: a
-// hex HMAC-SHA256 under Options.AuditKey (plain SHA-256 without one),
-// truncated to 128 bits. An empty user id stays empty.
+// hex HMAC-SHA256 of "user:"+id under Options.AuditKey (plain SHA-256
+// without one), truncated to 128 bits; under the same key it equals the
+// audit log's HashUser. An empty user id stays empty.
 func (r *Registry) HashSubject(userID string) string {
 	if userID == "" {
 		return ""
@@ -386,7 +390,7 @@ func (r *Registry) HashSubject(userID string) string {
 	var sum []byte
 	if len(r.opts.AuditKey) > 0 {
 		m := hmac.New(sha256.New, r.opts.AuditKey)
-		m.Write([]byte(userID))
+		m.Write([]byte("user:" + userID))
 		sum = m.Sum(nil)
 	} else {
 		s := sha256.Sum256([]byte(userID))

@@ -29,6 +29,20 @@ var (
 	ErrWrongAudience  = errors.New("issued for another audience")
 )
 
+// TokenRefusal is the error of a token that matched a grant but is
+// refused (expired, for another audience, or held by an account that may
+// not use OAuth now). It names the grant's account and client, so the
+// refusal can be audited against them; it wraps ErrInvalidToken and the
+// reason. A token that matches no grant is refused without one.
+type TokenRefusal struct {
+	StableUserID string
+	ClientID     string
+	Err          error
+}
+
+func (e *TokenRefusal) Error() string { return e.Err.Error() }
+func (e *TokenRefusal) Unwrap() error { return e.Err }
+
 // Access is what a verified access token grants, loaded together with the
 // account's state, roles and permissions.
 type Access struct {
@@ -80,14 +94,17 @@ func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, 
 	}
 	now := s.opts.Now().UTC()
 	audience := strings.Fields(row.Audience)
+	refused := func(err error) error {
+		return &TokenRefusal{StableUserID: row.StableID, ClientID: row.ClientID, Err: err}
+	}
 	switch {
 	case !now.Before(row.ExpiresAt):
-		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, ErrTokenExpired)
+		return nil, refused(fmt.Errorf("%w: %w", ErrInvalidToken, ErrTokenExpired))
 	case !slices.Contains(audience, s.resource):
-		return nil, fmt.Errorf("%w: %w %v", ErrInvalidToken, ErrWrongAudience, audience)
+		return nil, refused(fmt.Errorf("%w: %w %v", ErrInvalidToken, ErrWrongAudience, audience))
 	}
 	if err := s.refusal(&row.account, row.RequestedAt); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+		return nil, refused(fmt.Errorf("%w: %w", ErrInvalidToken, err))
 	}
 	if err := cmp.Or(predates(&row.account, row.RequestedAt), predates(&row.account, row.GrantedAt)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)

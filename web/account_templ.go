@@ -965,7 +965,7 @@ func accountPage(p page, a accountView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 66, "<label for=\"new-email\">New email</label> <input id=\"new-email\" name=\"email\" type=\"email\" autocomplete=\"email\" required><p class=\"hint\">Your current address stays claimed by this account. We send a verification link to the new one.</p><button type=\"submit\">Change email</button></form>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 66, "<label for=\"new-email\">New email</label> <input id=\"new-email\" name=\"email\" type=\"email\" autocomplete=\"email\" required> <label for=\"email-password\">Current password</label> <input id=\"email-password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required><p class=\"hint\">We send a confirmation link to the new address; your email changes when you open it. Your current address is told about the change and stays claimed by this account.</p><button type=\"submit\">Change email</button></form>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

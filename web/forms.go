@@ -19,6 +19,11 @@ type authForm struct {
 	MinPassword string
 	Error       string
 	errStatus   int
+	// resumeDeletion lets signIn give an account whose deletion did not
+	// finish a session for the deletion page (the /login form only);
+	// deletionResumed reports that it did.
+	resumeDeletion  bool
+	deletionResumed bool
 }
 
 // status is the HTTP status of a form shown again after an error.

@@ -54,7 +54,9 @@ func (h *Handler) routes() http.Handler {
 	handle("POST "+accounts.PasswordSetupPath, limit(h.passwordSetup))
 	handle("GET "+pathAccount, user(h.account))
 	handle("POST "+pathAccountPass, limit(user(h.changePassword)))
-	handle("POST "+pathAccountEmail, user(h.changeEmail))
+	handle("POST "+pathAccountEmail, limit(user(h.changeEmail)))
+	handle("GET "+pathConfirmEmail, h.confirmEmailForm)
+	handle("POST "+pathConfirmEmail, limit(h.confirmEmail))
 	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
@@ -94,7 +96,15 @@ func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, h.prefix+"/login", http.StatusSeeOther)
 }
 
+// devMailbox lists the kept development mail. The messages hold working
+// sign-in links, so only a client on a loopback address (after the
+// trusted-proxy rules) may read them; anyone else gets the same 404 as
+// for a path that does not exist.
 func (h *Handler) devMailbox(w http.ResponseWriter, r *http.Request) {
+	if a := h.ipOf.Addr(r); !a.IsValid() || !a.IsLoopback() {
+		h.notFoundJSON(w, r)
+		return
+	}
 	h.render(w, r, http.StatusOK, devMailPage(h.page(r, "Development mailbox"), h.devMail.Messages()))
 }
 

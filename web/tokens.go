@@ -19,9 +19,12 @@ import (
 const (
 	purposeVerifyEmail   = "verify_email"
 	purposeResetPassword = "reset_password"
+	purposeChangeEmail   = "change_email"
 
 	// VerifyEmailTTL is how long an email-verification link works.
 	VerifyEmailTTL = 24 * time.Hour
+	// ChangeEmailTTL is how long an email-change confirmation link works.
+	ChangeEmailTTL = 24 * time.Hour
 	// ResetPasswordTTL is how long a password-reset link works.
 	ResetPasswordTTL = time.Hour
 

@@ -155,6 +155,39 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(errOut.String(), `"msg":"shutting down"`) {
 		t.Errorf("no JSON shutdown log line in %q", errOut.String())
 	}
+	if strings.Contains(errOut.String(), "non-loopback") {
+		t.Errorf("warned about a loopback address: %q", errOut.String())
+	}
+}
+
+// serve warns when it listens beyond loopback in development mode.
+func TestServeWarnsOnNonLoopbackInDevelopment(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int)
+	env := map[string]string{"ENCLAVE_DATA_DIR": t.TempDir(), "ENCLAVE_LOG_FORMAT": "json"}
+	go func() {
+		done <- Main(ctx, []string{"serve", "--addr", "0.0.0.0:0", "--base-url", "http://localhost:8080"},
+			&Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+	}()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !strings.Contains(out.String(), "is serving on"); {
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d: %s", code, errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if !strings.Contains(errOut.String(), `"level":"WARN"`) || !strings.Contains(errOut.String(), "non-loopback address") || !strings.Contains(errOut.String(), "--production") {
+		t.Fatalf("no warning about a non-loopback address in development: %q", errOut.String())
+	}
 }
 
 func TestServeRefusesHTTPInProduction(t *testing.T) {
