@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/a-h/templ"
+	"golang.org/x/net/idna"
 )
 
 // ContentSecurityPolicy is the policy sent with every first-party HTML
@@ -49,7 +50,8 @@ var (
 // that is safe to write. Paths are left out: CSP ignores them after a
 // redirect.
 //
-//   - http(s) with a DNS name or IPv4 address: scheme://host[:port];
+//   - http(s) with a DNS name or IPv4 address: scheme://host[:port], an
+//     internationalized name in its A-label (xn--) form;
 //   - http(s) with an IPv6 literal ([::1]): CSP has no syntax for IPv6
 //     addresses (Chromium ignores such a source), so scheme://*:port, any
 //     host on that port;
@@ -86,6 +88,11 @@ func formActionSource(redirectURI string) string {
 			port = map[string]string{"http": "80", "https": "443"}[scheme]
 		}
 		return scheme + "://*:" + port
+	}
+	if ascii, err := idna.Lookup.ToASCII(host); err == nil {
+		host = ascii // browsers match internationalized names in A-label form
+	} else {
+		return ""
 	}
 	if !cspHost.MatchString(host) {
 		return ""
