@@ -35,6 +35,12 @@ type AuthorizeRequest struct {
 //
 // Both methods either answer (ok true) or write a response themselves (ok
 // false: a page, a redirect, an error) and the endpoint stops.
+//
+// The answer to a form posted from either page may be a redirect to the
+// client (req.RedirectURI). Browsers apply a page's CSP form-action to every
+// redirect its form submission follows, so the pages' policy must allow
+// req.RedirectURI's origin (or scheme), or the browser stays on the page;
+// package web's pages do.
 type LoginConsent interface {
 	// Login returns the internal id of the user signed in on r. When nobody
 	// is, it serves the login form instead: fields email and password,
