@@ -242,6 +242,18 @@ func consentJourney(t *testing.T, d storage.Dialect, bin string) {
 	})
 
 	// From here the browser holds a session: the consent page comes at once.
+	t.Run("signed in, deny, 127.0.0.1", func(t *testing.T) {
+		id := e.register(t, "Desktop Agent 2", loopback+"/callback")
+		a := e.newAuthorization(id, loopback+"/callback", "state-deny-127")
+		open(t, e.url(a))
+		step(t, "deny", consent("deny"))
+		got := callback(t, app4)
+		if got.Get("error") != "access_denied" || got.Get("state") != a.state || got.Get("iss") != e.base || got.Get("code") != "" {
+			t.Fatalf("callback query %v: want access_denied with state and iss", got)
+		}
+		landed(t, loopback)
+	})
+
 	localhost := "http://localhost:" + fmt.Sprint(app4.port())
 	t.Run("signed in, deny, localhost on any port", func(t *testing.T) {
 		id := e.register(t, "Localhost Agent", "http://localhost/callback")
@@ -352,10 +364,14 @@ func consentJourney(t *testing.T, d storage.Dialect, bin string) {
 		if err := listen(other); err != nil {
 			t.Fatal(err)
 		}
+		prevTab, prevCtx := tab, ctx
 		tab = other
 		var cancelTimeout context.CancelFunc
 		ctx, cancelTimeout = context.WithTimeout(other, time.Minute)
-		defer cancelTimeout()
+		defer func() {
+			cancelTimeout()
+			tab, ctx = prevTab, prevCtx
+		}()
 		a := e.newAuthorization(loopClient, loopback+"/callback", "state-remembered-signin")
 		open(t, e.url(a))
 		step(t, "sign in", signIn)
