@@ -157,7 +157,7 @@ func (s *store) GetClient(ctx context.Context, id string) (fosite.Client, error)
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return withLoopbackPort(ctx, c), nil
 }
 
 // loadClient reads a client row.
