@@ -12,10 +12,14 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
+	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/oauth"
+	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 )
@@ -79,15 +83,39 @@ func (s *Server) assemble(ctx context.Context) error {
 		}}},
 	})
 
+	// The embedder's entities reach SQL and the built-in roles before the
+	// first caller is loaded.
+	vocab := s.cfg.Vocabulary
+	if vocab == nil {
+		vocab, _ = capabilities.NewVocabulary()
+	}
+	if err := s.accounts.SyncVocabulary(ctx, vocab); err != nil {
+		return err
+	}
+	flags, q := s.cfg.Features, s.cfg.Quota
+	if flags == nil {
+		s.features = features.New(s.store, s.log)
+		flags = s.features
+	}
+	if q == nil && s.cfg.QuotaLimits.Enabled() {
+		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
+		q = s.meter
+	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
-		Auditor:  s.audit,
-		AuditKey: auditKey,
-		Quota:    s.cfg.Quota,
-		Features: s.cfg.Features,
-		Logger:   s.log,
+		Vocabulary: vocab,
+		Auditor:    s.audit,
+		AuditKey:   auditKey,
+		Quota:      q,
+		Features:   flags,
+		Logger:     s.log,
 	})
+	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
+	s.schedules = schedules.New(s.InvokeBackground)
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
+	if s.features != nil {
+		caps = append(caps, s.features.Capabilities()...)
+	}
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
 	if err := s.registry.Register(caps...); err != nil {
@@ -220,6 +248,9 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		secrets.RegisterInventory(inv),
 		addTables(inv, oauth.InventoryTables()),
+		// Jobs that concern a user (package jobs); mail rows have no owner.
+		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
+		inv.AddTable(storage.Table{Name: "quota_usage"}),
 	)
 }
 

@@ -19,13 +19,17 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
+	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 )
@@ -94,11 +98,29 @@ type Config struct {
 	// Registry, Verifier, Loader, BaseURL and Logger are set by New.
 	MCP mcp.Options
 
-	// Quota limits capability calls per caller. Default: unlimited.
+	// Vocabulary is the permission vocabulary: the built-in entities plus
+	// the embedder's own (capabilities.NewVocabulary("note") adds
+	// create:note:own … delete:note:own). New adds its permissions to SQL
+	// and to the built-in roles (user: every :own permission; admin: all).
+	// Default: the built-in vocabulary.
+	Vocabulary *capabilities.Vocabulary
+
+	// Quota limits capability calls per caller. Default: the SQL-backed
+	// daily limits of QuotaLimits (see package quota); unlimited when
+	// QuotaLimits sets none.
 	Quota capabilities.Quota
-	// Features turns feature flags on per caller. Default: none, so a
-	// capability that requires a flag is hidden from everyone.
+	// QuotaLimits sets per-user daily call limits per capability class,
+	// counted in memory and reconciled through SQL across replicas. Used
+	// only when Quota is nil. Default: no limit.
+	QuotaLimits quota.Limits
+	// Features turns feature flags on per caller. Default: the SQL flag
+	// store of package features, managed by admins through
+	// adminFeatureList and adminFeatureSet.
 	Features capabilities.Features
+
+	// JobRetention is how long a job that gave up (a dead letter) is kept
+	// for an operator before it is removed. Default 30 days.
+	JobRetention time.Duration
 
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
@@ -132,6 +154,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RegistrationLimit.Requests <= 0 || c.RegistrationLimit.Window <= 0 {
 		c.RegistrationLimit = web.Limit{Requests: 30, Window: time.Hour}
 	}
+	if c.JobRetention <= 0 {
+		c.JobRetention = 30 * 24 * time.Hour
+	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
 	}
@@ -159,6 +184,10 @@ type Server struct {
 	web       *web.Handler
 	ring      *envelope.Ring
 	outbox    *outbox.Outbox
+	jobs      *jobs.Queue
+	schedules *schedules.Set
+	features  *features.Store
+	meter     *quota.Meter
 
 	closeOnce sync.Once
 	closeErr  error
@@ -244,6 +273,42 @@ func (s *Server) Web() *web.Handler { return s.web }
 // Secrets returns the per-user secrets service.
 func (s *Server) Secrets() *secrets.Service { return s.secrets }
 
+// Jobs returns the durable post-commit job queue: register each job kind
+// on it before Run, and enqueue jobs inside your transactions (see
+// package jobs).
+func (s *Server) Jobs() *jobs.Queue { return s.jobs }
+
+// Schedules returns the set of periodic schedules: add yours before Run
+// (see package schedules).
+func (s *Server) Schedules() *schedules.Set { return s.schedules }
+
+// Features returns the default SQL feature-flag store, or nil when
+// Config.Features replaced it.
+func (s *Server) Features() *features.Store { return s.features }
+
+// Quota returns the default quota meter, or nil when Config.Quota replaced
+// it or Config.QuotaLimits sets no limit.
+func (s *Server) Quota() *quota.Meter { return s.meter }
+
+// InvokeBackground runs a capability for the user with stable id userID as
+// a non-interactive caller: what jobs and schedules use. The account's
+// roles and state are loaded fresh; the registry refuses suspended and
+// deleting accounts and capabilities marked InteractiveOnly, exactly as it
+// would for a request.
+func (s *Server) InvokeBackground(ctx context.Context, userID, name string, args json.RawMessage) (capabilities.Result, error) {
+	caller, err := s.accounts.LoadCaller(ctx, userID)
+	if errors.Is(err, capabilities.ErrUnknownUser) {
+		return capabilities.Result{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "loading a background caller failed; it holds no roles", "err", err)
+		caller = capabilities.FailClosed(userID, nil)
+	}
+	caller.Interactive = false
+	caller.AllScopes = true
+	return s.registry.Invoke(ctx, caller, name, args)
+}
+
 // Audit returns the security audit log.
 func (s *Server) Audit() *audit.Log { return s.audit }
 
@@ -328,9 +393,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) RunBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	relay := outbox.NewRelay(s.store, s.ring, s.log, map[string]outbox.Handler{web.MailTopic: s.web.MailHandler()})
+	handlers := map[string]outbox.Handler{web.MailTopic: s.web.MailHandler()}
+	for topic, h := range s.jobs.Topics() {
+		handlers[topic] = h
+	}
+	relay := outbox.NewRelay(s.store, s.ring, s.log, handlers)
 	wg.Go(func() { relay.Run(ctx) })
-	lanes.New(s.store.DB, s.log,
+	if s.meter != nil {
+		wg.Go(func() { s.meter.Run(ctx) })
+	}
+	all := []lanes.Lane{
 		lanes.Lane{Name: "audit-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
 			n, err := s.audit.Purge(ctx, 0)
 			if n > 0 {
@@ -345,7 +417,22 @@ func (s *Server) RunBackground(ctx context.Context) {
 			}
 			return err
 		}},
-	).Run(ctx)
+		lanes.Lane{Name: "jobs-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
+			n, err := outbox.PurgeDead(ctx, s.store.DB, s.cfg.JobRetention)
+			if n > 0 {
+				s.log.InfoContext(ctx, "dead jobs past retention removed", "count", n)
+			}
+			return err
+		}},
+		lanes.Lane{Name: "quota-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
+			_, err := quota.Purge(ctx, s.store.DB, time.Now())
+			return err
+		}},
+	}
+	for _, l := range s.schedules.Lanes() {
+		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
+	}
+	lanes.New(s.store.DB, s.log, all...).Run(ctx)
 }
 
 // Close releases the stores. It is safe to call more than once.

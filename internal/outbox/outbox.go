@@ -43,6 +43,7 @@ type row struct {
 	LastError     string     `bun:"last_error,notnull"`
 	DeadAt        *time.Time `bun:"dead_at"`
 	CreatedAt     time.Time  `bun:"created_at,notnull"`
+	UserID        *int64     `bun:"user_id"`
 }
 
 // Defaults of a Relay.
@@ -71,12 +72,22 @@ func additionalData(topic string) string { return "outbox:" + topic }
 // Add records work for topic inside db, which should be the transaction of
 // the change that needs the work.
 func (o *Outbox) Add(ctx context.Context, db bun.IDB, topic string, payload []byte) error {
+	return o.AddOwned(ctx, db, topic, 0, payload)
+}
+
+// AddOwned is Add for work that concerns one user: ownerID (users.id) is
+// recorded in the row's owner column, so the account's export lists the
+// row and its deletion removes it. Zero means no owner.
+func (o *Outbox) AddOwned(ctx context.Context, db bun.IDB, topic string, ownerID int64, payload []byte) error {
 	keyID, sealed, err := o.ring.Seal(additionalData(topic), payload)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	now := o.now()
 	r := &row{Topic: topic, KeyID: keyID, Payload: sealed, NextAttemptAt: now, CreatedAt: now}
+	if ownerID != 0 {
+		r.UserID = &ownerID
+	}
 	if _, err := db.NewInsert().Model(r).Returning("NULL").Exec(ctx); err != nil {
 		return fmt.Errorf("outbox: add %s: %w", topic, err)
 	}
@@ -233,6 +244,17 @@ func (r *Relay) run(ctx context.Context, rw row) (err error) {
 		}
 	}()
 	return h(ctx, payload)
+}
+
+// PurgeDead removes rows that gave up (dead letters) more than olderThan
+// ago, and returns how many it removed.
+func PurgeDead(ctx context.Context, db bun.IDB, olderThan time.Duration) (int64, error) {
+	res, err := db.NewDelete().Model((*row)(nil)).
+		Where("dead_at IS NOT NULL AND dead_at < ?", time.Now().UTC().Add(-olderThan)).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: purge dead rows: %w", err)
+	}
+	return res.RowsAffected()
 }
 
 // backoff is 2 s doubled per attempt, at most an hour.
