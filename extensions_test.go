@@ -316,7 +316,7 @@ func TestJobRowsAreOwned(t *testing.T) {
 				t.Fatal(err)
 			}
 			raw, _ := json.Marshal(page)
-			if (containsString(raw, "s3cret") || !containsString(raw, storage.RedactedValue)) {
+			if containsString(raw, "s3cret") || !containsString(raw, storage.RedactedValue) {
 				t.Fatalf("export page shows the payload: %s", raw)
 			}
 			if _, err := srv.Lifecycle().Delete(ctx, annO); err != nil {
