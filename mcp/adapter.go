@@ -83,7 +83,9 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 	}
 	if err != nil {
 		s.logIfInternal(ctx, st, "tools/call "+req.Params.Name, err)
-		return mcpgo.NewToolResultError(publicMessage(err, st.requestID)), nil
+		out := mcpgo.NewToolResultError(publicMessage(err, st.requestID))
+		retryMeta(out, err)
+		return out, nil
 	}
 	out := &mcpgo.CallToolResult{Content: contents(res.Content), StructuredContent: res.Structured, IsError: res.IsError}
 	if len(out.Content) == 0 {
