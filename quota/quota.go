@@ -75,6 +75,7 @@ type Meter struct {
 	log   *slog.Logger
 	now   func() time.Time
 
+	flushMu sync.Mutex // one flush at a time
 	mu      sync.Mutex
 	entries map[key]*entry
 }
@@ -90,6 +91,7 @@ type entry struct {
 	owner   int64 // users.id
 	base    int64 // total in SQL at the last reconciliation
 	pending int64 // counted here, not yet flushed
+	flying  int64 // taken by a flush that has not finished
 	touched bool  // used since the last flush
 	evicted bool  // removed from the map: look again
 }
@@ -140,7 +142,7 @@ func (m *Meter) Allow(ctx context.Context, caller capabilities.Caller, capabilit
 		}
 	}
 	e.touched = true
-	if e.base+e.pending >= limit {
+	if e.base+e.flying+e.pending >= limit {
 		retry := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
 		return &capabilities.Error{
 			Code:       capabilities.CodeQuotaExceeded,
@@ -203,6 +205,8 @@ type flushItem struct {
 // back the totals of every counter used since the last flush. Counters
 // unused since the last flush, or of a past day, are forgotten.
 func (m *Meter) Flush(ctx context.Context) error {
+	m.flushMu.Lock()
+	defer m.flushMu.Unlock()
 	today := m.now().Format(time.DateOnly)
 	var items []flushItem
 	m.mu.Lock()
@@ -211,7 +215,7 @@ func (m *Meter) Flush(ctx context.Context) error {
 		switch {
 		case e.loaded && !e.gone && (e.pending > 0 || e.touched):
 			items = append(items, flushItem{k: k, e: e, owner: e.owner, add: e.pending})
-			e.pending, e.touched = 0, false
+			e.flying, e.pending, e.touched = e.pending, 0, false
 		case e.loaded:
 			// idle since the last flush (or its user is gone): forget it
 			delete(m.entries, k)
@@ -254,6 +258,7 @@ func (m *Meter) Flush(ctx context.Context) error {
 	})
 	for i, it := range items {
 		it.e.mu.Lock()
+		it.e.flying = 0
 		switch {
 		case err != nil:
 			it.e.pending += it.add // try again next time
