@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -555,6 +556,37 @@ func TestDailyQuota(t *testing.T) {
 			}
 			if n, err := quota.Purge(ctx, a.Store().DB, now); err != nil || n != 1 {
 				t.Fatalf("purged %d, %v; want the 7-day-old counter only", n, err)
+			}
+		})
+	}
+}
+
+// Two replicas sharing a database run a schedule once per period between
+// them, not once each.
+func TestScheduleRunsOnOneReplicaPerPeriod(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			sc := storagetest.Config(t, d)
+			var runs atomic.Int32
+			for range 2 {
+				srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet(), Accounts: fastArgon})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { srv.Close() })
+				if err := srv.Schedules().Add(schedules.Schedule{Name: "tick", Every: 2 * time.Second, Run: func(context.Context, schedules.Tick) error {
+					runs.Add(1)
+					return nil
+				}}); err != nil {
+					t.Fatal(err)
+				}
+				background(t, srv)
+			}
+			time.Sleep(3 * time.Second)
+			// Periods start at most 3 s apart from the first: two at most,
+			// where two replicas without the lease would run four times.
+			if n := runs.Load(); n < 1 || n > 2 {
+				t.Fatalf("%d runs in 3 s of a 2 s schedule on two replicas", n)
 			}
 		})
 	}
