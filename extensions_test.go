@@ -539,12 +539,32 @@ func TestDailyQuota(t *testing.T) {
 			if _, err := b.Registry().Invoke(ctx, bob, "probeWho", nil); err != nil {
 				t.Fatalf("second replica, bob: %v", err)
 			}
-			// Counters go with the account.
+			// Counters belong to the account: its export lists its own
+			// (two classes), its deletion removes them and leaves bob's.
+			if err := a.Quota().Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			m, err := a.Lifecycle().Manifest(ctx, annO)
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed := int64(-1)
+			for _, s := range m.Sections {
+				if s.Name == "sql:quota_usage" {
+					listed = s.Count
+				}
+			}
+			if listed != 2 {
+				t.Fatalf("ann's export lists %d counters, want 2", listed)
+			}
 			if _, err := a.Lifecycle().Delete(ctx, annO); err != nil {
 				t.Fatal(err)
 			}
 			if n, _ := a.Store().DB.NewSelect().Table("quota_usage").Where("user_id = ?", annO.ID).Count(ctx); n != 0 {
 				t.Fatalf("%d counters survived the deletion", n)
+			}
+			if n, _ := a.Store().DB.NewSelect().Table("quota_usage").Where("user_id = ?", userID(t, a, bob.UserID)).Count(ctx); n != 1 {
+				t.Fatalf("bob has %d counters after ann's deletion, want 1", n)
 			}
 			// Retention keeps seven days, today included.
 			bobID := userID(t, a, bob.UserID)

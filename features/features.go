@@ -116,6 +116,7 @@ func (s *Store) Set(ctx context.Context, f Flag) (Flag, error) {
 	if err != nil {
 		return Flag{}, fmt.Errorf("features: set: %w", err)
 	}
+	s.log.InfoContext(ctx, "feature flag set", "flag", r.Name, "enabled", r.Enabled, "role", r.Role)
 	return Flag{Name: r.Name, Enabled: r.Enabled, Role: r.Role, Description: r.Description, UpdatedAt: r.UpdatedAt}, nil
 }
 
