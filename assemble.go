@@ -84,6 +84,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		AuditKey: auditKey,
 		Quota:    s.cfg.Quota,
 		Features: s.cfg.Features,
+		Observer: s.metrics,
 		Logger:   s.log,
 	})
 	owners := lifecycle.Owners(s.accounts)
@@ -117,7 +118,10 @@ func (s *Server) assemble(ctx context.Context) error {
 	if mopts.Verifier == nil {
 		mopts.Verifier = oauthVerifier{s.oauth}
 	}
-	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit}
+	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
+	if mopts.Version == "" {
+		mopts.Version = Version()
+	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
 	}
@@ -142,8 +146,9 @@ func (l *loginConsent) Consent(w http.ResponseWriter, r *http.Request, req *oaut
 // token is refused without a record: anyone can send those, and logging
 // them would let them flood the log.
 type auditedVerifier struct {
-	next  mcp.TokenVerifier
-	audit *audit.Log
+	next    mcp.TokenVerifier
+	audit   *audit.Log
+	refused func(reason string) // metrics
 }
 
 func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
@@ -152,6 +157,9 @@ func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.Tok
 		return info, nil
 	}
 	reason := tokenRefusal(err)
+	if v.refused != nil {
+		v.refused(reason)
+	}
 	if reason != "malformed" {
 		_ = v.audit.Record(ctx, audit.Event{
 			Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: reason,

@@ -13,11 +13,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strings"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
@@ -247,30 +247,10 @@ func (o *options) openStore(ctx context.Context) (*storage.Store, error) {
 	return s, nil
 }
 
-// version is set at link time: -ldflags "-X github.com/enclave-mcp/enclave/internal/cli.version=v1.2.3".
-var version = ""
-
-// Version returns the release version, or the module version and VCS
-// revision the binary was built from.
-func Version() string {
-	if version != "" {
-		return version
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(devel)"
-	}
-	v := info.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	return v
-}
+// Version returns the release version (see package internal/version; a
+// release build sets it with -ldflags "-X
+// github.com/enclave-mcp/enclave/internal/version.version=v1.2.3").
+func Version() string { return version.String() }
 
 func runVersion(_ context.Context, e *Env, _ *options, args []string) error {
 	if len(args) > 0 {
