@@ -189,7 +189,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.smtp.Addr, "smtp-addr", "", "SMTP server host:port for verification and reset mail (required with --production)")
 	fs.StringVar(&o.smtp.From, "smtp-from", "", "sender address of that mail")
 	fs.StringVar(&o.smtp.Username, "smtp-username", "", "SMTP user (AUTH PLAIN, only over TLS or to a loopback relay)")
-	fs.StringVar(&o.smtp.Password, "smtp-password", "", "SMTP password (prefer ENCLAVE_SMTP_PASSWORD)")
+	fs.StringVar(&o.smtp.Password, "smtp-password", "", "SMTP password (prefer ENCLAVE_SMTP_PASSWORD_FILE)")
 	fs.StringVar(&o.smtpSecurity, "smtp-security", "starttls", "starttls, tls, or plain (loopback relays only)")
 }
 
