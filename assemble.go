@@ -91,6 +91,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
+	caps = append(caps, s.oauth.AdminCapabilities()...)
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
@@ -178,6 +179,7 @@ func tokenRefusal(err error) string {
 		{oauth.ErrTokenMalformed, "malformed"},
 		{oauth.ErrTokenExpired, "expired"},
 		{oauth.ErrWrongAudience, "wrong_audience"},
+		{oauth.ErrClientBlocked, "client_blocked"},
 		{oauth.ErrTokenUnknown, "unknown_or_revoked"},
 		{oauth.ErrPasswordChanged, "revoked_by_password_change"},
 		{oauth.ErrAccountSuspended, "account_suspended"},
