@@ -56,9 +56,9 @@ type accessRow struct {
 	RequestedAt time.Time `bun:"requested_at"`
 	GrantUsedAt time.Time `bun:"grant_used_at"`
 	Blocked     bool
-	Username    string    `bun:"username"`
-	Roles       string    `bun:"roles"`
-	Permissions string    `bun:"permissions"`
+	Username    string `bun:"username"`
+	Roles       string `bun:"roles"`
+	Permissions string `bun:"permissions"`
 	account
 }
 
