@@ -34,6 +34,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.audit = audit.New(s.store, auditKey, s.log)
 
 	acfg := s.cfg.Accounts
+	if s.cfg.Signup != "" {
+		acfg.Signup = s.cfg.Signup
+	}
 	if acfg.Logger == nil {
 		acfg.Logger = s.log
 	}
@@ -92,6 +95,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
 	caps = append(caps, s.oauth.AdminCapabilities()...)
+	caps = append(caps, s.accounts.InviteCapabilities()...)
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}

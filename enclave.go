@@ -113,7 +113,7 @@ type Config struct {
 	// Signup says who may create an account on the web shell: SignupOpen
 	// (default), SignupInvite (an admin's invite code is needed) or
 	// SignupClosed (accounts come from the CLI only).
-	Signup web.SignupMode
+	Signup accounts.SignupMode
 
 	// AllowedOrigins are the browser origins (scheme://host[:port]) allowed
 	// to call /mcp, /oauth/token, /oauth/register and the metadata

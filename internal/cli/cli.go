@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
@@ -245,7 +246,7 @@ func (o *options) finish(stderr io.Writer) error {
 	}
 	o.log = slog.New(h)
 	o.cfg.Logger = o.log
-	mode, err := web.ParseSignupMode(o.signup)
+	mode, err := accounts.ParseSignupMode(o.signup)
 	if err != nil {
 		return fmt.Errorf("--signup: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/accounts"
 )
 
 func TestLogLevel(t *testing.T) {
@@ -82,7 +82,7 @@ func TestOperatorFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := o.cfg
-	if c.Signup != web.SignupInvite || !slices.Equal(c.AllowedOrigins, []string{"https://a.example.com", "http://localhost:5173"}) || c.MetricsAddr != "127.0.0.1:9090" ||
+	if c.Signup != accounts.SignupInvite || !slices.Equal(c.AllowedOrigins, []string{"https://a.example.com", "http://localhost:5173"}) || c.MetricsAddr != "127.0.0.1:9090" ||
 		c.ShutdownTimeout.Seconds() != 3 || !c.NoMigrate || c.Mailer == nil {
 		t.Fatalf("config %+v", c)
 	}
