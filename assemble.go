@@ -96,13 +96,15 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.oauth.Capabilities(owners)...)
 	caps = append(caps, s.oauth.AdminCapabilities()...)
 	caps = append(caps, s.accounts.InviteCapabilities()...)
+	caps = append(caps, s.overviewCapability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
 
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
-		Outbox:  s.outbox,
+		Outbox:   s.outbox,
+		Registry: s.registry,
 		BaseURL: s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
 		// Session keys live in SQL, sealed by the keeper (or come from
 		// Config.Accounts.SessionKeys): every replica and restart shares them.

@@ -203,3 +203,26 @@ func (s *Service) InviteCapabilities() []capabilities.Capability {
 		}),
 	}
 }
+
+// UserCounts are the account totals of the admin overview.
+type UserCounts struct {
+	Total      int `json:"total"`
+	New        int `json:"new" jsonschema:"accounts created in the last 30 days"`
+	Unverified int `json:"unverified"`
+	Suspended  int `json:"suspended"`
+}
+
+// CountUsers returns the account totals, "new" meaning created since since.
+func (s *Service) CountUsers(ctx context.Context, since time.Time) (UserCounts, error) {
+	var c UserCounts
+	err := s.store.Reader.NewSelect().Table("users").
+		ColumnExpr("count(*)").
+		ColumnExpr("COALESCE(SUM(CASE WHEN created_at >= ? THEN 1 ELSE 0 END), 0)", since).
+		ColumnExpr("COALESCE(SUM(CASE WHEN email_verified_at IS NULL THEN 1 ELSE 0 END), 0)").
+		ColumnExpr("COALESCE(SUM(CASE WHEN suspended_at IS NOT NULL THEN 1 ELSE 0 END), 0)").
+		Scan(ctx, &c.Total, &c.New, &c.Unverified, &c.Suspended)
+	if err != nil {
+		return c, fmt.Errorf("accounts: count users: %w", err)
+	}
+	return c, nil
+}

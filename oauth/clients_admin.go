@@ -144,3 +144,14 @@ func (s *Server) AdminCapabilities() []capabilities.Capability {
 			"Lifts a client's block: its authorizations that have not expired work again. Admins only.", false),
 	}
 }
+
+// ActiveGrants counts the grants that still hold an unexpired token.
+func (s *Server) ActiveGrants(ctx context.Context) (int, error) {
+	n, err := s.store.db.Reader.NewSelect().TableExpr("oauth_grants AS g").
+		Where("EXISTS (SELECT 1 FROM oauth_tokens AS t WHERE t.request_id = g.id AND t.expires_at > ? AND t.kind IN ('access', 'refresh'))", s.opts.Now().UTC()).
+		Count(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("oauth: count grants: %w", err)
+	}
+	return int(n), nil
+}

@@ -43,6 +43,9 @@ var notices = map[string]string{
 	"unsuspended":      "The account is active again.",
 	"marked-verified":  "The email address is marked verified.",
 	"app-revoked":      "The app is disconnected. Its tokens no longer work.",
+	"client_blocked":   "The client is blocked. Its tokens stopped working.",
+	"client_unblocked": "The client is unblocked.",
+	"invite_revoked":   "The invite code is revoked.",
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {
