@@ -105,7 +105,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
 		Outbox:   s.outbox,
 		Registry: s.registry,
-		BaseURL: s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
+		BaseURL:  s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
 		// Session keys live in SQL, sealed by the keeper (or come from
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,
