@@ -205,7 +205,11 @@ func TestMetrics(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	token := "test-token:" + u.StableID
-	_, _, session, _ := rpc(t, base, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	_, body, session, _ := rpc(t, base, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	// The MCP serverInfo names the build's version.
+	if want, _ := json.Marshal(enclave.Version()); !strings.Contains(body, `"serverInfo":{"name":"enclave","version":`+string(want)+`}`) {
+		t.Errorf("initialize serverInfo lacks the version %s: %s", want, body)
+	}
 	rpc(t, base, token, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	rpc(t, base, token, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`)
 	rpc(t, base, token, session, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"adminAuditLogQuery","arguments":{}}}`)
