@@ -153,7 +153,32 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	}
 	streamEnded := make(chan struct{})
 	go func() { io.Copy(io.Discard, bufio.NewReader(resp.Body)); close(streamEnded) }()
-	time.Sleep(100 * time.Millisecond) // the stream is registered
+
+	// And a 2026-07-28 listening stream (subscriptions/listen).
+	listen, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["notes://anything"]},`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	listen.Header.Set("Authorization", "Bearer "+token)
+	listen.Header.Set("Content-Type", "application/json")
+	listen.Header.Set("Accept", "application/json, text/event-stream")
+	listen.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	listen.Header.Set("Mcp-Method", "subscriptions/listen")
+	lresp, err := http.DefaultClient.Do(listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lresp.Body.Close()
+	if lresp.StatusCode != 200 || !strings.HasPrefix(lresp.Header.Get("Content-Type"), "text/event-stream") {
+		b, _ := io.ReadAll(lresp.Body)
+		t.Fatalf("subscriptions/listen: %d %s", lresp.StatusCode, b)
+	}
+	listenEnded := make(chan struct{})
+	go func() { io.Copy(io.Discard, lresp.Body); close(listenEnded) }()
+	time.Sleep(100 * time.Millisecond) // the streams are registered
+	select {
+	case <-listenEnded:
+		t.Fatal("the listen stream ended by itself")
+	default:
+	}
 
 	start := time.Now()
 	stop()
@@ -163,12 +188,14 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 			t.Fatalf("Serve: %v", err)
 		}
 	case <-time.After(2 * time.Second):
-		t.Fatal("Serve did not return within 2 s with an open GET stream")
+		t.Fatal("Serve did not return within 2 s with open MCP streams")
 	}
-	select {
-	case <-streamEnded:
-	case <-time.After(time.Second):
-		t.Fatal("the client's stream did not end")
+	for _, ended := range []chan struct{}{streamEnded, listenEnded} {
+		select {
+		case <-ended:
+		case <-time.After(time.Second):
+			t.Fatal("a client's stream did not end")
+		}
 	}
 	t.Logf("shutdown took %v", time.Since(start))
 }

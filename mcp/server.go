@@ -110,6 +110,8 @@ type Server struct {
 	pending pendingRequests
 
 	draining  atomic.Bool // CloseStreams was called: no new GET streams
+	listenMu  sync.Mutex
+	listens   map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -218,6 +220,11 @@ func (s *Server) Close() error {
 // would otherwise hold the shutdown until its timeout.
 func (s *Server) CloseStreams() {
 	s.draining.Store(true)
+	s.listenMu.Lock()
+	for cancel := range s.listens {
+		(*cancel)()
+	}
+	s.listenMu.Unlock()
 	if n := s.sessions.closeStreams(); n > 0 {
 		s.log.Info("mcp: open streams ended for shutdown", "streams", n)
 	}
@@ -373,6 +380,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer done()
 	}
 
+	if r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodSubscriptionsListen) {
+		// The 2026-07-28 listening stream: ended at shutdown like a GET
+		// stream.
+		if s.draining.Load() {
+			w.Header().Set("Retry-After", "5")
+			writeHTTPError(w, http.StatusServiceUnavailable, "the server is shutting down", requestID)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		r = r.WithContext(ctx)
+		key := &cancel
+		s.listenMu.Lock()
+		if s.listens == nil {
+			s.listens = map[*context.CancelFunc]struct{}{}
+		}
+		s.listens[key] = struct{}{}
+		s.listenMu.Unlock()
+		defer func() {
+			s.listenMu.Lock()
+			delete(s.listens, key)
+			s.listenMu.Unlock()
+			cancel()
+		}()
+	}
 	st.out = newDeliveryWriter(w)
 	s.http.ServeHTTP(st.out, r)
 	for _, id := range st.evicted {
