@@ -38,6 +38,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.audit = audit.New(s.store, auditKey, s.log)
 
 	acfg := s.cfg.Accounts
+	if s.cfg.Signup != "" {
+		acfg.Signup = s.cfg.Signup
+	}
 	if acfg.Logger == nil {
 		acfg.Logger = s.log
 	}
@@ -107,6 +110,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		AuditKey:   auditKey,
 		Quota:      q,
 		Features:   flags,
+		Observer:   s.metrics,
 		Logger:     s.log,
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
@@ -118,14 +122,18 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
+	caps = append(caps, s.oauth.AdminCapabilities()...)
+	caps = append(caps, s.accounts.InviteCapabilities()...)
+	caps = append(caps, s.overviewCapability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
 
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
-		Outbox:  s.outbox,
-		BaseURL: s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
+		Outbox:   s.outbox,
+		Registry: s.registry,
+		BaseURL:  s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
 		// Session keys live in SQL, sealed by the keeper (or come from
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,
@@ -145,7 +153,10 @@ func (s *Server) assemble(ctx context.Context) error {
 	if mopts.Verifier == nil {
 		mopts.Verifier = oauthVerifier{s.oauth}
 	}
-	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit}
+	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
+	if mopts.Version == "" {
+		mopts.Version = Version()
+	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
 	}
@@ -174,17 +185,25 @@ func (l *loginConsent) Consent(w http.ResponseWriter, r *http.Request, req *oaut
 // would let them flood the log. This holds for any verifier, enclave's own
 // or an embedder's.
 type auditedVerifier struct {
-	next  mcp.TokenVerifier
-	audit *audit.Log
+	next    mcp.TokenVerifier
+	audit   *audit.Log
+	refused func(reason string) // metrics
 }
 
 func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
 	info, err := v.next.VerifyToken(ctx, token)
-	if err == nil || info.UserID == "" {
+	if err == nil {
+		return info, nil
+	}
+	reason := tokenRefusal(err)
+	if v.refused != nil {
+		v.refused(reason)
+	}
+	if info.UserID == "" {
 		return info, err
 	}
 	_ = v.audit.Record(ctx, audit.Event{
-		Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: tokenRefusal(err),
+		Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: reason,
 		UserHash: v.audit.HashUser(info.UserID),
 		IPHash:   v.audit.HashIP(clientIP(ctx)),
 	})
@@ -200,6 +219,7 @@ func tokenRefusal(err error) string {
 		{oauth.ErrTokenMalformed, "malformed"},
 		{oauth.ErrTokenExpired, "expired"},
 		{oauth.ErrWrongAudience, "wrong_audience"},
+		{oauth.ErrClientBlocked, "client_blocked"},
 		{oauth.ErrTokenUnknown, "unknown_or_revoked"},
 		{oauth.ErrPasswordChanged, "revoked_by_password_change"},
 		{oauth.ErrAccountSuspended, "account_suspended"},

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -22,6 +23,7 @@ import (
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
+	"github.com/enclave-mcp/enclave/internal/metrics"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/jobs"
@@ -124,6 +126,26 @@ type Config struct {
 
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// NoMigrate leaves the schema alone at start-up (apply migrations with
+	// "enclave migrate" first); /readyz reports 503 while any is pending.
+	NoMigrate bool
+
+	// MetricsAddr, when set, is the address Serve and Run expose Prometheus
+	// metrics on (GET /metrics), on a listener of its own: never on the
+	// public one. Default "": off. MetricsHandler serves the same.
+	MetricsAddr string
+
+	// Signup says who may create an account on the web shell: SignupOpen
+	// (default), SignupInvite (an admin's invite code is needed) or
+	// SignupClosed (accounts come from the CLI only).
+	Signup accounts.SignupMode
+
+	// AllowedOrigins are the browser origins (scheme://host[:port]) allowed
+	// to call /mcp, /oauth/token, /oauth/register and the metadata
+	// documents from a page (CORS), and accepted in the Origin header of
+	// /mcp. Default none: no CORS headers are sent.
+	AllowedOrigins []string
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.
@@ -189,6 +211,10 @@ type Server struct {
 	features  *features.Store
 	meter     *quota.Meter
 
+	metrics  *serverMetrics
+	draining atomic.Bool
+	ready    readyCache
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -212,28 +238,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
-	res, err := migrations.Apply(ctx, store.DB)
-	if err != nil {
-		store.Close()
-		return nil, fmt.Errorf("enclave: %w", err)
-	}
-	for _, m := range res.Applied {
-		cfg.Logger.Info("migration applied", "source", migrations.EnclaveSource, "version", m.Version, "name", m.Name)
-	}
-	for _, src := range cfg.Migrations {
-		r, err := migrations.ApplySource(ctx, store.DB, src)
-		if err != nil {
+	if cfg.NoMigrate {
+		if err := checkMigrated(ctx, store, cfg); err != nil {
 			store.Close()
 			return nil, fmt.Errorf("enclave: %w", err)
 		}
-		for _, m := range r.Applied {
-			cfg.Logger.Info("migration applied", "source", src.Name, "version", m.Version, "name", m.Name)
-		}
-	}
-	if len(res.Unknown) > 0 {
-		cfg.Logger.Warn("database has migrations this binary does not know; a newer release migrated it", "versions", res.Unknown)
+	} else if err := applyMigrations(ctx, store, cfg); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("enclave: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, store: store}
+	s.metrics = newMetrics(s)
 	if err := s.assemble(ctx); err != nil {
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
@@ -319,24 +334,12 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle(mcp.Path, s.mcp)
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
-	return requestid.Middleware(s.withClientIP(s.accessLog(recoverPanics(s.log, s.limitRegistration(mux)))))
-}
-
-// healthz answers 200 when the database answers, 503 otherwise.
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	w.Header().Set("Cache-Control", "no-store")
-	if err := s.store.Ping(ctx); err != nil {
-		s.log.Warn("health check failed", "err", err, "request_id", requestid.FromContext(r.Context()))
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return requestid.Middleware(s.withClientIP(s.accessLog(recoverPanics(s.log, s.cors(s.limitRegistration(mux))))))
 }
 
 // Run listens on Config.Addr and serves until ctx ends, then shuts down
@@ -361,6 +364,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	if s.cfg.MetricsAddr != "" {
+		stopMetrics, err := s.serveMetrics(s.cfg.MetricsAddr)
+		if err != nil {
+			_ = hs.Close()
+			return err
+		}
+		defer stopMetrics()
+	}
 	bgctx, stopBackground := context.WithCancel(context.Background())
 	bgdone := make(chan struct{})
 	go func() { s.RunBackground(bgctx); close(bgdone) }()
@@ -372,8 +383,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+	// Stop accepting, and end the open MCP streams at once: they would
+	// otherwise hold Shutdown until the timeout. Calls in flight finish.
+	s.draining.Store(true)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
+	hs.RegisterOnShutdown(s.mcp.CloseStreams)
 	if err := hs.Shutdown(sctx); err != nil {
 		s.log.Warn("graceful shutdown timed out; closing connections", "err", err)
 		_ = hs.Close()
@@ -398,7 +413,9 @@ func (s *Server) RunBackground(ctx context.Context) {
 		handlers[topic] = h
 	}
 	relay := outbox.NewRelay(s.store, s.ring, s.log, handlers)
+	relay.OnAttempt = s.metrics.JobHandled
 	wg.Go(func() { relay.Run(ctx) })
+	wg.Go(func() { s.flushMetricsLoop(ctx) })
 	if s.meter != nil {
 		wg.Go(func() { s.meter.Run(ctx) })
 	}
@@ -428,11 +445,38 @@ func (s *Server) RunBackground(ctx context.Context) {
 			_, err := quota.Purge(ctx, s.store.DB, time.Now())
 			return err
 		}},
+		lanes.Lane{Name: "metrics-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
+			return metrics.Purge(ctx, s.store.DB, 400*24*time.Hour, time.Now())
+		}},
 	}
 	for _, l := range s.schedules.Lanes() {
 		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
 	}
-	lanes.New(s.store.DB, s.log, all...).Run(ctx)
+	sched := lanes.New(s.store.DB, s.log, all...)
+	sched.OnRun = s.metrics.LaneRan
+	sched.Run(ctx)
+}
+
+// flushMetricsLoop writes the in-memory daily counts to SQL every minute,
+// and once more when ctx ends (shutdown), so they survive a restart.
+func (s *Server) flushMetricsLoop(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := s.metrics.Daily.Flush(fctx, s.store.DB); err != nil {
+				s.log.Warn("daily metrics not saved at shutdown", "err", err)
+			}
+			return
+		case <-t.C:
+			if err := s.metrics.Daily.Flush(ctx, s.store.DB); err != nil && ctx.Err() == nil {
+				s.log.Warn("daily metrics flush", "err", err)
+			}
+		}
+	}
 }
 
 // Close releases the stores. It is safe to call more than once.

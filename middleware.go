@@ -68,6 +68,8 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
+		elapsed := time.Since(start)
+		s.metrics.ObserveHTTP(routeClass(r.URL.Path), sw.status, elapsed)
 		level := slog.LevelInfo
 		if sw.status >= 500 {
 			level = slog.LevelError
@@ -77,7 +79,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 			slog.String("path", r.URL.Path),
 			slog.Int("status", sw.status),
 			slog.Int64("bytes", sw.bytes),
-			slog.Duration("duration", time.Since(start)),
+			slog.Duration("duration", elapsed),
 			slog.String("request_id", requestid.FromContext(r.Context())),
 		)
 	})

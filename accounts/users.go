@@ -155,6 +155,8 @@ type SignupInput struct {
 	Email    string
 	Username string
 	Password string
+	// InviteCode is spent by the signup when Config.Signup is SignupInvite.
+	InviteCode string
 }
 
 // Signup opens an account with a password and the role user, in one
@@ -169,7 +171,14 @@ type SignupInput struct {
 // tell the owner of the address by mail, so signup does not reveal which
 // emails are registered.
 func (s *Service) Signup(ctx context.Context, in SignupInput) (User, error) {
-	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false)
+	var invite *string
+	switch s.cfg.Signup {
+	case SignupClosed:
+		return User{}, ErrSignupClosed
+	case SignupInvite:
+		invite = &in.InviteCode
+	}
+	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false, invite)
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: signup: %w", err)
 	}
@@ -192,14 +201,14 @@ type CreateUserInput struct {
 // password-setup token valid for Config.PasswordSetupTTL. It never grants
 // admin. Errors are those of Signup.
 func (s *Service) CreateUser(ctx context.Context, in CreateUserInput) (User, string, error) {
-	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified)
+	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified, nil)
 	if err != nil {
 		return User{}, "", fmt.Errorf("accounts: create user: %w", err)
 	}
 	return u, token, nil
 }
 
-func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool) (User, string, error) {
+func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool, invite *string) (User, string, error) {
 	email, err := NormalizeEmail(rawEmail)
 	if err != nil {
 		return User{}, "", err
@@ -230,6 +239,14 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 	)
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
+		if invite != nil {
+			// Spent with the account: a failed signup leaves it unused. It
+			// is checked first, so that without a valid code nobody learns
+			// anything about usernames or addresses.
+			if err := spendInvite(ctx, tx, *invite, now); err != nil {
+				return err
+			}
+		}
 		// The username first: usernames are public, email addresses are
 		// not, so a request that collides on both learns only the former.
 		if taken, err := tx.NewSelect().Model((*userRow)(nil)).Where("username = ?", username).Exists(ctx); err != nil {

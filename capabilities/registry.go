@@ -67,6 +67,16 @@ type Features interface {
 	Enabled(ctx context.Context, caller Caller, flag string) bool
 }
 
+// Observer is told the outcome of every capability call: OutcomeAllowed
+// when the checks let it run, or the DenialReason that refused it. It
+// feeds metrics; it must be fast and must not block.
+type Observer interface {
+	ObserveCall(capability string, outcome string)
+}
+
+// OutcomeAllowed is the Observer outcome of a call the checks let run.
+const OutcomeAllowed = "allowed"
+
 // Options configure a Registry. Every field is optional.
 type Options struct {
 	// Vocabulary validates required permissions; nil means the built-in one.
@@ -80,6 +90,8 @@ type Options struct {
 	// Features enables feature flags; nil enables none, so a capability that
 	// requires a flag is hidden from everyone.
 	Features Features
+	// Observer is told each call's outcome (metrics); nil tells no one.
+	Observer Observer
 	// Logger logs handler panics and internal errors; nil is slog.Default().
 	Logger *slog.Logger
 	// NoBuiltins leaves out whoami and capabilitiesSearch.
@@ -255,6 +267,9 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 			return Result{}, &Error{Code: CodeQuotaExceeded, Message: msg, Err: err}
 		}
 	}
+	if o := r.opts.Observer; o != nil {
+		o.ObserveCall(name, OutcomeAllowed)
+	}
 	if err := c.validateInput(args); err != nil {
 		return Result{}, err
 	}
@@ -370,6 +385,13 @@ func missingScopes(caller Caller, scopes []string) []string {
 func (r *Registry) deny(ctx context.Context, caller Caller, surface, name string, reason DenialReason) {
 	if len(name) > 128 {
 		name = name[:128]
+	}
+	if o := r.opts.Observer; o != nil && surface == "tool" {
+		label := name
+		if reason == ReasonUnknown {
+			label = "" // any string can be asked for: keep it out of metric labels
+		}
+		o.ObserveCall(label, string(reason))
 	}
 	d := Denial{At: time.Now().UTC(), UserID: caller.UserID, Subject: r.HashSubject(caller.UserID), Surface: surface, Name: name, Reason: reason}
 	if r.opts.Auditor != nil {

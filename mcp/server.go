@@ -109,6 +109,9 @@ type Server struct {
 	synced  atomic.Uint64 // registry version mirrored into mcp-go, plus one
 	pending pendingRequests
 
+	draining  atomic.Bool // CloseStreams was called: no new GET streams
+	listenMu  sync.Mutex
+	listens   map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -211,6 +214,34 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// CloseStreams ends every open GET stream at once and refuses new ones
+// (503), leaving sessions and requests in flight alone. A graceful
+// shutdown calls it first: a listening stream never ends by itself and
+// would otherwise hold the shutdown until its timeout.
+func (s *Server) CloseStreams() {
+	s.draining.Store(true)
+	s.listenMu.Lock()
+	for cancel := range s.listens {
+		(*cancel)()
+	}
+	s.listenMu.Unlock()
+	if n := s.sessions.closeStreams(); n > 0 {
+		s.log.Info("mcp: open streams ended for shutdown", "streams", n)
+	}
+}
+
+// Stats are the transport's live counts, for metrics.
+type Stats struct {
+	Sessions int // live sessions (protocols before 2026-07-28)
+	Streams  int // open GET streams
+}
+
+// Stats returns the live counts.
+func (s *Server) Stats() Stats {
+	sessions, streams := s.sessions.counts()
+	return Stats{Sessions: sessions, Streams: streams}
+}
+
 func (s *Server) sweepLoop(every time.Duration) {
 	defer s.wg.Done()
 	t := time.NewTicker(every)
@@ -307,6 +338,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusForbidden, "invalid Host header", requestID)
 		return
 	}
+	if r.Method == http.MethodGet && s.draining.Load() {
+		w.Header().Set("Retry-After", "5")
+		writeHTTPError(w, http.StatusServiceUnavailable, "the server is shutting down", requestID)
+		return
+	}
 	caller, ok := s.authenticate(w, r, requestID)
 	if !ok {
 		return
@@ -344,6 +380,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer done()
 	}
 
+	if r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodSubscriptionsListen) {
+		// The 2026-07-28 listening stream: ended at shutdown like a GET
+		// stream.
+		if s.draining.Load() {
+			w.Header().Set("Retry-After", "5")
+			writeHTTPError(w, http.StatusServiceUnavailable, "the server is shutting down", requestID)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		r = r.WithContext(ctx)
+		key := &cancel
+		s.listenMu.Lock()
+		if s.listens == nil {
+			s.listens = map[*context.CancelFunc]struct{}{}
+		}
+		s.listens[key] = struct{}{}
+		s.listenMu.Unlock()
+		defer func() {
+			s.listenMu.Lock()
+			delete(s.listens, key)
+			s.listenMu.Unlock()
+			cancel()
+		}()
+	}
 	st.out = newDeliveryWriter(w)
 	s.http.ServeHTTP(st.out, r)
 	for _, id := range st.evicted {
@@ -421,8 +481,13 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 	}
 	switch r.Method {
 	case http.MethodGet:
-		// The stream ends with the session (DELETE, expiry, eviction).
-		cleanup = append(cleanup, s.sessions.stream(sid, withCancel()))
+		// The stream ends with the session (DELETE, expiry, eviction), or
+		// at shutdown (CloseStreams).
+		cancel := withCancel()
+		if s.draining.Load() {
+			cancel()
+		}
+		cleanup = append(cleanup, s.sessions.stream(sid, cancel))
 	case http.MethodPost:
 		// Each request is served under its own id, so mcp-go gives it its
 		// own notification channel: its progress and log messages cannot

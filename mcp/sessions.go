@@ -190,6 +190,31 @@ func (s *sessionStore) expire() []string {
 	return out
 }
 
+// closeStreams ends every open GET stream (the sessions stay) and reports
+// how many it ended.
+func (s *sessionStore) closeStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, se := range s.byID {
+		for _, cancel := range se.streams {
+			cancel()
+			n++
+		}
+	}
+	return n
+}
+
+// counts returns the number of live sessions and open GET streams.
+func (s *sessionStore) counts() (sessions, streams int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, se := range s.byID {
+		streams += len(se.streams)
+	}
+	return len(s.byID), streams
+}
+
 func (s *sessionStore) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -110,18 +110,19 @@ func (s *store) reader(ctx context.Context) bun.IDB {
 type clientRow struct {
 	bun.BaseModel `bun:"table:oauth_clients,alias:c"`
 
-	ID                      string    `bun:"id,pk"`
-	SecretHash              string    `bun:"secret_hash,nullzero"`
-	Name                    string    `bun:"name"`
-	RedirectURIs            string    `bun:"redirect_uris"`
-	GrantTypes              string    `bun:"grant_types"`
-	ResponseTypes           string    `bun:"response_types"`
-	Scope                   string    `bun:"scope"`
-	TokenEndpointAuthMethod string    `bun:"token_endpoint_auth_method"`
-	Metadata                string    `bun:"metadata"`
-	MetadataHash            string    `bun:"metadata_hash"`
-	CreatedAt               time.Time `bun:"created_at"`
-	LastUsedAt              time.Time `bun:"last_used_at"`
+	ID                      string     `bun:"id,pk"`
+	SecretHash              string     `bun:"secret_hash,nullzero"`
+	Name                    string     `bun:"name"`
+	RedirectURIs            string     `bun:"redirect_uris"`
+	GrantTypes              string     `bun:"grant_types"`
+	ResponseTypes           string     `bun:"response_types"`
+	Scope                   string     `bun:"scope"`
+	TokenEndpointAuthMethod string     `bun:"token_endpoint_auth_method"`
+	Metadata                string     `bun:"metadata"`
+	MetadataHash            string     `bun:"metadata_hash"`
+	CreatedAt               time.Time  `bun:"created_at"`
+	LastUsedAt              time.Time  `bun:"last_used_at"`
+	BlockedAt               *time.Time `bun:"blocked_at"`
 }
 
 // clientUseDebounce limits how often a client's last use is written.
@@ -180,6 +181,10 @@ func (s *store) client(ctx context.Context, id string) (*Client, error) {
 	}
 	now := s.now().UTC()
 	if now.Sub(row.LastUsedAt) > s.clientTT {
+		return nil, fosite.ErrNotFound
+	}
+	if row.BlockedAt != nil {
+		// A blocked client can neither authorize nor refresh.
 		return nil, fosite.ErrNotFound
 	}
 	if now.Sub(row.LastUsedAt) > clientUseDebounce {

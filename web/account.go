@@ -45,6 +45,9 @@ var notices = map[string]string{
 	"unsuspended":       "The account is active again.",
 	"marked-verified":   "The email address is marked verified.",
 	"app-revoked":       "The app is disconnected. Its tokens no longer work.",
+	"client_blocked":    "The client is blocked. Its tokens stopped working.",
+	"client_unblocked":  "The client is unblocked.",
+	"invite_revoked":    "The invite code is revoked.",
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {
@@ -95,6 +98,10 @@ func userError(err error) (status int, msg string, ok bool) {
 		return http.StatusNotFound, domainMessage(err), true
 	case errors.Is(err, accounts.ErrInvalidToken):
 		return http.StatusBadRequest, domainMessage(err), true
+	case errors.Is(err, accounts.ErrInviteInvalid):
+		return http.StatusBadRequest, "That invite code is unknown, already used or expired.", true
+	case errors.Is(err, accounts.ErrSignupClosed):
+		return http.StatusForbidden, "Sign-up is closed on this server.", true
 	case errors.Is(err, accounts.ErrUnknownRole):
 		return http.StatusUnprocessableEntity, domainMessage(err), true
 	}
@@ -121,16 +128,33 @@ func (h *Handler) minPassword() string { return strconv.Itoa(h.opts.MinPasswordL
 
 // ---- sign up ----
 
+// signupClosed answers the sign-up pages when the operator closed sign-up.
+func (h *Handler) signupClosed(w http.ResponseWriter, r *http.Request) bool {
+	if h.opts.Accounts.SignupMode() != accounts.SignupClosed {
+		return false
+	}
+	h.renderError(w, r, http.StatusForbidden, "Sign-up is closed on this server. Ask its administrator for an account.")
+	return true
+}
+
 func (h *Handler) signupForm(w http.ResponseWriter, r *http.Request) {
-	h.render(w, r, http.StatusOK, signupPage(h.page(r, "Create an account"), authForm{MinPassword: h.minPassword()}))
+	if h.signupClosed(w, r) {
+		return
+	}
+	h.render(w, r, http.StatusOK, signupPage(h.page(r, "Create an account"), authForm{MinPassword: h.minPassword(),
+		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: r.URL.Query().Get("invite")}))
 }
 
 func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
 	}
-	f := authForm{Email: strings.TrimSpace(r.PostFormValue("email")), Username: strings.TrimSpace(r.PostFormValue("username")), MinPassword: h.minPassword()}
-	u, err := h.opts.Accounts.Signup(r.Context(), accounts.SignupInput{Email: f.Email, Username: f.Username, Password: r.PostFormValue("password")})
+	if h.signupClosed(w, r) {
+		return
+	}
+	f := authForm{Email: strings.TrimSpace(r.PostFormValue("email")), Username: strings.TrimSpace(r.PostFormValue("username")), MinPassword: h.minPassword(),
+		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: strings.TrimSpace(r.PostFormValue("invite"))}
+	u, err := h.opts.Accounts.Signup(r.Context(), accounts.SignupInput{Email: f.Email, Username: f.Username, Password: r.PostFormValue("password"), InviteCode: f.InviteCode})
 	switch {
 	case err == nil:
 		h.audit(r, audit.CategoryAuth, "signup", audit.ResultSuccess, "", &u)

@@ -17,6 +17,8 @@ type authForm struct {
 	Action      string // where the form posts (path and query)
 	ClientName  string // OAuth client asking for sign-in, if any
 	MinPassword string
+	Invite      bool   // sign-up needs an invite code
+	InviteCode  string // as typed, kept on an error
 	Error       string
 	errStatus   int
 	// resumeDeletion lets signIn give an account whose deletion did not

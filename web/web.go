@@ -15,6 +15,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -47,6 +48,11 @@ type Options struct {
 	// it. Without it, mail goes through an in-memory queue. A DevMailer
 	// always gets mail at once.
 	Outbox *outbox.Outbox
+
+	// Registry, when set, adds the admin pages that act through
+	// capabilities (overview, OAuth clients, invite codes): they parse,
+	// call Registry.Invoke as the signed-in admin, and render.
+	Registry *capabilities.Registry
 
 	// Secrets, when set, adds the secrets page: the one place where a
 	// person sees the value of a secret they stored (agents never can).

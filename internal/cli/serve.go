@@ -36,6 +36,7 @@ func runServe(ctx context.Context, e *Env, o *options, args []string) error {
   web shell:    %s/
   MCP endpoint: %s/mcp
   health:       %s/healthz
+  readiness:    %s/readyz
   data:         %s
 
 Next step: create the first admin (in another terminal, with the same --data-dir, --database-url and --base-url):
@@ -43,7 +44,7 @@ Next step: create the first admin (in another terminal, with the same --data-dir
   enclave admin grant you@example.com
 
 Stop with Ctrl-C.
-`, Version(), cfg.Addr, base, base, base, srv.Config().DataDir)
+`, Version(), cfg.Addr, base, base, base, base, srv.Config().DataDir)
 	return srv.Serve(ctx, ln)
 }
 

@@ -102,7 +102,11 @@ type Relay struct {
 	handlers    map[string]Handler
 	MaxAttempts int
 	Poll        time.Duration
-	now         func() time.Time
+	// OnAttempt, when set, is told the outcome of each handled row:
+	// "delivered", "retried" (will run again) or "dead" (given up). Metrics
+	// hang off it.
+	OnAttempt func(topic, outcome string)
+	now       func() time.Time
 }
 
 // NewRelay returns a relay for the store's outbox, queue and handlers.
@@ -188,6 +192,16 @@ func (r *Relay) Publish(ctx context.Context) (int, error) {
 	return len(claimed), nil
 }
 
+// Counts reports the rows waiting (queued, including those being retried)
+// and given up (dead), for metrics.
+func Counts(ctx context.Context, db bun.IDB) (queued, dead int, err error) {
+	err = db.NewSelect().Model((*row)(nil)).
+		ColumnExpr("COALESCE(SUM(CASE WHEN dead_at IS NULL THEN 1 ELSE 0 END), 0)").
+		ColumnExpr("COALESCE(SUM(CASE WHEN dead_at IS NULL THEN 0 ELSE 1 END), 0)").
+		Scan(ctx, &queued, &dead)
+	return queued, dead, err
+}
+
 // Handle runs the handler of one queue message and acknowledges it. The
 // row decides everything: a message whose row is gone was handled already
 // (a duplicate) and is skipped.
@@ -208,6 +222,12 @@ func (r *Relay) Handle(ctx context.Context, msg *pubsub.Message) {
 		return // the lease runs out and the row is published again
 	}
 	herr := r.run(ctx, rw)
+	outcome := "delivered"
+	defer func() {
+		if r.OnAttempt != nil {
+			r.OnAttempt(rw.Topic, outcome)
+		}
+	}()
 	if herr == nil {
 		if _, err := r.store.DB.NewDelete().Model((*row)(nil)).Where("id = ?", id).Exec(ctx); err != nil {
 			r.log.ErrorContext(ctx, "outbox: delete handled row (it will run again)", "id", id, "err", err)
@@ -216,7 +236,9 @@ func (r *Relay) Handle(ctx context.Context, msg *pubsub.Message) {
 	}
 	attempts := rw.Attempts + 1
 	q := r.store.DB.NewUpdate().Model((*row)(nil)).Set("attempts = ?", attempts).Set("last_error = ?", truncate(herr.Error())).Where("id = ?", id)
+	outcome = "retried"
 	if attempts >= r.MaxAttempts {
+		outcome = "dead"
 		q = q.Set("dead_at = ?", r.now())
 		r.log.ErrorContext(ctx, "outbox: giving up", "id", id, "topic", rw.Topic, "attempts", attempts, "err", herr)
 	} else {
