@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -113,6 +114,7 @@ func (s *Server) assemble(ctx context.Context) error {
 
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
+	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
 		mopts.Verifier = oauthVerifier{s.oauth}

@@ -62,6 +62,13 @@ type Config struct {
 	// limits, audit). Default none: the client is the TCP peer.
 	TrustedProxies []netip.Prefix
 
+	// AllowedOrigins are the browser origins (scheme://host[:port], as a
+	// browser sends them in the Origin header) that may call /mcp besides
+	// the server's own origin (BaseURL's, or the one naming the request's
+	// Host). A request from any other origin is refused with 403. Default
+	// none. Added to MCP.AllowedOrigins.
+	AllowedOrigins []string
+
 	// RegistrationLimit bounds dynamic client registrations (RFC 7591, open
 	// by design) per client network: an address, or an IPv6 /64. Counted in
 	// SQL, so it holds across replicas. Default 30 per hour.

@@ -7,7 +7,10 @@
 // every request carries a bearer token checked by a TokenVerifier (401 with
 // a resource-metadata challenge otherwise); a session belongs to the user
 // who created it, and any other user's or a forged session id gets 404, on
-// GET streams too; each request gets its own notification channel, so
+// GET streams too; a GET stream ends within 30 s of its token expiring or
+// being revoked (the token is verified again periodically and at its
+// expiry, not per event); browser requests from an Origin other than the
+// server's own or Options.AllowedOrigins are refused (403); each request gets its own notification channel, so
 // progress and log messages reach only the request they belong to; idle sessions expire and each user keeps a bounded number;
 // request bodies are limited (413); notifications/cancelled stops the named
 // request of the same session; internal errors reach the client only as
@@ -83,12 +86,21 @@ type Options struct {
 	MaxBodyBytes int64
 	// Name, Version and Instructions describe the server to clients.
 	Name, Version, Instructions string
+	// AllowedOrigins are the browser origins ("https://app.example.com",
+	// scheme, host and port as a browser sends them in Origin) allowed to
+	// call the endpoint besides its own: the origin of BaseURL, and the
+	// origin naming the request's own Host. A request with any other
+	// Origin header is refused with 403 (the MCP transport's defence
+	// against cross-site requests); requests without Origin (non-browser
+	// clients) are unaffected.
+	AllowedOrigins []string
 	// Anonymous, when set, turns authentication off: every request is served
 	// as this caller, and only requests arriving on a loopback address are
 	// accepted. It exists for local conformance testing.
 	Anonymous *capabilities.Caller
 
-	now func() time.Time // tests
+	now     func() time.Time // tests
+	recheck time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
 }
 
 // Server is an http.Handler serving MCP at Path.
@@ -101,6 +113,9 @@ type Server struct {
 	sessions    *sessionStore
 	resource    string
 	publicHost  string // BaseURL's host, accepted in Host on loopback
+	origin      string // BaseURL's origin
+	origins     map[string]bool
+	recheck     time.Duration
 	metadataURL string
 	maxBody     int64
 	now         func() time.Time
@@ -133,6 +148,9 @@ func New(opts Options) (*Server, error) {
 		log:         cmp.Or(opts.Logger, slog.Default()),
 		resource:    origin + Path,
 		publicHost:  base.Hostname(),
+		origin:      strings.ToLower(base.Scheme + "://" + base.Host),
+		origins:     map[string]bool{},
+		recheck:     cmp.Or(opts.recheck, 30*time.Second),
 		metadataURL: origin + "/.well-known/oauth-protected-resource" + Path,
 		maxBody:     cmp.Or(opts.MaxBodyBytes, 4<<20),
 		now:         time.Now,
@@ -140,6 +158,13 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.now != nil {
 		s.now = opts.now
+	}
+	for _, o := range opts.AllowedOrigins {
+		n, ok := normalOrigin(o)
+		if !ok {
+			return nil, fmt.Errorf("mcp: new: allowed origin %q is not scheme://host[:port]", o)
+		}
+		s.origins[n] = true
 	}
 	ttl := cmp.Or(opts.SessionTTL, 30*time.Minute)
 	s.sessions = newSessionStore(ttl, cmp.Or(opts.MaxSessionsPerUser, 8), cmp.Or(opts.MaxSessions, 10000), s.now)
@@ -247,6 +272,8 @@ func (s *Server) terminate(id string) {
 // reqState is what the transport knows about the request being served.
 type reqState struct {
 	caller    capabilities.Caller
+	token     string    // the bearer token, "" when anonymous
+	expires   time.Time // when the token expires, zero if unknown
 	requestID string
 	method    string
 	sessionID string // legacy session, "" for 2026-07-28 requests
@@ -307,7 +334,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusForbidden, "invalid Host header", requestID)
 		return
 	}
-	caller, ok := s.authenticate(w, r, requestID)
+	if !s.originAllowed(r) {
+		writeHTTPError(w, http.StatusForbidden, "cross-origin request refused: origin not allowed", requestID)
+		return
+	}
+	caller, info, ok := s.authenticate(w, r, requestID)
 	if !ok {
 		return
 	}
@@ -321,7 +352,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.syncRegistry()
 
-	st := &reqState{caller: caller, requestID: requestID, method: msg.Method}
+	st := &reqState{caller: caller, requestID: requestID, method: msg.Method, expires: info.ExpiresAt}
+	st.token, _ = bearer(r)
 	r = r.Clone(context.WithValue(r.Context(), stateKey{}, st))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -421,8 +453,14 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 	}
 	switch r.Method {
 	case http.MethodGet:
-		// The stream ends with the session (DELETE, expiry, eviction).
-		cleanup = append(cleanup, s.sessions.stream(sid, withCancel()))
+		// The stream ends with the session (DELETE, expiry, eviction), and
+		// when its token stops verifying (expired, revoked, account
+		// suspended).
+		cancel := withCancel()
+		cleanup = append(cleanup, s.sessions.stream(sid, cancel))
+		if s.opts.Anonymous == nil {
+			cleanup = append(cleanup, s.watchToken(r.Context(), st, cancel))
+		}
 	case http.MethodPost:
 		// Each request is served under its own id, so mcp-go gives it its
 		// own notification channel: its progress and log messages cannot
@@ -450,29 +488,29 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 }
 
 // authenticate returns the caller of r, or answers the request itself.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID string) (capabilities.Caller, bool) {
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID string) (capabilities.Caller, TokenInfo, bool) {
 	if s.opts.Anonymous != nil {
 		if !loopback(r.RemoteAddr) {
 			writeHTTPError(w, http.StatusForbidden, "anonymous access is only served on loopback", requestID)
-			return capabilities.Caller{}, false
+			return capabilities.Caller{}, TokenInfo{}, false
 		}
-		return *s.opts.Anonymous, true
+		return *s.opts.Anonymous, TokenInfo{}, true
 	}
 	token, ok := bearer(r)
 	if !ok {
 		s.challenge(w, false, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
 	ctx := r.Context()
 	info, err := s.verify(ctx, token)
 	if capabilities.CodeOf(err) == capabilities.CodeAccountSuspended {
 		refuse(w, errSuspended, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
 	if err != nil {
 		s.log.DebugContext(ctx, "mcp: token refused", "err", err, "request_id", requestID)
 		s.challenge(w, true, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
 	var caller capabilities.Caller
 	if info.Caller != nil {
@@ -483,7 +521,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	switch {
 	case errors.Is(err, capabilities.ErrUnknownUser):
 		s.challenge(w, true, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	case err != nil:
 		s.log.ErrorContext(ctx, "mcp: load caller failed; serving without roles", "err", err, "request_id", requestID)
 		caller = capabilities.FailClosed(info.UserID, nil)
@@ -494,9 +532,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	caller.Interactive = true
 	if caller.State == capabilities.AccountSuspended {
 		refuse(w, errSuspended, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
-	return caller, true
+	return caller, info, true
 }
 
 var errSuspended = capabilities.Errorf(capabilities.CodeAccountSuspended, "this account is suspended")
@@ -700,7 +738,9 @@ func (s *Server) afterUnsubscribe(ctx context.Context, _ any, req *mcpgo.Unsubsc
 
 // NotifyResourceUpdated tells the sessions subscribed to uri that it
 // changed, on their GET streams. Each subscriber's user is loaded fresh and
-// told only if they may still read it.
+// told only if they pass the resource's whole guard now (account state,
+// requirement, and the resource's Allow, such as ownership of what a
+// per-user URI names).
 func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
 	for sid, userID := range s.sessions.subscribers(uri) {
 		caller, err := s.callerFor(ctx, userID)
@@ -721,6 +761,7 @@ func (s *Server) callerFor(ctx context.Context, userID string) (capabilities.Cal
 		return capabilities.Caller{}, fmt.Errorf("mcp: load caller: %w", err)
 	}
 	c.UserID = userID
+	c.Interactive = true // as the session's requests are served
 	return c, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"sort"
@@ -144,11 +145,12 @@ type options struct {
 	smtp           web.SMTPConfig
 	smtpSecurity   string
 	trustedProxies string
+	allowedOrigins string
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
 var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format",
-	"trusted-proxies", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
+	"trusted-proxies", "allowed-origins", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.Addr, "addr", enclave.DefaultAddr, "listen address")
@@ -162,6 +164,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.cfg.Production, "production", false, "production mode: require an https base URL, no development routes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
+	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins allowed to call /mcp besides the server's own (e.g. https://app.example.com)")
 	fs.StringVar(&o.smtp.Addr, "smtp-addr", "", "SMTP server host:port for verification and reset mail (required with --production)")
 	fs.StringVar(&o.smtp.From, "smtp-from", "", "sender address of that mail")
 	fs.StringVar(&o.smtp.Username, "smtp-username", "", "SMTP user (AUTH PLAIN, only over TLS or to a loopback relay)")
@@ -204,6 +207,17 @@ func (o *options) finish(stderr io.Writer) error {
 			return fmt.Errorf("--trusted-proxies %q: want networks such as 10.0.0.0/8", p)
 		}
 		o.cfg.TrustedProxies = append(o.cfg.TrustedProxies, prefix)
+	}
+	for _, origin := range strings.Split(o.allowedOrigins, ",") {
+		if origin = strings.TrimSpace(origin); origin == "" {
+			continue
+		}
+		u, err := url.Parse(origin)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("--allowed-origins %q: want origins such as https://app.example.com", origin)
+		}
+		o.cfg.AllowedOrigins = append(o.cfg.AllowedOrigins, origin)
 	}
 	if o.smtp.Addr != "" {
 		switch o.smtpSecurity {
