@@ -23,6 +23,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,6 +95,11 @@ type Options struct {
 	// against cross-site requests); requests without Origin (non-browser
 	// clients) are unaffected.
 	AllowedOrigins []string
+	// RequestStateKey signs the requestState of input-required results
+	// (protocol 2026-07-28). Replicas must share it; nil means a random key
+	// for this process, so a state is only good on the replica that issued
+	// it. enclave.New derives one from the key ring.
+	RequestStateKey []byte
 	// Anonymous, when set, turns authentication off: every request is served
 	// as this caller, and only requests arriving on a loopback address are
 	// accepted. It exists for local conformance testing.
@@ -116,6 +122,7 @@ type Server struct {
 	origin      string // BaseURL's origin
 	origins     map[string]bool
 	recheck     time.Duration
+	stateKey    []byte
 	metadataURL string
 	maxBody     int64
 	now         func() time.Time
@@ -158,6 +165,11 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.now != nil {
 		s.now = opts.now
+	}
+	s.stateKey = opts.RequestStateKey
+	if len(s.stateKey) == 0 {
+		s.stateKey = make([]byte, 32)
+		rand.Read(s.stateKey)
 	}
 	for _, o := range opts.AllowedOrigins {
 		n, ok := normalOrigin(o)
@@ -275,6 +287,7 @@ type reqState struct {
 	token     string    // the bearer token, "" when anonymous
 	expires   time.Time // when the token expires, zero if unknown
 	requestID string
+	rpcID     json.RawMessage // the JSON-RPC id of a POSTed request
 	method    string
 	sessionID string // legacy session, "" for 2026-07-28 requests
 	created   string // the session an initialize request created
@@ -342,17 +355,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
-		writeHTTPError(w, http.StatusBadRequest, "unsupported protocol version "+v, requestID)
-		return
-	}
 	body, msg, ok := s.readBody(w, r, requestID)
 	if !ok {
 		return
 	}
+	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
+		// The error names the versions served and echoes the one asked
+		// for, under the request's own id.
+		res := mcpgo.UnsupportedProtocolVersionError{Version: v, Supported: ProtocolVersions}.JSONRPCError()
+		if len(msg.ID) > 0 {
+			var id any
+			_ = json.Unmarshal(msg.ID, &id)
+			res.ID = mcpgo.NewRequestId(id)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(res)
+		return
+	}
 	s.syncRegistry()
 
-	st := &reqState{caller: caller, requestID: requestID, method: msg.Method, expires: info.ExpiresAt}
+	st := &reqState{caller: caller, requestID: requestID, method: msg.Method, expires: info.ExpiresAt, rpcID: bytes.TrimSpace(msg.ID)}
 	st.token, _ = bearer(r)
 	r = r.Clone(context.WithValue(r.Context(), stateKey{}, st))
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -671,7 +694,7 @@ func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
 func (s *Server) afterInitialize(ctx context.Context, _ any, req *mcpgo.InitializeRequest, res *mcpgo.InitializeResult) {
 	if st := stateFrom(ctx); st != nil && st.created != "" {
 		caps := req.Params.Capabilities
-		s.sessions.setClientCaps(st.created, caps.Sampling != nil, caps.Elicitation != nil)
+		s.sessions.setClientCaps(st.created, caps.Sampling != nil, caps.Elicitation != nil, caps.Roots != nil)
 	}
 	if !slices.Contains(ProtocolVersions, res.ProtocolVersion) {
 		res.ProtocolVersion = mcpgo.LATEST_LEGACY_PROTOCOL_VERSION
