@@ -28,7 +28,9 @@ func sampleQuestion(key, text string, maxTokens int) capabilities.Question {
 func asking(name, description string, h func(ctx context.Context, call *capabilities.Call) (capabilities.Result, error)) capabilities.Capability {
 	return capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
 		Name: name, Domain: "conformance", Description: description, Annotations: asks,
-		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) { return h(ctx, call) },
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			return h(ctx, call)
+		},
 	})
 }
 
