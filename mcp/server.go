@@ -127,9 +127,10 @@ type Server struct {
 	maxBody     int64
 	now         func() time.Time
 
-	syncMu  sync.Mutex
-	synced  atomic.Uint64 // registry version mirrored into mcp-go, plus one
-	pending pendingRequests
+	syncMu    sync.Mutex
+	synced    atomic.Uint64 // registry version mirrored into mcp-go, plus one
+	pending   pendingRequests
+	listening listeners
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -191,6 +192,7 @@ func New(opts Options) (*Server, error) {
 	hooks.AddAfterSetLevel(s.afterSetLevel)
 	hooks.AddAfterListResources(s.afterListResources)
 	hooks.AddAfterListResourceTemplates(s.afterListResourceTemplates)
+	hooks.AddAfterDiscover(s.afterDiscover)
 
 	serverOpts := []mcpserver.ServerOption{
 		// listChanged is declared false to mcp-go so that it never broadcasts
@@ -399,8 +401,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer done()
 	}
 
+	if st.sessionID == "" && r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodSubscriptionsListen) && s.isModern(r, msg) {
+		s.listen(w, r, st, body)
+		return
+	}
 	st.out = newDeliveryWriter(w)
 	s.http.ServeHTTP(st.out, r)
+	s.syncRegistry() // a request may have changed the registry
 	for _, id := range st.evicted {
 		s.terminate(id)
 	}
@@ -435,7 +442,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 // session answer the same 404.
 func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqState, msg envelope) bool {
 	switch {
-	case mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion()):
+	case s.isModern(r, msg):
 		r.Header.Del(sessionHeader) // 2026-07-28 has no sessions: each request stands alone
 		return true
 	case r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize):
@@ -456,6 +463,11 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 	}
 	st.sessionID = sid
 	return true
+}
+
+// isModern reports whether r is a protocol 2026-07-28 request.
+func (s *Server) isModern(r *http.Request, msg envelope) bool {
+	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion())
 }
 
 // withinSession prepares a GET stream or a POST request of a session for
@@ -632,7 +644,11 @@ func (s *Server) syncRegistry() {
 		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: promptOf(p), Handler: s.getPrompt})
 	}
 	s.mcp.SetPrompts(prompts...)
+	first := s.synced.Load() == 0
 	s.synced.Store(v)
+	if !first {
+		go s.notifyListChanges(context.Background())
+	}
 }
 
 // filterTools is mcp-go's one visibility decision, on tools/list and on
@@ -704,6 +720,17 @@ func (s *Server) afterInitialize(ctx context.Context, _ any, req *mcpgo.Initiali
 	}
 }
 
+// afterDiscover advertises list changes, which listen streams deliver per
+// caller (see listen.go).
+func (s *Server) afterDiscover(_ context.Context, _ any, _ *mcpgo.DiscoverRequest, res *mcpgo.DiscoverResult) {
+	if res.Capabilities.Tools != nil {
+		res.Capabilities.Tools.ListChanged = true
+	}
+	if res.Capabilities.Prompts != nil {
+		res.Capabilities.Prompts.ListChanged = true
+	}
+}
+
 // beforeCallTool audits calls of names the registry does not know: mcp-go
 // answers those itself, before any filter runs.
 func (s *Server) beforeCallTool(ctx context.Context, _ any, req *mcpgo.CallToolRequest) {
@@ -772,6 +799,7 @@ func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
 		}
 		_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
 	}
+	s.notifyListenersUpdated(ctx, uri)
 }
 
 // callerFor loads a session's user outside of a request.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 )
@@ -165,6 +166,33 @@ func inputTools() []capabilities.Capability {
 				return capabilities.TextResult("region=" + in.Region), nil
 			},
 		},
+	}
+}
+
+// changers are the tools that change the tool and prompt lists, for the
+// list-changed notifications of listen streams.
+func changers(reg *capabilities.Registry) []capabilities.Capability {
+	var n atomic.Int64
+	return []capabilities.Capability{
+		asking("test_trigger_tool_change", "Adds a tool.", func(context.Context, *capabilities.Call) (capabilities.Result, error) {
+			name := fmt.Sprintf("test_dynamic_tool_%d", n.Add(1))
+			err := reg.Register(fixed(name, "A tool added at run time.", func() capabilities.Result { return capabilities.TextResult(name) }))
+			if err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult("added " + name), nil
+		}),
+		asking("test_trigger_prompt_change", "Adds a prompt.", func(context.Context, *capabilities.Call) (capabilities.Result, error) {
+			name := fmt.Sprintf("test_dynamic_prompt_%d", n.Add(1))
+			err := reg.RegisterPrompt(capabilities.Prompt{Name: name, Description: "A prompt added at run time.",
+				Get: func(context.Context, *capabilities.Call, map[string]string) (capabilities.PromptResult, error) {
+					return capabilities.PromptResult{Messages: []capabilities.PromptMessage{{Role: "user", Content: capabilities.Text{Text: name}}}}, nil
+				}})
+			if err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult("added " + name), nil
+		}),
 	}
 }
 
