@@ -123,6 +123,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
 	}
+	if mopts.RequestStateKey == nil {
+		// Shared by every replica, so any of them can take the next round
+		// of an input-required call.
+		if mopts.RequestStateKey, err = s.ring.NamedKey(ctx, "mcp-request-state"); err != nil {
+			return err
+		}
+	}
 	if s.mcp, err = mcp.New(mopts); err != nil {
 		return err
 	}
