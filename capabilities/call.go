@@ -214,3 +214,23 @@ func (c *Call) Roots(ctx context.Context) ([]Root, error) {
 	}
 	return ans[0].Roots, nil
 }
+
+// Detacher is implemented by transports that can continue a call as a task.
+type Detacher interface {
+	Detach(ctx context.Context) (context.Context, error)
+}
+
+// Detach lets a long-running handler of a task-supporting capability
+// (Capability.Task) continue as a task: when the client can follow tasks,
+// the transport answers the call now with a task id and the handler goes
+// on in the background under the returned context (ended by tasks/cancel);
+// its result, or the questions it asks (Ask) later, reach the client
+// through the task. Otherwise Detach does nothing and the handler goes on
+// as an ordinary call. Ask what must be known before starting first, then
+// Detach, then do the long work with the returned context.
+func (c *Call) Detach(ctx context.Context) (context.Context, error) {
+	if d, ok := c.client.(Detacher); ok {
+		return d.Detach(ctx)
+	}
+	return ctx, nil
+}

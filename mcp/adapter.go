@@ -80,7 +80,23 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 			return nil, safeError{"invalid request state"}
 		}
 	}
+	if mcpserver.IsModernRequest(ctx) {
+		support := s.taskSupportOf(req.Params.Name)
+		canTask := s.tasks != nil && negotiatedTasks(ctx)
+		switch {
+		case support == capabilities.TaskRequired && !canTask:
+			s.protocolError(ctx, st, errTaskRequired)
+			return nil, safeError{"this tool runs only as a task"}
+		case support != capabilities.TaskNever && canTask:
+			return s.callAsTask(ctx, st, cl, req.Params.Name, args)
+		}
+	}
 	res, err := s.reg.Invoke(capabilities.WithClient(ctx, cl), st.caller, req.Params.Name, args)
+	return s.toolResult(ctx, st, cl, req.Params.Name, res, err)
+}
+
+// toolResult turns what Invoke returned into the tools/call answer.
+func (s *Server) toolResult(ctx context.Context, st *reqState, cl *client, name string, res capabilities.Result, err error) (*mcpgo.CallToolResult, error) {
 	st.settle(ctx)
 	if errors.Is(err, errInputRequired) && cl.round != nil && cl.round.question != nil {
 		return &mcpgo.CallToolResult{
@@ -92,7 +108,7 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 		return nil, safeError{"request refused"}
 	}
 	if err != nil {
-		s.logIfInternal(ctx, st, "tools/call "+req.Params.Name, err)
+		s.logIfInternal(ctx, st, "tools/call "+name, err)
 		return mcpgo.NewToolResultError(publicMessage(err, st.requestID)), nil
 	}
 	out := &mcpgo.CallToolResult{Content: contents(res.Content), StructuredContent: res.Structured, IsError: res.IsError}
@@ -240,6 +256,8 @@ type client struct {
 
 	// round is set for 2026-07-28 requests that may ask (see ask.go)
 	round *round
+	// task is set for calls that may continue as a task (see tasks.go)
+	task *taskRun
 }
 
 func (c *client) Progress(ctx context.Context, progress, total float64, message string) error {
@@ -279,6 +297,9 @@ func (c *client) Log(ctx context.Context, level capabilities.LogLevel, logger st
 // notify sends a notification to this request's stream and counts it, so
 // that the handler's return waits for its delivery.
 func (c *client) notify(ctx context.Context, method string, params map[string]any) error {
+	if c.task != nil && c.task.isTask.Load() {
+		return nil // the request it belonged to has been answered
+	}
 	if err := c.s.mcp.SendNotificationToClient(ctx, method, params); err != nil {
 		return fmt.Errorf("mcp: notify %s: %w", method, err)
 	}

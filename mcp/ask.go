@@ -266,6 +266,9 @@ func (c *client) Ask(ctx context.Context, qs []capabilities.Question) ([]capabil
 				Err: mcpgo.MissingRequiredClientCapabilityError{Capability: capabilityName(questionMethod(q))}}
 		}
 	}
+	if c.task != nil && c.task.isTask.Load() {
+		return c.askTask(ctx, qs)
+	}
 	if mcpserver.IsModernRequest(ctx) {
 		return c.askAgain(qs)
 	}
@@ -361,6 +364,9 @@ func (s *Server) protocolError(ctx context.Context, st *reqState, err error) boo
 	}
 	var missing mcpgo.MissingRequiredClientCapabilityError
 	switch {
+	case errors.As(err, &missing) && missing.Capability == errTaskRequired.Capability:
+		st.out.replaceError(st.rpcID, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, "this tool runs only as a task: declare the "+tasksExtension+" extension",
+			map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}})
 	case errors.As(err, &missing):
 		st.out.replaceError(st.rpcID, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, missing.Error(),
 			map[string]any{"requiredCapabilities": map[string]any{missing.Capability: map[string]any{}}})

@@ -32,6 +32,7 @@ type deliveryWriter struct {
 	// replacement, when set, is the JSON-RPC error written instead of the
 	// error response mcp-go writes for the request (see replaceError).
 	replacement []byte
+	replaceAny  bool // replace the response, not only an error response
 	replaced    bool
 }
 
@@ -48,7 +49,7 @@ func (d *deliveryWriter) Header() http.Header { return d.w.Header() }
 func (d *deliveryWriter) WriteHeader(status int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.replacement != nil && !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
+	if d.replacement != nil && !d.replaceAny && !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
 		status = http.StatusBadRequest
 	}
 	if !d.started {
@@ -59,7 +60,7 @@ func (d *deliveryWriter) WriteHeader(status int) {
 
 func (d *deliveryWriter) Write(p []byte) (int, error) {
 	d.mu.Lock()
-	if d.replacement != nil && !d.replaced && bytes.Contains(p, []byte(`"error"`)) {
+	if d.replacement != nil && !d.replaced && (bytes.Contains(p, []byte(`"error"`)) || d.replaceAny && !bytes.Contains(p, notificationMark)) {
 		d.replaced = true
 		d.started = true
 		var err error
@@ -99,6 +100,15 @@ func (d *deliveryWriter) replaceError(id json.RawMessage, code int, message stri
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": e})
 	d.mu.Lock()
 	d.replacement = b
+	d.mu.Unlock()
+}
+
+// replaceResponse makes the response mcp-go writes for this request body
+// instead (a complete JSON-RPC response): for results mcp-go has no type
+// for, such as a CreateTaskResult.
+func (d *deliveryWriter) replaceResponse(body []byte) {
+	d.mu.Lock()
+	d.replacement, d.replaceAny = body, true
 	d.mu.Unlock()
 }
 

@@ -100,6 +100,10 @@ type Options struct {
 	// for this process, so a state is only good on the replica that issued
 	// it. enclave.New derives one from the key ring.
 	RequestStateKey []byte
+	// Tasks stores tasks (protocol 2026-07-28 tasks extension); nil turns
+	// tasks off (task-supporting capabilities then run as ordinary calls).
+	// enclave.New sets an SQL store, so any replica can answer for a task.
+	Tasks TaskStore
 	// Anonymous, when set, turns authentication off: every request is served
 	// as this caller, and only requests arriving on a loopback address are
 	// accepted. It exists for local conformance testing.
@@ -123,6 +127,8 @@ type Server struct {
 	origins     map[string]bool
 	recheck     time.Duration
 	stateKey    []byte
+	tasks       TaskStore
+	taskModes   atomic.Pointer[map[string]capabilities.TaskSupport]
 	metadataURL string
 	maxBody     int64
 	now         func() time.Time
@@ -167,6 +173,7 @@ func New(opts Options) (*Server, error) {
 	if opts.now != nil {
 		s.now = opts.now
 	}
+	s.tasks = opts.Tasks
 	s.stateKey = opts.RequestStateKey
 	if len(s.stateKey) == 0 {
 		s.stateKey = make([]byte, 32)
@@ -401,6 +408,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer done()
 	}
 
+	if st.sessionID == "" && r.Method == http.MethodPost && strings.HasPrefix(msg.Method, "tasks/") && s.isModern(r, msg) {
+		s.serveTasks(w, r, st, msg.Method, body)
+		return
+	}
 	if st.sessionID == "" && r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodSubscriptionsListen) && s.isModern(r, msg) {
 		s.listen(w, r, st, body)
 		return
@@ -463,6 +474,14 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 	}
 	st.sessionID = sid
 	return true
+}
+
+// taskSupportOf says whether the named capability may run as a task.
+func (s *Server) taskSupportOf(name string) capabilities.TaskSupport {
+	if m := s.taskModes.Load(); m != nil {
+		return (*m)[name]
+	}
+	return capabilities.TaskNever
 }
 
 // isModern reports whether r is a protocol 2026-07-28 request.
@@ -635,9 +654,14 @@ func (s *Server) syncRegistry() {
 		return
 	}
 	var tools []mcpserver.ServerTool
+	modes := map[string]capabilities.TaskSupport{}
 	for _, c := range s.reg.All() {
 		tools = append(tools, mcpserver.ServerTool{Tool: toolOf(c), Handler: s.callTool})
+		if c.Task != capabilities.TaskNever {
+			modes[c.Name] = c.Task
+		}
 	}
+	s.taskModes.Store(&modes)
 	s.mcp.SetTools(tools...)
 	var prompts []mcpserver.ServerPrompt
 	for _, p := range s.reg.AllPrompts() {
@@ -728,6 +752,12 @@ func (s *Server) afterDiscover(_ context.Context, _ any, _ *mcpgo.DiscoverReques
 	}
 	if res.Capabilities.Prompts != nil {
 		res.Capabilities.Prompts.ListChanged = true
+	}
+	if s.tasks != nil {
+		if res.Capabilities.Extensions == nil {
+			res.Capabilities.Extensions = map[string]any{}
+		}
+		res.Capabilities.Extensions[tasksExtension] = map[string]any{}
 	}
 }
 

@@ -215,7 +215,7 @@ func register(reg *capabilities.Registry) error {
 	if err != nil {
 		return err
 	}
-	if err := reg.Register(append(inputTools(), changers(reg)...)...); err != nil {
+	if err := reg.Register(append(append(inputTools(), taskTools()...), changers(reg)...)...); err != nil {
 		return err
 	}
 	if err := reg.RegisterPrompt(inputPrompts()...); err != nil {
