@@ -16,6 +16,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
@@ -123,6 +124,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
 	}
+	if mopts.Tasks == nil {
+		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
+	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
 		// of an input-required call.
@@ -221,6 +225,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		secrets.RegisterInventory(inv),
 		addTables(inv, oauth.InventoryTables()),
+		inv.AddTable(sqltasks.Table),
 	)
 }
 
