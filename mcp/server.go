@@ -174,6 +174,9 @@ func New(opts Options) (*Server, error) {
 		s.now = opts.now
 	}
 	s.tasks = opts.Tasks
+	if m, ok := s.tasks.(*memoryTasks); ok && opts.now != nil {
+		m.now = opts.now // tests
+	}
 	s.stateKey = opts.RequestStateKey
 	if len(s.stateKey) == 0 {
 		s.stateKey = make([]byte, 32)

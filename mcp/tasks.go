@@ -45,6 +45,7 @@ type taskRun struct {
 	detached chan struct{}
 	once     sync.Once
 	id       string
+	created  Task // as stored by Detach
 	asked    int
 	isTask   atomic.Bool
 }
@@ -83,7 +84,7 @@ func (c *client) Detach(ctx context.Context) (context.Context, error) {
 			err = fmt.Errorf("mcp: create task: %w", err)
 			return
 		}
-		tr.id = t.ID
+		tr.id, tr.created = t.ID, t
 		tr.isTask.Store(true)
 		close(tr.detached)
 	})
@@ -143,13 +144,8 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 		cancel()
 		return s.toolResult(ctx, st, cl, name, o.res, o.err)
 	}
-	t, err := s.tasks.Get(ctx, st.caller.UserID, tr.id)
-	if err != nil {
-		cancel()
-		s.log.ErrorContext(ctx, "mcp: read the task just created", "err", err, "request_id", st.requestID)
-		return nil, safeError{internalMessage(st.requestID)}
-	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": rpcIDOrNull(st.rpcID), "result": taskCreated(t)})
+	// Create has returned: tasks/get already answers for it.
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": rpcIDOrNull(st.rpcID), "result": taskCreated(tr.created)})
 	st.out.replaceResponse(body)
 	s.wg.Add(1)
 	go func() {

@@ -63,11 +63,12 @@ type TaskStore interface {
 // MemoryTasks is a TaskStore in this process's memory: for tests and
 // single-process servers (tasks are lost on restart and invisible to other
 // replicas). enclave.New uses an SQL store instead.
-func MemoryTasks() TaskStore { return &memoryTasks{m: map[string]Task{}} }
+func MemoryTasks() TaskStore { return &memoryTasks{m: map[string]Task{}, now: time.Now} }
 
 type memoryTasks struct {
-	mu sync.Mutex
-	m  map[string]Task
+	mu  sync.Mutex
+	m   map[string]Task
+	now func() time.Time
 }
 
 func cloneTask(t Task) Task {
@@ -85,7 +86,7 @@ func (s *memoryTasks) Create(_ context.Context, t Task) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, old := range s.m {
-		if time.Now().After(old.ExpiresAt) {
+		if s.now().After(old.ExpiresAt) {
 			delete(s.m, id)
 		}
 	}
@@ -100,7 +101,7 @@ func (s *memoryTasks) Get(_ context.Context, userID, id string) (Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.m[id]
-	if !ok || t.UserID != userID || time.Now().After(t.ExpiresAt) {
+	if !ok || t.UserID != userID || s.now().After(t.ExpiresAt) {
 		return Task{}, ErrTaskNotFound
 	}
 	return cloneTask(t), nil
@@ -110,7 +111,7 @@ func (s *memoryTasks) Update(_ context.Context, userID, id string, fn func(*Task
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.m[id]
-	if !ok || t.UserID != userID || time.Now().After(t.ExpiresAt) {
+	if !ok || t.UserID != userID || s.now().After(t.ExpiresAt) {
 		return Task{}, ErrTaskNotFound
 	}
 	t = cloneTask(t)
