@@ -131,9 +131,6 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, st *reqState, bo
 		return true
 	}
 	filter := l.filter
-	if filter.ResourceSubscriptions == nil {
-		filter.ResourceSubscriptions = nil
-	}
 	if !write(l.frame(string(mcpgo.MethodNotificationSubscriptionsAcknowledged), map[string]any{"notifications": filter})) {
 		return
 	}

@@ -170,12 +170,14 @@ func (s *Server) runTask(ctx context.Context, st *reqState, tr *taskRun, done <-
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var o outcome
+	stop := s.stop
 wait:
 	for {
 		select {
 		case o = <-done:
 			break wait
-		case <-s.stop:
+		case <-stop:
+			stop = nil // the server is closing: end the handler, then store its outcome
 			tr.cancel()
 		case <-tick.C:
 			if t, err := s.tasks.Get(bg, tr.userID, tr.id); err != nil || t.Status == TaskCancelled {
@@ -237,7 +239,7 @@ func (c *client) askTask(ctx context.Context, qs []capabilities.Question) ([]cap
 	if err != nil {
 		return nil, fmt.Errorf("mcp: task input: %w", err)
 	}
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
