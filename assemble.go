@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -17,6 +18,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -149,6 +151,7 @@ func (s *Server) assemble(ctx context.Context) error {
 
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
+	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
 		mopts.Verifier = oauthVerifier{s.oauth}
@@ -159,6 +162,16 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
+	}
+	if mopts.Tasks == nil {
+		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
+	}
+	if mopts.RequestStateKey == nil {
+		// Shared by every replica, so any of them can take the next round
+		// of an input-required call.
+		if mopts.RequestStateKey, err = s.ring.NamedKey(ctx, "mcp-request-state"); err != nil {
+			return err
+		}
 	}
 	if s.mcp, err = mcp.New(mopts); err != nil {
 		return err
@@ -271,6 +284,7 @@ func registerInventory(inv *storage.Inventory) error {
 		// Jobs that concern a user (package jobs); mail rows have no owner.
 		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
 		inv.AddTable(storage.Table{Name: "quota_usage"}),
+		inv.AddTable(sqltasks.Table),
 	)
 }
 

@@ -68,6 +68,15 @@ type Config struct {
 	// limits, audit). Default none: the client is the TCP peer.
 	TrustedProxies []netip.Prefix
 
+	// AllowedOrigins are the browser origins (scheme://host[:port], as a
+	// browser sends them in the Origin header) that may call /mcp besides
+	// the server's own origin (BaseURL's, or the one naming the request's
+	// Host). A request from any other origin is refused with 403. The same
+	// origins get CORS headers on /mcp, /oauth/token, /oauth/register and
+	// the metadata documents. Default none (and no CORS headers). Added to
+	// MCP.AllowedOrigins.
+	AllowedOrigins []string
+
 	// RegistrationLimit bounds dynamic client registrations (RFC 7591, open
 	// by design) per client network: an address, or an IPv6 /64. Counted in
 	// SQL, so it holds across replicas. Default 30 per hour.
@@ -140,12 +149,6 @@ type Config struct {
 	// (default), SignupInvite (an admin's invite code is needed) or
 	// SignupClosed (accounts come from the CLI only).
 	Signup accounts.SignupMode
-
-	// AllowedOrigins are the browser origins (scheme://host[:port]) allowed
-	// to call /mcp, /oauth/token, /oauth/register and the metadata
-	// documents from a page (CORS), and accepted in the Origin header of
-	// /mcp. Default none: no CORS headers are sent.
-	AllowedOrigins []string
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.

@@ -70,7 +70,8 @@ func TestMCPEndpoint(t *testing.T) {
 	ts := httptest.NewUnstartedServer(nil)
 	base = "http://" + ts.Listener.Addr().String()
 	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
+		AllowedOrigins: []string{"https://app.example"},
+		Accounts:       accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +113,22 @@ func TestMCPEndpoint(t *testing.T) {
 	}
 
 	token := "test-token:" + u.StableID
+	// Browsers' cross-origin requests pass only from Config.AllowedOrigins.
+	for origin, want := range map[string]int{"https://evil.example": http.StatusForbidden, "https://app.example": http.StatusOK, base: http.StatusOK} {
+		req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Origin", origin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("initialize from %s: %d, want %d", origin, resp.StatusCode, want)
+		}
+	}
 	code, body, session, _ := rpc(t, base, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	if code != 200 || session == "" {
 		t.Fatalf("initialize: %d %s", code, body)

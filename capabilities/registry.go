@@ -34,6 +34,9 @@ const (
 	ReasonInteractive     DenialReason = "interactive_only"
 	ReasonScope           DenialReason = "insufficient_scope"
 	ReasonQuota           DenialReason = "quota"
+	// ReasonOwner: a per-user resource names something the caller does
+	// not own (see Resource.Allow).
+	ReasonOwner DenialReason = "not_owner"
 )
 
 // Denial is one refused call, as recorded for the audit log. Subject is a

@@ -184,7 +184,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long calls in flight may take to finish")
 	fs.BoolVar(&o.cfg.NoMigrate, "no-migrate", false, "serve without applying migrations (apply them with enclave migrate; /readyz is 503 while any is pending)")
 	fs.StringVar(&o.signup, "signup", "open", "who may create an account: open, invite (an admin's invite code) or closed (CLI only)")
-	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins allowed to call /mcp and the OAuth endpoints (CORS), e.g. https://app.example.com")
+	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
 	fs.StringVar(&o.smtpURL, "smtp-url", "", "SMTP server as one URL: smtp://USER:PASS@HOST:587?tls=starttls|tls|none[&auth=xoauth2] (replaces --smtp-addr, --smtp-username, --smtp-password and --smtp-security)")
 	fs.StringVar(&o.smtp.Addr, "smtp-addr", "", "SMTP server host:port for verification and reset mail (required with --production)")
@@ -251,16 +251,6 @@ func (o *options) finish(stderr io.Writer) error {
 		return fmt.Errorf("--signup: %w", err)
 	}
 	o.cfg.Signup = mode
-	for _, origin := range strings.Split(o.allowedOrigins, ",") {
-		if origin = strings.TrimSpace(origin); origin == "" {
-			continue
-		}
-		u, err := url.Parse(origin)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			return fmt.Errorf("--allowed-origins %q: want origins such as https://app.example.com", origin)
-		}
-		o.cfg.AllowedOrigins = append(o.cfg.AllowedOrigins, strings.TrimSuffix(origin, "/"))
-	}
 	for _, p := range strings.Split(o.trustedProxies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
@@ -270,6 +260,17 @@ func (o *options) finish(stderr io.Writer) error {
 			return fmt.Errorf("--trusted-proxies %q: want networks such as 10.0.0.0/8", p)
 		}
 		o.cfg.TrustedProxies = append(o.cfg.TrustedProxies, prefix)
+	}
+	for _, origin := range strings.Split(o.allowedOrigins, ",") {
+		if origin = strings.TrimSpace(origin); origin == "" {
+			continue
+		}
+		u, err := url.Parse(origin)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("--allowed-origins %q: want origins such as https://app.example.com", origin)
+		}
+		o.cfg.AllowedOrigins = append(o.cfg.AllowedOrigins, strings.TrimSuffix(origin, "/"))
 	}
 	if o.smtpURL != "" {
 		if o.smtp.Addr != "" {

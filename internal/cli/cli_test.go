@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -203,6 +205,8 @@ func TestMailAndProxyFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--trusted-proxies", "10.0.0.0/8,not-a-net"}, "--trusted-proxies"},
+		{[]string{"--allowed-origins", "https://app.example.com,app.example.com"}, "--allowed-origins"},
+		{[]string{"--allowed-origins", "https://app.example.com/path"}, "--allowed-origins"},
 		{[]string{"--smtp-addr", "127.0.0.1:2525", "--smtp-from", "a@example.com", "--smtp-security", "rot13"}, "--smtp-security"},
 		{[]string{"--smtp-addr", "mail.example.com:25", "--smtp-from", "a@example.com", "--smtp-security", "plain"}, "loopback"},
 	} {
@@ -245,5 +249,41 @@ func TestServeInProduction(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+}
+
+// --allowed-origins and ENCLAVE_ALLOWED_ORIGINS fill Config.AllowedOrigins;
+// the flag wins over the variable.
+func TestAllowedOriginsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"https://a.example, https://b.example:8443", nil, "[https://a.example https://b.example:8443]"},
+		{"https://a.example", []string{"--allowed-origins", "http://localhost:5173"}, "[http://localhost:5173]"},
+		{"", nil, "[]"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		o := &options{}
+		o.register(fs)
+		err := applyEnv(fs, func(k string) string {
+			if k == "ENCLAVE_ALLOWED_ORIGINS" {
+				return tc.env
+			}
+			return ""
+		})
+		if err == nil {
+			err = fs.Parse(tc.args)
+		}
+		if err == nil {
+			err = o.finish(io.Discard)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(o.cfg.AllowedOrigins); got != tc.want {
+			t.Errorf("env %q args %v: AllowedOrigins %s, want %s", tc.env, tc.args, got, tc.want)
+		}
 	}
 }
