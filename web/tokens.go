@@ -120,8 +120,16 @@ func (h *Handler) consumeToken(ctx context.Context, token, purpose string) (mail
 // issuedToAccount returns row unless it was issued before its account was
 // created (then errBadToken): identities are never reused, so such a link
 // belonged to an earlier account.
+//
+// An email-change link is also refused when the password changed after it
+// was issued: it moves the account to an address its requester holds, so
+// it dies with the password like sessions and grants do.
 func (h *Handler) issuedToAccount(ctx context.Context, row mailToken) (mailToken, error) {
-	if err := h.opts.Accounts.CheckIssuedToAccount(ctx, row.UserID, row.CreatedAt); err != nil {
+	check := h.opts.Accounts.CheckIssuedToAccount
+	if row.Purpose == purposeChangeEmail {
+		check = h.opts.Accounts.CheckIssuedSincePassword
+	}
+	if err := check(ctx, row.UserID, row.CreatedAt); err != nil {
 		if errors.Is(err, accounts.ErrInvalidToken) {
 			return mailToken{}, errBadToken
 		}
