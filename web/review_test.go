@@ -1,11 +1,16 @@
 package web
 
 import (
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -64,6 +69,72 @@ func TestEmailChangeLinkDiesWithThePassword(t *testing.T) {
 					t.Fatalf("the account moved to %s with a link issued before the password change", got.Email)
 				}
 			})
+		}
+	})
+}
+
+// The session of a half-deleted account works only on the deletion page:
+// at the authorization endpoint it counts as signed out (Login shows the
+// form, and signing in there again is refused), so it cannot mint a grant;
+// and the account's other pages and the email-change confirmation refuse
+// it too.
+func TestDeletingSessionCannotAuthorize(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		acc := newAccounts(t, s, nil)
+		h := newTestHandler(t, s, func(o *Options) {
+			o.Accounts = acc
+			o.CredentialLimit = Limit{Requests: 1000}
+		})
+		ctx := t.Context()
+		u, err := acc.Signup(ctx, accounts.SignupInput{Email: "del@example.com", Username: "del", Password: testPassword})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := acc.MarkDeleting(ctx, u.ID); err != nil {
+			t.Fatal(err)
+		}
+		deleting, err := acc.Login(ctx, u.Email, testPassword)
+		if !errors.Is(err, accounts.ErrDeleting) {
+			t.Fatalf("login of a deleting account: %v", err)
+		}
+		rec := httptest.NewRecorder()
+		if _, err := acc.StartDeletingSession(rec, httptest.NewRequest("GET", "/", nil), deleting); err != nil {
+			t.Fatal(err)
+		}
+		cookie := rec.Result().Cookies()[0]
+
+		req := &oauth.AuthorizeRequest{ClientID: "c1", ClientName: "Agent", RedirectURI: "http://127.0.0.1:9/cb", RedirectHost: "127.0.0.1:9",
+			Scopes: []string{"mcp"}, FormAction: "/oauth/authorize?client_id=c1&state=abcdefgh"}
+		for _, post := range []bool{false, true} {
+			var r *http.Request
+			if post {
+				form := url.Values{"email": {u.Email}, "password": {testPassword}}
+				r = httptest.NewRequest("POST", "http://enclave.test"+req.FormAction, strings.NewReader(form.Encode()))
+				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				r.Header.Set("Sec-Fetch-Site", "same-origin")
+				r.Header.Set("Origin", "http://enclave.test")
+			} else {
+				r = httptest.NewRequest("GET", "http://enclave.test"+req.FormAction, nil)
+			}
+			r.AddCookie(cookie)
+			w := httptest.NewRecorder()
+			if id, ok := h.Login(w, r, req); ok || id != 0 {
+				t.Fatalf("authorization with a deleting session (post %v): signed in as %d", post, id)
+			}
+			if w.Code == http.StatusOK && !strings.Contains(w.Body.String(), `name="password"`) {
+				t.Fatalf("authorization with a deleting session (post %v): %d\n%s", post, w.Code, w.Body)
+			}
+		}
+		b := newBrowser(t, serve(t, h))
+		u0, _ := url.Parse(b.srv.URL)
+		b.c.Jar.SetCookies(u0, []*http.Cookie{cookie})
+		for _, path := range []string{"/account", "/account/secrets", "/admin/users"} {
+			if a := b.get(path); a.Status == http.StatusOK {
+				t.Fatalf("GET %s with a deleting session: 200", path)
+			}
+		}
+		if a := b.post("/account/email", url.Values{"email": {"x@example.com"}, "password": {testPassword}}); a.Status == http.StatusSeeOther && strings.Contains(a.Location, "email-change-sent") {
+			t.Fatalf("email change with a deleting session: %d %s", a.Status, a.Location)
 		}
 	})
 }
