@@ -138,3 +138,69 @@ func TestDeletingSessionCannotAuthorize(t *testing.T) {
 		}
 	})
 }
+
+// Two accounts asking for the same free address get a link each (both to
+// that address); confirming both at once moves exactly one account, and
+// the other is refused.
+func TestConcurrentEmailChangeConfirmations(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		acc := newAccounts(t, s, nil)
+		h := newTestHandler(t, s, func(o *Options) {
+			o.Accounts = acc
+			o.CredentialLimit = Limit{Requests: 1000}
+		})
+		srv := serve(t, h)
+		const target = "shared@example.com"
+		var tokens []string
+		var ids []int64
+		for _, name := range []string{"first", "second"} {
+			b := newBrowser(t, srv)
+			u := signedIn(t, h, b, name+"@example.com", name, false)
+			if _, err := acc.MarkEmailVerified(t.Context(), u.ID); err != nil {
+				t.Fatal(err)
+			}
+			if a := b.post("/account/email", url.Values{"email": {target}, "password": {testPassword}}); a.Status != http.StatusSeeOther {
+				t.Fatalf("email change request: %d", a.Status)
+			}
+			_, token := mailedLink(t, h, target)
+			tokens = append(tokens, token)
+			ids = append(ids, u.ID)
+		}
+		start := make(chan struct{})
+		results := make(chan int, 2)
+		for _, tok := range tokens {
+			go func() {
+				<-start
+				form := url.Values{"token": {tok}}
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/account/email/confirm", strings.NewReader(form.Encode()))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				req.Header.Set("Origin", srv.URL)
+				req.Header.Set("Sec-Fetch-Site", "same-origin")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					results <- 0
+					return
+				}
+				resp.Body.Close()
+				results <- resp.StatusCode
+			}()
+		}
+		close(start)
+		a, b := <-results, <-results
+		if (a == http.StatusOK) == (b == http.StatusOK) {
+			t.Fatalf("concurrent confirmations answered %d and %d, want exactly one 200", a, b)
+		}
+		if a >= 500 || b >= 500 {
+			t.Fatalf("concurrent confirmations answered %d and %d", a, b)
+		}
+		holders := 0
+		for _, id := range ids {
+			if u, _ := acc.UserByID(t.Context(), id); u.Email == target {
+				holders++
+			}
+		}
+		if holders != 1 {
+			t.Fatalf("%d accounts hold %s", holders, target)
+		}
+	})
+}
