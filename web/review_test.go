@@ -204,3 +204,40 @@ func TestConcurrentEmailChangeConfirmations(t *testing.T) {
 		}
 	})
 }
+
+// A password-reset link mailed to an address the account has since left
+// no longer works: the person moved away from that mailbox (perhaps
+// because someone else reads it), and a link waiting in it must not hand
+// the account back. Both pages that take the link refuse it.
+func TestResetLinkDiesWithTheOldAddress(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		acc := newAccounts(t, s, nil)
+		h := newTestHandler(t, s, func(o *Options) {
+			o.Accounts = acc
+			o.CredentialLimit = Limit{Requests: 1000}
+		})
+		srv := serve(t, h)
+		ann := newBrowser(t, srv)
+		u := signedIn(t, h, ann, "old@example.com", "mover", false)
+		if _, err := acc.MarkEmailVerified(t.Context(), u.ID); err != nil {
+			t.Fatal(err)
+		}
+		newBrowser(t, srv).post("/password-reset", url.Values{"email": {"old@example.com"}})
+		rpath, rtoken := mailedLink(t, h, "old@example.com")
+
+		if a := ann.post("/account/email", url.Values{"email": {"new@example.com"}, "password": {testPassword}}); a.Status != http.StatusSeeOther {
+			t.Fatalf("email change request: %d", a.Status)
+		}
+		cpath, ctoken := mailedLink(t, h, "new@example.com")
+		expect(t, "confirm", ann.post(cpath, url.Values{"token": {ctoken}}), http.StatusOK, "new@example.com")
+
+		other := newBrowser(t, srv)
+		expect(t, "reset page for the old address", other.get(rpath+"?token="+url.QueryEscape(rtoken)), http.StatusBadRequest)
+		expect(t, "reset for the old address", other.post(rpath, url.Values{"token": {rtoken}, "password": {"a takeover passphrase"}}), http.StatusBadRequest)
+		expect(t, "setup page with the old reset link", other.get(accounts.PasswordSetupPath+"?token="+url.QueryEscape(rtoken)), http.StatusBadRequest)
+		expect(t, "setup with the old reset link", other.post(accounts.PasswordSetupPath, url.Values{"token": {rtoken}, "password": {"a takeover passphrase"}}), http.StatusBadRequest)
+		if _, err := acc.Login(t.Context(), "new@example.com", testPassword); err != nil {
+			t.Fatalf("the password changed through a link to the old address: %v", err)
+		}
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -135,7 +136,29 @@ func (h *Handler) issuedToAccount(ctx context.Context, row mailToken) (mailToken
 		}
 		return mailToken{}, fmt.Errorf("web: read token account: %w", err)
 	}
+	if row.Purpose == purposeResetPassword {
+		if left, err := h.addressLeft(ctx, row); err != nil {
+			return mailToken{}, err
+		} else if left {
+			return mailToken{}, errBadToken
+		}
+	}
 	return row, nil
+}
+
+// addressLeft reports whether row's account no longer uses the address the
+// link was mailed to. A reset link waiting in a mailbox the person moved
+// away from (perhaps because someone else reads it) must not hand the
+// account back.
+func (h *Handler) addressLeft(ctx context.Context, row mailToken) (bool, error) {
+	u, err := h.opts.Accounts.UserByID(ctx, row.UserID)
+	if errors.Is(err, accounts.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("web: read token account: %w", err)
+	}
+	return !strings.EqualFold(u.Email, row.Email), nil
 }
 
 // peekToken returns token's row without using it up: for showing the form
