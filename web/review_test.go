@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -238,6 +239,57 @@ func TestResetLinkDiesWithTheOldAddress(t *testing.T) {
 		expect(t, "setup with the old reset link", other.post(accounts.PasswordSetupPath, url.Values{"token": {rtoken}, "password": {"a takeover passphrase"}}), http.StatusBadRequest)
 		if _, err := acc.Login(t.Context(), "new@example.com", testPassword); err != nil {
 			t.Fatalf("the password changed through a link to the old address: %v", err)
+		}
+	})
+}
+
+// Suspension wins over a half-finished deletion: an admin who suspends an
+// account whose deletion failed midway (to keep what is left, say) shuts
+// out its owner everywhere, the deletion page included. Signing in gives
+// no session for it, and a deletion session issued before the suspension
+// stops working.
+func TestSuspensionShutsTheDeletionPage(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		acc := newAccounts(t, s, nil)
+		inv := storage.NewInventory()
+		if err := lifecycle.RegisterInventory(inv); err != nil {
+			t.Fatal(err)
+		}
+		lc := lifecycle.New(s, inv, acc, lifecycle.Options{Logger: quietLogger()})
+		h := newTestHandler(t, s, func(o *Options) {
+			o.Accounts = acc
+			o.Lifecycle = lc
+			o.CredentialLimit = Limit{Requests: 1000}
+		})
+		srv := serve(t, h)
+		ctx := t.Context()
+		u, err := acc.Signup(ctx, accounts.SignupInput{Email: "frozen@example.com", Username: "frozen", Password: testPassword})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := acc.MarkDeleting(ctx, u.ID); err != nil {
+			t.Fatal(err)
+		}
+		early := newBrowser(t, srv)
+		if a := early.post("/login", url.Values{"email": {u.Email}, "password": {testPassword}}); a.Status != http.StatusSeeOther || a.Location != "/account/delete" {
+			t.Fatalf("sign-in of a half-deleted account: %d %q", a.Status, a.Location)
+		}
+		if _, err := acc.Suspend(ctx, u.ID); err != nil {
+			t.Fatal(err)
+		}
+
+		late := newBrowser(t, srv)
+		if a := late.post("/login", url.Values{"email": {u.Email}, "password": {testPassword}}); a.Status == http.StatusSeeOther || len(late.cookies()) != 0 {
+			t.Fatalf("sign-in of a suspended half-deleted account: %d %q, cookies %d", a.Status, a.Location, len(late.cookies()))
+		}
+		if a := early.get("/account/delete"); a.Status == http.StatusOK {
+			t.Fatal("the deletion page answers a suspended account's session")
+		}
+		if a := early.post("/account/delete", url.Values{"confirm": {"frozen"}, "password": {testPassword}}); a.Status == http.StatusOK {
+			t.Fatalf("a suspended account finished its deletion: %d", a.Status)
+		}
+		if _, err := acc.UserByID(ctx, u.ID); err != nil {
+			t.Fatalf("the suspended account is gone: %v", err)
 		}
 	})
 }
