@@ -293,3 +293,63 @@ func TestSuspensionShutsTheDeletionPage(t *testing.T) {
 		}
 	})
 }
+
+// One email-change link posted twice at once works once.
+func TestEmailChangeLinkWorksOnceUnderConcurrency(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		acc := newAccounts(t, s, nil)
+		h := newTestHandler(t, s, func(o *Options) {
+			o.Accounts = acc
+			o.CredentialLimit = Limit{Requests: 1000}
+		})
+		srv := serve(t, h)
+		b := newBrowser(t, srv)
+		u := signedIn(t, h, b, "twice@example.com", "twice", false)
+		if _, err := acc.MarkEmailVerified(t.Context(), u.ID); err != nil {
+			t.Fatal(err)
+		}
+		if a := b.post("/account/email", url.Values{"email": {"twice.new@example.com"}, "password": {testPassword}}); a.Status != http.StatusSeeOther {
+			t.Fatalf("email change request: %d", a.Status)
+		}
+		path, token := mailedLink(t, h, "twice.new@example.com")
+		before := len(h.DevMail().Messages())
+		const n = 4
+		start := make(chan struct{})
+		results := make(chan int, n)
+		for range n {
+			go func() {
+				<-start
+				form := url.Values{"token": {token}}
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(form.Encode()))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				req.Header.Set("Origin", srv.URL)
+				req.Header.Set("Sec-Fetch-Site", "same-origin")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					results <- 0
+					return
+				}
+				resp.Body.Close()
+				results <- resp.StatusCode
+			}()
+		}
+		close(start)
+		ok := 0
+		for range n {
+			switch st := <-results; st {
+			case http.StatusOK:
+				ok++
+			case http.StatusBadRequest:
+			default:
+				t.Errorf("a concurrent use answered %d", st)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("%d of %d concurrent uses of one link succeeded, want 1", ok, n)
+		}
+		// One change, so one notice to the old address.
+		if notices := len(h.DevMail().Messages()) - before; notices != 1 {
+			t.Fatalf("%d mails after the confirmations, want 1", notices)
+		}
+	})
+}
