@@ -78,6 +78,9 @@ func (s *Service) StartDeletingSession(w http.ResponseWriter, r *http.Request, u
 	if u.State() != StateDeleting {
 		return Session{}, fmt.Errorf("accounts: start deleting session: the account is %s", u.State())
 	}
+	if u.SuspendedAt != nil {
+		return Session{}, fmt.Errorf("accounts: start deleting session: %w", ErrSuspended)
+	}
 	return s.setSessionCookie(w, r, u, false)
 }
 
@@ -133,8 +136,8 @@ func sessionMAC(key []byte, payload string) []byte {
 // after deletion). It returns ErrNoSession when there is no cookie or it is
 // forged, expired, issued before the account was created, or issued at or
 // before the account's last password change; ErrSuspended for a suspended
-// account; and ErrDeleting, with the Session filled in, for an account
-// being deleted (so the deletion flow can retry; every other path must
+// account (also one being deleted: suspension wins); and ErrDeleting, with
+// the Session filled in, for an account being deleted (so the deletion flow can retry; every other path must
 // treat it as signed out). Any other error is internal: fail closed.
 func (s *Service) Authenticate(ctx context.Context, r *http.Request) (Session, error) {
 	c, err := r.Cookie(s.cookieName(r))
@@ -192,10 +195,12 @@ func (s *Service) VerifySession(ctx context.Context, value string) (Session, err
 	if sess.IssuedAt.Before(sess.User.CreatedAt) {
 		return Session{}, ErrNoSession
 	}
-	switch sess.User.State() {
-	case StateSuspended:
+	// Suspension wins over deletion: a suspended account's session works
+	// nowhere, the page that finishes a deletion included.
+	if sess.User.SuspendedAt != nil {
 		return Session{}, ErrSuspended
-	case StateDeleting:
+	}
+	if sess.User.State() == StateDeleting {
 		return sess, ErrDeleting
 	}
 	return sess, nil

@@ -138,6 +138,29 @@ func checkIssuedToAccount(ctx context.Context, db bun.IDB, userID int64, issuedA
 	return err
 }
 
+// CheckIssuedSincePassword is CheckIssuedToAccount that also returns
+// ErrInvalidToken for a link issued before the account's last password
+// change (compared at the microsecond precision links are stored with). A link that hands the account to another address (an
+// email change) must die with the password, like sessions and grants:
+// changing or resetting the password is how a person throws out someone
+// who learned it, and a link that person requested must not outlive it.
+func (s *Service) CheckIssuedSincePassword(ctx context.Context, userID int64, issuedAt time.Time) error {
+	if err := s.CheckIssuedToAccount(ctx, userID, issuedAt); err != nil {
+		return err
+	}
+	var changed *time.Time
+	err := s.store.Reader.NewSelect().Model((*userRow)(nil)).Column("password_changed_at").Where("id = ?", userID).Scan(ctx, &changed)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return ErrInvalidToken
+	case err != nil:
+		return fmt.Errorf("accounts: check link: %w", err)
+	case changed != nil && issuedAt.Before(changed.Truncate(time.Microsecond)):
+		return ErrInvalidToken
+	}
+	return nil
+}
+
 // CheckIssuedToAccount returns ErrInvalidToken unless userID is an
 // existing account created at or before issuedAt. Callers that keep their
 // own single-use links for an account (verification and reset mail) check

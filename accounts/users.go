@@ -396,8 +396,9 @@ func randomStableID() string {
 // Login checks an email and password. Unknown emails, accounts without a
 // password and wrong passwords all return ErrInvalidCredentials after the
 // same amount of hashing work. A correct password on a suspended account
-// returns ErrSuspended; on a deleting account it returns the User together
-// with ErrDeleting (see StartDeletingSession). Login never checks
+// returns ErrSuspended (also when it is being deleted); on a deleting
+// account it returns the User together with ErrDeleting (see
+// StartDeletingSession). Login never checks
 // the password policy; a hash made with older parameters is replaced.
 func (s *Service) Login(ctx context.Context, email, password string) (User, error) {
 	if len(password) > MaxPasswordBytes {
@@ -424,6 +425,10 @@ func (s *Service) Login(ctx context.Context, email, password string) (User, erro
 	}
 	u := row.user()
 	if err := u.CheckActive(); err != nil {
+		if u.SuspendedAt != nil {
+			// Suspension wins, also over a half-finished deletion.
+			return User{}, ErrSuspended
+		}
 		if errors.Is(err, ErrDeleting) {
 			// The person proved who they are: the deletion page lets them
 			// finish a deletion that failed midway.

@@ -71,6 +71,21 @@ func TestLoopbackRedirectAnyPort(t *testing.T) {
 			{"https://127.0.0.1:8443/callback", "https://127.0.0.1:8444/callback"},
 			{"https://client.example/cb", "https://client.example:444/cb"},
 			{"cursor://client/cb", "cursor://client:5/cb"},
+			// Nothing beyond loopback passes for it.
+			{"http://127.0.0.1:9/callback", "http://127.0.0.1.evil.example:9/callback"},
+			{"http://localhost:9/callback", "http://localhost.evil:9/callback"},
+			{"http://127.0.0.1:9/callback", "http://127.0.0.1:9@evil.example/callback"},
+			{"http://127.0.0.1:9/callback", "http://user@127.0.0.1:9/callback"},
+			{"http://127.0.0.1:9/callback", "http://[::ffff:127.0.0.1]:9/callback"},
+			{"http://127.0.0.1:9/callback", "http://127.1:9/callback"},
+			{"http://127.0.0.1:9/callback", "http://0x7f.0.0.1:9/callback"},
+			{"http://127.0.0.1:9/callback", "http://evil.example#@127.0.0.1:9/callback"},
+			{"http://127.0.0.1:9/callback", "http://127.0.0.1:9/callback#x"},
+			{"http://127.0.0.1:9/callback", "http://127.0.0.1:9/%63allback"},
+			{"http://127.0.0.1:9/callback", "http://127.0.0.1:9//evil.example/callback"},
+			{"http://127.0.0.1:9/callback", "https://127.0.0.1:9/callback"},
+			{"http://127.0.0.1:9/callback", "ws://127.0.0.1:9/callback"},
+			{"http://[::1]:9/callback", "http://[::1%25eth0]:9/callback"},
 		}
 		for _, tt := range refused {
 			t.Run("refuse "+tt.requested, func(t *testing.T) {

@@ -224,3 +224,94 @@ func TestRefreshRevokeRace(t *testing.T) {
 		}
 	})
 }
+
+// A code exchange racing a revocation of every grant of the account (a
+// password change, account deletion) never leaves a working token: either
+// the exchange fails, or what it issued is refused by the bearer check and
+// cannot be refreshed.
+func TestCodeExchangeRevokeRace(t *testing.T) {
+	const rounds = 100
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st)
+		ctx := context.Background()
+		conf := e.publicClient()
+		revokes := []struct {
+			name   string
+			revoke func(uid int64) error
+		}{
+			{"password change", func(uid int64) error {
+				return st.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+					if _, err := tx.NewRaw("UPDATE users SET password_changed_at = ? WHERE id = ?", time.Now().UTC(), uid).Exec(ctx); err != nil {
+						return err
+					}
+					return e.srv.RevokeAllInTx(ctx, tx, uid)
+				})
+			}},
+			{"account deletion", func(uid int64) error {
+				if _, err := st.DB.NewRaw("UPDATE users SET deleting_at = ? WHERE id = ?", time.Now().UTC(), uid).Exec(ctx); err != nil {
+					return err
+				}
+				return e.srv.RevokeAll(ctx, uid)
+			}},
+		}
+		failures, exchangeWon := 0, 0
+		for round := range rounds {
+			p := revokes[round%len(revokes)]
+			uid, email := e.createUser(userState{})
+			code := e.authorize(conf, email, nil).Query().Get("code")
+			form := url.Values{
+				"grant_type":    {"authorization_code"},
+				"code":          {code},
+				"client_id":     {conf.ClientID},
+				"redirect_uri":  {conf.RedirectURL},
+				"code_verifier": {verifierOf(conf)},
+				"resource":      {e.srv.Resource()},
+			}
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			var got tokenResponse
+			var exErr, revErr error
+			wg.Add(2)
+			go func() { defer wg.Done(); <-start; got, exErr = e.postToken("/oauth/token", form) }()
+			// The exchange is an HTTP round trip and the revocation a
+			// direct call: start the revocation later and later, so that
+			// it lands before, inside and after the exchange's transaction.
+			delay := time.Duration(round%25) * 60 * time.Microsecond
+			go func() { defer wg.Done(); <-start; time.Sleep(delay); revErr = p.revoke(uid) }()
+			close(start)
+			wg.Wait()
+			if exErr != nil || revErr != nil {
+				t.Fatalf("round %d (%s): exchange %v, revoke %v", round, p.name, exErr, revErr)
+			}
+			if got.Status != http.StatusOK && got.Error != "invalid_grant" {
+				t.Fatalf("round %d (%s): exchange: %+v", round, p.name, got)
+			}
+			if got.Status != http.StatusOK {
+				continue
+			}
+			exchangeWon++
+			var survivors []string
+			if _, err := e.srv.VerifyAccessToken(ctx, got.AccessToken); err == nil {
+				survivors = append(survivors, "the access token verifies")
+			}
+			if r, err := e.postToken("/oauth/token", e.refreshForm(conf, got.RefreshToken)); err != nil {
+				t.Fatal(err)
+			} else if r.Status == http.StatusOK {
+				survivors = append(survivors, "the refresh token refreshes")
+			}
+			if grants, err := e.srv.Grants(ctx, uid); err != nil || len(grants) != 0 {
+				survivors = append(survivors, fmt.Sprintf("grants %v %v", grants, err))
+			}
+			if len(survivors) > 0 {
+				failures++
+				if failures <= 5 {
+					t.Errorf("round %d (%s): %s", round, p.name, strings.Join(survivors, "; "))
+				}
+			}
+		}
+		t.Logf("the exchange got a pair in %d of %d rounds", exchangeWon, rounds)
+		if failures > 0 {
+			t.Errorf("%d of %d rounds left a working token", failures, rounds)
+		}
+	})
+}

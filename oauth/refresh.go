@@ -54,6 +54,12 @@ func (h *codeHandler) PopulateTokenEndpointResponse(ctx context.Context, r fosit
 		}
 		return fosite.ErrInvalidGrant.WithHint("The authorization code has already been used.")
 	}
+	if errors.Is(err, fosite.ErrNotFound) {
+		// The code was deleted after HandleTokenEndpointRequest read it: a
+		// revocation of the account's grants (a password change, deletion)
+		// ran meanwhile. fosite would answer 500; the code is simply gone.
+		return fosite.ErrInvalidGrant.WithHint("The authorization code is not valid.")
+	}
 	return err
 }
 

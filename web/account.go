@@ -468,8 +468,9 @@ func (h *Handler) passwordSetup(w http.ResponseWriter, r *http.Request) {
 }
 
 // expiredResetToken reports whether token is a reset link (a setup token
-// sent by sendReset) that has passed ResetPasswordTTL, so the setup path
-// cannot stretch a reset link's life.
+// sent by sendReset) that has passed ResetPasswordTTL or was mailed to an
+// address its account has since left, so the setup path cannot stretch a
+// reset link's life.
 func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
 	var rows []mailToken
 	err := h.opts.Store.Reader.NewSelect().Model(&rows).Where("token_hash = ?", hashMailToken(token)).Scan(ctx)
@@ -477,7 +478,15 @@ func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
 		return true // fail closed
 	}
 	for _, row := range rows {
-		if row.Purpose == purposeResetPassword && !h.now().Before(row.ExpiresAt) {
+		if row.Purpose != purposeResetPassword {
+			continue
+		}
+		if !h.now().Before(row.ExpiresAt) {
+			return true
+		}
+		// A reset link mailed to an address the account has left is dead
+		// on this path too.
+		if left, err := h.addressLeft(ctx, row); err != nil || left {
 			return true
 		}
 	}

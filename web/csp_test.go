@@ -22,6 +22,12 @@ func TestFormActionSource(t *testing.T) {
 		{"http://[::1]:33418/", "http://*:33418"},
 		{"http://[::1]/cb", "http://*:80"},
 		{"https://[::1]/cb", "https://*:443"},
+		// Not for any other IPv6 literal: the wildcard would allow every
+		// origin of the scheme.
+		{"https://[2001:db8::1]/cb", ""},
+		{"https://[2001:db8::1]:8443/cb", ""},
+		{"http://[::ffff:127.0.0.1]:8080/cb", ""},
+		{"http://[::]:8080/cb", ""},
 		// Private-use schemes (RFC 8252 §7.1) become scheme-sources.
 		{"cursor://anysphere.cursor-retrieval/oauth/callback", "cursor:"},
 		{"vscode://vscode.github-authentication/did-authenticate", "vscode:"},

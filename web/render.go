@@ -52,9 +52,10 @@ var (
 //
 //   - http(s) with a DNS name or IPv4 address: scheme://host[:port], an
 //     internationalized name in its A-label (xn--) form;
-//   - http(s) with an IPv6 literal ([::1]): CSP has no syntax for IPv6
-//     addresses (Chromium ignores such a source), so scheme://*:port, any
-//     host on that port;
+//   - http(s) with the IPv6 loopback literal ([::1]): CSP has no syntax
+//     for IPv6 addresses (Chromium ignores such a source), so
+//     scheme://*:port, any host on that port; any other IPv6 literal adds
+//     nothing (the wildcard would allow every origin of the scheme);
 //   - a private-use scheme (cursor://...): the scheme-source "cursor:".
 //
 // Every part is checked against a strict character set, so a URI cannot
@@ -81,7 +82,11 @@ func formActionSource(redirectURI string) string {
 	}
 	host := strings.ToLower(u.Hostname())
 	if strings.HasPrefix(u.Host, "[") {
-		if net.ParseIP(host) == nil {
+		// Only the loopback address: for it, "any host on this port" is
+		// what a native client listening on [::1] needs. Another IPv6
+		// literal would turn into "any https origin", which is no
+		// form-action at all; such a client gets the strict policy.
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() || ip.To4() != nil {
 			return ""
 		}
 		if port == "" {

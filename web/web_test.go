@@ -394,28 +394,37 @@ func TestDevAndMaintenancePaths(t *testing.T) {
 		json   bool
 		remote string // RemoteAddr; default a loopback client
 		xff    string
+		host   string // Host; default localhost:8080
 	}{
-		{dev, "dev mailbox in development", "GET", "/dev/mail", 200, false, "", ""},
-		{dev, "dev mailbox over IPv6 loopback", "GET", "/dev/mail", 200, false, "[::1]:5555", ""},
-		{dev, "dev mailbox from another machine", "GET", "/dev/mail", 404, true, "192.0.2.7:5555", ""},
-		{dev, "dev mailbox from a private network", "GET", "/dev/mail", 404, true, "10.1.2.3:5555", ""},
-		{devProxied, "dev mailbox through a local proxy for a remote client", "GET", "/dev/mail", 404, true, "127.0.0.1:5555", "198.51.100.9"},
-		{devProxied, "dev mailbox through a local proxy for a local client", "GET", "/dev/mail", 200, false, "127.0.0.1:5555", "127.0.0.1"},
-		{dev, "unknown dev path", "GET", "/dev/nothing", 404, true, "", ""},
-		{dev, "dev root", "GET", "/dev", 404, true, "", ""},
-		{dev, "post to dev mailbox", "POST", "/dev/mail", 404, true, "", ""},
-		{dev, "debug path", "GET", "/debug/pprof/", 404, true, "", ""},
-		{dev, "maintenance path", "POST", "/maintenance/purge", 404, true, "", ""},
-		{prod, "dev mailbox in production", "GET", "/dev/mail", 404, true, "", ""},
-		{prod, "unknown dev path in production", "GET", "/dev/x", 404, true, "", ""},
-		{prod, "maintenance in production", "GET", "/maintenance", 404, true, "", ""},
-		{prod, "ordinary unknown page", "GET", "/nope", 404, false, "", ""},
+		{dev, "dev mailbox in development", "GET", "/dev/mail", 200, false, "", "", ""},
+		{dev, "dev mailbox over IPv6 loopback", "GET", "/dev/mail", 200, false, "[::1]:5555", "", ""},
+		{dev, "dev mailbox from another machine", "GET", "/dev/mail", 404, true, "192.0.2.7:5555", "", ""},
+		{dev, "dev mailbox from a private network", "GET", "/dev/mail", 404, true, "10.1.2.3:5555", "", ""},
+		{devProxied, "dev mailbox through a local proxy for a remote client", "GET", "/dev/mail", 404, true, "127.0.0.1:5555", "198.51.100.9", ""},
+		{devProxied, "dev mailbox through a local proxy for a local client", "GET", "/dev/mail", 200, false, "127.0.0.1:5555", "127.0.0.1", ""},
+		{dev, "dev mailbox by the base URL's host", "GET", "/dev/mail", 200, false, "", "", "enclave.test"},
+		{dev, "dev mailbox by a loopback address", "GET", "/dev/mail", 200, false, "", "", "127.0.0.1:8080"},
+		{dev, "dev mailbox by IPv6 loopback", "GET", "/dev/mail", 200, false, "", "", "[::1]:8080"},
+		{dev, "dev mailbox by a rebound host name", "GET", "/dev/mail", 404, true, "", "", "attacker.example:8080"},
+		{dev, "dev mailbox by a host name ending in localhost", "GET", "/dev/mail", 404, true, "", "", "localhost.attacker.example"},
+		{dev, "dev mailbox through an untrusted local tunnel", "GET", "/dev/mail", 404, true, "", "198.51.100.9", ""},
+		{dev, "dev mailbox through an untrusted tunnel naming loopback", "GET", "/dev/mail", 404, true, "", "127.0.0.1", ""},
+		{dev, "unknown dev path", "GET", "/dev/nothing", 404, true, "", "", ""},
+		{dev, "dev root", "GET", "/dev", 404, true, "", "", ""},
+		{dev, "post to dev mailbox", "POST", "/dev/mail", 404, true, "", "", ""},
+		{dev, "debug path", "GET", "/debug/pprof/", 404, true, "", "", ""},
+		{dev, "maintenance path", "POST", "/maintenance/purge", 404, true, "", "", ""},
+		{prod, "dev mailbox in production", "GET", "/dev/mail", 404, true, "", "", ""},
+		{prod, "unknown dev path in production", "GET", "/dev/x", 404, true, "", "", ""},
+		{prod, "maintenance in production", "GET", "/maintenance", 404, true, "", "", ""},
+		{prod, "ordinary unknown page", "GET", "/nope", 404, false, "", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
 			req := httptest.NewRequest(tt.method, tt.path, nil)
 			req.RemoteAddr = cmp.Or(tt.remote, "127.0.0.1:5555")
+			req.Host = cmp.Or(tt.host, "localhost:8080")
 			if tt.xff != "" {
 				req.Header.Set("X-Forwarded-For", tt.xff)
 			}
@@ -447,6 +456,7 @@ func TestDevMailbox(t *testing.T) {
 	w := httptest.NewRecorder()
 	req := httptest.NewRequest("GET", "/dev/mail", nil)
 	req.RemoteAddr = "127.0.0.1:5555"
+	req.Host = "localhost:8080"
 	h.ServeHTTP(w, req)
 	body := w.Body.String()
 	if !strings.Contains(body, "ann@example.com") || !strings.Contains(body, "Hello &lt;b&gt;") {
