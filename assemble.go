@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -12,10 +13,15 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
+	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/oauth"
+	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 )
@@ -34,6 +40,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.audit = audit.New(s.store, auditKey, s.log)
 
 	acfg := s.cfg.Accounts
+	if s.cfg.Signup != "" {
+		acfg.Signup = s.cfg.Signup
+	}
 	if acfg.Logger == nil {
 		acfg.Logger = s.log
 	}
@@ -79,25 +88,54 @@ func (s *Server) assemble(ctx context.Context) error {
 		}}},
 	})
 
+	// The embedder's entities reach SQL and the built-in roles before the
+	// first caller is loaded.
+	vocab := s.cfg.Vocabulary
+	if vocab == nil {
+		vocab, _ = capabilities.NewVocabulary()
+	}
+	if err := s.accounts.SyncVocabulary(ctx, vocab); err != nil {
+		return err
+	}
+	flags, q := s.cfg.Features, s.cfg.Quota
+	if flags == nil {
+		s.features = features.New(s.store, s.log)
+		flags = s.features
+	}
+	if q == nil && s.cfg.QuotaLimits.Enabled() {
+		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
+		q = s.meter
+	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
-		Auditor:  s.audit,
-		AuditKey: auditKey,
-		Quota:    s.cfg.Quota,
-		Features: s.cfg.Features,
-		Logger:   s.log,
+		Vocabulary: vocab,
+		Auditor:    s.audit,
+		AuditKey:   auditKey,
+		Quota:      q,
+		Features:   flags,
+		Observer:   s.metrics,
+		Logger:     s.log,
 	})
+	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
+	s.schedules = schedules.New(s.InvokeBackground)
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
+	if s.features != nil {
+		caps = append(caps, s.features.Capabilities()...)
+	}
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
+	caps = append(caps, s.oauth.AdminCapabilities()...)
+	caps = append(caps, s.accounts.InviteCapabilities()...)
+	caps = append(caps, s.overviewCapability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
 
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
-		Outbox:  s.outbox,
-		BaseURL: s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
+		Outbox:   s.outbox,
+		Registry: s.registry,
+		BaseURL:  s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
 		// Session keys live in SQL, sealed by the keeper (or come from
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,
@@ -113,13 +151,27 @@ func (s *Server) assemble(ctx context.Context) error {
 
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
+	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
 		mopts.Verifier = oauthVerifier{s.oauth}
 	}
-	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit}
+	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
+	if mopts.Version == "" {
+		mopts.Version = Version()
+	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
+	}
+	if mopts.Tasks == nil {
+		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
+	}
+	if mopts.RequestStateKey == nil {
+		// Shared by every replica, so any of them can take the next round
+		// of an input-required call.
+		if mopts.RequestStateKey, err = s.ring.NamedKey(ctx, "mcp-request-state"); err != nil {
+			return err
+		}
 	}
 	if s.mcp, err = mcp.New(mopts); err != nil {
 		return err
@@ -138,12 +190,17 @@ func (l *loginConsent) Consent(w http.ResponseWriter, r *http.Request, req *oaut
 	return l.web.Consent(w, r, req, userID)
 }
 
-// auditedVerifier records refused tokens in the audit log. A malformed
-// token is refused without a record: anyone can send those, and logging
-// them would let them flood the log.
+// auditedVerifier records refused tokens in the audit log, with the hash
+// of the user the token was issued to and of the client's address (the
+// same schemes as every other row). Only a token that resolved to a grant
+// is recorded (the verifier then names its user next to the error, see
+// Config.TokenVerifier): anyone can send made-up tokens, and logging those
+// would let them flood the log. This holds for any verifier, enclave's own
+// or an embedder's.
 type auditedVerifier struct {
-	next  mcp.TokenVerifier
-	audit *audit.Log
+	next    mcp.TokenVerifier
+	audit   *audit.Log
+	refused func(reason string) // metrics
 }
 
 func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
@@ -155,12 +212,17 @@ func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.Tok
 		return info, err // not a refusal, an outage: nothing to audit
 	}
 	reason := tokenRefusal(err)
-	if reason != "malformed" {
-		_ = v.audit.Record(ctx, audit.Event{
-			Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: reason,
-			IPHash: v.audit.HashIP(clientIP(ctx)),
-		})
+	if v.refused != nil {
+		v.refused(reason)
 	}
+	if info.UserID == "" {
+		return info, err
+	}
+	_ = v.audit.Record(ctx, audit.Event{
+		Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: reason,
+		UserHash: v.audit.HashUser(info.UserID),
+		IPHash:   v.audit.HashIP(clientIP(ctx)),
+	})
 	return info, err
 }
 
@@ -173,6 +235,7 @@ func tokenRefusal(err error) string {
 		{oauth.ErrTokenMalformed, "malformed"},
 		{oauth.ErrTokenExpired, "expired"},
 		{oauth.ErrWrongAudience, "wrong_audience"},
+		{oauth.ErrClientBlocked, "client_blocked"},
 		{oauth.ErrTokenUnknown, "unknown_or_revoked"},
 		{oauth.ErrPasswordChanged, "revoked_by_password_change"},
 		{oauth.ErrAccountSuspended, "account_suspended"},
@@ -192,12 +255,18 @@ type oauthVerifier struct{ s *oauth.Server }
 
 func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
 	a, err := v.s.VerifyAccessToken(ctx, token)
+	// A token that matched a grant names its user next to the refusal, for
+	// the audit log; one that matched nothing names no one.
+	var refused mcp.TokenInfo
+	if ref := (*oauth.TokenRefusal)(nil); errors.As(err, &ref) {
+		refused.UserID = ref.StableUserID
+	}
 	if errors.Is(err, oauth.ErrAccountSuspended) {
 		// 403, not 401: a new token would not help.
-		return mcp.TokenInfo{}, &capabilities.Error{Code: capabilities.CodeAccountSuspended, Message: "account suspended", Err: err}
+		return refused, &capabilities.Error{Code: capabilities.CodeAccountSuspended, Message: "account suspended", Err: err}
 	}
 	if errors.Is(err, oauth.ErrInvalidToken) {
-		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
+		return refused, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
 	}
 	if err != nil {
 		// Not a refusal: the token could not be checked (503 at /mcp).
@@ -219,6 +288,10 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		secrets.RegisterInventory(inv),
 		addTables(inv, oauth.InventoryTables()),
+		// Jobs that concern a user (package jobs); mail rows have no owner.
+		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
+		inv.AddTable(storage.Table{Name: "quota_usage"}),
+		inv.AddTable(sqltasks.Table),
 	)
 }
 

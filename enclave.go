@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -19,13 +20,18 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
+	"github.com/enclave-mcp/enclave/internal/metrics"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
+	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 )
@@ -67,6 +73,15 @@ type Config struct {
 	// limits, audit). Default none: the client is the TCP peer.
 	TrustedProxies []netip.Prefix
 
+	// AllowedOrigins are the browser origins (scheme://host[:port], as a
+	// browser sends them in the Origin header) that may call /mcp besides
+	// the server's own origin (BaseURL's, or the one naming the request's
+	// Host). A request from any other origin is refused with 403. The same
+	// origins get CORS headers on /mcp, /oauth/token, /oauth/register and
+	// the metadata documents. Default none (and no CORS headers). Added to
+	// MCP.AllowedOrigins.
+	AllowedOrigins []string
+
 	// RegistrationLimit bounds dynamic client registrations (RFC 7591, open
 	// by design) per client network: an address, or an IPv6 /64. Counted in
 	// SQL, so it holds across replicas. Default 30 per hour.
@@ -88,21 +103,57 @@ type Config struct {
 
 	// TokenVerifier checks the bearer tokens of /mcp. Default: enclave's own
 	// authorization server. Set it to accept tokens from another issuer;
-	// they must carry the audience BaseURL+"/mcp".
+	// they must carry the audience BaseURL+"/mcp". A refusal is written to
+	// the audit log only when the verifier names the token's user: return
+	// a TokenInfo with UserID set together with the error for a token that
+	// matched a grant but is refused. A token that matches nothing never
+	// writes a row, so nobody can fill the log with made-up tokens.
 	TokenVerifier mcp.TokenVerifier
 
 	// MCP tunes the MCP endpoint (session TTL and limits, body limit). Its
 	// Registry, Verifier, Loader, BaseURL and Logger are set by New.
 	MCP mcp.Options
 
-	// Quota limits capability calls per caller. Default: unlimited.
+	// Vocabulary is the permission vocabulary: the built-in entities plus
+	// the embedder's own (capabilities.NewVocabulary("note") adds
+	// create:note:own … delete:note:own). New adds its permissions to SQL
+	// and to the built-in roles (user: every :own permission; admin: all).
+	// Default: the built-in vocabulary.
+	Vocabulary *capabilities.Vocabulary
+
+	// Quota limits capability calls per caller. Default: the SQL-backed
+	// daily limits of QuotaLimits (see package quota); unlimited when
+	// QuotaLimits sets none.
 	Quota capabilities.Quota
-	// Features turns feature flags on per caller. Default: none, so a
-	// capability that requires a flag is hidden from everyone.
+	// QuotaLimits sets per-user daily call limits per capability class,
+	// counted in memory and reconciled through SQL across replicas. Used
+	// only when Quota is nil. Default: no limit.
+	QuotaLimits quota.Limits
+	// Features turns feature flags on per caller. Default: the SQL flag
+	// store of package features, managed by admins through
+	// adminFeatureList and adminFeatureSet.
 	Features capabilities.Features
+
+	// JobRetention is how long a job that gave up (a dead letter) is kept
+	// for an operator before it is removed. Default 30 days.
+	JobRetention time.Duration
 
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// NoMigrate leaves the schema alone at start-up (apply migrations with
+	// "enclave migrate" first); /readyz reports 503 while any is pending.
+	NoMigrate bool
+
+	// MetricsAddr, when set, is the address Serve and Run expose Prometheus
+	// metrics on (GET /metrics), on a listener of its own: never on the
+	// public one. Default "": off. MetricsHandler serves the same.
+	MetricsAddr string
+
+	// Signup says who may create an account on the web shell: SignupOpen
+	// (default), SignupInvite (an admin's invite code is needed) or
+	// SignupClosed (accounts come from the CLI only).
+	Signup accounts.SignupMode
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.
@@ -132,6 +183,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RegistrationLimit.Requests <= 0 || c.RegistrationLimit.Window <= 0 {
 		c.RegistrationLimit = web.Limit{Requests: 30, Window: time.Hour}
+	}
+	if c.JobRetention <= 0 {
+		c.JobRetention = 30 * 24 * time.Hour
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
@@ -163,6 +217,14 @@ type Server struct {
 	web       *web.Handler
 	ring      *envelope.Ring
 	outbox    *outbox.Outbox
+	jobs      *jobs.Queue
+	schedules *schedules.Set
+	features  *features.Store
+	meter     *quota.Meter
+
+	metrics  *serverMetrics
+	draining atomic.Bool
+	ready    readyCache
 
 	closeOnce sync.Once
 	closeErr  error
@@ -187,28 +249,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
-	res, err := migrations.Apply(ctx, store.DB)
-	if err != nil {
-		store.Close()
-		return nil, fmt.Errorf("enclave: %w", err)
-	}
-	for _, m := range res.Applied {
-		cfg.Logger.Info("migration applied", "source", migrations.EnclaveSource, "version", m.Version, "name", m.Name)
-	}
-	for _, src := range cfg.Migrations {
-		r, err := migrations.ApplySource(ctx, store.DB, src)
-		if err != nil {
+	if cfg.NoMigrate {
+		if err := checkMigrated(ctx, store, cfg); err != nil {
 			store.Close()
 			return nil, fmt.Errorf("enclave: %w", err)
 		}
-		for _, m := range r.Applied {
-			cfg.Logger.Info("migration applied", "source", src.Name, "version", m.Version, "name", m.Name)
-		}
-	}
-	if len(res.Unknown) > 0 {
-		cfg.Logger.Warn("database has migrations this binary does not know; a newer release migrated it", "versions", res.Unknown)
+	} else if err := applyMigrations(ctx, store, cfg); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("enclave: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, store: store}
+	s.metrics = newMetrics(s)
 	if err := s.assemble(ctx); err != nil {
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
@@ -248,6 +299,42 @@ func (s *Server) Web() *web.Handler { return s.web }
 // Secrets returns the per-user secrets service.
 func (s *Server) Secrets() *secrets.Service { return s.secrets }
 
+// Jobs returns the durable post-commit job queue: register each job kind
+// on it before Run, and enqueue jobs inside your transactions (see
+// package jobs).
+func (s *Server) Jobs() *jobs.Queue { return s.jobs }
+
+// Schedules returns the set of periodic schedules: add yours before Run
+// (see package schedules).
+func (s *Server) Schedules() *schedules.Set { return s.schedules }
+
+// Features returns the default SQL feature-flag store, or nil when
+// Config.Features replaced it.
+func (s *Server) Features() *features.Store { return s.features }
+
+// Quota returns the default quota meter, or nil when Config.Quota replaced
+// it or Config.QuotaLimits sets no limit.
+func (s *Server) Quota() *quota.Meter { return s.meter }
+
+// InvokeBackground runs a capability for the user with stable id userID as
+// a non-interactive caller: what jobs and schedules use. The account's
+// roles and state are loaded fresh; the registry refuses suspended and
+// deleting accounts and capabilities marked InteractiveOnly, exactly as it
+// would for a request.
+func (s *Server) InvokeBackground(ctx context.Context, userID, name string, args json.RawMessage) (capabilities.Result, error) {
+	caller, err := s.accounts.LoadCaller(ctx, userID)
+	if errors.Is(err, capabilities.ErrUnknownUser) {
+		return capabilities.Result{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "loading a background caller failed; it holds no roles", "err", err)
+		caller = capabilities.FailClosed(userID, nil)
+	}
+	caller.Interactive = false
+	caller.AllScopes = true
+	return s.registry.Invoke(ctx, caller, name, args)
+}
+
 // Audit returns the security audit log.
 func (s *Server) Audit() *audit.Log { return s.audit }
 
@@ -258,24 +345,12 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle(mcp.Path, s.mcp)
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
-	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(withClientIP(s.accessLog(recoverPanics(s.log, s.limitRegistration(mux))))))
-}
-
-// healthz answers 200 when the database answers, 503 otherwise.
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	w.Header().Set("Cache-Control", "no-store")
-	if err := s.store.Ping(ctx); err != nil {
-		s.log.Warn("health check failed", "err", err, "request_id", requestid.FromContext(r.Context()))
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(s.withClientIP(s.accessLog(recoverPanics(s.log, s.cors(s.limitRegistration(mux)))))))
 }
 
 // Run listens on Config.Addr and serves until ctx ends, then shuts down
@@ -300,6 +375,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	if s.cfg.MetricsAddr != "" {
+		stopMetrics, err := s.serveMetrics(s.cfg.MetricsAddr)
+		if err != nil {
+			_ = hs.Close()
+			return err
+		}
+		defer stopMetrics()
+	}
 	bgctx, stopBackground := context.WithCancel(context.Background())
 	bgdone := make(chan struct{})
 	go func() { s.RunBackground(bgctx); close(bgdone) }()
@@ -311,8 +394,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+	// Stop accepting, and end the open MCP streams at once: they would
+	// otherwise hold Shutdown until the timeout. Calls in flight finish.
+	s.draining.Store(true)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
+	hs.RegisterOnShutdown(s.mcp.CloseStreams)
 	if err := hs.Shutdown(sctx); err != nil {
 		s.log.Warn("graceful shutdown timed out; closing connections", "err", err)
 		_ = hs.Close()
@@ -333,9 +420,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) RunBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	relay := outbox.NewRelay(s.store, s.ring, s.log, map[string]outbox.Handler{web.MailTopic: s.web.MailHandler()})
+	handlers := map[string]outbox.Handler{web.MailTopic: s.web.MailHandler()}
+	for topic, h := range s.jobs.Topics() {
+		handlers[topic] = h
+	}
+	relay := outbox.NewRelay(s.store, s.ring, s.log, handlers)
+	relay.OnAttempt = s.metrics.JobHandled
 	wg.Go(func() { relay.Run(ctx) })
-	lanes.New(s.store.DB, s.log,
+	wg.Go(func() { s.flushMetricsLoop(ctx) })
+	if s.meter != nil {
+		wg.Go(func() { s.meter.Run(ctx) })
+	}
+	all := []lanes.Lane{
 		lanes.Lane{Name: "audit-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
 			n, err := s.audit.Purge(ctx, 0)
 			if n > 0 {
@@ -356,7 +452,49 @@ func (s *Server) RunBackground(ctx context.Context) {
 			}
 			return err
 		}},
-	).Run(ctx)
+		lanes.Lane{Name: "jobs-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
+			n, err := outbox.PurgeDead(ctx, s.store.DB, s.cfg.JobRetention)
+			if n > 0 {
+				s.log.InfoContext(ctx, "dead jobs past retention removed", "count", n)
+			}
+			return err
+		}},
+		lanes.Lane{Name: "quota-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
+			_, err := quota.Purge(ctx, s.store.DB, time.Now())
+			return err
+		}},
+		lanes.Lane{Name: "metrics-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
+			return metrics.Purge(ctx, s.store.DB, 400*24*time.Hour, time.Now())
+		}},
+	}
+	for _, l := range s.schedules.Lanes() {
+		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
+	}
+	sched := lanes.New(s.store.DB, s.log, all...)
+	sched.OnRun = s.metrics.LaneRan
+	sched.Run(ctx)
+}
+
+// flushMetricsLoop writes the in-memory daily counts to SQL every minute,
+// and once more when ctx ends (shutdown), so they survive a restart.
+func (s *Server) flushMetricsLoop(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := s.metrics.Daily.Flush(fctx, s.store.DB); err != nil {
+				s.log.Warn("daily metrics not saved at shutdown", "err", err)
+			}
+			return
+		case <-t.C:
+			if err := s.metrics.Daily.Flush(ctx, s.store.DB); err != nil && ctx.Err() == nil {
+				s.log.Warn("daily metrics flush", "err", err)
+			}
+		}
+	}
 }
 
 // Close releases the stores. It is safe to call more than once.

@@ -57,6 +57,10 @@ func TestMCPEndpoint(t *testing.T) {
 	sc := storagetest.Config(t, storage.SQLite)
 	var base string
 	verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
+		if sid, ok := strings.CutPrefix(token, "refused-token:"); ok {
+			// Recognised but refused: the verifier names the user.
+			return mcp.TokenInfo{UserID: sid}, mcp.ErrInvalidToken
+		}
 		sid, ok := strings.CutPrefix(token, "test-token:")
 		if !ok {
 			return mcp.TokenInfo{}, mcp.ErrInvalidToken
@@ -66,7 +70,8 @@ func TestMCPEndpoint(t *testing.T) {
 	ts := httptest.NewUnstartedServer(nil)
 	base = "http://" + ts.Listener.Addr().String()
 	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
+		AllowedOrigins: []string{"https://app.example"},
+		Accounts:       accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,16 +90,45 @@ func TestMCPEndpoint(t *testing.T) {
 		t.Fatalf("no token: %d %q", code, h.Get("WWW-Authenticate"))
 	}
 
-	// A refused token is audited (hashed client address, no token).
-	if code, _, _, _ := rpc(t, base, "not-a-test-token", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`); code != http.StatusUnauthorized {
-		t.Fatalf("bad token: %d", code)
+	// A token the embedder's verifier matches to no one writes no audit
+	// row; one it recognises and refuses is audited with the user's hash
+	// and the hashed client address (never the token).
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for range 3 {
+		if code, _, _, _ := rpc(t, base, "not-a-test-token", "", initialize); code != http.StatusUnauthorized {
+			t.Fatalf("bad token: %d", code)
+		}
 	}
 	events, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryMCP}, storage.PageRequest{})
-	if err != nil || len(events.Items) != 1 || events.Items[0].Result != audit.ResultDenied || events.Items[0].IPHash != srv.Audit().HashIP("127.0.0.1") {
+	if err != nil || len(events.Items) != 0 {
+		t.Fatalf("audit after tokens matching no one: %+v %v", events.Items, err)
+	}
+	if code, _, _, _ := rpc(t, base, "refused-token:"+u.StableID, "", initialize); code != http.StatusUnauthorized {
+		t.Fatalf("refused token: %d", code)
+	}
+	events, err = srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryMCP}, storage.PageRequest{})
+	if err != nil || len(events.Items) != 1 || events.Items[0].Result != audit.ResultDenied ||
+		events.Items[0].IPHash != srv.Audit().HashIP("127.0.0.1") || events.Items[0].UserHash != srv.Audit().HashUser(u.StableID) {
 		t.Fatalf("audit after a refused token: %+v %v", events.Items, err)
 	}
 
 	token := "test-token:" + u.StableID
+	// Browsers' cross-origin requests pass only from Config.AllowedOrigins.
+	for origin, want := range map[string]int{"https://evil.example": http.StatusForbidden, "https://app.example": http.StatusOK, base: http.StatusOK} {
+		req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Origin", origin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("initialize from %s: %d, want %d", origin, resp.StatusCode, want)
+		}
+	}
 	code, body, session, _ := rpc(t, base, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	if code != 200 || session == "" {
 		t.Fatalf("initialize: %d %s", code, body)

@@ -3,7 +3,6 @@ package enclave
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"runtime/debug"
 	"time"
@@ -46,15 +45,12 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type clientIPKey struct{}
 
-// withClientIP puts the TCP peer's address in the request context, for the
-// audit log's (hashed) client address.
-func withClientIP(next http.Handler) http.Handler {
+// withClientIP puts the client's address in the request context, for the
+// audit log's (hashed) client address: found under Config.TrustedProxies
+// and grouped exactly as the web shell's rows record it (web.ClientKey).
+func (s *Server) withClientIP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			host = r.RemoteAddr
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientIPKey{}, host)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientIPKey{}, s.web.ClientKey(r))))
 	})
 }
 
@@ -72,6 +68,8 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
+		elapsed := time.Since(start)
+		s.metrics.ObserveHTTP(routeClass(r.URL.Path), sw.status, elapsed)
 		level := slog.LevelInfo
 		if sw.status >= 500 {
 			level = slog.LevelError
@@ -81,7 +79,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 			slog.String("path", r.URL.Path),
 			slog.Int("status", sw.status),
 			slog.Int64("bytes", sw.bytes),
-			slog.Duration("duration", time.Since(start)),
+			slog.Duration("duration", elapsed),
 			slog.String("request_id", requestid.FromContext(r.Context())),
 		)
 	})

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -36,7 +37,8 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			ts := httptest.NewUnstartedServer(nil)
 			base := "http://" + ts.Listener.Addr().String()
 			srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, Logger: quiet(),
-				Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
+				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+				Accounts:       accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,6 +144,66 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 				t.Fatalf("whoami with the token: %s", body)
 			}
 
+			// The audit log finds this user's rows of every kind with one
+			// hash: web sign-in, capability denial, token refusal (with the
+			// client address found through the trusted proxy). A made-up
+			// token writes nothing.
+			rpc(t, base, tok.AccessToken, session, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"adminAuditLogQuery","arguments":{}}}`)
+			if _, err := srv.Accounts().Suspend(ctx, u.ID); err != nil {
+				t.Fatal(err)
+			}
+			if code := rpcVia(t, base, tok.AccessToken, "203.0.113.5", initialize); code != http.StatusForbidden {
+				t.Fatalf("token of a suspended account: %d, want 403", code)
+			}
+			if _, err := srv.Accounts().Unsuspend(ctx, u.ID); err != nil {
+				t.Fatal(err)
+			}
+			mcpRows := func() int {
+				page, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryMCP}, storage.PageRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(page.Items)
+			}
+			before := mcpRows()
+			for _, made := range []string{"made-up", tok.AccessToken[:len(tok.AccessToken)-4] + "AAAA", "ory_at_" + strings.Repeat("A", 43) + "." + strings.Repeat("B", 43)} {
+				if code := rpcVia(t, base, made, "203.0.113.5", initialize); code != http.StatusUnauthorized {
+					t.Fatalf("made-up token: %d", code)
+				}
+			}
+			if n := mcpRows(); n != before {
+				t.Fatalf("tokens matching no grant wrote %d audit rows", n-before)
+			}
+			admin, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "auditor@example.com", Username: "auditor", Password: password, Verified: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := srv.Accounts().AssignRole(ctx, admin.ID, "admin"); err != nil {
+				t.Fatal(err)
+			}
+			adminCaller, err := srv.Accounts().LoadCaller(ctx, admin.StableID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := srv.Registry().Invoke(ctx, adminCaller, "adminAuditLogQuery", json.RawMessage(`{"userId":"`+u.StableID+`"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := res.Structured.(audit.QueryOutput)
+			kinds := map[string]audit.Event{}
+			for _, e := range out.Events {
+				kinds[e.Category+" "+e.Result] = e
+			}
+			if e, ok := kinds["auth success"]; !ok || e.IPHash != srv.Audit().HashIP("127.0.0.1") {
+				t.Errorf("no web sign-in row for the user: %+v", out.Events)
+			}
+			if e, ok := kinds["capability denied"]; !ok || e.Action != "tool:adminAuditLogQuery" {
+				t.Errorf("no capability denial row for the user: %+v", out.Events)
+			}
+			if e, ok := kinds["mcp denied"]; !ok || e.Reason != "account_suspended" || e.IPHash != srv.Audit().HashIP("203.0.113.5") {
+				t.Errorf("no token refusal row for the user (with the forwarded client address): %+v", out.Events)
+			}
+
 			// The grant shows on the connected-apps page (same browser session).
 			resp, err = browser.Get(base + "/account/apps")
 			if err != nil {
@@ -158,12 +220,29 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			if code, _, _, _ := rpc(t, base, tok.AccessToken, "", initialize); code != http.StatusUnauthorized {
 				t.Fatalf("token after a password change: %d, want 401", code)
 			}
-			// The refusal is audited with its reason: the password change revoked
-			// the grant, so the token no longer exists.
-			events, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryMCP}, storage.PageRequest{})
-			if err != nil || len(events.Items) != 1 || events.Items[0].Reason != "unknown_or_revoked" {
-				t.Fatalf("audit of the refused token: %+v, %v", events.Items, err)
+			// The password change revoked the grant, so the token matches no
+			// grant any more: its refusal writes no row.
+			if n := mcpRows(); n != before {
+				t.Fatalf("a token of a revoked grant wrote %d audit rows", n-before)
 			}
 		})
 	}
+}
+
+// rpcVia posts body to /mcp with a bearer token, as if through a reverse
+// proxy that forwarded the request of client, and returns the status.
+func rpcVia(t *testing.T, base, token, client, body string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("X-Forwarded-For", client)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }

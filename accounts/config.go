@@ -9,6 +9,10 @@ import (
 // Config tunes the account service. Every zero value means the documented
 // default.
 type Config struct {
+	// Signup says who may open an account through Signup: SignupOpen
+	// (default), SignupInvite or SignupClosed.
+	Signup SignupMode
+
 	// Argon2 sets the password-hashing cost. Zero fields take the defaults
 	// of DefaultArgon2.
 	Argon2 Argon2Params

@@ -5,9 +5,14 @@
 //
 // Identity. An account has an internal id (users.id, referenced by every
 // row the account owns) and a stable id: the hex SHA-256 of the email it
-// signed up with, shown to agents and in logs and exports, and never
-// changed. Emails are claims: a former verified address stays claimed by
-// its account until released, so it cannot open a second account.
+// signed up with (a random one when an earlier account already had that),
+// shown to agents and in logs and exports, and never changed. Identities
+// are never reused: when an account is deleted both ids are retired
+// (table retired_user_ids) and never given to another account, and every
+// credential (session cookie, password-setup or reset link) issued before
+// the account it names was created is refused. Emails are claims: a former
+// verified address stays claimed by its account until released, so it
+// cannot open a second account.
 //
 // Authorization. Roles and their permissions are loaded fresh for every
 // request with RolesAndPermissions (never stored in cookies or tokens); on

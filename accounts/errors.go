@@ -30,8 +30,9 @@ var (
 	ErrSuspended = errors.New("This account is suspended.")
 	// ErrDeleting: the account is being deleted; writes are refused.
 	ErrDeleting = errors.New("This account is being deleted.")
-	// ErrLastAdmin: removing the role would leave no admin.
-	ErrLastAdmin = errors.New("This is the last admin; grant admin to another account first.")
+	// ErrLastAdmin: removing the role, suspending or deleting the account
+	// would leave no active admin.
+	ErrLastAdmin = errors.New("This is the last admin that is active; grant admin to another active account first.")
 	// ErrUnknownRole: no role has this name.
 	ErrUnknownRole = errors.New("Unknown role.")
 	// ErrNoSession: the request carries no valid session (missing, forged,

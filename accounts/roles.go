@@ -96,9 +96,11 @@ func (s *Service) AssignRole(ctx context.Context, userID int64, role string) (bo
 }
 
 // RemoveRole takes the role from userID and reports whether it was removed
-// (false, nil when the account did not have it). Removing admin from the
-// last admin returns ErrLastAdmin: the refusal is decided inside the DELETE
-// statement itself, so concurrent removals can never leave zero admins.
+// (false, nil when the account did not have it). Removing admin when no
+// other active (not suspended, not deleting) admin remains returns
+// ErrLastAdmin: the refusal is decided inside the DELETE statement itself,
+// so concurrent removals, suspensions and deletions can never leave zero
+// active admins.
 func (s *Service) RemoveRole(ctx context.Context, userID int64, role string) (bool, error) {
 	var removed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
@@ -111,18 +113,15 @@ func (s *Service) RemoveRole(ctx context.Context, userID int64, role string) (bo
 			removed = n > 0
 			return nil
 		}
-		// On PostgreSQL, concurrent removals first queue on the admin role's
-		// row; each DELETE then starts after the previous one committed and
-		// its subquery sees the admins that remain. (On SQLite the
-		// transaction already holds the database's write lock.)
-		if s.store.Dialect() == storage.Postgres {
-			if _, err := tx.ExecContext(ctx, "SELECT name FROM roles WHERE name = ? FOR NO KEY UPDATE", capabilities.RoleAdmin); err != nil {
-				return err
-			}
+		// Removals, suspensions and deletions of admins queue on one lock
+		// (see lockAdmins); each DELETE then sees the admins that remain.
+		if err := lockAdmins(ctx, tx, s.store.Dialect()); err != nil {
+			return err
 		}
 		res, err := tx.NewRaw(`DELETE FROM user_roles
 			WHERE user_id = ? AND role_name = ?
-			  AND EXISTS (SELECT 1 FROM user_roles AS other WHERE other.role_name = ? AND other.user_id <> ?)`,
+			  AND EXISTS (SELECT 1 FROM user_roles AS other JOIN users AS o ON o.id = other.user_id
+				WHERE other.role_name = ? AND other.user_id <> ? AND o.suspended_at IS NULL AND o.deleting_at IS NULL)`,
 			userID, role, role, userID).Exec(ctx)
 		if err != nil {
 			return err
@@ -147,6 +146,19 @@ func (s *Service) RemoveRole(ctx context.Context, userID int64, role string) (bo
 		s.cfg.Logger.InfoContext(ctx, "accounts: role removed", "user_id", userID, "role", role)
 	}
 	return removed, nil
+}
+
+// lockAdmins serializes the changes that can take away the last active
+// admin. On PostgreSQL they queue on the admin role's row, so each
+// statement that follows starts after the previous change committed and
+// sees the admins that remain; on SQLite the transaction already holds the
+// database's write lock.
+func lockAdmins(ctx context.Context, tx bun.Tx, d storage.Dialect) error {
+	if d != storage.Postgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "SELECT name FROM roles WHERE name = ? FOR NO KEY UPDATE", capabilities.RoleAdmin)
+	return err
 }
 
 // Roles lists the names of every defined role.

@@ -162,3 +162,106 @@ func TestLoadCaller(t *testing.T) {
 		}
 	})
 }
+
+// Suspending (or marking deleting) the last active admin is refused, like
+// removing its role; a suspended admin does not count as an active one.
+func TestSuspendingTheLastActiveAdmin(t *testing.T) {
+	t.Parallel()
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		a, b, c := signup(t, svc, "ada"), signup(t, svc, "bea"), signup(t, svc, "cid")
+		if _, err := svc.AssignRole(ctx, a.ID, capabilities.RoleAdmin); err != nil {
+			t.Fatal(err)
+		}
+		if changed, err := svc.Suspend(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) || changed {
+			t.Fatalf("suspend the only admin = %v, %v, want ErrLastAdmin", changed, err)
+		}
+		if u, _ := svc.UserByID(ctx, a.ID); u.SuspendedAt != nil {
+			t.Fatal("the refused suspension suspended the admin")
+		}
+		if _, err := svc.MarkDeleting(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+			t.Fatalf("mark the only admin deleting: %v, want ErrLastAdmin", err)
+		}
+		// Other accounts are suspended freely.
+		if changed, err := svc.Suspend(ctx, c.ID); err != nil || !changed {
+			t.Fatalf("suspend a user = %v, %v", changed, err)
+		}
+		if _, err := svc.AssignRole(ctx, b.ID, capabilities.RoleAdmin); err != nil {
+			t.Fatal(err)
+		}
+		if changed, err := svc.Suspend(ctx, a.ID); err != nil || !changed {
+			t.Fatalf("suspend an admin with another active = %v, %v", changed, err)
+		}
+		if changed, err := svc.Suspend(ctx, a.ID); err != nil || changed {
+			t.Fatalf("suspend again = %v, %v, want no change", changed, err)
+		}
+		// a is suspended: b is the last active admin, for suspension and
+		// for removal alike.
+		if _, err := svc.Suspend(ctx, b.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+			t.Fatalf("suspend the last active admin: %v, want ErrLastAdmin", err)
+		}
+		if _, err := svc.RemoveRole(ctx, b.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrLastAdmin) {
+			t.Fatalf("remove the last active admin: %v, want ErrLastAdmin", err)
+		}
+		if _, err := svc.Unsuspend(ctx, a.ID); err != nil {
+			t.Fatal(err)
+		}
+		if changed, err := svc.Suspend(ctx, b.ID); err != nil || !changed {
+			t.Fatalf("suspend b with a active again = %v, %v", changed, err)
+		}
+		if _, err := svc.Suspend(ctx, 424242); !errors.Is(err, accounts.ErrNotFound) {
+			t.Fatalf("suspend unknown: %v", err)
+		}
+	})
+}
+
+// Concurrent suspensions of two admins (and a suspension racing a removal)
+// leave one active admin: each is decided inside its UPDATE or DELETE.
+func TestSuspendLastAdminUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		for round := range 6 {
+			a, b := signup(t, svc, fmt.Sprintf("sa-%d", round)), signup(t, svc, fmt.Sprintf("sb-%d", round))
+			for _, u := range []accounts.User{a, b} {
+				if _, err := svc.AssignRole(ctx, u.ID, capabilities.RoleAdmin); err != nil {
+					t.Fatal(err)
+				}
+			}
+			second := func() error { _, err := svc.Suspend(ctx, b.ID); return err }
+			if round%2 == 1 {
+				second = func() error { _, err := svc.RemoveRole(ctx, b.ID, capabilities.RoleAdmin); return err }
+			}
+			errs := make([]error, 2)
+			var start, wg sync.WaitGroup
+			start.Add(1)
+			wg.Go(func() { start.Wait(); _, errs[0] = svc.Suspend(ctx, a.ID) })
+			wg.Go(func() { start.Wait(); errs[1] = second() })
+			start.Done()
+			wg.Wait()
+			refused := 0
+			for _, err := range errs {
+				switch {
+				case errors.Is(err, accounts.ErrLastAdmin):
+					refused++
+				case err != nil:
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+			active, err := s.DB.NewSelect().TableExpr("user_roles AS ur").Join("JOIN users AS u ON u.id = ur.user_id").
+				Where("ur.role_name = ? AND u.suspended_at IS NULL AND u.deleting_at IS NULL", capabilities.RoleAdmin).Count(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if active != 1 || refused != 1 {
+				t.Fatalf("round %d: %d active admins, %d refused; want 1 and 1", round, active, refused)
+			}
+			// Clear this round's admins (bypassing the rule).
+			if _, err := s.DB.ExecContext(ctx, "DELETE FROM user_roles WHERE role_name = 'admin'"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

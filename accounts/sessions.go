@@ -66,6 +66,25 @@ func (s *Service) StartSession(w http.ResponseWriter, r *http.Request, u User, r
 	if err := u.CheckActive(); err != nil {
 		return Session{}, fmt.Errorf("accounts: start session: %w", err)
 	}
+	return s.setSessionCookie(w, r, u, rememberMe)
+}
+
+// StartDeletingSession sets a session cookie for u, an account being
+// deleted whose password was just checked (Login returns it with
+// ErrDeleting). Authenticate answers such a session with ErrDeleting, which
+// every path treats as signed out except the deletion page: the person can
+// see that the deletion did not finish and retry it, and nothing else.
+func (s *Service) StartDeletingSession(w http.ResponseWriter, r *http.Request, u User) (Session, error) {
+	if u.State() != StateDeleting {
+		return Session{}, fmt.Errorf("accounts: start deleting session: the account is %s", u.State())
+	}
+	if u.SuspendedAt != nil {
+		return Session{}, fmt.Errorf("accounts: start deleting session: %w", ErrSuspended)
+	}
+	return s.setSessionCookie(w, r, u, false)
+}
+
+func (s *Service) setSessionCookie(w http.ResponseWriter, r *http.Request, u User, rememberMe bool) (Session, error) {
 	sess, value, err := s.signSession(u, rememberMe)
 	if err != nil {
 		return Session{}, err
@@ -112,11 +131,13 @@ func sessionMAC(key []byte, payload string) []byte {
 	return m.Sum(nil)
 }
 
-// Authenticate returns the session of r's cookie. It returns ErrNoSession
-// when there is no cookie or it is forged, expired, or issued at or before
-// the account's last password change; ErrSuspended for a suspended
-// account; and ErrDeleting, with the Session filled in, for an account
-// being deleted (so the deletion flow can retry; every other path must
+// Authenticate returns the session of r's cookie. A cookie names the
+// account by its stable id, which is never given to another account (also
+// after deletion). It returns ErrNoSession when there is no cookie or it is
+// forged, expired, issued before the account was created, or issued at or
+// before the account's last password change; ErrSuspended for a suspended
+// account (also one being deleted: suspension wins); and ErrDeleting, with
+// the Session filled in, for an account being deleted (so the deletion flow can retry; every other path must
 // treat it as signed out). Any other error is internal: fail closed.
 func (s *Service) Authenticate(ctx context.Context, r *http.Request) (Session, error) {
 	c, err := r.Cookie(s.cookieName(r))
@@ -168,10 +189,18 @@ func (s *Service) VerifySession(ctx context.Context, value string) (Session, err
 	if pc := sess.User.PasswordChangedAt; pc != nil && !sess.IssuedAt.After(*pc) {
 		return Session{}, ErrNoSession
 	}
-	switch sess.User.State() {
-	case StateSuspended:
+	// Identities are never reused, so a cookie naming this account's id was
+	// issued to it; one issued before the account existed was forged or
+	// minted for an id this account must not inherit.
+	if sess.IssuedAt.Before(sess.User.CreatedAt) {
+		return Session{}, ErrNoSession
+	}
+	// Suspension wins over deletion: a suspended account's session works
+	// nowhere, the page that finishes a deletion included.
+	if sess.User.SuspendedAt != nil {
 		return Session{}, ErrSuspended
-	case StateDeleting:
+	}
+	if sess.User.State() == StateDeleting {
 		return sess, ErrDeleting
 	}
 	return sess, nil

@@ -95,7 +95,8 @@ func (s *Service) newToken(ctx context.Context, userID int64, ttl time.Duration)
 // SetPasswordWithToken consumes a password-setup token and sets the
 // account's password, which must meet the policy (a refused password leaves
 // the token usable). Like every password change, it ends earlier sessions.
-// It returns ErrInvalidToken for an unknown, used or expired token.
+// It returns ErrInvalidToken for an unknown, used or expired token, and for
+// one issued before its account was created.
 func (s *Service) SetPasswordWithToken(ctx context.Context, token, password string) (User, error) {
 	h := hashToken(token)
 	var tok setupToken
@@ -116,10 +117,62 @@ func (s *Service) SetPasswordWithToken(ctx context.Context, token, password stri
 		if n, _ := res.RowsAffected(); n == 0 {
 			return ErrInvalidToken
 		}
-		return nil
+		// A link issued before the account existed was not issued to it.
+		return checkIssuedToAccount(ctx, tx, tok.UserID, tok.CreatedAt)
 	})
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: set password: %w", err)
 	}
 	return u, nil
+}
+
+// checkIssuedToAccount returns ErrInvalidToken unless userID is an account
+// created at or before issuedAt: a link, token or cookie issued before its
+// account existed belonged to another (deleted) account.
+func checkIssuedToAccount(ctx context.Context, db bun.IDB, userID int64, issuedAt time.Time) error {
+	var created time.Time
+	err := db.NewSelect().Model((*userRow)(nil)).Column("created_at").Where("id = ?", userID).Scan(ctx, &created)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && issuedAt.Before(created)) {
+		return ErrInvalidToken
+	}
+	return err
+}
+
+// CheckIssuedSincePassword is CheckIssuedToAccount that also returns
+// ErrInvalidToken for a link issued before the account's last password
+// change (compared at the microsecond precision links are stored with). A link that hands the account to another address (an
+// email change) must die with the password, like sessions and grants:
+// changing or resetting the password is how a person throws out someone
+// who learned it, and a link that person requested must not outlive it.
+func (s *Service) CheckIssuedSincePassword(ctx context.Context, userID int64, issuedAt time.Time) error {
+	if err := s.CheckIssuedToAccount(ctx, userID, issuedAt); err != nil {
+		return err
+	}
+	var changed *time.Time
+	err := s.store.Reader.NewSelect().Model((*userRow)(nil)).Column("password_changed_at").Where("id = ?", userID).Scan(ctx, &changed)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return ErrInvalidToken
+	case err != nil:
+		return fmt.Errorf("accounts: check link: %w", err)
+	case changed != nil && issuedAt.Before(changed.Truncate(time.Microsecond)):
+		return ErrInvalidToken
+	}
+	return nil
+}
+
+// CheckIssuedToAccount returns ErrInvalidToken unless userID is an
+// existing account created at or before issuedAt. Callers that keep their
+// own single-use links for an account (verification and reset mail) check
+// a link with it before acting on it: a link issued before its account
+// existed was issued to an earlier account, and identities are never
+// reused.
+func (s *Service) CheckIssuedToAccount(ctx context.Context, userID int64, issuedAt time.Time) error {
+	if err := checkIssuedToAccount(ctx, s.store.Reader, userID, issuedAt); err != nil {
+		if errors.Is(err, ErrInvalidToken) {
+			return err
+		}
+		return fmt.Errorf("accounts: check link: %w", err)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // User is an account. It never carries the password hash.
@@ -25,8 +26,10 @@ type User struct {
 	// ID is the internal key that every user-owned row references.
 	ID int64
 	// StableID is the identity shown to agents, logs and exports: the hex
-	// SHA-256 of the normalized email the account signed up with. It never
-	// changes, also when the email does.
+	// SHA-256 of the normalized email the account signed up with, or a
+	// random one when an earlier account already had that (see
+	// StableIDForEmail). It never changes, also when the email does, and is
+	// never given to another account, also after deletion.
 	StableID string
 	Email    string
 	Username string
@@ -136,10 +139,12 @@ func NormalizeEmail(s string) (string, error) {
 	return e, nil
 }
 
-// StableIDForEmail returns the stable user id an account signing up with
-// email gets: the lowercase hex SHA-256 of the trimmed, lowercased address.
-// (An address released by one account and signed up again gets a fresh
-// random id instead, so no id is ever minted twice.)
+// StableIDForEmail returns the stable user id the first account signing up
+// with email gets: the lowercase hex SHA-256 of the trimmed, lowercased
+// address. Identities are never reused: when that id is taken or retired
+// (an earlier account with the address released it or was deleted), the
+// new account gets a fresh random id instead, so no id is ever minted
+// twice and nothing issued to the earlier account works for the new one.
 func StableIDForEmail(email string) string {
 	sum := sha256.Sum256([]byte(strings.ToLower(strings.TrimSpace(email))))
 	return hex.EncodeToString(sum[:])
@@ -150,6 +155,8 @@ type SignupInput struct {
 	Email    string
 	Username string
 	Password string
+	// InviteCode is spent by the signup when Config.Signup is SignupInvite.
+	InviteCode string
 }
 
 // Signup opens an account with a password and the role user, in one
@@ -158,10 +165,20 @@ type SignupInput struct {
 //
 // Domain errors: ErrInvalidEmail, ErrInvalidUsername, ErrUsernameReserved,
 // ErrWeakPassword, ErrEmailTaken, ErrEmailClaimed, ErrUsernameTaken.
-// Transports should answer ErrEmailTaken exactly like a successful signup
-// (without a session), so that signup does not reveal registered emails.
+// ErrUsernameTaken is decided before the email, and the password is hashed
+// before either: transports answer ErrEmailTaken and ErrEmailClaimed exactly
+// like a successful signup (same page, comparable time, no session) and
+// tell the owner of the address by mail, so signup does not reveal which
+// emails are registered.
 func (s *Service) Signup(ctx context.Context, in SignupInput) (User, error) {
-	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false)
+	var invite *string
+	switch s.cfg.Signup {
+	case SignupClosed:
+		return User{}, ErrSignupClosed
+	case SignupInvite:
+		invite = &in.InviteCode
+	}
+	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false, invite)
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: signup: %w", err)
 	}
@@ -184,14 +201,14 @@ type CreateUserInput struct {
 // password-setup token valid for Config.PasswordSetupTTL. It never grants
 // admin. Errors are those of Signup.
 func (s *Service) CreateUser(ctx context.Context, in CreateUserInput) (User, string, error) {
-	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified)
+	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified, nil)
 	if err != nil {
 		return User{}, "", fmt.Errorf("accounts: create user: %w", err)
 	}
 	return u, token, nil
 }
 
-func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool) (User, string, error) {
+func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool, invite *string) (User, string, error) {
 	email, err := NormalizeEmail(rawEmail)
 	if err != nil {
 		return User{}, "", err
@@ -222,13 +239,23 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 	)
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
-		if err := checkEmailFree(ctx, tx, email, 0); err != nil {
-			return err
+		if invite != nil {
+			// Spent with the account: a failed signup leaves it unused. It
+			// is checked first, so that without a valid code nobody learns
+			// anything about usernames or addresses.
+			if err := spendInvite(ctx, tx, *invite, now); err != nil {
+				return err
+			}
 		}
+		// The username first: usernames are public, email addresses are
+		// not, so a request that collides on both learns only the former.
 		if taken, err := tx.NewSelect().Model((*userRow)(nil)).Where("username = ?", username).Exists(ctx); err != nil {
 			return err
 		} else if taken {
 			return ErrUsernameTaken
+		}
+		if err := checkEmailFree(ctx, tx, email, 0); err != nil {
+			return err
 		}
 		row = userRow{
 			StableID: StableIDForEmail(email), Email: email, Username: username, PasswordHash: hash,
@@ -237,12 +264,25 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 		if verified {
 			row.EmailVerifiedAt = &now
 		}
-		// The hash of the email is taken when an earlier account that
-		// signed up with it has since released the address: mint a fresh id.
-		if minted, err := tx.NewSelect().Model((*userRow)(nil)).Where("stable_user_id = ?", row.StableID).Exists(ctx); err != nil {
-			return err
-		} else if minted {
+		// Identities are never reused: the hash of the email is taken when
+		// an earlier account signed up with the address and has since
+		// released it or been deleted (retired). Mint a fresh id then.
+		for {
+			taken, err := stableIDTaken(ctx, tx, row.StableID)
+			if err != nil {
+				return err
+			}
+			if !taken {
+				break
+			}
 			row.StableID = randomStableID()
+		}
+		if s.store.Dialect() == storage.SQLite {
+			// SQLite gives a new row the highest rowid plus one, which is a
+			// deleted account's id when that account was the newest one.
+			if row.ID, err = nextSQLiteUserID(ctx, tx); err != nil {
+				return err
+			}
 		}
 		// ON CONFLICT DO NOTHING keeps a PostgreSQL transaction usable when a
 		// concurrent signup won the race; the checks above then explain it.
@@ -251,11 +291,11 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			if err := checkEmailFree(ctx, tx, email, 0); err != nil {
-				return err
-			}
 			if taken, err := tx.NewSelect().Model((*userRow)(nil)).Where("username = ?", username).Exists(ctx); err != nil || taken {
 				return cmp.Or(err, ErrUsernameTaken)
+			}
+			if err := checkEmailFree(ctx, tx, email, 0); err != nil {
+				return err
 			}
 			return errors.New("stable id minted concurrently; retry")
 		}
@@ -329,6 +369,24 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pg) && pg.Code == "23505"
 }
 
+// stableIDTaken reports whether sid is a live account's or a retired
+// (deleted) account's stable id.
+func stableIDTaken(ctx context.Context, tx bun.IDB, sid string) (bool, error) {
+	var n int
+	err := tx.NewRaw("SELECT (SELECT COUNT(*) FROM users WHERE stable_user_id = ?) + (SELECT COUNT(*) FROM retired_user_ids WHERE stable_id = ?)",
+		sid, sid).Scan(ctx, &n)
+	return n > 0, err
+}
+
+// nextSQLiteUserID returns an internal id above every live and retired
+// one. SQLite's writer lock, held by the caller's transaction, makes it
+// race-free.
+func nextSQLiteUserID(ctx context.Context, tx bun.IDB) (int64, error) {
+	var top int64
+	err := tx.NewRaw("SELECT MAX(m) FROM (SELECT COALESCE(MAX(id), 0) AS m FROM users UNION ALL SELECT COALESCE(MAX(internal_id), 0) FROM retired_user_ids) AS ids").Scan(ctx, &top)
+	return top + 1, err
+}
+
 func randomStableID() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
@@ -337,8 +395,10 @@ func randomStableID() string {
 
 // Login checks an email and password. Unknown emails, accounts without a
 // password and wrong passwords all return ErrInvalidCredentials after the
-// same amount of hashing work. A correct password on a suspended or
-// deleting account returns ErrSuspended or ErrDeleting. Login never checks
+// same amount of hashing work. A correct password on a suspended account
+// returns ErrSuspended (also when it is being deleted); on a deleting
+// account it returns the User together with ErrDeleting (see
+// StartDeletingSession). Login never checks
 // the password policy; a hash made with older parameters is replaced.
 func (s *Service) Login(ctx context.Context, email, password string) (User, error) {
 	if len(password) > MaxPasswordBytes {
@@ -365,6 +425,15 @@ func (s *Service) Login(ctx context.Context, email, password string) (User, erro
 	}
 	u := row.user()
 	if err := u.CheckActive(); err != nil {
+		if u.SuspendedAt != nil {
+			// Suspension wins, also over a half-finished deletion.
+			return User{}, ErrSuspended
+		}
+		if errors.Is(err, ErrDeleting) {
+			// The person proved who they are: the deletion page lets them
+			// finish a deletion that failed midway.
+			return u, err
+		}
 		return User{}, err
 	}
 	if stale {
@@ -459,10 +528,52 @@ func (s *Service) setStamp(ctx context.Context, userID int64, column string, set
 	return false, nil
 }
 
+// keepsAnActiveAdmin is the condition, on the users row being changed,
+// that leaves at least one active admin: the account holds no admin role,
+// or another account that is neither suspended nor being deleted does.
+const keepsAnActiveAdmin = `(NOT EXISTS (SELECT 1 FROM user_roles AS mine WHERE mine.user_id = users.id AND mine.role_name = ?)
+	OR EXISTS (SELECT 1 FROM user_roles AS other JOIN users AS o ON o.id = other.user_id
+		WHERE other.role_name = ? AND other.user_id <> users.id AND o.suspended_at IS NULL AND o.deleting_at IS NULL))`
+
+// stampKeepingAdmin sets column (suspended_at or deleting_at) to now
+// where it is NULL, unless that would leave no active admin: then it
+// returns ErrLastAdmin. The refusal is decided inside the UPDATE statement
+// itself, so concurrent changes can never leave zero active admins. It
+// reports whether the row changed; ErrNotFound when there is no such user.
+func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column string) (bool, error) {
+	var changed bool
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if err := lockAdmins(ctx, tx, s.store.Dialect()); err != nil {
+			return err
+		}
+		now := s.now()
+		res, err := tx.NewRaw("UPDATE users SET ? = ?, updated_at = ? WHERE id = ? AND ? IS NULL AND "+keepsAnActiveAdmin,
+			bun.Ident(column), now, now, userID, bun.Ident(column), capabilities.RoleAdmin, capabilities.RoleAdmin).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			changed = true
+			return nil
+		}
+		row, err := s.userWhere(ctx, tx, "id = ?", userID)
+		if err != nil {
+			return err
+		}
+		if (column == "suspended_at" && row.SuspendedAt != nil) || (column == "deleting_at" && row.DeletingAt != nil) {
+			return nil // already set
+		}
+		return ErrLastAdmin
+	})
+	return changed, err
+}
+
 // Suspend suspends an account: every session, token and capability call of
 // it is refused until Unsuspend. It reports whether the state changed.
+// Suspending the last active admin returns ErrLastAdmin, decided
+// atomically like RemoveRole.
 func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "suspended_at", true, false)
+	changed, err := s.stampKeepingAdmin(ctx, userID, "suspended_at")
 	if err != nil {
 		return false, fmt.Errorf("accounts: suspend: %w", err)
 	}
@@ -486,9 +597,11 @@ func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
 
 // MarkDeleting stamps deleting_at, the first step of account deletion: from
 // then on every mutation path refuses writes for the account. Idempotent;
-// it reports whether the state changed.
+// it reports whether the state changed. Marking the last active admin
+// returns ErrLastAdmin, decided atomically like RemoveRole; the account's
+// roles stay until its rows are deleted.
 func (s *Service) MarkDeleting(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "deleting_at", true, false)
+	changed, err := s.stampKeepingAdmin(ctx, userID, "deleting_at")
 	if err != nil {
 		return false, fmt.Errorf("accounts: mark deleting: %w", err)
 	}
@@ -529,26 +642,58 @@ func writableUser(ctx context.Context, tx bun.IDB, userID int64) (userRow, error
 // same transaction. The returned User carries the new PasswordChangedAt:
 // start a new session for the person who made the change.
 func (s *Service) ChangePassword(ctx context.Context, userID int64, current, next string) (User, error) {
-	row, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
-	if err != nil {
+	if _, err := s.VerifyPassword(ctx, userID, current); err != nil {
 		return User{}, fmt.Errorf("accounts: change password: %w", err)
-	}
-	encoded := s.dummyHash
-	if row.PasswordHash != nil {
-		encoded = *row.PasswordHash
-	}
-	ok, _, err := s.hasher.verify(ctx, encoded, current)
-	if err != nil && ctx.Err() != nil {
-		return User{}, fmt.Errorf("accounts: change password: %w", ctx.Err())
-	}
-	if !ok || row.PasswordHash == nil {
-		return User{}, fmt.Errorf("accounts: change password: %w", ErrInvalidCredentials)
 	}
 	u, err := s.setPassword(ctx, userID, next, func(context.Context, bun.Tx) error { return nil })
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: change password: %w", err)
 	}
 	return u, nil
+}
+
+// VerifyPassword checks password against userID's current one, for
+// actions that ask for it again (changing the password or the email,
+// deleting the account). It returns ErrInvalidCredentials when it is wrong
+// or the account has none, after the same hashing work either way, and
+// ErrNotFound for an unknown account. It does not look at the account's
+// state.
+func (s *Service) VerifyPassword(ctx context.Context, userID int64, password string) (User, error) {
+	row, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
+	if err != nil {
+		return User{}, err
+	}
+	if len(password) > MaxPasswordBytes {
+		return User{}, ErrInvalidCredentials
+	}
+	encoded := s.dummyHash
+	if row.PasswordHash != nil {
+		encoded = *row.PasswordHash
+	}
+	ok, _, err := s.hasher.verify(ctx, encoded, password)
+	if err != nil && ctx.Err() != nil {
+		return User{}, ctx.Err()
+	}
+	if !ok || row.PasswordHash == nil {
+		return User{}, ErrInvalidCredentials
+	}
+	return row.user(), nil
+}
+
+// CheckEmailFree reports whether rawEmail could become the address of
+// userID: ErrInvalidEmail, ErrEmailTaken (another account's current
+// address) or ErrEmailClaimed (another account's former address), nil when
+// it is free or already userID's. The answer is for the account's owner
+// only when it cannot reveal someone else's address (see ChangeEmail).
+func (s *Service) CheckEmailFree(ctx context.Context, userID int64, rawEmail string) (string, error) {
+	email, err := NormalizeEmail(rawEmail)
+	if err != nil {
+		return "", err
+	}
+	if err := checkEmailFree(ctx, s.store.Reader, email, userID); err != nil {
+		return email, fmt.Errorf("accounts: check email: %w", err)
+	}
+	return email, nil
 }
 
 // setPassword checks the policy, hashes next and stores it in a transaction

@@ -58,11 +58,13 @@ var serverNames = map[string]string{
 	"d": "(d) TS SDK + requireBearerAuth",
 	// Not in the default set: (b) with the quota counted in SQL.
 	"bsql": "(b-sql) as (b), quota as one SQL UPSERT per call",
+	// Not in the default set: (b) with enclave's default quota (package quota).
+	"bmeter": "(b-meter) as (b), quota.Meter (memory, SQL batch flush)",
 }
 
 func runMain(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	servers := fs.String("servers", "a,b,c,d", "servers to compare (c needs ENCLAVE_TEST_POSTGRES, d needs node; bsql is (b) with an SQL quota counter)")
+	servers := fs.String("servers", "a,b,c,d", "servers to compare (c needs ENCLAVE_TEST_POSTGRES, d needs node; bsql is (b) with an SQL quota counter, bmeter (b) with enclave's quota.Meter)")
 	clients := fs.Int("clients", 16, "concurrent clients, each with its own user, token and session")
 	warmup := fs.Duration("warmup", 3*time.Second, "warm-up per server, not measured")
 	duration := fs.Duration("duration", 10*time.Second, "measured window per server and round")
@@ -253,10 +255,13 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 	case "a":
 		argv = []string{self, "serve", "-kind", "a", "-max-lifetime", life.String()}
 		tokens = ""
-	case "b", "c", "bsql":
+	case "b", "c", "bsql", "bmeter":
 		kind := r.Key
-		if kind == "bsql" {
+		switch kind {
+		case "bsql":
 			kind, quota = "b", "sql"
+		case "bmeter":
+			kind, quota = "b", "meter"
 		}
 		argv = []string{self, "serve", "-kind", kind, "-users", strconv.Itoa(clients), "-tokens-out", tokens,
 			"-quota", quota, "-log-level", logLevel, "-max-lifetime", life.String()}

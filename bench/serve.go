@@ -31,6 +31,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
+	encquota "github.com/enclave-mcp/enclave/quota"
 )
 
 // serveMain runs one server under test until SIGTERM/SIGINT or
@@ -43,7 +44,7 @@ func serveMain(args []string) error {
 	users := fs.Int("users", 16, "users to create, each with its own OAuth client and token (b, c)")
 	tokensOut := fs.String("tokens-out", "", "file to write the users' access tokens to (b, c)")
 	traceOut := fs.String("trace-out", "", "file to write the SQL statements of one traced tools/call to (b, c)")
-	quota := fs.String("quota", "memory", "quota counter: memory (per-user fixed window in process) or sql (one UPSERT per call)")
+	quota := fs.String("quota", "memory", "quota counter: memory (per-user fixed window in process), sql (one UPSERT per call) or meter (enclave's quota package: in memory, flushed to SQL in batches)")
 	pg := fs.String("pg", os.Getenv("ENCLAVE_TEST_POSTGRES"), "PostgreSQL URL for kind c (a schema is created and dropped)")
 	logLevel := fs.String("log-level", "warn", "server log level (info turns on enclave's per-request access log)")
 	maxLife := fs.Duration("max-lifetime", 10*time.Minute, "exit by itself after this long")
@@ -184,6 +185,15 @@ func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int,
 		quota.set(newMemoryQuota())
 	case "sql":
 		quota.set(sqlQuotaFor(srv.Store()))
+	case "meter":
+		// enclave's default quota: counted in memory, flushed to SQL every
+		// second, refusals decided from the reconciled totals.
+		m := encquota.New(srv.Store(), encquota.Limits{Daily: map[string]int64{encquota.DefaultClass: quotaLimit}}, logger)
+		mctx, stopMeter := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { m.Run(mctx); close(done) }()
+		defer func() { stopMeter(); <-done }()
+		quota.set(m)
 	case "none":
 	default:
 		return fmt.Errorf("unknown quota %q", quotaKind)

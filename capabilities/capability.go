@@ -58,16 +58,32 @@ type Capability struct {
 	InputSchema  json.RawMessage
 	OutputSchema json.RawMessage
 	Handler      Handler
+	// Task says whether the capability may run as a task (see Call.Detach):
+	// TaskNever (the default), TaskOptional or TaskRequired.
+	Task TaskSupport
 
 	input *jsonschema.Resolved
 	err   error // a definition error found by Define, reported by Register
 }
+
+// TaskSupport says whether a capability may run as a task: a long-running
+// call that a client negotiating tasks (MCP 2026-07-28 tasks extension)
+// gets back at once as a task id and follows with tasks/get.
+type TaskSupport string
+
+// The task supports.
+const (
+	TaskNever    TaskSupport = ""
+	TaskOptional TaskSupport = "optional" // a task for clients that can follow one, else an ordinary call
+	TaskRequired TaskSupport = "required" // refused to clients that cannot follow a task
+)
 
 // Spec declares a capability with typed input and output for Define.
 type Spec[In, Out any] struct {
 	Name, Domain, Title, Description string
 	Annotations                      *Annotations
 	Requires                         Requirement
+	Task                             TaskSupport
 	// Handler receives the decoded input. When Out is Result it is returned
 	// as is; otherwise the value becomes the structured content (and a JSON
 	// text block for clients that do not read structured content).
@@ -82,7 +98,7 @@ type Spec[In, Out any] struct {
 func Define[In, Out any](s Spec[In, Out]) Capability {
 	c := Capability{
 		Name: s.Name, Domain: s.Domain, Title: s.Title, Description: s.Description,
-		Annotations: s.Annotations, Requires: s.Requires,
+		Annotations: s.Annotations, Requires: s.Requires, Task: s.Task,
 	}
 	in, err := schemaFor[In]()
 	if err != nil {

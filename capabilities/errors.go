@@ -3,6 +3,7 @@ package capabilities
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a domain error code. Transports map each code to their own
@@ -43,7 +44,11 @@ type Error struct {
 	Message string
 	// Scopes lists the missing scopes of a CodeInsufficientScope error.
 	Scopes []string
-	Err    error
+	// RetryAfter, when set, is when the call may succeed again (a
+	// CodeQuotaExceeded error says when the quota resets). Transports
+	// read it with RetryAfterOf.
+	RetryAfter time.Time
+	Err        error
 }
 
 func (e *Error) Error() string {
@@ -67,6 +72,18 @@ func CodeOf(err error) Code {
 		return e.Code
 	}
 	return CodeInternal
+}
+
+// RetryAfterOf returns the first RetryAfter set by an *Error in err's
+// chain, so that a wrapped quota refusal still says when to retry.
+func RetryAfterOf(err error) (time.Time, bool) {
+	for err != nil {
+		if e, ok := err.(*Error); ok && !e.RetryAfter.IsZero() {
+			return e.RetryAfter, true
+		}
+		err = errors.Unwrap(err)
+	}
+	return time.Time{}, false
 }
 
 // Sentinel errors.

@@ -34,13 +34,19 @@ const (
 	ReasonInteractive     DenialReason = "interactive_only"
 	ReasonScope           DenialReason = "insufficient_scope"
 	ReasonQuota           DenialReason = "quota"
+	// ReasonOwner: a per-user resource names something the caller does
+	// not own (see Resource.Allow).
+	ReasonOwner DenialReason = "not_owner"
 )
 
 // Denial is one refused call, as recorded for the audit log. Subject is a
-// keyed hash of the user id: the log can group denials by principal without
-// holding the id itself.
+// keyed hash of the user id (HashSubject): a log line can group denials by
+// principal without holding the id itself. UserID is the caller's stable
+// user id, for an Auditor that hashes ids with its own key (the audit log
+// does, so every row it holds uses one scheme); it is never logged as is.
 type Denial struct {
 	At      time.Time
+	UserID  string
 	Subject string
 	Surface string // "tool", "resource" or "prompt"
 	Name    string // the capability, resource URI or prompt name asked for
@@ -64,6 +70,16 @@ type Features interface {
 	Enabled(ctx context.Context, caller Caller, flag string) bool
 }
 
+// Observer is told the outcome of every capability call: OutcomeAllowed
+// when the checks let it run, or the DenialReason that refused it. It
+// feeds metrics; it must be fast and must not block.
+type Observer interface {
+	ObserveCall(capability string, outcome string)
+}
+
+// OutcomeAllowed is the Observer outcome of a call the checks let run.
+const OutcomeAllowed = "allowed"
+
 // Options configure a Registry. Every field is optional.
 type Options struct {
 	// Vocabulary validates required permissions; nil means the built-in one.
@@ -77,6 +93,8 @@ type Options struct {
 	// Features enables feature flags; nil enables none, so a capability that
 	// requires a flag is hidden from everyone.
 	Features Features
+	// Observer is told each call's outcome (metrics); nil tells no one.
+	Observer Observer
 	// Logger logs handler panics and internal errors; nil is slog.Default().
 	Logger *slog.Logger
 	// NoBuiltins leaves out whoami and capabilitiesSearch.
@@ -252,6 +270,9 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 			return Result{}, &Error{Code: CodeQuotaExceeded, Message: msg, Err: err}
 		}
 	}
+	if o := r.opts.Observer; o != nil {
+		o.ObserveCall(name, OutcomeAllowed)
+	}
 	if err := c.validateInput(args); err != nil {
 		return Result{}, err
 	}
@@ -368,7 +389,14 @@ func (r *Registry) deny(ctx context.Context, caller Caller, surface, name string
 	if len(name) > 128 {
 		name = name[:128]
 	}
-	d := Denial{At: time.Now().UTC(), Subject: r.HashSubject(caller.UserID), Surface: surface, Name: name, Reason: reason}
+	if o := r.opts.Observer; o != nil && surface == "tool" {
+		label := name
+		if reason == ReasonUnknown {
+			label = "" // any string can be asked for: keep it out of metric labels
+		}
+		o.ObserveCall(label, string(reason))
+	}
+	d := Denial{At: time.Now().UTC(), UserID: caller.UserID, Subject: r.HashSubject(caller.UserID), Surface: surface, Name: name, Reason: reason}
 	if r.opts.Auditor != nil {
 		r.opts.Auditor.RecordDenial(ctx, d)
 		return
@@ -377,8 +405,9 @@ func (r *Registry) deny(ctx context.Context, caller Caller, surface, name string
 }
 
 // HashSubject returns the identifier recorded for a user id in denials: a
-// hex HMAC-SHA256 under Options.AuditKey (plain SHA-256 without one),
-// truncated to 128 bits. An empty user id stays empty.
+// hex HMAC-SHA256 of "user:"+id under Options.AuditKey (plain SHA-256
+// without one), truncated to 128 bits; under the same key it equals the
+// audit log's HashUser. An empty user id stays empty.
 func (r *Registry) HashSubject(userID string) string {
 	if userID == "" {
 		return ""
@@ -386,7 +415,7 @@ func (r *Registry) HashSubject(userID string) string {
 	var sum []byte
 	if len(r.opts.AuditKey) > 0 {
 		m := hmac.New(sha256.New, r.opts.AuditKey)
-		m.Write([]byte(userID))
+		m.Write([]byte("user:" + userID))
 		sum = m.Sum(nil)
 	} else {
 		s := sha256.Sum256([]byte(userID))

@@ -24,6 +24,13 @@ type Resource struct {
 	Requires    Requirement
 	// Read returns the contents; params holds the template's placeholders.
 	Read func(ctx context.Context, call *Call, uri string, params map[string]string) ([]ResourceContents, error)
+	// Allow, optional, decides whether the caller may read this particular
+	// URI beyond Requires: for a per-user resource, whether the caller owns
+	// what the URI names. It runs before Read and before a subscriber is
+	// told that the URI changed; false answers exactly like an unknown
+	// resource. nil lets every caller who meets Requires read every URI
+	// the resource matches.
+	Allow func(ctx context.Context, call *Call, uri string, params map[string]string) (bool, error)
 	// Complete, optional, suggests values for a template placeholder.
 	Complete func(ctx context.Context, call *Call, param, prefix string) ([]string, error)
 
@@ -159,11 +166,34 @@ func (r *Registry) findResource(uri string) (*Resource, map[string]string) {
 	return nil, nil
 }
 
-// CanRead reports whether caller may read uri now, without recording
-// anything: transports use it to decide whom to tell that a resource changed.
+// CanRead reports whether caller may read uri now (account state,
+// requirement, and the resource's Allow, such as ownership), without
+// recording anything: transports use it to decide whom to tell that a
+// resource changed.
 func (r *Registry) CanRead(ctx context.Context, caller Caller, uri string) bool {
-	res, _ := r.findResource(uri)
-	return res != nil && r.stateDenial(caller, true) == "" && r.hiddenBy(ctx, caller, res.Requires) == ""
+	res, params := r.findResource(uri)
+	if res == nil || r.stateDenial(caller, true) != "" || r.hiddenBy(ctx, caller, res.Requires) != "" {
+		return false
+	}
+	return r.allows(ctx, caller, res, uri, params) == nil
+}
+
+// errNotAllowed is what allows returns when Allow said no.
+var errNotAllowed = errors.New("capabilities: resource not allowed")
+
+// allows runs the resource's Allow, if any.
+func (r *Registry) allows(ctx context.Context, caller Caller, res *Resource, uri string, params map[string]string) error {
+	if res.Allow == nil {
+		return nil
+	}
+	ok, err := res.Allow(ctx, &Call{Caller: caller, Capability: uri, client: clientFrom(ctx)}, uri, params)
+	switch {
+	case err != nil:
+		return fmt.Errorf("capabilities: resource %q: allow: %w", uri, err)
+	case !ok:
+		return errNotAllowed
+	}
+	return nil
 }
 
 // ReadResource reads a resource through the same guard as Invoke.
@@ -174,6 +204,12 @@ func (r *Registry) ReadResource(ctx context.Context, caller Caller, uri string) 
 		return nil, errNotFound("resource", uri)
 	}
 	if err := r.admit(ctx, caller, "resource", uri, true, res.Requires); err != nil {
+		return nil, err
+	}
+	if err := r.allows(ctx, caller, res, uri, params); errors.Is(err, errNotAllowed) {
+		r.deny(ctx, caller, "resource", uri, ReasonOwner)
+		return nil, errNotFound("resource", uri)
+	} else if err != nil {
 		return nil, err
 	}
 	call := &Call{Caller: caller, Capability: uri, client: clientFrom(ctx)}

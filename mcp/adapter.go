@@ -72,18 +72,46 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 	if req.Params.Meta != nil {
 		token = req.Params.Meta.ProgressToken
 	}
-	cl := &client{s: s, st: st, progressToken: token, retries: true, answers: req.Params.InputResponses}
+	cl := &client{s: s, st: st, progressToken: token}
+	if mcpserver.IsModernRequest(ctx) {
+		var err error
+		if cl.round, err = s.newRound(st, binding("tools/call", req.Params.Name, args), req.Params.MultiRoundTripParams); err != nil {
+			s.protocolError(ctx, st, err)
+			return nil, safeError{"invalid request state"}
+		}
+	}
+	if mcpserver.IsModernRequest(ctx) {
+		support := s.taskSupportOf(req.Params.Name)
+		canTask := s.tasks != nil && negotiatedTasks(ctx)
+		switch {
+		case support == capabilities.TaskRequired && !canTask:
+			s.protocolError(ctx, st, errTaskRequired)
+			return nil, safeError{"this tool runs only as a task"}
+		case support != capabilities.TaskNever && canTask:
+			return s.callAsTask(ctx, st, cl, req.Params.Name, args)
+		}
+	}
 	res, err := s.reg.Invoke(capabilities.WithClient(ctx, cl), st.caller, req.Params.Name, args)
+	return s.toolResult(ctx, st, cl, req.Params.Name, res, err)
+}
+
+// toolResult turns what Invoke returned into the tools/call answer.
+func (s *Server) toolResult(ctx context.Context, st *reqState, cl *client, name string, res capabilities.Result, err error) (*mcpgo.CallToolResult, error) {
 	st.settle(ctx)
-	if errors.Is(err, errInputRequired) && cl.question != nil {
+	if errors.Is(err, errInputRequired) && cl.round != nil && cl.round.question != nil {
 		return &mcpgo.CallToolResult{
 			Result:               mcpgo.Result{ResultType: mcpgo.ResultTypeInputRequired},
-			MultiRoundTripResult: mcpgo.MultiRoundTripResult{InputRequests: cl.question},
+			MultiRoundTripResult: mcpgo.MultiRoundTripResult{InputRequests: cl.round.question, RequestState: s.signState(st.caller.UserID, cl.round)},
 		}, nil
 	}
+	if s.protocolError(ctx, st, err) {
+		return nil, safeError{"request refused"}
+	}
 	if err != nil {
-		s.logIfInternal(ctx, st, "tools/call "+req.Params.Name, err)
-		return mcpgo.NewToolResultError(publicMessage(err, st.requestID)), nil
+		s.logIfInternal(ctx, st, "tools/call "+name, err)
+		out := mcpgo.NewToolResultError(publicMessage(err, st.requestID))
+		retryMeta(out, err)
+		return out, nil
 	}
 	out := &mcpgo.CallToolResult{Content: contents(res.Content), StructuredContent: res.Structured, IsError: res.IsError}
 	if len(out.Content) == 0 {
@@ -122,9 +150,28 @@ func (s *Server) getPrompt(ctx context.Context, req mcpgo.GetPromptRequest) (*mc
 	if st == nil {
 		return nil, safeError{"no caller"}
 	}
-	ctx = capabilities.WithClient(ctx, &client{s: s, st: st})
+	cl := &client{s: s, st: st}
+	if mcpserver.IsModernRequest(ctx) {
+		args, _ := json.Marshal(req.Params.Arguments)
+		var err error
+		if cl.round, err = s.newRound(st, binding("prompts/get", req.Params.Name, args), req.Params.MultiRoundTripParams); err != nil {
+			s.protocolError(ctx, st, err)
+			return nil, safeError{"invalid request state"}
+		}
+	}
+	ctx = capabilities.WithClient(ctx, cl)
 	got, err := s.reg.GetPrompt(ctx, st.caller, req.Params.Name, req.Params.Arguments)
 	st.settle(ctx)
+	if errors.Is(err, errInputRequired) && cl.round != nil && cl.round.question != nil {
+		return &mcpgo.GetPromptResult{
+			Result:               mcpgo.Result{ResultType: mcpgo.ResultTypeInputRequired},
+			MultiRoundTripResult: mcpgo.MultiRoundTripResult{InputRequests: cl.round.question, RequestState: s.signState(st.caller.UserID, cl.round)},
+			Messages:             []mcpgo.PromptMessage{},
+		}, nil
+	}
+	if s.protocolError(ctx, st, err) {
+		return nil, safeError{"request refused"}
+	}
 	if err != nil {
 		s.logIfInternal(ctx, st, "prompts/get", err)
 		return nil, safeError{publicMessage(err, st.requestID)}
@@ -209,11 +256,10 @@ type client struct {
 	st            *reqState
 	progressToken mcpgo.ProgressToken
 
-	// 2026-07-28 multi-round-trip asking (see askAgain), for tool calls
-	retries  bool
-	answers  mcpgo.InputResponses
-	asked    int
-	question mcpgo.InputRequests
+	// round is set for 2026-07-28 requests that may ask (see ask.go)
+	round *round
+	// task is set for calls that may continue as a task (see tasks.go)
+	task *taskRun
 }
 
 func (c *client) Progress(ctx context.Context, progress, total float64, message string) error {
@@ -253,124 +299,12 @@ func (c *client) Log(ctx context.Context, level capabilities.LogLevel, logger st
 // notify sends a notification to this request's stream and counts it, so
 // that the handler's return waits for its delivery.
 func (c *client) notify(ctx context.Context, method string, params map[string]any) error {
+	if c.task != nil && c.task.isTask.Load() {
+		return nil // the request it belonged to has been answered
+	}
 	if err := c.s.mcp.SendNotificationToClient(ctx, method, params); err != nil {
 		return fmt.Errorf("mcp: notify %s: %w", method, err)
 	}
 	c.st.sent.Add(1)
 	return nil
-}
-
-func (c *client) Elicit(ctx context.Context, req capabilities.ElicitRequest) (capabilities.ElicitResult, error) {
-	params := mcpgo.ElicitationParams{Message: req.Message}
-	if len(req.Schema) > 0 {
-		params.RequestedSchema = req.Schema
-	}
-	raw, err := c.ask(ctx, mcpgo.NewElicitationInputRequest(params))
-	if err != nil {
-		return capabilities.ElicitResult{}, err
-	}
-	var res struct {
-		Action  string         `json:"action"`
-		Content map[string]any `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return capabilities.ElicitResult{}, fmt.Errorf("mcp: elicit: decode answer: %w", err)
-	}
-	return capabilities.ElicitResult{Action: res.Action, Content: res.Content}, nil
-}
-
-func (c *client) Sample(ctx context.Context, req capabilities.SampleRequest) (capabilities.SampleResult, error) {
-	params := mcpgo.CreateMessageParams{SystemPrompt: req.SystemPrompt, MaxTokens: req.MaxTokens}
-	for _, m := range req.Messages {
-		params.Messages = append(params.Messages, mcpgo.SamplingMessage{Role: mcpgo.Role(m.Role), Content: mcpgo.NewTextContent(m.Text)})
-	}
-	raw, err := c.ask(ctx, mcpgo.NewSamplingInputRequest(params))
-	if err != nil {
-		return capabilities.SampleResult{}, err
-	}
-	var res struct {
-		Role       string `json:"role"`
-		Model      string `json:"model"`
-		StopReason string `json:"stopReason"`
-		Content    struct {
-			Text string `json:"text"`
-		} `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return capabilities.SampleResult{}, fmt.Errorf("mcp: sample: decode answer: %w", err)
-	}
-	return capabilities.SampleResult{Role: res.Role, Text: res.Content.Text, Model: res.Model, StopReason: res.StopReason}, nil
-}
-
-// errInputRequired stops a handler that asked a 2026-07-28 client
-// something the retried call has not answered yet.
-var errInputRequired = errors.New("mcp: input required")
-
-// ask puts a question to the client and returns its raw answer.
-//
-// Session-based clients get a request on the calling request's own event
-// stream, answered by a POST of the same session. Protocol 2026-07-28 has
-// no server-to-client requests: the call ends with the question
-// (input_required) and the client calls again with the answer, so the
-// handler runs again from the start and finds the answer this time. Its
-// effects before asking therefore happen once per round.
-func (c *client) ask(ctx context.Context, q mcpgo.InputRequest) (json.RawMessage, error) {
-	if mcpserver.IsModernRequest(ctx) {
-		return c.askAgain(ctx, q)
-	}
-	sample, elicit := c.s.sessions.clientCan(c.st.sessionID)
-	if q.Method == mcpgo.MethodSamplingCreateMessage && !sample || q.Method == mcpgo.MethodElicitationCreate && !elicit {
-		return nil, capabilities.ErrUnsupported
-	}
-	sess, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithStreamableHTTPConfig)
-	if !ok || c.st.sessionID == "" || c.st.out == nil || !c.st.out.streams() {
-		return nil, capabilities.ErrUnsupported
-	}
-	// The final response must follow on the same event stream.
-	sess.UpgradeToSSEWhenReceiveNotification()
-	id, answer, done := c.s.pending.add(c.st.sessionID)
-	defer done()
-	msg := map[string]any{"jsonrpc": "2.0", "id": id, "method": q.Method}
-	if q.Elicitation != nil {
-		msg["params"] = q.Elicitation
-	} else {
-		msg["params"] = q.Sampling
-	}
-	if err := c.st.out.send(msg); err != nil {
-		return nil, fmt.Errorf("mcp: %s: %w", q.Method, err)
-	}
-	select {
-	case a := <-answer:
-		if a.Error != nil {
-			return nil, &capabilities.Error{Code: capabilities.CodeUnsupported, Message: "the client declined the request",
-				Err: fmt.Errorf("mcp: %s: client error %d: %s", q.Method, a.Error.Code, a.Error.Message)}
-		}
-		return a.Result, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("mcp: %s: %w", q.Method, ctx.Err())
-	}
-}
-
-// askAgain is ask for protocol 2026-07-28: the n-th question of a run is
-// keyed "<method>-<n>"; an answer under that key in the retried call is
-// returned, otherwise the question is recorded and the handler stopped.
-func (c *client) askAgain(ctx context.Context, q mcpgo.InputRequest) (json.RawMessage, error) {
-	caps := mcpgo.ClientCapabilities{}
-	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ClientCapabilities != nil {
-		caps = *info.ClientCapabilities
-	}
-	if !c.retries || q.Method == mcpgo.MethodSamplingCreateMessage && caps.Sampling == nil || q.Method == mcpgo.MethodElicitationCreate && caps.Elicitation == nil {
-		return nil, capabilities.ErrUnsupported
-	}
-	c.asked++
-	key := fmt.Sprintf("%s-%d", q.Method, c.asked)
-	if answer, ok := c.answers[key]; ok {
-		raw, err := json.Marshal(answer)
-		if err != nil {
-			return nil, fmt.Errorf("mcp: %s: %w", q.Method, err)
-		}
-		return raw, nil
-	}
-	c.question = mcpgo.InputRequests{key: q}
-	return nil, errInputRequired
 }

@@ -28,6 +28,12 @@ type deliveryWriter struct {
 	started bool // status line sent
 	written atomic.Int64
 	wrote   chan struct{} // signalled after each notification write
+
+	// replacement, when set, is the JSON-RPC error written instead of the
+	// error response mcp-go writes for the request (see replaceError).
+	replacement []byte
+	replaceAny  bool // replace the response, not only an error response
+	replaced    bool
 }
 
 var notificationMark = []byte(`"method":"notifications/`)
@@ -43,6 +49,9 @@ func (d *deliveryWriter) Header() http.Header { return d.w.Header() }
 func (d *deliveryWriter) WriteHeader(status int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.replacement != nil && !d.replaceAny && !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
+		status = http.StatusBadRequest
+	}
 	if !d.started {
 		d.started = true
 		d.w.WriteHeader(status)
@@ -51,6 +60,18 @@ func (d *deliveryWriter) WriteHeader(status int) {
 
 func (d *deliveryWriter) Write(p []byte) (int, error) {
 	d.mu.Lock()
+	if d.replacement != nil && !d.replaced && (bytes.Contains(p, []byte(`"error"`)) || d.replaceAny && !bytes.Contains(p, notificationMark)) {
+		d.replaced = true
+		d.started = true
+		var err error
+		if strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
+			_, err = fmt.Fprintf(d.w, "event: message\ndata: %s\n\n", d.replacement)
+		} else {
+			_, err = d.w.Write(append(d.replacement, '\n'))
+		}
+		d.mu.Unlock()
+		return len(p), err
+	}
 	d.started = true
 	n, err := d.w.Write(p)
 	d.mu.Unlock()
@@ -62,6 +83,33 @@ func (d *deliveryWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// replaceError makes the JSON-RPC error response mcp-go writes for this
+// request (a handler's error, which it always calls internal) this error
+// instead, with HTTP status 400 on a plain JSON response: protocol
+// 2026-07-28 prescribes codes and data mcp-go cannot carry from a handler.
+func (d *deliveryWriter) replaceError(id json.RawMessage, code int, message string, data any) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	e := map[string]any{"code": code, "message": message}
+	if data != nil {
+		e["data"] = data
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": e})
+	d.mu.Lock()
+	d.replacement = b
+	d.mu.Unlock()
+}
+
+// replaceResponse makes the response mcp-go writes for this request body
+// instead (a complete JSON-RPC response): for results mcp-go has no type
+// for, such as a CreateTaskResult.
+func (d *deliveryWriter) replaceResponse(body []byte) {
+	d.mu.Lock()
+	d.replacement, d.replaceAny = body, true
+	d.mu.Unlock()
 }
 
 // Flush is what lets mcp-go stream at all.

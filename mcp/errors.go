@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
@@ -35,6 +36,20 @@ var httpStatus = map[capabilities.Code]int{
 	capabilities.CodeConflict:          http.StatusConflict,
 	capabilities.CodeUnsupported:       http.StatusBadRequest,
 	capabilities.CodeInternal:          http.StatusInternalServerError,
+}
+
+// retryMeta adds, to the error result of a refusal that says when to retry
+// (a quota), _meta {"code": "quota_exceeded", "retryAfter": RFC 3339 time}
+// so that a client can wait without parsing the message.
+func retryMeta(res *mcpgo.CallToolResult, err error) {
+	at, ok := capabilities.RetryAfterOf(err)
+	if !ok {
+		return
+	}
+	res.Meta = mcpgo.NewMetaFromMap(map[string]any{
+		"code":       string(capabilities.CodeOf(err)),
+		"retryAfter": at.UTC().Format(time.RFC3339),
+	})
 }
 
 // refuse answers a request with a domain error before the protocol layer.

@@ -7,19 +7,33 @@
 // every request carries a bearer token checked by a TokenVerifier (401 with
 // a resource-metadata challenge otherwise); a session belongs to the user
 // who created it, and any other user's or a forged session id gets 404, on
-// GET streams too; each request gets its own notification channel, so
+// GET streams too; a GET stream ends within 30 s of its token expiring or
+// being revoked (the token is verified again periodically and at its
+// expiry, not per event); browser requests from an Origin other than the
+// server's own or Options.AllowedOrigins are refused (403); each request gets its own notification channel, so
 // progress and log messages reach only the request they belong to; idle sessions expire and each user keeps a bounded number;
 // request bodies are limited (413); notifications/cancelled stops the named
 // request of the same session; internal errors reach the client only as
 // a generic message with a request id; panics are recovered; and
 // tools/list_changed is sent to a session only when the tools that session's
 // user can see really changed.
+//
+// Protocol 2026-07-28 is served in full, statelessly: handlers ask for input
+// (Call.Ask) through input-required results whose requestState is signed
+// and bound to the caller and the call (ask.go); subscriptions/listen
+// streams are per caller (listen.go); capabilities that support tasks
+// continue as tasks after Call.Detach, stored in a TaskStore and reachable
+// only by their owner (tasks.go, package sqltasks); errors take the shapes
+// the revision prescribes (-32021 with the required capabilities, -32602
+// for a bad request state, the unsupported-version data), and custom
+// x-mcp-header parameters are checked by mcp-go.
 package mcp
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,12 +97,30 @@ type Options struct {
 	MaxBodyBytes int64
 	// Name, Version and Instructions describe the server to clients.
 	Name, Version, Instructions string
+	// AllowedOrigins are the browser origins ("https://app.example.com",
+	// scheme, host and port as a browser sends them in Origin) allowed to
+	// call the endpoint besides its own: the origin of BaseURL, and the
+	// origin naming the request's own Host. A request with any other
+	// Origin header is refused with 403 (the MCP transport's defence
+	// against cross-site requests); requests without Origin (non-browser
+	// clients) are unaffected.
+	AllowedOrigins []string
+	// RequestStateKey signs the requestState of input-required results
+	// (protocol 2026-07-28). Replicas must share it; nil means a random key
+	// for this process, so a state is only good on the replica that issued
+	// it. enclave.New derives one from the key ring.
+	RequestStateKey []byte
+	// Tasks stores tasks (protocol 2026-07-28 tasks extension); nil turns
+	// tasks off (task-supporting capabilities then run as ordinary calls).
+	// enclave.New sets an SQL store, so any replica can answer for a task.
+	Tasks TaskStore
 	// Anonymous, when set, turns authentication off: every request is served
 	// as this caller, and only requests arriving on a loopback address are
 	// accepted. It exists for local conformance testing.
 	Anonymous *capabilities.Caller
 
-	now func() time.Time // tests
+	now     func() time.Time // tests
+	recheck time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
 }
 
 // Server is an http.Handler serving MCP at Path.
@@ -101,14 +133,24 @@ type Server struct {
 	sessions    *sessionStore
 	resource    string
 	publicHost  string // BaseURL's host, accepted in Host on loopback
+	origin      string // BaseURL's origin
+	origins     map[string]bool
+	recheck     time.Duration
+	stateKey    []byte
+	tasks       TaskStore
+	taskModes   atomic.Pointer[map[string]capabilities.TaskSupport]
 	metadataURL string
 	maxBody     int64
 	now         func() time.Time
 
-	syncMu  sync.Mutex
-	synced  atomic.Uint64 // registry version mirrored into mcp-go, plus one
-	pending pendingRequests
+	syncMu    sync.Mutex
+	synced    atomic.Uint64 // registry version mirrored into mcp-go, plus one
+	pending   pendingRequests
+	listening listeners
 
+	draining  atomic.Bool // CloseStreams was called: no new GET streams
+	listenMu  sync.Mutex
+	listens   map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -133,6 +175,9 @@ func New(opts Options) (*Server, error) {
 		log:         cmp.Or(opts.Logger, slog.Default()),
 		resource:    origin + Path,
 		publicHost:  base.Hostname(),
+		origin:      strings.ToLower(base.Scheme + "://" + base.Host),
+		origins:     map[string]bool{},
+		recheck:     cmp.Or(opts.recheck, 30*time.Second),
 		metadataURL: origin + "/.well-known/oauth-protected-resource" + Path,
 		maxBody:     cmp.Or(opts.MaxBodyBytes, 4<<20),
 		now:         time.Now,
@@ -140,6 +185,22 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.now != nil {
 		s.now = opts.now
+	}
+	s.tasks = opts.Tasks
+	if m, ok := s.tasks.(*memoryTasks); ok && opts.now != nil {
+		m.now = opts.now // tests
+	}
+	s.stateKey = opts.RequestStateKey
+	if len(s.stateKey) == 0 {
+		s.stateKey = make([]byte, 32)
+		rand.Read(s.stateKey)
+	}
+	for _, o := range opts.AllowedOrigins {
+		n, ok := normalOrigin(o)
+		if !ok {
+			return nil, fmt.Errorf("mcp: new: allowed origin %q is not scheme://host[:port]", o)
+		}
+		s.origins[n] = true
 	}
 	ttl := cmp.Or(opts.SessionTTL, 30*time.Minute)
 	s.sessions = newSessionStore(ttl, cmp.Or(opts.MaxSessionsPerUser, 8), cmp.Or(opts.MaxSessions, 10000), s.now)
@@ -154,6 +215,7 @@ func New(opts Options) (*Server, error) {
 	hooks.AddAfterSetLevel(s.afterSetLevel)
 	hooks.AddAfterListResources(s.afterListResources)
 	hooks.AddAfterListResourceTemplates(s.afterListResourceTemplates)
+	hooks.AddAfterDiscover(s.afterDiscover)
 
 	serverOpts := []mcpserver.ServerOption{
 		// listChanged is declared false to mcp-go so that it never broadcasts
@@ -211,6 +273,34 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// CloseStreams ends every open GET stream at once and refuses new ones
+// (503), leaving sessions and requests in flight alone. A graceful
+// shutdown calls it first: a listening stream never ends by itself and
+// would otherwise hold the shutdown until its timeout.
+func (s *Server) CloseStreams() {
+	s.draining.Store(true)
+	s.listenMu.Lock()
+	for cancel := range s.listens {
+		(*cancel)()
+	}
+	s.listenMu.Unlock()
+	if n := s.sessions.closeStreams(); n > 0 {
+		s.log.Info("mcp: open streams ended for shutdown", "streams", n)
+	}
+}
+
+// Stats are the transport's live counts, for metrics.
+type Stats struct {
+	Sessions int // live sessions (protocols before 2026-07-28)
+	Streams  int // open GET streams
+}
+
+// Stats returns the live counts.
+func (s *Server) Stats() Stats {
+	sessions, streams := s.sessions.counts()
+	return Stats{Sessions: sessions, Streams: streams}
+}
+
 func (s *Server) sweepLoop(every time.Duration) {
 	defer s.wg.Done()
 	t := time.NewTicker(every)
@@ -247,7 +337,10 @@ func (s *Server) terminate(id string) {
 // reqState is what the transport knows about the request being served.
 type reqState struct {
 	caller    capabilities.Caller
+	token     string    // the bearer token, "" when anonymous
+	expires   time.Time // when the token expires, zero if unknown
 	requestID string
+	rpcID     json.RawMessage // the JSON-RPC id of a POSTed request
 	method    string
 	sessionID string // legacy session, "" for 2026-07-28 requests
 	created   string // the session an initialize request created
@@ -307,21 +400,41 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusForbidden, "invalid Host header", requestID)
 		return
 	}
-	caller, ok := s.authenticate(w, r, requestID)
-	if !ok {
+	if !s.originAllowed(r) {
+		writeHTTPError(w, http.StatusForbidden, "cross-origin request refused: origin not allowed", requestID)
 		return
 	}
-	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
-		writeHTTPError(w, http.StatusBadRequest, "unsupported protocol version "+v, requestID)
+	if r.Method == http.MethodGet && s.draining.Load() {
+		w.Header().Set("Retry-After", "5")
+		writeHTTPError(w, http.StatusServiceUnavailable, "the server is shutting down", requestID)
+		return
+	}
+	caller, info, ok := s.authenticate(w, r, requestID)
+	if !ok {
 		return
 	}
 	body, msg, ok := s.readBody(w, r, requestID)
 	if !ok {
 		return
 	}
+	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
+		// The error names the versions served and echoes the one asked
+		// for, under the request's own id.
+		res := mcpgo.UnsupportedProtocolVersionError{Version: v, Supported: ProtocolVersions}.JSONRPCError()
+		if len(msg.ID) > 0 {
+			var id any
+			_ = json.Unmarshal(msg.ID, &id)
+			res.ID = mcpgo.NewRequestId(id)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(res)
+		return
+	}
 	s.syncRegistry()
 
-	st := &reqState{caller: caller, requestID: requestID, method: msg.Method}
+	st := &reqState{caller: caller, requestID: requestID, method: msg.Method, expires: info.ExpiresAt, rpcID: bytes.TrimSpace(msg.ID)}
+	st.token, _ = bearer(r)
 	r = r.Clone(context.WithValue(r.Context(), stateKey{}, st))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -344,8 +457,39 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer done()
 	}
 
+	if st.sessionID == "" && r.Method == http.MethodPost && strings.HasPrefix(msg.Method, "tasks/") && s.isModern(r, msg) {
+		s.serveTasks(w, r, st, msg.Method, body)
+		return
+	}
+	if st.sessionID == "" && r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodSubscriptionsListen) && s.isModern(r, msg) {
+		// The 2026-07-28 listening stream: ended at shutdown like a GET
+		// stream.
+		if s.draining.Load() {
+			w.Header().Set("Retry-After", "5")
+			writeHTTPError(w, http.StatusServiceUnavailable, "the server is shutting down", requestID)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		r = r.WithContext(ctx)
+		key := &cancel
+		s.listenMu.Lock()
+		if s.listens == nil {
+			s.listens = map[*context.CancelFunc]struct{}{}
+		}
+		s.listens[key] = struct{}{}
+		s.listenMu.Unlock()
+		defer func() {
+			s.listenMu.Lock()
+			delete(s.listens, key)
+			s.listenMu.Unlock()
+			cancel()
+		}()
+		s.listen(w, r, st, body)
+		return
+	}
 	st.out = newDeliveryWriter(w)
 	s.http.ServeHTTP(st.out, r)
+	s.syncRegistry() // a request may have changed the registry
 	for _, id := range st.evicted {
 		s.terminate(id)
 	}
@@ -380,7 +524,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 // session answer the same 404.
 func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqState, msg envelope) bool {
 	switch {
-	case mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion()):
+	case s.isModern(r, msg):
 		r.Header.Del(sessionHeader) // 2026-07-28 has no sessions: each request stands alone
 		return true
 	case r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize):
@@ -403,6 +547,19 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 	return true
 }
 
+// taskSupportOf says whether the named capability may run as a task.
+func (s *Server) taskSupportOf(name string) capabilities.TaskSupport {
+	if m := s.taskModes.Load(); m != nil {
+		return (*m)[name]
+	}
+	return capabilities.TaskNever
+}
+
+// isModern reports whether r is a protocol 2026-07-28 request.
+func (s *Server) isModern(r *http.Request, msg envelope) bool {
+	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion())
+}
+
 // withinSession prepares a GET stream or a POST request of a session for
 // mcp-go, and returns what to run when it is served.
 func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*http.Request, func()) {
@@ -421,8 +578,17 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 	}
 	switch r.Method {
 	case http.MethodGet:
-		// The stream ends with the session (DELETE, expiry, eviction).
-		cleanup = append(cleanup, s.sessions.stream(sid, withCancel()))
+		// The stream ends with the session (DELETE, expiry, eviction), at
+		// shutdown (CloseStreams), and when its token stops verifying
+		// (expired, revoked, account suspended).
+		cancel := withCancel()
+		if s.draining.Load() {
+			cancel()
+		}
+		cleanup = append(cleanup, s.sessions.stream(sid, cancel))
+		if s.opts.Anonymous == nil {
+			cleanup = append(cleanup, s.watchToken(r.Context(), st, cancel))
+		}
 	case http.MethodPost:
 		// Each request is served under its own id, so mcp-go gives it its
 		// own notification channel: its progress and log messages cannot
@@ -450,24 +616,24 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 }
 
 // authenticate returns the caller of r, or answers the request itself.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID string) (capabilities.Caller, bool) {
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID string) (capabilities.Caller, TokenInfo, bool) {
 	if s.opts.Anonymous != nil {
 		if !loopback(r.RemoteAddr) {
 			writeHTTPError(w, http.StatusForbidden, "anonymous access is only served on loopback", requestID)
-			return capabilities.Caller{}, false
+			return capabilities.Caller{}, TokenInfo{}, false
 		}
-		return *s.opts.Anonymous, true
+		return *s.opts.Anonymous, TokenInfo{}, true
 	}
 	token, ok := bearer(r)
 	if !ok {
 		s.challenge(w, false, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
 	ctx := r.Context()
 	info, err := s.verify(ctx, token)
 	if capabilities.CodeOf(err) == capabilities.CodeAccountSuspended {
 		refuse(w, errSuspended, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
 	if err != nil && !errors.Is(err, ErrInvalidToken) && !errors.Is(err, context.Canceled) {
 		// The token could not be checked (the database is down): 503, not
@@ -475,12 +641,12 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 		s.log.WarnContext(ctx, "mcp: token check failed", "err", err, "request_id", requestID)
 		w.Header().Set("Retry-After", "5")
 		writeHTTPError(w, http.StatusServiceUnavailable, "service temporarily unavailable; retry shortly", requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
 	if err != nil {
 		s.log.DebugContext(ctx, "mcp: token refused", "err", err, "request_id", requestID)
 		s.challenge(w, true, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
 	var caller capabilities.Caller
 	if info.Caller != nil {
@@ -491,7 +657,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	switch {
 	case errors.Is(err, capabilities.ErrUnknownUser):
 		s.challenge(w, true, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	case err != nil:
 		s.log.ErrorContext(ctx, "mcp: load caller failed; serving without roles", "err", err, "request_id", requestID)
 		caller = capabilities.FailClosed(info.UserID, nil)
@@ -502,9 +668,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	caller.Interactive = true
 	if caller.State == capabilities.AccountSuspended {
 		refuse(w, errSuspended, requestID)
-		return capabilities.Caller{}, false
+		return capabilities.Caller{}, TokenInfo{}, false
 	}
-	return caller, true
+	return caller, info, true
 }
 
 var errSuspended = capabilities.Errorf(capabilities.CodeAccountSuspended, "this account is suspended")
@@ -570,16 +736,25 @@ func (s *Server) syncRegistry() {
 		return
 	}
 	var tools []mcpserver.ServerTool
+	modes := map[string]capabilities.TaskSupport{}
 	for _, c := range s.reg.All() {
 		tools = append(tools, mcpserver.ServerTool{Tool: toolOf(c), Handler: s.callTool})
+		if c.Task != capabilities.TaskNever {
+			modes[c.Name] = c.Task
+		}
 	}
+	s.taskModes.Store(&modes)
 	s.mcp.SetTools(tools...)
 	var prompts []mcpserver.ServerPrompt
 	for _, p := range s.reg.AllPrompts() {
 		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: promptOf(p), Handler: s.getPrompt})
 	}
 	s.mcp.SetPrompts(prompts...)
+	first := s.synced.Load() == 0
 	s.synced.Store(v)
+	if !first {
+		go s.notifyListChanges(context.Background())
+	}
 }
 
 // filterTools is mcp-go's one visibility decision, on tools/list and on
@@ -641,13 +816,30 @@ func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
 func (s *Server) afterInitialize(ctx context.Context, _ any, req *mcpgo.InitializeRequest, res *mcpgo.InitializeResult) {
 	if st := stateFrom(ctx); st != nil && st.created != "" {
 		caps := req.Params.Capabilities
-		s.sessions.setClientCaps(st.created, caps.Sampling != nil, caps.Elicitation != nil)
+		s.sessions.setClientCaps(st.created, caps.Sampling != nil, caps.Elicitation != nil, caps.Roots != nil)
 	}
 	if !slices.Contains(ProtocolVersions, res.ProtocolVersion) {
 		res.ProtocolVersion = mcpgo.LATEST_LEGACY_PROTOCOL_VERSION
 	}
 	if res.Capabilities.Tools != nil {
 		res.Capabilities.Tools.ListChanged = true
+	}
+}
+
+// afterDiscover advertises list changes, which listen streams deliver per
+// caller (see listen.go).
+func (s *Server) afterDiscover(_ context.Context, _ any, _ *mcpgo.DiscoverRequest, res *mcpgo.DiscoverResult) {
+	if res.Capabilities.Tools != nil {
+		res.Capabilities.Tools.ListChanged = true
+	}
+	if res.Capabilities.Prompts != nil {
+		res.Capabilities.Prompts.ListChanged = true
+	}
+	if s.tasks != nil {
+		if res.Capabilities.Extensions == nil {
+			res.Capabilities.Extensions = map[string]any{}
+		}
+		res.Capabilities.Extensions[tasksExtension] = map[string]any{}
 	}
 }
 
@@ -708,7 +900,9 @@ func (s *Server) afterUnsubscribe(ctx context.Context, _ any, req *mcpgo.Unsubsc
 
 // NotifyResourceUpdated tells the sessions subscribed to uri that it
 // changed, on their GET streams. Each subscriber's user is loaded fresh and
-// told only if they may still read it.
+// told only if they pass the resource's whole guard now (account state,
+// requirement, and the resource's Allow, such as ownership of what a
+// per-user URI names).
 func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
 	for sid, userID := range s.sessions.subscribers(uri) {
 		caller, err := s.callerFor(ctx, userID)
@@ -717,6 +911,7 @@ func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
 		}
 		_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
 	}
+	s.notifyListenersUpdated(ctx, uri)
 }
 
 // callerFor loads a session's user outside of a request.
@@ -729,6 +924,7 @@ func (s *Server) callerFor(ctx context.Context, userID string) (capabilities.Cal
 		return capabilities.Caller{}, fmt.Errorf("mcp: load caller: %w", err)
 	}
 	c.UserID = userID
+	c.Interactive = true // as the session's requests are served
 	return c, nil
 }
 

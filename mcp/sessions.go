@@ -21,8 +21,8 @@ type session struct {
 	streams  map[int]func()
 	nextID   int
 	// what the client declared it can do at initialize
-	canSample, canElicit bool
-	subs                 map[string]bool // resource URIs subscribed to
+	canSample, canElicit, canRoots bool
+	subs                           map[string]bool // resource URIs subscribed to
 }
 
 // maxSubscriptions bounds the resource subscriptions of one session.
@@ -190,6 +190,31 @@ func (s *sessionStore) expire() []string {
 	return out
 }
 
+// closeStreams ends every open GET stream (the sessions stay) and reports
+// how many it ended.
+func (s *sessionStore) closeStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, se := range s.byID {
+		for _, cancel := range se.streams {
+			cancel()
+			n++
+		}
+	}
+	return n
+}
+
+// counts returns the number of live sessions and open GET streams.
+func (s *sessionStore) counts() (sessions, streams int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, se := range s.byID {
+		streams += len(se.streams)
+	}
+	return len(s.byID), streams
+}
+
 func (s *sessionStore) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -238,22 +263,22 @@ func (s *sessionStore) logLevel(id string) string {
 // fingerprint identifies a set of names (already sorted).
 func fingerprint(names []string) string { return "#" + strings.Join(names, "\x00") }
 
-func (s *sessionStore) setClientCaps(id string, sample, elicit bool) {
+func (s *sessionStore) setClientCaps(id string, sample, elicit, roots bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if se, ok := s.byID[id]; ok {
-		se.canSample, se.canElicit = sample, elicit
+		se.canSample, se.canElicit, se.canRoots = sample, elicit, roots
 	}
 }
 
 // clientCan reports what the session's client declared it supports.
-func (s *sessionStore) clientCan(id string) (sample, elicit bool) {
+func (s *sessionStore) clientCan(id string) (sample, elicit, roots bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if se, ok := s.byID[id]; ok {
-		return se.canSample, se.canElicit
+		return se.canSample, se.canElicit, se.canRoots
 	}
-	return false, false
+	return false, false, false
 }
 
 func callKey(sid string, rpcID []byte) string { return sid + "\x00" + string(rpcID) }

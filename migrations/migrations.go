@@ -224,3 +224,94 @@ func locked(ctx context.Context, db *bun.DB, fn func(bun.Tx) error) error {
 		return fn(tx)
 	})
 }
+
+// AppliedMigration is a migration recorded in the database.
+type AppliedMigration struct {
+	Version   int
+	Name      string
+	AppliedAt time.Time
+}
+
+// Status says where a database stands against one source of migrations.
+type Status struct {
+	Source string
+	// Applied lists the recorded migrations, in version order.
+	Applied []AppliedMigration
+	// Pending lists the migrations of the source not yet recorded.
+	Pending []Migration
+	// Unknown lists recorded versions the source does not have (a newer
+	// release migrated the database).
+	Unknown []int
+	// Changed lists recorded migrations whose SQL differs from the source's.
+	Changed []int
+}
+
+// Current reports whether nothing is pending or changed.
+func (s Status) Current() bool { return len(s.Pending) == 0 && len(s.Changed) == 0 }
+
+// StatusOf reads, without changing anything, which migrations of src db
+// has applied and which are pending. A database never migrated has every
+// migration pending.
+func StatusOf(ctx context.Context, db bun.IDB, src Source) (Status, error) {
+	st := Status{Source: src.Name}
+	if src.FS == nil {
+		return st, fmt.Errorf("migrations: source %q has no FS", src.Name)
+	}
+	dir, err := folder(db)
+	if err != nil {
+		return st, err
+	}
+	all, err := load(src.FS, dir)
+	if err != nil {
+		return st, err
+	}
+	exists, err := tableExists(ctx, db, "schema_migrations")
+	if err != nil {
+		return st, fmt.Errorf("migrations: status: %w", err)
+	}
+	var got []record
+	if exists {
+		if err := db.NewSelect().Model(&got).Where("source = ?", src.Name).Order("version").Scan(ctx); err != nil {
+			return st, fmt.Errorf("migrations: status: %w", err)
+		}
+	}
+	byVersion := make(map[int]record, len(got))
+	for _, r := range got {
+		byVersion[r.Version] = r
+	}
+	known := make(map[int]bool, len(all))
+	for _, m := range all {
+		known[m.Version] = true
+		r, ok := byVersion[m.Version]
+		switch {
+		case !ok:
+			st.Pending = append(st.Pending, m)
+		case r.Checksum != m.Checksum:
+			st.Changed = append(st.Changed, m.Version)
+		}
+	}
+	for _, r := range got {
+		st.Applied = append(st.Applied, AppliedMigration{Version: r.Version, Name: r.Name, AppliedAt: r.AppliedAt})
+		if !known[r.Version] {
+			st.Unknown = append(st.Unknown, r.Version)
+		}
+	}
+	return st, nil
+}
+
+// EnclaveStatus is StatusOf for enclave's own migrations.
+func EnclaveStatus(ctx context.Context, db bun.IDB) (Status, error) {
+	return StatusOf(ctx, db, Source{Name: EnclaveSource, FS: files})
+}
+
+func tableExists(ctx context.Context, db bun.IDB, name string) (bool, error) {
+	var n int
+	var err error
+	switch db.Dialect().Name() {
+	case dialect.PG:
+		err = db.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?", name).Scan(&n)
+	default:
+		err = db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", name).Scan(&n)
+	}
+	return n > 0, err
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
@@ -236,4 +237,52 @@ func TestApplySource(t *testing.T) {
 			t.Fatal("a bad source name was accepted")
 		}
 	})
+}
+
+// StatusOf reads pending, applied, changed and unknown migrations without
+// changing anything.
+func TestStatus(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		dir := "sqlite"
+		if s.Dialect() == storage.Postgres {
+			dir = "postgres"
+		}
+		all, err := migrations.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := migrations.EnclaveStatus(ctx, s.DB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Pending) != len(all) || len(st.Applied) != 0 || st.Current() {
+			t.Fatalf("fresh database: %d pending, %d applied, current %v; want all %d pending", len(st.Pending), len(st.Applied), st.Current(), len(all))
+		}
+		if _, err := migrations.Apply(ctx, s.DB); err != nil {
+			t.Fatal(err)
+		}
+		st, err = migrations.EnclaveStatus(ctx, s.DB)
+		if err != nil || !st.Current() || len(st.Applied) != len(all) || st.Applied[0].AppliedAt.IsZero() {
+			t.Fatalf("after Apply: %+v, %v", st, err)
+		}
+		if _, err := s.DB.NewUpdate().Table("schema_migrations").Set("checksum = ?", "tampered").Where("source = ? AND version = 1", migrations.EnclaveSource).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DB.NewDelete().Table("schema_migrations").Where("source = ? AND version = ?", migrations.EnclaveSource, all[len(all)-1].Version).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DB.ExecContext(ctx, "INSERT INTO schema_migrations (source, version, name, checksum, applied_at) VALUES (?, ?, ?, ?, ?)",
+			migrations.EnclaveSource, 9999, "future", "x", time.Now().UTC()); err != nil {
+			t.Fatal(err)
+		}
+		st, err = migrations.EnclaveStatus(ctx, s.DB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Current() || len(st.Pending) != 1 || st.Pending[0].Version != all[len(all)-1].Version ||
+			!slices.Equal(st.Changed, []int{1}) || !slices.Equal(st.Unknown, []int{9999}) {
+			t.Fatalf("after tampering: pending %v changed %v unknown %v", st.Pending, st.Changed, st.Unknown)
+		}
+	}, storagetest.Unmigrated)
 }

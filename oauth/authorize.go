@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -34,6 +35,12 @@ type AuthorizeRequest struct {
 //
 // Both methods either answer (ok true) or write a response themselves (ok
 // false: a page, a redirect, an error) and the endpoint stops.
+//
+// The answer to a form posted from either page may be a redirect to the
+// client (req.RedirectURI). Browsers apply a page's CSP form-action to every
+// redirect its form submission follows, so the pages' policy must allow
+// req.RedirectURI's origin (or scheme), or the browser stays on the page;
+// package web's pages do.
 type LoginConsent interface {
 	// Login returns the internal id of the user signed in on r. When nobody
 	// is, it serves the login form instead: fields email and password,
@@ -74,7 +81,10 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		r.Form.Set("scope", ScopeMCP)
 	}
 
-	ar, err := s.provider.NewAuthorizeRequest(ctx, r)
+	// The client fosite loads for this request also lists the requested
+	// redirect URI when it is a loopback URI registered on another port
+	// (RFC 8252 §7.3), so that fosite's matching agrees with ours.
+	ar, err := s.provider.NewAuthorizeRequest(withRequestedRedirect(ctx, r.Form.Get("redirect_uri")), r)
 	if err != nil {
 		s.writeAuthorizeError(w, r, ar, err)
 		return
@@ -83,7 +93,7 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case client == nil:
 		err = fosite.ErrInvalidClient
-	case !s.exactRedirect(ar):
+	case !redirectRegistered(ar):
 		err = fosite.ErrInvalidRequest.WithHint("The redirect_uri is not one the client registered.")
 	case ar.GetResponseMode() != fosite.ResponseModeQuery && ar.GetResponseMode() != fosite.ResponseModeDefault:
 		err = fosite.ErrUnsupportedResponseMode.WithHint("Only the query response mode is supported.")
@@ -183,7 +193,7 @@ func authorizeQuery(form url.Values) url.Values {
 // (RFC 9207); otherwise the user agent gets a JSON error, and nothing is
 // sent to an unverified URI.
 func (s *Server) writeAuthorizeError(w http.ResponseWriter, r *http.Request, ar fosite.AuthorizeRequester, err error) {
-	if ar == nil || !ar.IsRedirectURIValid() || !s.exactRedirect(ar) {
+	if ar == nil || !ar.IsRedirectURIValid() || !redirectRegistered(ar) {
 		s.writeError(w, r, err)
 		return
 	}
@@ -208,17 +218,82 @@ func (s *Server) writeAuthorizeError(w http.ResponseWriter, r *http.Request, ar 
 	w.WriteHeader(http.StatusSeeOther)
 }
 
-// exactRedirect reports whether the request's redirect URI is one the
-// client registered, character for character (fosite alone would accept
-// another port on a loopback address).
-func (s *Server) exactRedirect(ar fosite.AuthorizeRequester) bool {
-	c := ar.GetClient()
-	if c == nil {
+// redirectRegistered reports whether the request's redirect URI is one
+// the client registered: character for character, except that a loopback
+// http URI may name any port (RFC 8252 §7.3). fosite alone would also
+// accept an IP loopback URI with another scheme or host spelling, and not
+// accept localhost on another port.
+func redirectRegistered(ar fosite.AuthorizeRequester) bool {
+	c, ok := ar.GetClient().(*Client)
+	if !ok || c == nil {
 		return false
 	}
 	raw := ar.GetRequestForm().Get("redirect_uri")
 	if raw == "" {
-		return len(c.GetRedirectURIs()) == 1
+		return len(c.RedirectURIs) == 1
 	}
-	return slices.Contains(c.GetRedirectURIs(), strings.TrimSpace(raw)) && raw == strings.TrimSpace(raw)
+	if raw != strings.TrimSpace(raw) {
+		return false
+	}
+	for _, reg := range c.RedirectURIs {
+		if raw == reg || loopbackMatch(reg, raw) {
+			return true
+		}
+	}
+	return false
+}
+
+// loopbackMatch reports whether requested is the registered loopback
+// redirect URI on another port: both http, the same loopback host
+// (127.0.0.1 or another 127/8 address, [::1], localhost), and the same
+// path and query. Any other URI matches only exactly.
+func loopbackMatch(registered, requested string) bool {
+	reg, err := url.Parse(registered)
+	if err != nil {
+		return false
+	}
+	req, err := url.Parse(requested)
+	if err != nil {
+		return false
+	}
+	if reg.Scheme != "http" || req.Scheme != "http" || reg.Opaque != "" || req.Opaque != "" ||
+		reg.User != nil || req.User != nil || reg.Fragment != "" || req.Fragment != "" {
+		return false
+	}
+	if !isLoopback(reg.Hostname()) || !strings.EqualFold(reg.Hostname(), req.Hostname()) {
+		return false
+	}
+	// Everything but the port must be the same.
+	same := *req
+	same.Host = reg.Host
+	return same.String() == reg.String()
+}
+
+// requestedRedirectKey carries the redirect URI of an authorization
+// request to the store's GetClient.
+type requestedRedirectKey struct{}
+
+func withRequestedRedirect(ctx context.Context, raw string) context.Context {
+	if raw == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, requestedRedirectKey{}, raw)
+}
+
+// withLoopbackPort returns c, or a copy of c that also lists the requested
+// redirect URI of ctx when that is one of c's loopback URIs on another
+// port. Only the authorization endpoint sets that URI.
+func withLoopbackPort(ctx context.Context, c *Client) *Client {
+	raw, _ := ctx.Value(requestedRedirectKey{}).(string)
+	if raw == "" || slices.Contains(c.RedirectURIs, raw) {
+		return c
+	}
+	for _, reg := range c.RedirectURIs {
+		if loopbackMatch(reg, raw) {
+			cp := *c
+			cp.RedirectURIs = append(slices.Clone(c.RedirectURIs), raw)
+			return &cp
+		}
+	}
+	return c
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
 
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -88,22 +89,23 @@ func (s *Server) Grants(ctx context.Context, userID int64) ([]Grant, error) {
 }
 
 // RevokeGrant ends one grant of a user: its access and refresh tokens stop
-// working at once, and the consent for its client is forgotten.
+// working at once, and the consent for its client is forgotten. A refresh
+// of the grant running at the same time either finishes first (and what it
+// issued is revoked too) or finds the grant gone.
 func (s *Server) RevokeGrant(ctx context.Context, userID int64, grantID string) error {
 	return s.store.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		var g grantRow
-		err := tx.NewSelect().Model(&g).Where("id = ? AND user_id = ?", grantID, userID).Scan(ctx)
+		grants, err := lockGrants(ctx, tx, "id = ? AND user_id = ?", grantID, userID)
 		if err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return ErrGrantNotFound
-			}
 			return fmt.Errorf("oauth: revoke grant: %w", err)
 		}
-		if err := revokeRequest(ctx, tx, grantID); err != nil {
+		if len(grants) == 0 {
+			return ErrGrantNotFound
+		}
+		if err := revokeLocked(ctx, tx, grantID); err != nil {
 			return err
 		}
 		if _, err := tx.NewDelete().Model((*consentRow)(nil)).
-			Where("user_id = ? AND client_id = ?", userID, g.ClientID).Exec(ctx); err != nil {
+			Where("user_id = ? AND client_id = ?", userID, grants[0].ClientID).Exec(ctx); err != nil {
 			return fmt.Errorf("oauth: forget consent: %w", err)
 		}
 		return nil
@@ -121,14 +123,38 @@ func (s *Server) RevokeAll(ctx context.Context, userID int64) error {
 
 // RevokeAllInTx is RevokeAll inside the caller's transaction, so that a
 // password change and the revocation commit together. Its signature is
-// that of accounts' password-change hook.
+// that of accounts' password-change hook. It first locks every grant of
+// the user, so that refreshes in flight finish before the tokens are
+// deleted and later ones find no grant.
 func (s *Server) RevokeAllInTx(ctx context.Context, tx bun.Tx, userID int64) error {
+	if _, err := lockGrants(ctx, tx, "user_id = ?", userID); err != nil {
+		return fmt.Errorf("oauth: revoke all: %w", err)
+	}
 	for _, model := range []any{(*tokenRow)(nil), (*grantRow)(nil), (*consentRow)(nil)} {
 		if _, err := tx.NewDelete().Model(model).Where("user_id = ?", userID).Exec(ctx); err != nil {
 			return fmt.Errorf("oauth: revoke all: %w", err)
 		}
 	}
 	return nil
+}
+
+// lockGrants reads the grants matching where and, on PostgreSQL, holds
+// their row locks until the transaction ends (in id order, so two
+// revocations cannot deadlock). Refresh takes the same lock before it
+// issues anything, so a refresh and a revocation of one grant never
+// interleave: the revocation's deletes, each a new statement under READ
+// COMMITTED, see every token a refresh committed before it. On SQLite the
+// write transaction already serializes writers.
+func lockGrants(ctx context.Context, db bun.IDB, where string, args ...any) ([]grantRow, error) {
+	var rows []grantRow
+	q := db.NewSelect().Model(&rows).Where(where, args...).Order("id")
+	if db.Dialect().Name() == dialect.PG {
+		q = q.For("UPDATE")
+	}
+	if err := q.Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("lock grant: %w", err)
+	}
+	return rows, nil
 }
 
 // consentKey is the canonical form of a scope set.

@@ -54,7 +54,8 @@ func TestAuthorizeRefusedBeforeLogin(t *testing.T) {
 			{name: "form post response mode", change: url.Values{"response_mode": {"form_post"}}, redirect: true, wantError: "unsupported_response_mode"},
 			{name: "token response type", change: url.Values{"response_type": {"token"}}, redirect: true, wantError: "unsupported_response_type"},
 			{name: "unregistered redirect", change: url.Values{"redirect_uri": {"https://attacker.example/cb"}}, wantError: "invalid_request", wantCode: 400},
-			{name: "loopback on another port", change: url.Values{"redirect_uri": {"http://127.0.0.1:10/callback"}}, wantError: "invalid_request", wantCode: 400},
+			{name: "loopback on another path", change: url.Values{"redirect_uri": {"http://127.0.0.1:9/other"}}, wantError: "invalid_request", wantCode: 400},
+			{name: "loopback on another host", change: url.Values{"redirect_uri": {"http://localhost:9/callback"}}, wantError: "invalid_request", wantCode: 400},
 			{name: "unknown client", change: url.Values{"client_id": {"nobody"}}, wantError: "invalid_client", wantCode: 401},
 		}
 		for _, tt := range tests {

@@ -54,6 +54,12 @@ func (h *codeHandler) PopulateTokenEndpointResponse(ctx context.Context, r fosit
 		}
 		return fosite.ErrInvalidGrant.WithHint("The authorization code has already been used.")
 	}
+	if errors.Is(err, fosite.ErrNotFound) {
+		// The code was deleted after HandleTokenEndpointRequest read it: a
+		// revocation of the account's grants (a password change, deletion)
+		// ran meanwhile. fosite would answer 500; the code is simply gone.
+		return fosite.ErrInvalidGrant.WithHint("The authorization code is not valid.")
+	}
 	return err
 }
 
@@ -148,7 +154,29 @@ const (
 	refreshReplayed
 	refreshReused
 	refreshGone
+	refreshRefused
 )
+
+// grantRefusal says why the locked grant may not be refreshed by r: one
+// of the account refusals (a key of accountRefusalHints), another error
+// when the account could not be read, or nil. The grant, the token and the
+// request must name the same account, and the account must be one that
+// may hold tokens, created before the grant, with no password change since.
+func (s *Server) grantRefusal(ctx context.Context, tx bun.Tx, grant *grantRow, row *tokenRow, r fosite.AccessRequester) error {
+	acct, err := s.loadAccount(ctx, tx, grant.UserID)
+	if err != nil {
+		return err
+	}
+	sess, _ := r.GetSession().(*session)
+	if row.UserID != grant.UserID || sess == nil || sess.UserID != grant.UserID ||
+		(sess.Subject != "" && sess.Subject != acct.StableID) {
+		return ErrNotThisAccount
+	}
+	if err := predates(acct, grant.CreatedAt); err != nil {
+		return err
+	}
+	return s.refusal(acct, grant.CreatedAt)
+}
 
 func (h *refreshHandler) PopulateTokenEndpointResponse(ctx context.Context, r fosite.AccessRequester, resp fosite.AccessResponder) error {
 	if !h.CanHandleTokenEndpointRequest(ctx, r) {
@@ -164,7 +192,33 @@ func (h *refreshHandler) PopulateTokenEndpointResponse(ctx context.Context, r fo
 		pair    tokenPair
 	)
 	srv := h.srv
+	var refused error
 	err = srv.store.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		// Lock order, shared with every revocation path: the grant row
+		// first, then the token row. A revocation holding the grant makes
+		// this wait and then find the grant gone; one arriving later waits
+		// for this commit and then deletes what it issued.
+		var requestID string
+		err := tx.NewSelect().Model((*tokenRow)(nil)).Column("request_id").
+			Where("signature = ? AND kind = ?", sig, kindRefresh).Scan(ctx, &requestID)
+		if errors.Is(err, sql.ErrNoRows) {
+			outcome = refreshGone
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("oauth: read refresh token: %w", err)
+		}
+		grants, err := lockGrants(ctx, tx, "id = ?", requestID)
+		if err != nil {
+			return fmt.Errorf("oauth: %w", err)
+		}
+		if len(grants) == 0 {
+			// The grant was revoked. A refresh never re-creates it, and
+			// tokens left without it are dead: delete them.
+			outcome = refreshGone
+			return revokeLocked(ctx, tx, requestID)
+		}
+		grant := grants[0]
 		q := tx.NewSelect().Model((*tokenRow)(nil)).Where("signature = ? AND kind = ?", sig, kindRefresh)
 		if srv.store.db.Dialect() == storage.Postgres {
 			q = q.For("UPDATE")
@@ -177,6 +231,19 @@ func (h *refreshHandler) PopulateTokenEndpointResponse(ctx context.Context, r fo
 			}
 			return fmt.Errorf("oauth: lock refresh token: %w", err)
 		}
+		// The grant must be this account's, issued after the account was
+		// created and after its last password change.
+		if err := srv.grantRefusal(ctx, tx, &grant, &row, r); err != nil {
+			if _, known := accountRefusalHints[err]; !known {
+				return err
+			}
+			refused = err
+			outcome = refreshRefused
+			if errors.Is(refused, ErrPasswordChanged) || errors.Is(refused, ErrNotThisAccount) || errors.Is(refused, ErrAccountNotFound) {
+				return revokeLocked(ctx, tx, requestID) // dead for good
+			}
+			return nil
+		}
 		now := srv.opts.Now().UTC()
 		switch {
 		case !now.Before(row.ExpiresAt):
@@ -184,34 +251,29 @@ func (h *refreshHandler) PopulateTokenEndpointResponse(ctx context.Context, r fo
 			return nil
 		case row.Active:
 			outcome = refreshIssued
-			pair, err = h.rotate(context.WithValue(ctx, txKey{}, &tx), tx, &row, presented, r, now)
+			pair, err = h.rotate(ctx, tx, &row, presented, r, now)
 			return err
 		case row.RotatedAt != nil && row.Successor != "" && srv.opts.RefreshGracePeriod > 0 &&
 			now.Sub(*row.RotatedAt) <= srv.opts.RefreshGracePeriod:
+			// A duplicate inside the grace window gets the pair the first
+			// exchange issued; its grant is locked and alive.
 			p, err := openSuccessor(presented, sig, row.Successor)
 			if err != nil {
 				return err
-			}
-			// The pair still works only if its grant does.
-			n, err := tx.NewSelect().Model((*grantRow)(nil)).Where("id = ?", row.RequestID).Count(ctx)
-			if err != nil {
-				return fmt.Errorf("oauth: read grant: %w", err)
-			}
-			if n == 0 {
-				outcome = refreshGone
-				return nil
 			}
 			outcome, pair = refreshReplayed, p
 			return nil
 		default:
 			outcome = refreshReused
-			return revokeRequest(ctx, tx, row.RequestID)
+			return revokeLocked(ctx, tx, row.RequestID)
 		}
 	})
 	if err != nil {
 		return fosite.ErrServerError.WithWrap(err)
 	}
 	switch outcome {
+	case refreshRefused:
+		return refusalGrantError(refused)
 	case refreshGone:
 		return fosite.ErrInvalidGrant.WithHint("The refresh token is not valid.")
 	case refreshReused:
@@ -240,11 +302,17 @@ func (h *refreshHandler) rotate(ctx context.Context, tx bun.Tx, row *tokenRow, p
 	}
 	stored := r.Sanitize(nil)
 	stored.SetID(r.GetID())
-	if err := srv.store.CreateAccessTokenSession(ctx, accessSig, stored); err != nil {
+	// The new pair joins the existing grant (locked by the caller); a
+	// refresh never creates a grant.
+	if err := srv.store.insertToken(ctx, tx, kindAccess, accessSig, stored, ""); err != nil {
 		return tokenPair{}, err
 	}
-	if err := srv.store.CreateRefreshTokenSession(ctx, refreshSig, accessSig, stored); err != nil {
+	if err := srv.store.insertToken(ctx, tx, kindRefresh, refreshSig, stored, accessSig); err != nil {
 		return tokenPair{}, err
+	}
+	if _, err := tx.NewUpdate().Model((*grantRow)(nil)).Set("last_used_at = ?", now).
+		Where("id = ?", row.RequestID).Exec(ctx); err != nil {
+		return tokenPair{}, fmt.Errorf("oauth: renew grant: %w", err)
 	}
 	pair := tokenPair{Access: access, Refresh: refresh, AccessExpires: r.GetSession().GetExpiresAt(fosite.AccessToken)}
 	sealed, err := sealSuccessor(presented, row.Signature, pair)

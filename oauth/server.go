@@ -94,7 +94,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	challenge := &pkce.Handler{AuthorizeCodeStrategy: s.strategy, Storage: s.store, Config: cfg}
 	refresh := &refreshHandler{srv: s}
 	revoke := &oauth2.TokenRevocationHandler{
-		TokenRevocationStorage: s.store,
+		TokenRevocationStorage: revocationStore{s.store},
 		AccessTokenStrategy:    s.strategy,
 		RefreshTokenStrategy:   s.strategy,
 	}

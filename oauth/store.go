@@ -111,18 +111,19 @@ func (s *store) reader(ctx context.Context) bun.IDB {
 type clientRow struct {
 	bun.BaseModel `bun:"table:oauth_clients,alias:c"`
 
-	ID                      string    `bun:"id,pk"`
-	SecretHash              string    `bun:"secret_hash,nullzero"`
-	Name                    string    `bun:"name"`
-	RedirectURIs            string    `bun:"redirect_uris"`
-	GrantTypes              string    `bun:"grant_types"`
-	ResponseTypes           string    `bun:"response_types"`
-	Scope                   string    `bun:"scope"`
-	TokenEndpointAuthMethod string    `bun:"token_endpoint_auth_method"`
-	Metadata                string    `bun:"metadata"`
-	MetadataHash            string    `bun:"metadata_hash"`
-	CreatedAt               time.Time `bun:"created_at"`
-	LastUsedAt              time.Time `bun:"last_used_at"`
+	ID                      string     `bun:"id,pk"`
+	SecretHash              string     `bun:"secret_hash,nullzero"`
+	Name                    string     `bun:"name"`
+	RedirectURIs            string     `bun:"redirect_uris"`
+	GrantTypes              string     `bun:"grant_types"`
+	ResponseTypes           string     `bun:"response_types"`
+	Scope                   string     `bun:"scope"`
+	TokenEndpointAuthMethod string     `bun:"token_endpoint_auth_method"`
+	Metadata                string     `bun:"metadata"`
+	MetadataHash            string     `bun:"metadata_hash"`
+	CreatedAt               time.Time  `bun:"created_at"`
+	LastUsedAt              time.Time  `bun:"last_used_at"`
+	BlockedAt               *time.Time `bun:"blocked_at"`
 }
 
 // clientUseDebounce limits how often a client's last use is written.
@@ -158,7 +159,7 @@ func (s *store) GetClient(ctx context.Context, id string) (fosite.Client, error)
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return withLoopbackPort(ctx, c), nil
 }
 
 // loadClient reads a client row.
@@ -186,6 +187,10 @@ func (s *store) client(ctx context.Context, id string) (*Client, error) {
 	}
 	now := s.now().UTC()
 	if now.Sub(row.LastUsedAt) > s.clientTT {
+		return nil, fosite.ErrNotFound
+	}
+	if row.BlockedAt != nil {
+		// A blocked client can neither authorize nor refresh.
 		return nil, fosite.ErrNotFound
 	}
 	if now.Sub(row.LastUsedAt) > clientUseDebounce {
@@ -318,14 +323,30 @@ func (s *store) createToken(ctx context.Context, kind, signature string, r fosit
 	row.AccessSignature = accessSignature
 	db := s.writer(ctx)
 	if kind == kindAccess {
-		// The first access token of a request creates its grant; later
-		// ones (refreshes) renew its last use.
+		// The first access token of a request (the code exchange) creates
+		// its grant. Refreshes do not come here: they insert their pair
+		// with insertToken under the existing grant's lock, and never
+		// create a grant.
 		if err := s.touchGrant(ctx, db, row); err != nil {
 			return err
 		}
 	}
+	return insertRow(ctx, db, row)
+}
+
+// insertToken stores a token row for r without touching its grant.
+func (s *store) insertToken(ctx context.Context, db bun.IDB, kind, signature string, r fosite.Requester, accessSignature string) error {
+	row, err := s.newTokenRow(kind, signature, r)
+	if err != nil {
+		return err
+	}
+	row.AccessSignature = accessSignature
+	return insertRow(ctx, db, row)
+}
+
+func insertRow(ctx context.Context, db bun.IDB, row *tokenRow) error {
 	if _, err := db.NewInsert().Model(row).Returning("NULL").Exec(ctx); err != nil {
-		return fmt.Errorf("oauth: create %s token: %w", kind, err)
+		return fmt.Errorf("oauth: create %s token: %w", row.Kind, err)
 	}
 	return nil
 }
@@ -542,9 +563,14 @@ func (s *store) RotateRefreshToken(ctx context.Context, requestID, signature str
 
 // RevokeRefreshToken implements oauth2.TokenRevocationStorage. Revoking a
 // refresh token ends its grant: every token of the request and the grant
-// row go.
+// row go, under the grant's lock (see lockGrants).
 func (s *store) RevokeRefreshToken(ctx context.Context, requestID string) error {
-	return revokeRequest(ctx, s.writer(ctx), requestID)
+	if tx, ok := ctx.Value(txKey{}).(*bun.Tx); ok {
+		return revokeRequest(ctx, *tx, requestID)
+	}
+	return s.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		return revokeRequest(ctx, tx, requestID)
+	})
 }
 
 // RevokeAccessToken implements oauth2.TokenRevocationStorage: every access
@@ -558,8 +584,17 @@ func (s *store) RevokeAccessToken(ctx context.Context, requestID string) error {
 	return nil
 }
 
-// revokeRequest deletes a grant and every token of it.
+// revokeRequest locks a grant, then deletes it and every token of it. db
+// must be a transaction for the lock to cover the deletes.
 func revokeRequest(ctx context.Context, db bun.IDB, requestID string) error {
+	if _, err := lockGrants(ctx, db, "id = ?", requestID); err != nil {
+		return fmt.Errorf("oauth: revoke grant: %w", err)
+	}
+	return revokeLocked(ctx, db, requestID)
+}
+
+// revokeLocked deletes a grant the caller has locked and every token of it.
+func revokeLocked(ctx context.Context, db bun.IDB, requestID string) error {
 	if _, err := db.NewDelete().Model((*tokenRow)(nil)).Where("request_id = ?", requestID).Exec(ctx); err != nil {
 		return fmt.Errorf("oauth: revoke tokens: %w", err)
 	}
@@ -567,6 +602,23 @@ func revokeRequest(ctx context.Context, db bun.IDB, requestID string) error {
 		return fmt.Errorf("oauth: revoke grant: %w", err)
 	}
 	return nil
+}
+
+// revocationStore is the store as the RFC 7009 handler sees it: a rotated
+// refresh token still names its grant, so revoking it ends the grant (the
+// handler would otherwise take it for already revoked, and a client that
+// revokes while its own refresh is in flight would leave the new pair
+// working).
+type revocationStore struct{ *store }
+
+// GetRefreshTokenSession returns a rotated token's request without
+// fosite.ErrInactiveToken.
+func (s revocationStore) GetRefreshTokenSession(ctx context.Context, signature string, sess fosite.Session) (fosite.Requester, error) {
+	req, err := s.store.GetRefreshTokenSession(ctx, signature, sess)
+	if errors.Is(err, fosite.ErrInactiveToken) && req != nil {
+		return req, nil
+	}
+	return req, err
 }
 
 // secretHasher compares client secrets by SHA-256. Secrets are 256-bit

@@ -22,6 +22,7 @@ type account struct {
 	PasswordChangedAt *time.Time `bun:"password_changed_at"`
 	SuspendedAt       *time.Time `bun:"suspended_at"`
 	DeletingAt        *time.Time `bun:"deleting_at"`
+	CreatedAt         time.Time  `bun:"created_at"`
 }
 
 // Reasons an account gets no tokens. They surface as invalid_grant at the
@@ -33,9 +34,23 @@ var (
 	ErrEmailNotVerified = errors.New("oauth: email not verified")
 	ErrAccountNotFound  = errors.New("oauth: account not found")
 	// ErrPasswordChanged: the grant was issued before the last password change.
-	ErrPasswordChanged  = errors.New("oauth: password changed since the grant")
-	accountRefusalHints = map[error]string{ErrAccountSuspended: "The account is suspended.", ErrAccountDeleting: "The account is being deleted.", ErrEmailNotVerified: "The account's email address is not verified.", ErrAccountNotFound: "The account does not exist.", ErrPasswordChanged: "The password changed after this grant was issued."}
+	ErrPasswordChanged = errors.New("oauth: password changed since the grant")
+	// ErrNotThisAccount: the token or grant was issued before the account
+	// existed, or for another account (identities are never reused, so such
+	// a credential belonged to an account that is gone).
+	ErrNotThisAccount   = errors.New("oauth: issued before the account existed or for another account")
+	accountRefusalHints = map[error]string{ErrAccountSuspended: "The account is suspended.", ErrAccountDeleting: "The account is being deleted.", ErrEmailNotVerified: "The account's email address is not verified.", ErrAccountNotFound: "The account does not exist.", ErrPasswordChanged: "The password changed after this grant was issued.", ErrNotThisAccount: "The grant does not belong to this account."}
 )
+
+// predates returns ErrNotThisAccount when something issued at issued
+// predates acct: a credential of an earlier account can never be
+// accepted by a later one, even if a row survived.
+func predates(acct *account, issued time.Time) error {
+	if issued.Before(acct.CreatedAt) {
+		return ErrNotThisAccount
+	}
+	return nil
+}
 
 // refusal says why acct may not hold tokens issued at issuedAt, or nil.
 func (s *Server) refusal(acct *account, issuedAt time.Time) error {
@@ -55,7 +70,7 @@ func (s *Server) refusal(acct *account, issuedAt time.Time) error {
 func (s *Server) loadAccount(ctx context.Context, db bun.IDB, userID int64) (*account, error) {
 	var acct account
 	err := db.NewSelect().Table("users").
-		Column("id", "stable_user_id", "email_verified_at", "password_changed_at", "suspended_at", "deleting_at").
+		Column("id", "stable_user_id", "email_verified_at", "password_changed_at", "suspended_at", "deleting_at", "created_at").
 		Where("id = ?", userID).Scan(ctx, &acct)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrAccountNotFound
@@ -77,11 +92,17 @@ func (s *Server) checkAccount(ctx context.Context, userID int64, issuedAt time.T
 		err = s.refusal(acct, issuedAt)
 	}
 	if err != nil {
-		return &fosite.RFC6749Error{
-			ErrorField:       fosite.ErrInvalidGrant.ErrorField,
-			DescriptionField: accountRefusalHints[err],
-			CodeField:        http.StatusBadRequest,
-		}
+		return refusalGrantError(err)
 	}
 	return nil
+}
+
+// refusalGrantError is the token endpoint's invalid_grant answer for an
+// account refusal.
+func refusalGrantError(err error) error {
+	return &fosite.RFC6749Error{
+		ErrorField:       fosite.ErrInvalidGrant.ErrorField,
+		DescriptionField: accountRefusalHints[err],
+		CodeField:        http.StatusBadRequest,
+	}
 }

@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -26,7 +27,22 @@ var (
 	ErrTokenUnknown   = errors.New("unknown or revoked")
 	ErrTokenExpired   = errors.New("expired")
 	ErrWrongAudience  = errors.New("issued for another audience")
+	ErrClientBlocked  = errors.New("client blocked by an admin")
 )
+
+// TokenRefusal is the error of a token that matched a grant but is
+// refused (expired, for another audience, or held by an account that may
+// not use OAuth now). It names the grant's account and client, so the
+// refusal can be audited against them; it wraps ErrInvalidToken and the
+// reason. A token that matches no grant is refused without one.
+type TokenRefusal struct {
+	StableUserID string
+	ClientID     string
+	Err          error
+}
+
+func (e *TokenRefusal) Error() string { return e.Err.Error() }
+func (e *TokenRefusal) Unwrap() error { return e.Err }
 
 // Access is what a verified access token grants, loaded together with the
 // account's state, roles and permissions.
@@ -54,9 +70,11 @@ type accessRow struct {
 	ExpiresAt   time.Time `bun:"expires_at"`
 	RequestedAt time.Time `bun:"requested_at"`
 	GrantUsedAt time.Time `bun:"grant_used_at"`
-	Username    string    `bun:"username"`
-	Roles       string    `bun:"roles"`
-	Permissions string    `bun:"permissions"`
+	GrantedAt   time.Time `bun:"granted_at"`
+	Blocked     bool
+	Username    string `bun:"username"`
+	Roles       string `bun:"roles"`
+	Permissions string `bun:"permissions"`
 	account
 }
 
@@ -78,13 +96,21 @@ func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, 
 	}
 	now := s.opts.Now().UTC()
 	audience := strings.Fields(row.Audience)
+	refused := func(err error) error {
+		return &TokenRefusal{StableUserID: row.StableID, ClientID: row.ClientID, Err: err}
+	}
 	switch {
 	case !now.Before(row.ExpiresAt):
-		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, ErrTokenExpired)
+		return nil, refused(fmt.Errorf("%w: %w", ErrInvalidToken, ErrTokenExpired))
 	case !slices.Contains(audience, s.resource):
-		return nil, fmt.Errorf("%w: %w %v", ErrInvalidToken, ErrWrongAudience, audience)
+		return nil, refused(fmt.Errorf("%w: %w %v", ErrInvalidToken, ErrWrongAudience, audience))
+	case row.Blocked:
+		return nil, refused(fmt.Errorf("%w: %w", ErrInvalidToken, ErrClientBlocked))
 	}
 	if err := s.refusal(&row.account, row.RequestedAt); err != nil {
+		return nil, refused(fmt.Errorf("%w: %w", ErrInvalidToken, err))
+	}
+	if err := cmp.Or(predates(&row.account, row.RequestedAt), predates(&row.account, row.GrantedAt)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if now.Sub(row.GrantUsedAt) > grantUseDebounce {
@@ -128,18 +154,20 @@ func (a *Access) Caller() capabilities.Caller {
 	}
 }
 
-// accessQuery is the bearer check's one query: the token with its grant,
-// the account's state, and its roles and permissions. It is prepared once
+// accessQuery is the bearer check's one query: the token with its grant
+// (which must be the same account's), the account's state and creation
+// time, and its roles and permissions. It is prepared once
 // per connection with the signature as a parameter, so the database parses
 // and plans it once instead of on every call.
 const accessQuery = `SELECT t.request_id, t.client_id, t.scopes, t.audience, t.expires_at, t.requested_at,
-	g.last_used_at AS grant_used_at,
-	u.id, u.stable_user_id, u.username, u.email_verified_at, u.password_changed_at, u.suspended_at, u.deleting_at,
+	g.last_used_at AS grant_used_at, g.created_at AS granted_at, c.blocked_at AS client_blocked_at,
+	u.id, u.stable_user_id, u.username, u.email_verified_at, u.password_changed_at, u.suspended_at, u.deleting_at, u.created_at,
 	COALESCE((SELECT %[1]s FROM user_roles AS ur WHERE ur.user_id = t.user_id), '') AS roles,
 	COALESCE((SELECT %[2]s FROM user_roles AS ur JOIN role_permissions AS rp ON rp.role_name = ur.role_name
 		WHERE ur.user_id = t.user_id), '') AS permissions
 FROM oauth_tokens AS t
-JOIN oauth_grants AS g ON g.id = t.request_id
+JOIN oauth_grants AS g ON g.id = t.request_id AND g.user_id = t.user_id
+JOIN oauth_clients AS c ON c.id = t.client_id
 JOIN users AS u ON u.id = t.user_id
 WHERE t.signature = %[3]s AND t.kind = 'access'`
 
@@ -163,15 +191,16 @@ func (s *Server) lookupAccess(ctx context.Context, sig string) (accessRow, error
 		return row, sql.ErrNoRows
 	}
 	var scopes, audience, roles, perms sql.NullString
-	var emailVerified, pwChanged, suspended, deleting sql.NullTime
+	var emailVerified, pwChanged, suspended, deleting, blocked sql.NullTime
 	if err := rows.Scan(&row.RequestID, &row.ClientID, &scopes, &audience, &row.ExpiresAt, &row.RequestedAt,
-		&row.GrantUsedAt, &row.ID, &row.StableID, &row.Username,
-		&emailVerified, &pwChanged, &suspended, &deleting, &roles, &perms); err != nil {
+		&row.GrantUsedAt, &row.GrantedAt, &blocked, &row.ID, &row.StableID, &row.Username,
+		&emailVerified, &pwChanged, &suspended, &deleting, &row.CreatedAt, &roles, &perms); err != nil {
 		return row, err
 	}
 	row.Scopes, row.Audience, row.Roles, row.Permissions = scopes.String, audience.String, roles.String, perms.String
 	row.EmailVerifiedAt, row.PasswordChangedAt = timePtr(emailVerified), timePtr(pwChanged)
 	row.SuspendedAt, row.DeletingAt = timePtr(suspended), timePtr(deleting)
+	row.Blocked = blocked.Valid
 	return row, rows.Err()
 }
 

@@ -26,24 +26,29 @@ const (
 	pathAccountPass   = "/account/password"
 	pathAccountEmail  = "/account/email"
 	pathAccountVerify = "/account/verify-email"
+	pathConfirmEmail  = "/account/email/confirm"
+	pathAccountDelete = "/account/delete"
 )
 
 // notices are the messages a redirect can ask a page to show, by code, so
 // no text from the URL is ever echoed.
 var notices = map[string]string{
-	"signed-out":       "You are signed out.",
-	"password-changed": "Your password is changed. Every other browser and connected app was signed out.",
-	"password-set":     "Your password is set. Sign in with it.",
-	"email-changed":    "Your email is changed. We sent a verification link to the new address.",
-	"verify-sent":      "We sent a new verification link.",
-	"verified":         "Your email address is verified.",
-	"signed-in":        "You are signed in.",
-	"role-assigned":    "The role is assigned.",
-	"role-removed":     "The role is removed.",
-	"suspended":        "The account is suspended. It is refused everywhere until unsuspended.",
-	"unsuspended":      "The account is active again.",
-	"marked-verified":  "The email address is marked verified.",
-	"app-revoked":      "The app is disconnected. Its tokens no longer work.",
+	"signed-out":        "You are signed out.",
+	"password-changed":  "Your password is changed. Every other browser and connected app was signed out.",
+	"password-set":      "Your password is set. Sign in with it.",
+	"email-change-sent": "We sent a confirmation link to the new address. Your email changes when you open it.",
+	"verify-sent":       "We sent a new verification link.",
+	"verified":          "Your email address is verified.",
+	"signed-in":         "You are signed in.",
+	"role-assigned":     "The role is assigned.",
+	"role-removed":      "The role is removed.",
+	"suspended":         "The account is suspended. It is refused everywhere until unsuspended.",
+	"unsuspended":       "The account is active again.",
+	"marked-verified":   "The email address is marked verified.",
+	"app-revoked":       "The app is disconnected. Its tokens no longer work.",
+	"client_blocked":    "The client is blocked. Its tokens stopped working.",
+	"client_unblocked":  "The client is unblocked.",
+	"invite_revoked":    "The invite code is revoked.",
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {
@@ -105,6 +110,10 @@ func userError(err error) (status int, msg string, ok bool) {
 		return http.StatusNotFound, domainMessage(err), true
 	case errors.Is(err, accounts.ErrInvalidToken):
 		return http.StatusBadRequest, domainMessage(err), true
+	case errors.Is(err, accounts.ErrInviteInvalid):
+		return http.StatusBadRequest, "That invite code is unknown, already used or expired.", true
+	case errors.Is(err, accounts.ErrSignupClosed):
+		return http.StatusForbidden, "Sign-up is closed on this server.", true
 	case errors.Is(err, accounts.ErrUnknownRole):
 		return http.StatusUnprocessableEntity, domainMessage(err), true
 	}
@@ -131,25 +140,44 @@ func (h *Handler) minPassword() string { return strconv.Itoa(h.opts.MinPasswordL
 
 // ---- sign up ----
 
+// signupClosed answers the sign-up pages when the operator closed sign-up.
+func (h *Handler) signupClosed(w http.ResponseWriter, r *http.Request) bool {
+	if h.opts.Accounts.SignupMode() != accounts.SignupClosed {
+		return false
+	}
+	h.renderError(w, r, http.StatusForbidden, "Sign-up is closed on this server. Ask its administrator for an account.")
+	return true
+}
+
 func (h *Handler) signupForm(w http.ResponseWriter, r *http.Request) {
-	h.render(w, r, http.StatusOK, signupPage(h.page(r, "Create an account"), authForm{MinPassword: h.minPassword()}))
+	if h.signupClosed(w, r) {
+		return
+	}
+	h.render(w, r, http.StatusOK, signupPage(h.page(r, "Create an account"), authForm{MinPassword: h.minPassword(),
+		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: r.URL.Query().Get("invite")}))
 }
 
 func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
 	}
-	f := authForm{Email: strings.TrimSpace(r.PostFormValue("email")), Username: strings.TrimSpace(r.PostFormValue("username")), MinPassword: h.minPassword()}
-	u, err := h.opts.Accounts.Signup(r.Context(), accounts.SignupInput{Email: f.Email, Username: f.Username, Password: r.PostFormValue("password")})
+	if h.signupClosed(w, r) {
+		return
+	}
+	f := authForm{Email: strings.TrimSpace(r.PostFormValue("email")), Username: strings.TrimSpace(r.PostFormValue("username")), MinPassword: h.minPassword(),
+		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: strings.TrimSpace(r.PostFormValue("invite"))}
+	u, err := h.opts.Accounts.Signup(r.Context(), accounts.SignupInput{Email: f.Email, Username: f.Username, Password: r.PostFormValue("password"), InviteCode: f.InviteCode})
 	switch {
 	case err == nil:
 		h.audit(r, audit.CategoryAuth, "signup", audit.ResultSuccess, "", &u)
 		h.sendVerification(r.Context(), u.ID, u.Email)
 	case errors.Is(err, accounts.ErrEmailTaken), errors.Is(err, accounts.ErrEmailClaimed):
 		h.audit(r, audit.CategoryAuth, "signup", audit.ResultFailure, auditReason(err), nil)
-		// Answer exactly as for a new account, and send nothing: signup
-		// does not reveal which addresses are registered.
-		h.log.InfoContext(r.Context(), "web: signup for a registered email")
+		// Answer exactly as for a new account (the password was hashed
+		// either way, and a mail is queued either way): signup does not
+		// reveal which addresses are registered. The owner of the address
+		// is told someone tried.
+		h.sendSignupAttempt(r.Context(), f.Email)
 	default:
 		status, msg, ok := userError(err)
 		if !ok {
@@ -163,6 +191,22 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 	}
 	h.render(w, r, http.StatusOK, checkInboxPage(h.page(r, "Check your email"), "Check your email",
 		"We sent a link to "+f.Email+" to verify the address. Open it, then sign in."))
+}
+
+// sendSignupAttempt tells the owner of a registered address that someone
+// tried to open an account with it.
+func (h *Handler) sendSignupAttempt(ctx context.Context, rawEmail string) {
+	email, err := accounts.NormalizeEmail(rawEmail)
+	if err != nil {
+		return
+	}
+	h.sendNotice(ctx, Message{
+		To:      email,
+		Subject: "Someone tried to sign up for " + h.opts.SiteName + " with your address",
+		Text: "Someone tried to create an account on " + h.opts.SiteName + " with this email address, which already belongs to an account.\n\n" +
+			"No new account was created and yours is unchanged. If it was you, sign in instead:\n\n" + h.absURL(pathLogin, nil) +
+			"\n\nIf you forgot your password, reset it from the sign-in page. If it was not you, you can ignore this message.\n",
+	})
 }
 
 // sendVerification issues a verification token for userID's email and
@@ -207,7 +251,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := authForm{Action: h.prefix + pathLogin, Email: strings.TrimSpace(r.PostFormValue("email")), RedirectTo: redirectParam(r.PostFormValue("redirectTo"))}
+	f.resumeDeletion = h.opts.Lifecycle != nil
 	if _, ok := h.signIn(w, r, &f); !ok {
+		if f.deletionResumed {
+			h.redirect(w, r, pathAccountDelete)
+			return
+		}
 		h.render(w, r, f.status(), loginPage(h.page(r, "Sign in"), f))
 		return
 	}
@@ -223,6 +272,18 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 // internal failure is logged and reported generically.
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, f *authForm) (accounts.User, bool) {
 	u, err := h.opts.Accounts.Login(r.Context(), f.Email, r.PostFormValue("password"))
+	if f.resumeDeletion && errors.Is(err, accounts.ErrDeleting) && u.ID != 0 {
+		// The deletion of this account started but did not finish: a
+		// session good only for the deletion page lets the person see that
+		// and retry it.
+		_, serr := h.opts.Accounts.StartDeletingSession(w, r, u)
+		if serr == nil {
+			h.audit(r, audit.CategoryAuth, "login", audit.ResultSuccess, "deleting", &u)
+			f.deletionResumed = true
+			return accounts.User{}, false
+		}
+		h.log.ErrorContext(r.Context(), "web: start deleting session", "err", serr)
+	}
 	if err == nil {
 		if _, err = h.opts.Accounts.StartSession(w, r, u, r.PostFormValue("remember") == "1"); err == nil {
 			h.audit(r, audit.CategoryAuth, "login", audit.ResultSuccess, "", &u)
@@ -419,8 +480,9 @@ func (h *Handler) passwordSetup(w http.ResponseWriter, r *http.Request) {
 }
 
 // expiredResetToken reports whether token is a reset link (a setup token
-// sent by sendReset) that has passed ResetPasswordTTL, so the setup path
-// cannot stretch a reset link's life.
+// sent by sendReset) that has passed ResetPasswordTTL or was mailed to an
+// address its account has since left, so the setup path cannot stretch a
+// reset link's life.
 func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
 	var rows []mailToken
 	err := h.opts.Store.Reader.NewSelect().Model(&rows).Where("token_hash = ?", hashMailToken(token)).Scan(ctx)
@@ -428,7 +490,15 @@ func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
 		return true // fail closed
 	}
 	for _, row := range rows {
-		if row.Purpose == purposeResetPassword && !h.now().Before(row.ExpiresAt) {
+		if row.Purpose != purposeResetPassword {
+			continue
+		}
+		if !h.now().Before(row.ExpiresAt) {
+			return true
+		}
+		// A reset link mailed to an address the account has left is dead
+		// on this path too.
+		if left, err := h.addressLeft(ctx, row); err != nil || left {
 			return true
 		}
 	}
@@ -518,24 +588,144 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
 	h.redirect(w, r, pathAccount+"?notice=password-changed")
 }
 
+// changeEmail asks for an email change. It takes the current password, and
+// counts in the credential bucket (it is routed through LimitCredentials).
+// The address changes only when the link mailed to the new address is
+// opened, so the answer is the same whether or not the new address
+// belongs to another account: a link is mailed to a free address, a notice
+// to a taken one, and the current address is told either way.
 func (h *Handler) changeEmail(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
 	}
-	p := PrincipalFrom(r.Context())
-	u, err := h.opts.Accounts.ChangeEmail(r.Context(), p.Session.User.ID, r.PostFormValue("email"))
-	h.audit(r, audit.CategoryAccount, "email_change", resultOf(err), auditReason(err), &p.Session.User)
+	ctx := r.Context()
+	p := PrincipalFrom(ctx)
+	cur := p.Session.User
+	fail := func(err error) {
+		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultFailure, auditReason(err), &cur)
+		status, msg, ok := userError(err)
+		if !ok {
+			h.internalError(w, r, "change email", err)
+			return
+		}
+		if errors.Is(err, accounts.ErrInvalidCredentials) {
+			msg = "Your current password is not correct."
+		}
+		h.renderAccount(w, r, status, accountView{EmailError: msg})
+	}
+	if _, err := h.opts.Accounts.VerifyPassword(ctx, cur.ID, r.PostFormValue("password")); err != nil {
+		fail(err)
+		return
+	}
+	if err := cur.CheckActive(); err != nil {
+		fail(err)
+		return
+	}
+	if !cur.EmailVerified() {
+		fail(accounts.ErrEmailUnverified)
+		return
+	}
+	email, err := h.opts.Accounts.CheckEmailFree(ctx, cur.ID, r.PostFormValue("email"))
+	switch {
+	case errors.Is(err, accounts.ErrEmailTaken), errors.Is(err, accounts.ErrEmailClaimed):
+		// Indistinguishable from success: the owner of the address is told
+		// instead of being sent a link.
+		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultFailure, auditReason(err), &cur)
+		h.sendNotice(ctx, Message{
+			To:      email,
+			Subject: "Someone tried to use your address on " + h.opts.SiteName,
+			Text: "Someone asked to move another " + h.opts.SiteName + " account to this email address, which already belongs to an account.\n\n" +
+				"Nothing was changed. If it was you, sign in to the account that uses this address instead. Otherwise you can ignore this message.\n",
+		})
+	case err != nil:
+		fail(err)
+		return
+	case email == cur.Email:
+		// Nothing to change; answer like any other request.
+	default:
+		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultSuccess, "", &cur)
+		_, err := h.issueTokenMail(ctx, cur.ID, purposeChangeEmail, email, "", ChangeEmailTTL, func(token string) Message {
+			link := h.absURL(pathConfirmEmail, url.Values{"token": {token}})
+			return Message{
+				To:      email,
+				Subject: "Confirm your new email address for " + h.opts.SiteName,
+				Text: "Someone asked to move the account " + cur.Username + " to this email address.\n\nOpen this link to confirm:\n\n" + link +
+					"\n\nThe link works once and expires in 24 hours. If you did not ask for this, ignore this message; nothing changes.\n",
+			}
+		})
+		if err != nil {
+			h.internalError(w, r, "change email", err)
+			return
+		}
+	}
+	h.sendNotice(ctx, Message{
+		To:      cur.Email,
+		Subject: "A change of your email address on " + h.opts.SiteName + " was requested",
+		Text: "Someone signed in to your account " + cur.Username + " asked to change its email address from this one.\n\n" +
+			"The address changes only when the link sent to the new address is opened. If this was not you, change your password now: it signs out every browser and app.\n\n" +
+			h.absURL(pathAccount, nil) + "\n",
+	})
+	h.redirect(w, r, pathAccount+"?notice=email-change-sent")
+}
+
+// confirmEmailForm shows the button that confirms an email change; a
+// click is needed so that mail scanners that open links do not use it up.
+func (h *Handler) confirmEmailForm(w http.ResponseWriter, r *http.Request) {
+	token := r.URL.Query().Get("token")
+	tok, err := h.peekToken(r.Context(), token, purposeChangeEmail)
+	if err != nil {
+		h.badLink(w, r, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, confirmTokenPage(h.page(r, "Confirm your new email"), "Confirm your new email",
+		"Move your account to "+tok.Email+".", pathConfirmEmail, token, "Confirm my new email"))
+}
+
+// confirmEmail uses an email-change link: the account moves to the new
+// address, verified (the link reached it).
+func (h *Handler) confirmEmail(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	ctx := r.Context()
+	tok, err := h.consumeToken(ctx, r.PostFormValue("token"), purposeChangeEmail)
+	if err != nil {
+		h.badLink(w, r, err)
+		return
+	}
+	old, err := h.opts.Accounts.UserByID(ctx, tok.UserID)
+	if err != nil {
+		h.badLink(w, r, errBadToken)
+		return
+	}
+	u, err := h.opts.Accounts.ChangeEmail(ctx, tok.UserID, tok.Email)
+	if err == nil {
+		_, err = h.opts.Accounts.MarkEmailVerified(ctx, u.ID)
+	}
+	h.audit(r, audit.CategoryAccount, "email_change", resultOf(err), auditReason(err), &old)
 	if err != nil {
 		status, msg, ok := userError(err)
 		if !ok {
 			h.internalError(w, r, "change email", err)
 			return
 		}
-		h.renderAccount(w, r, status, accountView{EmailError: msg})
+		h.renderError(w, r, status, msg)
 		return
 	}
-	h.sendVerification(r.Context(), u.ID, u.Email)
-	h.redirect(w, r, pathAccount+"?notice=email-changed")
+	if old.Email != u.Email {
+		h.sendNotice(ctx, Message{
+			To:      old.Email,
+			Subject: "Your email address on " + h.opts.SiteName + " was changed",
+			Text: "The account " + old.Username + " now uses the address " + u.Email + " instead of this one.\n\n" +
+				"This address stays claimed by the account until you release it. If you did not make this change, reset your password from the sign-in page at once.\n",
+		})
+	}
+	next, text := pathLogin, "Go to sign in"
+	if PrincipalFrom(ctx) != nil {
+		next, text = pathAccount, "Go to your account"
+	}
+	h.render(w, r, http.StatusOK, messagePage(h.page(r, "Email changed"), "Email changed",
+		"Your account now uses "+u.Email+".", next, text))
 }
 
 func (h *Handler) resendVerification(w http.ResponseWriter, r *http.Request) {

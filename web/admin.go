@@ -147,6 +147,7 @@ func (h *Handler) adminRoutes(handle func(string, http.HandlerFunc)) {
 	if h.opts.Audit != nil {
 		handle("GET /admin/audit", admin(h.adminAudit))
 	}
+	h.adminOpsRoutes(handle, admin)
 }
 
 func (h *Handler) adminUsers(w http.ResponseWriter, r *http.Request) {

@@ -22,9 +22,7 @@ func (h *Handler) audit(r *http.Request, category, action, result, reason string
 	if u != nil && u.StableID != "" {
 		e.UserHash = h.opts.Audit.HashUser(u.StableID)
 	}
-	if a := h.ipOf.Addr(r); a.IsValid() {
-		e.IPHash = h.opts.Audit.HashIP(clientBucket(a))
-	}
+	e.IPHash = h.opts.Audit.HashIP(h.ClientKey(r))
 	_ = h.opts.Audit.Record(r.Context(), e)
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/mail"
 	"net/url"
 	"regexp"
 	"strings"
@@ -97,19 +98,20 @@ func expect(t *testing.T, what string, a answer, status int, contains ...string)
 var tokenInLink = regexp.MustCompile(`http://enclave\.test(/[^\s?]+)\?token=([A-Za-z0-9_%-]+)`)
 
 // mailedLink returns the path and token of the link in the newest mail to
-// addr.
+// addr that carries one (notices carry none).
 func mailedLink(t *testing.T, h *Handler, addr string) (path, token string) {
 	t.Helper()
-	m, ok := h.DevMail().Last(addr)
-	if !ok {
-		t.Fatalf("no mail to %s", addr)
+	for _, m := range h.DevMail().Messages() {
+		if a, err := mail.ParseAddress(m.To); err != nil || !strings.EqualFold(a.Address, addr) {
+			continue
+		}
+		if match := tokenInLink.FindStringSubmatch(m.Text); match != nil {
+			tok, _ := url.QueryUnescape(match[2])
+			return match[1], tok
+		}
 	}
-	match := tokenInLink.FindStringSubmatch(m.Text)
-	if match == nil {
-		t.Fatalf("no link in mail: %s", m.Text)
-	}
-	tok, _ := url.QueryUnescape(match[2])
-	return match[1], tok
+	t.Fatalf("no mail with a link to %s", addr)
+	return "", ""
 }
 
 func userID(t *testing.T, h *Handler, email string) int64 {
@@ -139,7 +141,8 @@ func TestAccountFlow(t *testing.T) {
 		ann := newBrowser(t, srv)
 		const pw, pw2, pw3 = "correct horse battery", "another long passphrase", "third long passphrase"
 
-		// Sign up; the answer for a registered email is the same, and sends nothing.
+		// Sign up; the answer for a registered email is the same, byte for
+		// byte, and the owner of the address is told by mail.
 		a := ann.post("/signup", url.Values{"email": {"ann@example.com"}, "username": {"ann"}, "password": {pw}})
 		expect(t, "signup", a, http.StatusOK, "Check your email")
 		if len(ann.cookies()) != 0 {
@@ -152,9 +155,16 @@ func TestAccountFlow(t *testing.T) {
 		if again.Body != fresh {
 			t.Fatal("signup with a registered email answers differently")
 		}
-		if mailCount(h) != mails {
-			t.Fatal("signup with a registered email sent mail")
+		if mailCount(h) != mails+1 {
+			t.Fatalf("signup with a registered email sent %d mails, want 1 to the owner", mailCount(h)-mails)
 		}
+		if m, _ := h.DevMail().Last("ann@example.com"); !strings.Contains(m.Subject, "tried to sign up") || tokenInLink.MatchString(m.Text) {
+			t.Fatalf("mail to the owner of a registered address: %q\n%s", m.Subject, m.Text)
+		}
+		// The username is checked before the email: a collision on both
+		// names the (public) username.
+		expect(t, "taken username and email", newBrowser(t, srv).post("/signup", url.Values{"email": {"ann@example.com"}, "username": {"ann"}, "password": {pw}}),
+			http.StatusConflict, "This username is taken.")
 		expect(t, "taken username", newBrowser(t, srv).post("/signup", url.Values{"email": {"bob@example.com"}, "username": {"ann"}, "password": {pw}}),
 			http.StatusConflict, "This username is taken.")
 		expect(t, "weak password", newBrowser(t, srv).post("/signup", url.Values{"email": {"bob@example.com"}, "username": {"bob"}, "password": {"short"}}),
@@ -168,7 +178,7 @@ func TestAccountFlow(t *testing.T) {
 			t.Fatalf("login: %d %q", a.Status, a.Location)
 		}
 		expect(t, "account", ann.get("/account"), http.StatusOK, "ann@example.com", "Not verified")
-		expect(t, "change email unverified", ann.post("/account/email", url.Values{"email": {"ann2@example.com"}}), http.StatusForbidden, "Verify your current email address first.")
+		expect(t, "change email unverified", ann.post("/account/email", url.Values{"email": {"ann2@example.com"}, "password": {pw}}), http.StatusForbidden, "Verify your current email address first.")
 
 		// Verify through the mailed link: GET shows a button, POST uses the token once.
 		path, token := mailedLink(t, h, "ann@example.com")
@@ -196,14 +206,29 @@ func TestAccountFlow(t *testing.T) {
 			t.Fatalf("old session after password change: %d %q", a.Status, a.Location)
 		}
 
-		// Change email: the new address gets a link; the old stays claimed.
-		a = ann.post("/account/email", url.Values{"email": {"ann.new@example.com"}})
-		if a.Status != http.StatusSeeOther {
-			t.Fatalf("change email: %d %s", a.Status, a.Body)
+		// Change email: it takes the current password; the new address gets
+		// a link, the old one a notice, and the address changes (verified)
+		// when the link is used. The old address stays claimed.
+		expect(t, "change email without password", ann.post("/account/email", url.Values{"email": {"ann.new@example.com"}}),
+			http.StatusUnauthorized, "current password is not correct")
+		a = ann.post("/account/email", url.Values{"email": {"ann.new@example.com"}, "password": {pw2}})
+		if a.Status != http.StatusSeeOther || a.Location != "/account?notice=email-change-sent" {
+			t.Fatalf("change email: %d %q %s", a.Status, a.Location, a.Body)
 		}
-		expect(t, "account after email change", ann.get("/account"), http.StatusOK, "ann.new@example.com", "ann@example.com", "Not verified")
-		if p, _ := mailedLink(t, h, "ann.new@example.com"); p != "/verify-email" {
-			t.Fatalf("no verification link to the new address: %s", p)
+		if m, _ := h.DevMail().Last("ann@example.com"); !strings.Contains(m.Subject, "change of your email") {
+			t.Fatalf("the old address was not told: %q", m.Subject)
+		}
+		expect(t, "account before confirming", ann.get("/account"), http.StatusOK, `<dd id="email">ann@example.com</dd>`)
+		path, token = mailedLink(t, h, "ann.new@example.com")
+		if path != "/account/email/confirm" {
+			t.Fatalf("no confirmation link to the new address: %s", path)
+		}
+		expect(t, "confirm email page", ann.get(path+"?token="+url.QueryEscape(token)), http.StatusOK, "ann.new@example.com", "Confirm my new email")
+		expect(t, "confirm email", ann.post(path, url.Values{"token": {token}}), http.StatusOK, "Your account now uses ann.new@example.com")
+		expect(t, "confirm email twice", ann.post(path, url.Values{"token": {token}}), http.StatusBadRequest, "invalid or has expired")
+		expect(t, "account after email change", ann.get("/account"), http.StatusOK, `<dd id="email">ann.new@example.com</dd>`, "ann@example.com", "Verified")
+		if m, _ := h.DevMail().Last("ann@example.com"); !strings.Contains(m.Subject, "was changed") {
+			t.Fatalf("the old address was not told of the change: %q", m.Subject)
 		}
 
 		// Reset: same answer for unknown addresses, and no mail.

@@ -17,8 +17,15 @@ type authForm struct {
 	Action      string // where the form posts (path and query)
 	ClientName  string // OAuth client asking for sign-in, if any
 	MinPassword string
+	Invite      bool   // sign-up needs an invite code
+	InviteCode  string // as typed, kept on an error
 	Error       string
 	errStatus   int
+	// resumeDeletion lets signIn give an account whose deletion did not
+	// finish a session for the deletion page (the /login form only);
+	// deletionResumed reports that it did.
+	resumeDeletion  bool
+	deletionResumed bool
 }
 
 // status is the HTTP status of a form shown again after an error.

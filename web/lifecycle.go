@@ -40,8 +40,8 @@ func (h *Handler) lifecycleRoutes(handle func(string, http.HandlerFunc)) {
 		handle("GET /account/export", user(h.exportPage))
 		handle("GET /account/export/manifest.json", user(h.exportManifest))
 		handle("GET /account/export/data.json", user(h.exportData))
-		handle("GET /account/delete", user(h.deleteForm))
-		handle("POST /account/delete", h.LimitCredentials(http.HandlerFunc(user(h.deleteAccount))).ServeHTTP)
+		handle("GET "+pathAccountDelete, h.deletionUser(h.deleteForm))
+		handle("POST "+pathAccountDelete, h.LimitCredentials(h.deletionUser(h.deleteAccount)).ServeHTTP)
 	}
 }
 
@@ -109,9 +109,29 @@ func (h *Handler) exportData(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// deletionUser admits what RequireUser admits and, in addition, the
+// session of an account whose deletion started but did not finish (see
+// accounts.StartDeletingSession): the deletion pages are the one place
+// such a session works, so the person can see it and retry. It holds no
+// roles there.
+func (h *Handler) deletionUser(next http.HandlerFunc) http.HandlerFunc {
+	active := h.guards.RequireUser(next)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if PrincipalFrom(r.Context()) == nil && hasSessionCookie(r) {
+			sess, err := h.opts.Accounts.Authenticate(r.Context(), r)
+			if errors.Is(err, accounts.ErrDeleting) {
+				p := &Principal{Session: sess}
+				next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+				return
+			}
+		}
+		active.ServeHTTP(w, r)
+	}
+}
+
 func (h *Handler) deleteForm(w http.ResponseWriter, r *http.Request) {
 	u := PrincipalFrom(r.Context()).Session.User
-	h.render(w, r, http.StatusOK, deletePage(h.page(r, "Delete your account"), u.Username, ""))
+	h.render(w, r, http.StatusOK, deletePage(h.page(r, "Delete your account"), u.Username, u.State() == accounts.StateDeleting, ""))
 }
 
 func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
@@ -121,13 +141,13 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	u := PrincipalFrom(ctx).Session.User
 	again := func(status int, msg string) {
-		h.render(w, r, status, deletePage(h.page(r, "Delete your account"), u.Username, msg))
+		h.render(w, r, status, deletePage(h.page(r, "Delete your account"), u.Username, u.State() == accounts.StateDeleting, msg))
 	}
 	if strings.TrimSpace(r.PostFormValue("confirm")) != u.Username {
 		again(http.StatusUnprocessableEntity, "Type your username exactly to confirm.")
 		return
 	}
-	if _, err := h.opts.Accounts.Login(ctx, u.Email, r.PostFormValue("password")); err != nil {
+	if _, err := h.opts.Accounts.VerifyPassword(ctx, u.ID, r.PostFormValue("password")); err != nil {
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
 			again(http.StatusUnauthorized, "Your password is not correct.")
 			return
@@ -148,7 +168,7 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 		}
 		h.log.ErrorContext(ctx, "web: delete account", "user_id", u.ID, "err", err)
 		h.renderError(w, r, http.StatusInternalServerError,
-			"Your account could not be deleted completely. It is marked for deletion and your data stays until it is retried; contact the operator.")
+			"Your account could not be deleted completely. It stays locked, and the data not yet removed is kept, until the deletion finishes: sign in again later to retry it.")
 		return
 	}
 	h.log.InfoContext(ctx, "web: account deleted", "user_id", u.ID)

@@ -3,11 +3,13 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,4 +222,67 @@ func TestOAuthLoginAndConsent(t *testing.T) {
 	if _, approved, ok := consent(url.Values{"decision": {"deny"}}, sameOrigin); !ok || approved {
 		t.Fatalf("deny: %v %v", approved, ok)
 	}
+}
+
+// A person whose deletion failed midway signs in to a page that says so,
+// and finishes it from there; the session works nowhere else.
+func TestDeletionFailedMidwayCanBeFinished(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		acc := newAccounts(t, s, nil)
+		var fail atomic.Bool
+		inv := storage.NewInventory()
+		if err := lifecycle.RegisterInventory(inv); err != nil {
+			t.Fatal(err)
+		}
+		for _, tbl := range []storage.Table{{Name: "email_claims", KeyColumn: "email"}, {Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}} {
+			if err := inv.AddTable(tbl); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lc := lifecycle.New(s, inv, acc, lifecycle.Options{Logger: quietLogger(), Hooks: []lifecycle.Hook{{Name: "flaky", Run: func(context.Context, storage.Owner) error {
+			if fail.Load() {
+				return errors.New("the revocation service is down")
+			}
+			return nil
+		}}}})
+		h := newTestHandler(t, s, func(o *Options) {
+			o.Accounts = acc
+			o.Lifecycle = lc
+			o.CredentialLimit = Limit{Requests: 1000}
+		})
+		srv := serve(t, h)
+		ann := newBrowser(t, srv)
+		u := signedIn(t, h, ann, "ann@example.com", "ann", false)
+
+		fail.Store(true)
+		expect(t, "failed deletion", ann.post("/account/delete", url.Values{"confirm": {"ann"}, "password": {testPassword}}),
+			http.StatusInternalServerError, "sign in again later to retry")
+		if got, err := acc.UserByID(t.Context(), u.ID); err != nil || got.DeletingAt == nil {
+			t.Fatalf("after the failure: %+v, %v; want kept and marked deleting", got, err)
+		}
+
+		// Signing in again leads to the deletion page, which says so.
+		b := newBrowser(t, srv)
+		expect(t, "wrong password", b.post("/login", url.Values{"email": {"ann@example.com"}, "password": {"not the password"}}), http.StatusUnauthorized)
+		a := b.post("/login", url.Values{"email": {"ann@example.com"}, "password": {testPassword}})
+		if a.Status != http.StatusSeeOther || a.Location != "/account/delete" {
+			t.Fatalf("sign-in of a half-deleted account: %d %q\n%s", a.Status, a.Location, a.Body)
+		}
+		expect(t, "pending deletion page", b.get("/account/delete"), http.StatusOK, `id="deletion-pending"`, "Finish deleting my account")
+		for _, path := range []string{"/account", "/account/export", "/account/export/data.json"} {
+			if a := b.get(path); a.Status != http.StatusSeeOther {
+				t.Fatalf("GET %s with the deleting session: %d, want a redirect to sign in", path, a.Status)
+			}
+		}
+		expect(t, "wrong confirmation", b.post("/account/delete", url.Values{"confirm": {"someone"}, "password": {testPassword}}), http.StatusUnprocessableEntity, `id="deletion-pending"`)
+
+		fail.Store(false)
+		expect(t, "finish deletion", b.post("/account/delete", url.Values{"confirm": {"ann"}, "password": {testPassword}}), http.StatusOK, "Your account is deleted")
+		if _, err := acc.UserByID(t.Context(), u.ID); !errors.Is(err, accounts.ErrNotFound) {
+			t.Fatalf("account after the retry: %v", err)
+		}
+		if a := b.post("/login", url.Values{"email": {"ann@example.com"}, "password": {testPassword}}); a.Status != http.StatusUnauthorized {
+			t.Fatalf("sign-in after deletion: %d", a.Status)
+		}
+	})
 }

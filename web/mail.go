@@ -1,14 +1,10 @@
 package web
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
-	"mime/quotedprintable"
 	"net/mail"
 	"slices"
 	"strings"
@@ -21,6 +17,9 @@ type Message struct {
 	To      string // one address, "person@example.com" or "Name <person@example.com>"
 	Subject string
 	Text    string // UTF-8 plain text body
+	// HTML is an optional HTML alternative of Text. SMTPMailer sends both
+	// parts, making the HTML from Text when this is empty.
+	HTML string
 }
 
 // Mailer sends email. Send returns once the message is handed over (to an
@@ -47,32 +46,6 @@ func (msg Message) validate() (*mail.Address, error) {
 		return nil, fmt.Errorf("%w: empty body", ErrInvalidMessage)
 	}
 	return to, nil
-}
-
-// compose renders msg as an RFC 5322 message from from, with CRLF line
-// ends, a quoted-printable UTF-8 body and encoded headers.
-func compose(from *mail.Address, to *mail.Address, msg Message, now time.Time) []byte {
-	var b bytes.Buffer
-	domain := from.Address[strings.LastIndexByte(from.Address, '@')+1:]
-	hdr := func(k, v string) { b.WriteString(k + ": " + v + "\r\n") }
-	hdr("From", from.String())
-	hdr("To", to.String())
-	hdr("Subject", mime.QEncoding.Encode("utf-8", msg.Subject))
-	hdr("Date", now.Format(time.RFC1123Z))
-	hdr("Message-ID", "<"+rand.Text()+"@"+domain+">")
-	hdr("MIME-Version", "1.0")
-	hdr("Content-Type", "text/plain; charset=utf-8")
-	hdr("Content-Transfer-Encoding", "quoted-printable")
-	hdr("Auto-Submitted", "auto-generated")
-	b.WriteString("\r\n")
-	qp := quotedprintable.NewWriter(&b)
-	text := strings.ReplaceAll(strings.ReplaceAll(msg.Text, "\r\n", "\n"), "\n", "\r\n")
-	_, _ = qp.Write([]byte(text))
-	_ = qp.Close()
-	if !bytes.HasSuffix(b.Bytes(), []byte("\r\n")) {
-		b.WriteString("\r\n")
-	}
-	return b.Bytes()
 }
 
 // DevMailer keeps messages in memory instead of sending them, for

@@ -31,8 +31,9 @@ func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.Autho
 		}
 	}
 	f := authForm{Action: req.FormAction, ClientName: req.ClientName}
+	csp := authorizePolicy(req.RedirectURI)
 	if r.Method != http.MethodPost || r.PostFormValue("password") == "" {
-		h.render(w, r, http.StatusOK, loginPage(h.page(r, "Sign in"), f))
+		h.renderCSP(w, r, http.StatusOK, loginPage(h.page(r, "Sign in"), f), csp)
 		return 0, false
 	}
 	if err := h.csrf.Check(r); err != nil {
@@ -45,7 +46,7 @@ func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.Autho
 	f.Email = strings.TrimSpace(r.PostFormValue("email"))
 	u, ok := h.signIn(w, r, &f)
 	if !ok {
-		h.render(w, r, f.status(), loginPage(h.page(r, "Sign in"), f))
+		h.renderCSP(w, r, f.status(), loginPage(h.page(r, "Sign in"), f), csp)
 		return 0, false
 	}
 	return u.ID, true
@@ -55,6 +56,10 @@ func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.Autho
 // decision=approve or decision=deny answers; anything else shows the
 // consent page. The page cannot be framed (frame-ancestors 'none',
 // X-Frame-Options DENY).
+//
+// The sign-in and consent pages are the only ones whose form-action also
+// allows the request's redirect URI (see authorizePolicy): their forms post
+// here, and the answer redirects the browser to the client.
 func (h *Handler) Consent(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) (approved, ok bool) {
 	if r.Method == http.MethodPost {
 		switch r.PostFormValue("decision") {
@@ -73,6 +78,6 @@ func (h *Handler) Consent(w http.ResponseWriter, r *http.Request, req *oauth.Aut
 	}
 	p := h.page(r, "Connect "+req.ClientName)
 	p.Viewer = &viewer{Username: u.Username}
-	h.render(w, r, http.StatusOK, consentPage(p, req, u.Username))
+	h.renderCSP(w, r, http.StatusOK, consentPage(p, req, u.Username), authorizePolicy(req.RedirectURI))
 	return false, false
 }

@@ -2,7 +2,10 @@ package web
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -54,7 +57,9 @@ func (h *Handler) routes() http.Handler {
 	handle("POST "+accounts.PasswordSetupPath, limit(h.passwordSetup))
 	handle("GET "+pathAccount, user(h.account))
 	handle("POST "+pathAccountPass, limit(user(h.changePassword)))
-	handle("POST "+pathAccountEmail, user(h.changeEmail))
+	handle("POST "+pathAccountEmail, limit(user(h.changeEmail)))
+	handle("GET "+pathConfirmEmail, h.confirmEmailForm)
+	handle("POST "+pathConfirmEmail, limit(h.confirmEmail))
 	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
@@ -94,7 +99,22 @@ func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, h.prefix+"/login", http.StatusSeeOther)
 }
 
+// devMailbox lists the kept development mail. The messages hold working
+// sign-in links, so only a client on a loopback address (after the
+// trusted-proxy rules) may read them; anyone else gets the same 404 as
+// for a path that does not exist.
+//
+// Two ways around the address check are closed as well. A tunnel or proxy
+// on this machine that is not a trusted proxy makes every client look
+// local: a request carrying forwarding headers from an untrusted peer is
+// refused. And a web page can point its own host name at 127.0.0.1 (DNS
+// rebinding) and read the mailbox from the developer's browser: the Host
+// must be a loopback name or address, or the host of BaseURL.
 func (h *Handler) devMailbox(w http.ResponseWriter, r *http.Request) {
+	if !h.devMailAllowed(r) {
+		h.notFoundJSON(w, r)
+		return
+	}
 	h.render(w, r, http.StatusOK, devMailPage(h.page(r, "Development mailbox"), h.devMail.Messages()))
 }
 
@@ -123,6 +143,36 @@ func hasSessionCookie(r *http.Request) bool {
 		if _, err := r.Cookie(name); err == nil {
 			return true
 		}
+	}
+	return false
+}
+
+// devMailAllowed reports whether r may read the development mailbox (see
+// devMailbox).
+func (h *Handler) devMailAllowed(r *http.Request) bool {
+	if a := h.ipOf.Addr(r); !a.IsValid() || !a.IsLoopback() {
+		return false
+	}
+	if peer := parseHostAddr(r.RemoteAddr); !h.ipOf.trusted(peer) {
+		for _, name := range []string{"X-Forwarded-For", "Forwarded", "X-Real-Ip", "X-Forwarded-Host"} {
+			if r.Header.Get(name) != "" {
+				return false
+			}
+		}
+	}
+	host := r.Host
+	if hostname, _, err := net.SplitHostPort(host); err == nil {
+		host = hostname
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	if host == "localhost" {
+		return true
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap().IsLoopback()
+	}
+	if base, err := url.Parse(h.opts.BaseURL); err == nil && base.Hostname() != "" {
+		return strings.EqualFold(base.Hostname(), host)
 	}
 	return false
 }

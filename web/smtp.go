@@ -1,13 +1,20 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"html"
 	"net"
 	"net/mail"
-	"net/smtp"
+	"regexp"
+	"strconv"
+	"strings"
+
+	gomail "github.com/wneessen/go-mail"
+	"net/url"
 	"time"
 )
 
@@ -26,6 +33,66 @@ const (
 	SMTPPlaintext
 )
 
+// SMTPAuth names a SASL mechanism.
+type SMTPAuth string
+
+// The mechanisms SMTPMailer speaks.
+const (
+	SMTPAuthPlain   SMTPAuth = "plain"
+	SMTPAuthXOAUTH2 SMTPAuth = "xoauth2"
+)
+
+// ParseSMTPURL reads the server, credentials and security of an SMTP URL:
+//
+//	smtp://USER:PASS@HOST:PORT?tls=starttls|tls|none&auth=plain|xoauth2
+//
+// tls defaults to starttls (port 587 when none is given; 465 for tls, 25
+// for none); user and password are URL-encoded. The sender (From) is not
+// part of the URL.
+func ParseSMTPURL(raw string) (SMTPConfig, error) {
+	var c SMTPConfig
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "smtp" && u.Scheme != "smtps") || u.Hostname() == "" || (u.Path != "" && u.Path != "/") {
+		return c, errors.New("web: smtp URL: want smtp://USER:PASS@HOST:PORT?tls=starttls|tls|none")
+	}
+	q := u.Query()
+	tlsMode := q.Get("tls")
+	if tlsMode == "" && u.Scheme == "smtps" {
+		tlsMode = "tls"
+	}
+	port := u.Port()
+	switch tlsMode {
+	case "", "starttls":
+		c.Security = SMTPStartTLS
+		port = cmp.Or(port, "587")
+	case "tls":
+		c.Security = SMTPImplicitTLS
+		port = cmp.Or(port, "465")
+	case "none":
+		c.Security = SMTPPlaintext
+		port = cmp.Or(port, "25")
+	default:
+		return c, fmt.Errorf("web: smtp URL: tls=%q: want starttls, tls or none", tlsMode)
+	}
+	switch auth := SMTPAuth(q.Get("auth")); auth {
+	case "", SMTPAuthPlain, SMTPAuthXOAUTH2:
+		c.Auth = cmp.Or(auth, SMTPAuthPlain)
+	default:
+		return c, fmt.Errorf("web: smtp URL: auth=%q: want plain or xoauth2", auth)
+	}
+	for k := range q {
+		if k != "tls" && k != "auth" {
+			return c, fmt.Errorf("web: smtp URL: unknown parameter %q", k)
+		}
+	}
+	c.Addr = net.JoinHostPort(u.Hostname(), port)
+	if u.User != nil {
+		c.Username = u.User.Username()
+		c.Password, _ = u.User.Password()
+	}
+	return c, nil
+}
+
 // SMTPConfig configures an SMTPMailer.
 type SMTPConfig struct {
 	// Addr is the server's host:port. Required.
@@ -36,6 +103,10 @@ type SMTPConfig struct {
 	// Username and Password, when Username is set, authenticate with AUTH
 	// PLAIN (only ever over TLS or to a loopback relay).
 	Username, Password string
+	// Auth selects the SASL mechanism when Username is set: SMTPAuthPlain
+	// (default) or SMTPAuthXOAUTH2, where Password is an OAuth 2 access
+	// token (Google Workspace, Microsoft 365).
+	Auth SMTPAuth
 	// Security is how the connection is protected. Default SMTPStartTLS.
 	Security SMTPSecurity
 	// TLSConfig is used for STARTTLS and implicit TLS. Default: verify the
@@ -103,9 +174,11 @@ func isLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Send delivers msg to the server. It fails when the context ends, the
-// connection cannot be secured as configured, or the server refuses the
-// message; the error never contains the password.
+// Send delivers msg to the server (through github.com/wneessen/go-mail),
+// as a multipart/alternative message with a plain-text part and an HTML
+// part (Message.HTML, or one made from the text). It fails when the
+// context ends, the connection cannot be secured as configured, or the
+// server refuses the message; the error never contains the password.
 func (m *SMTPMailer) Send(ctx context.Context, msg Message) (err error) {
 	to, err := msg.validate()
 	if err != nil {
@@ -114,71 +187,109 @@ func (m *SMTPMailer) Send(ctx context.Context, msg Message) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
 
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", m.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("web: smtp connect: %w", err)
+	gm := gomail.NewMsg(gomail.WithCharset(gomail.CharsetUTF8), gomail.WithEncoding(gomail.EncodingQP))
+	if err := gm.From(m.from.String()); err != nil {
+		return fmt.Errorf("%w: sender: %v", ErrInvalidMessage, err)
 	}
-	// Close the connection when ctx ends, which unblocks any read or write.
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	defer func() {
-		if !stop() && err != nil {
-			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
-		}
-	}()
-	defer conn.Close()
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
+	if err := gm.To(to.String()); err != nil {
+		return fmt.Errorf("%w: recipient %q", ErrInvalidMessage, msg.To)
 	}
-	if m.cfg.Security == SMTPImplicitTLS {
-		tc := tls.Client(conn, m.cfg.TLSConfig)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("web: smtp tls: %w", err)
-		}
-		conn = tc
+	gm.Subject(msg.Subject)
+	gm.SetDate()
+	gm.SetMessageID()
+	gm.SetGenHeader("Auto-Submitted", "auto-generated")
+	gm.SetBodyString(gomail.TypeTextPlain, strings.ReplaceAll(msg.Text, "\r\n", "\n"))
+	gm.AddAlternativeString(gomail.TypeTextHTML, cmp.Or(msg.HTML, textToHTML(msg.Text)))
+
+	host, portText, _ := net.SplitHostPort(m.cfg.Addr)
+	port, _ := strconv.Atoi(portText)
+	opts := []gomail.Option{
+		gomail.WithPort(port),
+		gomail.WithHELO(m.cfg.HelloName),
+		gomail.WithTimeout(m.cfg.Timeout),
+		gomail.WithoutNoop(),
+		gomail.WithoutRset(), // one message per connection
+		// Close the connection when ctx ends, which unblocks any read or
+		// write (go-mail checks the context only between steps).
+		gomail.WithDialContextFunc(func(dctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			conn, err := d.DialContext(dctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Send's context, not the dial's (which go-mail ends once
+			// connected).
+			context.AfterFunc(ctx, func() { _ = conn.Close() })
+			return conn, nil
+		}),
 	}
-	c, err := smtp.NewClient(conn, m.host)
-	if err != nil {
-		return fmt.Errorf("web: smtp greeting: %w", err)
+	tlsConfig := m.cfg.TLSConfig
+	if tlsConfig == nil {
+		tlsConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+	} else if tlsConfig.ServerName == "" {
+		tlsConfig = tlsConfig.Clone()
+		tlsConfig.ServerName = host
 	}
-	defer c.Close()
-	if err := c.Hello(m.cfg.HelloName); err != nil {
-		return fmt.Errorf("web: smtp hello: %w", err)
-	}
-	if m.cfg.Security == SMTPStartTLS {
-		if ok, _ := c.Extension("STARTTLS"); !ok {
-			return errors.New("web: smtp: the server does not offer STARTTLS")
-		}
-		if err := c.StartTLS(m.cfg.TLSConfig); err != nil {
-			return fmt.Errorf("web: smtp starttls: %w", err)
-		}
+	opts = append(opts, gomail.WithTLSConfig(tlsConfig))
+	switch m.cfg.Security {
+	case SMTPImplicitTLS:
+		opts = append(opts, gomail.WithSSL())
+	case SMTPPlaintext:
+		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS))
+	default:
+		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSMandatory))
 	}
 	if m.cfg.Username != "" {
-		if ok, _ := c.Extension("AUTH"); !ok {
-			return errors.New("web: smtp: the server does not offer AUTH")
+		mech := gomail.SMTPAuthPlain
+		if m.cfg.Security == SMTPPlaintext {
+			// Only ever to a loopback relay (NewSMTPMailer checks).
+			mech = gomail.SMTPAuthPlainNoEnc
 		}
-		if err := c.Auth(smtp.PlainAuth("", m.cfg.Username, m.cfg.Password, m.host)); err != nil {
-			return fmt.Errorf("web: smtp auth: %w", err)
+		if m.cfg.Auth == SMTPAuthXOAUTH2 {
+			mech = gomail.SMTPAuthXOAUTH2
 		}
+		opts = append(opts, gomail.WithSMTPAuth(mech), gomail.WithUsername(m.cfg.Username), gomail.WithPassword(m.cfg.Password))
 	}
-	if err := c.Mail(m.from.Address); err != nil {
-		return fmt.Errorf("web: smtp mail from: %w", err)
-	}
-	if err := c.Rcpt(to.Address); err != nil {
-		return fmt.Errorf("web: smtp rcpt to: %w", err)
-	}
-	wc, err := c.Data()
+	c, err := gomail.NewClient(host, opts...)
 	if err != nil {
-		return fmt.Errorf("web: smtp data: %w", err)
+		return fmt.Errorf("web: smtp: %w", err)
 	}
-	if _, err := wc.Write(compose(m.from, to, msg, time.Now())); err != nil {
-		return fmt.Errorf("web: smtp write message: %w", err)
-	}
-	if err := wc.Close(); err != nil {
-		return fmt.Errorf("web: smtp end of data: %w", err)
-	}
-	if err := c.Quit(); err != nil {
-		return fmt.Errorf("web: smtp quit: %w", err)
+	if err := c.DialAndSendWithContext(ctx, gm); err != nil {
+		if m.cfg.Password != "" {
+			err = errors.New(strings.ReplaceAll(err.Error(), m.cfg.Password, "[redacted]"))
+		}
+		if cause := context.Cause(ctx); cause != nil {
+			return fmt.Errorf("web: smtp: %w (%w)", err, cause)
+		}
+		return fmt.Errorf("web: smtp: %w", err)
 	}
 	return nil
+}
+
+var mailLinkPattern = regexp.MustCompile(`https?://[^\s<>"]+`)
+
+// textToHTML renders a plain-text mail as simple HTML: paragraphs, line
+// breaks and clickable links, everything escaped.
+func textToHTML(text string) string {
+	var b strings.Builder
+	b.WriteString("<!doctype html><html><body style=\"font-family:sans-serif;line-height:1.5\">")
+	for _, para := range strings.Split(strings.ReplaceAll(strings.TrimSpace(text), "\r\n", "\n"), "\n\n") {
+		b.WriteString("<p>")
+		for i, line := range strings.Split(para, "\n") {
+			if i > 0 {
+				b.WriteString("<br>")
+			}
+			last := 0
+			for _, loc := range mailLinkPattern.FindAllStringIndex(line, -1) {
+				b.WriteString(html.EscapeString(line[last:loc[0]]))
+				u := html.EscapeString(line[loc[0]:loc[1]])
+				b.WriteString(`<a href="` + u + `">` + u + `</a>`)
+				last = loc[1]
+			}
+			b.WriteString(html.EscapeString(line[last:]))
+		}
+		b.WriteString("</p>")
+	}
+	b.WriteString("</body></html>")
+	return b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"mime"
+	"mime/multipart"
 	"mime/quotedprintable"
 	"net"
 	"net/http"
@@ -94,7 +95,7 @@ func (f *fakeSMTP) session(c net.Conn) {
 				exts = append(exts, "250-STARTTLS")
 			}
 			if f.user != "" && cur.TLS {
-				exts = append(exts, "250-AUTH PLAIN")
+				exts = append(exts, "250-AUTH PLAIN XOAUTH2")
 			}
 			exts = append(exts, "250 SIZE 1000000")
 			say(strings.Join(exts, "\r\n"))
@@ -110,6 +111,16 @@ func (f *fakeSMTP) session(c net.Conn) {
 			mech, resp, _ := strings.Cut(arg, " ")
 			raw, _ := base64.StdEncoding.DecodeString(resp)
 			parts := strings.Split(string(raw), "\x00")
+			if mech == "XOAUTH2" {
+				// user=U^Aauth=Bearer TOKEN^A^A
+				if string(raw) != "user="+f.user+"\x01auth=Bearer "+f.pass+"\x01\x01" {
+					say("535 authentication failed")
+					continue
+				}
+				cur.AuthUser = f.user + " (xoauth2)"
+				say("235 ok")
+				continue
+			}
 			if mech != "PLAIN" || len(parts) != 3 || parts[1] != f.user || parts[2] != f.pass {
 				say("535 authentication failed")
 				continue
@@ -182,6 +193,8 @@ func TestSMTPMailerDelivers(t *testing.T) {
 		{"plain text to a loopback relay", &fakeSMTP{}, SMTPConfig{Security: SMTPPlaintext}, false, ""},
 		{"starttls with auth", &fakeSMTP{tlsConfig: serverTLS, user: "mailer", pass: "s3cret"},
 			SMTPConfig{Username: "mailer", Password: "s3cret", TLSConfig: clientTLS}, true, "mailer"},
+		{"starttls with xoauth2", &fakeSMTP{tlsConfig: serverTLS, user: "mailer@example.com", pass: "ya29.token"},
+			SMTPConfig{Username: "mailer@example.com", Password: "ya29.token", Auth: SMTPAuthXOAUTH2, TLSConfig: clientTLS}, true, "mailer@example.com (xoauth2)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,12 +224,38 @@ func TestSMTPMailerDelivers(t *testing.T) {
 			if err != nil || subject != msg.Subject {
 				t.Fatalf("subject %q (%v), want %q", subject, err, msg.Subject)
 			}
-			body, err := io.ReadAll(quotedprintable.NewReader(parsed.Body))
-			if err != nil {
-				t.Fatal(err)
+			// multipart/alternative: the text as sent, and an HTML part
+			// with the link clickable.
+			mt, params, err := mime.ParseMediaType(parsed.Header.Get("Content-Type"))
+			if err != nil || mt != "multipart/alternative" {
+				t.Fatalf("content type %q (%v), want multipart/alternative", parsed.Header.Get("Content-Type"), err)
 			}
-			if want := strings.ReplaceAll(msg.Text, "\n", "\r\n"); string(body) != want {
-				t.Fatalf("body %q, want %q", body, want)
+			parts := map[string]string{}
+			mr := multipart.NewReader(parsed.Body, params["boundary"])
+			for {
+				p, err := mr.NextRawPart()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				ct, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type"))
+				var r io.Reader = p
+				if strings.EqualFold(p.Header.Get("Content-Transfer-Encoding"), "quoted-printable") {
+					r = quotedprintable.NewReader(p)
+				}
+				b, err := io.ReadAll(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				parts[ct] = string(b)
+			}
+			if got, want := strings.ReplaceAll(parts["text/plain"], "\r\n", "\n"), msg.Text; got != want {
+				t.Fatalf("text part %q, want %q", got, want)
+			}
+			if h := parts["text/html"]; !strings.Contains(h, `<a href="https://enclave.example/verify-email?token=`) || !strings.Contains(h, "Hello Zoë") {
+				t.Fatalf("html part %q", h)
 			}
 			for _, k := range []string{"Date", "Message-Id", "From", "To"} {
 				if parsed.Header.Get(k) == "" {
@@ -291,4 +330,34 @@ func TestSMTPMailerRefuses(t *testing.T) {
 			t.Fatal("accepted plain-text SMTP to a remote host")
 		}
 	})
+}
+
+func TestParseSMTPURL(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want SMTPConfig
+	}{
+		{"smtp://u%40x:p%2Fw@mail.example.com", SMTPConfig{Addr: "mail.example.com:587", Username: "u@x", Password: "p/w", Security: SMTPStartTLS, Auth: SMTPAuthPlain}},
+		{"smtp://mail.example.com:2525?tls=starttls", SMTPConfig{Addr: "mail.example.com:2525", Security: SMTPStartTLS, Auth: SMTPAuthPlain}},
+		{"smtp://u:p@mail.example.com?tls=tls", SMTPConfig{Addr: "mail.example.com:465", Username: "u", Password: "p", Security: SMTPImplicitTLS, Auth: SMTPAuthPlain}},
+		{"smtps://mail.example.com", SMTPConfig{Addr: "mail.example.com:465", Security: SMTPImplicitTLS, Auth: SMTPAuthPlain}},
+		{"smtp://127.0.0.1:25?tls=none", SMTPConfig{Addr: "127.0.0.1:25", Security: SMTPPlaintext, Auth: SMTPAuthPlain}},
+		{"smtp://me%40example.com:tok@smtp.gmail.com:587?auth=xoauth2", SMTPConfig{Addr: "smtp.gmail.com:587", Username: "me@example.com", Password: "tok", Security: SMTPStartTLS, Auth: SMTPAuthXOAUTH2}},
+	} {
+		got, err := ParseSMTPURL(tc.raw)
+		if tc.want == (SMTPConfig{}) {
+			if err == nil {
+				t.Errorf("%s: accepted", tc.raw)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %+v %v, want %+v", tc.raw, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"http://mail.example.com", "smtp://", "smtp://h?tls=maybe", "smtp://h?auth=login", "smtp://h?from=x"} {
+		if _, err := ParseSMTPURL(bad); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
 }

@@ -8,18 +8,24 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/accounts"
 )
 
 // Token purposes and lifetimes.
 const (
 	purposeVerifyEmail   = "verify_email"
 	purposeResetPassword = "reset_password"
+	purposeChangeEmail   = "change_email"
 
 	// VerifyEmailTTL is how long an email-verification link works.
 	VerifyEmailTTL = 24 * time.Hour
+	// ChangeEmailTTL is how long an email-change confirmation link works.
+	ChangeEmailTTL = 24 * time.Hour
 	// ResetPasswordTTL is how long a password-reset link works.
 	ResetPasswordTTL = time.Hour
 
@@ -109,7 +115,50 @@ func (h *Handler) consumeToken(ctx context.Context, token, purpose string) (mail
 	if len(rows) != 1 || !h.now().Before(rows[0].ExpiresAt) {
 		return mailToken{}, errBadToken
 	}
-	return rows[0], nil
+	return h.issuedToAccount(ctx, rows[0])
+}
+
+// issuedToAccount returns row unless it was issued before its account was
+// created (then errBadToken): identities are never reused, so such a link
+// belonged to an earlier account.
+//
+// An email-change link is also refused when the password changed after it
+// was issued: it moves the account to an address its requester holds, so
+// it dies with the password like sessions and grants do.
+func (h *Handler) issuedToAccount(ctx context.Context, row mailToken) (mailToken, error) {
+	check := h.opts.Accounts.CheckIssuedToAccount
+	if row.Purpose == purposeChangeEmail {
+		check = h.opts.Accounts.CheckIssuedSincePassword
+	}
+	if err := check(ctx, row.UserID, row.CreatedAt); err != nil {
+		if errors.Is(err, accounts.ErrInvalidToken) {
+			return mailToken{}, errBadToken
+		}
+		return mailToken{}, fmt.Errorf("web: read token account: %w", err)
+	}
+	if row.Purpose == purposeResetPassword {
+		if left, err := h.addressLeft(ctx, row); err != nil {
+			return mailToken{}, err
+		} else if left {
+			return mailToken{}, errBadToken
+		}
+	}
+	return row, nil
+}
+
+// addressLeft reports whether row's account no longer uses the address the
+// link was mailed to. A reset link waiting in a mailbox the person moved
+// away from (perhaps because someone else reads it) must not hand the
+// account back.
+func (h *Handler) addressLeft(ctx context.Context, row mailToken) (bool, error) {
+	u, err := h.opts.Accounts.UserByID(ctx, row.UserID)
+	if errors.Is(err, accounts.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("web: read token account: %w", err)
+	}
+	return !strings.EqualFold(u.Email, row.Email), nil
 }
 
 // peekToken returns token's row without using it up: for showing the form
@@ -126,7 +175,7 @@ func (h *Handler) peekToken(ctx context.Context, token, purpose string) (mailTok
 	case !h.now().Before(row.ExpiresAt):
 		return mailToken{}, errBadToken
 	}
-	return row, nil
+	return h.issuedToAccount(ctx, row)
 }
 
 // retireTokens expires every token of userID with purpose.

@@ -11,8 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -45,6 +48,11 @@ type Options struct {
 	// it. Without it, mail goes through an in-memory queue. A DevMailer
 	// always gets mail at once.
 	Outbox *outbox.Outbox
+
+	// Registry, when set, adds the admin pages that act through
+	// capabilities (overview, OAuth clients, invite codes): they parse,
+	// call Registry.Invoke as the signed-in admin, and render.
+	Registry *capabilities.Registry
 
 	// Secrets, when set, adds the secrets page: the one place where a
 	// person sees the value of a secret they stored (agents never can).
@@ -260,6 +268,22 @@ func (h *Handler) sendMail(ctx context.Context, msg Message) {
 	}
 }
 
+// sendNotice mails msg, which carries no link to act on: through the
+// outbox (in its own transaction) when there is one, otherwise like
+// sendMail. A failure is logged.
+func (h *Handler) sendNotice(ctx context.Context, msg Message) {
+	if h.opts.Outbox == nil || h.devMail != nil {
+		h.sendMail(ctx, msg)
+		return
+	}
+	err := h.opts.Store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		return h.enqueueMail(ctx, tx, msg)
+	})
+	if err != nil {
+		h.log.ErrorContext(ctx, "web: queue mail", "to", msg.To, "err", err)
+	}
+}
+
 // ServeHTTP serves the web shell.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
@@ -272,6 +296,17 @@ func (h *Handler) Limiter() *Limiter { return h.limiter }
 // ClientAddr returns the address of r's client under the trusted-proxy
 // setting.
 func (h *Handler) ClientAddr(r *http.Request) netip.Addr { return h.ipOf.Addr(r) }
+
+// ClientKey returns r's client address as the rate limits and the audit
+// log record it: found under the trusted-proxy setting, IPv6 grouped by
+// /64; "" when the address is unknown. Hash it with audit.Log.HashIP.
+func (h *Handler) ClientKey(r *http.Request) string {
+	a := h.ipOf.Addr(r)
+	if !a.IsValid() {
+		return ""
+	}
+	return clientBucket(a)
+}
 
 // DevMail returns the development mailer in use, or nil when mail is really
 // sent.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -147,6 +148,7 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 					for _, m := range []string{method, http.MethodPost} {
 						r := httptest.NewRequest(m, base+path, strings.NewReader(""))
 						r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+						r.RemoteAddr = "127.0.0.1:5555" // the development mailbox answers loopback clients only
 						if signedIn {
 							r.AddCookie(session)
 						}
@@ -376,6 +378,7 @@ func TestProductionFailsClosed(t *testing.T) {
 func TestDevAndMaintenancePaths(t *testing.T) {
 	s := storagetest.Open(t, storage.SQLite)
 	dev := newTestHandler(t, s, nil)
+	devProxied := newTestHandler(t, s, func(o *Options) { o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} })
 	mailer, _ := NewSMTPMailer(SMTPConfig{Addr: "smtp.example.com:587", From: "noreply@example.com"})
 	prod, err := New(Options{Store: s, Accounts: newAccounts(t, s, nil), Logger: quietLogger(), Production: true, BaseURL: "https://enclave.example", Mailer: mailer, SessionKeysPersistent: true})
 	if err != nil {
@@ -389,22 +392,43 @@ func TestDevAndMaintenancePaths(t *testing.T) {
 		path   string
 		status int
 		json   bool
+		remote string // RemoteAddr; default a loopback client
+		xff    string
+		host   string // Host; default localhost:8080
 	}{
-		{dev, "dev mailbox in development", "GET", "/dev/mail", 200, false},
-		{dev, "unknown dev path", "GET", "/dev/nothing", 404, true},
-		{dev, "dev root", "GET", "/dev", 404, true},
-		{dev, "post to dev mailbox", "POST", "/dev/mail", 404, true},
-		{dev, "debug path", "GET", "/debug/pprof/", 404, true},
-		{dev, "maintenance path", "POST", "/maintenance/purge", 404, true},
-		{prod, "dev mailbox in production", "GET", "/dev/mail", 404, true},
-		{prod, "unknown dev path in production", "GET", "/dev/x", 404, true},
-		{prod, "maintenance in production", "GET", "/maintenance", 404, true},
-		{prod, "ordinary unknown page", "GET", "/nope", 404, false},
+		{dev, "dev mailbox in development", "GET", "/dev/mail", 200, false, "", "", ""},
+		{dev, "dev mailbox over IPv6 loopback", "GET", "/dev/mail", 200, false, "[::1]:5555", "", ""},
+		{dev, "dev mailbox from another machine", "GET", "/dev/mail", 404, true, "192.0.2.7:5555", "", ""},
+		{dev, "dev mailbox from a private network", "GET", "/dev/mail", 404, true, "10.1.2.3:5555", "", ""},
+		{devProxied, "dev mailbox through a local proxy for a remote client", "GET", "/dev/mail", 404, true, "127.0.0.1:5555", "198.51.100.9", ""},
+		{devProxied, "dev mailbox through a local proxy for a local client", "GET", "/dev/mail", 200, false, "127.0.0.1:5555", "127.0.0.1", ""},
+		{dev, "dev mailbox by the base URL's host", "GET", "/dev/mail", 200, false, "", "", "enclave.test"},
+		{dev, "dev mailbox by a loopback address", "GET", "/dev/mail", 200, false, "", "", "127.0.0.1:8080"},
+		{dev, "dev mailbox by IPv6 loopback", "GET", "/dev/mail", 200, false, "", "", "[::1]:8080"},
+		{dev, "dev mailbox by a rebound host name", "GET", "/dev/mail", 404, true, "", "", "attacker.example:8080"},
+		{dev, "dev mailbox by a host name ending in localhost", "GET", "/dev/mail", 404, true, "", "", "localhost.attacker.example"},
+		{dev, "dev mailbox through an untrusted local tunnel", "GET", "/dev/mail", 404, true, "", "198.51.100.9", ""},
+		{dev, "dev mailbox through an untrusted tunnel naming loopback", "GET", "/dev/mail", 404, true, "", "127.0.0.1", ""},
+		{dev, "unknown dev path", "GET", "/dev/nothing", 404, true, "", "", ""},
+		{dev, "dev root", "GET", "/dev", 404, true, "", "", ""},
+		{dev, "post to dev mailbox", "POST", "/dev/mail", 404, true, "", "", ""},
+		{dev, "debug path", "GET", "/debug/pprof/", 404, true, "", "", ""},
+		{dev, "maintenance path", "POST", "/maintenance/purge", 404, true, "", "", ""},
+		{prod, "dev mailbox in production", "GET", "/dev/mail", 404, true, "", "", ""},
+		{prod, "unknown dev path in production", "GET", "/dev/x", 404, true, "", "", ""},
+		{prod, "maintenance in production", "GET", "/maintenance", 404, true, "", "", ""},
+		{prod, "ordinary unknown page", "GET", "/nope", 404, false, "", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
-			tt.h.ServeHTTP(w, httptest.NewRequest(tt.method, tt.path, nil))
+			req := httptest.NewRequest(tt.method, tt.path, nil)
+			req.RemoteAddr = cmp.Or(tt.remote, "127.0.0.1:5555")
+			req.Host = cmp.Or(tt.host, "localhost:8080")
+			if tt.xff != "" {
+				req.Header.Set("X-Forwarded-For", tt.xff)
+			}
+			tt.h.ServeHTTP(w, req)
 			if w.Code != tt.status {
 				t.Fatalf("status %d, want %d", w.Code, tt.status)
 			}
@@ -430,7 +454,10 @@ func TestDevMailbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest("GET", "/dev/mail", nil))
+	req := httptest.NewRequest("GET", "/dev/mail", nil)
+	req.RemoteAddr = "127.0.0.1:5555"
+	req.Host = "localhost:8080"
+	h.ServeHTTP(w, req)
 	body := w.Body.String()
 	if !strings.Contains(body, "ann@example.com") || !strings.Contains(body, "Hello &lt;b&gt;") {
 		t.Fatalf("mailbox does not show the message (escaped):\n%s", body)

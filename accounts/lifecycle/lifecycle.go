@@ -21,7 +21,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -83,17 +82,16 @@ type DeletionResult struct {
 }
 
 // Delete deletes the account of o. It refuses (accounts.ErrLastAdmin) when
-// o is the last admin. On a critical failure it returns the partial result
+// o is the last active admin. On a critical failure it returns the partial result
 // and an error; the account stays marked deleting with its data for a retry.
 func (s *Service) Delete(ctx context.Context, o storage.Owner) (DeletionResult, error) {
 	res := DeletionResult{Deleted: map[string]int64{}}
 	if _, err := s.accounts.UserByID(ctx, o.ID); err != nil {
 		return res, fmt.Errorf("lifecycle: delete: %w", err)
 	}
-	// The last admin keeps their role and their account.
-	if _, err := s.accounts.RemoveRole(ctx, o.ID, capabilities.RoleAdmin); err != nil {
-		return res, fmt.Errorf("lifecycle: delete: %w", err)
-	}
+	// The last active admin keeps their account: marking it deleting is
+	// refused atomically. Roles, like every other row, are removed only by
+	// the final transaction, so a deletion that fails midway leaves them.
 	if _, err := s.accounts.MarkDeleting(ctx, o.ID); err != nil {
 		return res, fmt.Errorf("lifecycle: delete: mark deleting: %w", err)
 	}

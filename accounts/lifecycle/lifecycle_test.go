@@ -306,3 +306,35 @@ func TestLastAdminCannotDeleteTheirAccount(t *testing.T) {
 		}
 	})
 }
+
+// A deletion that fails midway leaves the account's roles: they go only
+// with its rows, in the final transaction. While it is marked deleting the
+// account no longer counts as an active admin, so the other admin cannot
+// be suspended; the retry completes.
+func TestFailedDeletionKeepsRoles(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		w := setup(t, s)
+		for _, o := range []storage.Owner{w.alice, w.bob} {
+			if _, err := w.acc.AssignRole(ctx, o.ID, capabilities.RoleAdmin); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.faulty.failDeletes.Store(true)
+		if res, err := w.svc.Delete(ctx, w.alice); err == nil || res.Completed {
+			t.Fatalf("deletion with failing blob storage: %+v, %v", res, err)
+		}
+		g, err := w.acc.RolesAndPermissions(ctx, w.alice.ID)
+		if err != nil || !g.HasRole(capabilities.RoleAdmin) || !g.HasRole(capabilities.RoleUser) {
+			t.Fatalf("roles after a failed deletion: %+v, %v; want admin and user kept", g, err)
+		}
+		if _, err := w.acc.Suspend(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+			t.Fatalf("suspending the only active admin while the other is being deleted: %v, want ErrLastAdmin", err)
+		}
+		w.faulty.failDeletes.Store(false)
+		res, err := w.svc.Delete(ctx, w.alice)
+		if err != nil || !res.Completed || res.Deleted["sql:user_roles"] != 2 {
+			t.Fatalf("retry: %+v, %v; want completed with both roles removed", res, err)
+		}
+	})
+}

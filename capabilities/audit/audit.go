@@ -84,7 +84,9 @@ func (l *Log) hash(kind, v string) string {
 	return hex.EncodeToString(m.Sum(nil))[:32]
 }
 
-// HashUser hashes a stable user id for the log.
+// HashUser hashes a stable user id for the log. It is the one scheme of
+// every row's UserHash (web events, capability denials, token refusals),
+// and the one adminAuditLogQuery applies to its userId.
 func (l *Log) HashUser(stableUserID string) string { return l.hash("user", stableUserID) }
 
 // HashIP hashes a client IP address for the log.
@@ -105,9 +107,9 @@ func (l *Log) Record(ctx context.Context, e Event) error {
 }
 
 // RecordDenial implements capabilities.Auditor: every refusal at the
-// registry's choke point. The registry hands over an already hashed
-// subject; it is hashed again with the log's key so that every user hash in
-// the log is comparable.
+// registry's choke point. The caller's id is hashed with HashUser, like
+// every other row's, so one user's denials, token refusals and web events
+// are found with the same hash.
 func (l *Log) RecordDenial(ctx context.Context, d capabilities.Denial) {
 	_ = l.Record(ctx, Event{
 		At:       d.At.UTC(),
@@ -115,7 +117,7 @@ func (l *Log) RecordDenial(ctx context.Context, d capabilities.Denial) {
 		Action:   d.Surface + ":" + d.Name,
 		Result:   ResultDenied,
 		Reason:   string(d.Reason),
-		UserHash: d.Subject,
+		UserHash: l.HashUser(d.UserID),
 	})
 }
 

@@ -59,7 +59,21 @@ func TestDenialsAreRecorded(t *testing.T) {
 		// An admin reads the log through the capability, filtered and paged.
 		admin := user
 		admin.UserID, admin.Roles = "admin-1", []string{"user", "admin"}
-		res, err := reg.Invoke(ctx, admin, "adminAuditLogQuery", json.RawMessage(`{"result":"denied","limit":2}`))
+
+		// userId finds the user's denials, written with the one scheme of
+		// every row (HashUser), which the registry's own subject hash
+		// matches under the same key.
+		res, err := reg.Invoke(ctx, admin, "adminAuditLogQuery", json.RawMessage(`{"userId":"u-1"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mine := res.Structured.(audit.QueryOutput).Events; len(mine) != 1 || mine[0].Reason != string(capabilities.ReasonRole) || mine[0].UserHash != log.HashUser("u-1") {
+			t.Fatalf("the denials of u-1 by userId: %+v", mine)
+		}
+		if reg.HashSubject("u-1") != log.HashUser("u-1") {
+			t.Fatalf("registry subject %q and audit hash %q differ under one key", reg.HashSubject("u-1"), log.HashUser("u-1"))
+		}
+		res, err = reg.Invoke(ctx, admin, "adminAuditLogQuery", json.RawMessage(`{"result":"denied","limit":2}`))
 		if err != nil {
 			t.Fatal(err)
 		}

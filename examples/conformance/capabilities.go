@@ -200,8 +200,12 @@ func register(reg *capabilities.Registry) error {
 			Name: "json_schema_2020_12_tool", Domain: "conformance", Description: "Tool with JSON Schema 2020-12 features",
 			Annotations: readOnly,
 			InputSchema: json.RawMessage(`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",
-				"$defs":{"address":{"type":"object","properties":{"street":{"type":"string"},"city":{"type":"string"}}}},
-				"properties":{"name":{"type":"string"},"address":{"$ref":"#/$defs/address"}},
+				"$defs":{"address":{"$anchor":"addressDef","type":"object","properties":{"street":{"type":"string"},"city":{"type":"string"}}}},
+				"properties":{"name":{"type":"string"},"address":{"$ref":"#/$defs/address"},
+					"contactMethod":{"type":"string","enum":["phone","email"]},"phone":{"type":"string"},"email":{"type":"string"}},
+				"allOf":[{"anyOf":[{"required":["phone"]},{"required":["email"]}]}],
+				"if":{"properties":{"contactMethod":{"const":"phone"}},"required":["contactMethod"]},
+				"then":{"required":["phone"]},"else":{"required":["email"]},
 				"additionalProperties":false}`),
 			Handler: func(_ context.Context, _ *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
 				return capabilities.TextResult("Received: " + string(args)), nil
@@ -209,6 +213,12 @@ func register(reg *capabilities.Registry) error {
 		},
 	)
 	if err != nil {
+		return err
+	}
+	if err := reg.Register(append(append(inputTools(), taskTools()...), changers(reg)...)...); err != nil {
+		return err
+	}
+	if err := reg.RegisterPrompt(inputPrompts()...); err != nil {
 		return err
 	}
 	if err := registerResources(reg); err != nil {

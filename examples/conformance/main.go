@@ -105,6 +105,8 @@ func newHandler(baseURL string, log *slog.Logger) (http.Handler, func() error, e
 	srv, err := mcp.New(mcp.Options{
 		Registry: reg, BaseURL: baseURL, Logger: log, Anonymous: &anonymous,
 		Name: "enclave-conformance", Version: "1.0.0",
+		// One process: its memory is enough to keep tasks.
+		Tasks: mcp.MemoryTasks(),
 	})
 	if err != nil {
 		return nil, nil, err

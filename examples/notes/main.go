@@ -1,6 +1,6 @@
 // Command notes serves enclave with a user-owned "notes" domain: notes with
 // file attachments, exported and deleted with the account through the
-// ownership inventory.
+// ownership inventory, with its own permission entity, a job and a schedule.
 //
 //	go run ./examples/notes -addr 127.0.0.1:8080 -data-dir notes-data
 package main
@@ -14,7 +14,6 @@ import (
 	"syscall"
 
 	"github.com/enclave-mcp/enclave"
-	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/examples/notes/notes"
 	"github.com/enclave-mcp/enclave/migrations"
 )
@@ -26,13 +25,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	srv, err := enclave.New(ctx, enclave.Config{Addr: *addr, DataDir: *dataDir, Migrations: []migrations.Source{notes.Migrations}})
+	srv, err := enclave.New(ctx, enclave.Config{Addr: *addr, DataDir: *dataDir,
+		Migrations: []migrations.Source{notes.Migrations}, Vocabulary: notes.Vocabulary()})
 	if err != nil {
 		slog.Error("start", "err", err)
 		os.Exit(1)
 	}
 	defer srv.Close()
-	if _, err := notes.Register(srv.Store(), srv.Inventory(), srv.Registry(), lifecycle.Owners(srv.Accounts())); err != nil {
+	if _, err := notes.Register(srv); err != nil {
 		slog.Error("register notes", "err", err)
 		os.Exit(1)
 	}

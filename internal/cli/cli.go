@@ -12,12 +12,15 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
@@ -45,10 +48,14 @@ func commands() []command {
 	return []command{
 		{name: "admin grant", args: "EMAIL", summary: "give an account the admin role", run: runAdminGrant},
 		{name: "admin revoke", args: "EMAIL", summary: "take the admin role from an account (never the last admin)", run: runAdminRevoke},
+		backupCommand(),
 		exportCommand(),
+		healthcheckCommand(),
 		{name: "keys rotate", summary: "make new data and session keys and re-encrypt every secret", run: runKeysRotate},
 		{name: "migrate", summary: "apply pending database migrations and exit", run: runMigrate},
-		{name: "serve", summary: "run the server (migrates first)", run: runServe},
+		{name: "migrate status", summary: "list applied and pending migrations (exit 1 when any is pending)", run: runMigrateStatus},
+		restoreCommand(),
+		{name: "serve", summary: "run the server (migrates first, unless --no-migrate)", run: runServe},
 		userCreate(),
 		{name: "user delete", args: "EMAIL", summary: "delete an account and everything it owns (retry after a failure)", run: runUserDelete},
 		{name: "user suspend", args: "EMAIL", summary: "suspend an account: refused everywhere until unsuspended", run: runUserSuspend},
@@ -139,16 +146,27 @@ func usage(w io.Writer, args []string) {
 type options struct {
 	cfg       enclave.Config
 	logFormat string
+	logLevel  string
 	log       *slog.Logger
 
+	signup         string
+	allowedOrigins string
+
 	smtp           web.SMTPConfig
+	smtpURL        string
 	smtpSecurity   string
 	trustedProxies string
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
 var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format",
-	"trusted-proxies", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
+	"log-level", "metrics-addr", "shutdown-timeout", "no-migrate", "signup", "allowed-origins",
+	"trusted-proxies", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
+
+// secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
+// (a mounted Docker or systemd secret), so the value is in no environment
+// and no process listing.
+var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "smtp-url", "smtp-password"}
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.Addr, "addr", enclave.DefaultAddr, "listen address")
@@ -161,19 +179,43 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.KeeperURL, "keeper-url", "", "secrets keeper URL (default a key kept in <data-dir>/keeper.key)")
 	fs.BoolVar(&o.cfg.Production, "production", false, "production mode: require an https base URL, no development routes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
+	fs.StringVar(&o.cfg.MetricsAddr, "metrics-addr", "", "address for Prometheus metrics (GET /metrics) on a listener of their own, e.g. 127.0.0.1:9090 (default off)")
+	fs.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long calls in flight may take to finish")
+	fs.BoolVar(&o.cfg.NoMigrate, "no-migrate", false, "serve without applying migrations (apply them with enclave migrate; /readyz is 503 while any is pending)")
+	fs.StringVar(&o.signup, "signup", "open", "who may create an account: open, invite (an admin's invite code) or closed (CLI only)")
+	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
+	fs.StringVar(&o.smtpURL, "smtp-url", "", "SMTP server as one URL: smtp://USER:PASS@HOST:587?tls=starttls|tls|none[&auth=xoauth2] (replaces --smtp-addr, --smtp-username, --smtp-password and --smtp-security)")
 	fs.StringVar(&o.smtp.Addr, "smtp-addr", "", "SMTP server host:port for verification and reset mail (required with --production)")
 	fs.StringVar(&o.smtp.From, "smtp-from", "", "sender address of that mail")
 	fs.StringVar(&o.smtp.Username, "smtp-username", "", "SMTP user (AUTH PLAIN, only over TLS or to a loopback relay)")
-	fs.StringVar(&o.smtp.Password, "smtp-password", "", "SMTP password (prefer ENCLAVE_SMTP_PASSWORD)")
+	fs.StringVar(&o.smtp.Password, "smtp-password", "", "SMTP password (prefer ENCLAVE_SMTP_PASSWORD_FILE)")
 	fs.StringVar(&o.smtpSecurity, "smtp-security", "starttls", "starttls, tls, or plain (loopback relays only)")
 }
 
 // applyEnv sets each shared flag from ENCLAVE_<NAME> when that variable is
 // set; flags given on the command line are parsed afterwards and win.
 func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	for _, name := range secretFlags {
+		key := envName(name)
+		file := getenv(key + "_FILE")
+		if file == "" {
+			continue
+		}
+		if getenv(key) != "" {
+			return fmt.Errorf("both %s and %s_FILE are set; keep one", key, key)
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("%s_FILE: %w", key, err)
+		}
+		if err := fs.Set(name, strings.TrimRight(string(data), "\r\n")); err != nil {
+			return fmt.Errorf("%s_FILE=%q: %w", key, file, err)
+		}
+	}
 	for _, name := range sharedFlags {
-		key := "ENCLAVE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		key := envName(name)
 		if v := getenv(key); v != "" {
 			if err := fs.Set(name, v); err != nil {
 				return fmt.Errorf("%s=%q: %w", key, v, err)
@@ -183,18 +225,32 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	return nil
 }
 
+// envName is the environment variable of a flag: ENCLAVE_ + NAME.
+func envName(flag string) string {
+	return "ENCLAVE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
 func (o *options) finish(stderr io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
 	var h slog.Handler
 	switch o.logFormat {
 	case "text":
-		h = slog.NewTextHandler(stderr, nil)
+		h = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
 	case "json":
-		h = slog.NewJSONHandler(stderr, nil)
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 	}
 	o.log = slog.New(h)
 	o.cfg.Logger = o.log
+	mode, err := accounts.ParseSignupMode(o.signup)
+	if err != nil {
+		return fmt.Errorf("--signup: %w", err)
+	}
+	o.cfg.Signup = mode
 	for _, p := range strings.Split(o.trustedProxies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
@@ -205,7 +261,32 @@ func (o *options) finish(stderr io.Writer) error {
 		}
 		o.cfg.TrustedProxies = append(o.cfg.TrustedProxies, prefix)
 	}
-	if o.smtp.Addr != "" {
+	for _, origin := range strings.Split(o.allowedOrigins, ",") {
+		if origin = strings.TrimSpace(origin); origin == "" {
+			continue
+		}
+		u, err := url.Parse(origin)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("--allowed-origins %q: want origins such as https://app.example.com", origin)
+		}
+		o.cfg.AllowedOrigins = append(o.cfg.AllowedOrigins, strings.TrimSuffix(origin, "/"))
+	}
+	if o.smtpURL != "" {
+		if o.smtp.Addr != "" {
+			return errors.New("--smtp-url and --smtp-addr are both set; keep one")
+		}
+		c, err := web.ParseSMTPURL(o.smtpURL)
+		if err != nil {
+			return err
+		}
+		c.From = o.smtp.From
+		m, err := web.NewSMTPMailer(c)
+		if err != nil {
+			return err
+		}
+		o.cfg.Mailer = m
+	} else if o.smtp.Addr != "" {
 		switch o.smtpSecurity {
 		case "starttls":
 			o.smtp.Security = web.SMTPStartTLS
@@ -247,30 +328,10 @@ func (o *options) openStore(ctx context.Context) (*storage.Store, error) {
 	return s, nil
 }
 
-// version is set at link time: -ldflags "-X github.com/enclave-mcp/enclave/internal/cli.version=v1.2.3".
-var version = ""
-
-// Version returns the release version, or the module version and VCS
-// revision the binary was built from.
-func Version() string {
-	if version != "" {
-		return version
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(devel)"
-	}
-	v := info.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	return v
-}
+// Version returns the release version (see package internal/version; a
+// release build sets it with -ldflags "-X
+// github.com/enclave-mcp/enclave/internal/version.version=v1.2.3").
+func Version() string { return version.String() }
 
 func runVersion(_ context.Context, e *Env, _ *options, args []string) error {
 	if len(args) > 0 {

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -155,6 +157,39 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(errOut.String(), `"msg":"shutting down"`) {
 		t.Errorf("no JSON shutdown log line in %q", errOut.String())
 	}
+	if strings.Contains(errOut.String(), "non-loopback") {
+		t.Errorf("warned about a loopback address: %q", errOut.String())
+	}
+}
+
+// serve warns when it listens beyond loopback in development mode.
+func TestServeWarnsOnNonLoopbackInDevelopment(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int)
+	env := map[string]string{"ENCLAVE_DATA_DIR": t.TempDir(), "ENCLAVE_LOG_FORMAT": "json"}
+	go func() {
+		done <- Main(ctx, []string{"serve", "--addr", "0.0.0.0:0", "--base-url", "http://localhost:8080"},
+			&Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+	}()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !strings.Contains(out.String(), "is serving on"); {
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d: %s", code, errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if !strings.Contains(errOut.String(), `"level":"WARN"`) || !strings.Contains(errOut.String(), "non-loopback address") || !strings.Contains(errOut.String(), "--production") {
+		t.Fatalf("no warning about a non-loopback address in development: %q", errOut.String())
+	}
 }
 
 func TestServeRefusesHTTPInProduction(t *testing.T) {
@@ -170,6 +205,8 @@ func TestMailAndProxyFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--trusted-proxies", "10.0.0.0/8,not-a-net"}, "--trusted-proxies"},
+		{[]string{"--allowed-origins", "https://app.example.com,app.example.com"}, "--allowed-origins"},
+		{[]string{"--allowed-origins", "https://app.example.com/path"}, "--allowed-origins"},
 		{[]string{"--smtp-addr", "127.0.0.1:2525", "--smtp-from", "a@example.com", "--smtp-security", "rot13"}, "--smtp-security"},
 		{[]string{"--smtp-addr", "mail.example.com:25", "--smtp-from", "a@example.com", "--smtp-security", "plain"}, "loopback"},
 	} {
@@ -212,5 +249,41 @@ func TestServeInProduction(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+}
+
+// --allowed-origins and ENCLAVE_ALLOWED_ORIGINS fill Config.AllowedOrigins;
+// the flag wins over the variable.
+func TestAllowedOriginsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"https://a.example, https://b.example:8443", nil, "[https://a.example https://b.example:8443]"},
+		{"https://a.example", []string{"--allowed-origins", "http://localhost:5173"}, "[http://localhost:5173]"},
+		{"", nil, "[]"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		o := &options{}
+		o.register(fs)
+		err := applyEnv(fs, func(k string) string {
+			if k == "ENCLAVE_ALLOWED_ORIGINS" {
+				return tc.env
+			}
+			return ""
+		})
+		if err == nil {
+			err = fs.Parse(tc.args)
+		}
+		if err == nil {
+			err = o.finish(io.Discard)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(o.cfg.AllowedOrigins); got != tc.want {
+			t.Errorf("env %q args %v: AllowedOrigins %s, want %s", tc.env, tc.args, got, tc.want)
+		}
 	}
 }

@@ -21,6 +21,11 @@ func runServe(ctx context.Context, e *Env, o *options, args []string) error {
 	}
 	defer ln.Close()
 	cfg.Addr = ln.Addr().String()
+	if !cfg.Production && !loopbackOnly(ln.Addr()) {
+		o.log.Warn("serving in development mode on a non-loopback address: development defaults (plain HTTP, "+
+			"mail kept in memory instead of sent) are reachable from other machines; use --production for a public server, "+
+			"or --addr 127.0.0.1:PORT", "addr", cfg.Addr)
+	}
 	srv, err := enclave.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -31,6 +36,7 @@ func runServe(ctx context.Context, e *Env, o *options, args []string) error {
   web shell:    %s/
   MCP endpoint: %s/mcp
   health:       %s/healthz
+  readiness:    %s/readyz
   data:         %s
 
 Next step: create the first admin (in another terminal, with the same --data-dir, --database-url and --base-url):
@@ -38,6 +44,14 @@ Next step: create the first admin (in another terminal, with the same --data-dir
   enclave admin grant you@example.com
 
 Stop with Ctrl-C.
-`, Version(), cfg.Addr, base, base, base, srv.Config().DataDir)
+`, Version(), cfg.Addr, base, base, base, base, srv.Config().DataDir)
 	return srv.Serve(ctx, ln)
+}
+
+// loopbackOnly reports whether a listener on addr is reachable only from
+// this machine. An unspecified address (":8080", "0.0.0.0", "::") listens
+// on every interface.
+func loopbackOnly(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

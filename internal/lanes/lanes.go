@@ -35,6 +35,9 @@ type Scheduler struct {
 	log    *slog.Logger
 	lanes  []Lane
 	now    func() time.Time
+	// OnRun, when set, is told each run of a lane on this replica and its
+	// error (nil on success). Metrics hang off it.
+	OnRun func(lane string, err error)
 }
 
 // New returns a scheduler for lanes on db. Each process should have one.
@@ -81,6 +84,9 @@ func (s *Scheduler) Tick(ctx context.Context, l Lane) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, l.Every)
 	defer cancel()
 	runErr := l.Run(rctx)
+	if s.OnRun != nil {
+		s.OnRun(l.Name, runErr)
+	}
 	msg := ""
 	if runErr != nil {
 		msg = runErr.Error()

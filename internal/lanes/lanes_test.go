@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,8 +50,13 @@ func TestOneReplicaPerPeriod(t *testing.T) {
 		// A failing run is reported and recorded.
 		clock = clock.Add(2 * time.Hour)
 		bad := Lane{Name: "sweep", Every: time.Hour, Run: func(context.Context) error { return errors.New("disk full") }}
+		var seen []string
+		replicas[0].OnRun = func(lane string, err error) { seen = append(seen, fmt.Sprint(lane, ":", err)) }
 		if _, err := replicas[0].Tick(ctx, bad); err == nil {
 			t.Fatal("the run's error was lost")
+		}
+		if len(seen) != 1 || seen[0] != "sweep:disk full" {
+			t.Fatalf("OnRun saw %v", seen)
 		}
 		var last string
 		if err := s.DB.NewSelect().Table("lane_leases").Column("last_error").Where("name = 'sweep'").Scan(ctx, &last); err != nil || last != "disk full" {

@@ -43,6 +43,7 @@ type row struct {
 	LastError     string     `bun:"last_error,notnull"`
 	DeadAt        *time.Time `bun:"dead_at"`
 	CreatedAt     time.Time  `bun:"created_at,notnull"`
+	UserID        *int64     `bun:"user_id"`
 }
 
 // Defaults of a Relay.
@@ -71,12 +72,22 @@ func additionalData(topic string) string { return "outbox:" + topic }
 // Add records work for topic inside db, which should be the transaction of
 // the change that needs the work.
 func (o *Outbox) Add(ctx context.Context, db bun.IDB, topic string, payload []byte) error {
+	return o.AddOwned(ctx, db, topic, 0, payload)
+}
+
+// AddOwned is Add for work that concerns one user: ownerID (users.id) is
+// recorded in the row's owner column, so the account's export lists the
+// row and its deletion removes it. Zero means no owner.
+func (o *Outbox) AddOwned(ctx context.Context, db bun.IDB, topic string, ownerID int64, payload []byte) error {
 	keyID, sealed, err := o.ring.Seal(additionalData(topic), payload)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	now := o.now()
 	r := &row{Topic: topic, KeyID: keyID, Payload: sealed, NextAttemptAt: now, CreatedAt: now}
+	if ownerID != 0 {
+		r.UserID = &ownerID
+	}
 	if _, err := db.NewInsert().Model(r).Returning("NULL").Exec(ctx); err != nil {
 		return fmt.Errorf("outbox: add %s: %w", topic, err)
 	}
@@ -91,7 +102,11 @@ type Relay struct {
 	handlers    map[string]Handler
 	MaxAttempts int
 	Poll        time.Duration
-	now         func() time.Time
+	// OnAttempt, when set, is told the outcome of each handled row:
+	// "delivered", "retried" (will run again) or "dead" (given up). Metrics
+	// hang off it.
+	OnAttempt func(topic, outcome string)
+	now       func() time.Time
 }
 
 // NewRelay returns a relay for the store's outbox, queue and handlers.
@@ -177,6 +192,16 @@ func (r *Relay) Publish(ctx context.Context) (int, error) {
 	return len(claimed), nil
 }
 
+// Counts reports the rows waiting (queued, including those being retried)
+// and given up (dead), for metrics.
+func Counts(ctx context.Context, db bun.IDB) (queued, dead int, err error) {
+	err = db.NewSelect().Model((*row)(nil)).
+		ColumnExpr("COALESCE(SUM(CASE WHEN dead_at IS NULL THEN 1 ELSE 0 END), 0)").
+		ColumnExpr("COALESCE(SUM(CASE WHEN dead_at IS NULL THEN 0 ELSE 1 END), 0)").
+		Scan(ctx, &queued, &dead)
+	return queued, dead, err
+}
+
 // Handle runs the handler of one queue message and acknowledges it. The
 // row decides everything: a message whose row is gone was handled already
 // (a duplicate) and is skipped.
@@ -197,6 +222,12 @@ func (r *Relay) Handle(ctx context.Context, msg *pubsub.Message) {
 		return // the lease runs out and the row is published again
 	}
 	herr := r.run(ctx, rw)
+	outcome := "delivered"
+	defer func() {
+		if r.OnAttempt != nil {
+			r.OnAttempt(rw.Topic, outcome)
+		}
+	}()
 	if herr == nil {
 		if _, err := r.store.DB.NewDelete().Model((*row)(nil)).Where("id = ?", id).Exec(ctx); err != nil {
 			r.log.ErrorContext(ctx, "outbox: delete handled row (it will run again)", "id", id, "err", err)
@@ -205,7 +236,9 @@ func (r *Relay) Handle(ctx context.Context, msg *pubsub.Message) {
 	}
 	attempts := rw.Attempts + 1
 	q := r.store.DB.NewUpdate().Model((*row)(nil)).Set("attempts = ?", attempts).Set("last_error = ?", truncate(herr.Error())).Where("id = ?", id)
+	outcome = "retried"
 	if attempts >= r.MaxAttempts {
+		outcome = "dead"
 		q = q.Set("dead_at = ?", r.now())
 		r.log.ErrorContext(ctx, "outbox: giving up", "id", id, "topic", rw.Topic, "attempts", attempts, "err", herr)
 	} else {
@@ -233,6 +266,17 @@ func (r *Relay) run(ctx context.Context, rw row) (err error) {
 		}
 	}()
 	return h(ctx, payload)
+}
+
+// PurgeDead removes rows that gave up (dead letters) more than olderThan
+// ago, and returns how many it removed.
+func PurgeDead(ctx context.Context, db bun.IDB, olderThan time.Duration) (int64, error) {
+	res, err := db.NewDelete().Model((*row)(nil)).
+		Where("dead_at IS NOT NULL AND dead_at < ?", time.Now().UTC().Add(-olderThan)).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: purge dead rows: %w", err)
+	}
+	return res.RowsAffected()
 }
 
 // backoff is 2 s doubled per attempt, at most an hour.

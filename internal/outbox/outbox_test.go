@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,13 @@ func TestRetriesThenGivesUp(t *testing.T) {
 		ctx := context.Background()
 		f := newFixture(t, s)
 		f.relay.MaxAttempts = 3
+		var outcomes []string
+		var mu sync.Mutex
+		f.relay.OnAttempt = func(topic, outcome string) {
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes = append(outcomes, topic+":"+outcome)
+		}
 		if err := f.box.Add(ctx, s.DB, "mail", []byte("m1")); err != nil {
 			t.Fatal(err)
 		}
@@ -160,6 +168,12 @@ func TestRetriesThenGivesUp(t *testing.T) {
 		rs = f.rows(t)
 		if len(rs) != 1 || rs[0].DeadAt == nil || rs[0].Attempts != 3 {
 			t.Fatalf("after every attempt failed: %+v", rs)
+		}
+		// The metrics hook saw each outcome.
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"mail:retried", "mail:delivered", "mail:retried", "mail:retried", "mail:dead"}; !slices.Equal(outcomes, want) {
+			t.Fatalf("OnAttempt saw %v, want %v", outcomes, want)
 		}
 	})
 }

@@ -6,7 +6,14 @@
 //   - its blobs live under storage.BlobKey(owner, "notes", …);
 //   - both are registered in the ownership inventory, so account export and
 //     deletion cover them with no code here;
-//   - its schema ships as a migrations.Source applied by enclave.New.
+//   - its schema ships as a migrations.Source applied by enclave.New;
+//   - its permissions are its own entity, "note" (create:note:own …), added
+//     with enclave.Config.Vocabulary;
+//   - uploading an attachment enqueues a job (note.wordcount) in the same
+//     transaction as the note; the job reads the note back through the
+//     registry as a non-interactive caller and records the word count;
+//   - a schedule (notes.stats) refreshes per-user statistics in note_stats,
+//     which, like the jobs, is exported and deleted with the account.
 package notes
 
 import (
@@ -18,15 +25,51 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
 	"gocloud.dev/gcerrors"
 
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 )
+
+// Entity is the permission entity of notes.
+const Entity capabilities.Entity = "note"
+
+// The note permissions. Role user holds them all (they are :own); there is
+// no :any form for an embedder's entity.
+const (
+	CreateNoteOwn capabilities.Permission = "create:note:own"
+	ReadNoteOwn   capabilities.Permission = "read:note:own"
+	UpdateNoteOwn capabilities.Permission = "update:note:own"
+	DeleteNoteOwn capabilities.Permission = "delete:note:own"
+)
+
+// Vocabulary returns the permission vocabulary with notes' entity: pass it
+// in enclave.Config.Vocabulary.
+func Vocabulary() *capabilities.Vocabulary {
+	v, err := capabilities.NewVocabulary(Entity)
+	if err != nil {
+		panic(err) // a constant entity name: a bug caught by the tests
+	}
+	return v
+}
+
+// WordCountJob is the job kind that counts an attachment's words.
+const WordCountJob = "note.wordcount"
+
+// StatsSchedule is the schedule that refreshes note_stats.
+const StatsSchedule = "notes.stats"
+
+// StatsEvery is how often StatsSchedule runs.
+var StatsEvery = time.Hour
 
 //go:embed migrations
 var files embed.FS
@@ -43,34 +86,100 @@ const MaxAttachment = 1 << 20
 // Note is one note.
 type Note struct {
 	bun.BaseModel `bun:"table:notes"`
-	ID            int64     `bun:"id,pk,autoincrement" json:"id"`
-	UserID        int64     `bun:"user_id,notnull" json:"-"`
-	Title         string    `bun:"title,notnull" json:"title"`
-	Body          string    `bun:"body,notnull" json:"body"`
-	Attachment    string    `bun:"attachment,notnull" json:"attachment,omitempty"`
-	CreatedAt     time.Time `bun:"created_at,notnull" json:"createdAt"`
+	ID            int64  `bun:"id,pk,autoincrement" json:"id"`
+	UserID        int64  `bun:"user_id,notnull" json:"-"`
+	Title         string `bun:"title,notnull" json:"title"`
+	Body          string `bun:"body,notnull" json:"body"`
+	Attachment    string `bun:"attachment,notnull" json:"attachment,omitempty"`
+	// AttachmentWords is counted by the WordCountJob after the upload;
+	// nil until it ran.
+	AttachmentWords *int64    `bun:"attachment_words" json:"attachmentWords,omitempty"`
+	CreatedAt       time.Time `bun:"created_at,notnull" json:"createdAt"`
+}
+
+// Stats are one user's note statistics, refreshed by StatsSchedule.
+type Stats struct {
+	bun.BaseModel `bun:"table:note_stats"`
+	UserID        int64     `bun:"user_id,pk" json:"-"`
+	Notes         int64     `bun:"notes,notnull" json:"notes"`
+	Words         int64     `bun:"words,notnull" json:"words"`
+	UpdatedAt     time.Time `bun:"updated_at,notnull" json:"updatedAt"`
 }
 
 // Service stores notes.
 type Service struct {
 	store *storage.Store
 	owner capabilities.OwnerOf
+	jobs  *jobs.Queue
 }
 
-// Register adds the notes domain to a server: its ownership surfaces and
-// its capabilities.
-func Register(store *storage.Store, inv *storage.Inventory, reg *capabilities.Registry, owner capabilities.OwnerOf) (*Service, error) {
-	s := &Service{store: store, owner: owner}
+// Register adds the notes domain to a server built with Migrations and
+// Vocabulary: its ownership surfaces, its capabilities, its job kind and
+// its schedule. Call it before the server runs.
+func Register(srv *enclave.Server) (*Service, error) {
+	s := &Service{store: srv.Store(), owner: lifecycle.Owners(srv.Accounts()), jobs: srv.Jobs()}
+	inv := srv.Inventory()
 	if err := errors.Join(
 		inv.AddTable(storage.Table{Name: "notes"}),
+		inv.AddTable(storage.Table{Name: "note_stats", KeyColumn: "user_id"}),
 		inv.AddBlobPrefix(storage.BlobPrefix{Domain: Domain}),
+		srv.Jobs().Register(WordCountJob, s.countWords),
+		srv.Schedules().Add(schedules.Schedule{Name: StatsSchedule, Every: StatsEvery, Run: func(ctx context.Context, _ schedules.Tick) error {
+			_, err := s.RefreshStats(ctx)
+			return err
+		}}),
+		srv.Registry().Register(s.capabilities()...),
 	); err != nil {
 		return nil, fmt.Errorf("notes: %w", err)
 	}
-	if err := reg.Register(s.capabilities()...); err != nil {
-		return nil, fmt.Errorf("notes: %w", err)
-	}
 	return s, nil
+}
+
+// wordCount is the payload of a WordCountJob.
+type wordCount struct {
+	NoteID int64 `json:"noteId"`
+}
+
+// countWords is the WordCountJob: it reads the note through the registry
+// as its owner (a non-interactive caller, so read:note:own is checked
+// afresh and a suspended account stops it), then records the count.
+func (s *Service) countWords(ctx context.Context, job jobs.Job) error {
+	var p wordCount
+	if err := job.Decode(&p); err != nil {
+		return err
+	}
+	res, err := job.Invoke(ctx, "noteGet", IDInput{ID: p.NoteID})
+	if capabilities.CodeOf(err) == capabilities.CodeNotFound {
+		return nil // the note (or the account) is gone: nothing to count
+	}
+	if err != nil {
+		return err
+	}
+	out, ok := res.Structured.(GetOutput)
+	if !ok {
+		return fmt.Errorf("notes: noteGet returned %T", res.Structured)
+	}
+	data, err := base64.StdEncoding.DecodeString(out.AttachmentBase64)
+	if err != nil {
+		return err
+	}
+	words := int64(len(strings.Fields(string(data))))
+	_, err = s.store.DB.NewUpdate().Model((*Note)(nil)).Set("attachment_words = ?", words).
+		Where("id = ? AND user_id = (SELECT id FROM users WHERE stable_user_id = ?)", p.NoteID, job.UserID).Exec(ctx)
+	return err
+}
+
+// RefreshStats recomputes note_stats for every user with notes and
+// returns how many rows it wrote.
+func (s *Service) RefreshStats(ctx context.Context) (int64, error) {
+	res, err := s.store.DB.NewRaw(`INSERT INTO note_stats (user_id, notes, words, updated_at)
+		SELECT user_id, COUNT(*), COALESCE(SUM(attachment_words), 0), ? FROM notes WHERE true GROUP BY user_id
+		ON CONFLICT (user_id) DO UPDATE SET notes = EXCLUDED.notes, words = EXCLUDED.words, updated_at = EXCLUDED.updated_at`,
+		time.Now().UTC()).Exec(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("notes: refresh stats: %w", err)
+	}
+	return res.RowsAffected()
 }
 
 func attachmentKey(o storage.Owner, noteID int64) string {
@@ -79,19 +188,30 @@ func attachmentKey(o storage.Owner, noteID int64) string {
 
 var errNoNote = capabilities.Errorf(capabilities.CodeNotFound, "no such note")
 
-// Create stores a note, and its attachment when given.
+// Create stores a note, and its attachment when given. With an
+// attachment, the WordCountJob is enqueued in the note's transaction: it
+// runs once the note exists, and never if the note is not stored.
 func (s *Service) Create(ctx context.Context, o storage.Owner, title, body string, attachment []byte) (Note, error) {
 	n := Note{UserID: o.ID, Title: title, Body: body, CreatedAt: time.Now().UTC()}
 	if len(attachment) > 0 {
 		n.Attachment = "attachment"
 	}
-	if _, err := s.store.DB.NewInsert().Model(&n).Returning("id").Exec(ctx); err != nil {
-		return Note{}, fmt.Errorf("notes: create: %w", err)
-	}
-	if len(attachment) > 0 {
-		if err := s.store.Bucket.WriteAll(ctx, attachmentKey(o, n.ID), attachment, nil); err != nil {
-			return Note{}, fmt.Errorf("notes: store attachment: %w", err)
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(&n).Returning("id").Exec(ctx); err != nil {
+			return err
 		}
+		if len(attachment) == 0 {
+			return nil
+		}
+		// The blob is written inside the transaction: if it fails, neither
+		// the row nor the job exists.
+		if err := s.store.Bucket.WriteAll(ctx, attachmentKey(o, n.ID), attachment, nil); err != nil {
+			return fmt.Errorf("store attachment: %w", err)
+		}
+		return s.jobs.Enqueue(ctx, tx, WordCountJob, o.StableID, wordCount{NoteID: n.ID})
+	})
+	if err != nil {
+		return Note{}, fmt.Errorf("notes: create: %w", err)
 	}
 	return n, nil
 }
@@ -174,7 +294,7 @@ func (s *Service) capabilities() []capabilities.Capability {
 			Name: "noteCreate", Domain: Domain, Title: "Create a note",
 			Description: "Creates a note for the signed-in user, with an optional attachment.",
 			Annotations: &capabilities.Annotations{},
-			Requires:    need(capabilities.UpdateUserOwn),
+			Requires:    need(CreateNoteOwn),
 			Handler: func(ctx context.Context, call *capabilities.Call, in CreateInput) (Note, error) {
 				o, err := s.owner(ctx, call.Caller)
 				if err != nil {
@@ -194,7 +314,7 @@ func (s *Service) capabilities() []capabilities.Capability {
 			Name: "noteGet", Domain: Domain, Title: "Read a note",
 			Description: "Returns one of the signed-in user's notes, with its attachment.",
 			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
-			Requires:    need(capabilities.ReadUserOwn),
+			Requires:    need(ReadNoteOwn),
 			Handler: func(ctx context.Context, call *capabilities.Call, in IDInput) (GetOutput, error) {
 				o, err := s.owner(ctx, call.Caller)
 				if err != nil {
@@ -211,7 +331,7 @@ func (s *Service) capabilities() []capabilities.Capability {
 			Name: "noteList", Domain: Domain, Title: "List notes",
 			Description: "Lists the signed-in user's notes, oldest first.",
 			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
-			Requires:    need(capabilities.ReadUserOwn),
+			Requires:    need(ReadNoteOwn),
 			Handler: func(ctx context.Context, call *capabilities.Call, in ListInput) (ListOutput, error) {
 				o, err := s.owner(ctx, call.Caller)
 				if err != nil {
@@ -236,7 +356,7 @@ func (s *Service) capabilities() []capabilities.Capability {
 			Name: "noteDelete", Domain: Domain, Title: "Delete a note",
 			Description: "Deletes one of the signed-in user's notes and its attachment.",
 			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
-			Requires:    need(capabilities.UpdateUserOwn),
+			Requires:    need(DeleteNoteOwn),
 			Handler: func(ctx context.Context, call *capabilities.Call, in IDInput) (DeleteOutput, error) {
 				var out DeleteOutput
 				o, err := s.owner(ctx, call.Caller)

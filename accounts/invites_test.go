@@ -1,0 +1,95 @@
+package accounts_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+func TestSignupModes(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		in := func(name, code string) accounts.SignupInput {
+			return accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name, InviteCode: code}
+		}
+
+		closed, _ := newService(t, st, accounts.Config{Signup: accounts.SignupClosed})
+		if _, err := closed.Signup(ctx, in("closed", "")); !errors.Is(err, accounts.ErrSignupClosed) {
+			t.Fatalf("closed sign-up: %v", err)
+		}
+		if _, _, err := closed.CreateUser(ctx, accounts.CreateUserInput{Email: "op@example.com", Username: "opsperson"}); err != nil {
+			t.Fatalf("an operator creates accounts when sign-up is closed: %v", err)
+		}
+
+		svc, clock := newService(t, st, accounts.Config{Signup: accounts.SignupInvite})
+		if _, err := svc.Signup(ctx, in("nocode", "")); !errors.Is(err, accounts.ErrInviteInvalid) {
+			t.Fatalf("invite sign-up without a code: %v", err)
+		}
+		code, inv, err := svc.CreateInvite(ctx, "for ann", 0)
+		if err != nil || inv.ExpiresAt.Sub(inv.CreatedAt) != accounts.DefaultInviteTTL {
+			t.Fatalf("create invite: %+v %v", inv, err)
+		}
+		// A failed sign-up (the email is taken) leaves the code unused.
+		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "op@example.com", Username: "someone", Password: "a long password for someone", InviteCode: code}); err == nil {
+			t.Fatal("signed up with a taken email")
+		}
+		if _, err := svc.Signup(ctx, in("ann", code)); err != nil {
+			t.Fatalf("sign-up with the code: %v", err)
+		}
+		if _, err := svc.Signup(ctx, in("bob", code)); !errors.Is(err, accounts.ErrInviteInvalid) {
+			t.Fatalf("a used code worked again: %v", err)
+		}
+		old, _, _ := svc.CreateInvite(ctx, "", time.Hour)
+		clock.Advance(2 * time.Hour)
+		if _, err := svc.Signup(ctx, in("carl", old)); !errors.Is(err, accounts.ErrInviteInvalid) {
+			t.Fatalf("an expired code worked: %v", err)
+		}
+		list, err := svc.Invites(ctx)
+		if err != nil || len(list) != 2 || list[1].UsedAt == nil || list[0].UsedAt != nil || list[1].Note != "for ann" {
+			t.Fatalf("invites: %+v %v", list, err)
+		}
+
+		// Through the capabilities: admins only, and the code once.
+		reg := capabilities.NewRegistry(capabilities.Options{})
+		if err := reg.Register(svc.InviteCapabilities()...); err != nil {
+			t.Fatal(err)
+		}
+		admin := capabilities.Caller{UserID: "a", Roles: []string{capabilities.RoleAdmin}, State: capabilities.AccountActive, AllScopes: true, Interactive: true}
+		user := capabilities.Caller{UserID: "u", Roles: []string{"user"}, State: capabilities.AccountActive, AllScopes: true, Interactive: true}
+		if _, err := reg.Invoke(ctx, user, "adminInviteCreate", json.RawMessage(`{}`)); capabilities.CodeOf(err) != capabilities.CodeNotFound {
+			t.Fatalf("a user makes an invite: %v", err)
+		}
+		if _, err := reg.Invoke(ctx, admin, "adminInviteCreate", json.RawMessage(`{"expiresInDays":400}`)); capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+			t.Fatalf("400 days: %v", err)
+		}
+		res, err := reg.Invoke(ctx, admin, "adminInviteCreate", json.RawMessage(`{"note":"dora","expiresInDays":3}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := res.Structured.(accounts.InviteCreateOutput)
+		if _, err := svc.Signup(ctx, in("dora", out.Code)); err != nil {
+			t.Fatalf("sign-up with a capability's code: %v", err)
+		}
+		res, err = reg.Invoke(ctx, admin, "adminInviteList", json.RawMessage(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(res.Structured)
+		if json.Valid(b) && containsCode(string(b), out.Code) {
+			t.Fatal("the list shows a code")
+		}
+		if ok, err := svc.RevokeInvite(ctx, list[0].ID); err != nil || !ok {
+			t.Fatalf("revoke: %v %v", ok, err)
+		}
+	})
+}
+
+func containsCode(s, code string) bool { return code != "" && strings.Contains(s, code) }

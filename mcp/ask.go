@@ -1,0 +1,379 @@
+package mcp
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+// Asking the client (elicitation, sampling, roots).
+//
+// A handler asks through capabilities.Call (Elicit, Sample, Roots, Ask)
+// the same way whatever the protocol version:
+//
+//   - a session-based client gets a request on the calling request's own
+//     event stream and answers with a POST of the same session; the
+//     handler waits for it;
+//   - protocol 2026-07-28 has no server-to-client requests: the call ends
+//     with an input-required result naming the questions, and the client
+//     calls again with the answers. The handler runs again from the start
+//     and this time finds its answers. The answers of earlier rounds ride
+//     in the result's requestState, which the server signs (HMAC-SHA256,
+//     Options.RequestStateKey) and binds to the caller, the method and
+//     name, and the arguments, with an expiry: a client cannot alter an
+//     earlier answer, nor replay another user's state, nor reuse it for
+//     another call.
+
+// requestStateTTL bounds how long an input-required round may take.
+const requestStateTTL = 15 * time.Minute
+
+// round is what a 2026-07-28 request carries into its handler.
+type round struct {
+	binding  string                     // what the state is bound to
+	answers  map[string]json.RawMessage // earlier rounds' (signed) and this round's
+	used     map[string]json.RawMessage // answers the handler consumed this run
+	asked    int
+	question mcpgo.InputRequests
+}
+
+// errInputRequired stops a handler that asked a 2026-07-28 client
+// something the retried call has not answered yet.
+var errInputRequired = errors.New("mcp: input required")
+
+// errBadState is a requestState that fails verification.
+var errBadState = errors.New("mcp: invalid request state")
+
+type signedState struct {
+	V       int                        `json:"v"`
+	User    string                     `json:"u"`
+	Bind    string                     `json:"b"`
+	Exp     int64                      `json:"e"`
+	Answers map[string]json.RawMessage `json:"a,omitempty"`
+}
+
+// binding identifies one call: method, name and canonical arguments.
+func binding(method, name string, args []byte) string {
+	canon := []byte("null")
+	if len(args) > 0 {
+		var v any
+		if json.Unmarshal(args, &v) == nil {
+			canon, _ = json.Marshal(v)
+		}
+	}
+	sum := sha256.Sum256([]byte(method + "\x00" + name + "\x00" + string(canon)))
+	return hex.EncodeToString(sum[:])
+}
+
+func (s *Server) signState(userID string, r *round) string {
+	payload, _ := json.Marshal(signedState{V: 1, User: userID, Bind: r.binding, Exp: s.now().Add(requestStateTTL).Unix(), Answers: r.used})
+	mac := hmac.New(sha256.New, s.stateKey)
+	mac.Write(payload)
+	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// openState verifies a requestState for userID and the call's binding and
+// returns the answers it carries.
+func (s *Server) openState(userID, bind, state string) (map[string]json.RawMessage, error) {
+	p, m, ok := strings.Cut(state, ".")
+	payload, err1 := base64.RawURLEncoding.DecodeString(p)
+	sum, err2 := base64.RawURLEncoding.DecodeString(m)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, errBadState
+	}
+	mac := hmac.New(sha256.New, s.stateKey)
+	mac.Write(payload)
+	if !hmac.Equal(sum, mac.Sum(nil)) {
+		return nil, errBadState
+	}
+	var st signedState
+	if json.Unmarshal(payload, &st) != nil || st.V != 1 || st.User != userID || st.Bind != bind || s.now().Unix() > st.Exp {
+		return nil, errBadState
+	}
+	return st.Answers, nil
+}
+
+// newRound prepares the answers of a 2026-07-28 retry: those signed into
+// requestState by earlier rounds, then this round's inputResponses.
+func (s *Server) newRound(st *reqState, bind string, p mcpgo.MultiRoundTripParams) (*round, error) {
+	r := &round{binding: bind, answers: map[string]json.RawMessage{}, used: map[string]json.RawMessage{}}
+	for k, v := range p.InputResponses {
+		raw, err := json.Marshal(v)
+		if err == nil {
+			r.answers[k] = raw
+		}
+	}
+	if p.RequestState != "" {
+		earlier, err := s.openState(st.caller.UserID, bind, p.RequestState)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range earlier {
+			r.answers[k] = v // earlier answers are signed: they win
+		}
+	}
+	return r, nil
+}
+
+func questionMethod(q capabilities.Question) mcpgo.MCPMethod {
+	switch {
+	case q.Elicit != nil:
+		return mcpgo.MethodElicitationCreate
+	case q.Sample != nil:
+		return mcpgo.MethodSamplingCreateMessage
+	case q.Roots:
+		return mcpgo.MethodListRoots
+	}
+	return ""
+}
+
+// capabilityName is the client capability a method needs.
+func capabilityName(m mcpgo.MCPMethod) string {
+	switch m {
+	case mcpgo.MethodElicitationCreate:
+		return "elicitation"
+	case mcpgo.MethodSamplingCreateMessage:
+		return "sampling"
+	}
+	return "roots"
+}
+
+func inputRequest(q capabilities.Question) mcpgo.InputRequest {
+	switch {
+	case q.Elicit != nil:
+		params := mcpgo.ElicitationParams{Message: q.Elicit.Message}
+		if len(q.Elicit.Schema) > 0 {
+			params.RequestedSchema = q.Elicit.Schema
+		}
+		return mcpgo.NewElicitationInputRequest(params)
+	case q.Sample != nil:
+		params := mcpgo.CreateMessageParams{SystemPrompt: q.Sample.SystemPrompt, MaxTokens: q.Sample.MaxTokens}
+		for _, m := range q.Sample.Messages {
+			params.Messages = append(params.Messages, mcpgo.SamplingMessage{Role: mcpgo.Role(m.Role), Content: mcpgo.NewTextContent(m.Text)})
+		}
+		return mcpgo.NewSamplingInputRequest(params)
+	}
+	return mcpgo.NewRootsInputRequest()
+}
+
+func decodeAnswer(q capabilities.Question, raw json.RawMessage) (capabilities.Answer, error) {
+	var a capabilities.Answer
+	switch {
+	case q.Elicit != nil:
+		var res struct {
+			Action  string         `json:"action"`
+			Content map[string]any `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &res); err != nil || res.Action == "" {
+			return a, capabilities.Errorf(capabilities.CodeInvalidInput, "the elicitation answer is not an elicitation result")
+		}
+		a.Elicit = capabilities.ElicitResult{Action: res.Action, Content: res.Content}
+	case q.Sample != nil:
+		var res struct {
+			Role       string `json:"role"`
+			Model      string `json:"model"`
+			StopReason string `json:"stopReason"`
+			Content    struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return a, capabilities.Errorf(capabilities.CodeInvalidInput, "the sampling answer is not a sampling result")
+		}
+		a.Sample = capabilities.SampleResult{Role: res.Role, Text: res.Content.Text, Model: res.Model, StopReason: res.StopReason}
+	default:
+		var res struct {
+			Roots []struct {
+				URI  string `json:"uri"`
+				Name string `json:"name"`
+			} `json:"roots"`
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return a, capabilities.Errorf(capabilities.CodeInvalidInput, "the roots answer is not a roots list")
+		}
+		a.Roots = []capabilities.Root{}
+		for _, r := range res.Roots {
+			a.Roots = append(a.Roots, capabilities.Root{URI: r.URI, Name: r.Name})
+		}
+	}
+	return a, nil
+}
+
+func (c *client) Elicit(ctx context.Context, req capabilities.ElicitRequest) (capabilities.ElicitResult, error) {
+	ans, err := c.Ask(ctx, []capabilities.Question{{Elicit: &req}})
+	if err != nil {
+		return capabilities.ElicitResult{}, err
+	}
+	return ans[0].Elicit, nil
+}
+
+func (c *client) Sample(ctx context.Context, req capabilities.SampleRequest) (capabilities.SampleResult, error) {
+	ans, err := c.Ask(ctx, []capabilities.Question{{Sample: &req}})
+	if err != nil {
+		return capabilities.SampleResult{}, err
+	}
+	return ans[0].Sample, nil
+}
+
+// CanAsk reports whether the client declared the capability q needs.
+func (c *client) CanAsk(ctx context.Context, q capabilities.Question) bool {
+	m := questionMethod(q)
+	if mcpserver.IsModernRequest(ctx) {
+		if c.round == nil {
+			return false
+		}
+		var caps mcpgo.ClientCapabilities
+		if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.ClientCapabilities != nil {
+			caps = *info.ClientCapabilities
+		}
+		switch m {
+		case mcpgo.MethodElicitationCreate:
+			return caps.Elicitation != nil
+		case mcpgo.MethodSamplingCreateMessage:
+			return caps.Sampling != nil
+		}
+		return caps.Roots != nil
+	}
+	sample, elicit, roots := c.s.sessions.clientCan(c.st.sessionID)
+	switch m {
+	case mcpgo.MethodElicitationCreate:
+		return elicit
+	case mcpgo.MethodSamplingCreateMessage:
+		return sample
+	}
+	return roots
+}
+
+// Ask puts questions to the client (see the comment at the top).
+func (c *client) Ask(ctx context.Context, qs []capabilities.Question) ([]capabilities.Answer, error) {
+	for _, q := range qs {
+		if questionMethod(q) == "" {
+			return nil, fmt.Errorf("mcp: ask: a question sets none of Elicit, Sample and Roots")
+		}
+		if !c.CanAsk(ctx, q) {
+			return nil, &capabilities.Error{Code: capabilities.CodeUnsupported, Message: "the client cannot answer this request",
+				Err: mcpgo.MissingRequiredClientCapabilityError{Capability: capabilityName(questionMethod(q))}}
+		}
+	}
+	if c.task != nil && c.task.isTask.Load() {
+		return c.askTask(ctx, qs)
+	}
+	if mcpserver.IsModernRequest(ctx) {
+		return c.askAgain(qs)
+	}
+	out := make([]capabilities.Answer, len(qs))
+	for i, q := range qs {
+		raw, err := c.askStream(ctx, inputRequest(q))
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = decodeAnswer(q, raw); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// askAgain is Ask for protocol 2026-07-28: answered questions are
+// returned; otherwise every unanswered one of this Ask becomes the
+// input-required result and the handler is stopped.
+func (c *client) askAgain(qs []capabilities.Question) ([]capabilities.Answer, error) {
+	r := c.round
+	out := make([]capabilities.Answer, len(qs))
+	missing := mcpgo.InputRequests{}
+	for i, q := range qs {
+		r.asked++
+		key := q.Key
+		if key == "" {
+			key = fmt.Sprintf("%s-%d", questionMethod(q), r.asked)
+		}
+		raw, ok := r.answers[key]
+		if !ok {
+			missing[key] = inputRequest(q)
+			continue
+		}
+		a, err := decodeAnswer(q, raw)
+		if err != nil {
+			missing[key] = inputRequest(q) // ask again rather than fail
+			continue
+		}
+		r.used[key] = raw
+		out[i] = a
+	}
+	if len(missing) > 0 {
+		r.question = missing
+		return nil, errInputRequired
+	}
+	return out, nil
+}
+
+// askStream asks a session-based client on the calling request's own
+// event stream, and waits for the answer a POST of the same session
+// brings.
+func (c *client) askStream(ctx context.Context, q mcpgo.InputRequest) (json.RawMessage, error) {
+	sess, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithStreamableHTTPConfig)
+	if !ok || c.st.sessionID == "" || c.st.out == nil || !c.st.out.streams() {
+		return nil, capabilities.ErrUnsupported
+	}
+	// The final response must follow on the same event stream.
+	sess.UpgradeToSSEWhenReceiveNotification()
+	id, answer, done := c.s.pending.add(c.st.sessionID)
+	defer done()
+	msg := map[string]any{"jsonrpc": "2.0", "id": id, "method": q.Method}
+	switch {
+	case q.Elicitation != nil:
+		msg["params"] = q.Elicitation
+	case q.Sampling != nil:
+		msg["params"] = q.Sampling
+	default:
+		msg["params"] = map[string]any{}
+	}
+	if err := c.st.out.send(msg); err != nil {
+		return nil, fmt.Errorf("mcp: %s: %w", q.Method, err)
+	}
+	select {
+	case a := <-answer:
+		if a.Error != nil {
+			return nil, &capabilities.Error{Code: capabilities.CodeUnsupported, Message: "the client declined the request",
+				Err: fmt.Errorf("mcp: %s: client error %d: %s", q.Method, a.Error.Code, a.Error.Message)}
+		}
+		return a.Result, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("mcp: %s: %w", q.Method, ctx.Err())
+	}
+}
+
+// protocolError turns the errors that 2026-07-28 answers as JSON-RPC errors
+// (a missing client capability, a bad requestState) into one, replacing
+// whatever mcp-go writes for the handler's error. It reports whether err
+// was one of them.
+func (s *Server) protocolError(ctx context.Context, st *reqState, err error) bool {
+	if !mcpserver.IsModernRequest(ctx) || st.out == nil {
+		return false
+	}
+	var missing mcpgo.MissingRequiredClientCapabilityError
+	switch {
+	case errors.As(err, &missing) && missing.Capability == errTaskRequired.Capability:
+		st.out.replaceError(st.rpcID, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, "this tool runs only as a task: declare the "+tasksExtension+" extension",
+			map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}})
+	case errors.As(err, &missing):
+		st.out.replaceError(st.rpcID, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, missing.Error(),
+			map[string]any{"requiredCapabilities": map[string]any{missing.Capability: map[string]any{}}})
+	case errors.Is(err, errBadState):
+		st.out.replaceError(st.rpcID, mcpgo.INVALID_PARAMS, "requestState is invalid, expired, or not for this call", nil)
+	default:
+		return false
+	}
+	return true
+}

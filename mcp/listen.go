@@ -1,0 +1,206 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+// subscriptions/listen (protocol 2026-07-28) is served here rather than by
+// mcp-go, whose stream would carry list changes of the whole server to
+// everyone: each listen stream belongs to its caller, is told that the
+// tools or prompts changed only when the ones that caller can see changed,
+// gets resources/updated only for resources its caller may read now, and
+// ends with the token that opened it (see watchToken).
+
+// listener is one open subscriptions/listen stream.
+type listener struct {
+	mu        sync.Mutex // guards the fingerprints
+	caller    capabilities.Caller
+	id        json.RawMessage
+	filter    mcpgo.SubscriptionFilter
+	out       chan []byte
+	toolsFP   string
+	promptsFP string
+}
+
+type listeners struct {
+	mu sync.Mutex
+	m  map[*listener]struct{}
+}
+
+func (ls *listeners) add(l *listener) func() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.m == nil {
+		ls.m = map[*listener]struct{}{}
+	}
+	ls.m[l] = struct{}{}
+	return func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		delete(ls.m, l)
+	}
+}
+
+func (ls *listeners) all() []*listener {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	out := make([]*listener, 0, len(ls.m))
+	for l := range ls.m {
+		out = append(out, l)
+	}
+	return out
+}
+
+// frame is a notification of a listen stream, tagged with its id.
+func (l *listener) frame(method string, params map[string]any) []byte {
+	if params == nil {
+		params = map[string]any{}
+	}
+	params["_meta"] = map[string]any{mcpgo.MetaKeySubscriptionID: l.id}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+	return b
+}
+
+// push queues a frame; a listener that does not keep up loses it.
+func (l *listener) push(b []byte) {
+	select {
+	case l.out <- b:
+	default:
+	}
+}
+
+func (s *Server) promptsFingerprint(ctx context.Context, caller capabilities.Caller) string {
+	var names []string
+	for _, p := range s.reg.VisiblePrompts(ctx, caller) {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return fingerprint(names)
+}
+
+// listen serves a subscriptions/listen request.
+func (s *Server) listen(w http.ResponseWriter, r *http.Request, st *reqState, body []byte) {
+	var req struct {
+		Params struct {
+			Notifications mcpgo.SubscriptionFilter `json:"notifications"`
+		} `json:"params"`
+	}
+	if len(st.rpcID) == 0 || json.Unmarshal(body, &req) != nil {
+		writeRPCError(w, http.StatusBadRequest, st.rpcID, mcpgo.INVALID_PARAMS, "subscriptions/listen needs an id and a notifications filter")
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	want := req.Params.Notifications
+	l := &listener{caller: st.caller, id: st.rpcID, out: make(chan []byte, 16)}
+	l.filter.ToolsListChanged = want.ToolsListChanged
+	l.filter.PromptsListChanged = want.PromptsListChanged
+	for _, uri := range want.ResourceSubscriptions {
+		if len(l.filter.ResourceSubscriptions) < maxSubscriptions && s.reg.CanRead(ctx, st.caller, uri) {
+			l.filter.ResourceSubscriptions = append(l.filter.ResourceSubscriptions, uri)
+		}
+	}
+	l.toolsFP = s.visibleFingerprint(ctx, st.caller)
+	l.promptsFP = s.promptsFingerprint(ctx, st.caller)
+	defer s.listening.add(l)()
+	if s.opts.Anonymous == nil {
+		defer s.watchToken(ctx, st, cancel)()
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	write := func(b []byte) bool {
+		if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", b); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	filter := l.filter
+	if !write(l.frame(string(mcpgo.MethodNotificationSubscriptionsAcknowledged), map[string]any{"notifications": filter})) {
+		return
+	}
+	if !filter.IsEmpty() {
+	loop:
+		for {
+			select {
+			case <-ctx.Done():
+				break loop
+			case <-s.stop:
+				break loop
+			case b := <-l.out:
+				if !write(b) {
+					return
+				}
+			}
+		}
+	}
+	res, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": l.id, "result": map[string]any{
+		"resultType": "complete", "_meta": map[string]any{mcpgo.MetaKeySubscriptionID: l.id}}})
+	write(res)
+}
+
+// notifyListChanges tells listen streams whose caller's visible tools or
+// prompts changed.
+func (s *Server) notifyListChanges(ctx context.Context) {
+	for _, l := range s.listening.all() {
+		l.notifyChanges(ctx, s)
+	}
+}
+
+func (l *listener) notifyChanges(ctx context.Context, s *Server) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	{
+		if l.filter.ToolsListChanged {
+			if fp := s.visibleFingerprint(ctx, l.caller); fp != l.toolsFP {
+				l.toolsFP = fp
+				l.push(l.frame(string(mcpgo.MethodNotificationToolsListChanged), nil))
+			}
+		}
+		if l.filter.PromptsListChanged {
+			if fp := s.promptsFingerprint(ctx, l.caller); fp != l.promptsFP {
+				l.promptsFP = fp
+				l.push(l.frame(string(mcpgo.MethodNotificationPromptsListChanged), nil))
+			}
+		}
+	}
+}
+
+// notifyListenersUpdated is NotifyResourceUpdated for listen streams.
+func (s *Server) notifyListenersUpdated(ctx context.Context, uri string) {
+	for _, l := range s.listening.all() {
+		if !slices.Contains(l.filter.ResourceSubscriptions, uri) {
+			continue
+		}
+		caller, err := s.callerFor(ctx, l.caller.UserID)
+		if err != nil || !s.reg.CanRead(ctx, caller, uri) {
+			continue
+		}
+		l.push(l.frame(string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri}))
+	}
+}
+
+// writeRPCError answers with a JSON-RPC error carrying the request's id.
+func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
+}
