@@ -119,7 +119,11 @@ func (s *Server) Ready(ctx context.Context) error {
 	s.ready.mu.Lock()
 	defer s.ready.mu.Unlock()
 	if time.Since(s.ready.at) > time.Second {
-		s.ready.reason = s.checkReady(ctx)
+		// The result is shared for a second by every prober, so it must
+		// not depend on this caller: a client that hangs up (ending its
+		// request context) would otherwise make the server look unready
+		// to the load balancer. checkReady bounds the check itself.
+		s.ready.reason = s.checkReady(context.WithoutCancel(ctx))
 		s.ready.at = time.Now()
 	}
 	if s.ready.reason != "" {

@@ -370,3 +370,29 @@ func TestCORS(t *testing.T) {
 		t.Fatalf("token POST from the allowed origin: %d %v", rec.Code, rec.Header())
 	}
 }
+
+// A probe whose client hangs up (its request context ends) must not make
+// the server look unready: the readiness result is cached for a second,
+// so anyone sending aborted /readyz requests would otherwise keep every
+// replica out of its load balancer.
+func TestReadyzNotPoisonedByAbortedProbe(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			srv := newServer(t, d)
+			h := srv.Handler()
+			time.Sleep(1100 * time.Millisecond) // past any result cached by New
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil).WithContext(ctx))
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("readyz after an aborted probe = %d %s", rec.Code, rec.Body)
+			}
+			if err := srv.Ready(ctx); err != nil {
+				t.Fatalf("Ready with an ended context on a healthy server: %v", err)
+			}
+		})
+	}
+}
