@@ -49,9 +49,21 @@ type Manifest struct {
 // ErrPostgres is returned by Write for a PostgreSQL database.
 var ErrPostgres = errors.New("backup: the database is PostgreSQL; back it up with pg_dump")
 
-// PostgresCommand is the pg_dump command that backs up databaseURL.
-func PostgresCommand(databaseURL, out string) string {
-	return fmt.Sprintf("pg_dump --format=custom --no-owner --file=%s '%s'", shellQuote(out), strings.ReplaceAll(databaseURL, "'", `'\''`))
+// PostgresCommand is the pg_dump command that backs up databaseURL. The
+// URL's password is left out (it would land in the terminal, in logs and
+// in the process list of whoever runs the command): withPassword reports
+// that there was one, for pg_dump to take from PGPASSWORD or ~/.pgpass.
+func PostgresCommand(databaseURL, out string) (cmd string, withPassword bool) {
+	if u, err := url.Parse(databaseURL); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			withPassword = true
+			u.User = url.User(u.User.Username())
+			databaseURL = u.String()
+		}
+	} else if err != nil {
+		databaseURL = "DATABASE_URL"
+	}
+	return fmt.Sprintf("pg_dump --format=custom --no-owner --file=%s '%s'", shellQuote(out), strings.ReplaceAll(databaseURL, "'", `'\''`)), withPassword
 }
 
 func shellQuote(s string) string {
