@@ -167,3 +167,22 @@ func TestInviteSpentOnceUnderConcurrency(t *testing.T) {
 		}
 	})
 }
+
+// A sign-up mode the package does not know is refused when the service is
+// made, never read as open (the switch in Signup lets anything else
+// through).
+func TestUnknownSignupModeRefused(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		for _, mode := range []accounts.SignupMode{"Closed", "invite-only", " closed", "none"} {
+			svc, err := accounts.New(context.Background(), st, accounts.Config{Signup: mode, Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}, Logger: quietLogger()})
+			if err == nil {
+				_, serr := svc.Signup(context.Background(), accounts.SignupInput{Email: "x@example.com", Username: "xperson", Password: goodPassword})
+				t.Fatalf("mode %q accepted (sign-up: %v, mode %q)", mode, serr, svc.SignupMode())
+			}
+		}
+		svc, err := accounts.New(context.Background(), st, accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}, Logger: quietLogger()})
+		if err != nil || svc.SignupMode() != accounts.SignupOpen {
+			t.Fatalf("default mode: %v", err)
+		}
+	})
+}
