@@ -14,6 +14,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -112,6 +113,13 @@ func TestAdminClientsPage(t *testing.T) {
 	}
 	if page := admin.do("GET", "/admin/clients?notice=client_blocked", nil); !strings.Contains(page.Body.String(), "blocked") || !strings.Contains(page.Body.String(), "/unblock") {
 		t.Fatal("the page does not show the block")
+	}
+	// The audit log says which client was blocked, and by which admin.
+	adminUser, _ := srv.Accounts().UserByEmail(context.Background(), "root@example.com")
+	events, err := srv.Audit().Query(context.Background(), audit.Filter{Action: "admin_client_block"}, storage.PageRequest{Limit: 10})
+	if err != nil || len(events.Items) != 1 || events.Items[0].ClientID != reg.ClientID || events.Items[0].Result != audit.ResultSuccess ||
+		events.Items[0].UserHash == "" || events.Items[0].UserHash != srv.Audit().HashUser(adminUser.StableID) {
+		t.Fatalf("audit of the block: %+v %v", events.Items, err)
 	}
 	if rec := admin.do("POST", "/admin/clients/no-such/block", url.Values{}); rec.Code != http.StatusNotFound {
 		t.Fatalf("block of an unknown client: %d", rec.Code)
