@@ -26,21 +26,6 @@ func (h *Handler) audit(r *http.Request, category, action, result, reason string
 	_ = h.opts.Audit.Record(r.Context(), e)
 }
 
-// auditActor records an admin's action on something that is not an
-// account (an OAuth client, an invite code): the acting admin's hash, and
-// clientID when the action is on a client.
-func (h *Handler) auditActor(r *http.Request, action, result, reason, clientID string) {
-	if h.opts.Audit == nil {
-		return
-	}
-	e := audit.Event{Category: audit.CategoryAccount, Action: action, Result: result, Reason: reason, ClientID: clientID}
-	if p := PrincipalFrom(r.Context()); p != nil && p.Session.User.StableID != "" {
-		e.UserHash = h.opts.Audit.HashUser(p.Session.User.StableID)
-	}
-	e.IPHash = h.opts.Audit.HashIP(h.ClientKey(r))
-	_ = h.opts.Audit.Record(r.Context(), e)
-}
-
 // auditReason names a failure for the log: the domain error's identity,
 // never the person's input.
 func auditReason(err error) string {
