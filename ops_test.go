@@ -343,14 +343,23 @@ func TestCORS(t *testing.T) {
 	for _, path := range []string{"/mcp", "/oauth/token", "/oauth/register", "/.well-known/oauth-authorization-server", "/.well-known/oauth-protected-resource/mcp"} {
 		rec := preflight(srv.Handler(), path, "https://app.example.com")
 		if rec.Code != http.StatusNoContent || rec.Header().Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
-			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Authorization") {
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Authorization") ||
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Mcp-Method") ||
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Mcp-Name") {
 			t.Errorf("preflight %s from an allowed origin: %d %v", path, rec.Code, rec.Header())
 		}
 		if rec.Header().Get("Access-Control-Allow-Credentials") != "" {
 			t.Errorf("%s allows credentials", path)
 		}
-		if rec := preflight(srv.Handler(), path, "https://evil.example"); rec.Header().Get("Access-Control-Allow-Origin") != "" {
-			t.Errorf("preflight %s from another origin got CORS headers", path)
+		if rec.Header().Get("Vary") != "Origin" {
+			t.Errorf("preflight %s: Vary %q, want Origin", path, rec.Header().Get("Vary"))
+		}
+		if rec := preflight(srv.Handler(), path, "https://evil.example"); rec.Header().Get("Access-Control-Allow-Origin") != "" ||
+			rec.Header().Get("Access-Control-Allow-Methods") != "" || rec.Code == http.StatusNoContent {
+			t.Errorf("preflight %s from another origin got CORS headers: %d %v", path, rec.Code, rec.Header())
+		}
+		if rec := preflight(srv.Handler(), path, "https://app.example.com.evil.example"); rec.Header().Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("preflight %s from a lookalike origin got CORS headers", path)
 		}
 		if rec := preflight(plain.Handler(), path, "https://app.example.com"); rec.Header().Get("Access-Control-Allow-Origin") != "" {
 			t.Errorf("%s sends CORS headers with no allowed origins configured", path)
