@@ -14,6 +14,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -113,11 +114,32 @@ func TestAdminClientsPage(t *testing.T) {
 	if page := admin.do("GET", "/admin/clients?notice=client_blocked", nil); !strings.Contains(page.Body.String(), "blocked") || !strings.Contains(page.Body.String(), "/unblock") {
 		t.Fatal("the page does not show the block")
 	}
+	// The audit log says which client was blocked, and by which admin.
+	adminUser, _ := srv.Accounts().UserByEmail(context.Background(), "root@example.com")
+	events, err := srv.Audit().Query(context.Background(), audit.Filter{Action: "admin_client_block"}, storage.PageRequest{Limit: 10})
+	if err != nil || len(events.Items) != 1 || events.Items[0].ClientID != reg.ClientID || events.Items[0].Result != audit.ResultSuccess ||
+		events.Items[0].UserHash == "" || events.Items[0].UserHash != srv.Audit().HashUser(adminUser.StableID) {
+		t.Fatalf("audit of the block: %+v %v", events.Items, err)
+	}
 	if rec := admin.do("POST", "/admin/clients/no-such/block", url.Values{}); rec.Code != http.StatusNotFound {
 		t.Fatalf("block of an unknown client: %d", rec.Code)
 	}
 	if rec := admin.do("POST", "/admin/clients/"+reg.ClientID+"/unblock", url.Values{}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("unblock: %d", rec.Code)
+	}
+	// Any transport (here the registry, as MCP and the CLI call it) leaves
+	// the same record.
+	caller := accounts.CallerFor(adminUser, srv.Accounts().FreshGrants(context.Background(), adminUser.ID))
+	caller.AllScopes = true
+	if _, err := srv.Registry().Invoke(context.Background(), caller, "adminOAuthClientBlock", json.RawMessage(`{"clientId":"`+reg.ClientID+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	events, err = srv.Audit().Query(context.Background(), audit.Filter{Action: "admin_client_block", Result: audit.ResultSuccess}, storage.PageRequest{Limit: 10})
+	if err != nil || len(events.Items) != 2 || events.Items[0].ClientID != reg.ClientID || events.Items[0].UserHash != srv.Audit().HashUser(adminUser.StableID) {
+		t.Fatalf("audit of a block through the registry: %+v %v", events.Items, err)
+	}
+	if unblocks, err := srv.Audit().Query(context.Background(), audit.Filter{Action: "admin_client_unblock"}, storage.PageRequest{Limit: 10}); err != nil || len(unblocks.Items) != 1 || unblocks.Items[0].ClientID != reg.ClientID {
+		t.Fatalf("audit of the unblock: %+v %v", unblocks.Items, err)
 	}
 }
 
@@ -157,6 +179,12 @@ func TestInviteSignupThroughPages(t *testing.T) {
 	}
 	if rec := admin.do("POST", "/admin/invites", url.Values{"days": {"500"}}); rec.Code != http.StatusUnprocessableEntity {
 		t.Fatalf("500 days: %d", rec.Code)
+	}
+	// Who made the code is in the audit log (the table does not keep it).
+	root, _ := srv.Accounts().UserByEmail(context.Background(), "root@example.com")
+	made, err := srv.Audit().Query(context.Background(), audit.Filter{Action: "admin_invite_create", Result: audit.ResultSuccess}, storage.PageRequest{Limit: 10})
+	if err != nil || len(made.Items) != 1 || made.Items[0].UserHash != srv.Audit().HashUser(root.StableID) {
+		t.Fatalf("audit of the invite: %+v %v", made.Items, err)
 	}
 
 	closed, _, _ := newAdminServer(t, storagetest.Config(t, storage.SQLite).DataDir, accounts.SignupClosed)

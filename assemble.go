@@ -2,6 +2,7 @@ package enclave
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -124,8 +125,8 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
-	caps = append(caps, s.oauth.AdminCapabilities()...)
-	caps = append(caps, s.accounts.InviteCapabilities()...)
+	caps = append(caps, s.auditedAdmin(s.oauth.AdminCapabilities())...)
+	caps = append(caps, s.auditedAdmin(s.accounts.InviteCapabilities())...)
 	caps = append(caps, s.overviewCapability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
@@ -301,4 +302,49 @@ func addTables(inv *storage.Inventory, tables []storage.Table) error {
 		errs = append(errs, inv.AddTable(t))
 	}
 	return errors.Join(errs...)
+}
+
+// adminAuditActions names the audit action of each admin capability whose
+// calls are recorded in the audit log, whatever the transport (MCP, web
+// shell, CLI): who acted, from which address, on which client.
+var adminAuditActions = map[string]string{
+	"adminOAuthClientBlock":   "admin_client_block",
+	"adminOAuthClientUnblock": "admin_client_unblock",
+	"adminInviteCreate":       "admin_invite_create",
+	"adminInviteRevoke":       "admin_invite_revoke",
+}
+
+// auditedAdmin wraps the handlers of the capabilities named in
+// adminAuditActions so that every call that reaches them (the registry
+// has let it through) is recorded with the acting admin's hash and, for a
+// client block, the client's id.
+func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Capability {
+	for i := range caps {
+		action, ok := adminAuditActions[caps[i].Name]
+		if !ok || caps[i].Handler == nil {
+			continue
+		}
+		next := caps[i].Handler
+		caps[i].Handler = func(ctx context.Context, call *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
+			res, err := next(ctx, call, args)
+			var in struct {
+				ClientID string `json:"clientId"`
+			}
+			_ = json.Unmarshal(args, &in)
+			result := audit.ResultSuccess
+			if err != nil || res.IsError {
+				result = audit.ResultFailure
+			}
+			e := audit.Event{Category: audit.CategoryAccount, Action: action, Result: result, IPHash: s.audit.HashIP(clientIP(ctx))}
+			if len(in.ClientID) <= 256 {
+				e.ClientID = in.ClientID
+			}
+			if call != nil && call.Caller.UserID != "" {
+				e.UserHash = s.audit.HashUser(call.Caller.UserID)
+			}
+			_ = s.audit.Record(ctx, e)
+			return res, err
+		}
+	}
+	return caps
 }

@@ -119,7 +119,11 @@ func (s *Server) Ready(ctx context.Context) error {
 	s.ready.mu.Lock()
 	defer s.ready.mu.Unlock()
 	if time.Since(s.ready.at) > time.Second {
-		s.ready.reason = s.checkReady(ctx)
+		// The result is shared for a second by every prober, so it must
+		// not depend on this caller: a client that hangs up (ending its
+		// request context) would otherwise make the server look unready
+		// to the load balancer. checkReady bounds the check itself.
+		s.ready.reason = s.checkReady(context.WithoutCancel(ctx))
 		s.ready.at = time.Now()
 	}
 	if s.ready.reason != "" {
@@ -290,7 +294,8 @@ func (s *Server) cors(next http.Handler) http.Handler {
 		h.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate, Retry-After, X-Request-Id")
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, X-Request-Id")
+			// Mcp-Method and Mcp-Name are sent by 2026-07-28 clients.
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID, X-Request-Id")
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
 			return

@@ -343,14 +343,23 @@ func TestCORS(t *testing.T) {
 	for _, path := range []string{"/mcp", "/oauth/token", "/oauth/register", "/.well-known/oauth-authorization-server", "/.well-known/oauth-protected-resource/mcp"} {
 		rec := preflight(srv.Handler(), path, "https://app.example.com")
 		if rec.Code != http.StatusNoContent || rec.Header().Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
-			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Authorization") {
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Authorization") ||
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Mcp-Method") ||
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Mcp-Name") {
 			t.Errorf("preflight %s from an allowed origin: %d %v", path, rec.Code, rec.Header())
 		}
 		if rec.Header().Get("Access-Control-Allow-Credentials") != "" {
 			t.Errorf("%s allows credentials", path)
 		}
-		if rec := preflight(srv.Handler(), path, "https://evil.example"); rec.Header().Get("Access-Control-Allow-Origin") != "" {
-			t.Errorf("preflight %s from another origin got CORS headers", path)
+		if rec.Header().Get("Vary") != "Origin" {
+			t.Errorf("preflight %s: Vary %q, want Origin", path, rec.Header().Get("Vary"))
+		}
+		if rec := preflight(srv.Handler(), path, "https://evil.example"); rec.Header().Get("Access-Control-Allow-Origin") != "" ||
+			rec.Header().Get("Access-Control-Allow-Methods") != "" || rec.Code == http.StatusNoContent {
+			t.Errorf("preflight %s from another origin got CORS headers: %d %v", path, rec.Code, rec.Header())
+		}
+		if rec := preflight(srv.Handler(), path, "https://app.example.com.evil.example"); rec.Header().Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("preflight %s from a lookalike origin got CORS headers", path)
 		}
 		if rec := preflight(plain.Handler(), path, "https://app.example.com"); rec.Header().Get("Access-Control-Allow-Origin") != "" {
 			t.Errorf("%s sends CORS headers with no allowed origins configured", path)
@@ -368,5 +377,31 @@ func TestCORS(t *testing.T) {
 	srv.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusBadRequest || rec.Header().Get("Access-Control-Allow-Origin") != "https://app.example.com" {
 		t.Fatalf("token POST from the allowed origin: %d %v", rec.Code, rec.Header())
+	}
+}
+
+// A probe whose client hangs up (its request context ends) must not make
+// the server look unready: the readiness result is cached for a second,
+// so anyone sending aborted /readyz requests would otherwise keep every
+// replica out of its load balancer.
+func TestReadyzNotPoisonedByAbortedProbe(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			srv := newServer(t, d)
+			h := srv.Handler()
+			time.Sleep(1100 * time.Millisecond) // past any result cached by New
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil).WithContext(ctx))
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("readyz after an aborted probe = %d %s", rec.Code, rec.Body)
+			}
+			if err := srv.Ready(ctx); err != nil {
+				t.Fatalf("Ready with an ended context on a healthy server: %v", err)
+			}
+		})
 	}
 }

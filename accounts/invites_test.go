@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -93,3 +94,95 @@ func TestSignupModes(t *testing.T) {
 }
 
 func containsCode(s, code string) bool { return code != "" && strings.Contains(s, code) }
+
+// In invite mode, a sign-up without a valid code learns nothing: a taken
+// email, a taken username and a free pair all answer ErrInviteInvalid (the
+// transports answer a taken email like a success, so checking the email
+// first would tell a code-less visitor which addresses are registered), and
+// a revoked code is refused like an unknown one.
+func TestInviteSignupRevealsNothingWithoutACode(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, st, accounts.Config{Signup: accounts.SignupInvite})
+		if _, _, err := svc.CreateUser(ctx, accounts.CreateUserInput{Email: "known@example.com", Username: "known", Password: goodPassword}); err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range []accounts.SignupInput{
+			{Email: "known@example.com", Username: "fresh", Password: goodPassword, InviteCode: "NOT-A-CODE"},
+			{Email: "KNOWN@example.com", Username: "fresh", Password: goodPassword, InviteCode: ""},
+			{Email: "fresh@example.com", Username: "known", Password: goodPassword, InviteCode: "NOT-A-CODE"},
+			{Email: "fresh@example.com", Username: "fresh", Password: goodPassword, InviteCode: "NOT-A-CODE"},
+		} {
+			if _, err := svc.Signup(ctx, in); !errors.Is(err, accounts.ErrInviteInvalid) {
+				t.Fatalf("sign-up %s/%s with code %q: %v, want ErrInviteInvalid", in.Email, in.Username, in.InviteCode, err)
+			}
+		}
+		code, inv, err := svc.CreateInvite(ctx, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := svc.RevokeInvite(ctx, inv.ID); !ok || err != nil {
+			t.Fatalf("revoke: %v %v", ok, err)
+		}
+		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "known@example.com", Username: "fresh", Password: goodPassword, InviteCode: code}); !errors.Is(err, accounts.ErrInviteInvalid) {
+			t.Fatalf("revoked code: %v", err)
+		}
+	})
+}
+
+// One code, many sign-ups at once: exactly one account is opened.
+func TestInviteSpentOnceUnderConcurrency(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, st, accounts.Config{Signup: accounts.SignupInvite})
+		code, _, err := svc.CreateInvite(ctx, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 6
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				name := fmt.Sprintf("racer%d", i)
+				_, err := svc.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: goodPassword, InviteCode: code})
+				errs <- err
+			}()
+		}
+		ok := 0
+		for range n {
+			err := <-errs
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, accounts.ErrInviteInvalid):
+				t.Errorf("concurrent sign-up: %v", err)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("%d sign-ups with one code, want 1", ok)
+		}
+		c, err := svc.CountUsers(ctx, time.Time{})
+		if err != nil || c.Total != 1 {
+			t.Fatalf("accounts: %+v %v", c, err)
+		}
+	})
+}
+
+// A sign-up mode the package does not know is refused when the service is
+// made, never read as open (the switch in Signup lets anything else
+// through).
+func TestUnknownSignupModeRefused(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		for _, mode := range []accounts.SignupMode{"Closed", "invite-only", " closed", "none"} {
+			svc, err := accounts.New(context.Background(), st, accounts.Config{Signup: mode, Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}, Logger: quietLogger()})
+			if err == nil {
+				_, serr := svc.Signup(context.Background(), accounts.SignupInput{Email: "x@example.com", Username: "xperson", Password: goodPassword})
+				t.Fatalf("mode %q accepted (sign-up: %v, mode %q)", mode, serr, svc.SignupMode())
+			}
+		}
+		svc, err := accounts.New(context.Background(), st, accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}, Logger: quietLogger()})
+		if err != nil || svc.SignupMode() != accounts.SignupOpen {
+			t.Fatalf("default mode: %v", err)
+		}
+	})
+}

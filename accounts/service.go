@@ -38,6 +38,13 @@ type PasswordChangeHook func(ctx context.Context, tx bun.Tx, userID int64) error
 // Config.SessionKeys it loads the session signing keys from SQL (decrypting
 // them with store.Keeper), generating the first one if there is none.
 func New(ctx context.Context, store *storage.Store, cfg Config) (*Service, error) {
+	// An unknown sign-up mode ("Closed", "invite-only") is refused rather
+	// than read as open: a typo must not open sign-up to everyone.
+	mode, err := ParseSignupMode(string(cfg.Signup))
+	if err != nil {
+		return nil, fmt.Errorf("accounts: new: %w", err)
+	}
+	cfg.Signup = mode
 	cfg = cfg.withDefaults()
 	s := &Service{store: store, cfg: cfg, hasher: newHasher(cfg.Argon2, cfg.MaxConcurrentHashes)}
 	dummy, err := s.hasher.hash(ctx, rand.Text())

@@ -105,3 +105,34 @@ func TestAdminBlocksClient(t *testing.T) {
 		}
 	})
 }
+
+// A block stops the code exchange of a code issued before it, and a new
+// authorization; the refused refresh does not burn the refresh token, so
+// an unblocked client carries on.
+func TestBlockedClientCodeAndAuthorize(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		e := newEnv(t, st)
+		conf, _, tok := e.signIn()
+		_, email := e.createUser(userState{})
+		u := e.authorize(conf, email, nil)
+		if _, err := e.srv.SetClientBlocked(ctx, conf.ClientID, true); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.exchange(conf, u.Query().Get("code"), nil); r.Status == http.StatusOK || r.AccessToken != "" {
+			t.Fatalf("a blocked client exchanged a code issued before the block: %+v", r)
+		}
+		if resp := e.do(http.MethodGet, e.authURL(conf, nil), nil); resp.StatusCode == http.StatusOK {
+			t.Fatal("a blocked client got the sign-in page")
+		}
+		if r := e.refresh(conf, tok.RefreshToken); r.Status == http.StatusOK {
+			t.Fatal("a blocked client refreshed")
+		}
+		if _, err := e.srv.SetClientBlocked(ctx, conf.ClientID, false); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.refresh(conf, tok.RefreshToken); r.Status != http.StatusOK {
+			t.Fatalf("refresh after the unblock: %d %s %s", r.Status, r.Error, r.Description)
+		}
+	})
+}

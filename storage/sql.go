@@ -139,8 +139,11 @@ func cloneValues(v url.Values) url.Values {
 	return out
 }
 
-// redactURL hides a URL's password and query (which may carry keys) so it
-// can appear in errors and logs.
+// RedactURL hides a URL's password, its query and a base64key:// keeper's
+// key (all of which may carry secrets), so that it can appear in errors,
+// logs and a backup's notes.
+func RedactURL(raw string) string { return redactURL(raw) }
+
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {

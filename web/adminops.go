@@ -11,7 +11,6 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/capabilities/audit"
 )
 
 // The admin pages that act through capabilities: each parses the request,
@@ -195,8 +194,10 @@ func (h *Handler) adminClientBlock(block bool) http.HandlerFunc {
 		if !h.parseForm(w, r) {
 			return
 		}
-		err := h.invoke(r, name, map[string]string{"clientId": r.PathValue("id")}, nil)
-		h.audit(r, audit.CategoryAccount, "admin_client_"+strings.TrimSuffix(action, "ed"), resultOf(err), "", nil)
+		id := r.PathValue("id")
+		err := h.invoke(r, name, map[string]string{"clientId": id}, nil)
+		// The capability's call is in the audit log (enclave records it for
+		// every transport: admin, address, client).
 		if err != nil {
 			h.invokeFailed(w, r, "block client", err)
 			return
@@ -260,7 +261,6 @@ func (h *Handler) adminInviteCreate(w http.ResponseWriter, r *http.Request) {
 		Code string `json:"code"`
 	}
 	err := h.invoke(r, "adminInviteCreate", map[string]any{"note": strings.TrimSpace(r.PostFormValue("note")), "expiresInDays": days}, &out)
-	h.audit(r, audit.CategoryAccount, "admin_invite_create", resultOf(err), "", nil)
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && ce.Code == capabilities.CodeInvalidInput {
 		h.renderInvites(w, r, http.StatusUnprocessableEntity, "", ce.Message)
@@ -284,7 +284,6 @@ func (h *Handler) adminInviteRevoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err = h.invoke(r, "adminInviteRevoke", map[string]int64{"id": id}, nil)
-	h.audit(r, audit.CategoryAccount, "admin_invite_revoke", resultOf(err), "", nil)
 	if err != nil {
 		h.invokeFailed(w, r, "revoke invite", err)
 		return

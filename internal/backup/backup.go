@@ -49,9 +49,21 @@ type Manifest struct {
 // ErrPostgres is returned by Write for a PostgreSQL database.
 var ErrPostgres = errors.New("backup: the database is PostgreSQL; back it up with pg_dump")
 
-// PostgresCommand is the pg_dump command that backs up databaseURL.
-func PostgresCommand(databaseURL, out string) string {
-	return fmt.Sprintf("pg_dump --format=custom --no-owner --file=%s '%s'", shellQuote(out), strings.ReplaceAll(databaseURL, "'", `'\''`))
+// PostgresCommand is the pg_dump command that backs up databaseURL. The
+// URL's password is left out (it would land in the terminal, in logs and
+// in the process list of whoever runs the command): withPassword reports
+// that there was one, for pg_dump to take from PGPASSWORD or ~/.pgpass.
+func PostgresCommand(databaseURL, out string) (cmd string, withPassword bool) {
+	if u, err := url.Parse(databaseURL); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			withPassword = true
+			u.User = url.User(u.User.Username())
+			databaseURL = u.String()
+		}
+	} else if err != nil {
+		databaseURL = "DATABASE_URL"
+	}
+	return fmt.Sprintf("pg_dump --format=custom --no-owner --file=%s '%s'", shellQuote(out), strings.ReplaceAll(databaseURL, "'", `'\''`)), withPassword
 }
 
 func shellQuote(s string) string {
@@ -87,14 +99,14 @@ func Write(ctx context.Context, store *storage.Store, cfg storage.Config, versio
 			m.Blobs = true
 		}
 	} else {
-		m.Notes = append(m.Notes, "blobs are in "+redact(cfg.BlobURL)+": back them up with that store's tools")
+		m.Notes = append(m.Notes, "blobs are in "+storage.RedactURL(cfg.BlobURL)+": back them up with that store's tools")
 	}
 	keeperPath := ""
 	if cfg.KeeperURL == "" || cfg.KeeperURL == "base64key://" {
 		keeperPath = filepath.Join(cfg.DataDir, KeeperName)
 		m.Keeper = true
 	} else {
-		m.Notes = append(m.Notes, "the keeper is "+redact(cfg.KeeperURL)+": its key stays with that service")
+		m.Notes = append(m.Notes, "the keeper is "+storage.RedactURL(cfg.KeeperURL)+": its key stays with that service")
 	}
 
 	gz := gzip.NewWriter(w)
@@ -158,16 +170,6 @@ func localPath(raw string) (string, bool) {
 	return filepath.FromSlash(u.Path), true
 }
 
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User = nil
-	u.RawQuery = ""
-	return u.String()
-}
-
 func writeBytes(tw *tar.Writer, name string, data []byte, mode int64) error {
 	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(data)), ModTime: time.Now(), Typeflag: tar.TypeReg}); err != nil {
 		return fmt.Errorf("backup: %s: %w", name, err)
@@ -198,20 +200,53 @@ func writeFile(tw *tar.Writer, name, src string) error {
 // Restore unpacks an archive into dir, which must not exist or be empty:
 // enclave.db, blobs/ and keeper.key land where "enclave serve --data-dir
 // DIR" looks for them by default. Files are written with mode 0600.
-func Restore(r io.Reader, dir string) (Manifest, error) {
-	var m Manifest
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+//
+// Only regular files of the archive's layout are accepted (no links, no
+// directories, no name outside it), the manifest must come first, and
+// every part it lists must be present. When the archive is refused or
+// unreadable, what was written is removed, leaving dir empty (a server
+// started on a half-restored directory would make a new keeper key and
+// lose every secret sealed with the old one).
+func Restore(r io.Reader, dir string) (m Manifest, err error) {
+	entries, rerr := os.ReadDir(dir)
+	switch {
+	case rerr == nil && len(entries) > 0:
 		return m, fmt.Errorf("restore: %s is not empty; restore into a new directory", dir)
+	case rerr != nil && !errors.Is(rerr, fs.ErrNotExist):
+		return m, fmt.Errorf("restore: %w", rerr)
 	}
+	created := errors.Is(rerr, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return m, fmt.Errorf("restore: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			cleanDir(dir, created)
+		}
+	}()
+	return unpack(r, dir)
+}
+
+// cleanDir removes what a failed restore wrote into dir, which was empty.
+func cleanDir(dir string, created bool) {
+	if created {
+		_ = os.RemoveAll(dir)
+		return
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
+
+func unpack(r io.Reader, dir string) (Manifest, error) {
+	var m Manifest
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return m, fmt.Errorf("restore: not an enclave backup: %w", err)
 	}
 	tr := tar.NewReader(gz)
-	seenManifest := false
+	seenManifest, seenDatabase, seenKeeper := false, false, false
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -224,16 +259,25 @@ func Restore(r io.Reader, dir string) (Manifest, error) {
 			return m, fmt.Errorf("restore: unexpected entry %q", h.Name)
 		}
 		name := path.Clean(h.Name)
-		if !fs.ValidPath(name) || !(name == ManifestName || name == DatabaseName || name == KeeperName || strings.HasPrefix(name, BlobsDir+"/")) {
+		if name != h.Name || !fs.ValidPath(name) || !(name == ManifestName || name == DatabaseName || name == KeeperName || strings.HasPrefix(name, BlobsDir+"/")) {
 			return m, fmt.Errorf("restore: unexpected entry %q", h.Name)
 		}
 		if name == ManifestName {
+			if seenManifest {
+				return m, fmt.Errorf("restore: unexpected entry %q", h.Name)
+			}
 			if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&m); err != nil || m.Format != 1 {
 				return m, fmt.Errorf("restore: unreadable manifest")
 			}
 			seenManifest = true
 			continue
 		}
+		if !seenManifest {
+			// Write puts the manifest first: anything else is not ours.
+			return m, errors.New("restore: not an enclave backup (no manifest first)")
+		}
+		seenDatabase = seenDatabase || name == DatabaseName
+		seenKeeper = seenKeeper || name == KeeperName
 		dst := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 			return m, fmt.Errorf("restore: %w", err)
@@ -250,8 +294,13 @@ func Restore(r io.Reader, dir string) (Manifest, error) {
 			return m, fmt.Errorf("restore: %s: %w", name, err)
 		}
 	}
-	if !seenManifest {
+	switch {
+	case !seenManifest:
 		return m, errors.New("restore: not an enclave backup (no manifest)")
+	case m.Database && !seenDatabase:
+		return m, errors.New("restore: the archive is incomplete: no database")
+	case m.Keeper && !seenKeeper:
+		return m, errors.New("restore: the archive is incomplete: no keeper key")
 	}
 	return m, nil
 }

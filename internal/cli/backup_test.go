@@ -156,3 +156,18 @@ func TestBackupPostgresPrintsPgDump(t *testing.T) {
 		t.Fatalf("backup on PostgreSQL: %d %s", code, out)
 	}
 }
+
+// The printed pg_dump command never holds the database password (the URL
+// may come from ENCLAVE_DATABASE_URL_FILE precisely to keep it out of
+// terminals, logs and process lists).
+func TestBackupPostgresHidesPassword(t *testing.T) {
+	code, out, errOut := run(t, map[string]string{"ENCLAVE_DATA_DIR": t.TempDir(), "ENCLAVE_DATABASE_URL": "postgres://enclave:s3cr%40t-pw@db.internal:5432/enclave?sslmode=require"}, "backup", "--out", "x.tar.gz")
+	if code != 1 || !strings.Contains(out, "pg_dump --format=custom") || !strings.Contains(out, "postgres://enclave@db.internal:5432/enclave?sslmode=require") || !strings.Contains(out, "PGPASSWORD") {
+		t.Fatalf("backup on PostgreSQL: %d %s", code, out)
+	}
+	for _, leak := range []string{"s3cr", "%40t-pw", "@t-pw"} {
+		if strings.Contains(out+errOut, leak) {
+			t.Fatalf("the output holds the password: %s %s", out, errOut)
+		}
+	}
+}

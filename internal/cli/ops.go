@@ -92,7 +92,11 @@ func backupCommand() command {
 			}
 			cfg := o.storageConfig().WithDefaults()
 			if strings.HasPrefix(cfg.DatabaseURL, "postgres") {
-				fmt.Fprintf(e.Stdout, "The database is PostgreSQL: back it up with pg_dump, for example\n\n  %s\n\n", backup.PostgresCommand(cfg.DatabaseURL, strings.TrimSuffix(out, ".tar.gz")+".pgdump"))
+				cmd, withPassword := backup.PostgresCommand(cfg.DatabaseURL, strings.TrimSuffix(out, ".tar.gz")+".pgdump")
+				fmt.Fprintf(e.Stdout, "The database is PostgreSQL: back it up with pg_dump, for example\n\n  %s\n\n", cmd)
+				if withPassword {
+					fmt.Fprintln(e.Stdout, "(the password of the database URL is left out: give it to pg_dump in PGPASSWORD or ~/.pgpass)")
+				}
 				if cfg.KeeperURL == "" || cfg.KeeperURL == "base64key://" {
 					fmt.Fprintf(e.Stdout, "and keep a copy of %s: without it the secrets in that dump cannot be read.\n", filepath.Join(cfg.DataDir, storage.KeeperKeyFile))
 				}

@@ -169,3 +169,42 @@ func TestConfigurationDocListsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// The image build copies the whole context into its build stage, whose
+// layers stay in the builder's cache: the secrets the compose file reads
+// (deploy/secrets), a keeper key, a database and backup archives made in
+// the checkout must be left out of it.
+func TestDockerContextLeavesOutSecrets(t *testing.T) {
+	b, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, l)
+		}
+	}
+	excluded := func(p string) bool {
+		for _, pat := range patterns {
+			for _, cand := range []string{pat, strings.TrimPrefix(pat, "**/")} {
+				if ok, _ := filepath.Match(cand, p); ok {
+					return true
+				}
+				if ok, _ := filepath.Match(cand, filepath.Base(p)); ok && strings.HasPrefix(pat, "**/") {
+					return true
+				}
+				if strings.HasPrefix(p, cand+"/") {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, p := range []string{"deploy/secrets/database_url", "secrets/smtp_url", "enclave-data/keeper.key", "keeper.key",
+		"data/enclave.db", "enclave.db-wal", "enclave-backup.tar.gz", "backup.pgdump", ".env"} {
+		if !excluded(p) {
+			t.Errorf("%s would be sent to the image build", p)
+		}
+	}
+}
