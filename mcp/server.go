@@ -114,6 +114,15 @@ type Options struct {
 	// tasks off (task-supporting capabilities then run as ordinary calls).
 	// enclave.New sets an SQL store, so any replica can answer for a task.
 	Tasks TaskStore
+	// MaxTasksPerUser bounds the tasks each user may have running on this
+	// server at once (Call.Detach beyond it fails with CodeQuotaExceeded);
+	// 0 means 16.
+	MaxTasksPerUser int
+	// MaxListensPerUser bounds each user's open subscriptions/listen
+	// streams (protocol 2026-07-28): opening one more ends the user's
+	// oldest. 0 means 8. All users together keep at most MaxSessions
+	// (503 beyond it).
+	MaxListensPerUser int
 	// Anonymous, when set, turns authentication off: every request is served
 	// as this caller, and only requests arriving on a loopback address are
 	// accepted. It exists for local conformance testing.
@@ -151,6 +160,8 @@ type Server struct {
 	draining  atomic.Bool // CloseStreams was called: no new GET streams
 	listenMu  sync.Mutex
 	listens   map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
+	taskMu    sync.Mutex
+	running   map[string]int // running tasks per user id
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup

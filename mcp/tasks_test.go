@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
 )
 
 var taskCaps = map[string]any{"elicitation": map[string]any{}, "extensions": map[string]any{tasksExtension: map[string]any{}}}
@@ -119,5 +121,129 @@ func TestTaskCancelAndNegotiation(t *testing.T) {
 	_, m = f.modernCall("alice-token", "tools/call", "longJob", map[string]any{"name": "longJob", "arguments": map[string]any{}}, elicitCaps)
 	if r, _ := m["result"].(map[string]any); r["resultType"] != "input_required" || r["taskId"] != nil {
 		t.Fatalf("tools/call without the extension = %v", m)
+	}
+}
+
+// holdFixture serves "holdJob" (anyone) and "adminHold" (admins), which
+// continue as tasks and then hold until their context ends, reporting on
+// ended whether that happened (true) or they gave up after 10 s and would
+// have gone on writing (false).
+func holdFixture(t *testing.T, tweak ...func(*Options)) (*fixture, chan bool) {
+	ended := make(chan bool, 16)
+	f := newFixture(t, append([]func(*Options){func(o *Options) { o.Tasks = MemoryTasks(); o.recheck = 20 * time.Millisecond }}, tweak...)...)
+	hold := func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+		ctx, err := call.Detach(ctx)
+		if err != nil {
+			return capabilities.Result{}, err
+		}
+		select {
+		case <-ctx.Done():
+			ended <- true
+			return capabilities.Result{}, ctx.Err()
+		case <-time.After(10 * time.Second):
+			ended <- false
+			return capabilities.TextResult("wrote"), nil
+		}
+	}
+	must(t, f.reg.Register(
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "holdJob", Domain: "test", Description: "Holds.", Annotations: writes, Task: capabilities.TaskOptional, Handler: hold,
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "adminHold", Domain: "test", Description: "Holds, admins only.", Annotations: writes, Task: capabilities.TaskOptional,
+			Requires: capabilities.Requirement{Role: capabilities.RoleAdmin}, Handler: hold,
+		}),
+	))
+	return f, ended
+}
+
+func (f *fixture) startTask(token, name string) string {
+	f.t.Helper()
+	_, m := f.modernCall(token, "tools/call", name, map[string]any{"name": name, "arguments": map[string]any{}}, taskCaps)
+	r, _ := m["result"].(map[string]any)
+	id, _ := r["taskId"].(string)
+	if id == "" {
+		f.t.Fatalf("tools/call %s = %v, want a task", name, m)
+	}
+	return id
+}
+
+// TestTaskEndsWhenAccessEnds: a running task is stopped (its context
+// ends) once its owner is suspended, the token that started it is
+// revoked, or the owner loses the role the capability requires; a task
+// whose access is intact goes on.
+func TestTaskEndsWhenAccessEnds(t *testing.T) {
+	var revoked atomic.Bool
+	f, ended := holdFixture(t, func(o *Options) {
+		inner := o.Verifier
+		o.Verifier = TokenVerifierFunc(func(ctx context.Context, token string) (TokenInfo, error) {
+			if token == "alice-notes-token" && revoked.Load() {
+				return TokenInfo{}, ErrInvalidToken
+			}
+			return inner.VerifyToken(ctx, token)
+		})
+	})
+	waitEnded := func(what string) {
+		t.Helper()
+		select {
+		case ok := <-ended:
+			if !ok {
+				t.Fatalf("%s: the task went on running", what)
+			}
+		case <-time.After(8 * time.Second):
+			t.Fatalf("%s: the task is still running", what)
+		}
+	}
+
+	// The token that started it is revoked.
+	f.startTask("alice-notes-token", "holdJob")
+	revoked.Store(true)
+	waitEnded("token revoked")
+
+	// The admin loses the admin role: the admin-only task stops; bob's
+	// task, whose access is intact, goes on.
+	bobID := f.startTask("bob-token", "holdJob")
+	adminID := f.startTask("admin-token", "adminHold")
+	f.loader.Set(capabilitiestest.User("admin"))
+	waitEnded("role removed")
+	if status, m := f.taskOp("admin-token", "tasks/get", adminID, nil); status != http.StatusBadRequest {
+		t.Fatalf("tasks/get of a task of a capability the caller lost = %d %v, want the unknown-task answer", status, m)
+	}
+
+	// bob is suspended.
+	suspended := capabilitiestest.User("bob")
+	suspended.State = capabilities.AccountSuspended
+	f.loader.Set(suspended)
+	waitEnded("owner suspended")
+	f.loader.Set(capabilitiestest.User("bob"))
+	if got := f.waitStatus("bob-token", bobID, "failed"); !strings.Contains(fmt.Sprint(got["error"]), "access ended") {
+		t.Fatalf("bob's stopped task = %v", got)
+	}
+}
+
+// TestTasksPerUserBounded: a user cannot hold more than MaxTasksPerUser
+// running tasks; the next Detach fails with a clear error, other users are
+// unaffected, and a finished task frees its place.
+func TestTasksPerUserBounded(t *testing.T) {
+	f, ended := holdFixture(t, func(o *Options) { o.MaxTasksPerUser = 2 })
+	first := f.startTask("alice-token", "holdJob")
+	f.startTask("alice-token", "holdJob")
+	_, m := f.modernCall("alice-token", "tools/call", "holdJob", map[string]any{"name": "holdJob", "arguments": map[string]any{}}, taskCaps)
+	r, _ := m["result"].(map[string]any)
+	if r["taskId"] != nil || r["isError"] != true || !strings.Contains(fmt.Sprint(r["content"]), "too many running tasks") {
+		t.Fatalf("alice's third task = %v, want a tool error naming the limit", m)
+	}
+	f.startTask("bob-token", "holdJob")
+
+	f.taskOp("alice-token", "tasks/cancel", first, nil)
+	<-ended
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, m := f.modernCall("alice-token", "tools/call", "holdJob", map[string]any{"name": "holdJob", "arguments": map[string]any{}}, taskCaps)
+		if r, _ := m["result"].(map[string]any); r["taskId"] != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a cancelled task never freed its place")
+		}
 	}
 }
