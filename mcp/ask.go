@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -64,11 +66,16 @@ type signedState struct {
 }
 
 // binding identifies one call: method, name and canonical arguments.
+// Numbers keep their exact text (float64 would make 2^53 and 2^53+1 the
+// same call), and arguments that are not JSON are bound as they are.
 func binding(method, name string, args []byte) string {
 	canon := []byte("null")
 	if len(args) > 0 {
+		canon = args
+		dec := json.NewDecoder(bytes.NewReader(args))
+		dec.UseNumber()
 		var v any
-		if json.Unmarshal(args, &v) == nil {
+		if dec.Decode(&v) == nil && dec.Decode(new(any)) == io.EOF {
 			canon, _ = json.Marshal(v)
 		}
 	}

@@ -174,3 +174,43 @@ func TestUnsupportedVersionError(t *testing.T) {
 
 func base64Decode(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
 func base64Encode(b []byte) string          { return base64.RawURLEncoding.EncodeToString(b) }
+
+type confirmIn struct {
+	ID int64 `json:"id"`
+}
+
+// TestRequestStateBoundToExactArguments: a state is bound to the exact
+// arguments: numbers that differ only beyond float64 precision, and
+// arguments that are not JSON, are other arguments.
+func TestRequestStateBoundToExactArguments(t *testing.T) {
+	f := newFixture(t)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[confirmIn, capabilities.Result]{
+		Name: "confirmDelete", Domain: "test", Description: "Deletes after a confirmation.", Annotations: writes,
+		Handler: func(ctx context.Context, call *capabilities.Call, in confirmIn) (capabilities.Result, error) {
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "sure", Elicit: &capabilities.ElicitRequest{Message: fmt.Sprintf("delete %d?", in.ID)}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult(fmt.Sprintf("deleted %d", in.ID)), nil
+		},
+	})))
+	call := func(id int64, extra map[string]any) (int, map[string]any) {
+		p := map[string]any{"name": "confirmDelete", "arguments": map[string]any{"id": id}}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return f.modernCall("alice-token", "tools/call", "confirmDelete", p, elicitCaps)
+	}
+	const confirmed, other = int64(9007199254740992), int64(9007199254740993)
+	_, m := call(confirmed, nil)
+	state, _ := m["result"].(map[string]any)["requestState"].(string)
+	if state == "" {
+		t.Fatalf("round 1 = %v", m)
+	}
+	status, m := call(other, map[string]any{"requestState": state, "inputResponses": map[string]any{"sure": accept("y")}})
+	if e, _ := m["error"].(map[string]any); status != http.StatusBadRequest || e["code"] != float64(-32602) {
+		t.Fatalf("a state for id %d used for id %d: %d %v, want -32602", confirmed, other, status, m)
+	}
+	if b1, b2 := binding("tools/call", "x", []byte(`{"a":`)), binding("tools/call", "x", nil); b1 == b2 {
+		t.Fatal("malformed arguments share the binding of no arguments")
+	}
+}
