@@ -412,8 +412,10 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 	ctx := r.Context()
 	t, err := s.tasks.Get(ctx, st.caller.UserID, p.TaskID)
 	// A task of a capability the caller may no longer use is unknown too:
-	// every task operation passes the registry's decision, audited.
-	if err == nil && s.reg.Screen(ctx, st.caller, t.Capability) {
+	// every task operation passes the registry's decision, audited,
+	// including the token's scopes (a token that could not start the task
+	// cannot read, answer or cancel it either).
+	if err == nil && (s.reg.Screen(ctx, st.caller, t.Capability) || s.reg.CheckScope(ctx, st.caller, t.Capability) != nil) {
 		err = ErrTaskNotFound
 	}
 	if errors.Is(err, ErrTaskNotFound) {

@@ -247,3 +247,29 @@ func TestTasksPerUserBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskOpsNeedTheCapabilityScopes: a token lacking the scope the task's
+// capability requires gets the unknown-task answer for tasks/get,
+// tasks/update and tasks/cancel, even for its own user's task.
+func TestTaskOpsNeedTheCapabilityScopes(t *testing.T) {
+	f, _ := holdFixture(t)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "scopedJob", Domain: "test", Description: "Needs notes:write.", Annotations: writes, Task: capabilities.TaskOptional,
+		Requires: capabilities.Requirement{Scopes: []string{"notes:write"}},
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			if _, err := call.Detach(ctx); err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult("secret result"), nil
+		},
+	})))
+	id := f.startTask("alice-notes-token", "scopedJob")
+	f.waitStatus("alice-notes-token", id, "completed")
+	_, unknown := f.taskOp("alice-token", "tasks/get", "no-such-task", nil)
+	for _, method := range []string{"tasks/get", "tasks/update", "tasks/cancel"} {
+		status, m := f.taskOp("alice-token", method, id, nil)
+		if status != http.StatusBadRequest || fmt.Sprint(m["error"]) != fmt.Sprint(unknown["error"]) || strings.Contains(fmt.Sprint(m), "secret") {
+			t.Errorf("%s with a token lacking notes:write: %d %v, want the unknown-task answer", method, status, m)
+		}
+	}
+}
