@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
 )
 
 // modernCall sends one protocol 2026-07-28 request and returns the HTTP
@@ -212,5 +213,44 @@ func TestRequestStateBoundToExactArguments(t *testing.T) {
 	}
 	if b1, b2 := binding("tools/call", "x", []byte(`{"a":`)), binding("tools/call", "x", nil); b1 == b2 {
 		t.Fatal("malformed arguments share the binding of no arguments")
+	}
+}
+
+// TestEveryRoundPassesTheChokePoint: each round of an input-required call
+// is a call: after the caller lost the role between rounds, the next round
+// is refused (answered like an unknown tool) and the denial is audited,
+// whatever the signed state carries.
+func TestEveryRoundPassesTheChokePoint(t *testing.T) {
+	f := newFixture(t)
+	var ran int
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "adminAsk", Domain: "test", Description: "Admins only; asks.", Annotations: writes,
+		Requires: capabilities.Requirement{Role: capabilities.RoleAdmin},
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			ran++
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "sure", Elicit: &capabilities.ElicitRequest{Message: "sure?"}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult("done"), nil
+		},
+	})))
+	p := map[string]any{"name": "adminAsk", "arguments": map[string]any{}}
+	_, m := f.modernCall("admin-token", "tools/call", "adminAsk", p, elicitCaps)
+	state, _ := m["result"].(map[string]any)["requestState"].(string)
+	if state == "" {
+		t.Fatalf("round 1 = %v", m)
+	}
+	f.loader.Set(capabilitiestest.User("admin"))
+	p["requestState"], p["inputResponses"] = state, map[string]any{"sure": accept("y")}
+	_, m = f.modernCall("admin-token", "tools/call", "adminAsk", p, elicitCaps)
+	if strings.Contains(fmt.Sprint(m), "done") || ran != 1 {
+		t.Fatalf("round 2 after the role was removed ran the handler: %v", m)
+	}
+	var denied bool
+	for _, d := range f.audit.Denials() {
+		denied = denied || d.Name == "adminAsk" && d.Reason == capabilities.ReasonRole
+	}
+	if !denied {
+		t.Fatalf("round 2's refusal was not audited: %v", f.audit.Denials())
 	}
 }
