@@ -343,7 +343,10 @@ func TestCORS(t *testing.T) {
 	for _, path := range []string{"/mcp", "/oauth/token", "/oauth/register", "/.well-known/oauth-authorization-server", "/.well-known/oauth-protected-resource/mcp"} {
 		rec := preflight(srv.Handler(), path, "https://app.example.com")
 		if rec.Code != http.StatusNoContent || rec.Header().Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
-			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Authorization") {
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Authorization") ||
+			// protocol 2026-07-28 clients send these on every request
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Mcp-Method") ||
+			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Mcp-Name") {
 			t.Errorf("preflight %s from an allowed origin: %d %v", path, rec.Code, rec.Header())
 		}
 		if rec.Header().Get("Access-Control-Allow-Credentials") != "" {
