@@ -193,3 +193,38 @@ func TestListenListChangesUseFreshRoles(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 }
+
+// TestGETStreamsPerSessionBounded: a session holds at most
+// maxStreamsPerSession GET streams; opening another ends the oldest.
+func TestGETStreamsPerSessionBounded(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	open := func() *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set(versionHeader, testProtocol)
+		req.Header.Set(sessionHeader, sid)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET stream: %s", resp.Status)
+		}
+		return resp
+	}
+	first := open()
+	for range maxStreamsPerSession + 5 {
+		open()
+	}
+	if got := f.srv.Stats().Streams; got > maxStreamsPerSession {
+		t.Fatalf("%d GET streams open on one session, want at most %d", got, maxStreamsPerSession)
+	}
+	ended := make(chan struct{})
+	go func() { readAll(first); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the oldest GET stream is still open")
+	}
+}
