@@ -21,9 +21,11 @@
 // Protocol 2026-07-28 is served in full, statelessly: handlers ask for input
 // (Call.Ask) through input-required results whose requestState is signed
 // and bound to the caller and the call (ask.go); subscriptions/listen
-// streams are per caller (listen.go); capabilities that support tasks
+// streams are per caller, judged with the caller's roles loaded fresh,
+// and bounded per user (listen.go); capabilities that support tasks
 // continue as tasks after Call.Detach, stored in a TaskStore and reachable
-// only by their owner (tasks.go, package sqltasks); errors take the shapes
+// only by their owner, stopped when the owner's access ends, and bounded
+// per user (tasks.go, package sqltasks); errors take the shapes
 // the revision prescribes (-32021 with the required capabilities, -32602
 // for a bad request state, the unsupported-version data), and custom
 // x-mcp-header parameters are checked by mcp-go.

@@ -131,15 +131,23 @@ func (s *Server) taskAllowed(ctx context.Context, st *reqState, name string) boo
 	if s.opts.Anonymous != nil {
 		return true
 	}
+	var fresh *capabilities.Caller
 	if st.token != "" && (st.expires.IsZero() || s.now().Before(st.expires)) {
 		info, err := s.verify(ctx, st.token)
 		if err != nil || info.UserID != st.caller.UserID {
 			return false
 		}
+		fresh = info.Caller // the verifier loaded the account already
 	}
-	caller, err := s.callerFor(ctx, st.caller.UserID)
-	if err != nil {
-		return false
+	var caller capabilities.Caller
+	if fresh != nil {
+		caller = *fresh
+		caller.UserID = st.caller.UserID
+	} else {
+		var err error
+		if caller, err = s.callerFor(ctx, st.caller.UserID); err != nil {
+			return false
+		}
 	}
 	caller.Scopes, caller.AllScopes = st.caller.Scopes, st.caller.AllScopes
 	caller.Interactive = st.caller.Interactive
