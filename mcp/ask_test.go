@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,5 +253,79 @@ func TestEveryRoundPassesTheChokePoint(t *testing.T) {
 	}
 	if !denied {
 		t.Fatalf("round 2's refusal was not audited: %v", f.audit.Denials())
+	}
+}
+
+// TestAnswersOnlyToQuestionsAsked: a client cannot skip a question by
+// answering it before it is asked (on the first call, or alongside the
+// answer to an earlier question); answers to questions not asked are
+// ignored and the question is put.
+func TestAnswersOnlyToQuestionsAsked(t *testing.T) {
+	f := newFixture(t)
+	askTwice(f)
+	args := map[string]any{"text": "x"}
+	both := map[string]any{"first": accept("one"), "second": accept("two")}
+	_, m := f.modernCall("alice-token", "tools/call", "askTwice", map[string]any{"name": "askTwice", "arguments": args, "inputResponses": both}, elicitCaps)
+	r1, _ := m["result"].(map[string]any)
+	if r1["resultType"] != "input_required" || r1["inputRequests"].(map[string]any)["first"] == nil {
+		t.Fatalf("first call answering ahead = %v, want the first question put", m)
+	}
+	_, m = f.modernCall("alice-token", "tools/call", "askTwice", map[string]any{"name": "askTwice", "arguments": args,
+		"inputResponses": both, "requestState": r1["requestState"]}, elicitCaps)
+	r2, _ := m["result"].(map[string]any)
+	if r2["resultType"] != "input_required" || r2["inputRequests"].(map[string]any)["second"] == nil {
+		t.Fatalf("round 2 answering the second question ahead = %v, want the second question put", m)
+	}
+	_, m = f.modernCall("alice-token", "tools/call", "askTwice", map[string]any{"name": "askTwice", "arguments": args,
+		"inputResponses": map[string]any{"second": accept("two")}, "requestState": r2["requestState"]}, elicitCaps)
+	if got := fmt.Sprint(m["result"]); !strings.Contains(got, "x:one/two") {
+		t.Fatalf("round 3 = %v", m)
+	}
+}
+
+// TestSignedAnswerBoundToTheQuestion: an answer carried in the state
+// answers only the question it was given to: when the retry finds that
+// the handler now asks something else under the same key ("delete B?"
+// where "delete A?" was confirmed), the question is put again.
+func TestSignedAnswerBoundToTheQuestion(t *testing.T) {
+	f := newFixture(t)
+	var target atomic.Value
+	target.Store("A")
+	var deleted []string
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "deleteOldest", Domain: "test", Description: "Deletes the oldest file after a confirmation and a reason.", Annotations: writes,
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			name := target.Load().(string)
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "sure", Elicit: &capabilities.ElicitRequest{Message: "delete " + name + "?"}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "reason", Elicit: &capabilities.ElicitRequest{Message: "why?"}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			deleted = append(deleted, name)
+			return capabilities.TextResult("deleted " + name), nil
+		},
+	})))
+	p := func(extra map[string]any) map[string]any {
+		out := map[string]any{"name": "deleteOldest", "arguments": map[string]any{}}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
+	_, m := f.modernCall("alice-token", "tools/call", "deleteOldest", p(nil), elicitCaps)
+	s1, _ := m["result"].(map[string]any)["requestState"].(string)
+	_, m = f.modernCall("alice-token", "tools/call", "deleteOldest", p(map[string]any{"requestState": s1, "inputResponses": map[string]any{"sure": accept("y")}}), elicitCaps)
+	r2, _ := m["result"].(map[string]any)
+	if r2["inputRequests"].(map[string]any)["reason"] == nil {
+		t.Fatalf("round 2 = %v", m)
+	}
+	target.Store("B") // the oldest file is another one now
+	_, m = f.modernCall("alice-token", "tools/call", "deleteOldest", p(map[string]any{"requestState": r2["requestState"], "inputResponses": map[string]any{"reason": accept("old")}}), elicitCaps)
+	r3, _ := m["result"].(map[string]any)
+	irs, _ := r3["inputRequests"].(map[string]any)
+	q, _ := irs["sure"].(map[string]any)
+	if len(deleted) != 0 || r3["resultType"] != "input_required" || !strings.Contains(fmt.Sprint(q), "delete B?") {
+		t.Fatalf("round 3 after the target changed = %v (deleted %v), want \"delete B?\" put", m, deleted)
 	}
 }
