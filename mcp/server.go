@@ -125,6 +125,10 @@ type Options struct {
 	// oldest. 0 means 8. All users together keep at most MaxSessions
 	// (503 beyond it).
 	MaxListensPerUser int
+	// Recheck is how often the access behind long-lived work is checked
+	// again: the token of a GET or listen stream, and the token and account
+	// of a running task. 0 means 30 seconds.
+	Recheck time.Duration
 	// Anonymous, when set, turns authentication off: every request is served
 	// as this caller, and only requests arriving on a loopback address are
 	// accepted. It exists for local conformance testing.
@@ -190,7 +194,7 @@ func New(opts Options) (*Server, error) {
 		publicHost:  base.Hostname(),
 		origin:      strings.ToLower(base.Scheme + "://" + base.Host),
 		origins:     map[string]bool{},
-		recheck:     cmp.Or(opts.recheck, 30*time.Second),
+		recheck:     cmp.Or(opts.recheck, opts.Recheck, 30*time.Second),
 		metadataURL: origin + "/.well-known/oauth-protected-resource" + Path,
 		maxBody:     cmp.Or(opts.MaxBodyBytes, 4<<20),
 		now:         time.Now,
