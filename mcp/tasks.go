@@ -439,6 +439,13 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 	case "tasks/get":
 		result = detailed(t)
 	case "tasks/update":
+		// Answers let the handler go on: a mutation, refused like a call
+		// of the capability would be (an account being deleted resumes no
+		// writing task).
+		if e := s.reg.Admit(ctx, st.caller, t.Capability); e != nil {
+			fail(http.StatusForbidden, mcpgo.INVALID_REQUEST, publicMessage(e, st.requestID), nil)
+			return
+		}
 		_, err = s.tasks.Update(ctx, st.caller.UserID, t.ID, func(t *Task) error {
 			if t.Status != TaskInputRequired {
 				return nil

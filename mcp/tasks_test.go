@@ -273,3 +273,45 @@ func TestTaskOpsNeedTheCapabilityScopes(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskUpdateRefusedWhileDeleting: the answers of tasks/update resume
+// the handler, so an account being deleted cannot deliver them to a task
+// of a capability that writes; it can still read and cancel its task.
+func TestTaskUpdateRefusedWhileDeleting(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Tasks = MemoryTasks() })
+	resumed := make(chan struct{}, 1)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "writeJob", Domain: "test", Description: "Asks, then writes.", Annotations: writes, Task: capabilities.TaskOptional,
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			ctx, err := call.Detach(ctx)
+			if err != nil {
+				return capabilities.Result{}, err
+			}
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "ok", Elicit: &capabilities.ElicitRequest{Message: "write?"}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			resumed <- struct{}{}
+			return capabilities.TextResult("wrote"), nil
+		},
+	})))
+	id := f.startTask("alice-token", "writeJob")
+	f.waitStatus("alice-token", id, "input_required")
+	deleting := capabilitiestest.User("alice")
+	deleting.State = capabilities.AccountDeleting
+	f.loader.Set(deleting)
+	status, m := f.taskOp("alice-token", "tasks/update", id, map[string]any{"inputResponses": map[string]any{"ok": accept("y")}})
+	if e, _ := m["error"].(map[string]any); status != http.StatusForbidden || !strings.Contains(fmt.Sprint(e["message"]), "being deleted") {
+		t.Fatalf("tasks/update while deleting: %d %v, want 403 naming the deletion", status, m)
+	}
+	select {
+	case <-resumed:
+		t.Fatal("the writing task resumed for an account being deleted")
+	case <-time.After(600 * time.Millisecond):
+	}
+	if got := f.waitStatus("alice-token", id, "input_required"); got == nil {
+		t.Fatal("tasks/get while deleting")
+	}
+	if _, m := f.taskOp("alice-token", "tasks/cancel", id, nil); m["result"] == nil {
+		t.Fatalf("tasks/cancel while deleting: %v", m)
+	}
+}
