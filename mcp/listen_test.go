@@ -228,3 +228,40 @@ func TestGETStreamsPerSessionBounded(t *testing.T) {
 		t.Fatal("the oldest GET stream is still open")
 	}
 }
+
+// TestStreamsEndWhenAccountSuspended: a verifier need not know about
+// account state; a listen stream and a GET stream still end once their
+// user is suspended (the recheck loads the account as a request would).
+func TestStreamsEndWhenAccountSuspended(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.recheck = 20 * time.Millisecond })
+	_, next := f.openListen("alice-token", map[string]any{"toolsListChanged": true})
+	sid := f.initialize("alice-token")
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(versionHeader, testProtocol)
+	req.Header.Set(sessionHeader, sid)
+	get, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer get.Body.Close()
+
+	suspended := capabilitiestest.User("alice")
+	suspended.State = capabilities.AccountSuspended
+	f.loader.Set(suspended)
+	listenDone, getDone := make(chan map[string]any, 1), make(chan struct{})
+	go func() { listenDone <- next() }()
+	go func() { readAll(get); close(getDone) }()
+	select {
+	case m := <-listenDone:
+		if res, _ := m["result"].(map[string]any); res["resultType"] != "complete" {
+			t.Fatalf("after suspension the listen stream carried %v, want its final result", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("listen stream still open 5 s after its user was suspended")
+	}
+	select {
+	case <-getDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("GET stream still open 5 s after its user was suspended")
+	}
+}
