@@ -76,6 +76,9 @@ func (c *client) Detach(ctx context.Context) (context.Context, error) {
 	if tr == nil {
 		return ctx, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return ctx, err // the call was cancelled: nothing to continue
+	}
 	var err error
 	tr.once.Do(func() {
 		if !c.s.startTask(tr.userID) {
@@ -196,12 +199,23 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 		done <- outcome{res, err}
 	}()
 	var o outcome
+	finished := false // o holds the handler's outcome (taken from done)
 	select {
 	case o = <-done:
+		finished = true
 	case <-ctx.Done():
-		cancel()
-		o = <-done
+		select {
+		case <-tr.detached: // a task already: the client going away does not end it
+		default:
+			cancel()
+			o, finished = <-done, true
+		}
 	case <-tr.detached:
+	}
+	if finished {
+		// The handler may have detached and returned at once: runTask must
+		// still get its outcome.
+		done <- o
 	}
 	if !tr.isTask.Load() {
 		cancel()

@@ -315,3 +315,109 @@ func TestTaskUpdateRefusedWhileDeleting(t *testing.T) {
 		t.Fatalf("tasks/cancel while deleting: %v", m)
 	}
 }
+
+// TestTaskFinishingAtOnceCompletes: a handler that returns right after
+// Detach still completes its task (its outcome is not lost when the call
+// sees the outcome and the detachment together), and frees its place.
+func TestTaskFinishingAtOnceCompletes(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Tasks = MemoryTasks(); o.MaxTasksPerUser = 1 })
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "quickJob", Domain: "test", Description: "Detaches and finishes.", Annotations: readOnly, Task: capabilities.TaskOptional,
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			if _, err := call.Detach(ctx); err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult("quick"), nil
+		},
+	})))
+	for range 20 {
+		var id string
+		for deadline := time.Now().Add(5 * time.Second); id == ""; time.Sleep(10 * time.Millisecond) {
+			_, m := f.modernCall("alice-token", "tools/call", "quickJob", map[string]any{"name": "quickJob", "arguments": map[string]any{}}, taskCaps)
+			r, _ := m["result"].(map[string]any)
+			id, _ = r["taskId"].(string)
+			if id == "" && time.Now().After(deadline) {
+				t.Fatalf("no task place freed: %v", m)
+			}
+		}
+		if got := f.waitStatus("alice-token", id, "completed"); !strings.Contains(fmt.Sprint(got["result"]), "quick") {
+			t.Fatalf("task = %v", got)
+		}
+	}
+}
+
+// TestDetachAfterCancelLeavesNothingRunning: a handler that detaches only
+// after its call was cancelled (the client went away) gets the
+// cancellation; no task is left running, its place is free, and the
+// server closes.
+func TestDetachAfterCancelLeavesNothingRunning(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Tasks = MemoryTasks(); o.MaxTasksPerUser = 1 })
+	detached := make(chan error, 1)
+	must(t, f.reg.Register(
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "lateJob", Domain: "test", Description: "Detaches late.", Annotations: readOnly, Task: capabilities.TaskOptional,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+				}
+				_, err := call.Detach(ctx)
+				detached <- err
+				return capabilities.TextResult("late"), err
+			},
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "quick", Domain: "test", Description: "Detaches and finishes.", Annotations: readOnly, Task: capabilities.TaskOptional,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				if _, err := call.Detach(ctx); err != nil {
+					return capabilities.Result{}, err
+				}
+				return capabilities.TextResult("quick"), nil
+			},
+		}),
+	))
+	ctx, cancel := context.WithCancel(t.Context())
+	body := rpc(7, "tools/call", map[string]any{"name": "lateJob", "arguments": map[string]any{}, "_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": taskCaps,
+	}})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(versionHeader, "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "lateJob")
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-detached:
+		if err == nil {
+			t.Fatal("Detach after the call was cancelled made a task")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler never detached")
+	}
+	// The place is free: a quick task runs and completes.
+	var id string
+	for deadline := time.Now().Add(3 * time.Second); id == ""; time.Sleep(20 * time.Millisecond) {
+		_, m := f.modernCall("alice-token", "tools/call", "quick", map[string]any{"name": "quick", "arguments": map[string]any{}}, taskCaps)
+		id, _ = m["result"].(map[string]any)["taskId"].(string)
+		if id == "" && time.Now().After(deadline) {
+			t.Fatalf("no task place: %v", m)
+		}
+	}
+	f.waitStatus("alice-token", id, "completed")
+	closed := make(chan struct{})
+	go func() { f.srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server does not close: a task runner waits forever")
+	}
+}
