@@ -36,7 +36,6 @@ type listener struct {
 type listeners struct {
 	mu   sync.Mutex
 	m    map[*listener]struct{}
-	seq  uint64
 	user map[string][]*listener // each user's streams, oldest first
 }
 
