@@ -147,3 +147,75 @@ func TestMCPTasksAndRequestStateArePerUser(t *testing.T) {
 		})
 	}
 }
+
+// A running task of the assembled server stops once its owner is
+// suspended: the access recheck loads the account from SQL.
+func TestMCPTaskStopsWhenOwnerSuspended(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			sc := storagetest.Config(t, d)
+			var base string
+			verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
+				sid, ok := strings.CutPrefix(token, "test-token:")
+				if !ok {
+					return mcp.TokenInfo{}, mcp.ErrInvalidToken
+				}
+				return mcp.TokenInfo{UserID: sid, Audience: []string{base + "/mcp"}}, nil
+			})
+			ts := httptest.NewUnstartedServer(nil)
+			base = "http://" + ts.Listener.Addr().String()
+			srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
+				MCP:      mcp.Options{Recheck: 50 * time.Millisecond},
+				Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			ts.Config.Handler = srv.Handler()
+			ts.Start()
+			defer ts.Close()
+			ended := make(chan bool, 1)
+			err = srv.Registry().Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+				Name: "longWrite", Domain: "test", Description: "Writes for a long time as a task.",
+				Annotations: &capabilities.Annotations{}, Task: capabilities.TaskOptional,
+				Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+					ctx, err := call.Detach(ctx)
+					if err != nil {
+						return capabilities.Result{}, err
+					}
+					select {
+					case <-ctx.Done():
+						ended <- true
+						return capabilities.Result{}, ctx.Err()
+					case <-time.After(15 * time.Second):
+						ended <- false
+						return capabilities.TextResult("wrote"), nil
+					}
+				},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, m := modern(t, base, "test-token:"+u.StableID, "tools/call", "longWrite", map[string]any{"name": "longWrite", "arguments": map[string]any{}})
+			if id, _ := m["result"].(map[string]any)["taskId"].(string); id == "" {
+				t.Fatalf("tools/call: %v", m)
+			}
+			if _, err := srv.Accounts().Suspend(ctx, u.ID); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case ok := <-ended:
+				if !ok {
+					t.Fatal("the task went on after its owner was suspended")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the task still runs 10 s after its owner was suspended")
+			}
+		})
+	}
+}

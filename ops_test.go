@@ -344,6 +344,7 @@ func TestCORS(t *testing.T) {
 		rec := preflight(srv.Handler(), path, "https://app.example.com")
 		if rec.Code != http.StatusNoContent || rec.Header().Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
 			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Authorization") ||
+			// protocol 2026-07-28 clients send these on every request
 			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Mcp-Method") ||
 			!strings.Contains(rec.Header().Get("Access-Control-Allow-Headers"), "Mcp-Name") {
 			t.Errorf("preflight %s from an allowed origin: %d %v", path, rec.Code, rec.Header())

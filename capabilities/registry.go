@@ -280,6 +280,20 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 	return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
 }
 
+// Admit applies Invoke's account-state, requirement and scope checks to
+// caller for the named capability, without running it, and returns the
+// error Invoke would (a denial is recorded with the Auditor). A transport
+// uses it to decide again, later, whether work it started for caller (a
+// task) may go on.
+func (r *Registry) Admit(ctx context.Context, caller Caller, name string) error {
+	c, ok := r.lookup(name)
+	if !ok {
+		r.deny(ctx, caller, "tool", name, ReasonUnknown)
+		return errNotFound("capability", name)
+	}
+	return r.admit(ctx, caller, "tool", name, c.Annotations.ReadOnly, c.Requires)
+}
+
 // CheckScope reports, before a transport commits to a response, whether the
 // named capability is visible to caller but needs token scopes it lacks. It
 // returns nil in every other case (including unknown and hidden names, which

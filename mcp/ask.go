@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -34,7 +36,12 @@ import (
 //     Options.RequestStateKey) and binds to the caller, the method and
 //     name, and the arguments, with an expiry: a client cannot alter an
 //     earlier answer, nor replay another user's state, nor reuse it for
-//     another call.
+//     another call. The state also names the questions it asked, each
+//     with a digest of its content: an answer is taken only for a question
+//     the previous round asked (a client cannot answer ahead and skip a
+//     question), and only while the handler asks that same question (an
+//     answer given to "delete A?" does not answer "delete B?" when the
+//     retry finds B).
 
 // requestStateTTL bounds how long an input-required round may take.
 const requestStateTTL = 15 * time.Minute
@@ -43,7 +50,10 @@ const requestStateTTL = 15 * time.Minute
 type round struct {
 	binding  string                     // what the state is bound to
 	answers  map[string]json.RawMessage // earlier rounds' (signed) and this round's
+	answerQ  map[string]string          // the digest of the question each answer answers
 	used     map[string]json.RawMessage // answers the handler consumed this run
+	usedQ    map[string]string
+	pending  map[string]string // the questions this run asks: key → digest
 	asked    int
 	question mcpgo.InputRequests
 }
@@ -61,14 +71,32 @@ type signedState struct {
 	Bind    string                     `json:"b"`
 	Exp     int64                      `json:"e"`
 	Answers map[string]json.RawMessage `json:"a,omitempty"`
+	AnswerQ map[string]string          `json:"aq,omitempty"` // question digest per answer
+	Pending map[string]string          `json:"p,omitempty"`  // questions asked: key → digest
+}
+
+// stateVersion is the signedState layout; states of another are refused.
+const stateVersion = 2
+
+// questionDigest identifies what was asked: the question's key and its
+// content as sent to the client.
+func questionDigest(key string, q capabilities.Question) string {
+	b, _ := json.Marshal(inputRequest(q))
+	sum := sha256.Sum256(append([]byte(key+"\x00"), b...))
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
 // binding identifies one call: method, name and canonical arguments.
+// Numbers keep their exact text (float64 would make 2^53 and 2^53+1 the
+// same call), and arguments that are not JSON are bound as they are.
 func binding(method, name string, args []byte) string {
 	canon := []byte("null")
 	if len(args) > 0 {
+		canon = args
+		dec := json.NewDecoder(bytes.NewReader(args))
+		dec.UseNumber()
 		var v any
-		if json.Unmarshal(args, &v) == nil {
+		if dec.Decode(&v) == nil && dec.Decode(new(any)) == io.EOF {
 			canon, _ = json.Marshal(v)
 		}
 	}
@@ -77,51 +105,58 @@ func binding(method, name string, args []byte) string {
 }
 
 func (s *Server) signState(userID string, r *round) string {
-	payload, _ := json.Marshal(signedState{V: 1, User: userID, Bind: r.binding, Exp: s.now().Add(requestStateTTL).Unix(), Answers: r.used})
+	payload, _ := json.Marshal(signedState{V: stateVersion, User: userID, Bind: r.binding, Exp: s.now().Add(requestStateTTL).Unix(),
+		Answers: r.used, AnswerQ: r.usedQ, Pending: r.pending})
 	mac := hmac.New(sha256.New, s.stateKey)
 	mac.Write(payload)
 	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// openState verifies a requestState for userID and the call's binding and
-// returns the answers it carries.
-func (s *Server) openState(userID, bind, state string) (map[string]json.RawMessage, error) {
+// openState verifies a requestState for userID and the call's binding.
+func (s *Server) openState(userID, bind, state string) (signedState, error) {
 	p, m, ok := strings.Cut(state, ".")
 	payload, err1 := base64.RawURLEncoding.DecodeString(p)
 	sum, err2 := base64.RawURLEncoding.DecodeString(m)
 	if !ok || err1 != nil || err2 != nil {
-		return nil, errBadState
+		return signedState{}, errBadState
 	}
 	mac := hmac.New(sha256.New, s.stateKey)
 	mac.Write(payload)
 	if !hmac.Equal(sum, mac.Sum(nil)) {
-		return nil, errBadState
+		return signedState{}, errBadState
 	}
 	var st signedState
-	if json.Unmarshal(payload, &st) != nil || st.V != 1 || st.User != userID || st.Bind != bind || s.now().Unix() > st.Exp {
-		return nil, errBadState
+	if json.Unmarshal(payload, &st) != nil || st.V != stateVersion || st.User != userID || st.Bind != bind || s.now().Unix() > st.Exp {
+		return signedState{}, errBadState
 	}
-	return st.Answers, nil
+	return st, nil
 }
 
 // newRound prepares the answers of a 2026-07-28 retry: those signed into
-// requestState by earlier rounds, then this round's inputResponses.
+// requestState by earlier rounds, and this round's inputResponses to the
+// questions that state says were asked (answers to anything else are
+// ignored: without a state, nothing was asked).
 func (s *Server) newRound(st *reqState, bind string, p mcpgo.MultiRoundTripParams) (*round, error) {
-	r := &round{binding: bind, answers: map[string]json.RawMessage{}, used: map[string]json.RawMessage{}}
+	r := &round{binding: bind, answers: map[string]json.RawMessage{}, answerQ: map[string]string{},
+		used: map[string]json.RawMessage{}, usedQ: map[string]string{}, pending: map[string]string{}}
+	if p.RequestState == "" {
+		return r, nil
+	}
+	earlier, err := s.openState(st.caller.UserID, bind, p.RequestState)
+	if err != nil {
+		return nil, err
+	}
 	for k, v := range p.InputResponses {
-		raw, err := json.Marshal(v)
-		if err == nil {
-			r.answers[k] = raw
+		digest, asked := earlier.Pending[k]
+		if !asked {
+			continue
+		}
+		if raw, err := json.Marshal(v); err == nil {
+			r.answers[k], r.answerQ[k] = raw, digest
 		}
 	}
-	if p.RequestState != "" {
-		earlier, err := s.openState(st.caller.UserID, bind, p.RequestState)
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range earlier {
-			r.answers[k] = v // earlier answers are signed: they win
-		}
+	for k, v := range earlier.Answers {
+		r.answers[k], r.answerQ[k] = v, earlier.AnswerQ[k] // earlier answers are signed: they win
 	}
 	return r, nil
 }
@@ -298,17 +333,19 @@ func (c *client) askAgain(qs []capabilities.Question) ([]capabilities.Answer, er
 		if key == "" {
 			key = fmt.Sprintf("%s-%d", questionMethod(q), r.asked)
 		}
+		digest := questionDigest(key, q)
 		raw, ok := r.answers[key]
-		if !ok {
-			missing[key] = inputRequest(q)
+		if !ok || r.answerQ[key] != digest {
+			// Not answered, or answered when something else was asked.
+			missing[key], r.pending[key] = inputRequest(q), digest
 			continue
 		}
 		a, err := decodeAnswer(q, raw)
 		if err != nil {
-			missing[key] = inputRequest(q) // ask again rather than fail
+			missing[key], r.pending[key] = inputRequest(q), digest // ask again rather than fail
 			continue
 		}
-		r.used[key] = raw
+		r.used[key], r.usedQ[key] = raw, digest
 		out[i] = a
 	}
 	if len(missing) > 0 {

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
 )
 
 // modernCall sends one protocol 2026-07-28 request and returns the HTTP
@@ -174,3 +176,156 @@ func TestUnsupportedVersionError(t *testing.T) {
 
 func base64Decode(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
 func base64Encode(b []byte) string          { return base64.RawURLEncoding.EncodeToString(b) }
+
+type confirmIn struct {
+	ID int64 `json:"id"`
+}
+
+// TestRequestStateBoundToExactArguments: a state is bound to the exact
+// arguments: numbers that differ only beyond float64 precision, and
+// arguments that are not JSON, are other arguments.
+func TestRequestStateBoundToExactArguments(t *testing.T) {
+	f := newFixture(t)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[confirmIn, capabilities.Result]{
+		Name: "confirmDelete", Domain: "test", Description: "Deletes after a confirmation.", Annotations: writes,
+		Handler: func(ctx context.Context, call *capabilities.Call, in confirmIn) (capabilities.Result, error) {
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "sure", Elicit: &capabilities.ElicitRequest{Message: fmt.Sprintf("delete %d?", in.ID)}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult(fmt.Sprintf("deleted %d", in.ID)), nil
+		},
+	})))
+	call := func(id int64, extra map[string]any) (int, map[string]any) {
+		p := map[string]any{"name": "confirmDelete", "arguments": map[string]any{"id": id}}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return f.modernCall("alice-token", "tools/call", "confirmDelete", p, elicitCaps)
+	}
+	const confirmed, other = int64(9007199254740992), int64(9007199254740993)
+	_, m := call(confirmed, nil)
+	state, _ := m["result"].(map[string]any)["requestState"].(string)
+	if state == "" {
+		t.Fatalf("round 1 = %v", m)
+	}
+	status, m := call(other, map[string]any{"requestState": state, "inputResponses": map[string]any{"sure": accept("y")}})
+	if e, _ := m["error"].(map[string]any); status != http.StatusBadRequest || e["code"] != float64(-32602) {
+		t.Fatalf("a state for id %d used for id %d: %d %v, want -32602", confirmed, other, status, m)
+	}
+	if b1, b2 := binding("tools/call", "x", []byte(`{"a":`)), binding("tools/call", "x", nil); b1 == b2 {
+		t.Fatal("malformed arguments share the binding of no arguments")
+	}
+}
+
+// TestEveryRoundPassesTheChokePoint: each round of an input-required call
+// is a call: after the caller lost the role between rounds, the next round
+// is refused (answered like an unknown tool) and the denial is audited,
+// whatever the signed state carries.
+func TestEveryRoundPassesTheChokePoint(t *testing.T) {
+	f := newFixture(t)
+	var ran int
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "adminAsk", Domain: "test", Description: "Admins only; asks.", Annotations: writes,
+		Requires: capabilities.Requirement{Role: capabilities.RoleAdmin},
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			ran++
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "sure", Elicit: &capabilities.ElicitRequest{Message: "sure?"}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult("done"), nil
+		},
+	})))
+	p := map[string]any{"name": "adminAsk", "arguments": map[string]any{}}
+	_, m := f.modernCall("admin-token", "tools/call", "adminAsk", p, elicitCaps)
+	state, _ := m["result"].(map[string]any)["requestState"].(string)
+	if state == "" {
+		t.Fatalf("round 1 = %v", m)
+	}
+	f.loader.Set(capabilitiestest.User("admin"))
+	p["requestState"], p["inputResponses"] = state, map[string]any{"sure": accept("y")}
+	_, m = f.modernCall("admin-token", "tools/call", "adminAsk", p, elicitCaps)
+	if strings.Contains(fmt.Sprint(m), "done") || ran != 1 {
+		t.Fatalf("round 2 after the role was removed ran the handler: %v", m)
+	}
+	var denied bool
+	for _, d := range f.audit.Denials() {
+		denied = denied || d.Name == "adminAsk" && d.Reason == capabilities.ReasonRole
+	}
+	if !denied {
+		t.Fatalf("round 2's refusal was not audited: %v", f.audit.Denials())
+	}
+}
+
+// TestAnswersOnlyToQuestionsAsked: a client cannot skip a question by
+// answering it before it is asked (on the first call, or alongside the
+// answer to an earlier question); answers to questions not asked are
+// ignored and the question is put.
+func TestAnswersOnlyToQuestionsAsked(t *testing.T) {
+	f := newFixture(t)
+	askTwice(f)
+	args := map[string]any{"text": "x"}
+	both := map[string]any{"first": accept("one"), "second": accept("two")}
+	_, m := f.modernCall("alice-token", "tools/call", "askTwice", map[string]any{"name": "askTwice", "arguments": args, "inputResponses": both}, elicitCaps)
+	r1, _ := m["result"].(map[string]any)
+	if r1["resultType"] != "input_required" || r1["inputRequests"].(map[string]any)["first"] == nil {
+		t.Fatalf("first call answering ahead = %v, want the first question put", m)
+	}
+	_, m = f.modernCall("alice-token", "tools/call", "askTwice", map[string]any{"name": "askTwice", "arguments": args,
+		"inputResponses": both, "requestState": r1["requestState"]}, elicitCaps)
+	r2, _ := m["result"].(map[string]any)
+	if r2["resultType"] != "input_required" || r2["inputRequests"].(map[string]any)["second"] == nil {
+		t.Fatalf("round 2 answering the second question ahead = %v, want the second question put", m)
+	}
+	_, m = f.modernCall("alice-token", "tools/call", "askTwice", map[string]any{"name": "askTwice", "arguments": args,
+		"inputResponses": map[string]any{"second": accept("two")}, "requestState": r2["requestState"]}, elicitCaps)
+	if got := fmt.Sprint(m["result"]); !strings.Contains(got, "x:one/two") {
+		t.Fatalf("round 3 = %v", m)
+	}
+}
+
+// TestSignedAnswerBoundToTheQuestion: an answer carried in the state
+// answers only the question it was given to: when the retry finds that
+// the handler now asks something else under the same key ("delete B?"
+// where "delete A?" was confirmed), the question is put again.
+func TestSignedAnswerBoundToTheQuestion(t *testing.T) {
+	f := newFixture(t)
+	var target atomic.Value
+	target.Store("A")
+	var deleted []string
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "deleteOldest", Domain: "test", Description: "Deletes the oldest file after a confirmation and a reason.", Annotations: writes,
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			name := target.Load().(string)
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "sure", Elicit: &capabilities.ElicitRequest{Message: "delete " + name + "?"}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "reason", Elicit: &capabilities.ElicitRequest{Message: "why?"}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			deleted = append(deleted, name)
+			return capabilities.TextResult("deleted " + name), nil
+		},
+	})))
+	p := func(extra map[string]any) map[string]any {
+		out := map[string]any{"name": "deleteOldest", "arguments": map[string]any{}}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
+	_, m := f.modernCall("alice-token", "tools/call", "deleteOldest", p(nil), elicitCaps)
+	s1, _ := m["result"].(map[string]any)["requestState"].(string)
+	_, m = f.modernCall("alice-token", "tools/call", "deleteOldest", p(map[string]any{"requestState": s1, "inputResponses": map[string]any{"sure": accept("y")}}), elicitCaps)
+	r2, _ := m["result"].(map[string]any)
+	if r2["inputRequests"].(map[string]any)["reason"] == nil {
+		t.Fatalf("round 2 = %v", m)
+	}
+	target.Store("B") // the oldest file is another one now
+	_, m = f.modernCall("alice-token", "tools/call", "deleteOldest", p(map[string]any{"requestState": r2["requestState"], "inputResponses": map[string]any{"reason": accept("old")}}), elicitCaps)
+	r3, _ := m["result"].(map[string]any)
+	irs, _ := r3["inputRequests"].(map[string]any)
+	q, _ := irs["sure"].(map[string]any)
+	if len(deleted) != 0 || r3["resultType"] != "input_required" || !strings.Contains(fmt.Sprint(q), "delete B?") {
+		t.Fatalf("round 3 after the target changed = %v (deleted %v), want \"delete B?\" put", m, deleted)
+	}
+}

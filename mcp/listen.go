@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,27 +28,48 @@ type listener struct {
 	id        json.RawMessage
 	filter    mcpgo.SubscriptionFilter
 	out       chan []byte
+	end       context.CancelFunc // ends the stream
 	toolsFP   string
 	promptsFP string
 }
 
 type listeners struct {
-	mu sync.Mutex
-	m  map[*listener]struct{}
+	mu   sync.Mutex
+	m    map[*listener]struct{}
+	user map[string][]*listener // each user's streams, oldest first
 }
 
-func (ls *listeners) add(l *listener) func() {
+// add registers l, ending its user's oldest streams to keep at most
+// perUser; it refuses (ok false) when total streams are open already.
+func (ls *listeners) add(l *listener, perUser, total int) (remove func(), ok bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.m == nil {
 		ls.m = map[*listener]struct{}{}
+		ls.user = map[string][]*listener{}
 	}
+	uid := l.caller.UserID
+	mine := ls.user[uid]
+	evict := max(len(mine)-perUser+1, 0)
+	if len(ls.m)-evict >= total {
+		return nil, false
+	}
+	for _, old := range mine[:evict] {
+		old.end() // it leaves ls.m when its handler returns
+	}
+	ls.user[uid] = append(slices.Clone(mine[evict:]), l)
 	ls.m[l] = struct{}{}
 	return func() {
 		ls.mu.Lock()
 		defer ls.mu.Unlock()
 		delete(ls.m, l)
-	}
+		rest := slices.DeleteFunc(slices.Clone(ls.user[uid]), func(x *listener) bool { return x == l })
+		if len(rest) == 0 {
+			delete(ls.user, uid)
+		} else {
+			ls.user[uid] = rest
+		}
+	}, true
 }
 
 func (ls *listeners) all() []*listener {
@@ -101,7 +123,7 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, st *reqState, bo
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	want := req.Params.Notifications
-	l := &listener{caller: st.caller, id: st.rpcID, out: make(chan []byte, 16)}
+	l := &listener{caller: st.caller, id: st.rpcID, out: make(chan []byte, 16), end: cancel}
 	l.filter.ToolsListChanged = want.ToolsListChanged
 	l.filter.PromptsListChanged = want.PromptsListChanged
 	for _, uri := range want.ResourceSubscriptions {
@@ -111,7 +133,13 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, st *reqState, bo
 	}
 	l.toolsFP = s.visibleFingerprint(ctx, st.caller)
 	l.promptsFP = s.promptsFingerprint(ctx, st.caller)
-	defer s.listening.add(l)()
+	remove, ok := s.listening.add(l, cmp.Or(s.opts.MaxListensPerUser, 8), s.sessions.total)
+	if !ok {
+		w.Header().Set("Retry-After", "5")
+		writeRPCError(w, http.StatusServiceUnavailable, st.rpcID, mcpgo.INTERNAL_ERROR, "too many open streams")
+		return
+	}
+	defer remove()
 	if s.opts.Anonymous == nil {
 		defer s.watchToken(ctx, st, cancel)()
 	}
@@ -162,21 +190,31 @@ func (s *Server) notifyListChanges(ctx context.Context) {
 	}
 }
 
+// The caller is loaded fresh (roles are never carried over from the
+// request that opened the stream): a stream whose user lost a role is not
+// told about changes among the tools that role showed, and one whose user
+// cannot be loaded or is suspended is told nothing.
 func (l *listener) notifyChanges(ctx context.Context, s *Server) {
+	if !l.filter.ToolsListChanged && !l.filter.PromptsListChanged {
+		return
+	}
+	caller, err := s.callerFor(ctx, l.caller.UserID)
+	if err != nil || caller.State == capabilities.AccountSuspended {
+		return
+	}
+	caller.Scopes, caller.AllScopes = l.caller.Scopes, l.caller.AllScopes
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	{
-		if l.filter.ToolsListChanged {
-			if fp := s.visibleFingerprint(ctx, l.caller); fp != l.toolsFP {
-				l.toolsFP = fp
-				l.push(l.frame(string(mcpgo.MethodNotificationToolsListChanged), nil))
-			}
+	if l.filter.ToolsListChanged {
+		if fp := s.visibleFingerprint(ctx, caller); fp != l.toolsFP {
+			l.toolsFP = fp
+			l.push(l.frame(string(mcpgo.MethodNotificationToolsListChanged), nil))
 		}
-		if l.filter.PromptsListChanged {
-			if fp := s.promptsFingerprint(ctx, l.caller); fp != l.promptsFP {
-				l.promptsFP = fp
-				l.push(l.frame(string(mcpgo.MethodNotificationPromptsListChanged), nil))
-			}
+	}
+	if l.filter.PromptsListChanged {
+		if fp := s.promptsFingerprint(ctx, caller); fp != l.promptsFP {
+			l.promptsFP = fp
+			l.push(l.frame(string(mcpgo.MethodNotificationPromptsListChanged), nil))
 		}
 	}
 }

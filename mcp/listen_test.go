@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
 )
 
 // openListen opens a 2026-07-28 subscriptions/listen stream for token.
@@ -111,5 +112,156 @@ func TestListenStreamEndsWithToken(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("listen stream still open 5 s after its token was revoked")
+	}
+}
+
+// TestListenStreamsPerUserBounded: opening more listen streams than
+// MaxListensPerUser ends the user's oldest (with its final result); other
+// users' streams are untouched; beyond MaxSessions in all, 503.
+func TestListenStreamsPerUserBounded(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.MaxListensPerUser = 2; o.MaxSessions = 4 })
+	filter := map[string]any{"toolsListChanged": true}
+	_, bob := f.openListen("bob-token", filter)
+	_, first := f.openListen("alice-token", filter)
+	f.openListen("alice-token", filter)
+	f.openListen("alice-token", filter) // ends alice's first
+	done := make(chan map[string]any, 2)
+	go func() { done <- first() }()
+	select {
+	case m := <-done:
+		if res, _ := m["result"].(map[string]any); res["resultType"] != "complete" {
+			t.Fatalf("alice's oldest stream carried %v, want its final result", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("alice's oldest stream still open after she opened a third")
+	}
+	go func() { done <- bob() }()
+	select {
+	case m := <-done:
+		t.Fatalf("bob's stream ended or carried %v", m)
+	case <-time.After(200 * time.Millisecond):
+	}
+	f.openListen("admin-token", filter) // 4 open: bob, alice ×2, admin
+	body := rpc(9, "subscriptions/listen", map[string]any{
+		"_meta":         map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{}},
+		"notifications": filter,
+	})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer admin-token")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(versionHeader, "2026-07-28")
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a fifth stream: %s, want 503", resp.Status)
+	}
+}
+
+// TestListenListChangesUseFreshRoles: a stream opened by an admin who has
+// since lost the role is not told that admin-only tools changed (the
+// roles of the request that opened it are not carried on), and is told
+// when tools it can see now change.
+func TestListenListChangesUseFreshRoles(t *testing.T) {
+	f := newFixture(t)
+	_, admin := f.openListen("admin-token", map[string]any{"toolsListChanged": true})
+	f.loader.Set(capabilitiestest.User("admin"))
+	define := func(name string, req capabilities.Requirement) {
+		must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: name, Domain: "test", Description: "Extra.", Annotations: readOnly, Requires: req,
+			Handler: func(context.Context, *capabilities.Call, struct{}) (capabilities.Result, error) {
+				return capabilities.TextResult("ok"), nil
+			},
+		})))
+		f.srv.syncRegistry()
+	}
+	// A tool everyone sees: the stream is told (and its view is now the
+	// caller's current one).
+	define("everyoneExtra", capabilities.Requirement{})
+	if m := admin(); m["method"] != "notifications/tools/list_changed" {
+		t.Fatalf("frame = %v", m)
+	}
+	// An admin-only tool: the caller cannot see it any more, so no frame.
+	define("adminExtra", capabilities.Requirement{Role: capabilities.RoleAdmin})
+	done := make(chan map[string]any, 1)
+	go func() { done <- admin() }()
+	select {
+	case m := <-done:
+		t.Fatalf("a second frame %v: the stream heard of the admin-only tool", m)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// TestGETStreamsPerSessionBounded: a session holds at most
+// maxStreamsPerSession GET streams; opening another ends the oldest.
+func TestGETStreamsPerSessionBounded(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	open := func() *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set(versionHeader, testProtocol)
+		req.Header.Set(sessionHeader, sid)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET stream: %s", resp.Status)
+		}
+		return resp
+	}
+	first := open()
+	for range maxStreamsPerSession + 5 {
+		open()
+	}
+	if got := f.srv.Stats().Streams; got > maxStreamsPerSession {
+		t.Fatalf("%d GET streams open on one session, want at most %d", got, maxStreamsPerSession)
+	}
+	ended := make(chan struct{})
+	go func() { readAll(first); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the oldest GET stream is still open")
+	}
+}
+
+// TestStreamsEndWhenAccountSuspended: a verifier need not know about
+// account state; a listen stream and a GET stream still end once their
+// user is suspended (the recheck loads the account as a request would).
+func TestStreamsEndWhenAccountSuspended(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.recheck = 20 * time.Millisecond })
+	_, next := f.openListen("alice-token", map[string]any{"toolsListChanged": true})
+	sid := f.initialize("alice-token")
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(versionHeader, testProtocol)
+	req.Header.Set(sessionHeader, sid)
+	get, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer get.Body.Close()
+
+	suspended := capabilitiestest.User("alice")
+	suspended.State = capabilities.AccountSuspended
+	f.loader.Set(suspended)
+	listenDone, getDone := make(chan map[string]any, 1), make(chan struct{})
+	go func() { listenDone <- next() }()
+	go func() { readAll(get); close(getDone) }()
+	select {
+	case m := <-listenDone:
+		if res, _ := m["result"].(map[string]any); res["resultType"] != "complete" {
+			t.Fatalf("after suspension the listen stream carried %v, want its final result", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("listen stream still open 5 s after its user was suspended")
+	}
+	select {
+	case <-getDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("GET stream still open 5 s after its user was suspended")
 	}
 }

@@ -2,11 +2,14 @@ package mcp
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/enclave-mcp/enclave/capabilities"
 )
 
 // normalOrigin turns "https://Example.com:443/" into the form a browser
@@ -57,8 +60,33 @@ func (s *Server) originAllowed(r *http.Request) bool {
 	return own != "" && o == own
 }
 
+// accountOpen checks, for a token that verified, that its account may
+// still be served (as authenticate does per request): a verifier need not
+// check the account, so a suspended or removed account ends the stream
+// too. A load failure other than an unknown user leaves the stream open
+// (the next check tries again).
+func (s *Server) accountOpen(ctx context.Context, info TokenInfo) error {
+	var caller capabilities.Caller
+	if info.Caller != nil {
+		caller = *info.Caller
+	} else {
+		var err error
+		caller, err = s.opts.Loader.LoadCaller(ctx, info.UserID)
+		if errors.Is(err, capabilities.ErrUnknownUser) {
+			return err
+		} else if err != nil {
+			return nil
+		}
+	}
+	if caller.State == capabilities.AccountSuspended {
+		return errSuspended
+	}
+	return nil
+}
+
 // watchToken ends a long-lived stream (through cancel) once the token that
-// opened it no longer verifies: it is checked again every recheck interval
+// opened it no longer verifies, or its account is suspended or gone: it is
+// checked again every recheck interval
 // and at its expiry time, never per event. The returned func stops the
 // watch.
 func (s *Server) watchToken(ctx context.Context, st *reqState, cancel context.CancelFunc) (stop func()) {
@@ -85,6 +113,9 @@ func (s *Server) watchToken(ctx context.Context, st *reqState, cancel context.Ca
 			info, err := s.verify(ctx, st.token)
 			if err == nil && info.UserID != st.caller.UserID {
 				err = ErrInvalidToken
+			}
+			if err == nil {
+				err = s.accountOpen(ctx, info)
 			}
 			if err != nil {
 				s.log.DebugContext(ctx, "mcp: ending stream: token no longer valid", "err", err, "request_id", st.requestID)

@@ -21,9 +21,11 @@
 // Protocol 2026-07-28 is served in full, statelessly: handlers ask for input
 // (Call.Ask) through input-required results whose requestState is signed
 // and bound to the caller and the call (ask.go); subscriptions/listen
-// streams are per caller (listen.go); capabilities that support tasks
+// streams are per caller, judged with the caller's roles loaded fresh,
+// and bounded per user (listen.go); capabilities that support tasks
 // continue as tasks after Call.Detach, stored in a TaskStore and reachable
-// only by their owner (tasks.go, package sqltasks); errors take the shapes
+// only by their owner, stopped when the owner's access ends, and bounded
+// per user (tasks.go, package sqltasks); errors take the shapes
 // the revision prescribes (-32021 with the required capabilities, -32602
 // for a bad request state, the unsupported-version data), and custom
 // x-mcp-header parameters are checked by mcp-go.
@@ -114,6 +116,19 @@ type Options struct {
 	// tasks off (task-supporting capabilities then run as ordinary calls).
 	// enclave.New sets an SQL store, so any replica can answer for a task.
 	Tasks TaskStore
+	// MaxTasksPerUser bounds the tasks each user may have running on this
+	// server at once (Call.Detach beyond it fails with CodeQuotaExceeded);
+	// 0 means 16.
+	MaxTasksPerUser int
+	// MaxListensPerUser bounds each user's open subscriptions/listen
+	// streams (protocol 2026-07-28): opening one more ends the user's
+	// oldest. 0 means 8. All users together keep at most MaxSessions
+	// (503 beyond it).
+	MaxListensPerUser int
+	// Recheck is how often the access behind long-lived work is checked
+	// again: the token of a GET or listen stream, and the token and account
+	// of a running task. 0 means 30 seconds.
+	Recheck time.Duration
 	// Anonymous, when set, turns authentication off: every request is served
 	// as this caller, and only requests arriving on a loopback address are
 	// accepted. It exists for local conformance testing.
@@ -151,6 +166,8 @@ type Server struct {
 	draining  atomic.Bool // CloseStreams was called: no new GET streams
 	listenMu  sync.Mutex
 	listens   map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
+	taskMu    sync.Mutex
+	running   map[string]int // running tasks per user id
 	stop      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -177,7 +194,7 @@ func New(opts Options) (*Server, error) {
 		publicHost:  base.Hostname(),
 		origin:      strings.ToLower(base.Scheme + "://" + base.Host),
 		origins:     map[string]bool{},
-		recheck:     cmp.Or(opts.recheck, 30*time.Second),
+		recheck:     cmp.Or(opts.recheck, opts.Recheck, 30*time.Second),
 		metadataURL: origin + "/.well-known/oauth-protected-resource" + Path,
 		maxBody:     cmp.Or(opts.MaxBodyBytes, 4<<20),
 		now:         time.Now,

@@ -727,7 +727,7 @@ func TestStatelessElicitationRetries(t *testing.T) {
 	}
 	second := call(map[string]any{"inputResponses": map[string]any{
 		"elicitation/create-1": map[string]any{"action": "accept", "content": map[string]any{"name": "zed"}},
-	}})
+	}, "requestState": first["requestState"]})
 	if got := fmt.Sprint(second["content"]); !strings.Contains(got, "accept:zed") {
 		t.Fatalf("second round = %v", second)
 	}

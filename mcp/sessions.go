@@ -135,6 +135,9 @@ func (s *sessionStore) begin(id string) (internalID string, end func()) {
 
 // stream registers a GET stream's cancel func, called when the session
 // ends; the returned func unregisters it.
+// maxStreamsPerSession bounds a session's open GET streams.
+const maxStreamsPerSession = 4
+
 func (s *sessionStore) stream(id string, cancel func()) (done func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -142,6 +145,19 @@ func (s *sessionStore) stream(id string, cancel func()) (done func()) {
 	if !ok {
 		cancel()
 		return func() {}
+	}
+	// A session keeps at most maxStreamsPerSession GET streams: a new one
+	// ends the oldest (a client reconnecting keeps working; one opening
+	// streams in a loop holds no more than this).
+	for len(se.streams) >= maxStreamsPerSession {
+		oldest := 0
+		for k := range se.streams {
+			if oldest == 0 || k < oldest {
+				oldest = k
+			}
+		}
+		se.streams[oldest]()
+		delete(se.streams, oldest)
 	}
 	se.nextID++
 	n := se.nextID

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -75,12 +76,20 @@ func (c *client) Detach(ctx context.Context) (context.Context, error) {
 	if tr == nil {
 		return ctx, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return ctx, err // the call was cancelled: nothing to continue
+	}
 	var err error
 	tr.once.Do(func() {
+		if !c.s.startTask(tr.userID) {
+			err = capabilities.Errorf(capabilities.CodeQuotaExceeded, "too many running tasks: wait for one to finish or cancel one")
+			return
+		}
 		now := c.s.now().UTC()
 		t := Task{ID: newTaskID(), UserID: tr.userID, Capability: tr.name, Status: TaskWorking,
 			CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(taskTTL)}
 		if err = c.s.tasks.Create(context.WithoutCancel(ctx), t); err != nil {
+			c.s.endTask(tr.userID)
 			err = fmt.Errorf("mcp: create task: %w", err)
 			return
 		}
@@ -89,6 +98,63 @@ func (c *client) Detach(ctx context.Context) (context.Context, error) {
 		close(tr.detached)
 	})
 	return ctx, err
+}
+
+// startTask counts a task of userID as running, unless the user already
+// has Options.MaxTasksPerUser running on this server.
+func (s *Server) startTask(userID string) bool {
+	s.taskMu.Lock()
+	defer s.taskMu.Unlock()
+	if s.running == nil {
+		s.running = map[string]int{}
+	}
+	if s.running[userID] >= cmp.Or(s.opts.MaxTasksPerUser, 16) {
+		return false
+	}
+	s.running[userID]++
+	return true
+}
+
+// endTask releases what startTask counted.
+func (s *Server) endTask(userID string) {
+	s.taskMu.Lock()
+	defer s.taskMu.Unlock()
+	if s.running[userID]--; s.running[userID] <= 0 {
+		delete(s.running, userID)
+	}
+}
+
+// taskAllowed reports whether a running task may go on: its token still
+// verifies while it has not expired (a revoked token, a suspended account
+// end it; one that merely expired does not, the client refreshes), and the
+// task's owner, loaded fresh, still passes the registry's decision for its
+// capability (account state, role, permission, feature, scope), audited
+// like a call. A load failure fails closed.
+func (s *Server) taskAllowed(ctx context.Context, st *reqState, name string) bool {
+	if s.opts.Anonymous != nil {
+		return true
+	}
+	var fresh *capabilities.Caller
+	if st.token != "" && (st.expires.IsZero() || s.now().Before(st.expires)) {
+		info, err := s.verify(ctx, st.token)
+		if err != nil || info.UserID != st.caller.UserID {
+			return false
+		}
+		fresh = info.Caller // the verifier loaded the account already
+	}
+	var caller capabilities.Caller
+	if fresh != nil {
+		caller = *fresh
+		caller.UserID = st.caller.UserID
+	} else {
+		var err error
+		if caller, err = s.callerFor(ctx, st.caller.UserID); err != nil {
+			return false
+		}
+	}
+	caller.Scopes, caller.AllScopes = st.caller.Scopes, st.caller.AllScopes
+	caller.Interactive = st.caller.Interactive
+	return s.reg.Admit(ctx, caller, name) == nil
 }
 
 // taskCreated is the CreateTaskResult of a task just stored.
@@ -133,12 +199,23 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 		done <- outcome{res, err}
 	}()
 	var o outcome
+	finished := false // o holds the handler's outcome (taken from done)
 	select {
 	case o = <-done:
+		finished = true
 	case <-ctx.Done():
-		cancel()
-		o = <-done
+		select {
+		case <-tr.detached: // a task already: the client going away does not end it
+		default:
+			cancel()
+			o, finished = <-done, true
+		}
 	case <-tr.detached:
+	}
+	if finished {
+		// The handler may have detached and returned at once: runTask must
+		// still get its outcome.
+		done <- o
 	}
 	if !tr.isTask.Load() {
 		cancel()
@@ -150,6 +227,7 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer s.endTask(tr.userID)
 		defer cancel()
 		s.runTask(hctx, st, tr, done)
 	}()
@@ -169,7 +247,13 @@ func (s *Server) runTask(ctx context.Context, st *reqState, tr *taskRun, done <-
 	bg := context.WithoutCancel(ctx)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// The owner's access is checked again as long-lived streams' tokens are:
+	// a task must not go on writing for a suspended or deleted account, a
+	// revoked token, or a caller who lost the capability.
+	recheck := time.NewTicker(s.recheck)
+	defer recheck.Stop()
 	var o outcome
+	var revoked bool
 	stop := s.stop
 wait:
 	for {
@@ -183,6 +267,12 @@ wait:
 			if t, err := s.tasks.Get(bg, tr.userID, tr.id); err != nil || t.Status == TaskCancelled {
 				tr.cancel()
 			}
+		case <-recheck.C:
+			if !revoked && !s.taskAllowed(bg, st, tr.name) {
+				s.log.InfoContext(bg, "mcp: task stopped: its owner may no longer run it", "capability", tr.name, "request_id", st.requestID)
+				revoked = true
+				tr.cancel()
+			}
 		}
 	}
 	_, err := s.tasks.Update(bg, tr.userID, tr.id, func(t *Task) error {
@@ -191,6 +281,11 @@ wait:
 		}
 		t.UpdatedAt = s.now().UTC()
 		t.InputRequests = nil
+		if revoked {
+			t.Status = TaskFailed
+			t.Error, _ = json.Marshal(map[string]any{"code": mcpgo.INVALID_REQUEST, "message": "the task was stopped: its caller's access ended"})
+			return nil
+		}
 		if o.err != nil && capabilities.CodeOf(o.err) == capabilities.CodeInternal {
 			s.logIfInternal(bg, st, "task "+tr.name, o.err)
 			t.Status = TaskFailed
@@ -339,8 +434,10 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 	ctx := r.Context()
 	t, err := s.tasks.Get(ctx, st.caller.UserID, p.TaskID)
 	// A task of a capability the caller may no longer use is unknown too:
-	// every task operation passes the registry's decision, audited.
-	if err == nil && s.reg.Screen(ctx, st.caller, t.Capability) {
+	// every task operation passes the registry's decision, audited,
+	// including the token's scopes (a token that could not start the task
+	// cannot read, answer or cancel it either).
+	if err == nil && (s.reg.Screen(ctx, st.caller, t.Capability) || s.reg.CheckScope(ctx, st.caller, t.Capability) != nil) {
 		err = ErrTaskNotFound
 	}
 	if errors.Is(err, ErrTaskNotFound) {
@@ -356,6 +453,13 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 	case "tasks/get":
 		result = detailed(t)
 	case "tasks/update":
+		// Answers let the handler go on: a mutation, refused like a call
+		// of the capability would be (an account being deleted resumes no
+		// writing task).
+		if e := s.reg.Admit(ctx, st.caller, t.Capability); e != nil {
+			fail(http.StatusForbidden, mcpgo.INVALID_REQUEST, publicMessage(e, st.requestID), nil)
+			return
+		}
 		_, err = s.tasks.Update(ctx, st.caller.UserID, t.ID, func(t *Task) error {
 			if t.Status != TaskInputRequired {
 				return nil

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
 )
 
 var taskCaps = map[string]any{"elicitation": map[string]any{}, "extensions": map[string]any{tasksExtension: map[string]any{}}}
@@ -119,5 +121,303 @@ func TestTaskCancelAndNegotiation(t *testing.T) {
 	_, m = f.modernCall("alice-token", "tools/call", "longJob", map[string]any{"name": "longJob", "arguments": map[string]any{}}, elicitCaps)
 	if r, _ := m["result"].(map[string]any); r["resultType"] != "input_required" || r["taskId"] != nil {
 		t.Fatalf("tools/call without the extension = %v", m)
+	}
+}
+
+// holdFixture serves "holdJob" (anyone) and "adminHold" (admins), which
+// continue as tasks and then hold until their context ends, reporting on
+// ended whether that happened (true) or they gave up after 10 s and would
+// have gone on writing (false).
+func holdFixture(t *testing.T, tweak ...func(*Options)) (*fixture, chan bool) {
+	ended := make(chan bool, 16)
+	f := newFixture(t, append([]func(*Options){func(o *Options) { o.Tasks = MemoryTasks(); o.recheck = 20 * time.Millisecond }}, tweak...)...)
+	hold := func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+		ctx, err := call.Detach(ctx)
+		if err != nil {
+			return capabilities.Result{}, err
+		}
+		select {
+		case <-ctx.Done():
+			ended <- true
+			return capabilities.Result{}, ctx.Err()
+		case <-time.After(10 * time.Second):
+			ended <- false
+			return capabilities.TextResult("wrote"), nil
+		}
+	}
+	must(t, f.reg.Register(
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "holdJob", Domain: "test", Description: "Holds.", Annotations: writes, Task: capabilities.TaskOptional, Handler: hold,
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "adminHold", Domain: "test", Description: "Holds, admins only.", Annotations: writes, Task: capabilities.TaskOptional,
+			Requires: capabilities.Requirement{Role: capabilities.RoleAdmin}, Handler: hold,
+		}),
+	))
+	return f, ended
+}
+
+func (f *fixture) startTask(token, name string) string {
+	f.t.Helper()
+	_, m := f.modernCall(token, "tools/call", name, map[string]any{"name": name, "arguments": map[string]any{}}, taskCaps)
+	r, _ := m["result"].(map[string]any)
+	id, _ := r["taskId"].(string)
+	if id == "" {
+		f.t.Fatalf("tools/call %s = %v, want a task", name, m)
+	}
+	return id
+}
+
+// TestTaskEndsWhenAccessEnds: a running task is stopped (its context
+// ends) once its owner is suspended, the token that started it is
+// revoked, or the owner loses the role the capability requires; a task
+// whose access is intact goes on.
+func TestTaskEndsWhenAccessEnds(t *testing.T) {
+	var revoked atomic.Bool
+	f, ended := holdFixture(t, func(o *Options) {
+		inner := o.Verifier
+		o.Verifier = TokenVerifierFunc(func(ctx context.Context, token string) (TokenInfo, error) {
+			if token == "alice-notes-token" && revoked.Load() {
+				return TokenInfo{}, ErrInvalidToken
+			}
+			return inner.VerifyToken(ctx, token)
+		})
+	})
+	waitEnded := func(what string) {
+		t.Helper()
+		select {
+		case ok := <-ended:
+			if !ok {
+				t.Fatalf("%s: the task went on running", what)
+			}
+		case <-time.After(8 * time.Second):
+			t.Fatalf("%s: the task is still running", what)
+		}
+	}
+
+	// The token that started it is revoked.
+	f.startTask("alice-notes-token", "holdJob")
+	revoked.Store(true)
+	waitEnded("token revoked")
+
+	// The admin loses the admin role: the admin-only task stops; bob's
+	// task, whose access is intact, goes on.
+	bobID := f.startTask("bob-token", "holdJob")
+	adminID := f.startTask("admin-token", "adminHold")
+	f.loader.Set(capabilitiestest.User("admin"))
+	waitEnded("role removed")
+	if status, m := f.taskOp("admin-token", "tasks/get", adminID, nil); status != http.StatusBadRequest {
+		t.Fatalf("tasks/get of a task of a capability the caller lost = %d %v, want the unknown-task answer", status, m)
+	}
+
+	// bob is suspended.
+	suspended := capabilitiestest.User("bob")
+	suspended.State = capabilities.AccountSuspended
+	f.loader.Set(suspended)
+	waitEnded("owner suspended")
+	f.loader.Set(capabilitiestest.User("bob"))
+	if got := f.waitStatus("bob-token", bobID, "failed"); !strings.Contains(fmt.Sprint(got["error"]), "access ended") {
+		t.Fatalf("bob's stopped task = %v", got)
+	}
+}
+
+// TestTasksPerUserBounded: a user cannot hold more than MaxTasksPerUser
+// running tasks; the next Detach fails with a clear error, other users are
+// unaffected, and a finished task frees its place.
+func TestTasksPerUserBounded(t *testing.T) {
+	f, ended := holdFixture(t, func(o *Options) { o.MaxTasksPerUser = 2 })
+	first := f.startTask("alice-token", "holdJob")
+	f.startTask("alice-token", "holdJob")
+	_, m := f.modernCall("alice-token", "tools/call", "holdJob", map[string]any{"name": "holdJob", "arguments": map[string]any{}}, taskCaps)
+	r, _ := m["result"].(map[string]any)
+	if r["taskId"] != nil || r["isError"] != true || !strings.Contains(fmt.Sprint(r["content"]), "too many running tasks") {
+		t.Fatalf("alice's third task = %v, want a tool error naming the limit", m)
+	}
+	f.startTask("bob-token", "holdJob")
+
+	f.taskOp("alice-token", "tasks/cancel", first, nil)
+	<-ended
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, m := f.modernCall("alice-token", "tools/call", "holdJob", map[string]any{"name": "holdJob", "arguments": map[string]any{}}, taskCaps)
+		if r, _ := m["result"].(map[string]any); r["taskId"] != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a cancelled task never freed its place")
+		}
+	}
+}
+
+// TestTaskOpsNeedTheCapabilityScopes: a token lacking the scope the task's
+// capability requires gets the unknown-task answer for tasks/get,
+// tasks/update and tasks/cancel, even for its own user's task.
+func TestTaskOpsNeedTheCapabilityScopes(t *testing.T) {
+	f, _ := holdFixture(t)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "scopedJob", Domain: "test", Description: "Needs notes:write.", Annotations: writes, Task: capabilities.TaskOptional,
+		Requires: capabilities.Requirement{Scopes: []string{"notes:write"}},
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			if _, err := call.Detach(ctx); err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult("secret result"), nil
+		},
+	})))
+	id := f.startTask("alice-notes-token", "scopedJob")
+	f.waitStatus("alice-notes-token", id, "completed")
+	_, unknown := f.taskOp("alice-token", "tasks/get", "no-such-task", nil)
+	for _, method := range []string{"tasks/get", "tasks/update", "tasks/cancel"} {
+		status, m := f.taskOp("alice-token", method, id, nil)
+		if status != http.StatusBadRequest || fmt.Sprint(m["error"]) != fmt.Sprint(unknown["error"]) || strings.Contains(fmt.Sprint(m), "secret") {
+			t.Errorf("%s with a token lacking notes:write: %d %v, want the unknown-task answer", method, status, m)
+		}
+	}
+}
+
+// TestTaskUpdateRefusedWhileDeleting: the answers of tasks/update resume
+// the handler, so an account being deleted cannot deliver them to a task
+// of a capability that writes; it can still read and cancel its task.
+func TestTaskUpdateRefusedWhileDeleting(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Tasks = MemoryTasks() })
+	resumed := make(chan struct{}, 1)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "writeJob", Domain: "test", Description: "Asks, then writes.", Annotations: writes, Task: capabilities.TaskOptional,
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			ctx, err := call.Detach(ctx)
+			if err != nil {
+				return capabilities.Result{}, err
+			}
+			if _, err := call.Ask(ctx, capabilities.Question{Key: "ok", Elicit: &capabilities.ElicitRequest{Message: "write?"}}); err != nil {
+				return capabilities.Result{}, err
+			}
+			resumed <- struct{}{}
+			return capabilities.TextResult("wrote"), nil
+		},
+	})))
+	id := f.startTask("alice-token", "writeJob")
+	f.waitStatus("alice-token", id, "input_required")
+	deleting := capabilitiestest.User("alice")
+	deleting.State = capabilities.AccountDeleting
+	f.loader.Set(deleting)
+	status, m := f.taskOp("alice-token", "tasks/update", id, map[string]any{"inputResponses": map[string]any{"ok": accept("y")}})
+	if e, _ := m["error"].(map[string]any); status != http.StatusForbidden || !strings.Contains(fmt.Sprint(e["message"]), "being deleted") {
+		t.Fatalf("tasks/update while deleting: %d %v, want 403 naming the deletion", status, m)
+	}
+	select {
+	case <-resumed:
+		t.Fatal("the writing task resumed for an account being deleted")
+	case <-time.After(600 * time.Millisecond):
+	}
+	if got := f.waitStatus("alice-token", id, "input_required"); got == nil {
+		t.Fatal("tasks/get while deleting")
+	}
+	if _, m := f.taskOp("alice-token", "tasks/cancel", id, nil); m["result"] == nil {
+		t.Fatalf("tasks/cancel while deleting: %v", m)
+	}
+}
+
+// TestTaskFinishingAtOnceCompletes: a handler that returns right after
+// Detach still completes its task (its outcome is not lost when the call
+// sees the outcome and the detachment together), and frees its place.
+func TestTaskFinishingAtOnceCompletes(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Tasks = MemoryTasks(); o.MaxTasksPerUser = 1 })
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "quickJob", Domain: "test", Description: "Detaches and finishes.", Annotations: readOnly, Task: capabilities.TaskOptional,
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			if _, err := call.Detach(ctx); err != nil {
+				return capabilities.Result{}, err
+			}
+			return capabilities.TextResult("quick"), nil
+		},
+	})))
+	for range 20 {
+		var id string
+		for deadline := time.Now().Add(5 * time.Second); id == ""; time.Sleep(10 * time.Millisecond) {
+			_, m := f.modernCall("alice-token", "tools/call", "quickJob", map[string]any{"name": "quickJob", "arguments": map[string]any{}}, taskCaps)
+			r, _ := m["result"].(map[string]any)
+			id, _ = r["taskId"].(string)
+			if id == "" && time.Now().After(deadline) {
+				t.Fatalf("no task place freed: %v", m)
+			}
+		}
+		if got := f.waitStatus("alice-token", id, "completed"); !strings.Contains(fmt.Sprint(got["result"]), "quick") {
+			t.Fatalf("task = %v", got)
+		}
+	}
+}
+
+// TestDetachAfterCancelLeavesNothingRunning: a handler that detaches only
+// after its call was cancelled (the client went away) gets the
+// cancellation; no task is left running, its place is free, and the
+// server closes.
+func TestDetachAfterCancelLeavesNothingRunning(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Tasks = MemoryTasks(); o.MaxTasksPerUser = 1 })
+	detached := make(chan error, 1)
+	must(t, f.reg.Register(
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "lateJob", Domain: "test", Description: "Detaches late.", Annotations: readOnly, Task: capabilities.TaskOptional,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+				}
+				_, err := call.Detach(ctx)
+				detached <- err
+				return capabilities.TextResult("late"), err
+			},
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "quick", Domain: "test", Description: "Detaches and finishes.", Annotations: readOnly, Task: capabilities.TaskOptional,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				if _, err := call.Detach(ctx); err != nil {
+					return capabilities.Result{}, err
+				}
+				return capabilities.TextResult("quick"), nil
+			},
+		}),
+	))
+	ctx, cancel := context.WithCancel(t.Context())
+	body := rpc(7, "tools/call", map[string]any{"name": "lateJob", "arguments": map[string]any{}, "_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": taskCaps,
+	}})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(versionHeader, "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "lateJob")
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-detached:
+		if err == nil {
+			t.Fatal("Detach after the call was cancelled made a task")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler never detached")
+	}
+	// The place is free: a quick task runs and completes.
+	var id string
+	for deadline := time.Now().Add(3 * time.Second); id == ""; time.Sleep(20 * time.Millisecond) {
+		_, m := f.modernCall("alice-token", "tools/call", "quick", map[string]any{"name": "quick", "arguments": map[string]any{}}, taskCaps)
+		id, _ = m["result"].(map[string]any)["taskId"].(string)
+		if id == "" && time.Now().After(deadline) {
+			t.Fatalf("no task place: %v", m)
+		}
+	}
+	f.waitStatus("alice-token", id, "completed")
+	closed := make(chan struct{})
+	go func() { f.srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server does not close: a task runner waits forever")
 	}
 }
