@@ -170,7 +170,9 @@ func TestAbuseStaysResponsive(t *testing.T) {
 		t.Errorf("registration flood: %d of %d accepted from one address", regs.Load()-regs429.Load(), regs.Load())
 	}
 	// One user's sessions stay capped: the first is long gone.
-	if s, _ := firstSession.Load().(*relclient.Session); s == nil || sessionsOpened.Load() < 100 {
+	// Enough sessions to have pushed the first out of the per-user cap
+	// (8), whatever the machine's speed.
+	if s, _ := firstSession.Load().(*relclient.Session); s == nil || sessionsOpened.Load() < 20 {
 		t.Fatalf("the session flood did not run: %d", sessionsOpened.Load())
 	} else if _, err := s.Call(ctx, "whoami", map[string]any{}); relclient.StatusOf(err) != http.StatusNotFound {
 		t.Errorf("mallory's first of %d sessions still answers: %v", sessionsOpened.Load(), err)

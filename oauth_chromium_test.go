@@ -217,6 +217,17 @@ func consentJourney(t *testing.T, d storage.Dialect, bin string) {
 			chromedp.Click(chromedp.CSS(`button[value="`+decision+`"]`)),
 		)
 	}
+	// consentTo clicks on the consent page of request a only: after a
+	// private-use redirect the browser stays on the previous consent page
+	// until the next one has loaded, and a click there would answer the
+	// wrong request.
+	consentTo := func(a authorization, decision string) chromedp.Action[chromedp.Void] {
+		form := `form[action*="state=` + a.state + `"] `
+		return chromedp.Steps(
+			chromedp.WaitVisible(chromedp.CSS(form+`button[value="approve"]`)),
+			chromedp.Click(chromedp.CSS(form+`button[value="`+decision+`"]`)),
+		)
+	}
 	checkCode := func(t *testing.T, got url.Values, a authorization) string {
 		t.Helper()
 		if got.Get("code") == "" || got.Get("state") != a.state || got.Get("iss") != e.base || got.Get("error") != "" {
@@ -335,14 +346,14 @@ func consentJourney(t *testing.T, d storage.Dialect, bin string) {
 		id := e.register(t, "Editor", redirect)
 		a := e.newAuthorization(id, redirect, "state-deny-cursor")
 		open(t, e.url(a))
-		step(t, "deny", consent("deny"))
+		step(t, "deny", consentTo(a, "deny"))
 		u := attempted(t, redirect+"?error=access_denied")
 		if u.Query().Get("state") != a.state || u.Query().Get("iss") != e.base {
 			t.Fatalf("denial %s: want state and iss", u)
 		}
 		a = e.newAuthorization(id, redirect, "state-allow-cursor")
 		open(t, e.url(a))
-		step(t, "allow", consent("approve"))
+		step(t, "allow", consentTo(a, "approve"))
 		u = attempted(t, redirect+"?code=")
 		e.exchange(t, a, checkCode(t, u.Query(), a))
 	})

@@ -104,8 +104,16 @@ func TestMailSurvivesARestart(t *testing.T) {
 			if len(down.messages()) != 0 {
 				t.Fatal("the down mailer delivered")
 			}
-			if err := srv.Store().DB.NewSelect().Table("outbox").ColumnExpr("count(*)").Scan(ctx, &pending); err != nil || pending != 0 {
-				t.Fatalf("outbox rows after delivery: %d, %v", pending, err)
+			// The row goes right after the send returns: wait for it.
+			for {
+				err := srv.Store().DB.NewSelect().Table("outbox").ColumnExpr("count(*)").Scan(ctx, &pending)
+				if err == nil && pending == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("outbox rows after delivery: %d, %v", pending, err)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		})
 	}
