@@ -876,11 +876,12 @@ func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername 
 
 // DeletingAccounts returns up to limit accounts marked deleting before
 // before, oldest mark first: deletions a failure or a crash interrupted,
-// for the lifecycle to finish.
+// for the lifecycle to finish. Suspended accounts are not listed: a
+// suspension freezes the deletion until it is lifted.
 func (s *Service) DeletingAccounts(ctx context.Context, before time.Time, limit int) ([]User, error) {
 	var rows []userRow
 	err := s.store.Reader.NewSelect().Model(&rows).
-		Where("deleting_at IS NOT NULL AND deleting_at < ?", before.UTC()).
+		Where("deleting_at IS NOT NULL AND deleting_at < ? AND suspended_at IS NULL", before.UTC()).
 		OrderExpr("deleting_at, id").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("accounts: deleting accounts: %w", err)
