@@ -208,7 +208,7 @@ func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.Tok
 	if err == nil {
 		return info, nil
 	}
-	if !errors.Is(err, mcp.ErrInvalidToken) && capabilities.CodeOf(err) != capabilities.CodeAccountSuspended {
+	if errors.Is(err, mcp.ErrTokenUnavailable) {
 		return info, err // not a refusal, an outage: nothing to audit
 	}
 	reason := tokenRefusal(err)
@@ -269,8 +269,10 @@ func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.Token
 		return refused, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
 	}
 	if err != nil {
-		// Not a refusal: the token could not be checked (503 at /mcp).
-		return mcp.TokenInfo{}, err
+		// Not a refusal: the token could not be checked (503 at /mcp). A
+		// client cannot cause this: the token passed its HMAC check before
+		// any SQL, and the lookup is by the token's signature.
+		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrTokenUnavailable, err)
 	}
 	// The token check loaded the account's state, roles and permissions in
 	// its one query: hand them over instead of loading the account again.
