@@ -13,6 +13,7 @@ import (
 	"net/mail"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
@@ -458,6 +459,14 @@ func (s *Service) rehash(ctx context.Context, row userRow, password string) {
 
 func (s *Service) userWhere(ctx context.Context, db bun.IDB, where string, args ...any) (userRow, error) {
 	var row userRow
+	for _, a := range args {
+		if v, ok := a.(string); ok && (!utf8.ValidString(v) || strings.ContainsRune(v, 0)) {
+			// No account has such an email, username or id, and SQL
+			// cannot look it up (PostgreSQL refuses it; SQLite cuts the
+			// statement at the NUL): unknown, not a store failure.
+			return row, ErrNotFound
+		}
+	}
 	err := db.NewSelect().Model(&row).Where(where, args...).Limit(1).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return row, ErrNotFound
