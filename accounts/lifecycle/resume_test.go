@@ -9,6 +9,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -166,6 +167,41 @@ func TestResumeDeletionsConcurrentWithRetry(t *testing.T) {
 		}
 		if _, err := w.acc.UserByID(ctx, w.bob.ID); err != nil {
 			t.Fatalf("bob: %v", err)
+		}
+	})
+}
+
+// The lane respects the last-active-admin rule: an admin whose deletion
+// was interrupted no longer counts as an active admin, so the other admin
+// can be neither suspended nor demoted meanwhile, and the lane finishing
+// the deletion leaves that other admin in place.
+func TestResumeDeletionsKeepsAnActiveAdmin(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		w := setup(t, s)
+		for _, o := range []storage.Owner{w.alice, w.bob} {
+			if _, err := w.acc.AssignRole(ctx, o.ID, capabilities.RoleAdmin); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.faulty.failDeletes.Store(true)
+		if _, err := w.svc.Delete(ctx, w.alice); err == nil {
+			t.Fatal("deletion with failing blob storage succeeded")
+		}
+		w.faulty.failDeletes.Store(false)
+		if _, err := w.acc.Suspend(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+			t.Fatalf("suspending the only admin not being deleted: %v", err)
+		}
+		if _, err := w.acc.RemoveRole(ctx, w.bob.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrLastAdmin) {
+			t.Fatalf("demoting the only admin not being deleted: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		if n, err := w.svc.ResumeDeletions(ctx, time.Millisecond); err != nil || n != 1 {
+			t.Fatalf("resume: %d, %v", n, err)
+		}
+		g, err := w.acc.RolesAndPermissions(ctx, w.bob.ID)
+		if err != nil || !g.HasRole(capabilities.RoleAdmin) {
+			t.Fatalf("bob's roles after the pass: %v, %v", g.Roles, err)
 		}
 	})
 }
