@@ -101,12 +101,15 @@ var errNotResumable = errors.New("lifecycle: the account's deletion may not be r
 // with the row locked, before the SQL rows go.
 func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (DeletionResult, error) {
 	res := DeletionResult{Deleted: map[string]int64{}}
-	u, err := s.accounts.UserByID(ctx, o.ID)
-	if err != nil {
+	if _, err := s.accounts.UserByID(ctx, o.ID); err != nil {
 		return res, fmt.Errorf("lifecycle: delete: %w", err)
 	}
-	if resuming && (u.SuspendedAt != nil || u.DeletingAt == nil) {
-		return res, errNotResumable
+	if resuming {
+		// Read on the primary, not a replica that may not have the
+		// suspension yet.
+		if err := s.checkAccount(ctx, s.store.DB, o.ID, true, false); err != nil {
+			return res, err
+		}
 	}
 	// The last active admin keeps their account: marking it deleting is
 	// refused atomically. Roles, like every other row, are removed only by
@@ -143,11 +146,11 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 			res.Warnings = append(res.Warnings, "cached data under "+p.Domain+" could not be removed; it expires on its own")
 		}
 	}
-	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		// The account row is locked first, so that two deletions of one
 		// account (the lane and the holder's retry) queue instead of
 		// deadlocking over the rows they both delete.
-		if err := s.lockAccount(ctx, tx, o.ID, resuming); err != nil {
+		if err := s.checkAccount(ctx, tx, o.ID, resuming, true); err != nil {
 			return err
 		}
 		counts, err := s.inv.DeleteRows(ctx, tx, o)
@@ -174,18 +177,23 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 	return res, nil
 }
 
-// lockAccount locks the account row inside the deleting transaction (FOR
-// UPDATE on PostgreSQL; SQLite has one writer). When resuming it re-reads
-// the account's state, so that a suspension that landed while the other
-// surfaces were cleaned keeps the account's rows.
-func (s *Service) lockAccount(ctx context.Context, tx bun.Tx, userID int64, resuming bool) error {
-	q := tx.NewSelect().Table("users").Column("suspended_at", "deleting_at").Where("id = ?", userID)
-	if s.store.Dialect() == storage.Postgres {
+// checkAccount reads the account's state on db and, when resuming,
+// returns errNotResumable for an account that is suspended or not marked
+// deleting. With lock (inside the deleting transaction) it locks the row
+// (FOR UPDATE on PostgreSQL; SQLite has one writer), so that a suspension
+// that landed while the other surfaces were cleaned keeps the account's
+// rows.
+func (s *Service) checkAccount(ctx context.Context, db bun.IDB, userID int64, resuming, lock bool) error {
+	q := db.NewSelect().Table("users").Column("suspended_at", "deleting_at").Where("id = ?", userID)
+	if lock && s.store.Dialect() == storage.Postgres {
 		q = q.For("UPDATE")
 	}
 	var suspended, deleting sql.NullTime
 	if err := q.Scan(ctx, &suspended, &deleting); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
+			if !lock {
+				return accounts.ErrNotFound
+			}
 			return nil // a concurrent deletion finished first: nothing left to do
 		}
 		return err
