@@ -86,6 +86,12 @@ func (s *Server) assemble(ctx context.Context) error {
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
 			return s.oauth.RevokeAll(ctx, o.ID)
 		}}},
+		// A deletion the deletion-resume lane finished is audited like one
+		// the account holder finished, with the reason "resumed".
+		Resumed: func(ctx context.Context, o storage.Owner) {
+			_ = s.audit.Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "delete_account",
+				Result: audit.ResultSuccess, Reason: "resumed", UserHash: s.audit.HashUser(o.StableID)})
+		},
 	})
 
 	// The embedder's entities reach SQL and the built-in roles before the

@@ -39,6 +39,10 @@ type Options struct {
 	Hooks []Hook
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
+	// Resumed, when set, is called after ResumeDeletions completed the
+	// deletion of o (no one was there to ask for it: record it, as the
+	// account holder's own deletion is recorded).
+	Resumed func(ctx context.Context, o storage.Owner)
 }
 
 // Service exports and deletes accounts.
@@ -232,6 +236,9 @@ func (s *Service) ResumeDeletions(ctx context.Context, grace time.Duration) (int
 			continue
 		}
 		s.opts.Logger.InfoContext(ctx, "lifecycle: interrupted deletion completed", "user_id", u.ID)
+		if s.opts.Resumed != nil {
+			s.opts.Resumed(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
+		}
 		done++
 	}
 	return done, errors.Join(errs...)
