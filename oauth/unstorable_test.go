@@ -1,12 +1,14 @@
 package oauth_test
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -69,6 +71,24 @@ func TestRegisterRefusesNUL(t *testing.T) {
 			})
 			if code != http.StatusBadRequest || out["error"] != "invalid_client_metadata" {
 				t.Errorf("%s with a NUL: %d %v", field, code, out)
+			}
+		}
+	})
+}
+
+// A grant or client id taken from a URL path (/account/apps/{id}/revoke,
+// /admin/clients/{id}/block) that no text column can hold is an unknown
+// grant or client, not an SQL failure.
+func TestUnstorableGrantAndClientIDsAreUnknown(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st)
+		_, uid, _ := e.signIn()
+		for _, id := range []string{"\x00", "a\x00b", "\xff\xfe"} {
+			if err := e.srv.RevokeGrant(t.Context(), uid, id); !errors.Is(err, oauth.ErrGrantNotFound) {
+				t.Errorf("revoke grant %q: %v", id, err)
+			}
+			if _, err := e.srv.SetClientBlocked(t.Context(), id, true); !errors.Is(err, oauth.ErrClientNotFound) {
+				t.Errorf("block client %q: %v", id, err)
 			}
 		}
 	})
