@@ -83,12 +83,18 @@ func (h *Handler) parseForm(w http.ResponseWriter, r *http.Request) bool {
 func formStorable(r *http.Request) bool {
 	for _, vs := range r.Form {
 		for _, v := range vs {
-			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			if !textStorable(v) {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// textStorable reports whether v is valid UTF-8 without NUL bytes: text
+// both databases can store and compare.
+func textStorable(v string) bool {
+	return utf8.ValidString(v) && !strings.ContainsRune(v, 0)
 }
 
 // internalError logs err and answers 500 without detail.
