@@ -87,6 +87,12 @@ func (s *Server) assemble(ctx context.Context) error {
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
 			return s.oauth.RevokeAll(ctx, o.ID)
 		}}},
+		// A deletion the deletion-resume lane finished is audited like one
+		// the account holder finished, with the reason "resumed".
+		Resumed: func(ctx context.Context, o storage.Owner) {
+			_ = s.audit.Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "delete_account",
+				Result: audit.ResultSuccess, Reason: "resumed", UserHash: s.audit.HashUser(o.StableID)})
+		},
 	})
 
 	// The embedder's entities reach SQL and the built-in roles before the
@@ -209,7 +215,7 @@ func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.Tok
 	if err == nil {
 		return info, nil
 	}
-	if !errors.Is(err, mcp.ErrInvalidToken) && capabilities.CodeOf(err) != capabilities.CodeAccountSuspended {
+	if errors.Is(err, mcp.ErrTokenUnavailable) {
 		return info, err // not a refusal, an outage: nothing to audit
 	}
 	reason := tokenRefusal(err)
@@ -270,8 +276,10 @@ func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.Token
 		return refused, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
 	}
 	if err != nil {
-		// Not a refusal: the token could not be checked (503 at /mcp).
-		return mcp.TokenInfo{}, err
+		// Not a refusal: the token could not be checked (503 at /mcp). A
+		// client cannot cause this: the token passed its HMAC check before
+		// any SQL, and the lookup is by the token's signature.
+		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrTokenUnavailable, err)
 	}
 	// The token check loaded the account's state, roles and permissions in
 	// its one query: hand them over instead of loading the account again.

@@ -58,3 +58,54 @@ func TestBodyDeadline(t *testing.T) {
 		t.Fatalf("trickled body: %q after %s", got, time.Since(start))
 	}
 }
+
+// A chunked body (no Content-Length) trickled a chunk at a time, and a
+// body announced with "Expect: 100-continue" that never follows the
+// server's 100 Continue, are cut off at the deadline like a trickled
+// Content-Length body.
+func TestBodyDeadlineChunkedAndExpectContinue(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	ts := httptest.NewServer(bodyDeadline(timeout, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, "slow body", http.StatusBadRequest)
+			return
+		}
+		io.WriteString(w, "read")
+	})))
+	defer ts.Close()
+	for name, send := range map[string]func(c net.Conn, stop <-chan struct{}){
+		"chunked": func(c net.Conn, stop <-chan struct{}) {
+			io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(timeout / 10):
+				}
+				if _, err := io.WriteString(c, "1\r\nx\r\n"); err != nil {
+					return
+				}
+			}
+		},
+		"expect-continue": func(c net.Conn, _ <-chan struct{}) {
+			io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ts.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			stop := make(chan struct{})
+			defer close(stop)
+			start := time.Now()
+			go send(c, stop)
+			_ = c.SetReadDeadline(time.Now().Add(10 * timeout))
+			got, _ := io.ReadAll(c)
+			if !strings.Contains(string(got), "400") || strings.Contains(string(got), "read") || time.Since(start) > 8*timeout {
+				t.Fatalf("%s body: %q after %s", name, got, time.Since(start))
+			}
+		})
+	}
+}

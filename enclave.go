@@ -107,7 +107,9 @@ type Config struct {
 	// the audit log only when the verifier names the token's user: return
 	// a TokenInfo with UserID set together with the error for a token that
 	// matched a grant but is refused. A token that matches nothing never
-	// writes a row, so nobody can fill the log with made-up tokens.
+	// writes a row, so nobody can fill the log with made-up tokens. Every
+	// error is a refusal (401) except one wrapping mcp.ErrTokenUnavailable,
+	// the verifier's own outage: 503 with Retry-After, not audited.
 	TokenVerifier mcp.TokenVerifier
 
 	// MCP tunes the MCP endpoint (session TTL and limits, body limit). Its

@@ -46,6 +46,16 @@ func TestFormsRefuseNULAndInvalidUTF8(t *testing.T) {
 					t.Errorf("POST %s %q: %d, want 400", c.path, c.body, rec.Code)
 				}
 			}
+			// The admin user search reads its query string, not a form.
+			for _, q := range []string{"q=carol%00", "role=%00", "q=%ff%fe"} {
+				req := httptest.NewRequest(http.MethodGet, "/admin/users?"+q, nil)
+				req.AddCookie(cookie)
+				rec := httptest.NewRecorder()
+				srv.Handler().ServeHTTP(rec, req)
+				if rec.Code != http.StatusBadRequest {
+					t.Errorf("GET /admin/users?%s: %d, want 400", q, rec.Code)
+				}
+			}
 		})
 	}
 }

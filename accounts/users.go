@@ -13,6 +13,7 @@ import (
 	"net/mail"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
@@ -458,6 +459,14 @@ func (s *Service) rehash(ctx context.Context, row userRow, password string) {
 
 func (s *Service) userWhere(ctx context.Context, db bun.IDB, where string, args ...any) (userRow, error) {
 	var row userRow
+	for _, a := range args {
+		if v, ok := a.(string); ok && (!utf8.ValidString(v) || strings.ContainsRune(v, 0)) {
+			// No account has such an email, username or id, and SQL
+			// cannot look it up (PostgreSQL refuses it; SQLite cuts the
+			// statement at the NUL): unknown, not a store failure.
+			return row, ErrNotFound
+		}
+	}
 	err := db.NewSelect().Model(&row).Where(where, args...).Limit(1).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return row, ErrNotFound
@@ -876,11 +885,12 @@ func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername 
 
 // DeletingAccounts returns up to limit accounts marked deleting before
 // before, oldest mark first: deletions a failure or a crash interrupted,
-// for the lifecycle to finish.
+// for the lifecycle to finish. Suspended accounts are not listed: a
+// suspension freezes the deletion until it is lifted.
 func (s *Service) DeletingAccounts(ctx context.Context, before time.Time, limit int) ([]User, error) {
 	var rows []userRow
 	err := s.store.Reader.NewSelect().Model(&rows).
-		Where("deleting_at IS NOT NULL AND deleting_at < ?", before.UTC()).
+		Where("deleting_at IS NOT NULL AND deleting_at < ? AND suspended_at IS NULL", before.UTC()).
 		OrderExpr("deleting_at, id").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("accounts: deleting accounts: %w", err)

@@ -41,10 +41,17 @@ func (f TokenVerifierFunc) VerifyToken(ctx context.Context, token string) (Token
 }
 
 // ErrInvalidToken is the error verifiers return for a token they refuse
-// (wrap it to give a reason). Any other error means the token could not be
-// checked, such as a database outage: the request gets 503 with
-// Retry-After instead of a 401 that would make the client drop its token.
+// (wrap it to give a reason). Every error that does not wrap
+// ErrTokenUnavailable is a refusal: 401 with the challenge.
 var ErrInvalidToken = errors.New("mcp: invalid token")
+
+// ErrTokenUnavailable is the error verifiers return (wrapped) when the
+// token could not be checked at all, such as during a database outage: the
+// request gets 503 with Retry-After instead of a 401 that would make the
+// client drop its token, and no refusal is audited. Only an error of the
+// verifier's own infrastructure may wrap it, never one a client's input
+// can cause: an unrecognised error stays a refusal.
+var ErrTokenUnavailable = errors.New("mcp: token check unavailable")
 
 // bearer extracts the token of an "Authorization: Bearer …" header.
 func bearer(r *http.Request) (string, bool) {

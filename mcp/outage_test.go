@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -18,8 +19,12 @@ func TestTokenCheckOutageIs503(t *testing.T) {
 	f := newFixture(t, func(o *Options) {
 		next := o.Verifier
 		o.Verifier = TokenVerifierFunc(func(ctx context.Context, token string) (TokenInfo, error) {
+			if token == "odd-token" {
+				// An error the verifier did not mark as an outage.
+				return TokenInfo{}, errors.New("token signed with an unknown key")
+			}
 			if down.Load() {
-				return TokenInfo{}, errors.New("dial tcp 10.0.0.1:5432: connection refused")
+				return TokenInfo{}, fmt.Errorf("%w: dial tcp 10.0.0.1:5432: connection refused", ErrTokenUnavailable)
 			}
 			return next.VerifyToken(ctx, token)
 		})
@@ -33,6 +38,11 @@ func TestTokenCheckOutageIs503(t *testing.T) {
 	}
 	if strings.Contains(body, "10.0.0.1") || !strings.Contains(body, `"jsonrpc":"2.0"`) {
 		t.Fatalf("outage answer: %s", body)
+	}
+	// Only an error marked as an outage is one: any other stays a refusal,
+	// so that a verifier cannot turn a refused token into an endless retry.
+	if resp := f.request(http.MethodPost, "odd-token", sid, rpc(5, "tools/list", nil)); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Retry-After") != "" {
+		t.Fatalf("unmarked verifier error: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	down.Store(false)
 	if resp := f.request(http.MethodPost, "not-a-token", sid, rpc(3, "tools/list", nil)); resp.StatusCode != http.StatusUnauthorized {

@@ -652,7 +652,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 		refuse(w, errSuspended, requestID)
 		return capabilities.Caller{}, TokenInfo{}, false
 	}
-	if err != nil && !errors.Is(err, ErrInvalidToken) && !errors.Is(err, context.Canceled) {
+	if errors.Is(err, ErrTokenUnavailable) && !errors.Is(err, context.Canceled) {
 		// The token could not be checked (the database is down): 503, not
 		// 401, so that the client keeps its token and retries.
 		s.log.WarnContext(ctx, "mcp: token check failed", "err", err, "request_id", requestID)

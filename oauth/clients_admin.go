@@ -59,6 +59,9 @@ func (s *Server) Clients(ctx context.Context) ([]RegisteredClient, error) {
 // restores its grants that have not expired. It reports whether anything
 // changed.
 func (s *Server) SetClientBlocked(ctx context.Context, id string, blocked bool) (bool, error) {
+	if !storable(id) {
+		return false, ErrClientNotFound // from a URL: no client has such an id
+	}
 	q := s.store.db.DB.NewUpdate().Model((*clientRow)(nil)).Where("id = ?", id)
 	if blocked {
 		q = q.Set("blocked_at = ?", s.opts.Now().UTC()).Where("blocked_at IS NULL")

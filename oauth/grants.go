@@ -93,6 +93,9 @@ func (s *Server) Grants(ctx context.Context, userID int64) ([]Grant, error) {
 // of the grant running at the same time either finishes first (and what it
 // issued is revoked too) or finds the grant gone.
 func (s *Server) RevokeGrant(ctx context.Context, userID int64, grantID string) error {
+	if !storable(grantID) {
+		return ErrGrantNotFound // from a URL: no grant has such an id
+	}
 	return s.store.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		grants, err := lockGrants(ctx, tx, "id = ? AND user_id = ?", grantID, userID)
 		if err != nil {

@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"unicode/utf8"
 )
 
 // ClientMetadata is an RFC 7591 registration request (the fields this
@@ -201,8 +200,8 @@ func (s *Server) normalizeMetadata(md *ClientMetadata) error {
 	md.Scope = strings.Join(sortedUnique(scopes), " ")
 	for _, text := range []*string{&md.ClientName, &md.ClientURI, &md.LogoURI, &md.SoftwareID, &md.SoftwareVersion} {
 		*text = strings.TrimSpace(*text)
-		if len(*text) > maxMetadataText || !utf8.ValidString(*text) {
-			return invalidMetadata("Client metadata text fields are limited to %d bytes of UTF-8.", maxMetadataText)
+		if len(*text) > maxMetadataText || !storable(*text) {
+			return invalidMetadata("Client metadata text fields are limited to %d bytes of UTF-8, without NUL characters.", maxMetadataText)
 		}
 	}
 	for _, link := range []string{md.ClientURI, md.LogoURI} {

@@ -162,9 +162,16 @@ func (s *store) GetClient(ctx context.Context, id string) (fosite.Client, error)
 	return withLoopbackPort(ctx, c), nil
 }
 
+// storable reports whether s can be a value of a text column, so that
+// looking it up cannot fail in SQL: valid UTF-8 without NUL bytes
+// (PostgreSQL refuses both; SQLite cuts the statement at a NUL).
+func storable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
 // loadClient reads a client row.
 func (s *store) loadClient(ctx context.Context, id string) (*clientRow, error) {
-	if !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+	if !storable(id) {
 		return nil, fosite.ErrNotFound // no client has such an id, and SQL cannot look it up
 	}
 	var row clientRow
@@ -374,6 +381,12 @@ func (s *store) touchGrant(ctx context.Context, db bun.IDB, row *tokenRow) error
 // getToken loads a token row. A missing or expired row is fosite.ErrNotFound
 // (expired rows wait for the purge; fosite checks expiry itself too).
 func (s *store) getToken(ctx context.Context, db bun.IDB, kind, signature string) (*tokenRow, error) {
+	if !storable(signature) {
+		// A token's signature comes from what the client sent: one no
+		// token can have is unknown, not a store failure (which would
+		// answer 500, or 503 temporarily_unavailable at revocation).
+		return nil, fosite.ErrNotFound
+	}
 	var row tokenRow
 	err := db.NewSelect().Model(&row).Where("signature = ? AND kind = ?", signature, kind).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -455,6 +455,12 @@ func ListBlobs(ctx context.Context, b *blob.Bucket, o Owner, d BlobPrefix) ([]st
 // gone are not an error; it returns how many it deleted.
 func DeleteBlobs(ctx context.Context, b *blob.Bucket, o Owner, d BlobPrefix) (int64, error) {
 	keys, err := ListBlobs(ctx, b, o, d)
+	// A blob deleted by a concurrent deletion of the same account between
+	// being listed and being read fails some listings (fileblob) with
+	// NotFound: list again, the deleted blob is then gone.
+	for try := 0; try < 3 && gcerrors.Code(err) == gcerrors.NotFound; try++ {
+		keys, err = ListBlobs(ctx, b, o, d)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -69,18 +69,32 @@ func (h *Handler) parseForm(w http.ResponseWriter, r *http.Request) bool {
 		h.renderError(w, r, http.StatusBadRequest, "The form could not be read. Go back and try again.")
 		return false
 	}
-	// No field of any form takes a NUL byte or invalid UTF-8, and neither
-	// database stores them in text (PostgreSQL refuses them; SQLite cuts
-	// the statement): refuse them here rather than fail with a 500.
+	if !formStorable(r) {
+		h.renderError(w, r, http.StatusBadRequest, "The form contains characters that are not allowed. Go back and try again.")
+		return false
+	}
+	return true
+}
+
+// formStorable reports whether every field of r's parsed form is valid
+// UTF-8 without NUL bytes. No field of any form takes those, and neither
+// database stores them in text (PostgreSQL refuses them; SQLite cuts the
+// statement): forms are refused with 400 rather than failing with a 500.
+func formStorable(r *http.Request) bool {
 	for _, vs := range r.Form {
 		for _, v := range vs {
-			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-				h.renderError(w, r, http.StatusBadRequest, "The form contains characters that are not allowed. Go back and try again.")
+			if !textStorable(v) {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// textStorable reports whether v is valid UTF-8 without NUL bytes: text
+// both databases can store and compare.
+func textStorable(v string) bool {
+	return utf8.ValidString(v) && !strings.ContainsRune(v, 0)
 }
 
 // internalError logs err and answers 500 without detail.

@@ -157,6 +157,10 @@ func (h *Handler) adminUsers(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, http.StatusBadRequest, "The search is too long.")
 		return
 	}
+	if !textStorable(f.Search) || !textStorable(f.Role) {
+		h.renderError(w, r, http.StatusBadRequest, "The search contains characters that are not allowed.")
+		return
+	}
 	roles, err := h.opts.Accounts.Roles(r.Context())
 	if err != nil {
 		h.internalError(w, r, "list roles", err)

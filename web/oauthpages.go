@@ -40,6 +40,10 @@ func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.Autho
 		h.crossOriginDenied(w, r)
 		return 0, false
 	}
+	if !formStorable(r) { // r.PostFormValue parsed the form
+		h.renderError(w, r, http.StatusBadRequest, "The form contains characters that are not allowed. Go back and try again.")
+		return 0, false
+	}
 	if !h.allowCredential(w, r) {
 		return 0, false
 	}

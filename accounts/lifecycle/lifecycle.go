@@ -13,6 +13,7 @@ package lifecycle
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,10 @@ type Options struct {
 	Hooks []Hook
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
+	// Resumed, when set, is called after ResumeDeletions completed the
+	// deletion of o (no one was there to ask for it: record it, as the
+	// account holder's own deletion is recorded).
+	Resumed func(ctx context.Context, o storage.Owner)
 }
 
 // Service exports and deletes accounts.
@@ -85,9 +90,30 @@ type DeletionResult struct {
 // o is the last active admin. On a critical failure it returns the partial result
 // and an error; the account stays marked deleting with its data for a retry.
 func (s *Service) Delete(ctx context.Context, o storage.Owner) (DeletionResult, error) {
+	return s.delete(ctx, o, false)
+}
+
+// errNotResumable stops a resumed deletion of an account that is no longer
+// one to finish: suspended (a suspension freezes the deletion), or no
+// longer marked deleting.
+var errNotResumable = errors.New("lifecycle: the account's deletion may not be resumed now")
+
+// delete is Delete. When resuming (the deletion-resume lane, acting
+// without the account holder), it only finishes a deletion already
+// started: an account that is suspended or not marked deleting is left
+// alone (errNotResumable), checked before anything is removed and again,
+// with the row locked, before the SQL rows go.
+func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (DeletionResult, error) {
 	res := DeletionResult{Deleted: map[string]int64{}}
 	if _, err := s.accounts.UserByID(ctx, o.ID); err != nil {
 		return res, fmt.Errorf("lifecycle: delete: %w", err)
+	}
+	if resuming {
+		// Read on the primary, not a replica that may not have the
+		// suspension yet.
+		if err := s.checkAccount(ctx, s.store.DB, o.ID, true, false); err != nil {
+			return res, err
+		}
 	}
 	// The last active admin keeps their account: marking it deleting is
 	// refused atomically. Roles, like every other row, are removed only by
@@ -125,6 +151,12 @@ func (s *Service) Delete(ctx context.Context, o storage.Owner) (DeletionResult, 
 		}
 	}
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		// The account row is locked first, so that two deletions of one
+		// account (the lane and the holder's retry) queue instead of
+		// deadlocking over the rows they both delete.
+		if err := s.checkAccount(ctx, tx, o.ID, resuming, true); err != nil {
+			return err
+		}
 		counts, err := s.inv.DeleteRows(ctx, tx, o)
 		if err != nil {
 			return err
@@ -149,23 +181,65 @@ func (s *Service) Delete(ctx context.Context, o storage.Owner) (DeletionResult, 
 	return res, nil
 }
 
+// checkAccount reads the account's state on db and, when resuming,
+// returns errNotResumable for an account that is suspended or not marked
+// deleting. With lock (inside the deleting transaction) it locks the row
+// (FOR UPDATE on PostgreSQL; SQLite has one writer), so that a suspension
+// that landed while the other surfaces were cleaned keeps the account's
+// rows.
+func (s *Service) checkAccount(ctx context.Context, db bun.IDB, userID int64, resuming, lock bool) error {
+	q := db.NewSelect().Table("users").Column("suspended_at", "deleting_at").Where("id = ?", userID)
+	if lock && s.store.Dialect() == storage.Postgres {
+		q = q.For("UPDATE")
+	}
+	var suspended, deleting sql.NullTime
+	if err := q.Scan(ctx, &suspended, &deleting); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			if !lock {
+				return accounts.ErrNotFound
+			}
+			return nil // a concurrent deletion finished first: nothing left to do
+		}
+		return err
+	}
+	if resuming && (suspended.Valid || !deleting.Valid) {
+		return errNotResumable
+	}
+	return nil
+}
+
 // ResumeDeletions finishes, one by one, the deletions of accounts marked
 // deleting for longer than grace (a store failure or a crash stopped
-// them; Delete is idempotent). It returns how many it completed; the
-// first failure ends the pass (the next pass retries). enclave's server
-// runs it as the "deletion-resume" lane.
+// them; Delete is idempotent). It never starts a deletion, and it leaves
+// suspended accounts alone: a suspension freezes the deletion, as it
+// does for the account holder. A deletion that fails does not stop the
+// pass (the next pass retries it); it returns how many it completed and
+// the failures. enclave's server runs it as the "deletion-resume" lane.
 func (s *Service) ResumeDeletions(ctx context.Context, grace time.Duration) (int, error) {
 	users, err := s.accounts.DeletingAccounts(ctx, time.Now().Add(-grace), 100)
 	if err != nil {
 		return 0, fmt.Errorf("lifecycle: resume deletions: %w", err)
 	}
 	done := 0
+	var errs []error
 	for _, u := range users {
-		if _, err := s.Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID}); err != nil {
-			return done, fmt.Errorf("lifecycle: resume deletion of user %d: %w", u.ID, err)
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		_, err := s.delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID}, true)
+		switch {
+		case errors.Is(err, errNotResumable), errors.Is(err, accounts.ErrNotFound):
+			continue // frozen, or finished meanwhile by its holder's retry
+		case err != nil:
+			errs = append(errs, fmt.Errorf("lifecycle: resume deletion of user %d: %w", u.ID, err))
+			continue
 		}
 		s.opts.Logger.InfoContext(ctx, "lifecycle: interrupted deletion completed", "user_id", u.ID)
+		if s.opts.Resumed != nil {
+			s.opts.Resumed(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
+		}
 		done++
 	}
-	return done, nil
+	return done, errors.Join(errs...)
 }
