@@ -88,7 +88,7 @@ func userError(err error) (status int, msg string, ok bool) {
 		errors.Is(err, accounts.ErrUsernameReserved), errors.Is(err, accounts.ErrWeakPassword):
 		return http.StatusUnprocessableEntity, domainMessage(err), true
 	case errors.Is(err, accounts.ErrUsernameTaken), errors.Is(err, accounts.ErrEmailTaken),
-		errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrLastAdmin):
+		errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrLastAdmin), errors.Is(err, accounts.ErrAdminRoleReserved):
 		return http.StatusConflict, domainMessage(err), true
 	case errors.Is(err, accounts.ErrInvalidCredentials):
 		return http.StatusUnauthorized, domainMessage(err), true
@@ -115,7 +115,7 @@ func domainMessage(err error) string {
 		accounts.ErrInvalidEmail, accounts.ErrInvalidUsername, accounts.ErrUsernameReserved, accounts.ErrWeakPassword,
 		accounts.ErrUsernameTaken, accounts.ErrEmailTaken, accounts.ErrEmailClaimed, accounts.ErrLastAdmin,
 		accounts.ErrInvalidCredentials, accounts.ErrSuspended, accounts.ErrDeleting, accounts.ErrEmailUnverified,
-		accounts.ErrNotFound, accounts.ErrInvalidToken, accounts.ErrUnknownRole,
+		accounts.ErrNotFound, accounts.ErrInvalidToken, accounts.ErrUnknownRole, accounts.ErrAdminRoleReserved,
 	} {
 		if errors.Is(err, e) {
 			return e.Error()

@@ -132,7 +132,7 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.opts.Accounts.AssignRole(t.Context(), u.ID, adminRole); err != nil {
+			if _, err := h.opts.Accounts.GrantAdminAsOperator(t.Context(), u.ID); err != nil {
 				t.Fatal(err)
 			}
 			w := httptest.NewRecorder()
