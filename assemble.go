@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -126,6 +128,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.oauth.Capabilities(owners)...)
 	caps = append(caps, s.oauth.AdminCapabilities()...)
 	caps = append(caps, s.accounts.InviteCapabilities()...)
+	// The setup link of an account an admin creates is mailed by the web
+	// shell (built below) through the outbox, in the creating transaction.
+	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{
+		MailSetupLink: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
+			return s.web.MailSetupLink(ctx, tx, u, token)
+		},
+	})...)
 	caps = append(caps, s.overviewCapability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)

@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -33,6 +36,19 @@ func newTestHandler(t *testing.T, s *storage.Store, edit func(*Options)) *Handle
 	}
 	if opts.Accounts == nil {
 		opts.Accounts = newAccounts(t, s, opts.Now)
+	}
+	var h *Handler
+	if opts.Registry == nil {
+		// The admin account pages act through the admin capabilities.
+		opts.Registry = capabilities.NewRegistry(capabilities.Options{Logger: quietLogger()})
+		err := opts.Registry.Register(opts.Accounts.AdminCapabilities(accounts.AdminOptions{
+			MailSetupLink: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
+				return h.MailSetupLink(ctx, tx, u, token)
+			},
+		})...)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	h, err := New(opts)
 	if err != nil {
@@ -144,6 +160,9 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 			for _, signedIn := range []bool{false, true} {
 				for _, p := range h.patterns {
 					method, path := concretePath(p)
+					if strings.HasPrefix(path, "/admin/users/1") {
+						path = strings.Replace(path, "/1", "/"+u.StableID, 1) // the admin pages name accounts by stable id
+					}
 					path = strings.ReplaceAll(path, "/1", "/"+strconv.FormatInt(u.ID, 10))
 					for _, m := range []string{method, http.MethodPost} {
 						r := httptest.NewRequest(m, base+path, strings.NewReader(""))
@@ -181,7 +200,7 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 				}
 			}
 			for _, path := range []string{"/account", "/account/apps", "/account/export", "/account/delete", "/admin/users",
-				"/admin/users/" + strconv.FormatInt(u.ID, 10), "/admin/users/new", "/admin/roles", "/admin/audit", "/dev/mail"} {
+				"/admin/users/" + u.StableID, "/admin/users/new", "/admin/roles", "/admin/audit", "/dev/mail"} {
 				if !rendered[path] {
 					t.Errorf("GET %s did not render for a signed-in admin", path)
 				}
