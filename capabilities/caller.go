@@ -51,6 +51,10 @@ type Caller struct {
 	// session driven by its user, a web page), as opposed to a background
 	// job or package runtime acting on the user's behalf.
 	Interactive bool
+	// Session is true only for a person acting through the web shell with
+	// a session cookie (never for an access token): it opens capabilities
+	// marked Requirement.SessionOnly.
+	Session bool
 }
 
 // Authenticated reports whether the caller is a signed-in user.

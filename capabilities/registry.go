@@ -32,6 +32,7 @@ const (
 	ReasonPermission      DenialReason = "permission"
 	ReasonFeature         DenialReason = "feature"
 	ReasonInteractive     DenialReason = "interactive_only"
+	ReasonSession         DenialReason = "session_only"
 	ReasonScope           DenialReason = "insufficient_scope"
 	ReasonQuota           DenialReason = "quota"
 	// ReasonOwner: a per-user resource names something the caller does
@@ -370,6 +371,9 @@ func (r *Registry) hiddenBy(ctx context.Context, caller Caller, req Requirement)
 	}
 	if req.InteractiveOnly && !caller.Interactive {
 		return ReasonInteractive
+	}
+	if req.SessionOnly && !caller.Session {
+		return ReasonSession
 	}
 	return ""
 }

@@ -81,6 +81,8 @@ func TestInvokeOrderOfChecks(t *testing.T) {
 		{"feature off hides", user, "flagged", `{"text":"x"}`, nil, capabilities.CodeNotFound, capabilities.ReasonFeature},
 		{"feature on", user, "flaggedOn", `{"text":"x"}`, nil, "", ""},
 		{"background caller refused interactive-only", with(user, func(c *capabilities.Caller) { c.Interactive = false }), "interactive", `{"text":"x"}`, nil, capabilities.CodeNotFound, capabilities.ReasonInteractive},
+		{"token caller refused session-only", user, "sessionOnly", `{"text":"x"}`, nil, capabilities.CodeNotFound, capabilities.ReasonSession},
+		{"web session caller", with(user, func(c *capabilities.Caller) { c.Session = true }), "sessionOnly", `{"text":"x"}`, nil, "", ""},
 		{"missing scope", with(user, func(c *capabilities.Caller) { c.AllScopes = false; c.Scopes = []string{"mcp"} }), "scoped", `{"text":"x"}`, nil, capabilities.CodeInsufficientScope, capabilities.ReasonScope},
 		{"scope present", with(user, func(c *capabilities.Caller) { c.AllScopes = false; c.Scopes = []string{"notes:write"} }), "scoped", `{"text":"x"}`, nil, "", ""},
 		{"role before quota", user, "adminWrite", `{"text":"x"}`, overQuota, capabilities.CodeNotFound, capabilities.ReasonRole},
@@ -109,6 +111,7 @@ func TestInvokeOrderOfChecks(t *testing.T) {
 				s.echo("flagged", read, capabilities.Requirement{Feature: "alpha"}),
 				s.echo("flaggedOn", read, capabilities.Requirement{Feature: "beta"}),
 				s.echo("interactive", write, capabilities.Requirement{InteractiveOnly: true}),
+				s.echo("sessionOnly", write, capabilities.Requirement{SessionOnly: true}),
 				s.echo("scoped", write, capabilities.Requirement{Scopes: []string{"notes:write"}}),
 			); err != nil {
 				t.Fatal(err)

@@ -40,7 +40,8 @@ func (h *Handler) invoke(r *http.Request, name string, in, out any) error {
 	}
 	u := p.Session.User
 	caller := accounts.CallerFor(u, h.opts.Accounts.FreshGrants(r.Context(), u.ID))
-	caller.Interactive, caller.AllScopes = true, true
+	// A person at the browser, signed in with the session cookie.
+	caller.Interactive, caller.AllScopes, caller.Session = true, true, true
 	raw, err := json.Marshal(in)
 	if err != nil {
 		return err
