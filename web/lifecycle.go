@@ -24,6 +24,9 @@ type ConnectedApps interface {
 
 var _ ConnectedApps = (*oauth.Server)(nil)
 
+// ConnectedApps is what oauth.GrantCapabilities needs: the same methods.
+var _ oauth.GrantStore = ConnectedApps(nil)
+
 // removedItem is one line of the deletion result page.
 type removedItem struct {
 	Surface string
@@ -34,7 +37,9 @@ func (h *Handler) lifecycleRoutes(handle func(string, http.HandlerFunc)) {
 	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
 	if h.opts.OAuth != nil {
 		handle("GET /account/apps", user(h.apps))
-		handle("POST /account/apps/{id}/revoke", user(h.revokeApp))
+		if h.opts.Registry != nil {
+			handle("POST /account/apps/{id}/revoke", user(h.revokeApp))
+		}
 	}
 	if h.opts.Lifecycle != nil {
 		handle("GET /account/export", user(h.exportPage))
@@ -58,13 +63,13 @@ func (h *Handler) apps(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) revokeApp(w http.ResponseWriter, r *http.Request) {
-	u := PrincipalFrom(r.Context()).Session.User
-	err := h.opts.OAuth.RevokeGrant(r.Context(), u.ID, r.PathValue("id"))
+	var out oauth.GrantRevokeOutput
+	err := h.invoke(r, "oauthGrantRevoke", oauth.GrantRevokeInput{ID: r.PathValue("id")}, &out)
 	switch {
-	case errors.Is(err, oauth.ErrGrantNotFound):
-		h.renderError(w, r, http.StatusNotFound, "There is no such connected app.")
 	case err != nil:
-		h.internalError(w, r, "revoke grant", err)
+		h.renderCapabilityError(w, r, err)
+	case !out.Revoked:
+		h.renderError(w, r, http.StatusNotFound, "There is no such connected app.")
 	default:
 		h.redirect(w, r, "/account/apps?notice=app-revoked")
 	}

@@ -19,8 +19,10 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -48,6 +50,12 @@ func newTestHandler(t *testing.T, s *storage.Store, edit func(*Options)) *Handle
 		})...)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if opts.OAuth != nil {
+			// Disconnecting an app runs oauthGrantRevoke.
+			if err := opts.Registry.Register(oauth.GrantCapabilities(opts.OAuth, lifecycle.Owners(opts.Accounts))...); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	h, err := New(opts)
