@@ -81,3 +81,34 @@ func TestAdminUserCapabilitiesOverMCP(t *testing.T) {
 		}
 	})
 }
+
+// What the reference keeps to the session-authenticated web shell is not
+// reachable over MCP, even by an interactive agent session of the owner.
+func TestSessionOnlyCapabilitiesNotOverMCP(t *testing.T) {
+	s := enclavetest.Start(t, enclavetest.Options{})
+	ann := s.CreateUser(t, "ann")
+	c := ann.MCP(t)
+	if res, err := c.Call("secretSet", map[string]any{"name": "key", "value": "sk-ann"}); err != nil || res.IsError {
+		t.Fatalf("secretSet: %+v %v", res, err)
+	}
+	tools, err := c.Tools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]any{
+		"secretReveal":          map[string]any{"name": "key"},
+		"accountPasswordChange": map[string]any{"current": ann.Password, "new": "another long passphrase"},
+	}
+	for name, args := range calls {
+		if slices.Contains(tools, name) {
+			t.Errorf("tools/list shows %s", name)
+		}
+		res, err := c.Call(name, args)
+		if err == nil && (!res.IsError || strings.Contains(res.Text, "sk-ann")) {
+			t.Errorf("%s ran over MCP: %+v", name, res)
+		}
+	}
+	if _, err := s.Accounts().Login(t.Context(), ann.Email, ann.Password); err != nil {
+		t.Fatalf("the password changed over MCP: %v", err)
+	}
+}

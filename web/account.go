@@ -552,12 +552,12 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := PrincipalFrom(r.Context())
-	u, err := h.opts.Accounts.ChangePassword(r.Context(), p.Session.User.ID, r.PostFormValue("current"), r.PostFormValue("next"))
+	err := h.invoke(r, "accountPasswordChange", accounts.PasswordChangeInput{Current: r.PostFormValue("current"), New: r.PostFormValue("next")}, nil)
 	h.audit(r, audit.CategoryAuth, "password_change", resultOf(err), auditReason(err), &p.Session.User)
 	if err != nil {
 		status, msg, ok := userError(err)
 		if !ok {
-			h.internalError(w, r, "change password", err)
+			h.renderCapabilityError(w, r, err)
 			return
 		}
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
@@ -567,8 +567,13 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Every session issued before the change is dead, this one included:
-	// give this browser a new one.
-	if _, err := h.opts.Accounts.StartSession(w, r, u, p.Session.RememberMe); err != nil {
+	// give this browser a new one (the account now carries the change's
+	// time).
+	u, err := h.opts.Accounts.UserByID(r.Context(), p.Session.User.ID)
+	if err == nil {
+		_, err = h.opts.Accounts.StartSession(w, r, u, p.Session.RememberMe)
+	}
+	if err != nil {
 		h.log.ErrorContext(r.Context(), "web: new session after password change", "err", err)
 		h.redirect(w, r, pathLogin+"?notice=password-set")
 		return

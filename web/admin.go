@@ -58,19 +58,17 @@ func (h *Handler) adminRoutes(handle func(string, http.HandlerFunc)) {
 	if h.opts.Audit != nil {
 		handle("GET /admin/audit", admin(h.adminAudit))
 	}
-	if h.opts.Registry != nil {
-		// The account pages act through the admin capabilities: the same
-		// checks, rules and field allowlist as over MCP.
-		handle("GET /admin/users", admin(h.adminUsers))
-		handle("GET /admin/users/new", admin(h.adminNewUserForm))
-		handle("POST /admin/users", admin(h.adminCreateUser))
-		handle("GET /admin/users/{id}", admin(h.adminUserDetail))
-		handle("POST /admin/users/{id}/roles", admin(h.adminUserAction("assign_role", "adminRoleAssign", "role-assigned")))
-		handle("POST /admin/users/{id}/roles/remove", admin(h.adminUserAction("remove_role", "adminRoleRemove", "role-removed")))
-		handle("POST /admin/users/{id}/suspend", admin(h.adminUserAction("suspend", "adminUserSuspend", "suspended")))
-		handle("POST /admin/users/{id}/unsuspend", admin(h.adminUserAction("unsuspend", "adminUserUnsuspend", "unsuspended")))
-		handle("POST /admin/users/{id}/verify", admin(h.adminUserAction("mark_verified", "adminUserVerify", "marked-verified")))
-	}
+	// The account pages act through the admin capabilities: the same
+	// checks, rules and field allowlist as over MCP.
+	handle("GET /admin/users", admin(h.adminUsers))
+	handle("GET /admin/users/new", admin(h.adminNewUserForm))
+	handle("POST /admin/users", admin(h.adminCreateUser))
+	handle("GET /admin/users/{id}", admin(h.adminUserDetail))
+	handle("POST /admin/users/{id}/roles", admin(h.adminUserAction("assign_role", "adminRoleAssign", "role-assigned")))
+	handle("POST /admin/users/{id}/roles/remove", admin(h.adminUserAction("remove_role", "adminRoleRemove", "role-removed")))
+	handle("POST /admin/users/{id}/suspend", admin(h.adminUserAction("suspend", "adminUserSuspend", "suspended")))
+	handle("POST /admin/users/{id}/unsuspend", admin(h.adminUserAction("unsuspend", "adminUserUnsuspend", "unsuspended")))
+	handle("POST /admin/users/{id}/verify", admin(h.adminUserAction("mark_verified", "adminUserVerify", "marked-verified")))
 	h.adminOpsRoutes(handle, admin)
 }
 

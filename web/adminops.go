@@ -19,7 +19,7 @@ import (
 // MCP), and renders the result.
 
 func (h *Handler) adminOpsRoutes(handle func(string, http.HandlerFunc), admin func(http.HandlerFunc) http.HandlerFunc) {
-	if h.opts.Registry == nil {
+	if h.opts.Registry == nil || h.builtinOnly {
 		return
 	}
 	handle("GET /admin/overview", admin(h.adminOverview))

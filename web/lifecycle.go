@@ -37,9 +37,7 @@ func (h *Handler) lifecycleRoutes(handle func(string, http.HandlerFunc)) {
 	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
 	if h.opts.OAuth != nil {
 		handle("GET /account/apps", user(h.apps))
-		if h.opts.Registry != nil {
-			handle("POST /account/apps/{id}/revoke", user(h.revokeApp))
-		}
+		handle("POST /account/apps/{id}/revoke", user(h.revokeApp))
 	}
 	if h.opts.Lifecycle != nil {
 		handle("GET /account/export", user(h.exportPage))

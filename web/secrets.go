@@ -14,12 +14,10 @@ func (h *Handler) secretRoutes(handle func(string, http.HandlerFunc)) {
 	}
 	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
 	handle("GET /account/secrets", user(h.secretsPage))
-	if h.opts.Registry != nil {
-		// Revealing is a POST: it is cross-origin protected, never
-		// prefetched and never cached. It runs secretReveal, which only a
-		// web session may call.
-		handle("POST /account/secrets/reveal", user(h.revealSecret))
-	}
+	// Revealing is a POST: it is cross-origin protected, never prefetched
+	// and never cached. It runs secretReveal, which only a web session may
+	// call.
+	handle("POST /account/secrets/reveal", user(h.revealSecret))
 }
 
 // secretsPage lists the person's secrets: names and descriptions only.

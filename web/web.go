@@ -19,6 +19,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/outbox"
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -49,9 +50,14 @@ type Options struct {
 	// always gets mail at once.
 	Outbox *outbox.Outbox
 
-	// Registry, when set, adds the admin pages that act through
-	// capabilities (overview, OAuth clients, invite codes): they parse,
-	// call Registry.Invoke as the signed-in admin, and render.
+	// Registry is where every state-changing action of the pages runs:
+	// they parse, call Registry.Invoke as the signed-in person (an
+	// interactive web-session caller), and render. It must hold the
+	// capabilities of accounts (AccountCapabilities, AdminCapabilities with
+	// MailSetupLink), of Secrets and of OAuth when those are set, and it
+	// adds the admin pages of the overview, OAuth clients and invite codes.
+	// Default: a registry of just those built-in capabilities, without
+	// the extra admin pages.
 	Registry *capabilities.Registry
 
 	// Secrets, when set, adds the secrets page: the one place where a
@@ -135,6 +141,10 @@ type Handler struct {
 	csrf    *http.CrossOriginProtection
 	guards  *Guards
 	mux     http.Handler
+	// builtinOnly is set when the registry is the one New made (Options
+	// had none): it holds only the account, admin, secrets and grant
+	// capabilities, so the pages of other capabilities are not mounted.
+	builtinOnly bool
 	// patterns lists every registered route, for tests that walk them all.
 	patterns []string
 	now      func() time.Time
@@ -206,6 +216,11 @@ func New(opts Options) (*Handler, error) {
 	h.csrf.SetDenyHandler(http.HandlerFunc(h.crossOriginDenied))
 	if devMail == nil && opts.Outbox == nil {
 		h.queue = newMailQueue(opts.Mailer, opts.Logger)
+	}
+	if h.opts.Registry == nil {
+		if err := h.ownRegistry(); err != nil {
+			return nil, err
+		}
 	}
 	h.guards = NewGuards(opts.Accounts, GuardOptions{
 		LoginPath: h.prefix + pathLogin,
@@ -321,4 +336,25 @@ func (h *Handler) absURL(path string, query url.Values) string {
 	u.Path = strings.TrimRight(u.Path, "/") + path
 	u.RawQuery = query.Encode()
 	return u.String()
+}
+
+// ownRegistry gives the handler a registry of the built-in capabilities
+// its pages run, for an embedder that passed none.
+func (h *Handler) ownRegistry() error {
+	acc := h.opts.Accounts
+	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log})
+	caps := acc.AccountCapabilities()
+	caps = append(caps, acc.AdminCapabilities(accounts.AdminOptions{MailSetupLink: h.MailSetupLink})...)
+	owners := lifecycle.Owners(acc)
+	if h.opts.OAuth != nil {
+		caps = append(caps, oauth.GrantCapabilities(h.opts.OAuth, owners)...)
+	}
+	if h.opts.Secrets != nil {
+		caps = append(caps, h.opts.Secrets.Capabilities(owners)...)
+	}
+	if err := reg.Register(caps...); err != nil {
+		return fmt.Errorf("web: register the built-in capabilities: %w", err)
+	}
+	h.opts.Registry, h.builtinOnly = reg, true
+	return nil
 }

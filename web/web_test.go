@@ -16,13 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/accounts/lifecycle"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
-	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -38,25 +33,6 @@ func newTestHandler(t *testing.T, s *storage.Store, edit func(*Options)) *Handle
 	}
 	if opts.Accounts == nil {
 		opts.Accounts = newAccounts(t, s, opts.Now)
-	}
-	var h *Handler
-	if opts.Registry == nil {
-		// The admin account pages act through the admin capabilities.
-		opts.Registry = capabilities.NewRegistry(capabilities.Options{Logger: quietLogger()})
-		err := opts.Registry.Register(opts.Accounts.AdminCapabilities(accounts.AdminOptions{
-			MailSetupLink: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
-				return h.MailSetupLink(ctx, tx, u, token)
-			},
-		})...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if opts.OAuth != nil {
-			// Disconnecting an app runs oauthGrantRevoke.
-			if err := opts.Registry.Register(oauth.GrantCapabilities(opts.OAuth, lifecycle.Owners(opts.Accounts))...); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
 	h, err := New(opts)
 	if err != nil {
