@@ -98,6 +98,7 @@ func TestSessionOnlyCapabilitiesNotOverMCP(t *testing.T) {
 	calls := map[string]any{
 		"secretReveal":          map[string]any{"name": "key"},
 		"accountPasswordChange": map[string]any{"current": ann.Password, "new": "another long passphrase"},
+		"accountDelete":         map[string]any{"confirm": ann.Username, "password": ann.Password},
 	}
 	for name, args := range calls {
 		if slices.Contains(tools, name) {

@@ -121,6 +121,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.schedules = schedules.New(s.InvokeBackground)
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
+	caps = append(caps, s.lifecycle.DeleteCapability())
 	if s.features != nil {
 		caps = append(caps, s.features.Capabilities()...)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
@@ -146,27 +148,27 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 	again := func(status int, msg string) {
 		h.render(w, r, status, deletePage(h.page(r, "Delete your account"), u.Username, u.State() == accounts.StateDeleting, msg))
 	}
-	if strings.TrimSpace(r.PostFormValue("confirm")) != u.Username {
-		again(http.StatusUnprocessableEntity, "Type your username exactly to confirm.")
+	var res lifecycle.DeletionResult
+	err := h.invoke(r, "accountDelete", lifecycle.DeleteInput{Confirm: r.PostFormValue("confirm"), Password: r.PostFormValue("password")}, &res)
+	switch {
+	case errors.Is(err, lifecycle.ErrConfirmMismatch):
+		again(http.StatusUnprocessableEntity, lifecycle.ErrConfirmMismatch.Error())
+		return
+	case errors.Is(err, accounts.ErrInvalidCredentials):
+		again(http.StatusUnauthorized, "Your password is not correct.")
 		return
 	}
-	if _, err := h.opts.Accounts.VerifyPassword(ctx, u.ID, r.PostFormValue("password")); err != nil {
-		if errors.Is(err, accounts.ErrInvalidCredentials) {
-			again(http.StatusUnauthorized, "Your password is not correct.")
-			return
-		}
-		if status, msg, ok := userError(err); ok {
-			again(status, msg)
-			return
-		}
-		h.internalError(w, r, "delete account: check password", err)
-		return
+	if err == nil || capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+		// Confirmation typos are not deletions; attempts are.
+		h.audit(r, audit.CategoryAccount, "delete_account", resultOf(err), auditReason(err), &u)
 	}
-	res, err := h.opts.Lifecycle.Delete(ctx, ownerOf(u))
-	h.audit(r, audit.CategoryAccount, "delete_account", resultOf(err), auditReason(err), &u)
 	if err != nil {
-		if errors.Is(err, accounts.ErrLastAdmin) {
-			again(http.StatusConflict, domainMessage(accounts.ErrLastAdmin))
+		if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code != capabilities.CodeInternal {
+			status, known := capabilityStatus[ce.Code]
+			if !known || status >= 500 {
+				status = http.StatusInternalServerError
+			}
+			again(status, ce.Message)
 			return
 		}
 		h.log.ErrorContext(ctx, "web: delete account", "user_id", u.ID, "err", err)

@@ -54,10 +54,10 @@ type Options struct {
 	// they parse, call Registry.Invoke as the signed-in person (an
 	// interactive web-session caller), and render. It must hold the
 	// capabilities of accounts (AccountCapabilities, AdminCapabilities with
-	// MailSetupLink), of Secrets and of OAuth when those are set, and it
-	// adds the admin pages of the overview, OAuth clients and invite codes.
-	// Default: a registry of just those built-in capabilities, without
-	// the extra admin pages.
+	// MailSetupLink), of Secrets, OAuth and Lifecycle (DeleteCapability)
+	// when those are set, and it adds the admin pages of the overview, OAuth
+	// clients and invite codes. Default: a registry of just those built-in
+	// capabilities, without the extra admin pages.
 	Registry *capabilities.Registry
 
 	// Secrets, when set, adds the secrets page: the one place where a
@@ -351,6 +351,9 @@ func (h *Handler) ownRegistry() error {
 	}
 	if h.opts.Secrets != nil {
 		caps = append(caps, h.opts.Secrets.Capabilities(owners)...)
+	}
+	if h.opts.Lifecycle != nil {
+		caps = append(caps, h.opts.Lifecycle.DeleteCapability())
 	}
 	if err := reg.Register(caps...); err != nil {
 		return fmt.Errorf("web: register the built-in capabilities: %w", err)

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -57,6 +58,58 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 			},
 		}),
 	}
+}
+
+// ErrConfirmMismatch: the username typed to confirm a deletion is not the
+// account's.
+var ErrConfirmMismatch = errors.New("Type your username exactly to confirm.")
+
+// DeleteInput is the input of accountDelete.
+type DeleteInput struct {
+	Confirm  string `json:"confirm" jsonschema:"the account's username, typed to confirm"`
+	Password string `json:"password" jsonschema:"the account's password"`
+}
+
+// DeleteCapability returns accountDelete: the signed-in person deletes
+// their own account, confirming with their username and password. It is
+// session-only (never an agent), and it runs for an account whose
+// deletion failed midway too, to finish it. Errors: ErrConfirmMismatch and
+// accounts.ErrInvalidCredentials (invalid input), accounts.ErrLastAdmin
+// (conflict); a failure midway is internal and leaves the account marked
+// deleting for a retry.
+func (s *Service) DeleteCapability() capabilities.Capability {
+	return capabilities.Define(capabilities.Spec[DeleteInput, DeletionResult]{
+		Name: "accountDelete", Domain: "account", Title: "Delete the account",
+		Description: "Deletes the signed-in person's account and everything it owns, after they confirm with their username and password. Answers what was removed.",
+		Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
+		Requires: capabilities.Requirement{
+			Permissions: []capabilities.Permission{capabilities.DeleteUserOwn},
+			SessionOnly: true, InteractiveOnly: true, DuringDeletion: true,
+		},
+		Handler: func(ctx context.Context, call *capabilities.Call, in DeleteInput) (DeletionResult, error) {
+			u, err := s.accounts.UserByStableID(ctx, call.Caller.UserID)
+			if errors.Is(err, accounts.ErrNotFound) {
+				return DeletionResult{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
+			}
+			if err != nil {
+				return DeletionResult{}, err
+			}
+			if strings.TrimSpace(in.Confirm) != u.Username {
+				return DeletionResult{}, &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: ErrConfirmMismatch.Error(), Err: ErrConfirmMismatch}
+			}
+			if _, err := s.accounts.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+				if errors.Is(err, accounts.ErrInvalidCredentials) {
+					return DeletionResult{}, &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: "The password is not correct.", Err: err}
+				}
+				return DeletionResult{}, err
+			}
+			res, err := s.Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
+			if errors.Is(err, accounts.ErrLastAdmin) {
+				return res, &capabilities.Error{Code: capabilities.CodeConflict, Message: accounts.ErrLastAdmin.Error(), Err: err}
+			}
+			return res, err
+		},
+	})
 }
 
 // Owners resolves callers through the accounts service: a caller's stable
