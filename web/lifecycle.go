@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,20 +89,22 @@ func (h *Handler) downloadHeaders(w http.ResponseWriter, r *http.Request, name s
 	hdr.Set("Content-Disposition", `attachment; filename="`+name+`"`)
 }
 
+// exportManifest runs accountExportManifest, the capability agents use,
+// and offers its answer as a download.
 func (h *Handler) exportManifest(w http.ResponseWriter, r *http.Request) {
 	u := PrincipalFrom(r.Context()).Session.User
-	m, err := h.opts.Lifecycle.Manifest(r.Context(), ownerOf(u))
-	if err != nil {
-		h.internalError(w, r, "export manifest", err)
+	var m json.RawMessage
+	if err := h.invoke(r, "accountExportManifest", struct{}{}, &m); err != nil {
+		h.renderCapabilityError(w, r, err)
 		return
 	}
-	body, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
+	var body bytes.Buffer
+	if err := json.Indent(&body, m, "", "  "); err != nil {
 		h.internalError(w, r, "export manifest", err)
 		return
 	}
 	h.downloadHeaders(w, r, "enclave-manifest-"+u.Username+".json")
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(append(body.Bytes(), '\n'))
 }
 
 func (h *Handler) exportData(w http.ResponseWriter, r *http.Request) {

@@ -54,8 +54,8 @@ type Options struct {
 	// they parse, call Registry.Invoke as the signed-in person (an
 	// interactive web-session caller), and render. It must hold the
 	// capabilities of accounts (AccountCapabilities, AdminCapabilities with
-	// MailSetupLink), of Secrets, OAuth and Lifecycle (DeleteCapability)
-	// when those are set, and it adds the admin pages of the overview, OAuth
+	// MailSetupLink), of Secrets, OAuth and Lifecycle (Capabilities and
+	// DeleteCapability) when those are set, and it adds the admin pages of the overview, OAuth
 	// clients and invite codes. Default: a registry of just those built-in
 	// capabilities, without the extra admin pages.
 	Registry *capabilities.Registry
@@ -353,6 +353,7 @@ func (h *Handler) ownRegistry() error {
 		caps = append(caps, h.opts.Secrets.Capabilities(owners)...)
 	}
 	if h.opts.Lifecycle != nil {
+		caps = append(caps, h.opts.Lifecycle.Capabilities(owners)...)
 		caps = append(caps, h.opts.Lifecycle.DeleteCapability())
 	}
 	if err := reg.Register(caps...); err != nil {
