@@ -178,7 +178,7 @@ func New(opts Options) (*Handler, error) {
 	if opts.SiteName == "" {
 		opts.SiteName = "enclave"
 	}
-	opts.CredentialLimit = opts.CredentialLimit.withDefaults()
+	opts.CredentialLimit = opts.CredentialLimit.WithDefaults()
 
 	var devMail *DevMailer
 	switch m := opts.Mailer.(type) {
