@@ -332,13 +332,13 @@ func (s *Service) AdminCapabilities(opts AdminOptions) []capabilities.Capability
 				if len(in.Query) > 254 {
 					return AdminUserListOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "query must be at most 254 characters")
 				}
-				req, err := capabilities.Page(in.Cursor, in.Limit)
+				req, err := storage.PageInput(in.Cursor, in.Limit)
 				if err != nil {
 					return AdminUserListOutput{}, err
 				}
 				page, err := s.AdminUsers(ctx, AdminUserFilter{Search: in.Query, Role: in.Role}, req)
 				if err != nil {
-					return AdminUserListOutput{}, capabilities.PageError(err)
+					return AdminUserListOutput{}, err
 				}
 				return AdminUserListOutput{Users: page.Items, NextCursor: page.Next}, nil
 			},

@@ -35,7 +35,11 @@ func (s AccountState) String() string {
 // permissions never ride in tokens or cookies.
 type Caller struct {
 	// UserID is the stable user id. Empty means unauthenticated.
-	UserID   string
+	UserID string
+	// OwnerID is the account's internal id, the owner key of its rows,
+	// when the loader knows it (accounts.CallerFor sets it with UserID
+	// from the same row); 0 otherwise, and then OwnerOf looks it up.
+	OwnerID  int64
 	Username string
 	// Roles and Permissions are what the account holds right now.
 	Roles       []string

@@ -339,7 +339,8 @@ func (r *Registry) run(ctx context.Context, name string, f func() (Result, error
 			res, err = Result{}, &Error{Code: CodeInternal, Message: "internal error", Err: fmt.Errorf("panic: %v", p)}
 		}
 	}()
-	return f()
+	res, err = f()
+	return res, domainError(err)
 }
 
 // runsWhileDeleting reports whether c runs for an account being deleted:

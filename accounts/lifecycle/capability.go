@@ -44,7 +44,7 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 				if err != nil {
 					return SectionPage{}, err
 				}
-				if _, err := capabilities.Page(in.Cursor, in.Limit); err != nil {
+				if _, err := storage.PageInput(in.Cursor, in.Limit); err != nil {
 					return SectionPage{}, err
 				}
 				page, err := s.Section(ctx, o, in.Section, in.Cursor, in.Limit)
@@ -54,7 +54,7 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 				case errors.Is(err, storage.ErrBlobChanged):
 					return page, capabilities.Errorf(capabilities.CodeConflict, "a file changed while it was being exported; restart section %s without a cursor", in.Section)
 				}
-				return page, capabilities.PageError(err)
+				return page, err
 			},
 		}),
 	}
@@ -112,17 +112,23 @@ func (s *Service) DeleteCapability() capabilities.Capability {
 	})
 }
 
-// Owners resolves callers through the accounts service: a caller's stable
-// user id names the owner; an unknown account is refused as not found.
+// Owners resolves callers through the accounts service: the owner key
+// that travels on the caller (Caller.OwnerID, set by accounts.CallerFor
+// from the same row as its stable id) when there is one, otherwise the
+// account of the caller's stable user id; an unknown account is refused as
+// not found.
 func Owners(acc *accounts.Service) capabilities.OwnerOf {
-	return func(ctx context.Context, c capabilities.Caller) (storage.Owner, error) {
+	return func(ctx context.Context, c capabilities.Caller) (capabilities.Owner, error) {
+		if c.OwnerID != 0 && c.UserID != "" {
+			return capabilities.Owner{ID: c.OwnerID, StableID: c.UserID}, nil
+		}
 		u, err := acc.UserByStableID(ctx, c.UserID)
 		if errors.Is(err, accounts.ErrNotFound) {
-			return storage.Owner{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
+			return capabilities.Owner{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
 		}
 		if err != nil {
-			return storage.Owner{}, err
+			return capabilities.Owner{}, err
 		}
-		return storage.Owner{ID: u.ID, StableID: u.StableID}, nil
+		return capabilities.Owner{ID: u.ID, StableID: u.StableID}, nil
 	}
 }

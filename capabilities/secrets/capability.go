@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // SetInput is the input of secretSet.
@@ -90,13 +91,13 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 				if err != nil {
 					return ListOutput{}, err
 				}
-				req, err := capabilities.Page(in.Cursor, in.Limit)
+				req, err := storage.PageInput(in.Cursor, in.Limit)
 				if err != nil {
 					return ListOutput{}, err
 				}
 				page, err := s.List(ctx, o, req)
 				if err != nil {
-					return ListOutput{}, capabilities.PageError(err)
+					return ListOutput{}, err
 				}
 				if page.Items == nil {
 					page.Items = []Secret{}

@@ -25,7 +25,7 @@ func TestSecretCapabilities(t *testing.T) {
 			t.Fatal(err)
 		}
 		owners := map[string]storage.Owner{alice.StableID: alice, bob.StableID: bob}
-		ownerOf := func(_ context.Context, c capabilities.Caller) (storage.Owner, error) {
+		ownerOf := func(_ context.Context, c capabilities.Caller) (capabilities.Owner, error) {
 			o, ok := owners[c.UserID]
 			if !ok {
 				return storage.Owner{}, fmt.Errorf("no such user")
