@@ -472,8 +472,7 @@ func (h *Handler) passwordSetup(w http.ResponseWriter, r *http.Request) {
 // address its account has since left, so the setup path cannot stretch a
 // reset link's life.
 func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
-	var rows []mailToken
-	err := h.opts.Store.Reader.NewSelect().Model(&rows).Where("token_hash = ?", hashMailToken(token)).Scan(ctx)
+	rows, err := h.opts.Accounts.MailTokenRecords(ctx, token)
 	if err != nil {
 		return true // fail closed
 	}
