@@ -24,7 +24,6 @@ const (
 	ChangeEmailTTL = 24 * time.Hour
 	// ResetPasswordTTL is how long a password-reset link works.
 	ResetPasswordTTL = time.Hour
-
 )
 
 // errBadToken is returned for an unknown, used, expired or mismatched token.
@@ -54,7 +53,9 @@ func (h *Handler) issueToken(ctx context.Context, userID int64, purpose, email, 
 func (h *Handler) issueTokenMail(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration, compose func(token string) Message) (string, error) {
 	var inTx func(ctx context.Context, tx bun.IDB, token string) error
 	if compose != nil && h.opts.Outbox != nil && h.devMail == nil {
-		inTx = func(ctx context.Context, tx bun.IDB, token string) error { return h.enqueueMail(ctx, tx, compose(token)) }
+		inTx = func(ctx context.Context, tx bun.IDB, token string) error {
+			return h.enqueueMail(ctx, tx, compose(token))
+		}
 	}
 	token, err := h.opts.Accounts.IssueMailToken(ctx, userID, purpose, email, token, ttl, inTx)
 	if err != nil {
