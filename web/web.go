@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -284,17 +282,14 @@ func (h *Handler) sendMail(ctx context.Context, msg Message) {
 }
 
 // sendNotice mails msg, which carries no link to act on: through the
-// outbox (in its own transaction) when there is one, otherwise like
+// outbox (one row, written on its own) when there is one, otherwise like
 // sendMail. A failure is logged.
 func (h *Handler) sendNotice(ctx context.Context, msg Message) {
 	if h.opts.Outbox == nil || h.devMail != nil {
 		h.sendMail(ctx, msg)
 		return
 	}
-	err := h.opts.Store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		return h.enqueueMail(ctx, tx, msg)
-	})
-	if err != nil {
+	if err := h.enqueueMail(ctx, h.opts.Store.DB, msg); err != nil {
 		h.log.ErrorContext(ctx, "web: queue mail", "to", msg.To, "err", err)
 	}
 }
