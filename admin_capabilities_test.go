@@ -99,6 +99,7 @@ func TestSessionOnlyCapabilitiesNotOverMCP(t *testing.T) {
 		"secretReveal":          map[string]any{"name": "key"},
 		"accountPasswordChange": map[string]any{"current": ann.Password, "new": "another long passphrase"},
 		"accountDelete":         map[string]any{"confirm": ann.Username, "password": ann.Password},
+		"accountEmailChange":    map[string]any{"password": ann.Password, "email": "elsewhere@example.com"},
 	}
 	for name, args := range calls {
 		if slices.Contains(tools, name) {

@@ -129,7 +129,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.oauth.Capabilities(owners)...)
 	caps = append(caps, s.oauth.AdminCapabilities()...)
 	caps = append(caps, s.accounts.InviteCapabilities()...)
-	caps = append(caps, s.accounts.AccountCapabilities()...)
+	caps = append(caps, s.accounts.AccountCapabilities(accounts.AccountOptions{EmailChange: webMail{s}})...)
 	// The setup link of an account an admin creates is mailed by the web
 	// shell (built below) through the outbox, in the creating transaction.
 	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{
@@ -305,4 +305,20 @@ func addTables(inv *storage.Inventory, tables []storage.Table) error {
 		errs = append(errs, inv.AddTable(t))
 	}
 	return errors.Join(errs...)
+}
+
+// webMail forwards the mail of an email change to the web shell, which is
+// built after the capabilities are registered.
+type webMail struct{ s *Server }
+
+func (m webMail) MailEmailChangeLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
+	return m.s.web.MailEmailChangeLink(ctx, tx, u, email, token)
+}
+
+func (m webMail) MailEmailTaken(ctx context.Context, address string) {
+	m.s.web.MailEmailTaken(ctx, address)
+}
+
+func (m webMail) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
+	m.s.web.MailEmailChangeRequested(ctx, u)
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
@@ -21,7 +23,7 @@ func TestAccountPasswordChangeCapability(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		reg := capabilities.NewRegistry(capabilities.Options{})
-		if err := reg.Register(svc.AccountCapabilities()...); err != nil {
+		if err := reg.Register(svc.AccountCapabilities(accounts.AccountOptions{})...); err != nil {
 			t.Fatal(err)
 		}
 		ann, bob := signup(t, svc, "ann"), signup(t, svc, "bob")
@@ -61,5 +63,98 @@ func TestAccountPasswordChangeCapability(t *testing.T) {
 			t.Fatalf("bob's password changed: %v", err)
 		}
 		_ = bob
+	})
+}
+
+// recordingChangeMail records the mail of email-change requests.
+type recordingChangeMail struct {
+	links     map[string]string // new address → token
+	taken     []string
+	requested []string
+}
+
+func (m *recordingChangeMail) MailEmailChangeLink(_ context.Context, _ bun.IDB, _ accounts.User, email, token string) error {
+	m.links[email] = token
+	return nil
+}
+func (m *recordingChangeMail) MailEmailTaken(_ context.Context, a string) {
+	m.taken = append(m.taken, a)
+}
+func (m *recordingChangeMail) MailEmailChangeRequested(_ context.Context, u accounts.User) {
+	m.requested = append(m.requested, u.Email)
+}
+
+// accountEmailChange: web sessions only, with the password, from a
+// verified address; the answer is the same for a free and a taken address,
+// and only a free one gets a link.
+func TestAccountEmailChangeCapability(t *testing.T) {
+	t.Parallel()
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		mail := &recordingChangeMail{links: map[string]string{}}
+		reg := capabilities.NewRegistry(capabilities.Options{})
+		if err := reg.Register(svc.AccountCapabilities(accounts.AccountOptions{EmailChange: mail})...); err != nil {
+			t.Fatal(err)
+		}
+		ann, bob := signup(t, svc, "ann"), signup(t, svc, "bob")
+		caller := func(u accounts.User, session bool) capabilities.Caller {
+			c, err := svc.LoadCaller(ctx, u.StableID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.AllScopes, c.Interactive, c.Session = true, true, session
+			return c
+		}
+		call := func(c capabilities.Caller, password, email string) (string, error) {
+			args, _ := json.Marshal(accounts.EmailChangeInput{Password: password, Email: email})
+			res, err := reg.Invoke(ctx, c, "accountEmailChange", args)
+			if err != nil {
+				return "", err
+			}
+			b, _ := json.Marshal(res.Structured)
+			return string(b), nil
+		}
+		if _, err := call(caller(ann, false), goodPassword, "ann.new@example.com"); capabilities.CodeOf(err) != capabilities.CodeNotFound {
+			t.Fatalf("an agent changes the email: %v", err)
+		}
+		if _, err := call(caller(ann, true), goodPassword, "ann.new@example.com"); !errors.Is(err, accounts.ErrEmailUnverified) {
+			t.Fatalf("unverified: %v", err)
+		}
+		for _, u := range []accounts.User{ann, bob} {
+			if _, err := svc.MarkEmailVerified(ctx, u.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := call(caller(ann, true), "wrong password", "ann.new@example.com"); !errors.Is(err, accounts.ErrInvalidCredentials) {
+			t.Fatalf("wrong password: %v", err)
+		}
+		if _, err := call(caller(ann, true), goodPassword, "not an address"); capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+			t.Fatalf("bad address: %v", err)
+		}
+		if len(mail.links)+len(mail.taken)+len(mail.requested) != 0 {
+			t.Fatalf("refused requests sent mail: %+v", mail)
+		}
+		free, err := call(caller(ann, true), goodPassword, "Ann.New@example.com")
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken, err := call(caller(ann, true), goodPassword, bob.Email)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if free != taken {
+			t.Fatalf("free %s and taken %s answer differently", free, taken)
+		}
+		token := mail.links["ann.new@example.com"]
+		if len(mail.links) != 1 || token == "" || !slices.Equal(mail.taken, []string{bob.Email}) || !slices.Equal(mail.requested, []string{ann.Email, ann.Email}) {
+			t.Fatalf("mail: %+v", mail)
+		}
+		if row, err := svc.PeekMailToken(ctx, token, accounts.PurposeChangeEmail); err != nil || row.UserID != ann.ID || row.Email != "ann.new@example.com" {
+			t.Fatalf("link token: %+v %v", row, err)
+		}
+		if u, _ := svc.UserByID(ctx, ann.ID); u.Email != ann.Email {
+			t.Fatalf("the address changed before the link was used: %s", u.Email)
+		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 )
@@ -597,7 +599,7 @@ func (h *Handler) changeEmail(w http.ResponseWriter, r *http.Request) {
 		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultFailure, auditReason(err), &cur)
 		status, msg, ok := userError(err)
 		if !ok {
-			h.internalError(w, r, "change email", err)
+			h.renderCapabilityError(w, r, err)
 			return
 		}
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
@@ -605,58 +607,12 @@ func (h *Handler) changeEmail(w http.ResponseWriter, r *http.Request) {
 		}
 		h.renderAccount(w, r, status, accountView{EmailError: msg})
 	}
-	if _, err := h.opts.Accounts.VerifyPassword(ctx, cur.ID, r.PostFormValue("password")); err != nil {
+	err := h.invoke(r, "accountEmailChange", accounts.EmailChangeInput{Password: r.PostFormValue("password"), Email: r.PostFormValue("email")}, nil)
+	if err != nil {
 		fail(err)
 		return
 	}
-	if err := cur.CheckActive(); err != nil {
-		fail(err)
-		return
-	}
-	if !cur.EmailVerified() {
-		fail(accounts.ErrEmailUnverified)
-		return
-	}
-	email, err := h.opts.Accounts.CheckEmailFree(ctx, cur.ID, r.PostFormValue("email"))
-	switch {
-	case errors.Is(err, accounts.ErrEmailTaken), errors.Is(err, accounts.ErrEmailClaimed):
-		// Indistinguishable from success: the owner of the address is told
-		// instead of being sent a link.
-		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultFailure, auditReason(err), &cur)
-		h.sendNotice(ctx, Message{
-			To:      email,
-			Subject: "Someone tried to use your address on " + h.opts.SiteName,
-			Text: "Someone asked to move another " + h.opts.SiteName + " account to this email address, which already belongs to an account.\n\n" +
-				"Nothing was changed. If it was you, sign in to the account that uses this address instead. Otherwise you can ignore this message.\n",
-		})
-	case err != nil:
-		fail(err)
-		return
-	case email == cur.Email:
-		// Nothing to change; answer like any other request.
-	default:
-		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultSuccess, "", &cur)
-		_, err := h.issueTokenMail(ctx, cur.ID, purposeChangeEmail, email, "", ChangeEmailTTL, func(token string) Message {
-			link := h.absURL(pathConfirmEmail, url.Values{"token": {token}})
-			return Message{
-				To:      email,
-				Subject: "Confirm your new email address for " + h.opts.SiteName,
-				Text: "Someone asked to move the account " + cur.Username + " to this email address.\n\nOpen this link to confirm:\n\n" + link +
-					"\n\nThe link works once and expires in 24 hours. If you did not ask for this, ignore this message; nothing changes.\n",
-			}
-		})
-		if err != nil {
-			h.internalError(w, r, "change email", err)
-			return
-		}
-	}
-	h.sendNotice(ctx, Message{
-		To:      cur.Email,
-		Subject: "A change of your email address on " + h.opts.SiteName + " was requested",
-		Text: "Someone signed in to your account " + cur.Username + " asked to change its email address from this one.\n\n" +
-			"The address changes only when the link sent to the new address is opened. If this was not you, change your password now: it signs out every browser and app.\n\n" +
-			h.absURL(pathAccount, nil) + "\n",
-	})
+	h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultSuccess, "", &cur)
 	h.redirect(w, r, pathAccount+"?notice=email-change-sent")
 }
 
@@ -726,4 +682,50 @@ func (h *Handler) resendVerification(w http.ResponseWriter, r *http.Request) {
 		h.sendVerification(r.Context(), u.ID, u.Email)
 	}
 	h.redirect(w, r, pathAccount+"?notice=verify-sent")
+}
+
+// The mail of an email-change request (accounts.EmailChangeMailer).
+
+// MailEmailChangeLink mails the confirmation link to the new address:
+// inside tx, the token's transaction, through the outbox when there is
+// one (otherwise to the mail queue or a DevMailer at once).
+func (h *Handler) MailEmailChangeLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
+	link := h.absURL(pathConfirmEmail, url.Values{"token": {token}})
+	msg := Message{
+		To:      email,
+		Subject: "Confirm your new email address for " + h.opts.SiteName,
+		Text: "Someone asked to move the account " + u.Username + " to this email address.\n\nOpen this link to confirm:\n\n" + link +
+			"\n\nThe link works once and expires in 24 hours. If you did not ask for this, ignore this message; nothing changes.\n",
+	}
+	if h.opts.Outbox != nil && h.devMail == nil {
+		return h.enqueueMail(ctx, tx, msg)
+	}
+	if _, err := msg.validate(); err != nil {
+		return err
+	}
+	h.sendMail(ctx, msg)
+	return nil
+}
+
+// MailEmailTaken tells the owner of address, which already belongs to an
+// account, that someone tried to move another account to it.
+func (h *Handler) MailEmailTaken(ctx context.Context, address string) {
+	h.sendNotice(ctx, Message{
+		To:      address,
+		Subject: "Someone tried to use your address on " + h.opts.SiteName,
+		Text: "Someone asked to move another " + h.opts.SiteName + " account to this email address, which already belongs to an account.\n\n" +
+			"Nothing was changed. If it was you, sign in to the account that uses this address instead. Otherwise you can ignore this message.\n",
+	})
+}
+
+// MailEmailChangeRequested tells u's current address that a change was
+// asked for.
+func (h *Handler) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
+	h.sendNotice(ctx, Message{
+		To:      u.Email,
+		Subject: "A change of your email address on " + h.opts.SiteName + " was requested",
+		Text: "Someone signed in to your account " + u.Username + " asked to change its email address from this one.\n\n" +
+			"The address changes only when the link sent to the new address is opened. If this was not you, change your password now: it signs out every browser and app.\n\n" +
+			h.absURL(pathAccount, nil) + "\n",
+	})
 }

@@ -16,12 +16,12 @@ import (
 const (
 	purposeVerifyEmail   = "verify_email"
 	purposeResetPassword = "reset_password"
-	purposeChangeEmail   = "change_email"
+	purposeChangeEmail   = accounts.PurposeChangeEmail
 
 	// VerifyEmailTTL is how long an email-verification link works.
 	VerifyEmailTTL = 24 * time.Hour
 	// ChangeEmailTTL is how long an email-change confirmation link works.
-	ChangeEmailTTL = 24 * time.Hour
+	ChangeEmailTTL = accounts.ChangeEmailTTL
 	// ResetPasswordTTL is how long a password-reset link works.
 	ResetPasswordTTL = time.Hour
 )
