@@ -129,7 +129,12 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.oauth.Capabilities(owners)...)
 	caps = append(caps, s.oauth.AdminCapabilities()...)
 	caps = append(caps, s.accounts.InviteCapabilities()...)
-	caps = append(caps, s.accounts.AccountCapabilities(accounts.AccountOptions{EmailChange: webMail{s}})...)
+	caps = append(caps, s.accounts.AccountCapabilities(accounts.AccountOptions{
+		EmailChange: webMail{s},
+		Verification: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
+			return s.web.MailVerificationLink(ctx, tx, u, token)
+		},
+	})...)
 	// The setup link of an account an admin creates is mailed by the web
 	// shell (built below) through the outbox, in the creating transaction.
 	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{

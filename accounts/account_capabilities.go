@@ -10,11 +10,24 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 )
 
-// The email-change link: its mail-token purpose and how long it works.
+// The email-change and email-verification links: their mail-token
+// purposes and how long they work.
 const (
 	PurposeChangeEmail = "change_email"
 	ChangeEmailTTL     = 24 * time.Hour
+	PurposeVerifyEmail = "verify_email"
+	VerifyEmailTTL     = 24 * time.Hour
 )
+
+// VerificationResendOutput is the output of accountVerificationResend.
+type VerificationResendOutput struct {
+	// Sent is false when the address is already verified.
+	Sent bool `json:"sent"`
+}
+
+// VerificationMailer mails an email-verification link for u's current
+// address. It runs inside the transaction that stores the token.
+type VerificationMailer func(ctx context.Context, tx bun.IDB, u User, token string) error
 
 // EmailChangeInput is the input of accountEmailChange.
 type EmailChangeInput struct {
@@ -48,6 +61,9 @@ type AccountOptions struct {
 	// EmailChange sends the mail of accountEmailChange; without it that
 	// capability is not offered.
 	EmailChange EmailChangeMailer
+	// Verification sends the link of accountVerificationResend; without
+	// it that capability is not offered.
+	Verification VerificationMailer
 }
 
 // PasswordChangeInput is the input of accountPasswordChange.
@@ -129,6 +145,29 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 				}
 				m.MailEmailChangeRequested(ctx, u)
 				return EmailChangeOutput{Requested: true}, nil
+			},
+		}))
+	}
+	if m := opts.Verification; m != nil {
+		caps = append(caps, capabilities.Define(capabilities.Spec[struct{}, VerificationResendOutput]{
+			Name: "accountVerificationResend", Domain: "account", Title: "Send a new verification link",
+			Description: "Mails a new link to verify the signed-in user's current email address (earlier links stop working). Does nothing when the address is already verified.",
+			Annotations: &capabilities.Annotations{Idempotent: true},
+			Requires: capabilities.Requirement{
+				Permissions:     []capabilities.Permission{capabilities.UpdateUserOwn},
+				InteractiveOnly: true,
+			},
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (VerificationResendOutput, error) {
+				u, err := s.callerUser(ctx, call.Caller)
+				if err != nil || u.EmailVerified() {
+					return VerificationResendOutput{}, err
+				}
+				_, err = s.IssueMailToken(ctx, u.ID, PurposeVerifyEmail, u.Email, "", VerifyEmailTTL,
+					func(ctx context.Context, tx bun.IDB, token string) error { return m(ctx, tx, u, token) })
+				if err != nil {
+					return VerificationResendOutput{}, err
+				}
+				return VerificationResendOutput{Sent: true}, nil
 			},
 		}))
 	}

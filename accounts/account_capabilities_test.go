@@ -158,3 +158,50 @@ func TestAccountEmailChangeCapability(t *testing.T) {
 		}
 	})
 }
+
+// accountVerificationResend mails a fresh link for an unverified address
+// (through the hook, in the token's transaction) and nothing for a
+// verified one; a background caller cannot.
+func TestAccountVerificationResendCapability(t *testing.T) {
+	t.Parallel()
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{})
+		sent := map[string]string{}
+		reg := capabilities.NewRegistry(capabilities.Options{})
+		err := reg.Register(svc.AccountCapabilities(accounts.AccountOptions{
+			Verification: func(_ context.Context, _ bun.IDB, u accounts.User, token string) error {
+				sent[u.Email] = token
+				return nil
+			},
+		})...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ann := signup(t, svc, "ann")
+		c, err := svc.LoadCaller(ctx, ann.StableID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.AllScopes = true
+		if _, err := reg.Invoke(ctx, c, "accountVerificationResend", json.RawMessage(`{}`)); capabilities.CodeOf(err) != capabilities.CodeNotFound {
+			t.Fatalf("a background caller resends: %v", err)
+		}
+		c.Interactive = true
+		res, err := reg.Invoke(ctx, c, "accountVerificationResend", json.RawMessage(`{}`))
+		if err != nil || !res.Structured.(accounts.VerificationResendOutput).Sent {
+			t.Fatalf("resend: %+v %v", res, err)
+		}
+		if row, err := svc.PeekMailToken(ctx, sent[ann.Email], accounts.PurposeVerifyEmail); err != nil || row.UserID != ann.ID {
+			t.Fatalf("mailed token: %+v %v", row, err)
+		}
+		if _, err := svc.MarkEmailVerified(ctx, ann.ID); err != nil {
+			t.Fatal(err)
+		}
+		delete(sent, ann.Email)
+		res, err = reg.Invoke(ctx, c, "accountVerificationResend", json.RawMessage(`{}`))
+		if err != nil || res.Structured.(accounts.VerificationResendOutput).Sent || len(sent) != 0 {
+			t.Fatalf("resend for a verified address: %+v %v %v", res, err, sent)
+		}
+	})
+}

@@ -14,12 +14,12 @@ import (
 
 // Token purposes and lifetimes.
 const (
-	purposeVerifyEmail   = "verify_email"
+	purposeVerifyEmail   = accounts.PurposeVerifyEmail
 	purposeResetPassword = "reset_password"
 	purposeChangeEmail   = accounts.PurposeChangeEmail
 
 	// VerifyEmailTTL is how long an email-verification link works.
-	VerifyEmailTTL = 24 * time.Hour
+	VerifyEmailTTL = accounts.VerifyEmailTTL
 	// ChangeEmailTTL is how long an email-change confirmation link works.
 	ChangeEmailTTL = accounts.ChangeEmailTTL
 	// ResetPasswordTTL is how long a password-reset link works.

@@ -338,7 +338,7 @@ func (h *Handler) absURL(path string, query url.Values) string {
 func (h *Handler) ownRegistry() error {
 	acc := h.opts.Accounts
 	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log})
-	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: h})
+	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: h, Verification: h.MailVerificationLink})
 	caps = append(caps, acc.AdminCapabilities(accounts.AdminOptions{MailSetupLink: h.MailSetupLink})...)
 	owners := lifecycle.Owners(acc)
 	if h.opts.OAuth != nil {
