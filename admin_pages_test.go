@@ -13,7 +13,6 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -65,7 +64,7 @@ func newAdminServer(t *testing.T, dir string, mode accounts.SignupMode) (*enclav
 		if admin, _, err = srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "root@example.com", Username: "chief", Password: "a long password for chief", Verified: true}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := srv.Accounts().AssignRole(ctx, admin.ID, capabilities.RoleAdmin); err != nil {
+		if _, err := srv.Accounts().GrantAdminAsOperator(ctx, admin.ID); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -126,6 +128,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.schedules = schedules.New(s.InvokeBackground)
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
+	caps = append(caps, s.lifecycle.DeleteCapability())
 	if s.features != nil {
 		caps = append(caps, s.features.Capabilities()...)
 	}
@@ -133,6 +136,19 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.oauth.Capabilities(owners)...)
 	caps = append(caps, s.auditedAdmin(s.oauth.AdminCapabilities())...)
 	caps = append(caps, s.auditedAdmin(s.accounts.InviteCapabilities())...)
+	caps = append(caps, s.accounts.AccountCapabilities(accounts.AccountOptions{
+		EmailChange: webMail{s},
+		Verification: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
+			return s.web.MailVerificationLink(ctx, tx, u, token)
+		},
+	})...)
+	// The setup link of an account an admin creates is mailed by the web
+	// shell (built below) through the outbox, in the creating transaction.
+	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{
+		MailSetupLink: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
+			return s.web.MailSetupLink(ctx, tx, u, token)
+		},
+	})...)
 	caps = append(caps, s.overviewCapability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
@@ -355,4 +371,20 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 		}
 	}
 	return caps
+}
+
+// webMail forwards the mail of an email change to the web shell, which is
+// built after the capabilities are registered.
+type webMail struct{ s *Server }
+
+func (m webMail) MailEmailChangeLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
+	return m.s.web.MailEmailChangeLink(ctx, tx, u, email, token)
+}
+
+func (m webMail) MailEmailTaken(ctx context.Context, address string) {
+	m.s.web.MailEmailTaken(ctx, address)
+}
+
+func (m webMail) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
+	m.s.web.MailEmailChangeRequested(ctx, u)
 }

@@ -41,7 +41,7 @@ func exampleUser(srv *enclave.Server, name string, roles ...string) capabilities
 		panic(err)
 	}
 	for _, r := range roles {
-		if _, err := srv.Accounts().AssignRole(ctx, u.ID, r); err != nil {
+		if _, err := assignOrGrant(srv.Accounts(), ctx, u.ID, r); err != nil {
 			panic(err)
 		}
 	}

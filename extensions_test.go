@@ -58,7 +58,7 @@ func user(t *testing.T, srv *enclave.Server, name string, roles ...string) (capa
 		t.Fatal(err)
 	}
 	for _, r := range roles {
-		if _, err := srv.Accounts().AssignRole(ctx, u.ID, r); err != nil {
+		if _, err := assignOrGrant(srv.Accounts(), ctx, u.ID, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -610,4 +610,13 @@ func TestScheduleRunsOnOneReplicaPerPeriod(t *testing.T) {
 			}
 		})
 	}
+}
+
+// assignOrGrant gives role to userID: the admin role through the
+// operator's path, any other through AssignRole.
+func assignOrGrant(svc *accounts.Service, ctx context.Context, userID int64, role string) (bool, error) {
+	if role == capabilities.RoleAdmin {
+		return svc.GrantAdminAsOperator(ctx, userID)
+	}
+	return svc.AssignRole(ctx, userID, role)
 }

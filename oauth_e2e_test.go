@@ -178,7 +178,7 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := srv.Accounts().AssignRole(ctx, admin.ID, "admin"); err != nil {
+			if _, err := srv.Accounts().GrantAdminAsOperator(ctx, admin.ID); err != nil {
 				t.Fatal(err)
 			}
 			adminCaller, err := srv.Accounts().LoadCaller(ctx, admin.StableID)

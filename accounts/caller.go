@@ -45,6 +45,7 @@ func (s *Service) FreshGrants(ctx context.Context, userID int64) Grants {
 func CallerFor(u User, g Grants) capabilities.Caller {
 	c := capabilities.Caller{
 		UserID:      u.StableID,
+		OwnerID:     u.ID,
 		Username:    u.Username,
 		Roles:       append([]string(nil), g.Roles...),
 		Permissions: append([]capabilities.Permission(nil), g.Permissions...),

@@ -89,7 +89,7 @@ func TestSyncVocabulary(t *testing.T) {
 			}
 		}
 		plain, admin := signup(t, svc, "sync-user"), signup(t, svc, "sync-admin")
-		if _, err := svc.AssignRole(ctx, admin.ID, capabilities.RoleAdmin); err != nil {
+		if _, err := svc.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {

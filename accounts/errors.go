@@ -33,6 +33,11 @@ var (
 	// ErrLastAdmin: removing the role, suspending or deleting the account
 	// would leave no active admin.
 	ErrLastAdmin = errors.New("This is the last admin that is active; grant admin to another active account first.")
+	// ErrAdminRoleReserved: the admin role is granted and revoked only by
+	// the operator, from the command line.
+	ErrAdminRoleReserved = errors.New("The admin role is granted and revoked only by the operator, from the command line (enclave admin grant EMAIL, enclave admin revoke EMAIL).")
+	// ErrSuspendSelf: an admin asked to suspend their own account.
+	ErrSuspendSelf = errors.New("You cannot suspend your own account.")
 	// ErrUnknownRole: no role has this name.
 	ErrUnknownRole = errors.New("Unknown role.")
 	// ErrNoSession: the request carries no valid session (missing, forged,

@@ -48,7 +48,7 @@ func Example() {
 	}
 	fmt.Println(g.Roles, g.Has(capabilities.ReadUserOwn), g.Has(capabilities.ReadUserAny))
 
-	_, err = svc.RemoveRole(ctx, u.ID, capabilities.RoleAdmin)
+	_, err = svc.RevokeAdminAsOperator(ctx, u.ID)
 	fmt.Println(err) // ada never had the role: a no-op
 
 	// Output:

@@ -24,7 +24,7 @@ func TestCrossUserDenial(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		alice, bob := signup(t, svc, "alice"), signup(t, svc, "bob")
-		if _, err := svc.AssignRole(ctx, bob.ID, capabilities.RoleAdmin); err != nil {
+		if _, err := svc.GrantAdminAsOperator(ctx, bob.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := svc.MarkEmailVerified(ctx, bob.ID); err != nil {

@@ -63,10 +63,26 @@ func (s *Service) RolesAndPermissions(ctx context.Context, userID int64) (Grants
 }
 
 // AssignRole gives userID the role and reports whether it was added (false
-// when the account already had it). Errors: ErrUnknownRole, ErrNotFound,
-// ErrDeleting. No runtime path should call it with the admin role except
-// the operator's CLI and admin-only capabilities.
+// when the account already had it). Errors: ErrAdminRoleReserved for the
+// admin role (no runtime path grants admin; see GrantAdminAsOperator),
+// ErrUnknownRole, ErrNotFound, ErrDeleting.
 func (s *Service) AssignRole(ctx context.Context, userID int64, role string) (bool, error) {
+	if role == capabilities.RoleAdmin {
+		return false, fmt.Errorf("accounts: assign role %s: %w", role, ErrAdminRoleReserved)
+	}
+	return s.assignRole(ctx, userID, role)
+}
+
+// GrantAdminAsOperator gives userID the admin role and reports whether it
+// was added. It is the operator's path, for the command line
+// (internal/cli) run by whoever operates the server: the web shell, MCP and
+// capabilities never call it (a test in this package enforces that), so
+// no runtime path grants admin. Errors: ErrNotFound, ErrDeleting.
+func (s *Service) GrantAdminAsOperator(ctx context.Context, userID int64) (bool, error) {
+	return s.assignRole(ctx, userID, capabilities.RoleAdmin)
+}
+
+func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bool, error) {
 	var added bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := writableUser(ctx, tx, userID); err != nil {
@@ -96,12 +112,28 @@ func (s *Service) AssignRole(ctx context.Context, userID int64, role string) (bo
 }
 
 // RemoveRole takes the role from userID and reports whether it was removed
-// (false, nil when the account did not have it). Removing admin when no
-// other active (not suspended, not deleting) admin remains returns
-// ErrLastAdmin: the refusal is decided inside the DELETE statement itself,
-// so concurrent removals, suspensions and deletions can never leave zero
-// active admins.
+// (false, nil when the account did not have it). The admin role is the
+// operator's to take (RevokeAdminAsOperator): for it RemoveRole returns
+// ErrAdminRoleReserved.
 func (s *Service) RemoveRole(ctx context.Context, userID int64, role string) (bool, error) {
+	if role == capabilities.RoleAdmin {
+		return false, fmt.Errorf("accounts: remove role %s: %w", role, ErrAdminRoleReserved)
+	}
+	return s.removeRole(ctx, userID, role)
+}
+
+// RevokeAdminAsOperator takes the admin role from userID and reports
+// whether it was removed (false, nil when the account did not have it). It
+// is the operator's path, for the command line only, like
+// GrantAdminAsOperator. When no other active (not suspended, not deleting)
+// admin remains it returns ErrLastAdmin: the refusal is decided inside the
+// DELETE statement itself, so concurrent removals, suspensions and
+// deletions can never leave zero active admins.
+func (s *Service) RevokeAdminAsOperator(ctx context.Context, userID int64) (bool, error) {
+	return s.removeRole(ctx, userID, capabilities.RoleAdmin)
+}
+
+func (s *Service) removeRole(ctx context.Context, userID int64, role string) (bool, error) {
 	var removed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if role != capabilities.RoleAdmin {

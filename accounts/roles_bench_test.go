@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
@@ -27,7 +26,7 @@ func benchAccounts(b *testing.B, fn func(b *testing.B, svc *accounts.Service, u 
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := svc.AssignRole(ctx, u.ID, capabilities.RoleAdmin); err != nil {
+			if _, err := svc.GrantAdminAsOperator(ctx, u.ID); err != nil {
 				b.Fatal(err)
 			}
 			fn(b, svc, u)

@@ -20,16 +20,16 @@ func TestAssignAndRemoveRoles(t *testing.T) {
 		svc, _ := newService(t, s, accounts.Config{})
 		a, b := signup(t, svc, "amy"), signup(t, svc, "ben")
 
-		if added, err := svc.AssignRole(ctx, a.ID, capabilities.RoleAdmin); err != nil || !added {
+		if added, err := svc.GrantAdminAsOperator(ctx, a.ID); err != nil || !added {
 			t.Fatalf("assign = %v, %v", added, err)
 		}
-		if added, err := svc.AssignRole(ctx, a.ID, capabilities.RoleAdmin); err != nil || added {
+		if added, err := svc.GrantAdminAsOperator(ctx, a.ID); err != nil || added {
 			t.Fatalf("second assign = %v, %v, want no change", added, err)
 		}
 		if _, err := svc.AssignRole(ctx, a.ID, "superuser"); !errors.Is(err, accounts.ErrUnknownRole) {
 			t.Fatalf("unknown role = %v", err)
 		}
-		if _, err := svc.AssignRole(ctx, 424242, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := svc.GrantAdminAsOperator(ctx, 424242); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("unknown user = %v", err)
 		}
 		g, err := svc.RolesAndPermissions(ctx, a.ID)
@@ -44,17 +44,17 @@ func TestAssignAndRemoveRoles(t *testing.T) {
 		}
 
 		// Did not have the role: a no-op, not a conflict.
-		if removed, err := svc.RemoveRole(ctx, b.ID, capabilities.RoleAdmin); err != nil || removed {
+		if removed, err := svc.RevokeAdminAsOperator(ctx, b.ID); err != nil || removed {
 			t.Fatalf("remove absent admin = %v, %v, want false, nil", removed, err)
 		}
 		// The last admin: a conflict.
-		if removed, err := svc.RemoveRole(ctx, a.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrLastAdmin) || removed {
+		if removed, err := svc.RevokeAdminAsOperator(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) || removed {
 			t.Fatalf("remove last admin = %v, %v, want ErrLastAdmin", removed, err)
 		}
-		if _, err := svc.AssignRole(ctx, b.ID, capabilities.RoleAdmin); err != nil {
+		if _, err := svc.GrantAdminAsOperator(ctx, b.ID); err != nil {
 			t.Fatal(err)
 		}
-		if removed, err := svc.RemoveRole(ctx, a.ID, capabilities.RoleAdmin); err != nil || !removed {
+		if removed, err := svc.RevokeAdminAsOperator(ctx, a.ID); err != nil || !removed {
 			t.Fatalf("remove admin with another admin left = %v, %v", removed, err)
 		}
 		g, _ = svc.RolesAndPermissions(ctx, a.ID)
@@ -83,7 +83,7 @@ func TestLastAdminUnderConcurrency(t *testing.T) {
 			ids := make([]int64, admins)
 			for i := range admins {
 				u := signup(t, svc, fmt.Sprintf("adm-%d-%d", round, i))
-				if _, err := svc.AssignRole(ctx, u.ID, capabilities.RoleAdmin); err != nil {
+				if _, err := svc.GrantAdminAsOperator(ctx, u.ID); err != nil {
 					t.Fatal(err)
 				}
 				ids[i] = u.ID
@@ -94,7 +94,7 @@ func TestLastAdminUnderConcurrency(t *testing.T) {
 			for i, id := range ids {
 				wg.Go(func() {
 					start.Wait()
-					_, errs[i] = svc.RemoveRole(ctx, id, capabilities.RoleAdmin)
+					_, errs[i] = svc.RevokeAdminAsOperator(ctx, id)
 				})
 			}
 			start.Done()
@@ -171,7 +171,7 @@ func TestSuspendingTheLastActiveAdmin(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		a, b, c := signup(t, svc, "ada"), signup(t, svc, "bea"), signup(t, svc, "cid")
-		if _, err := svc.AssignRole(ctx, a.ID, capabilities.RoleAdmin); err != nil {
+		if _, err := svc.GrantAdminAsOperator(ctx, a.ID); err != nil {
 			t.Fatal(err)
 		}
 		if changed, err := svc.Suspend(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) || changed {
@@ -187,7 +187,7 @@ func TestSuspendingTheLastActiveAdmin(t *testing.T) {
 		if changed, err := svc.Suspend(ctx, c.ID); err != nil || !changed {
 			t.Fatalf("suspend a user = %v, %v", changed, err)
 		}
-		if _, err := svc.AssignRole(ctx, b.ID, capabilities.RoleAdmin); err != nil {
+		if _, err := svc.GrantAdminAsOperator(ctx, b.ID); err != nil {
 			t.Fatal(err)
 		}
 		if changed, err := svc.Suspend(ctx, a.ID); err != nil || !changed {
@@ -201,7 +201,7 @@ func TestSuspendingTheLastActiveAdmin(t *testing.T) {
 		if _, err := svc.Suspend(ctx, b.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("suspend the last active admin: %v, want ErrLastAdmin", err)
 		}
-		if _, err := svc.RemoveRole(ctx, b.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrLastAdmin) {
+		if _, err := svc.RevokeAdminAsOperator(ctx, b.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("remove the last active admin: %v, want ErrLastAdmin", err)
 		}
 		if _, err := svc.Unsuspend(ctx, a.ID); err != nil {
@@ -226,13 +226,13 @@ func TestSuspendLastAdminUnderConcurrency(t *testing.T) {
 		for round := range 6 {
 			a, b := signup(t, svc, fmt.Sprintf("sa-%d", round)), signup(t, svc, fmt.Sprintf("sb-%d", round))
 			for _, u := range []accounts.User{a, b} {
-				if _, err := svc.AssignRole(ctx, u.ID, capabilities.RoleAdmin); err != nil {
+				if _, err := svc.GrantAdminAsOperator(ctx, u.ID); err != nil {
 					t.Fatal(err)
 				}
 			}
 			second := func() error { _, err := svc.Suspend(ctx, b.ID); return err }
 			if round%2 == 1 {
-				second = func() error { _, err := svc.RemoveRole(ctx, b.ID, capabilities.RoleAdmin); return err }
+				second = func() error { _, err := svc.RevokeAdminAsOperator(ctx, b.ID); return err }
 			}
 			errs := make([]error, 2)
 			var start, wg sync.WaitGroup

@@ -179,7 +179,7 @@ func (s *Service) Signup(ctx context.Context, in SignupInput) (User, error) {
 	case SignupInvite:
 		invite = &in.InviteCode
 	}
-	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false, invite)
+	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false, invite, nil)
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: signup: %w", err)
 	}
@@ -202,14 +202,19 @@ type CreateUserInput struct {
 // password-setup token valid for Config.PasswordSetupTTL. It never grants
 // admin. Errors are those of Signup.
 func (s *Service) CreateUser(ctx context.Context, in CreateUserInput) (User, string, error) {
-	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified, nil)
+	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified, nil, nil)
 	if err != nil {
 		return User{}, "", fmt.Errorf("accounts: create user: %w", err)
 	}
 	return u, token, nil
 }
 
-func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool, invite *string) (User, string, error) {
+// create makes the account. onCreated, when set, runs last inside the
+// creating transaction with the new account and its password-setup token
+// (empty with a password): work that must happen exactly when the account
+// exists, such as writing the setup mail to the outbox. Its error rolls the
+// account back.
+func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool, invite *string, onCreated func(ctx context.Context, tx bun.IDB, u User, token string) error) (User, string, error) {
 	email, err := NormalizeEmail(rawEmail)
 	if err != nil {
 		return User{}, "", err
@@ -312,8 +317,12 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 			return err
 		}
 		if !withPassword {
-			token, err = s.insertSetupToken(ctx, tx, row.ID, now)
-			return err
+			if token, err = s.insertSetupToken(ctx, tx, row.ID, now); err != nil {
+				return err
+			}
+		}
+		if onCreated != nil {
+			return onCreated(ctx, tx, row.user(), token)
 		}
 		return nil
 	})

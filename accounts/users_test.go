@@ -316,7 +316,7 @@ func TestAccountStates(t *testing.T) {
 		if _, err := svc.ChangePassword(ctx, u.ID, goodPassword, "another long password"); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("change password while deleting = %v", err)
 		}
-		if _, err := svc.AssignRole(ctx, u.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.GrantAdminAsOperator(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("assign role while deleting = %v", err)
 		}
 		if _, err := svc.ChangeEmail(ctx, u.ID, "erin2@example.com"); !errors.Is(err, accounts.ErrDeleting) {

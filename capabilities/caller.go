@@ -35,7 +35,11 @@ func (s AccountState) String() string {
 // permissions never ride in tokens or cookies.
 type Caller struct {
 	// UserID is the stable user id. Empty means unauthenticated.
-	UserID   string
+	UserID string
+	// OwnerID is the account's internal id, the owner key of its rows,
+	// when the loader knows it (accounts.CallerFor sets it with UserID
+	// from the same row); 0 otherwise, and then OwnerOf looks it up.
+	OwnerID  int64
 	Username string
 	// Roles and Permissions are what the account holds right now.
 	Roles       []string
@@ -51,6 +55,10 @@ type Caller struct {
 	// session driven by its user, a web page), as opposed to a background
 	// job or package runtime acting on the user's behalf.
 	Interactive bool
+	// Session is true only for a person acting through the web shell with
+	// a session cookie (never for an access token): it opens capabilities
+	// marked Requirement.SessionOnly.
+	Session bool
 }
 
 // Authenticated reports whether the caller is a signed-in user.

@@ -38,6 +38,16 @@ type Requirement struct {
 	Feature string
 	// InteractiveOnly refuses background callers (jobs, package runtimes).
 	InteractiveOnly bool
+	// SessionOnly keeps the capability to a person signed in to the web
+	// shell with a session cookie (Caller.Session): agents with access
+	// tokens (interactive or not), jobs, schedules and the CLI neither see
+	// nor call it. For what the reference keeps session-authenticated:
+	// revealing a secret, changing the password, deleting the account.
+	SessionOnly bool
+	// DuringDeletion lets the capability run for an account being deleted,
+	// which is otherwise refused every write: only for what finishes that
+	// deletion (retrying a deletion that failed midway).
+	DuringDeletion bool
 	// Scopes the access token must all carry. Unlike the other conditions,
 	// a missing scope does not hide the capability: the client is told which
 	// scope to obtain (step-up authorization).

@@ -32,6 +32,7 @@ const (
 	ReasonPermission      DenialReason = "permission"
 	ReasonFeature         DenialReason = "feature"
 	ReasonInteractive     DenialReason = "interactive_only"
+	ReasonSession         DenialReason = "session_only"
 	ReasonScope           DenialReason = "insufficient_scope"
 	ReasonQuota           DenialReason = "quota"
 	// ReasonOwner: a per-user resource names something the caller does
@@ -218,7 +219,7 @@ func (r *Registry) Visible(ctx context.Context, caller Caller) []Capability {
 	r.mu.RUnlock()
 	var out []Capability
 	for _, c := range all {
-		if r.stateDenial(caller, c.Annotations.ReadOnly) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
+		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
 			out = append(out, *c)
 		}
 	}
@@ -232,7 +233,7 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 	r.mu.RUnlock()
 	var out []string
 	for _, c := range all {
-		if r.stateDenial(caller, c.Annotations.ReadOnly) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
+		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
 			out = append(out, c.Name)
 		}
 	}
@@ -242,7 +243,7 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 // IsVisible reports whether Visible would include the named capability.
 func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bool {
 	c, ok := r.lookup(name)
-	return ok && r.stateDenial(caller, c.Annotations.ReadOnly) == "" && r.hiddenBy(ctx, caller, c.Requires) == ""
+	return ok && r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Requires) == ""
 }
 
 // Invoke runs a capability for caller: the only way one runs. The checks run
@@ -257,7 +258,7 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 		r.deny(ctx, caller, "tool", name, ReasonUnknown)
 		return Result{}, errNotFound("capability", name)
 	}
-	if err := r.admit(ctx, caller, "tool", name, c.Annotations.ReadOnly, c.Requires); err != nil {
+	if err := r.admit(ctx, caller, "tool", name, c.runsWhileDeleting(), c.Requires); err != nil {
 		return Result{}, err
 	}
 	if q := r.opts.Quota; q != nil {
@@ -300,7 +301,7 @@ func (r *Registry) Admit(ctx context.Context, caller Caller, name string) error 
 // Invoke answers). A scope denial is recorded with the Auditor.
 func (r *Registry) CheckScope(ctx context.Context, caller Caller, name string) *Error {
 	c, ok := r.lookup(name)
-	if !ok || r.stateDenial(caller, c.Annotations.ReadOnly) != "" || r.hiddenBy(ctx, caller, c.Requires) != "" {
+	if !ok || r.stateDenial(caller, c.runsWhileDeleting()) != "" || r.hiddenBy(ctx, caller, c.Requires) != "" {
 		return nil
 	}
 	if missing := missingScopes(caller, c.Requires.Scopes); len(missing) > 0 {
@@ -352,7 +353,14 @@ func (r *Registry) run(ctx context.Context, name string, f func() (Result, error
 			res, err = Result{}, &Error{Code: CodeInternal, Message: "internal error", Err: fmt.Errorf("panic: %v", p)}
 		}
 	}()
-	return f()
+	res, err = f()
+	return res, domainError(err)
+}
+
+// runsWhileDeleting reports whether c runs for an account being deleted:
+// read-only capabilities, and those that finish the deletion itself.
+func (c Capability) runsWhileDeleting() bool {
+	return c.Annotations.ReadOnly || c.Requires.DuringDeletion
 }
 
 // stateDenial is the account-state check.
@@ -384,6 +392,9 @@ func (r *Registry) hiddenBy(ctx context.Context, caller Caller, req Requirement)
 	}
 	if req.InteractiveOnly && !caller.Interactive {
 		return ReasonInteractive
+	}
+	if req.SessionOnly && !caller.Session {
+		return ReasonSession
 	}
 	return ""
 }
@@ -449,7 +460,7 @@ func (r *Registry) Screen(ctx context.Context, caller Caller, name string) bool 
 		r.deny(ctx, caller, "tool", name, ReasonUnknown)
 		return true
 	}
-	return r.screen(ctx, caller, "tool", name, c.Annotations.ReadOnly, c.Requires)
+	return r.screen(ctx, caller, "tool", name, c.runsWhileDeleting(), c.Requires)
 }
 
 func (r *Registry) screen(ctx context.Context, caller Caller, surface, name string, readOnly bool, req Requirement) bool {

@@ -156,7 +156,7 @@ func (s *Server) CreateUser(t testing.TB, name string, roles ...string) *User {
 		t.Fatalf("enclavetest: create user %s: %v", name, err)
 	}
 	for _, r := range roles {
-		if _, err := s.Accounts().AssignRole(ctx, acc.ID, r); err != nil {
+		if _, err := assignOrGrant(s.Accounts(), ctx, acc.ID, r); err != nil {
 			t.Fatalf("enclavetest: assign %s to %s: %v", r, name, err)
 		}
 	}
@@ -270,4 +270,13 @@ func (s *Server) authorize(u *User) (string, error) {
 		return "", fmt.Errorf("token exchange: status %d %v", resp.StatusCode, err)
 	}
 	return tok.AccessToken, nil
+}
+
+// assignOrGrant gives role to userID: the admin role through the
+// operator's path, any other through AssignRole.
+func assignOrGrant(svc *accounts.Service, ctx context.Context, userID int64, role string) (bool, error) {
+	if role == capabilities.RoleAdmin {
+		return svc.GrantAdminAsOperator(ctx, userID)
+	}
+	return svc.AssignRole(ctx, userID, role)
 }

@@ -26,6 +26,19 @@ type GrantRevokeOutput struct {
 // connected apps, and ending one of them. Both act on the caller's own
 // grants only.
 func (s *Server) Capabilities(owner capabilities.OwnerOf) []capabilities.Capability {
+	return GrantCapabilities(s, owner)
+}
+
+// GrantStore lists and revokes the grants of one user; *Server implements
+// it.
+type GrantStore interface {
+	Grants(ctx context.Context, userID int64) ([]Grant, error)
+	RevokeGrant(ctx context.Context, userID int64, grantID string) error
+}
+
+// GrantCapabilities returns oauthGrantList and oauthGrantRevoke on s (see
+// Server.Capabilities). Revoking is interactive-only: a person decides.
+func GrantCapabilities(s GrantStore, owner capabilities.OwnerOf) []capabilities.Capability {
 	own := func(p capabilities.Permission) capabilities.Requirement {
 		return capabilities.Requirement{Permissions: []capabilities.Permission{p}}
 	}
@@ -43,6 +56,9 @@ func (s *Server) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabil
 					return GrantListOutput{}, err
 				}
 				grants, err := s.Grants(ctx, o.ID)
+				if grants == nil {
+					grants = []Grant{}
+				}
 				return GrantListOutput{Grants: grants}, err
 			},
 		}),

@@ -22,7 +22,7 @@ func TestGrantCapabilities(t *testing.T) {
 		_, alice, aliceTok := e.signIn()
 		_, bob, bobTok := e.signIn()
 		owners := map[string]int64{"alice": alice, "bob": bob}
-		ownerOf := func(_ context.Context, c capabilities.Caller) (storage.Owner, error) {
+		ownerOf := func(_ context.Context, c capabilities.Caller) (capabilities.Owner, error) {
 			id, ok := owners[c.UserID]
 			if !ok {
 				return storage.Owner{}, errors.New("no such user")

@@ -29,7 +29,7 @@ import (
 func realMCP(t testing.TB, st *storage.Store) func(*oauth.Server) http.Handler {
 	return func(srv *oauth.Server) http.Handler {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		ownerOf := func(ctx context.Context, c capabilities.Caller) (storage.Owner, error) {
+		ownerOf := func(ctx context.Context, c capabilities.Caller) (capabilities.Owner, error) {
 			var id int64
 			err := st.Reader.NewRaw("SELECT id FROM users WHERE stable_user_id = ?", c.UserID).Scan(ctx, &id)
 			return storage.Owner{ID: id, StableID: c.UserID}, err

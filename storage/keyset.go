@@ -5,15 +5,34 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/uptrace/bun"
 )
 
 // ErrInvalidCursor is returned for a cursor that this server did not issue
-// or that belongs to another kind of listing.
-var ErrInvalidCursor = errors.New("storage: invalid page cursor")
+// or that belongs to another kind of listing. It is the caller's mistake:
+// capabilities answer it as invalid input (it implements
+// capabilities.InputError).
+var ErrInvalidCursor error = inputError{"storage: invalid page cursor", "cursor is not one this listing issued; start again without a cursor"}
+
+// inputError is an error that is the caller's mistake, with a sentence for
+// them.
+type inputError struct{ msg, caller string }
+
+func (e inputError) Error() string        { return e.msg }
+func (e inputError) InvalidInput() string { return e.caller }
+
+// PageInput turns the cursor and limit of a list capability's input into a
+// PageRequest, refusing a limit outside 0..MaxPageLimit (0 means the
+// default) with an error that capabilities answer as invalid input.
+func PageInput(cursor string, limit int) (PageRequest, error) {
+	if limit < 0 || limit > MaxPageLimit {
+		msg := fmt.Sprintf("limit must be between 1 and %d", MaxPageLimit)
+		return PageRequest{}, inputError{"storage: " + msg, msg}
+	}
+	return PageRequest{Cursor: cursor, Limit: limit}, nil
+}
 
 // Page limits applied by Paginate.
 const (

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 )
@@ -114,7 +116,7 @@ func userError(err error) (status int, msg string, ok bool) {
 		errors.Is(err, accounts.ErrUsernameReserved), errors.Is(err, accounts.ErrWeakPassword):
 		return http.StatusUnprocessableEntity, domainMessage(err), true
 	case errors.Is(err, accounts.ErrUsernameTaken), errors.Is(err, accounts.ErrEmailTaken),
-		errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrLastAdmin):
+		errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrLastAdmin), errors.Is(err, accounts.ErrAdminRoleReserved):
 		return http.StatusConflict, domainMessage(err), true
 	case errors.Is(err, accounts.ErrInvalidCredentials):
 		return http.StatusUnauthorized, domainMessage(err), true
@@ -141,7 +143,7 @@ func domainMessage(err error) string {
 		accounts.ErrInvalidEmail, accounts.ErrInvalidUsername, accounts.ErrUsernameReserved, accounts.ErrWeakPassword,
 		accounts.ErrUsernameTaken, accounts.ErrEmailTaken, accounts.ErrEmailClaimed, accounts.ErrLastAdmin,
 		accounts.ErrInvalidCredentials, accounts.ErrSuspended, accounts.ErrDeleting, accounts.ErrEmailUnverified,
-		accounts.ErrNotFound, accounts.ErrInvalidToken, accounts.ErrUnknownRole,
+		accounts.ErrNotFound, accounts.ErrInvalidToken, accounts.ErrUnknownRole, accounts.ErrAdminRoleReserved,
 	} {
 		if errors.Is(err, e) {
 			return e.Error()
@@ -223,18 +225,23 @@ func (h *Handler) sendSignupAttempt(ctx context.Context, rawEmail string) {
 	})
 }
 
+// verificationMessage is the mail carrying an email-verification link.
+func (h *Handler) verificationMessage(email, token string) Message {
+	link := h.absURL(pathVerifyEmail, url.Values{"token": {token}})
+	return Message{
+		To:      email,
+		Subject: "Verify your email address for " + h.opts.SiteName,
+		Text: "Open this link to verify your email address:\n\n" + link +
+			"\n\nThe link works once and expires in 24 hours. If you did not create an account, ignore this message.\n",
+	}
+}
+
 // sendVerification issues a verification token for userID's email and
 // queues the link. Failures are logged: the person can ask for a new link
 // from the account page.
 func (h *Handler) sendVerification(ctx context.Context, userID int64, email string) {
 	_, err := h.issueTokenMail(ctx, userID, purposeVerifyEmail, email, "", VerifyEmailTTL, func(token string) Message {
-		link := h.absURL(pathVerifyEmail, url.Values{"token": {token}})
-		return Message{
-			To:      email,
-			Subject: "Verify your email address for " + h.opts.SiteName,
-			Text: "Open this link to verify your email address:\n\n" + link +
-				"\n\nThe link works once and expires in 24 hours. If you did not create an account, ignore this message.\n",
-		}
+		return h.verificationMessage(email, token)
 	})
 	if err != nil {
 		h.log.ErrorContext(ctx, "web: verification token", "err", err)
@@ -498,8 +505,7 @@ func (h *Handler) passwordSetup(w http.ResponseWriter, r *http.Request) {
 // address its account has since left, so the setup path cannot stretch a
 // reset link's life.
 func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
-	var rows []mailToken
-	err := h.opts.Store.Reader.NewSelect().Model(&rows).Where("token_hash = ?", hashMailToken(token)).Scan(ctx)
+	rows, err := h.opts.Accounts.MailTokenRecords(ctx, token)
 	if err != nil {
 		return true // fail closed
 	}
@@ -578,12 +584,12 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := PrincipalFrom(r.Context())
-	u, err := h.opts.Accounts.ChangePassword(r.Context(), p.Session.User.ID, r.PostFormValue("current"), r.PostFormValue("next"))
+	err := h.invoke(r, "accountPasswordChange", accounts.PasswordChangeInput{Current: r.PostFormValue("current"), New: r.PostFormValue("next")}, nil)
 	h.audit(r, audit.CategoryAuth, "password_change", resultOf(err), auditReason(err), &p.Session.User)
 	if err != nil {
 		status, msg, ok := userError(err)
 		if !ok {
-			h.internalError(w, r, "change password", err)
+			h.renderCapabilityError(w, r, err)
 			return
 		}
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
@@ -593,8 +599,13 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Every session issued before the change is dead, this one included:
-	// give this browser a new one.
-	if _, err := h.opts.Accounts.StartSession(w, r, u, p.Session.RememberMe); err != nil {
+	// give this browser a new one (the account now carries the change's
+	// time).
+	u, err := h.opts.Accounts.UserByID(r.Context(), p.Session.User.ID)
+	if err == nil {
+		_, err = h.opts.Accounts.StartSession(w, r, u, p.Session.RememberMe)
+	}
+	if err != nil {
 		h.log.ErrorContext(r.Context(), "web: new session after password change", "err", err)
 		h.redirect(w, r, pathLogin+"?notice=password-set")
 		return
@@ -619,7 +630,7 @@ func (h *Handler) changeEmail(w http.ResponseWriter, r *http.Request) {
 		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultFailure, auditReason(err), &cur)
 		status, msg, ok := userError(err)
 		if !ok {
-			h.internalError(w, r, "change email", err)
+			h.renderCapabilityError(w, r, err)
 			return
 		}
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
@@ -627,58 +638,12 @@ func (h *Handler) changeEmail(w http.ResponseWriter, r *http.Request) {
 		}
 		h.renderAccount(w, r, status, accountView{EmailError: msg})
 	}
-	if _, err := h.opts.Accounts.VerifyPassword(ctx, cur.ID, r.PostFormValue("password")); err != nil {
+	err := h.invoke(r, "accountEmailChange", accounts.EmailChangeInput{Password: r.PostFormValue("password"), Email: r.PostFormValue("email")}, nil)
+	if err != nil {
 		fail(err)
 		return
 	}
-	if err := cur.CheckActive(); err != nil {
-		fail(err)
-		return
-	}
-	if !cur.EmailVerified() {
-		fail(accounts.ErrEmailUnverified)
-		return
-	}
-	email, err := h.opts.Accounts.CheckEmailFree(ctx, cur.ID, r.PostFormValue("email"))
-	switch {
-	case errors.Is(err, accounts.ErrEmailTaken), errors.Is(err, accounts.ErrEmailClaimed):
-		// Indistinguishable from success: the owner of the address is told
-		// instead of being sent a link.
-		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultFailure, auditReason(err), &cur)
-		h.sendNotice(ctx, Message{
-			To:      email,
-			Subject: "Someone tried to use your address on " + h.opts.SiteName,
-			Text: "Someone asked to move another " + h.opts.SiteName + " account to this email address, which already belongs to an account.\n\n" +
-				"Nothing was changed. If it was you, sign in to the account that uses this address instead. Otherwise you can ignore this message.\n",
-		})
-	case err != nil:
-		fail(err)
-		return
-	case email == cur.Email:
-		// Nothing to change; answer like any other request.
-	default:
-		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultSuccess, "", &cur)
-		_, err := h.issueTokenMail(ctx, cur.ID, purposeChangeEmail, email, "", ChangeEmailTTL, func(token string) Message {
-			link := h.absURL(pathConfirmEmail, url.Values{"token": {token}})
-			return Message{
-				To:      email,
-				Subject: "Confirm your new email address for " + h.opts.SiteName,
-				Text: "Someone asked to move the account " + cur.Username + " to this email address.\n\nOpen this link to confirm:\n\n" + link +
-					"\n\nThe link works once and expires in 24 hours. If you did not ask for this, ignore this message; nothing changes.\n",
-			}
-		})
-		if err != nil {
-			h.internalError(w, r, "change email", err)
-			return
-		}
-	}
-	h.sendNotice(ctx, Message{
-		To:      cur.Email,
-		Subject: "A change of your email address on " + h.opts.SiteName + " was requested",
-		Text: "Someone signed in to your account " + cur.Username + " asked to change its email address from this one.\n\n" +
-			"The address changes only when the link sent to the new address is opened. If this was not you, change your password now: it signs out every browser and app.\n\n" +
-			h.absURL(pathAccount, nil) + "\n",
-	})
+	h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultSuccess, "", &cur)
 	h.redirect(w, r, pathAccount+"?notice=email-change-sent")
 }
 
@@ -743,9 +708,70 @@ func (h *Handler) confirmEmail(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) resendVerification(w http.ResponseWriter, r *http.Request) {
-	u := PrincipalFrom(r.Context()).Session.User
-	if !u.EmailVerified() {
-		h.sendVerification(r.Context(), u.ID, u.Email)
+	// A failure is logged; the person can ask again.
+	if err := h.invoke(r, "accountVerificationResend", struct{}{}, nil); err != nil {
+		h.log.ErrorContext(r.Context(), "web: resend verification", "err", err)
 	}
 	h.redirect(w, r, pathAccount+"?notice=verify-sent")
+}
+
+// MailVerificationLink mails u a link to verify the current address
+// (accounts.VerificationMailer): inside tx, through the outbox when there
+// is one (otherwise to the mail queue or a DevMailer at once).
+func (h *Handler) MailVerificationLink(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
+	msg := h.verificationMessage(u.Email, token)
+	if h.opts.Outbox != nil && h.devMail == nil {
+		return h.enqueueMail(ctx, tx, msg)
+	}
+	if _, err := msg.validate(); err != nil {
+		return err
+	}
+	h.sendMail(ctx, msg)
+	return nil
+}
+
+// The mail of an email-change request (accounts.EmailChangeMailer).
+
+// MailEmailChangeLink mails the confirmation link to the new address:
+// inside tx, the token's transaction, through the outbox when there is
+// one (otherwise to the mail queue or a DevMailer at once).
+func (h *Handler) MailEmailChangeLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
+	link := h.absURL(pathConfirmEmail, url.Values{"token": {token}})
+	msg := Message{
+		To:      email,
+		Subject: "Confirm your new email address for " + h.opts.SiteName,
+		Text: "Someone asked to move the account " + u.Username + " to this email address.\n\nOpen this link to confirm:\n\n" + link +
+			"\n\nThe link works once and expires in 24 hours. If you did not ask for this, ignore this message; nothing changes.\n",
+	}
+	if h.opts.Outbox != nil && h.devMail == nil {
+		return h.enqueueMail(ctx, tx, msg)
+	}
+	if _, err := msg.validate(); err != nil {
+		return err
+	}
+	h.sendMail(ctx, msg)
+	return nil
+}
+
+// MailEmailTaken tells the owner of address, which already belongs to an
+// account, that someone tried to move another account to it.
+func (h *Handler) MailEmailTaken(ctx context.Context, address string) {
+	h.sendNotice(ctx, Message{
+		To:      address,
+		Subject: "Someone tried to use your address on " + h.opts.SiteName,
+		Text: "Someone asked to move another " + h.opts.SiteName + " account to this email address, which already belongs to an account.\n\n" +
+			"Nothing was changed. If it was you, sign in to the account that uses this address instead. Otherwise you can ignore this message.\n",
+	})
+}
+
+// MailEmailChangeRequested tells u's current address that a change was
+// asked for.
+func (h *Handler) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
+	h.sendNotice(ctx, Message{
+		To:      u.Email,
+		Subject: "A change of your email address on " + h.opts.SiteName + " was requested",
+		Text: "Someone signed in to your account " + u.Username + " asked to change its email address from this one.\n\n" +
+			"The address changes only when the link sent to the new address is opened. If this was not you, change your password now: it signs out every browser and app.\n\n" +
+			h.absURL(pathAccount, nil) + "\n",
+	})
 }

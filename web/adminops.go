@@ -18,7 +18,7 @@ import (
 // MCP), and renders the result.
 
 func (h *Handler) adminOpsRoutes(handle func(string, http.HandlerFunc), admin func(http.HandlerFunc) http.HandlerFunc) {
-	if h.opts.Registry == nil {
+	if h.opts.Registry == nil || h.builtinOnly {
 		return
 	}
 	handle("GET /admin/overview", admin(h.adminOverview))
@@ -39,7 +39,8 @@ func (h *Handler) invoke(r *http.Request, name string, in, out any) error {
 	}
 	u := p.Session.User
 	caller := accounts.CallerFor(u, h.opts.Accounts.FreshGrants(r.Context(), u.ID))
-	caller.Interactive, caller.AllScopes = true, true
+	// A person at the browser, signed in with the session cookie.
+	caller.Interactive, caller.AllScopes, caller.Session = true, true, true
 	raw, err := json.Marshal(in)
 	if err != nil {
 		return err

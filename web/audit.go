@@ -40,6 +40,8 @@ func auditReason(err error) string {
 		"username_taken":      accounts.ErrUsernameTaken,
 		"last_admin":          accounts.ErrLastAdmin,
 		"unknown_role":        accounts.ErrUnknownRole,
+		"admin_role_reserved": accounts.ErrAdminRoleReserved,
+		"suspend_self":        accounts.ErrSuspendSelf,
 		"invalid_token":       accounts.ErrInvalidToken,
 	} {
 		if errors.Is(err, e) {

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
@@ -23,6 +26,9 @@ type ConnectedApps interface {
 }
 
 var _ ConnectedApps = (*oauth.Server)(nil)
+
+// ConnectedApps is what oauth.GrantCapabilities needs: the same methods.
+var _ oauth.GrantStore = ConnectedApps(nil)
 
 // removedItem is one line of the deletion result page.
 type removedItem struct {
@@ -58,13 +64,13 @@ func (h *Handler) apps(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) revokeApp(w http.ResponseWriter, r *http.Request) {
-	u := PrincipalFrom(r.Context()).Session.User
-	err := h.opts.OAuth.RevokeGrant(r.Context(), u.ID, r.PathValue("id"))
+	var out oauth.GrantRevokeOutput
+	err := h.invoke(r, "oauthGrantRevoke", oauth.GrantRevokeInput{ID: r.PathValue("id")}, &out)
 	switch {
-	case errors.Is(err, oauth.ErrGrantNotFound):
-		h.renderError(w, r, http.StatusNotFound, "There is no such connected app.")
 	case err != nil:
-		h.internalError(w, r, "revoke grant", err)
+		h.renderCapabilityError(w, r, err)
+	case !out.Revoked:
+		h.renderError(w, r, http.StatusNotFound, "There is no such connected app.")
 	default:
 		h.redirect(w, r, "/account/apps?notice=app-revoked")
 	}
@@ -83,20 +89,22 @@ func (h *Handler) downloadHeaders(w http.ResponseWriter, r *http.Request, name s
 	hdr.Set("Content-Disposition", `attachment; filename="`+name+`"`)
 }
 
+// exportManifest runs accountExportManifest, the capability agents use,
+// and offers its answer as a download.
 func (h *Handler) exportManifest(w http.ResponseWriter, r *http.Request) {
 	u := PrincipalFrom(r.Context()).Session.User
-	m, err := h.opts.Lifecycle.Manifest(r.Context(), ownerOf(u))
-	if err != nil {
-		h.internalError(w, r, "export manifest", err)
+	var m json.RawMessage
+	if err := h.invoke(r, "accountExportManifest", struct{}{}, &m); err != nil {
+		h.renderCapabilityError(w, r, err)
 		return
 	}
-	body, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
+	var body bytes.Buffer
+	if err := json.Indent(&body, m, "", "  "); err != nil {
 		h.internalError(w, r, "export manifest", err)
 		return
 	}
 	h.downloadHeaders(w, r, "enclave-manifest-"+u.Username+".json")
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(append(body.Bytes(), '\n'))
 }
 
 func (h *Handler) exportData(w http.ResponseWriter, r *http.Request) {
@@ -143,27 +151,27 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 	again := func(status int, msg string) {
 		h.render(w, r, status, deletePage(h.page(r, "Delete your account"), u.Username, u.State() == accounts.StateDeleting, msg))
 	}
-	if strings.TrimSpace(r.PostFormValue("confirm")) != u.Username {
-		again(http.StatusUnprocessableEntity, "Type your username exactly to confirm.")
+	var res lifecycle.DeletionResult
+	err := h.invoke(r, "accountDelete", lifecycle.DeleteInput{Confirm: r.PostFormValue("confirm"), Password: r.PostFormValue("password")}, &res)
+	switch {
+	case errors.Is(err, lifecycle.ErrConfirmMismatch):
+		again(http.StatusUnprocessableEntity, lifecycle.ErrConfirmMismatch.Error())
+		return
+	case errors.Is(err, accounts.ErrInvalidCredentials):
+		again(http.StatusUnauthorized, "Your password is not correct.")
 		return
 	}
-	if _, err := h.opts.Accounts.VerifyPassword(ctx, u.ID, r.PostFormValue("password")); err != nil {
-		if errors.Is(err, accounts.ErrInvalidCredentials) {
-			again(http.StatusUnauthorized, "Your password is not correct.")
-			return
-		}
-		if status, msg, ok := userError(err); ok {
-			again(status, msg)
-			return
-		}
-		h.internalError(w, r, "delete account: check password", err)
-		return
+	if err == nil || capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+		// Confirmation typos are not deletions; attempts are.
+		h.audit(r, audit.CategoryAccount, "delete_account", resultOf(err), auditReason(err), &u)
 	}
-	res, err := h.opts.Lifecycle.Delete(ctx, ownerOf(u))
-	h.audit(r, audit.CategoryAccount, "delete_account", resultOf(err), auditReason(err), &u)
 	if err != nil {
-		if errors.Is(err, accounts.ErrLastAdmin) {
-			again(http.StatusConflict, domainMessage(accounts.ErrLastAdmin))
+		if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code != capabilities.CodeInternal {
+			status, known := capabilityStatus[ce.Code]
+			if !known || status >= 500 {
+				status = http.StatusInternalServerError
+			}
+			again(status, ce.Message)
 			return
 		}
 		h.log.ErrorContext(ctx, "web: delete account", "user_id", u.ID, "err", err)

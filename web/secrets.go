@@ -15,7 +15,8 @@ func (h *Handler) secretRoutes(handle func(string, http.HandlerFunc)) {
 	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
 	handle("GET /account/secrets", user(h.secretsPage))
 	// Revealing is a POST: it is cross-origin protected, never prefetched
-	// and never cached.
+	// and never cached. It runs secretReveal, which only a web session may
+	// call.
 	handle("POST /account/secrets/reveal", user(h.revealSecret))
 }
 
@@ -46,16 +47,12 @@ func (h *Handler) revealSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := PrincipalFrom(r.Context()).Session.User
-	name := r.PostForm.Get("name")
-	value, err := h.opts.Secrets.Reveal(r.Context(), ownerOf(u), name)
-	switch {
-	case errors.Is(err, secrets.ErrNotFound):
-		h.renderError(w, r, http.StatusNotFound, "There is no secret of that name.")
-		return
-	case err != nil:
-		h.internalError(w, r, "reveal secret", err)
+	var out secrets.RevealOutput
+	if err := h.invoke(r, "secretReveal", secrets.RevealInput{Name: r.PostForm.Get("name")}, &out); err != nil {
+		w.Header().Set("Cache-Control", "no-store")
+		h.renderCapabilityError(w, r, err)
 		return
 	}
 	h.audit(r, "account", "secret_revealed", "success", "", &u)
-	h.renderSecrets(w, r, http.StatusOK, name, string(value))
+	h.renderSecrets(w, r, http.StatusOK, out.Name, out.Value)
 }

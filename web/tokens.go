@@ -2,10 +2,6 @@ package web
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,40 +14,24 @@ import (
 
 // Token purposes and lifetimes.
 const (
-	purposeVerifyEmail   = "verify_email"
+	purposeVerifyEmail   = accounts.PurposeVerifyEmail
 	purposeResetPassword = "reset_password"
-	purposeChangeEmail   = "change_email"
+	purposeChangeEmail   = accounts.PurposeChangeEmail
 
 	// VerifyEmailTTL is how long an email-verification link works.
-	VerifyEmailTTL = 24 * time.Hour
+	VerifyEmailTTL = accounts.VerifyEmailTTL
 	// ChangeEmailTTL is how long an email-change confirmation link works.
-	ChangeEmailTTL = 24 * time.Hour
+	ChangeEmailTTL = accounts.ChangeEmailTTL
 	// ResetPasswordTTL is how long a password-reset link works.
 	ResetPasswordTTL = time.Hour
-
-	// tokenRecordKeep is how long the record of a used or expired token is
-	// kept (longer than any password-setup token lives).
-	tokenRecordKeep = 30 * 24 * time.Hour
 )
 
 // errBadToken is returned for an unknown, used, expired or mismatched token.
 var errBadToken = errors.New("web: invalid or expired link")
 
-// mailToken is a row of mail_tokens.
-type mailToken struct {
-	bun.BaseModel `bun:"table:mail_tokens"`
-	TokenHash     string    `bun:"token_hash,pk"`
-	UserID        int64     `bun:"user_id,notnull"`
-	Purpose       string    `bun:"purpose,notnull"`
-	Email         string    `bun:"email,notnull"`
-	CreatedAt     time.Time `bun:"created_at,notnull"`
-	ExpiresAt     time.Time `bun:"expires_at,notnull"`
-}
-
-func hashMailToken(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
-}
+// mailToken is a one-time link mailed to an address; accounts owns the
+// table.
+type mailToken = accounts.MailToken
 
 // issueToken stores a new token for userID and purpose, sent to email, and
 // retires the account's earlier tokens of that purpose (only the newest
@@ -60,7 +40,7 @@ func hashMailToken(token string) string {
 // lifetime. It returns the token.
 //
 // Retired tokens are expired rather than deleted, and kept for
-// tokenRecordKeep: a reset link is also an accounts password-setup token,
+// accounts.MailTokenRecordKeep: a reset link is also an accounts password-setup token,
 // and the setup page refuses a token whose reset record has expired.
 func (h *Handler) issueToken(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration) (string, error) {
 	return h.issueTokenMail(ctx, userID, purpose, email, token, ttl, nil)
@@ -71,29 +51,15 @@ func (h *Handler) issueToken(ctx context.Context, userID int64, purpose, email, 
 // link is sent exactly when the token exists, even if the process dies
 // right after; without one it goes to the mail queue after the commit.
 func (h *Handler) issueTokenMail(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration, compose func(token string) Message) (string, error) {
-	if token == "" {
-		token = rand.Text() + rand.Text()
-	}
-	now := h.now().UTC().Truncate(time.Microsecond)
-	row := &mailToken{TokenHash: hashMailToken(token), UserID: userID, Purpose: purpose, Email: email, CreatedAt: now, ExpiresAt: now.Add(ttl)}
-	err := h.opts.Store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if err := expireTokens(ctx, tx, userID, purpose, now); err != nil {
-			return err
-		}
-		if _, err := tx.NewDelete().Model((*mailToken)(nil)).
-			Where("user_id = ?", userID).Where("created_at < ?", now.Add(-tokenRecordKeep)).Exec(ctx); err != nil {
-			return err
-		}
-		if _, err := tx.NewInsert().Model(row).Returning("NULL").Exec(ctx); err != nil {
-			return err
-		}
-		if compose != nil && h.opts.Outbox != nil && h.devMail == nil {
+	var inTx func(ctx context.Context, tx bun.IDB, token string) error
+	if compose != nil && h.opts.Outbox != nil && h.devMail == nil {
+		inTx = func(ctx context.Context, tx bun.IDB, token string) error {
 			return h.enqueueMail(ctx, tx, compose(token))
 		}
-		return nil
-	})
+	}
+	token, err := h.opts.Accounts.IssueMailToken(ctx, userID, purpose, email, token, ttl, inTx)
 	if err != nil {
-		return "", fmt.Errorf("web: issue %s token: %w", purpose, err)
+		return "", fmt.Errorf("web: %w", err)
 	}
 	if compose != nil && (h.opts.Outbox == nil || h.devMail != nil) {
 		h.sendMail(ctx, compose(token))
@@ -105,17 +71,17 @@ func (h *Handler) issueTokenMail(ctx context.Context, userID int64, purpose, ema
 // not expired. A token works once: of two concurrent uses, one gets
 // errBadToken.
 func (h *Handler) consumeToken(ctx context.Context, token, purpose string) (mailToken, error) {
-	var rows []mailToken
-	_, err := h.opts.Store.DB.NewDelete().Model(&rows).
-		Where("token_hash = ?", hashMailToken(token)).Where("purpose = ?", purpose).
-		Returning("*").Exec(ctx)
-	if err != nil {
-		return mailToken{}, fmt.Errorf("web: consume %s token: %w", purpose, err)
-	}
-	if len(rows) != 1 || !h.now().Before(rows[0].ExpiresAt) {
+	row, err := h.opts.Accounts.TakeMailToken(ctx, token, purpose)
+	if errors.Is(err, accounts.ErrInvalidToken) {
 		return mailToken{}, errBadToken
 	}
-	return h.issuedToAccount(ctx, rows[0])
+	if err != nil {
+		return mailToken{}, fmt.Errorf("web: %w", err)
+	}
+	if !h.now().Before(row.ExpiresAt) {
+		return mailToken{}, errBadToken
+	}
+	return h.issuedToAccount(ctx, row)
 }
 
 // issuedToAccount returns row unless it was issued before its account was
@@ -164,14 +130,12 @@ func (h *Handler) addressLeft(ctx context.Context, row mailToken) (bool, error) 
 // peekToken returns token's row without using it up: for showing the form
 // that will use it.
 func (h *Handler) peekToken(ctx context.Context, token, purpose string) (mailToken, error) {
-	var row mailToken
-	err := h.opts.Store.Reader.NewSelect().Model(&row).
-		Where("token_hash = ?", hashMailToken(token)).Where("purpose = ?", purpose).Scan(ctx)
+	row, err := h.opts.Accounts.PeekMailToken(ctx, token, purpose)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, accounts.ErrInvalidToken):
 		return mailToken{}, errBadToken
 	case err != nil:
-		return mailToken{}, fmt.Errorf("web: read %s token: %w", purpose, err)
+		return mailToken{}, fmt.Errorf("web: %w", err)
 	case !h.now().Before(row.ExpiresAt):
 		return mailToken{}, errBadToken
 	}
@@ -180,14 +144,8 @@ func (h *Handler) peekToken(ctx context.Context, token, purpose string) (mailTok
 
 // retireTokens expires every token of userID with purpose.
 func (h *Handler) retireTokens(ctx context.Context, userID int64, purpose string) error {
-	if err := expireTokens(ctx, h.opts.Store.DB, userID, purpose, h.now().UTC().Truncate(time.Microsecond)); err != nil {
-		return fmt.Errorf("web: retire %s tokens: %w", purpose, err)
+	if err := h.opts.Accounts.RetireMailTokens(ctx, userID, purpose); err != nil {
+		return fmt.Errorf("web: %w", err)
 	}
 	return nil
-}
-
-func expireTokens(ctx context.Context, db bun.IDB, userID int64, purpose string, now time.Time) error {
-	_, err := db.NewUpdate().Model((*mailToken)(nil)).Set("expires_at = ?", now).
-		Where("user_id = ?", userID).Where("purpose = ?", purpose).Where("expires_at > ?", now).Exec(ctx)
-	return err
 }

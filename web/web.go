@@ -11,14 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/outbox"
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -49,9 +48,14 @@ type Options struct {
 	// always gets mail at once.
 	Outbox *outbox.Outbox
 
-	// Registry, when set, adds the admin pages that act through
-	// capabilities (overview, OAuth clients, invite codes): they parse,
-	// call Registry.Invoke as the signed-in admin, and render.
+	// Registry is where every state-changing action of the pages runs:
+	// they parse, call Registry.Invoke as the signed-in person (an
+	// interactive web-session caller), and render. It must hold the
+	// capabilities of accounts (AccountCapabilities, AdminCapabilities with
+	// MailSetupLink), of Secrets, OAuth and Lifecycle (Capabilities and
+	// DeleteCapability) when those are set, and it adds the admin pages of the overview, OAuth
+	// clients and invite codes. Default: a registry of just those built-in
+	// capabilities, without the extra admin pages.
 	Registry *capabilities.Registry
 
 	// Secrets, when set, adds the secrets page: the one place where a
@@ -135,6 +139,10 @@ type Handler struct {
 	csrf    *http.CrossOriginProtection
 	guards  *Guards
 	mux     http.Handler
+	// builtinOnly is set when the registry is the one New made (Options
+	// had none): it holds only the account, admin, secrets and grant
+	// capabilities, so the pages of other capabilities are not mounted.
+	builtinOnly bool
 	// patterns lists every registered route, for tests that walk them all.
 	patterns []string
 	now      func() time.Time
@@ -168,7 +176,7 @@ func New(opts Options) (*Handler, error) {
 	if opts.SiteName == "" {
 		opts.SiteName = "enclave"
 	}
-	opts.CredentialLimit = opts.CredentialLimit.withDefaults()
+	opts.CredentialLimit = opts.CredentialLimit.WithDefaults()
 
 	var devMail *DevMailer
 	switch m := opts.Mailer.(type) {
@@ -206,6 +214,11 @@ func New(opts Options) (*Handler, error) {
 	h.csrf.SetDenyHandler(http.HandlerFunc(h.crossOriginDenied))
 	if devMail == nil && opts.Outbox == nil {
 		h.queue = newMailQueue(opts.Mailer, opts.Logger)
+	}
+	if h.opts.Registry == nil {
+		if err := h.ownRegistry(); err != nil {
+			return nil, err
+		}
 	}
 	h.guards = NewGuards(opts.Accounts, GuardOptions{
 		LoginPath: h.prefix + pathLogin,
@@ -269,17 +282,14 @@ func (h *Handler) sendMail(ctx context.Context, msg Message) {
 }
 
 // sendNotice mails msg, which carries no link to act on: through the
-// outbox (in its own transaction) when there is one, otherwise like
+// outbox (one row, written on its own) when there is one, otherwise like
 // sendMail. A failure is logged.
 func (h *Handler) sendNotice(ctx context.Context, msg Message) {
 	if h.opts.Outbox == nil || h.devMail != nil {
 		h.sendMail(ctx, msg)
 		return
 	}
-	err := h.opts.Store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		return h.enqueueMail(ctx, tx, msg)
-	})
-	if err != nil {
+	if err := h.enqueueMail(ctx, h.opts.Store.DB, msg); err != nil {
 		h.log.ErrorContext(ctx, "web: queue mail", "to", msg.To, "err", err)
 	}
 }
@@ -321,4 +331,29 @@ func (h *Handler) absURL(path string, query url.Values) string {
 	u.Path = strings.TrimRight(u.Path, "/") + path
 	u.RawQuery = query.Encode()
 	return u.String()
+}
+
+// ownRegistry gives the handler a registry of the built-in capabilities
+// its pages run, for an embedder that passed none.
+func (h *Handler) ownRegistry() error {
+	acc := h.opts.Accounts
+	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log})
+	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: h, Verification: h.MailVerificationLink})
+	caps = append(caps, acc.AdminCapabilities(accounts.AdminOptions{MailSetupLink: h.MailSetupLink})...)
+	owners := lifecycle.Owners(acc)
+	if h.opts.OAuth != nil {
+		caps = append(caps, oauth.GrantCapabilities(h.opts.OAuth, owners)...)
+	}
+	if h.opts.Secrets != nil {
+		caps = append(caps, h.opts.Secrets.Capabilities(owners)...)
+	}
+	if h.opts.Lifecycle != nil {
+		caps = append(caps, h.opts.Lifecycle.Capabilities(owners)...)
+		caps = append(caps, h.opts.Lifecycle.DeleteCapability())
+	}
+	if err := reg.Register(caps...); err != nil {
+		return fmt.Errorf("web: register the built-in capabilities: %w", err)
+	}
+	h.opts.Registry, h.builtinOnly = reg, true
+	return nil
 }

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -43,7 +44,7 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 				if err != nil {
 					return SectionPage{}, err
 				}
-				if _, err := capabilities.Page(in.Cursor, in.Limit); err != nil {
+				if _, err := storage.PageInput(in.Cursor, in.Limit); err != nil {
 					return SectionPage{}, err
 				}
 				page, err := s.Section(ctx, o, in.Section, in.Cursor, in.Limit)
@@ -53,23 +54,81 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 				case errors.Is(err, storage.ErrBlobChanged):
 					return page, capabilities.Errorf(capabilities.CodeConflict, "a file changed while it was being exported; restart section %s without a cursor", in.Section)
 				}
-				return page, capabilities.PageError(err)
+				return page, err
 			},
 		}),
 	}
 }
 
-// Owners resolves callers through the accounts service: a caller's stable
-// user id names the owner; an unknown account is refused as not found.
+// ErrConfirmMismatch: the username typed to confirm a deletion is not the
+// account's.
+var ErrConfirmMismatch = errors.New("Type your username exactly to confirm.")
+
+// DeleteInput is the input of accountDelete.
+type DeleteInput struct {
+	Confirm  string `json:"confirm" jsonschema:"the account's username, typed to confirm"`
+	Password string `json:"password" jsonschema:"the account's password"`
+}
+
+// DeleteCapability returns accountDelete: the signed-in person deletes
+// their own account, confirming with their username and password. It is
+// session-only (never an agent), and it runs for an account whose
+// deletion failed midway too, to finish it. Errors: ErrConfirmMismatch and
+// accounts.ErrInvalidCredentials (invalid input), accounts.ErrLastAdmin
+// (conflict); a failure midway is internal and leaves the account marked
+// deleting for a retry.
+func (s *Service) DeleteCapability() capabilities.Capability {
+	return capabilities.Define(capabilities.Spec[DeleteInput, DeletionResult]{
+		Name: "accountDelete", Domain: "account", Title: "Delete the account",
+		Description: "Deletes the signed-in person's account and everything it owns, after they confirm with their username and password. Answers what was removed.",
+		Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
+		Requires: capabilities.Requirement{
+			Permissions: []capabilities.Permission{capabilities.DeleteUserOwn},
+			SessionOnly: true, InteractiveOnly: true, DuringDeletion: true,
+		},
+		Handler: func(ctx context.Context, call *capabilities.Call, in DeleteInput) (DeletionResult, error) {
+			u, err := s.accounts.UserByStableID(ctx, call.Caller.UserID)
+			if errors.Is(err, accounts.ErrNotFound) {
+				return DeletionResult{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
+			}
+			if err != nil {
+				return DeletionResult{}, err
+			}
+			if strings.TrimSpace(in.Confirm) != u.Username {
+				return DeletionResult{}, &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: ErrConfirmMismatch.Error(), Err: ErrConfirmMismatch}
+			}
+			if _, err := s.accounts.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+				if errors.Is(err, accounts.ErrInvalidCredentials) {
+					return DeletionResult{}, &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: "The password is not correct.", Err: err}
+				}
+				return DeletionResult{}, err
+			}
+			res, err := s.Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
+			if errors.Is(err, accounts.ErrLastAdmin) {
+				return res, &capabilities.Error{Code: capabilities.CodeConflict, Message: accounts.ErrLastAdmin.Error(), Err: err}
+			}
+			return res, err
+		},
+	})
+}
+
+// Owners resolves callers through the accounts service: the owner key
+// that travels on the caller (Caller.OwnerID, set by accounts.CallerFor
+// from the same row as its stable id) when there is one, otherwise the
+// account of the caller's stable user id; an unknown account is refused as
+// not found.
 func Owners(acc *accounts.Service) capabilities.OwnerOf {
-	return func(ctx context.Context, c capabilities.Caller) (storage.Owner, error) {
+	return func(ctx context.Context, c capabilities.Caller) (capabilities.Owner, error) {
+		if c.OwnerID != 0 && c.UserID != "" {
+			return capabilities.Owner{ID: c.OwnerID, StableID: c.UserID}, nil
+		}
 		u, err := acc.UserByStableID(ctx, c.UserID)
 		if errors.Is(err, accounts.ErrNotFound) {
-			return storage.Owner{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
+			return capabilities.Owner{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
 		}
 		if err != nil {
-			return storage.Owner{}, err
+			return capabilities.Owner{}, err
 		}
-		return storage.Owner{ID: u.ID, StableID: u.StableID}, nil
+		return capabilities.Owner{ID: u.ID, StableID: u.StableID}, nil
 	}
 }

@@ -287,7 +287,7 @@ func TestLastAdminCannotDeleteTheirAccount(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		w := setup(t, s)
-		if _, err := w.acc.AssignRole(ctx, w.alice.ID, capabilities.RoleAdmin); err != nil {
+		if _, err := w.acc.GrantAdminAsOperator(ctx, w.alice.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.svc.Delete(ctx, w.alice); !errors.Is(err, accounts.ErrLastAdmin) {
@@ -298,7 +298,7 @@ func TestLastAdminCannotDeleteTheirAccount(t *testing.T) {
 			t.Fatal("the refused deletion marked the account deleting")
 		}
 		// With a second admin, the first can go.
-		if _, err := w.acc.AssignRole(ctx, w.bob.ID, capabilities.RoleAdmin); err != nil {
+		if _, err := w.acc.GrantAdminAsOperator(ctx, w.bob.ID); err != nil {
 			t.Fatal(err)
 		}
 		if res, err := w.svc.Delete(ctx, w.alice); err != nil || !res.Completed {
@@ -316,7 +316,7 @@ func TestFailedDeletionKeepsRoles(t *testing.T) {
 		ctx := context.Background()
 		w := setup(t, s)
 		for _, o := range []storage.Owner{w.alice, w.bob} {
-			if _, err := w.acc.AssignRole(ctx, o.ID, capabilities.RoleAdmin); err != nil {
+			if _, err := w.acc.GrantAdminAsOperator(ctx, o.ID); err != nil {
 				t.Fatal(err)
 			}
 		}

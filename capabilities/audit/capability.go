@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // QueryInput is the input of adminAuditLogQuery.
@@ -53,13 +54,13 @@ func (l *Log) Capability() capabilities.Capability {
 				}
 				*t.dst = v
 			}
-			req, err := capabilities.Page(in.Cursor, in.Limit)
+			req, err := storage.PageInput(in.Cursor, in.Limit)
 			if err != nil {
 				return QueryOutput{}, err
 			}
 			page, err := l.Query(ctx, f, req)
 			if err != nil {
-				return QueryOutput{}, capabilities.PageError(err)
+				return QueryOutput{}, err
 			}
 			if page.Items == nil {
 				page.Items = []Event{}

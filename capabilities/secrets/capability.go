@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // SetInput is the input of secretSet.
@@ -42,8 +43,22 @@ type DeleteOutput struct {
 	Deleted bool `json:"deleted"`
 }
 
-// Capabilities returns secretSet, secretList and secretDelete. Each acts on
-// the caller's own secrets only; none returns a value.
+// RevealInput is the input of secretReveal.
+type RevealInput struct {
+	Name string `json:"name" jsonschema:"the secret's name"`
+}
+
+// RevealOutput is the output of secretReveal: the value in clear.
+type RevealOutput struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Capabilities returns secretSet, secretList and secretDelete, which act on
+// the caller's own secrets only and never return a value, and
+// secretReveal, which returns one of the caller's own values and only to a
+// person signed in to the web shell (Requirement.SessionOnly): no agent
+// ever sees or calls it.
 func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capability {
 	own := func(p capabilities.Permission) capabilities.Requirement {
 		return capabilities.Requirement{Permissions: []capabilities.Permission{p}}
@@ -76,18 +91,41 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 				if err != nil {
 					return ListOutput{}, err
 				}
-				req, err := capabilities.Page(in.Cursor, in.Limit)
+				req, err := storage.PageInput(in.Cursor, in.Limit)
 				if err != nil {
 					return ListOutput{}, err
 				}
 				page, err := s.List(ctx, o, req)
 				if err != nil {
-					return ListOutput{}, capabilities.PageError(err)
+					return ListOutput{}, err
 				}
 				if page.Items == nil {
 					page.Items = []Secret{}
 				}
 				return ListOutput{Secrets: page.Items, NextCursor: page.Next}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[RevealInput, RevealOutput]{
+			Name: "secretReveal", Domain: "secrets", Title: "Reveal a secret",
+			Description: "Shows the value of one of the signed-in person's own secrets, on their account page only.",
+			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
+			Requires: capabilities.Requirement{
+				Permissions: []capabilities.Permission{capabilities.ReadUserOwn},
+				SessionOnly: true, InteractiveOnly: true,
+			},
+			Handler: func(ctx context.Context, call *capabilities.Call, in RevealInput) (RevealOutput, error) {
+				o, err := owner(ctx, call.Caller)
+				if err != nil {
+					return RevealOutput{}, err
+				}
+				v, err := s.Reveal(ctx, o, in.Name)
+				if errors.Is(err, ErrNotFound) {
+					return RevealOutput{}, capabilities.Errorf(capabilities.CodeNotFound, "There is no secret of that name.")
+				}
+				if err != nil {
+					return RevealOutput{}, err
+				}
+				return RevealOutput{Name: in.Name, Value: string(v)}, nil
 			},
 		}),
 		capabilities.Define(capabilities.Spec[DeleteInput, DeleteOutput]{

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ func TestSecretCapabilities(t *testing.T) {
 			t.Fatal(err)
 		}
 		owners := map[string]storage.Owner{alice.StableID: alice, bob.StableID: bob}
-		ownerOf := func(_ context.Context, c capabilities.Caller) (storage.Owner, error) {
+		ownerOf := func(_ context.Context, c capabilities.Caller) (capabilities.Owner, error) {
 			o, ok := owners[c.UserID]
 			if !ok {
 				return storage.Owner{}, fmt.Errorf("no such user")
@@ -69,6 +70,21 @@ func TestSecretCapabilities(t *testing.T) {
 		}
 		if got, err := svc.Reveal(ctx, alice, "openai"); err != nil || string(got) != "sk-alice-123" {
 			t.Fatalf("alice's secret after bob's attempt: %q %v", got, err)
+		}
+		// Reveal: only through a web session, only one's own.
+		if _, err := reg.Invoke(ctx, a, "secretReveal", json.RawMessage(`{"name":"openai"}`)); capabilities.CodeOf(err) != capabilities.CodeNotFound {
+			t.Fatalf("an agent (token caller) reveals a secret: %v", err)
+		}
+		if slices.Contains(reg.VisibleNames(ctx, a), "secretReveal") {
+			t.Fatal("an agent sees secretReveal")
+		}
+		aWeb, bWeb := a, b
+		aWeb.Session, bWeb.Session = true, true
+		if out := invoke(aWeb, "secretReveal", `{"name":"openai"}`); out != `{"name":"openai","value":"sk-alice-123"}` {
+			t.Fatalf("alice reveals her secret: %s", out)
+		}
+		if _, err := reg.Invoke(ctx, bWeb, "secretReveal", json.RawMessage(`{"name":"openai"}`)); capabilities.CodeOf(err) != capabilities.CodeNotFound {
+			t.Fatalf("bob reveals alice's secret: %v", err)
 		}
 		if out := invoke(a, "secretDelete", `{"name":"openai"}`); out != `{"deleted":true}` {
 			t.Fatalf("alice's delete = %s", out)

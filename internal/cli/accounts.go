@@ -11,7 +11,6 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 )
 
@@ -62,7 +61,7 @@ func runAdminGrant(ctx context.Context, e *Env, o *options, args []string) error
 		if err != nil {
 			return err
 		}
-		added, err := svc.AssignRole(ctx, u.ID, capabilities.RoleAdmin)
+		added, err := svc.GrantAdminAsOperator(ctx, u.ID)
 		if err != nil {
 			return err
 		}
@@ -86,7 +85,7 @@ func runAdminRevoke(ctx context.Context, e *Env, o *options, args []string) erro
 		if err != nil {
 			return err
 		}
-		removed, err := svc.RemoveRole(ctx, u.ID, capabilities.RoleAdmin)
+		removed, err := svc.RevokeAdminAsOperator(ctx, u.ID)
 		if errors.Is(err, accounts.ErrLastAdmin) {
 			return fmt.Errorf("refused: %s is the last admin. Grant admin to another account first (enclave admin grant EMAIL)", describe(u))
 		}

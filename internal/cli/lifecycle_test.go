@@ -12,7 +12,6 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -88,7 +87,7 @@ func TestUserDeleteCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	bob, _ := srv.Accounts().UserByEmail(ctx, "bob@example.com")
-	if _, err := srv.Accounts().AssignRole(ctx, bob.ID, capabilities.RoleAdmin); err != nil {
+	if _, err := srv.Accounts().GrantAdminAsOperator(ctx, bob.ID); err != nil {
 		t.Fatal(err)
 	}
 	srv.Close()

@@ -338,13 +338,13 @@ func (s *Service) capabilities() []capabilities.Capability {
 					return ListOutput{}, err
 				}
 				q := s.store.Reader.NewSelect().Model((*Note)(nil)).Where("user_id = ?", o.ID)
-				req, err := capabilities.Page(in.Cursor, in.Limit)
+				req, err := storage.PageInput(in.Cursor, in.Limit)
 				if err != nil {
 					return ListOutput{}, err
 				}
 				page, err := storage.Paginate(ctx, q, storage.Keyset[Note]{Kind: "notes", Column: "id", Key: func(n *Note) any { return n.ID }}, req)
 				if err != nil {
-					return ListOutput{}, capabilities.PageError(err)
+					return ListOutput{}, err
 				}
 				if page.Items == nil {
 					page.Items = []Note{}

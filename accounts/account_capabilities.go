@@ -1,0 +1,184 @@
+package accounts
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+// The email-change and email-verification links: their mail-token
+// purposes and how long they work.
+const (
+	PurposeChangeEmail = "change_email"
+	ChangeEmailTTL     = 24 * time.Hour
+	PurposeVerifyEmail = "verify_email"
+	VerifyEmailTTL     = 24 * time.Hour
+)
+
+// VerificationResendOutput is the output of accountVerificationResend.
+type VerificationResendOutput struct {
+	// Sent is false when the address is already verified.
+	Sent bool `json:"sent"`
+}
+
+// VerificationMailer mails an email-verification link for u's current
+// address. It runs inside the transaction that stores the token.
+type VerificationMailer func(ctx context.Context, tx bun.IDB, u User, token string) error
+
+// EmailChangeInput is the input of accountEmailChange.
+type EmailChangeInput struct {
+	Password string `json:"password" jsonschema:"the current password"`
+	Email    string `json:"email" jsonschema:"the new email address"`
+}
+
+// EmailChangeOutput is the output of accountEmailChange. It is the same
+// whether or not the new address belongs to another account.
+type EmailChangeOutput struct {
+	Requested bool `json:"requested"`
+}
+
+// EmailChangeMailer sends the mail of an email-change request. The web
+// shell implements it (it composes the messages and links).
+type EmailChangeMailer interface {
+	// MailEmailChangeLink sends token's confirmation link to the new
+	// address. It runs inside the transaction that stores the token
+	// (write the message to the outbox with tx).
+	MailEmailChangeLink(ctx context.Context, tx bun.IDB, u User, newEmail, token string) error
+	// MailEmailTaken tells the owner of an address that already belongs to
+	// an account that someone tried to move another account to it.
+	MailEmailTaken(ctx context.Context, address string)
+	// MailEmailChangeRequested tells the account's current address that a
+	// change was asked for.
+	MailEmailChangeRequested(ctx context.Context, u User)
+}
+
+// AccountOptions configure AccountCapabilities.
+type AccountOptions struct {
+	// EmailChange sends the mail of accountEmailChange; without it that
+	// capability is not offered.
+	EmailChange EmailChangeMailer
+	// Verification sends the link of accountVerificationResend; without
+	// it that capability is not offered.
+	Verification VerificationMailer
+}
+
+// PasswordChangeInput is the input of accountPasswordChange.
+type PasswordChangeInput struct {
+	Current string `json:"current" jsonschema:"the current password"`
+	New     string `json:"new" jsonschema:"the new password"`
+}
+
+// PasswordChangeOutput is the output of accountPasswordChange.
+type PasswordChangeOutput struct {
+	Changed bool `json:"changed"`
+}
+
+// AccountCapabilities returns the capabilities a person uses on their own
+// account from the web shell: accountPasswordChange and (with
+// opts.EmailChange) accountEmailChange. They are session-only
+// (Requirement.SessionOnly): a credential is never handled by an agent.
+func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capability {
+	own := capabilities.Requirement{
+		Permissions: []capabilities.Permission{capabilities.UpdateUserOwn},
+		SessionOnly: true, InteractiveOnly: true,
+	}
+	caps := []capabilities.Capability{
+		capabilities.Define(capabilities.Spec[PasswordChangeInput, PasswordChangeOutput]{
+			Name: "accountPasswordChange", Domain: "account", Title: "Change the password",
+			Description: "Replaces the signed-in person's password after checking the current one. Every browser session and connected app issued before it stops working.",
+			Annotations: &capabilities.Annotations{Destructive: true},
+			Requires:    own,
+			Handler: func(ctx context.Context, call *capabilities.Call, in PasswordChangeInput) (PasswordChangeOutput, error) {
+				u, err := s.callerUser(ctx, call.Caller)
+				if err != nil {
+					return PasswordChangeOutput{}, err
+				}
+				if _, err := s.ChangePassword(ctx, u.ID, in.Current, in.New); err != nil {
+					return PasswordChangeOutput{}, capabilityError(err)
+				}
+				return PasswordChangeOutput{Changed: true}, nil
+			},
+		}),
+	}
+	if m := opts.EmailChange; m != nil {
+		caps = append(caps, capabilities.Define(capabilities.Spec[EmailChangeInput, EmailChangeOutput]{
+			Name: "accountEmailChange", Domain: "account", Title: "Change the email address",
+			Description: "Asks to move the signed-in person's account to a new email address, after checking the password. The address changes only when the link mailed to it is opened; the current address is told. The answer is the same whether or not the new address belongs to another account.",
+			Annotations: &capabilities.Annotations{},
+			Requires:    own,
+			Handler: func(ctx context.Context, call *capabilities.Call, in EmailChangeInput) (EmailChangeOutput, error) {
+				u, err := s.callerUser(ctx, call.Caller)
+				if err != nil {
+					return EmailChangeOutput{}, err
+				}
+				if _, err := s.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+					return EmailChangeOutput{}, capabilityError(err)
+				}
+				if err := u.CheckActive(); err != nil {
+					return EmailChangeOutput{}, capabilityError(err)
+				}
+				if !u.EmailVerified() {
+					return EmailChangeOutput{}, capabilityError(ErrEmailUnverified)
+				}
+				email, err := s.CheckEmailFree(ctx, u.ID, in.Email)
+				switch {
+				case errors.Is(err, ErrEmailTaken), errors.Is(err, ErrEmailClaimed):
+					// Indistinguishable from success: the owner of the
+					// address is told instead of being sent a link.
+					m.MailEmailTaken(ctx, email)
+				case err != nil:
+					return EmailChangeOutput{}, capabilityError(err)
+				case email == u.Email:
+					// Nothing to change; answer like any other request.
+				default:
+					_, err := s.IssueMailToken(ctx, u.ID, PurposeChangeEmail, email, "", ChangeEmailTTL,
+						func(ctx context.Context, tx bun.IDB, token string) error {
+							return m.MailEmailChangeLink(ctx, tx, u, email, token)
+						})
+					if err != nil {
+						return EmailChangeOutput{}, err
+					}
+				}
+				m.MailEmailChangeRequested(ctx, u)
+				return EmailChangeOutput{Requested: true}, nil
+			},
+		}))
+	}
+	if m := opts.Verification; m != nil {
+		caps = append(caps, capabilities.Define(capabilities.Spec[struct{}, VerificationResendOutput]{
+			Name: "accountVerificationResend", Domain: "account", Title: "Send a new verification link",
+			Description: "Mails a new link to verify the signed-in user's current email address (earlier links stop working). Does nothing when the address is already verified.",
+			Annotations: &capabilities.Annotations{Idempotent: true},
+			Requires: capabilities.Requirement{
+				Permissions:     []capabilities.Permission{capabilities.UpdateUserOwn},
+				InteractiveOnly: true,
+			},
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (VerificationResendOutput, error) {
+				u, err := s.callerUser(ctx, call.Caller)
+				if err != nil || u.EmailVerified() {
+					return VerificationResendOutput{}, err
+				}
+				_, err = s.IssueMailToken(ctx, u.ID, PurposeVerifyEmail, u.Email, "", VerifyEmailTTL,
+					func(ctx context.Context, tx bun.IDB, token string) error { return m(ctx, tx, u, token) })
+				if err != nil {
+					return VerificationResendOutput{}, err
+				}
+				return VerificationResendOutput{Sent: true}, nil
+			},
+		}))
+	}
+	return caps
+}
+
+// callerUser loads the caller's own account.
+func (s *Service) callerUser(ctx context.Context, c capabilities.Caller) (User, error) {
+	u, err := s.UserByStableID(ctx, c.UserID)
+	if errors.Is(err, ErrNotFound) {
+		return u, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
+	}
+	return u, err
+}

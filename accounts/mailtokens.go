@@ -1,0 +1,128 @@
+package accounts
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// MailTokenRecordKeep is how long the record of a used or expired mail
+// token is kept (longer than any password-setup token lives).
+const MailTokenRecordKeep = 30 * 24 * time.Hour
+
+// MailToken is a one-time link mailed to an address (a row of mail_tokens,
+// which this package owns): email verification, password reset, email
+// change. Only the hash of the token is stored.
+type MailToken struct {
+	bun.BaseModel `bun:"table:mail_tokens"`
+	TokenHash     string    `bun:"token_hash,pk"`
+	UserID        int64     `bun:"user_id,notnull"`
+	Purpose       string    `bun:"purpose,notnull"`
+	Email         string    `bun:"email,notnull"`
+	CreatedAt     time.Time `bun:"created_at,notnull"`
+	ExpiresAt     time.Time `bun:"expires_at,notnull"`
+}
+
+// HashMailToken is the stored form of a mail token.
+func HashMailToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// IssueMailToken stores a new token for userID and purpose, sent to email,
+// and expires the account's earlier tokens of that purpose (only the
+// newest link works); records older than MailTokenRecordKeep are deleted.
+// With token empty a random one is made; a caller may pass a token made
+// elsewhere (a password-setup token) to give it this purpose's lifetime.
+// inTx, when set, runs inside the same transaction with the token (write
+// the message carrying the link to the outbox there). It returns the
+// token.
+func (s *Service) IssueMailToken(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration, inTx func(ctx context.Context, tx bun.IDB, token string) error) (string, error) {
+	if token == "" {
+		token = rand.Text() + rand.Text()
+	}
+	now := s.now().UTC().Truncate(time.Microsecond)
+	row := &MailToken{TokenHash: HashMailToken(token), UserID: userID, Purpose: purpose, Email: email, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if err := expireMailTokens(ctx, tx, userID, purpose, now); err != nil {
+			return err
+		}
+		if _, err := tx.NewDelete().Model((*MailToken)(nil)).
+			Where("user_id = ?", userID).Where("created_at < ?", now.Add(-MailTokenRecordKeep)).Exec(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.NewInsert().Model(row).Returning("NULL").Exec(ctx); err != nil {
+			return err
+		}
+		if inTx != nil {
+			return inTx(ctx, tx, token)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("accounts: issue %s token: %w", purpose, err)
+	}
+	return token, nil
+}
+
+// TakeMailToken deletes token's row of purpose and returns it: of two
+// concurrent uses, one gets ErrInvalidToken. It does not look at the
+// expiry; the caller does.
+func (s *Service) TakeMailToken(ctx context.Context, token, purpose string) (MailToken, error) {
+	var rows []MailToken
+	_, err := s.store.DB.NewDelete().Model(&rows).
+		Where("token_hash = ?", HashMailToken(token)).Where("purpose = ?", purpose).
+		Returning("*").Exec(ctx)
+	if err != nil {
+		return MailToken{}, fmt.Errorf("accounts: take %s token: %w", purpose, err)
+	}
+	if len(rows) != 1 {
+		return MailToken{}, ErrInvalidToken
+	}
+	return rows[0], nil
+}
+
+// PeekMailToken returns token's row of purpose without using it up, or
+// ErrInvalidToken. It does not look at the expiry.
+func (s *Service) PeekMailToken(ctx context.Context, token, purpose string) (MailToken, error) {
+	var row MailToken
+	err := s.store.Reader.NewSelect().Model(&row).
+		Where("token_hash = ?", HashMailToken(token)).Where("purpose = ?", purpose).Scan(ctx)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return MailToken{}, ErrInvalidToken
+	case err != nil:
+		return MailToken{}, fmt.Errorf("accounts: read %s token: %w", purpose, err)
+	}
+	return row, nil
+}
+
+// MailTokenRecords returns every row of token, whatever its purpose.
+func (s *Service) MailTokenRecords(ctx context.Context, token string) ([]MailToken, error) {
+	var rows []MailToken
+	if err := s.store.Reader.NewSelect().Model(&rows).Where("token_hash = ?", HashMailToken(token)).Scan(ctx); err != nil {
+		return nil, fmt.Errorf("accounts: read token records: %w", err)
+	}
+	return rows, nil
+}
+
+// RetireMailTokens expires every token of userID with purpose.
+func (s *Service) RetireMailTokens(ctx context.Context, userID int64, purpose string) error {
+	if err := expireMailTokens(ctx, s.store.DB, userID, purpose, s.now().UTC().Truncate(time.Microsecond)); err != nil {
+		return fmt.Errorf("accounts: retire %s tokens: %w", purpose, err)
+	}
+	return nil
+}
+
+func expireMailTokens(ctx context.Context, db bun.IDB, userID int64, purpose string, now time.Time) error {
+	_, err := db.NewUpdate().Model((*MailToken)(nil)).Set("expires_at = ?", now).
+		Where("user_id = ?", userID).Where("purpose = ?", purpose).Where("expires_at > ?", now).Exec(ctx)
+	return err
+}
