@@ -23,7 +23,7 @@ func TestFormsRefuseNULAndInvalidUTF8(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := srv.Accounts().AssignRole(ctx, u.ID, "admin"); err != nil {
+			if _, err := srv.Accounts().GrantAdminAsOperator(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 			rec := httptest.NewRecorder()

@@ -85,7 +85,7 @@ func newFuzzWorld(tb testing.TB) *fuzzWorld {
 			tb.Fatal(err)
 		}
 		if name == "carol" {
-			if _, err := srv.Accounts().AssignRole(ctx, u.ID, "admin"); err != nil {
+			if _, err := srv.Accounts().GrantAdminAsOperator(ctx, u.ID); err != nil {
 				tb.Fatal(err)
 			}
 		}

@@ -180,7 +180,7 @@ func TestResumeDeletionsKeepsAnActiveAdmin(t *testing.T) {
 		ctx := context.Background()
 		w := setup(t, s)
 		for _, o := range []storage.Owner{w.alice, w.bob} {
-			if _, err := w.acc.AssignRole(ctx, o.ID, capabilities.RoleAdmin); err != nil {
+			if _, err := w.acc.GrantAdminAsOperator(ctx, o.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -192,7 +192,7 @@ func TestResumeDeletionsKeepsAnActiveAdmin(t *testing.T) {
 		if _, err := w.acc.Suspend(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("suspending the only admin not being deleted: %v", err)
 		}
-		if _, err := w.acc.RemoveRole(ctx, w.bob.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrLastAdmin) {
+		if _, err := w.acc.RevokeAdminAsOperator(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("demoting the only admin not being deleted: %v", err)
 		}
 		time.Sleep(5 * time.Millisecond)
