@@ -683,6 +683,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	caller.Scopes = info.Scopes
 	caller.AllScopes = false
 	caller.Interactive = true
+	caller.Session = false // a bearer token is never a web-shell session
 	if caller.State == capabilities.AccountSuspended {
 		refuse(w, errSuspended, requestID)
 		return capabilities.Caller{}, TokenInfo{}, false
@@ -942,6 +943,7 @@ func (s *Server) callerFor(ctx context.Context, userID string) (capabilities.Cal
 	}
 	c.UserID = userID
 	c.Interactive = true // as the session's requests are served
+	c.Session = false    // never a web-shell session over MCP
 	return c, nil
 }
 

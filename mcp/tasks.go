@@ -154,6 +154,7 @@ func (s *Server) taskAllowed(ctx context.Context, st *reqState, name string) boo
 	}
 	caller.Scopes, caller.AllScopes = st.caller.Scopes, st.caller.AllScopes
 	caller.Interactive = st.caller.Interactive
+	caller.Session = false
 	return s.reg.Admit(ctx, caller, name) == nil
 }
 

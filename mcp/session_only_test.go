@@ -1,0 +1,65 @@
+package mcp
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+// TestSessionOnlyNeverOverToken: a capability marked SessionOnly (secret
+// reveal, password change, account deletion) is for a person in the web
+// shell; a bearer-token caller never reaches it, even when the embedder's
+// verifier or loader hands back a caller with Session set (for example one
+// built by the same code the web shell uses). It is hidden from tools/list
+// and answers tools/call like an unknown name.
+func TestSessionOnlyNeverOverToken(t *testing.T) {
+	for _, via := range []string{"verifier", "loader"} {
+		t.Run(via, func(t *testing.T) {
+			ran := false
+			f := newFixture(t, func(o *Options) {
+				must(t, o.Registry.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+					Name: "revealSecret", Domain: "test", Description: "Web shell only.", Annotations: readOnly,
+					Requires: capabilities.Requirement{SessionOnly: true, InteractiveOnly: true},
+					Handler: func(context.Context, *capabilities.Call, struct{}) (capabilities.Result, error) {
+						ran = true
+						return capabilities.TextResult("the secret"), nil
+					},
+				})))
+				if via == "verifier" {
+					inner := o.Verifier
+					o.Verifier = TokenVerifierFunc(func(ctx context.Context, token string) (TokenInfo, error) {
+						info, err := inner.VerifyToken(ctx, token)
+						if err == nil && info.UserID == "alice" {
+							c, _ := o.Loader.LoadCaller(ctx, "alice")
+							c.Session = true
+							info.Caller = &c
+						}
+						return info, err
+					})
+				}
+			})
+			if via == "loader" {
+				c, _ := f.loader.LoadCaller(t.Context(), "alice")
+				c.Session = true
+				f.loader.Set(c)
+			}
+			sid := f.initialize("alice-token")
+			resp := f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil))
+			if body := readAll(resp); strings.Contains(body, "revealSecret") {
+				t.Fatalf("tools/list shows a session-only capability to a token: %s", body)
+			}
+			resp = f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "revealSecret"}))
+			body := readAll(resp)
+			if ran || strings.Contains(body, "the secret") {
+				t.Fatalf("a token caller ran a session-only capability: %s", body)
+			}
+			unknown := readAll(f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "noSuchThing"})))
+			if strings.ReplaceAll(body, "revealSecret", "X") != strings.ReplaceAll(unknown, "noSuchThing", "X") {
+				t.Fatalf("hidden answer differs from unknown:\n%s\n%s", body, unknown)
+			}
+		})
+	}
+}
