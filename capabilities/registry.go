@@ -292,7 +292,7 @@ func (r *Registry) Admit(ctx context.Context, caller Caller, name string) error 
 		r.deny(ctx, caller, "tool", name, ReasonUnknown)
 		return errNotFound("capability", name)
 	}
-	return r.admit(ctx, caller, "tool", name, c.Annotations.ReadOnly, c.Requires)
+	return r.admit(ctx, caller, "tool", name, c.runsWhileDeleting(), c.Requires)
 }
 
 // CheckScope reports, before a transport commits to a response, whether the
@@ -358,9 +358,11 @@ func (r *Registry) run(ctx context.Context, name string, f func() (Result, error
 }
 
 // runsWhileDeleting reports whether c runs for an account being deleted:
-// read-only capabilities, and those that finish the deletion itself.
+// read-only capabilities, and those that finish the deletion itself. A
+// session-only read (a credential or secret shown to the person) is not
+// among them: an account on its way out reveals nothing more.
 func (c Capability) runsWhileDeleting() bool {
-	return c.Annotations.ReadOnly || c.Requires.DuringDeletion
+	return c.Requires.DuringDeletion || (c.Annotations.ReadOnly && !c.Requires.SessionOnly)
 }
 
 // stateDenial is the account-state check.
