@@ -678,6 +678,11 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	case err != nil:
 		s.log.ErrorContext(ctx, "mcp: load caller failed; serving without roles", "err", err, "request_id", requestID)
 		caller = capabilities.FailClosed(info.UserID, nil)
+	case caller.UserID != "" && caller.UserID != info.UserID:
+		// The verifier or loader handed back another account's caller:
+		// its roles and owner key must not ride on this token's subject.
+		s.log.ErrorContext(ctx, "mcp: loaded caller is not the token's subject; serving without roles", "request_id", requestID)
+		caller = capabilities.FailClosed(info.UserID, nil)
 	}
 	caller.UserID = info.UserID
 	caller.Scopes = info.Scopes
@@ -940,6 +945,9 @@ func (s *Server) callerFor(ctx context.Context, userID string) (capabilities.Cal
 	c, err := s.opts.Loader.LoadCaller(ctx, userID)
 	if err != nil {
 		return capabilities.Caller{}, fmt.Errorf("mcp: load caller: %w", err)
+	}
+	if c.UserID != "" && c.UserID != userID {
+		return capabilities.Caller{}, errors.New("mcp: load caller: the loader returned another account")
 	}
 	c.UserID = userID
 	c.Interactive = true // as the session's requests are served

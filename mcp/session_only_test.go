@@ -63,3 +63,44 @@ func TestSessionOnlyNeverOverToken(t *testing.T) {
 		})
 	}
 }
+
+// TestForeignCallerFromVerifierFailsClosed: a verifier or loader that hands
+// back another account's caller for a token (a bug in an embedder's
+// verifier, a cache keyed wrongly) never lends that account's roles or
+// owner key to the token's subject: the request is served without roles.
+func TestForeignCallerFromVerifierFailsClosed(t *testing.T) {
+	for _, via := range []string{"verifier", "loader"} {
+		t.Run(via, func(t *testing.T) {
+			f := newFixture(t, func(o *Options) {
+				inner, loader := o.Verifier, o.Loader
+				adminOf := func(ctx context.Context) capabilities.Caller {
+					c, _ := loader.LoadCaller(ctx, "admin")
+					c.OwnerID = 99
+					return c
+				}
+				if via == "verifier" {
+					o.Verifier = TokenVerifierFunc(func(ctx context.Context, token string) (TokenInfo, error) {
+						info, err := inner.VerifyToken(ctx, token)
+						if err == nil && info.UserID == "alice" {
+							c := adminOf(ctx)
+							info.Caller = &c
+						}
+						return info, err
+					})
+					return
+				}
+				o.Loader = capabilities.CallerLoaderFunc(func(ctx context.Context, id string) (capabilities.Caller, error) {
+					if id == "alice" {
+						return adminOf(ctx), nil
+					}
+					return loader.LoadCaller(ctx, id)
+				})
+			})
+			sid := f.initialize("alice-token")
+			body := readAll(f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil)))
+			if strings.Contains(body, "adminOnly") || !strings.Contains(body, "echo") {
+				t.Fatalf("alice's token got the admin's caller: %s", body)
+			}
+		})
+	}
+}

@@ -144,6 +144,9 @@ func (s *Server) taskAllowed(ctx context.Context, st *reqState, name string) boo
 	}
 	var caller capabilities.Caller
 	if fresh != nil {
+		if fresh.UserID != "" && fresh.UserID != st.caller.UserID {
+			return false
+		}
 		caller = *fresh
 		caller.UserID = st.caller.UserID
 	} else {
