@@ -87,6 +87,8 @@ func TestInvokeOrderOfChecks(t *testing.T) {
 		{"suspended does not finish a deletion", with(user, suspended), "finishDeletion", `{"text":"x"}`, nil, capabilities.CodeAccountSuspended, capabilities.ReasonSuspended},
 		{"web session caller", with(user, func(c *capabilities.Caller) { c.Session = true }), "sessionOnly", `{"text":"x"}`, nil, "", ""},
 		{"web session caller reads a credential", with(user, func(c *capabilities.Caller) { c.Session = true }), "sessionRead", `{"text":"x"}`, nil, "", ""},
+		{"deleting admin reads no other account", with(admin, deleting), "adminRead", `{"text":"x"}`, nil, capabilities.CodeAccountDeleting, capabilities.ReasonDeleting},
+		{"active admin reads", admin, "adminRead", `{"text":"x"}`, nil, "", ""},
 		{"deleting never reads a credential", with(user, func(c *capabilities.Caller) { c.Session = true; c.State = capabilities.AccountDeleting }), "sessionRead", `{"text":"x"}`, nil, capabilities.CodeAccountDeleting, capabilities.ReasonDeleting},
 		{"missing scope", with(user, func(c *capabilities.Caller) { c.AllScopes = false; c.Scopes = []string{"mcp"} }), "scoped", `{"text":"x"}`, nil, capabilities.CodeInsufficientScope, capabilities.ReasonScope},
 		{"scope present", with(user, func(c *capabilities.Caller) { c.AllScopes = false; c.Scopes = []string{"notes:write"} }), "scoped", `{"text":"x"}`, nil, "", ""},
@@ -118,6 +120,7 @@ func TestInvokeOrderOfChecks(t *testing.T) {
 				s.echo("interactive", write, capabilities.Requirement{InteractiveOnly: true}),
 				s.echo("sessionOnly", write, capabilities.Requirement{SessionOnly: true}),
 				s.echo("sessionRead", read, capabilities.Requirement{SessionOnly: true, InteractiveOnly: true}),
+				s.echo("adminRead", read, capabilities.Requirement{Role: capabilities.RoleAdmin}),
 				s.echo("finishDeletion", write, capabilities.Requirement{DuringDeletion: true}),
 				s.echo("scoped", write, capabilities.Requirement{Scopes: []string{"notes:write"}}),
 			); err != nil {
