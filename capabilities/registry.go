@@ -248,8 +248,9 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 
 // Invoke runs a capability for caller: the only way one runs. The checks run
 // in order: account state (suspended refuses everything, deleting refuses
-// anything not read-only, and session-only or admin-only reads), requirement (role, permission, feature flag,
-// interactive-only), token scope, quota, input schema; then the handler,
+// anything not read-only, and session-only or admin-only reads),
+// requirement (role, permission, feature flag, interactive-only,
+// session-only), token scope, quota, input schema; then the handler,
 // with panics recovered. A denial is recorded with the Auditor. A capability
 // hidden from caller answers exactly like an unknown one.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
