@@ -185,6 +185,13 @@ func New(opts Options) (*Server, error) {
 	if err != nil || base.Scheme == "" || base.Host == "" {
 		return nil, fmt.Errorf("mcp: new: BaseURL %q is not an absolute URL", opts.BaseURL)
 	}
+	if opts.Anonymous != nil && opts.Anonymous.Session {
+		// Not even the anonymous caller of a loopback server is a web-shell
+		// session: session-only capabilities stay off MCP.
+		anon := *opts.Anonymous
+		anon.Session = false
+		opts.Anonymous = &anon
+	}
 	origin := strings.TrimSuffix(base.String(), "/")
 	s := &Server{
 		opts:        opts,

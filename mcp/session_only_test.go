@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
 )
 
 // TestSessionOnlyNeverOverToken: a capability marked SessionOnly (secret
@@ -16,7 +17,7 @@ import (
 // built by the same code the web shell uses). It is hidden from tools/list
 // and answers tools/call like an unknown name.
 func TestSessionOnlyNeverOverToken(t *testing.T) {
-	for _, via := range []string{"verifier", "loader"} {
+	for _, via := range []string{"verifier", "loader", "anonymous"} {
 		t.Run(via, func(t *testing.T) {
 			ran := false
 			f := newFixture(t, func(o *Options) {
@@ -28,6 +29,11 @@ func TestSessionOnlyNeverOverToken(t *testing.T) {
 						return capabilities.TextResult("the secret"), nil
 					},
 				})))
+				if via == "anonymous" {
+					anon := capabilitiestest.User("alice")
+					anon.Session = true
+					o.Anonymous = &anon
+				}
 				if via == "verifier" {
 					inner := o.Verifier
 					o.Verifier = TokenVerifierFunc(func(ctx context.Context, token string) (TokenInfo, error) {
@@ -46,17 +52,21 @@ func TestSessionOnlyNeverOverToken(t *testing.T) {
 				c.Session = true
 				f.loader.Set(c)
 			}
-			sid := f.initialize("alice-token")
-			resp := f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil))
+			token := "alice-token"
+			if via == "anonymous" {
+				token = ""
+			}
+			sid := f.initialize(token)
+			resp := f.request(http.MethodPost, token, sid, rpc(2, "tools/list", nil))
 			if body := readAll(resp); strings.Contains(body, "revealSecret") {
 				t.Fatalf("tools/list shows a session-only capability to a token: %s", body)
 			}
-			resp = f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "revealSecret"}))
+			resp = f.request(http.MethodPost, token, sid, rpc(3, "tools/call", map[string]any{"name": "revealSecret"}))
 			body := readAll(resp)
 			if ran || strings.Contains(body, "the secret") {
 				t.Fatalf("a token caller ran a session-only capability: %s", body)
 			}
-			unknown := readAll(f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "noSuchThing"})))
+			unknown := readAll(f.request(http.MethodPost, token, sid, rpc(3, "tools/call", map[string]any{"name": "noSuchThing"})))
 			if strings.ReplaceAll(body, "revealSecret", "X") != strings.ReplaceAll(unknown, "noSuchThing", "X") {
 				t.Fatalf("hidden answer differs from unknown:\n%s\n%s", body, unknown)
 			}
