@@ -333,6 +333,7 @@ func (s *Server) InvokeBackground(ctx context.Context, userID, name string, args
 		caller = capabilities.FailClosed(userID, nil)
 	}
 	caller.Interactive = false
+	caller.Session = false
 	caller.AllScopes = true
 	return s.registry.Invoke(ctx, caller, name, args)
 }

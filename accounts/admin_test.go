@@ -198,6 +198,16 @@ func TestAdminCapabilities(t *testing.T) {
 				t.Fatalf("%s admin: %v", name, err)
 			}
 		}
+		// Nor any other spelling of it: case, whitespace, lookalike letters,
+		// invisible characters name no role.
+		for _, spelling := range []string{"Admin", "ADMIN", " admin", "admin ", "admin\n", "\u0430dmin", "admin\u200b", "ａｄｍｉｎ"} {
+			if _, err := f.invoke(t, f.admin, "adminRoleAssign", accounts.AdminRoleInput{UserID: f.bob.StableID, Role: spelling}); capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+				t.Fatalf("assign %q: %v", spelling, err)
+			}
+			if _, err := f.invoke(t, f.admin, "adminRoleRemove", accounts.AdminRoleInput{UserID: f.root.StableID, Role: spelling}); err != nil && capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+				t.Fatalf("remove %q: %v", spelling, err)
+			}
+		}
 		if _, err := f.invoke(t, f.admin, "adminRoleRemove", accounts.AdminRoleInput{UserID: f.root.StableID, Role: capabilities.RoleAdmin}); !errors.Is(err, accounts.ErrAdminRoleReserved) {
 			t.Fatalf("remove own admin: %v", err)
 		}

@@ -43,9 +43,12 @@ type Requirement struct {
 	// tokens (interactive or not), jobs, schedules and the CLI neither see
 	// nor call it. For what the reference keeps session-authenticated:
 	// revealing a secret, changing the password, deleting the account.
+	// A session-only capability does not run for an account being deleted
+	// even when it is read-only (unless DuringDeletion).
 	SessionOnly bool
 	// DuringDeletion lets the capability run for an account being deleted,
-	// which is otherwise refused every write: only for what finishes that
+	// which is otherwise refused every write, every session-only read and
+	// every read kept to the admin role: only for what finishes that
 	// deletion (retrying a deletion that failed midway).
 	DuringDeletion bool
 	// Scopes the access token must all carry. Unlike the other conditions,

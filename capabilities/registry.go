@@ -248,8 +248,9 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 
 // Invoke runs a capability for caller: the only way one runs. The checks run
 // in order: account state (suspended refuses everything, deleting refuses
-// anything not read-only), requirement (role, permission, feature flag,
-// interactive-only), token scope, quota, input schema; then the handler,
+// anything not read-only, and session-only or admin-only reads),
+// requirement (role, permission, feature flag, interactive-only,
+// session-only), token scope, quota, input schema; then the handler,
 // with panics recovered. A denial is recorded with the Auditor. A capability
 // hidden from caller answers exactly like an unknown one.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
@@ -292,7 +293,7 @@ func (r *Registry) Admit(ctx context.Context, caller Caller, name string) error 
 		r.deny(ctx, caller, "tool", name, ReasonUnknown)
 		return errNotFound("capability", name)
 	}
-	return r.admit(ctx, caller, "tool", name, c.Annotations.ReadOnly, c.Requires)
+	return r.admit(ctx, caller, "tool", name, c.runsWhileDeleting(), c.Requires)
 }
 
 // CheckScope reports, before a transport commits to a response, whether the
@@ -358,9 +359,16 @@ func (r *Registry) run(ctx context.Context, name string, f func() (Result, error
 }
 
 // runsWhileDeleting reports whether c runs for an account being deleted:
-// read-only capabilities, and those that finish the deletion itself.
+// read-only capabilities, and those that finish the deletion itself. Two
+// kinds of read are not among them: a session-only read (a credential or
+// secret shown to the person), and an admin-only read (other people's
+// accounts): an account on its way out reveals nothing more than its own
+// data and holds no administrative power.
 func (c Capability) runsWhileDeleting() bool {
-	return c.Annotations.ReadOnly || c.Requires.DuringDeletion
+	if c.Requires.DuringDeletion {
+		return true
+	}
+	return c.Annotations.ReadOnly && !c.Requires.SessionOnly && c.Requires.Role != RoleAdmin
 }
 
 // stateDenial is the account-state check.

@@ -86,6 +86,10 @@ func TestInvokeOrderOfChecks(t *testing.T) {
 		{"deleting runs what finishes the deletion", with(user, deleting), "finishDeletion", `{"text":"x"}`, nil, "", ""},
 		{"suspended does not finish a deletion", with(user, suspended), "finishDeletion", `{"text":"x"}`, nil, capabilities.CodeAccountSuspended, capabilities.ReasonSuspended},
 		{"web session caller", with(user, func(c *capabilities.Caller) { c.Session = true }), "sessionOnly", `{"text":"x"}`, nil, "", ""},
+		{"web session caller reads a credential", with(user, func(c *capabilities.Caller) { c.Session = true }), "sessionRead", `{"text":"x"}`, nil, "", ""},
+		{"deleting admin reads no other account", with(admin, deleting), "adminRead", `{"text":"x"}`, nil, capabilities.CodeAccountDeleting, capabilities.ReasonDeleting},
+		{"active admin reads", admin, "adminRead", `{"text":"x"}`, nil, "", ""},
+		{"deleting never reads a credential", with(user, func(c *capabilities.Caller) { c.Session = true; c.State = capabilities.AccountDeleting }), "sessionRead", `{"text":"x"}`, nil, capabilities.CodeAccountDeleting, capabilities.ReasonDeleting},
 		{"missing scope", with(user, func(c *capabilities.Caller) { c.AllScopes = false; c.Scopes = []string{"mcp"} }), "scoped", `{"text":"x"}`, nil, capabilities.CodeInsufficientScope, capabilities.ReasonScope},
 		{"scope present", with(user, func(c *capabilities.Caller) { c.AllScopes = false; c.Scopes = []string{"notes:write"} }), "scoped", `{"text":"x"}`, nil, "", ""},
 		{"role before quota", user, "adminWrite", `{"text":"x"}`, overQuota, capabilities.CodeNotFound, capabilities.ReasonRole},
@@ -115,6 +119,8 @@ func TestInvokeOrderOfChecks(t *testing.T) {
 				s.echo("flaggedOn", read, capabilities.Requirement{Feature: "beta"}),
 				s.echo("interactive", write, capabilities.Requirement{InteractiveOnly: true}),
 				s.echo("sessionOnly", write, capabilities.Requirement{SessionOnly: true}),
+				s.echo("sessionRead", read, capabilities.Requirement{SessionOnly: true, InteractiveOnly: true}),
+				s.echo("adminRead", read, capabilities.Requirement{Role: capabilities.RoleAdmin}),
 				s.echo("finishDeletion", write, capabilities.Requirement{DuringDeletion: true}),
 				s.echo("scoped", write, capabilities.Requirement{Scopes: []string{"notes:write"}}),
 			); err != nil {
@@ -471,5 +477,30 @@ func TestNamesOption(t *testing.T) {
 	reg := capabilities.NewRegistry(capabilities.Options{Names: regexp.MustCompile(`^[a-z][a-z_]*$`)})
 	if err := reg.Register(snake); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAdmitMatchesInvokeWhileDeleting: Admit decides for an account being
+// deleted exactly as Invoke does: what finishes the deletion is admitted,
+// a session-only read and an ordinary write are not.
+func TestAdmitMatchesInvokeWhileDeleting(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{Auditor: &capabilitiestest.Auditor{}})
+	s := &spy{}
+	if err := reg.Register(
+		s.echo("finishDeletion", write, capabilities.Requirement{DuringDeletion: true}),
+		s.echo("sessionRead", read, capabilities.Requirement{SessionOnly: true}),
+		s.echo("readAny", read, capabilities.Requirement{}),
+		s.echo("writeAny", write, capabilities.Requirement{}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	c := capabilitiestest.User("u1")
+	c.State, c.Session = capabilities.AccountDeleting, true
+	for _, name := range []string{"finishDeletion", "sessionRead", "readAny", "writeAny"} {
+		_, invokeErr := reg.Invoke(t.Context(), c, name, json.RawMessage(`{"text":"x"}`))
+		admitErr := reg.Admit(t.Context(), c, name)
+		if codeOrEmpty(invokeErr) != codeOrEmpty(admitErr) {
+			t.Errorf("%s: Invoke %v, Admit %v", name, invokeErr, admitErr)
+		}
 	}
 }

@@ -185,6 +185,13 @@ func New(opts Options) (*Server, error) {
 	if err != nil || base.Scheme == "" || base.Host == "" {
 		return nil, fmt.Errorf("mcp: new: BaseURL %q is not an absolute URL", opts.BaseURL)
 	}
+	if opts.Anonymous != nil && opts.Anonymous.Session {
+		// Not even the anonymous caller of a loopback server is a web-shell
+		// session: session-only capabilities stay off MCP.
+		anon := *opts.Anonymous
+		anon.Session = false
+		opts.Anonymous = &anon
+	}
 	origin := strings.TrimSuffix(base.String(), "/")
 	s := &Server{
 		opts:        opts,
@@ -678,11 +685,17 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, requestID 
 	case err != nil:
 		s.log.ErrorContext(ctx, "mcp: load caller failed; serving without roles", "err", err, "request_id", requestID)
 		caller = capabilities.FailClosed(info.UserID, nil)
+	case caller.UserID != "" && caller.UserID != info.UserID:
+		// The verifier or loader handed back another account's caller:
+		// its roles and owner key must not ride on this token's subject.
+		s.log.ErrorContext(ctx, "mcp: loaded caller is not the token's subject; serving without roles", "request_id", requestID)
+		caller = capabilities.FailClosed(info.UserID, nil)
 	}
 	caller.UserID = info.UserID
 	caller.Scopes = info.Scopes
 	caller.AllScopes = false
 	caller.Interactive = true
+	caller.Session = false // a bearer token is never a web-shell session
 	if caller.State == capabilities.AccountSuspended {
 		refuse(w, errSuspended, requestID)
 		return capabilities.Caller{}, TokenInfo{}, false
@@ -940,8 +953,12 @@ func (s *Server) callerFor(ctx context.Context, userID string) (capabilities.Cal
 	if err != nil {
 		return capabilities.Caller{}, fmt.Errorf("mcp: load caller: %w", err)
 	}
+	if c.UserID != "" && c.UserID != userID {
+		return capabilities.Caller{}, errors.New("mcp: load caller: the loader returned another account")
+	}
 	c.UserID = userID
 	c.Interactive = true // as the session's requests are served
+	c.Session = false    // never a web-shell session over MCP
 	return c, nil
 }
 

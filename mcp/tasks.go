@@ -144,6 +144,9 @@ func (s *Server) taskAllowed(ctx context.Context, st *reqState, name string) boo
 	}
 	var caller capabilities.Caller
 	if fresh != nil {
+		if fresh.UserID != "" && fresh.UserID != st.caller.UserID {
+			return false
+		}
 		caller = *fresh
 		caller.UserID = st.caller.UserID
 	} else {
@@ -154,6 +157,7 @@ func (s *Server) taskAllowed(ctx context.Context, st *reqState, name string) boo
 	}
 	caller.Scopes, caller.AllScopes = st.caller.Scopes, st.caller.AllScopes
 	caller.Interactive = st.caller.Interactive
+	caller.Session = false
 	return s.reg.Admit(ctx, caller, name) == nil
 }
 
