@@ -130,7 +130,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
 	if s.features != nil {
-		caps = append(caps, s.features.Capabilities()...)
+		caps = append(caps, s.auditedAdmin(s.features.Capabilities())...)
 	}
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
@@ -330,18 +330,21 @@ func addTables(inv *storage.Inventory, tables []storage.Table) error {
 
 // adminAuditActions names the audit action of each admin capability whose
 // calls are recorded in the audit log, whatever the transport (MCP, web
-// shell, CLI): who acted, from which address, on which client.
+// shell, CLI): who acted, from which address, on which client or flag.
 var adminAuditActions = map[string]string{
 	"adminOAuthClientBlock":   "admin_client_block",
 	"adminOAuthClientUnblock": "admin_client_unblock",
 	"adminInviteCreate":       "admin_invite_create",
 	"adminInviteRevoke":       "admin_invite_revoke",
+	"adminFeatureSet":         "admin_feature_set",
 }
 
 // auditedAdmin wraps the handlers of the capabilities named in
 // adminAuditActions so that every call that reaches them (the registry
 // has let it through) is recorded with the acting admin's hash and, for a
-// client block, the client's id.
+// client block, the client's id; for a feature flag change, Reason says
+// which flag and what it became ("beta on", "beta on for role admin",
+// "beta off").
 func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Capability {
 	for i := range caps {
 		action, ok := adminAuditActions[caps[i].Name]
@@ -353,6 +356,9 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 			res, err := next(ctx, call, args)
 			var in struct {
 				ClientID string `json:"clientId"`
+				Name     string `json:"name"`
+				Enabled  bool   `json:"enabled"`
+				Role     string `json:"role"`
 			}
 			_ = json.Unmarshal(args, &in)
 			result := audit.ResultSuccess
@@ -363,6 +369,9 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 			if len(in.ClientID) <= 256 {
 				e.ClientID = in.ClientID
 			}
+			if action == "admin_feature_set" {
+				e.Reason = featureChange(in.Name, in.Enabled, in.Role)
+			}
 			if call != nil && call.Caller.UserID != "" {
 				e.UserHash = s.audit.HashUser(call.Caller.UserID)
 			}
@@ -371,6 +380,22 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 		}
 	}
 	return caps
+}
+
+// featureChange describes a feature flag change for the audit log,
+// bounded so that a refused call's oversized arguments are not stored.
+func featureChange(name string, enabled bool, role string) string {
+	if len(name) > 128 || len(role) > 128 {
+		return "flag name or role too long"
+	}
+	d := name + " off"
+	if enabled {
+		d = name + " on"
+		if role != "" {
+			d += " for role " + role
+		}
+	}
+	return d
 }
 
 // webMail forwards the mail of an email change to the web shell, which is

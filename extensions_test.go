@@ -17,6 +17,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/quota"
@@ -466,6 +467,24 @@ func TestFeatureFlags(t *testing.T) {
 			}
 			if _, err := reg.Invoke(ctx, ann, "betaThing", nil); capabilities.CodeOf(err) != capabilities.CodeNotFound {
 				t.Fatalf("flag off, ann still calls it: %v", err)
+			}
+			// Every change is audited with the admin's hash and the flag; a
+			// refused change as a failure.
+			events, err := srv.Audit().Query(ctx, audit.Filter{Action: "admin_feature_set"}, storage.PageRequest{Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range events.Items {
+				if e.UserHash != srv.Audit().HashUser(admin.UserID) || e.Category != audit.CategoryAccount {
+					t.Fatalf("audit row %+v: want the admin's hash", e)
+				}
+				got = append(got, e.Result+": "+e.Reason)
+			}
+			want := []string{"success: beta off", "success: beta on", "success: beta on for role admin",
+				"failure: beta on for role nosuchrole", "failure: Bad Name on"}
+			if !slices.Equal(got, want) {
+				t.Fatalf("audit of flag changes:\n got %q\nwant %q", got, want)
 			}
 		})
 	}

@@ -233,36 +233,31 @@ func capabilityError(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, m := range []struct {
-		err  error
-		code capabilities.Code
-	}{
-		{ErrNotFound, capabilities.CodeNotFound},
-		{ErrInvalidEmail, capabilities.CodeInvalidInput},
-		{ErrInvalidUsername, capabilities.CodeInvalidInput},
-		{ErrUsernameReserved, capabilities.CodeInvalidInput},
-		{ErrWeakPassword, capabilities.CodeInvalidInput},
-		{ErrUnknownRole, capabilities.CodeInvalidInput},
-		{ErrInvalidToken, capabilities.CodeInvalidInput},
-		{ErrInvalidCredentials, capabilities.CodeInvalidInput},
-		{ErrEmailTaken, capabilities.CodeConflict},
-		{ErrEmailClaimed, capabilities.CodeConflict},
-		{ErrUsernameTaken, capabilities.CodeConflict},
-		{ErrLastAdmin, capabilities.CodeConflict},
-		{ErrAdminRoleReserved, capabilities.CodeConflict},
-		{ErrSuspendSelf, capabilities.CodeConflict},
-		{ErrDeleting, capabilities.CodeConflict},
-		{ErrEmailUnverified, capabilities.CodeConflict},
-	} {
-		if errors.Is(err, m.err) {
-			msg := m.err.Error()
-			if pe, ok := errors.AsType[*PasswordPolicyError](err); ok {
-				msg = pe.Reason
-			}
-			return &capabilities.Error{Code: m.code, Message: msg, Err: err}
-		}
+	if code, ok := capabilityCodes[CodeOf(err)]; ok {
+		return &capabilities.Error{Code: code, Message: MessageOf(err), Err: err}
 	}
 	return err
+}
+
+// capabilityCodes maps the accounts errors that capabilities report to
+// their capabilities.Code; any other error stays as it is (internal).
+var capabilityCodes = map[Code]capabilities.Code{
+	CodeNotFound:           capabilities.CodeNotFound,
+	CodeInvalidEmail:       capabilities.CodeInvalidInput,
+	CodeInvalidUsername:    capabilities.CodeInvalidInput,
+	CodeUsernameReserved:   capabilities.CodeInvalidInput,
+	CodeWeakPassword:       capabilities.CodeInvalidInput,
+	CodeUnknownRole:        capabilities.CodeInvalidInput,
+	CodeInvalidToken:       capabilities.CodeInvalidInput,
+	CodeInvalidCredentials: capabilities.CodeInvalidInput,
+	CodeEmailTaken:         capabilities.CodeConflict,
+	CodeEmailClaimed:       capabilities.CodeConflict,
+	CodeUsernameTaken:      capabilities.CodeConflict,
+	CodeLastAdmin:          capabilities.CodeConflict,
+	CodeAdminRoleReserved:  capabilities.CodeConflict,
+	CodeSuspendSelf:        capabilities.CodeConflict,
+	CodeDeleting:           capabilities.CodeConflict,
+	CodeEmailUnverified:    capabilities.CodeConflict,
 }
 
 // AdminCapabilities returns the account-administration capabilities, for

@@ -2,51 +2,53 @@ package accounts
 
 import "errors"
 
-// Domain errors. Transports map them to status codes in one table each; the
-// messages are safe to show to the person who made the request.
+// Domain errors. Each is an *Error with its own Code; transports map codes
+// to statuses in one table each (CodeOf, MessageOf), and errors.Is with
+// these sentinels keeps working through wrapping. The messages are safe to
+// show to the person who made the request.
 var (
 	// ErrInvalidCredentials: unknown email or wrong password (never told apart).
-	ErrInvalidCredentials = errors.New("Invalid email or password.")
+	ErrInvalidCredentials = newError(CodeInvalidCredentials, "Invalid email or password.")
 	// ErrEmailTaken: the address is the current email of an account.
-	ErrEmailTaken = errors.New("An account with this email already exists.")
+	ErrEmailTaken = newError(CodeEmailTaken, "An account with this email already exists.")
 	// ErrEmailClaimed: the address is a former email still claimed by an
 	// account. The message never reveals that account's current address.
-	ErrEmailClaimed = errors.New("This email is still claimed by an account. Sign in with the email that account uses now, or release this address from its settings.")
+	ErrEmailClaimed = newError(CodeEmailClaimed, "This email is still claimed by an account. Sign in with the email that account uses now, or release this address from its settings.")
 	// ErrInvalidEmail: not a plausible email address.
-	ErrInvalidEmail = errors.New("Enter a valid email address.")
+	ErrInvalidEmail = newError(CodeInvalidEmail, "Enter a valid email address.")
 	// ErrUsernameTaken: another account holds the username.
-	ErrUsernameTaken = errors.New("This username is taken.")
+	ErrUsernameTaken = newError(CodeUsernameTaken, "This username is taken.")
 	// ErrUsernameReserved: the username matches a reserved name.
-	ErrUsernameReserved = errors.New("This username is reserved.")
+	ErrUsernameReserved = newError(CodeUsernameReserved, "This username is reserved.")
 	// ErrInvalidUsername: not 3–32 lowercase letters, digits and hyphens
 	// with a letter or digit at both ends.
-	ErrInvalidUsername = errors.New("Usernames are 3–32 lowercase letters, digits and hyphens, starting and ending with a letter or digit.")
+	ErrInvalidUsername = newError(CodeInvalidUsername, "Usernames are 3–32 lowercase letters, digits and hyphens, starting and ending with a letter or digit.")
 	// ErrWeakPassword: the new password breaks the policy. Use errors.As
 	// with *PasswordPolicyError for the reason.
-	ErrWeakPassword = errors.New("The password does not meet the policy.")
+	ErrWeakPassword = newError(CodeWeakPassword, "The password does not meet the policy.")
 	// ErrNotFound: no such account (or token).
-	ErrNotFound = errors.New("Account not found.")
+	ErrNotFound = newError(CodeNotFound, "Account not found.")
 	// ErrSuspended: the account is suspended; it is refused everywhere.
-	ErrSuspended = errors.New("This account is suspended.")
+	ErrSuspended = newError(CodeSuspended, "This account is suspended.")
 	// ErrDeleting: the account is being deleted; writes are refused.
-	ErrDeleting = errors.New("This account is being deleted.")
+	ErrDeleting = newError(CodeDeleting, "This account is being deleted.")
 	// ErrLastAdmin: removing the role, suspending or deleting the account
 	// would leave no active admin.
-	ErrLastAdmin = errors.New("This is the last admin that is active; grant admin to another active account first.")
+	ErrLastAdmin = newError(CodeLastAdmin, "This is the last admin that is active; grant admin to another active account first.")
 	// ErrAdminRoleReserved: the admin role is granted and revoked only by
 	// the operator, from the command line.
-	ErrAdminRoleReserved = errors.New("The admin role is granted and revoked only by the operator, from the command line (enclave admin grant EMAIL, enclave admin revoke EMAIL).")
+	ErrAdminRoleReserved = newError(CodeAdminRoleReserved, "The admin role is granted and revoked only by the operator, from the command line (enclave admin grant EMAIL, enclave admin revoke EMAIL).")
 	// ErrSuspendSelf: an admin asked to suspend their own account.
-	ErrSuspendSelf = errors.New("You cannot suspend your own account.")
+	ErrSuspendSelf = newError(CodeSuspendSelf, "You cannot suspend your own account.")
 	// ErrUnknownRole: no role has this name.
-	ErrUnknownRole = errors.New("Unknown role.")
+	ErrUnknownRole = newError(CodeUnknownRole, "Unknown role.")
 	// ErrNoSession: the request carries no valid session (missing, forged,
 	// expired or revoked cookie).
-	ErrNoSession = errors.New("Not signed in.")
+	ErrNoSession = newError(CodeNoSession, "Not signed in.")
 	// ErrInvalidToken: a password-setup token is unknown, used or expired.
-	ErrInvalidToken = errors.New("This link is invalid or has expired.")
+	ErrInvalidToken = newError(CodeInvalidToken, "This link is invalid or has expired.")
 	// ErrEmailUnverified: the operation needs a verified current email.
-	ErrEmailUnverified = errors.New("Verify your current email address first.")
+	ErrEmailUnverified = newError(CodeEmailUnverified, "Verify your current email address first.")
 )
 
 // PasswordPolicyError says why a new password was refused. It matches
@@ -59,3 +61,65 @@ func (e *PasswordPolicyError) Error() string { return e.Reason }
 
 // Is reports whether target is ErrWeakPassword.
 func (e *PasswordPolicyError) Is(target error) bool { return target == ErrWeakPassword }
+
+// Code names an accounts error independently of its message.
+type Code string
+
+// The codes of the domain errors (see the Err… sentinels).
+const (
+	CodeInvalidCredentials Code = "invalid_credentials"
+	CodeEmailTaken         Code = "email_taken"
+	CodeEmailClaimed       Code = "email_claimed"
+	CodeInvalidEmail       Code = "invalid_email"
+	CodeUsernameTaken      Code = "username_taken"
+	CodeUsernameReserved   Code = "username_reserved"
+	CodeInvalidUsername    Code = "invalid_username"
+	CodeWeakPassword       Code = "weak_password"
+	CodeNotFound           Code = "not_found"
+	CodeSuspended          Code = "suspended"
+	CodeDeleting           Code = "deleting"
+	CodeLastAdmin          Code = "last_admin"
+	CodeAdminRoleReserved  Code = "admin_role_reserved"
+	CodeSuspendSelf        Code = "suspend_self"
+	CodeUnknownRole        Code = "unknown_role"
+	CodeNoSession          Code = "no_session"
+	CodeInvalidToken       Code = "invalid_token"
+	CodeEmailUnverified    Code = "email_unverified"
+	CodeSignupClosed       Code = "signup_closed"
+	CodeInviteInvalid      Code = "invite_invalid"
+)
+
+// Error is a domain error: a code and a message fit for the person who made
+// the request. The Err… sentinels are *Error values; compare with errors.Is.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func newError(code Code, message string) error { return &Error{Code: code, Message: message} }
+
+// CodeOf returns the code of the accounts error inside err, or "" when err
+// holds none. A *PasswordPolicyError is CodeWeakPassword.
+func CodeOf(err error) Code {
+	if _, ok := errors.AsType[*PasswordPolicyError](err); ok {
+		return CodeWeakPassword
+	}
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Code
+	}
+	return ""
+}
+
+// MessageOf returns the message of the accounts error inside err (the
+// policy's reason for a *PasswordPolicyError), or "" when err holds none.
+func MessageOf(err error) string {
+	if pe, ok := errors.AsType[*PasswordPolicyError](err); ok {
+		return pe.Reason
+	}
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Message
+	}
+	return ""
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -43,8 +42,8 @@ func ParseSignupMode(s string) (SignupMode, error) {
 
 // Errors of sign-up modes.
 var (
-	ErrSignupClosed  = errors.New("accounts: sign-up is closed")
-	ErrInviteInvalid = errors.New("accounts: the invite code is unknown, used or expired")
+	ErrSignupClosed  = newError(CodeSignupClosed, "accounts: sign-up is closed")
+	ErrInviteInvalid = newError(CodeInviteInvalid, "accounts: the invite code is unknown, used or expired")
 )
 
 // SignupMode returns the configured sign-up mode.

@@ -1,6 +1,9 @@
 package enclavetest_test
 
 import (
+	"encoding/json"
+	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/enclavetest"
+	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/quota"
 )
 
@@ -43,8 +47,9 @@ func TestKit(t *testing.T) {
 	})
 }
 
-// Over MCP, a quota refusal is an error result that says when to retry, in
-// its text and in _meta.retryAfter.
+// Over MCP, a quota refusal is the JSON-RPC error mcp.CodeQuotaExceeded
+// (HTTP 200) that says when to retry, in its message and in
+// data.retryAfter.
 func TestQuotaOverMCP(t *testing.T) {
 	s := enclavetest.Start(t, enclavetest.Options{Config: enclave.Config{
 		QuotaLimits: quota.Limits{Daily: map[string]int64{quota.DefaultClass: 2}},
@@ -56,12 +61,20 @@ func TestQuotaOverMCP(t *testing.T) {
 		}
 	}
 	res, err := c.Call("whoami", nil)
-	if err != nil {
-		t.Fatal(err)
+	var rpcErr *enclavetest.RPCError
+	if !errors.As(err, &rpcErr) {
+		t.Fatalf("third call: want a JSON-RPC error, got %+v, %v", res, err)
 	}
-	at, _ := res.Meta["retryAfter"].(string)
-	when, perr := time.Parse(time.RFC3339, at)
-	if !res.IsError || res.Meta["code"] != "quota_exceeded" || perr != nil || !when.After(time.Now()) || !strings.Contains(res.Text, at) {
-		t.Fatalf("third call: %+v", res)
+	var data struct {
+		Code       string `json:"code"`
+		RetryAfter string `json:"retryAfter"`
+	}
+	if err := json.Unmarshal(rpcErr.Data, &data); err != nil {
+		t.Fatalf("error data %s: %v", rpcErr.Data, err)
+	}
+	when, perr := time.Parse(time.RFC3339, data.RetryAfter)
+	if rpcErr.Code != mcp.CodeQuotaExceeded || rpcErr.Status != http.StatusOK || data.Code != "quota_exceeded" ||
+		perr != nil || !when.After(time.Now()) || !strings.Contains(rpcErr.Message, data.RetryAfter) {
+		t.Fatalf("third call: %+v (data %s)", rpcErr, rpcErr.Data)
 	}
 }

@@ -28,6 +28,8 @@ type RPCError struct {
 	Code    int             `json:"code"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Status is the HTTP status the error came with.
+	Status int `json:"-"`
 }
 
 func (e *RPCError) Error() string { return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, e.Message) }
@@ -40,7 +42,7 @@ type ToolResult struct {
 	Text string
 	// Structured is the structured content, if any.
 	Structured json.RawMessage
-	// Meta is the result's _meta (a quota refusal carries "retryAfter").
+	// Meta is the result's _meta.
 	Meta map[string]any
 }
 
@@ -72,8 +74,10 @@ func (s *Server) MCP(t testing.TB, token string) *Client {
 }
 
 // Call runs tools/call. A refusal the capability reports (not found,
-// invalid input, quota …) is a ToolResult with IsError set; err is for
-// transport and protocol failures (a *RPCError for a JSON-RPC error).
+// invalid input …) is a ToolResult with IsError set; err is for transport
+// and protocol failures (a *RPCError for a JSON-RPC error), and for a
+// quota refusal: a *RPCError with code mcp.CodeQuotaExceeded whose data
+// carries "retryAfter" (RFC 3339).
 func (c *Client) Call(name string, args any) (ToolResult, error) {
 	if args == nil {
 		args = map[string]any{}
@@ -142,6 +146,7 @@ func (c *Client) Request(method string, params any) (json.RawMessage, error) {
 		return nil, fmt.Errorf("enclavetest: %s: status %d, not JSON-RPC: %.200s", method, status, raw)
 	}
 	if msg.Error != nil {
+		msg.Error.Status = status
 		return nil, msg.Error
 	}
 	if status != http.StatusOK {

@@ -107,11 +107,12 @@ func (s *Server) toolResult(ctx context.Context, st *reqState, cl *client, name 
 	if s.protocolError(ctx, st, err) {
 		return nil, safeError{"request refused"}
 	}
+	if retryError(st, err) {
+		return nil, safeError{"quota exceeded"}
+	}
 	if err != nil {
 		s.logIfInternal(ctx, st, "tools/call "+name, err)
-		out := mcpgo.NewToolResultError(publicMessage(err, st.requestID))
-		retryMeta(out, err)
-		return out, nil
+		return mcpgo.NewToolResultError(publicMessage(err, st.requestID)), nil
 	}
 	out := &mcpgo.CallToolResult{Content: contents(res.Content), StructuredContent: res.Structured, IsError: res.IsError}
 	if len(out.Content) == 0 {

@@ -34,6 +34,9 @@ type deliveryWriter struct {
 	replacement []byte
 	replaceAny  bool // replace the response, not only an error response
 	replaced    bool
+	// replaceStatus is the HTTP status of a replacement error on a plain
+	// JSON response (400 unless replaceErrorStatus says otherwise).
+	replaceStatus int
 }
 
 var notificationMark = []byte(`"method":"notifications/`)
@@ -50,7 +53,7 @@ func (d *deliveryWriter) WriteHeader(status int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.replacement != nil && !d.replaceAny && !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
-		status = http.StatusBadRequest
+		status = d.replaceStatus
 	}
 	if !d.started {
 		d.started = true
@@ -90,6 +93,12 @@ func (d *deliveryWriter) Write(p []byte) (int, error) {
 // instead, with HTTP status 400 on a plain JSON response: protocol
 // 2026-07-28 prescribes codes and data mcp-go cannot carry from a handler.
 func (d *deliveryWriter) replaceError(id json.RawMessage, code int, message string, data any) {
+	d.replaceErrorStatus(id, http.StatusBadRequest, code, message, data)
+}
+
+// replaceErrorStatus is replaceError with the HTTP status of a plain JSON
+// response chosen by the caller (an event stream has already sent 200).
+func (d *deliveryWriter) replaceErrorStatus(id json.RawMessage, status, code int, message string, data any) {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
@@ -99,7 +108,7 @@ func (d *deliveryWriter) replaceError(id json.RawMessage, code int, message stri
 	}
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": e})
 	d.mu.Lock()
-	d.replacement = b
+	d.replacement, d.replaceStatus = b, status
 	d.mu.Unlock()
 }
 

@@ -19,7 +19,9 @@ import (
 //   - tools/call: every failure is a tool result with isError set and the
 //     domain message, so the model can read it and react; hidden and
 //     unknown capabilities are the one exception, answered by mcp-go's own
-//     "tool not found" error so that the two are indistinguishable;
+//     "tool not found" error so that the two are indistinguishable, and a
+//     quota refusal the other, answered by the JSON-RPC error
+//     CodeQuotaExceeded carrying when to retry (retryError);
 //   - resources/read, prompts/get, completion/complete: a JSON-RPC error
 //     carrying the domain message (mcp-go fixes its code);
 //   - refusals answered before the protocol layer: the HTTP status below.
@@ -38,18 +40,27 @@ var httpStatus = map[capabilities.Code]int{
 	capabilities.CodeInternal:          http.StatusInternalServerError,
 }
 
-// retryMeta adds, to the error result of a refusal that says when to retry
-// (a quota), _meta {"code": "quota_exceeded", "retryAfter": RFC 3339 time}
-// so that a client can wait without parsing the message.
-func retryMeta(res *mcpgo.CallToolResult, err error) {
+// CodeQuotaExceeded is the JSON-RPC error code of a tools/call refused by
+// the quota: a server error code (-32000..-32099) that neither the MCP
+// specification nor this package uses otherwise. Its data is
+// {"code": "quota_exceeded", "retryAfter": RFC 3339 time}.
+const CodeQuotaExceeded = -32029
+
+// retryError answers a tools/call refusal that says when to retry (a
+// quota) with the JSON-RPC error CodeQuotaExceeded, HTTP 200, in place of
+// the tool result mcp-go would write: mcp-go gives tool handlers no way to
+// choose an error code, so the delivery writer replaces its response. It
+// reports whether it did.
+func retryError(st *reqState, err error) bool {
 	at, ok := capabilities.RetryAfterOf(err)
-	if !ok {
-		return
+	if !ok || st.out == nil {
+		return false
 	}
-	res.Meta = mcpgo.NewMetaFromMap(map[string]any{
+	st.out.replaceErrorStatus(st.rpcID, http.StatusOK, CodeQuotaExceeded, publicMessage(err, st.requestID), map[string]any{
 		"code":       string(capabilities.CodeOf(err)),
 		"retryAfter": at.UTC().Format(time.RFC3339),
 	})
+	return true
 }
 
 // refuse answers a request with a domain error before the protocol layer.

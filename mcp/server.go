@@ -28,7 +28,9 @@
 // per user (tasks.go, package sqltasks); errors take the shapes
 // the revision prescribes (-32021 with the required capabilities, -32602
 // for a bad request state, the unsupported-version data), and custom
-// x-mcp-header parameters are checked by mcp-go.
+// x-mcp-header parameters are checked by mcp-go. On every protocol version a
+// quota refusal of tools/call is the JSON-RPC error CodeQuotaExceeded whose
+// data says when to retry.
 package mcp
 
 import (

@@ -108,46 +108,47 @@ func (h *Handler) internalError(w http.ResponseWriter, r *http.Request, what str
 // userError maps an accounts domain error to a status and a message fit
 // for the person; ok is false for errors that are not domain errors.
 func userError(err error) (status int, msg string, ok bool) {
-	var policy *accounts.PasswordPolicyError
-	switch {
-	case errors.As(err, &policy):
-		return http.StatusUnprocessableEntity, policy.Reason, true
-	case errors.Is(err, accounts.ErrInvalidEmail), errors.Is(err, accounts.ErrInvalidUsername),
-		errors.Is(err, accounts.ErrUsernameReserved), errors.Is(err, accounts.ErrWeakPassword):
-		return http.StatusUnprocessableEntity, domainMessage(err), true
-	case errors.Is(err, accounts.ErrUsernameTaken), errors.Is(err, accounts.ErrEmailTaken),
-		errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrLastAdmin), errors.Is(err, accounts.ErrAdminRoleReserved):
-		return http.StatusConflict, domainMessage(err), true
-	case errors.Is(err, accounts.ErrInvalidCredentials):
-		return http.StatusUnauthorized, domainMessage(err), true
-	case errors.Is(err, accounts.ErrSuspended), errors.Is(err, accounts.ErrDeleting), errors.Is(err, accounts.ErrEmailUnverified):
-		return http.StatusForbidden, domainMessage(err), true
-	case errors.Is(err, accounts.ErrNotFound):
-		return http.StatusNotFound, domainMessage(err), true
-	case errors.Is(err, accounts.ErrInvalidToken):
-		return http.StatusBadRequest, domainMessage(err), true
-	case errors.Is(err, accounts.ErrInviteInvalid):
-		return http.StatusBadRequest, "That invite code is unknown, already used or expired.", true
-	case errors.Is(err, accounts.ErrSignupClosed):
-		return http.StatusForbidden, "Sign-up is closed on this server.", true
-	case errors.Is(err, accounts.ErrUnknownRole):
-		return http.StatusUnprocessableEntity, domainMessage(err), true
+	m, ok := userErrors[accounts.CodeOf(err)]
+	if !ok {
+		return 0, "", false
 	}
-	return 0, "", false
+	if m.msg == "" {
+		return m.status, domainMessage(err), true
+	}
+	return m.status, m.msg, true
+}
+
+// userErrors is the web shell's one table of accounts errors: the status,
+// and the message when it is not the domain's own.
+var userErrors = map[accounts.Code]struct {
+	status int
+	msg    string
+}{
+	accounts.CodeInvalidEmail:       {http.StatusUnprocessableEntity, ""},
+	accounts.CodeInvalidUsername:    {http.StatusUnprocessableEntity, ""},
+	accounts.CodeUsernameReserved:   {http.StatusUnprocessableEntity, ""},
+	accounts.CodeWeakPassword:       {http.StatusUnprocessableEntity, ""}, // the policy's reason
+	accounts.CodeUnknownRole:        {http.StatusUnprocessableEntity, ""},
+	accounts.CodeUsernameTaken:      {http.StatusConflict, ""},
+	accounts.CodeEmailTaken:         {http.StatusConflict, ""},
+	accounts.CodeEmailClaimed:       {http.StatusConflict, ""},
+	accounts.CodeLastAdmin:          {http.StatusConflict, ""},
+	accounts.CodeAdminRoleReserved:  {http.StatusConflict, ""},
+	accounts.CodeInvalidCredentials: {http.StatusUnauthorized, ""},
+	accounts.CodeSuspended:          {http.StatusForbidden, ""},
+	accounts.CodeDeleting:           {http.StatusForbidden, ""},
+	accounts.CodeEmailUnverified:    {http.StatusForbidden, ""},
+	accounts.CodeNotFound:           {http.StatusNotFound, ""},
+	accounts.CodeInvalidToken:       {http.StatusBadRequest, ""},
+	accounts.CodeInviteInvalid:      {http.StatusBadRequest, "That invite code is unknown, already used or expired."},
+	accounts.CodeSignupClosed:       {http.StatusForbidden, "Sign-up is closed on this server."},
 }
 
 // domainMessage returns the sentence of the accounts error inside err
 // (accounts wraps its domain errors with a lowercase prefix).
 func domainMessage(err error) string {
-	for _, e := range []error{
-		accounts.ErrInvalidEmail, accounts.ErrInvalidUsername, accounts.ErrUsernameReserved, accounts.ErrWeakPassword,
-		accounts.ErrUsernameTaken, accounts.ErrEmailTaken, accounts.ErrEmailClaimed, accounts.ErrLastAdmin,
-		accounts.ErrInvalidCredentials, accounts.ErrSuspended, accounts.ErrDeleting, accounts.ErrEmailUnverified,
-		accounts.ErrNotFound, accounts.ErrInvalidToken, accounts.ErrUnknownRole, accounts.ErrAdminRoleReserved,
-	} {
-		if errors.Is(err, e) {
-			return e.Error()
-		}
+	if msg := accounts.MessageOf(err); msg != "" {
+		return msg
 	}
 	return "That did not work."
 }

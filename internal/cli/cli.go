@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 )
@@ -151,6 +153,8 @@ type options struct {
 
 	signup         string
 	allowedOrigins string
+	quota          string
+	quotaClass     string
 
 	smtp           web.SMTPConfig
 	smtpURL        string
@@ -161,7 +165,7 @@ type options struct {
 // sharedFlags lists the flags read from ENCLAVE_* variables.
 var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format",
 	"log-level", "metrics-addr", "shutdown-timeout", "no-migrate", "signup", "allowed-origins",
-	"trusted-proxies", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
+	"trusted-proxies", "quota", "quota-class", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -186,6 +190,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.signup, "signup", "open", "who may create an account: open, invite (an admin's invite code) or closed (CLI only)")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
+	fs.StringVar(&o.quota, "quota", "", "comma-separated daily call limits per user per capability class, CLASS=N/day (UTC days), e.g. default=5000/day,search=200/day (default unlimited)")
+	fs.StringVar(&o.quotaClass, "quota-class", "", "comma-separated CAPABILITY=CLASS assigning capabilities to quota classes (every other capability is in class default)")
 	fs.StringVar(&o.smtpURL, "smtp-url", "", "SMTP server as one URL: smtp://USER:PASS@HOST:587?tls=starttls|tls|none[&auth=xoauth2] (replaces --smtp-addr, --smtp-username, --smtp-password and --smtp-security)")
 	fs.StringVar(&o.smtp.Addr, "smtp-addr", "", "SMTP server host:port for verification and reset mail (required with --production)")
 	fs.StringVar(&o.smtp.From, "smtp-from", "", "sender address of that mail")
@@ -271,6 +277,9 @@ func (o *options) finish(stderr io.Writer) error {
 			return fmt.Errorf("--allowed-origins %q: want origins such as https://app.example.com", origin)
 		}
 		o.cfg.AllowedOrigins = append(o.cfg.AllowedOrigins, strings.TrimSuffix(origin, "/"))
+	}
+	if o.cfg.QuotaLimits, err = parseQuota(o.quota, o.quotaClass); err != nil {
+		return err
 	}
 	if o.smtpURL != "" {
 		if o.smtp.Addr != "" {
@@ -368,4 +377,44 @@ func runMigrate(ctx context.Context, e *Env, o *options, args []string) error {
 		fmt.Fprintf(e.Stdout, "note: the database also has versions %v, applied by a newer release\n", res.Unknown)
 	}
 	return nil
+}
+
+// parseQuota reads --quota (CLASS=N/day, comma-separated) and --quota-class
+// (CAPABILITY=CLASS, comma-separated) into quota limits.
+func parseQuota(limits, classes string) (quota.Limits, error) {
+	var l quota.Limits
+	for _, e := range strings.Split(limits, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		class, n, ok := strings.Cut(e, "=")
+		class, n = strings.TrimSpace(class), strings.TrimSpace(n)
+		n = strings.TrimSuffix(n, "/day")
+		calls, err := strconv.ParseInt(n, 10, 64)
+		if !ok || class == "" || err != nil || calls < 0 {
+			return quota.Limits{}, fmt.Errorf("--quota %q: want CLASS=N/day, e.g. default=5000/day (limits are per user per UTC day)", e)
+		}
+		if l.Daily == nil {
+			l.Daily = map[string]int64{}
+		}
+		if _, dup := l.Daily[class]; dup {
+			return quota.Limits{}, fmt.Errorf("--quota: class %q is limited twice", class)
+		}
+		l.Daily[class] = calls
+	}
+	for _, e := range strings.Split(classes, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		name, class, ok := strings.Cut(e, "=")
+		name, class = strings.TrimSpace(name), strings.TrimSpace(class)
+		if !ok || name == "" || class == "" {
+			return quota.Limits{}, fmt.Errorf("--quota-class %q: want CAPABILITY=CLASS, e.g. webSearch=search", e)
+		}
+		if l.Classes == nil {
+			l.Classes = map[string]string{}
+		}
+		l.Classes[name] = class
+	}
+	return l, nil
 }

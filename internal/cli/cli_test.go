@@ -287,3 +287,46 @@ func TestAllowedOriginsFlag(t *testing.T) {
 		}
 	}
 }
+
+// --quota and --quota-class (or ENCLAVE_QUOTA, ENCLAVE_QUOTA_CLASS) fill
+// Config.QuotaLimits; the flag wins over the variable, and a malformed
+// limit is refused with the flag's name.
+func TestQuotaFlags(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"ENCLAVE_QUOTA": "default=5000/day, search=200/day", "ENCLAVE_QUOTA_CLASS": "webSearch=search"}, nil,
+			"map[default:5000 search:200] map[webSearch:search]"},
+		{map[string]string{"ENCLAVE_QUOTA": "default=5000/day"}, []string{"--quota", "default=10"}, "map[default:10] map[]"},
+		{nil, nil, "map[] map[]"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		o := &options{}
+		o.register(fs)
+		err := applyEnv(fs, func(k string) string { return tc.env[k] })
+		if err == nil {
+			err = fs.Parse(tc.args)
+		}
+		if err == nil {
+			err = o.finish(io.Discard)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(o.cfg.QuotaLimits.Daily, " ", o.cfg.QuotaLimits.Classes); got != tc.want {
+			t.Errorf("env %v args %v: limits %s, want %s", tc.env, tc.args, got, tc.want)
+		}
+		if o.cfg.QuotaLimits.Enabled() != (tc.want != "map[] map[]") {
+			t.Errorf("env %v args %v: Enabled %v", tc.env, tc.args, o.cfg.QuotaLimits.Enabled())
+		}
+	}
+	for _, bad := range [][]string{{"--quota", "default"}, {"--quota", "default=many/day"}, {"--quota", "default=5/hour"},
+		{"--quota", "=5/day"}, {"--quota", "default=-1"}, {"--quota", "a=1/day,a=2/day"}, {"--quota-class", "webSearch"}} {
+		code, _, errOut := run(t, nil, append([]string{"version"}, bad...)...)
+		if code != 2 || !strings.Contains(errOut, bad[0]) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming the flag", bad, code, errOut)
+		}
+	}
+}
