@@ -411,8 +411,16 @@ func parseQuota(limits, classes string) (quota.Limits, error) {
 		if !ok || name == "" || class == "" {
 			return quota.Limits{}, fmt.Errorf("--quota-class %q: want CAPABILITY=CLASS, e.g. webSearch=search", e)
 		}
+		if _, limited := l.Daily[class]; !limited {
+			// A class --quota does not limit is unlimited: a typo here
+			// would silently lift the quota of these capabilities.
+			return quota.Limits{}, fmt.Errorf("--quota-class %q: class %q has no --quota limit (give it one, e.g. --quota %s=N/day)", e, class, class)
+		}
 		if l.Classes == nil {
 			l.Classes = map[string]string{}
+		}
+		if _, dup := l.Classes[name]; dup {
+			return quota.Limits{}, fmt.Errorf("--quota-class: capability %q is assigned twice", name)
 		}
 		l.Classes[name] = class
 	}

@@ -330,3 +330,23 @@ func TestQuotaFlags(t *testing.T) {
 		}
 	}
 }
+
+// A --quota-class naming a class that --quota does not limit would leave
+// those capabilities unlimited (a typo like search→serach silently lifts
+// their quota), and a capability assigned twice would keep only the last
+// class: both are refused.
+func TestParseQuotaRefusesSilentUnlimited(t *testing.T) {
+	for _, c := range []struct{ limits, classes string }{
+		{"default=100/day,search=10/day", "webSearch=serach"},
+		{"", "webSearch=search"},
+		{"default=100/day,search=10/day", "webSearch=search,webSearch=default"},
+	} {
+		if l, err := parseQuota(c.limits, c.classes); err == nil {
+			t.Errorf("--quota %q --quota-class %q accepted: %+v", c.limits, c.classes, l)
+		}
+	}
+	l, err := parseQuota("default=100/day,search=10/day", "webSearch=search,fetch=default")
+	if err != nil || l.ClassOf("webSearch") != "search" || l.ClassOf("fetch") != "default" {
+		t.Fatalf("valid flags: %+v, %v", l, err)
+	}
+}
