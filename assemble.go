@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/uptrace/bun"
@@ -388,6 +389,10 @@ func featureChange(name string, enabled bool, role string) string {
 	if len(name) > 128 || len(role) > 128 {
 		return "flag name or role too long"
 	}
+	// A refused call's name or role is not validated: quote anything that
+	// is not a plain name, so no control or format character (a line
+	// break, an escape, a bidi override) reaches the log as it is.
+	name, role = auditName(name), auditName(role)
 	d := name + " off"
 	if enabled {
 		d = name + " on"
@@ -396,6 +401,17 @@ func featureChange(name string, enabled bool, role string) string {
 		}
 	}
 	return d
+}
+
+// auditName returns s when it is printable ASCII without quotes or
+// backslashes, else s quoted in ASCII with Go escapes.
+func auditName(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			return strconv.QuoteToASCII(s)
+		}
+	}
+	return s
 }
 
 // webMail forwards the mail of an email change to the web shell, which is
