@@ -63,7 +63,9 @@ func (d *deliveryWriter) WriteHeader(status int) {
 
 func (d *deliveryWriter) Write(p []byte) (int, error) {
 	d.mu.Lock()
-	if d.replacement != nil && !d.replaced && (bytes.Contains(p, []byte(`"error"`)) || d.replaceAny && !bytes.Contains(p, notificationMark)) {
+	// Only the request's response is replaced, never a notification on its
+	// stream (a log message of level "error" contains `"error"` too).
+	if d.replacement != nil && !d.replaced && !bytes.Contains(p, notificationMark) && (d.replaceAny || bytes.Contains(p, []byte(`"error"`))) {
 		d.replaced = true
 		d.started = true
 		var err error
