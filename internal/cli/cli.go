@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -423,6 +425,13 @@ func parseQuota(limits, classes string) (quota.Limits, error) {
 			return quota.Limits{}, fmt.Errorf("--quota-class: capability %q is assigned twice", name)
 		}
 		l.Classes[name] = class
+	}
+	// A limited class that holds no capability (Default for default, or
+	// one --quota-class never names) would limit nothing, silently.
+	for class := range l.Daily {
+		if class != quota.DefaultClass && !slices.Contains(slices.Collect(maps.Values(l.Classes)), class) {
+			return quota.Limits{}, fmt.Errorf("--quota: class %q holds no capability (every capability is in class %s unless --quota-class assigns it)", class, quota.DefaultClass)
+		}
 	}
 	return l, nil
 }

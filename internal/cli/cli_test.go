@@ -340,6 +340,8 @@ func TestParseQuotaRefusesSilentUnlimited(t *testing.T) {
 		{"default=100/day,search=10/day", "webSearch=serach"},
 		{"", "webSearch=search"},
 		{"default=100/day,search=10/day", "webSearch=search,webSearch=default"},
+		{"Default=100/day", ""},
+		{"default=100/day,search=10/day", ""},
 	} {
 		if l, err := parseQuota(c.limits, c.classes); err == nil {
 			t.Errorf("--quota %q --quota-class %q accepted: %+v", c.limits, c.classes, l)
