@@ -124,7 +124,8 @@ type Options struct {
 	// Logger receives errors and notable events. Default slog.Default().
 	Logger *slog.Logger
 
-	// Now is the clock. Default time.Now.
+	// Now is the clock of the rate limits (mail links expire on the
+	// accounts clock). Default time.Now.
 	Now func() time.Time
 }
 
@@ -154,7 +155,6 @@ type Handler struct {
 	builtinOnly bool
 	// patterns lists every registered route, for tests that walk them all.
 	patterns []string
-	now      func() time.Time
 }
 
 // New checks opts and builds the web shell.
@@ -213,7 +213,6 @@ func New(opts Options) (*Handler, error) {
 		ipOf:    opts.ClientIP,
 		mailer:  opts.Mailer,
 		devMail: devMail,
-		now:     opts.Now,
 	}
 	if h.limiter == nil {
 		h.limiter = NewLimiter(opts.Store, opts.Now)
