@@ -3,14 +3,10 @@ package enclave
 import (
 	"encoding/json"
 	"errors"
-	"math"
 	"net/http"
-	"net/netip"
-	"strconv"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/internal/requestid"
-	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -50,34 +46,4 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, what stri
 	id := requestid.FromContext(r.Context())
 	s.log.ErrorContext(r.Context(), "enclave: "+what, "err", err, "request_id", id)
 	writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal_error", "message": "internal server error", "request_id": id})
-}
-
-// limitRegistration counts POST /oauth/register against its client's
-// bucket in SQL (shared by replicas), answering 429 with Retry-After in the
-// OAuth error format when the bucket is full.
-func (s *Server) limitRegistration(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != oauth.PathRegister {
-			next.ServeHTTP(w, r)
-			return
-		}
-		addr := s.web.ClientAddr(r)
-		if addr.Is6() && !addr.Is4In6() {
-			addr = netip.PrefixFrom(addr, 64).Masked().Addr()
-		}
-		d, err := s.web.Limiter().Allow(r.Context(), "oauth-register:"+addr.Unmap().String(), s.cfg.RegistrationLimit)
-		if err != nil {
-			s.log.ErrorContext(r.Context(), "enclave: registration rate limit", "err", err)
-			w.Header().Set("Cache-Control", "no-store")
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable", "error_description": "Try again shortly."})
-			return
-		}
-		if !d.Allowed {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.RetryAfter.Seconds()))))
-			w.Header().Set("Cache-Control", "no-store")
-			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "slow_down", "error_description": "Too many client registrations from this network; try again later."})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }

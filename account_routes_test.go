@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,44 @@ func TestRegistrationIsRateLimited(t *testing.T) {
 	register("[2001:db8::2]:1000")
 	if rec := register("[2001:db8::3]:1000"); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("third registration from one /64: %d", rec.Code)
+	}
+}
+
+// The registration limit finds the client under the same trusted-proxy rule
+// as the web shell: behind a trusted proxy, the forwarded address is the
+// bucket, not the proxy.
+func TestRegistrationLimitTrustsTheSameProxies(t *testing.T) {
+	sc := storagetest.Config(t, storage.SQLite)
+	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, Logger: quiet(),
+		TrustedProxies:    []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		RegistrationLimit: web.Limit{Requests: 1, Window: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	register := func(remote, forwarded string) int {
+		req := httptest.NewRequest("POST", "/oauth/register", strings.NewReader(`{"client_name":"a","redirect_uris":["http://127.0.0.1:1234/cb"],"token_endpoint_auth_method":"none"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Forwarded-For", forwarded)
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := register("10.0.0.1:1000", "192.0.2.7"); code != http.StatusCreated {
+		t.Fatalf("first client through the proxy: %d", code)
+	}
+	if code := register("10.0.0.1:1000", "198.51.100.1"); code != http.StatusCreated {
+		t.Fatalf("second client through the same proxy: %d", code)
+	}
+	if code := register("10.0.0.2:1000", "192.0.2.7"); code != http.StatusTooManyRequests {
+		t.Fatalf("first client again, through another proxy: %d", code)
+	}
+	// An untrusted peer's forwarded header is ignored: the peer is the bucket.
+	if code := register("203.0.113.5:1000", "192.0.2.99"); code != http.StatusCreated {
+		t.Fatalf("untrusted peer: %d", code)
+	}
+	if code := register("203.0.113.5:1000", "192.0.2.100"); code != http.StatusTooManyRequests {
+		t.Fatalf("untrusted peer again, another forwarded address: %d", code)
 	}
 }

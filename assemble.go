@@ -20,6 +20,7 @@ import (
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
+	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
@@ -62,8 +63,15 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.ring = ring
 	s.outbox = outbox.New(ring)
 
+	// One client-address rule and one SQL limiter for every transport: the
+	// OAuth server limits open registration with them, the web shell its
+	// credential endpoints.
+	clientIP := &web.ClientIP{TrustedProxies: s.cfg.TrustedProxies}
+	limiter := ratelimit.New(s.store, nil)
+
 	oopts := s.cfg.OAuth
 	oopts.Store, oopts.BaseURL = s.store, s.cfg.BaseURL
+	oopts.RegistrationLimiter, oopts.RegistrationLimit, oopts.ClientAddr = limiter, s.cfg.RegistrationLimit, clientIP.Addr
 	if oopts.Logger == nil {
 		oopts.Logger = s.log
 	}
@@ -164,6 +172,8 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,
 		TrustedProxies:        s.cfg.TrustedProxies,
+		ClientIP:              clientIP,
+		Limiter:               limiter,
 		Mailer:                s.cfg.Mailer,
 		MinPasswordLength:     acfg.MinPasswordLength,
 		Logger:                s.log,

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -125,4 +126,139 @@ func expireMailTokens(ctx context.Context, db bun.IDB, userID int64, purpose str
 	_, err := db.NewUpdate().Model((*MailToken)(nil)).Set("expires_at = ?", now).
 		Where("user_id = ?", userID).Where("purpose = ?", purpose).Where("expires_at > ?", now).Exec(ctx)
 	return err
+}
+
+// PurposeResetPassword is the mail-token purpose of password-reset links.
+const PurposeResetPassword = "reset_password"
+
+// LinkRefusal says why a mail link was refused.
+type LinkRefusal int
+
+// Why a mail link is refused.
+const (
+	// LinkUnknown: no such token of that purpose (never issued, used,
+	// or retired by a newer link).
+	LinkUnknown LinkRefusal = iota
+	// LinkExpired: the link's lifetime is over.
+	LinkExpired
+	// LinkPredatesAccount: the link was issued before its account was
+	// created, so to an earlier account (identities are never reused).
+	LinkPredatesAccount
+	// LinkAddressLeft: a password-reset link whose account no longer uses
+	// the address it was mailed to.
+	LinkAddressLeft
+	// LinkPredatesPassword: an email-change link issued before the
+	// password last changed; it dies with the password like sessions do.
+	LinkPredatesPassword
+)
+
+// LinkError refuses a mail link. It matches ErrInvalidToken with
+// errors.Is, and its message is ErrInvalidToken's: the person is not told
+// which rule refused the link.
+type LinkError struct {
+	Refusal LinkRefusal
+}
+
+func (e *LinkError) Error() string { return ErrInvalidToken.Error() }
+
+// Is makes errors.Is(err, ErrInvalidToken) hold.
+func (e *LinkError) Is(target error) bool { return target == ErrInvalidToken }
+
+// TakeMailLink uses up token's link of purpose and returns its row once
+// every rule about mail links holds (see checkMailLink); otherwise a
+// *LinkError. Of two concurrent uses, one gets LinkUnknown. A refused link
+// is used up all the same.
+func (s *Service) TakeMailLink(ctx context.Context, token, purpose string) (MailToken, error) {
+	row, err := s.TakeMailToken(ctx, token, purpose)
+	if errors.Is(err, ErrInvalidToken) {
+		return MailToken{}, &LinkError{Refusal: LinkUnknown}
+	}
+	if err != nil {
+		return MailToken{}, err
+	}
+	return s.checkMailLink(ctx, row)
+}
+
+// PeekMailLink is TakeMailLink without using the link up: for showing the
+// form that will use it.
+func (s *Service) PeekMailLink(ctx context.Context, token, purpose string) (MailToken, error) {
+	row, err := s.PeekMailToken(ctx, token, purpose)
+	if errors.Is(err, ErrInvalidToken) {
+		return MailToken{}, &LinkError{Refusal: LinkUnknown}
+	}
+	if err != nil {
+		return MailToken{}, err
+	}
+	return s.checkMailLink(ctx, row)
+}
+
+// checkMailLink returns row unless a rule refuses it: it has expired; it
+// was issued before its account was created; it is an email-change link
+// issued before the password last changed; it is a password-reset link
+// and the account has since left the address it was mailed to (a reset
+// link waiting in a mailbox the person moved away from must not hand the
+// account back).
+func (s *Service) checkMailLink(ctx context.Context, row MailToken) (MailToken, error) {
+	if !s.now().Before(row.ExpiresAt) {
+		return MailToken{}, &LinkError{Refusal: LinkExpired}
+	}
+	if err := s.CheckIssuedToAccount(ctx, row.UserID, row.CreatedAt); err != nil {
+		if errors.Is(err, ErrInvalidToken) {
+			return MailToken{}, &LinkError{Refusal: LinkPredatesAccount}
+		}
+		return MailToken{}, err
+	}
+	switch row.Purpose {
+	case PurposeChangeEmail:
+		if err := s.checkIssuedSincePasswordChange(ctx, row.UserID, row.CreatedAt); err != nil {
+			if errors.Is(err, ErrInvalidToken) {
+				return MailToken{}, &LinkError{Refusal: LinkPredatesPassword}
+			}
+			return MailToken{}, err
+		}
+	case PurposeResetPassword:
+		if err := s.checkAddressKept(ctx, row); err != nil {
+			return MailToken{}, err
+		}
+	}
+	return row, nil
+}
+
+// CheckResetLink returns a *LinkError when token, a password-setup token,
+// was also mailed as a password-reset link that has expired or whose
+// account has left the address it was mailed to: the setup path must not
+// stretch a reset link's life. A token never mailed as a reset link passes.
+func (s *Service) CheckResetLink(ctx context.Context, token string) error {
+	rows, err := s.MailTokenRecords(ctx, token)
+	if err != nil {
+		return err
+	}
+	for _, row := range rows {
+		if row.Purpose != PurposeResetPassword {
+			continue
+		}
+		if !s.now().Before(row.ExpiresAt) {
+			return &LinkError{Refusal: LinkExpired}
+		}
+		if err := s.checkAddressKept(ctx, row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkAddressKept returns a LinkAddressLeft *LinkError when row's account
+// is gone or no longer uses the address row was mailed to.
+func (s *Service) checkAddressKept(ctx context.Context, row MailToken) error {
+	u, err := s.UserByID(ctx, row.UserID)
+	if errors.Is(err, ErrNotFound) {
+		return &LinkError{Refusal: LinkAddressLeft}
+	}
+	if err != nil {
+		return fmt.Errorf("accounts: read link account: %w", err)
+	}
+	if !strings.EqualFold(u.Email, row.Email) {
+		return &LinkError{Refusal: LinkAddressLeft}
+	}
+	return nil
 }

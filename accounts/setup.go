@@ -148,6 +148,12 @@ func (s *Service) CheckIssuedSincePassword(ctx context.Context, userID int64, is
 	if err := s.CheckIssuedToAccount(ctx, userID, issuedAt); err != nil {
 		return err
 	}
+	return s.checkIssuedSincePasswordChange(ctx, userID, issuedAt)
+}
+
+// checkIssuedSincePasswordChange returns ErrInvalidToken when userID is
+// gone or its password changed after issuedAt.
+func (s *Service) checkIssuedSincePasswordChange(ctx context.Context, userID int64, issuedAt time.Time) error {
 	var changed *time.Time
 	err := s.store.Reader.NewSelect().Model((*userRow)(nil)).Column("password_changed_at").Where("id = ?", userID).Scan(ctx, &changed)
 	switch {

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -81,6 +84,21 @@ type Options struct {
 	// By default they get no tokens and their bearers are refused.
 	AllowUnverifiedEmail bool
 
+	// RegistrationLimiter, when set, counts each POST /oauth/register
+	// against its client network's bucket (the IPv4 address, or the IPv6
+	// /64) in SQL, so replicas share it; a full bucket is answered 429 with
+	// Retry-After in the OAuth error format. Nil: no limit.
+	RegistrationLimiter *ratelimit.Limiter
+
+	// RegistrationLimit bounds registrations per client network when
+	// RegistrationLimiter is set. Zero fields take ratelimit's defaults.
+	RegistrationLimit ratelimit.Limit
+
+	// ClientAddr returns a request's client address. Pass the function the
+	// web shell uses (web.ClientIP.Addr under the same trusted proxies) so
+	// both transports agree on who the client is. Default: the TCP peer.
+	ClientAddr func(*http.Request) netip.Addr
+
 	// Logger receives server-side errors. Default slog.Default().
 	Logger *slog.Logger
 
@@ -137,6 +155,9 @@ func (o Options) withDefaults() (Options, error) {
 		schemes = append(schemes, s)
 	}
 	o.PrivateURISchemes = schemes
+	if o.ClientAddr == nil {
+		o.ClientAddr = peerAddr
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -9,10 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -62,6 +65,9 @@ func invalidRedirect(format string, args ...any) error {
 }
 
 func (s *Server) serveRegister(w http.ResponseWriter, r *http.Request) {
+	if !s.admitRegistration(w, r) {
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	var md ClientMetadata
 	dec := json.NewDecoder(r.Body)
@@ -260,4 +266,47 @@ func randomString(n int) (string, error) {
 		return "", fmt.Errorf("oauth: random: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// admitRegistration counts r against its client network's registration
+// bucket when Options.RegistrationLimiter is set. It answers the request
+// itself (429 with Retry-After, or 503 when the count failed) and reports
+// false when r must not go on.
+func (s *Server) admitRegistration(w http.ResponseWriter, r *http.Request) bool {
+	if s.opts.RegistrationLimiter == nil {
+		return true
+	}
+	d, err := s.opts.RegistrationLimiter.Allow(r.Context(), "oauth-register:"+clientNetwork(s.opts.ClientAddr(r)), s.opts.RegistrationLimit)
+	if err != nil {
+		s.opts.Logger.ErrorContext(r.Context(), "oauth: registration rate limit", "err", err)
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSON(w, http.StatusServiceUnavailable, oauthError{Error: "temporarily_unavailable", Description: "Try again shortly."})
+		return false
+	}
+	if !d.Allowed {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.RetryAfter.Seconds()))))
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSON(w, http.StatusTooManyRequests, oauthError{Error: "slow_down", Description: "Too many client registrations from this network; try again later."})
+		return false
+	}
+	return true
+}
+
+// clientNetwork names a's bucket: an IPv4 address alone, an IPv6 address
+// by its /64.
+func clientNetwork(a netip.Addr) string {
+	if a.Is6() && !a.Is4In6() {
+		a = netip.PrefixFrom(a, 64).Masked().Addr()
+	}
+	return a.Unmap().String()
+}
+
+// peerAddr is the default Options.ClientAddr: the TCP peer of r.
+func peerAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		a, _ := netip.ParseAddr(r.RemoteAddr)
+		return a
+	}
+	return ap.Addr()
 }

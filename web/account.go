@@ -501,29 +501,10 @@ func (h *Handler) passwordSetup(w http.ResponseWriter, r *http.Request) {
 	h.setPassword(w, r, token, "Choose your password", accounts.PasswordSetupPath, nil)
 }
 
-// expiredResetToken reports whether token is a reset link (a setup token
-// sent by sendReset) that has passed ResetPasswordTTL or was mailed to an
-// address its account has since left, so the setup path cannot stretch a
-// reset link's life.
+// expiredResetToken reports whether accounts refuses token as a reset
+// link (see accounts.Service.CheckResetLink). It fails closed.
 func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
-	rows, err := h.opts.Accounts.MailTokenRecords(ctx, token)
-	if err != nil {
-		return true // fail closed
-	}
-	for _, row := range rows {
-		if row.Purpose != purposeResetPassword {
-			continue
-		}
-		if !h.now().Before(row.ExpiresAt) {
-			return true
-		}
-		// A reset link mailed to an address the account has left is dead
-		// on this path too.
-		if left, err := h.addressLeft(ctx, row); err != nil || left {
-			return true
-		}
-	}
-	return false
+	return h.opts.Accounts.CheckResetLink(ctx, token) != nil
 }
 
 // setPassword uses a password-setup token to set the posted password. A

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -15,7 +14,7 @@ import (
 // Token purposes and lifetimes.
 const (
 	purposeVerifyEmail   = accounts.PurposeVerifyEmail
-	purposeResetPassword = "reset_password"
+	purposeResetPassword = accounts.PurposeResetPassword
 	purposeChangeEmail   = accounts.PurposeChangeEmail
 
 	// VerifyEmailTTL is how long an email-verification link works.
@@ -67,79 +66,28 @@ func (h *Handler) issueTokenMail(ctx context.Context, userID int64, purpose, ema
 	return token, nil
 }
 
-// consumeToken deletes token and returns its row if it had purpose and had
-// not expired. A token works once: of two concurrent uses, one gets
-// errBadToken.
+// consumeToken uses up token's link of purpose and returns its row;
+// errBadToken when accounts refuses it (unknown, used, expired, or refused
+// by a rule about mail links: see accounts.Service.TakeMailLink).
 func (h *Handler) consumeToken(ctx context.Context, token, purpose string) (mailToken, error) {
-	row, err := h.opts.Accounts.TakeMailToken(ctx, token, purpose)
-	if errors.Is(err, accounts.ErrInvalidToken) {
-		return mailToken{}, errBadToken
-	}
-	if err != nil {
-		return mailToken{}, fmt.Errorf("web: %w", err)
-	}
-	if !h.now().Before(row.ExpiresAt) {
-		return mailToken{}, errBadToken
-	}
-	return h.issuedToAccount(ctx, row)
-}
-
-// issuedToAccount returns row unless it was issued before its account was
-// created (then errBadToken): identities are never reused, so such a link
-// belonged to an earlier account.
-//
-// An email-change link is also refused when the password changed after it
-// was issued: it moves the account to an address its requester holds, so
-// it dies with the password like sessions and grants do.
-func (h *Handler) issuedToAccount(ctx context.Context, row mailToken) (mailToken, error) {
-	check := h.opts.Accounts.CheckIssuedToAccount
-	if row.Purpose == purposeChangeEmail {
-		check = h.opts.Accounts.CheckIssuedSincePassword
-	}
-	if err := check(ctx, row.UserID, row.CreatedAt); err != nil {
-		if errors.Is(err, accounts.ErrInvalidToken) {
-			return mailToken{}, errBadToken
-		}
-		return mailToken{}, fmt.Errorf("web: read token account: %w", err)
-	}
-	if row.Purpose == purposeResetPassword {
-		if left, err := h.addressLeft(ctx, row); err != nil {
-			return mailToken{}, err
-		} else if left {
-			return mailToken{}, errBadToken
-		}
-	}
-	return row, nil
-}
-
-// addressLeft reports whether row's account no longer uses the address the
-// link was mailed to. A reset link waiting in a mailbox the person moved
-// away from (perhaps because someone else reads it) must not hand the
-// account back.
-func (h *Handler) addressLeft(ctx context.Context, row mailToken) (bool, error) {
-	u, err := h.opts.Accounts.UserByID(ctx, row.UserID)
-	if errors.Is(err, accounts.ErrNotFound) {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("web: read token account: %w", err)
-	}
-	return !strings.EqualFold(u.Email, row.Email), nil
+	return linkResult(h.opts.Accounts.TakeMailLink(ctx, token, purpose))
 }
 
 // peekToken returns token's row without using it up: for showing the form
 // that will use it.
 func (h *Handler) peekToken(ctx context.Context, token, purpose string) (mailToken, error) {
-	row, err := h.opts.Accounts.PeekMailToken(ctx, token, purpose)
+	return linkResult(h.opts.Accounts.PeekMailLink(ctx, token, purpose))
+}
+
+// linkResult maps a refused link to errBadToken.
+func linkResult(row mailToken, err error) (mailToken, error) {
 	switch {
 	case errors.Is(err, accounts.ErrInvalidToken):
 		return mailToken{}, errBadToken
 	case err != nil:
 		return mailToken{}, fmt.Errorf("web: %w", err)
-	case !h.now().Before(row.ExpiresAt):
-		return mailToken{}, errBadToken
 	}
-	return h.issuedToAccount(ctx, row)
+	return row, nil
 }
 
 // retireTokens expires every token of userID with purpose.

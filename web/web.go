@@ -95,6 +95,15 @@ type Options struct {
 	// Default none: the client is the TCP peer.
 	TrustedProxies []netip.Prefix
 
+	// ClientIP, when set, is the client-address rule to use instead of one
+	// built from TrustedProxies: pass the one the OAuth server uses so both
+	// agree on who the client is.
+	ClientIP *ClientIP
+
+	// Limiter, when set, is the SQL rate limiter to count with (shared with
+	// other transports). Default: a new one on Store.
+	Limiter *Limiter
+
 	// CredentialLimit bounds requests to credential endpoints (login,
 	// signup, password reset request and confirm, password change, OAuth
 	// login, email verification, account deletion) per client address; they
@@ -115,7 +124,8 @@ type Options struct {
 	// Logger receives errors and notable events. Default slog.Default().
 	Logger *slog.Logger
 
-	// Now is the clock. Default time.Now.
+	// Now is the clock of the rate limits (mail links expire on the
+	// accounts clock). Default time.Now.
 	Now func() time.Time
 }
 
@@ -145,7 +155,6 @@ type Handler struct {
 	builtinOnly bool
 	// patterns lists every registered route, for tests that walk them all.
 	patterns []string
-	now      func() time.Time
 }
 
 // New checks opts and builds the web shell.
@@ -200,11 +209,16 @@ func New(opts Options) (*Handler, error) {
 		base:    base,
 		https:   base.Scheme == "https",
 		prefix:  strings.TrimRight(base.Path, "/"),
-		limiter: NewLimiter(opts.Store, opts.Now),
-		ipOf:    &ClientIP{TrustedProxies: opts.TrustedProxies},
+		limiter: opts.Limiter,
+		ipOf:    opts.ClientIP,
 		mailer:  opts.Mailer,
 		devMail: devMail,
-		now:     opts.Now,
+	}
+	if h.limiter == nil {
+		h.limiter = NewLimiter(opts.Store, opts.Now)
+	}
+	if h.ipOf == nil {
+		h.ipOf = &ClientIP{TrustedProxies: opts.TrustedProxies}
 	}
 	h.csrf = http.NewCrossOriginProtection()
 	origin := base.Scheme + "://" + base.Host
@@ -298,14 +312,6 @@ func (h *Handler) sendNotice(ctx context.Context, msg Message) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
-
-// Limiter returns the SQL rate limiter, for other transports that keep
-// their own buckets.
-func (h *Handler) Limiter() *Limiter { return h.limiter }
-
-// ClientAddr returns the address of r's client under the trusted-proxy
-// setting.
-func (h *Handler) ClientAddr(r *http.Request) netip.Addr { return h.ipOf.Addr(r) }
 
 // ClientKey returns r's client address as the rate limits and the audit
 // log record it: found under the trusted-proxy setting, IPv6 grouped by
