@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -25,17 +24,8 @@ func TestDeletedAccountsCookieDoesNotOpenItsSuccessor(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
 			sc := storagetest.Config(t, d)
-			ts := httptest.NewUnstartedServer(nil)
-			base := "http://" + ts.Listener.Addr().String()
-			srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, Logger: quiet(),
-				Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			ts.Config.Handler = srv.Handler()
-			ts.Start()
-			defer ts.Close()
+			l := startLive(t, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL})
+			srv, base := l.srv, l.base
 
 			const email, password = "victim@example.com", "correct horse battery staple"
 			victim, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "victim", Password: password, Verified: true})
