@@ -91,6 +91,7 @@ type userRow struct {
 	Username          string     `bun:"username,notnull"`
 	PasswordHash      *string    `bun:"password_hash"`
 	EmailVerifiedAt   *time.Time `bun:"email_verified_at"`
+	FirstVerifiedAt   *time.Time `bun:"first_verified_at"`
 	PasswordChangedAt *time.Time `bun:"password_changed_at"`
 	SuspendedAt       *time.Time `bun:"suspended_at"`
 	DeletingAt        *time.Time `bun:"deleting_at"`
@@ -268,7 +269,7 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 			CreatedAt: now, UpdatedAt: now,
 		}
 		if verified {
-			row.EmailVerifiedAt = &now
+			row.EmailVerifiedAt, row.FirstVerifiedAt = &now, &now
 		}
 		// Identities are never reused: the hash of the email is taken when
 		// an earlier account signed up with the address and has since
@@ -526,6 +527,11 @@ func (s *Service) setStamp(ctx context.Context, userID int64, column string, set
 	now := s.now()
 	if set {
 		q = q.Set("? = ?", bun.Ident(column), now).Where("? IS NULL", bun.Ident(column))
+		if column == "email_verified_at" {
+			// The account has proved an address: it is never purged as
+			// an unverified sign-up, even after a later email change.
+			q = q.Set("first_verified_at = COALESCE(first_verified_at, ?)", now)
+		}
 	} else {
 		q = q.Set("? = NULL", bun.Ident(column)).Where("? IS NOT NULL", bun.Ident(column))
 	}
