@@ -93,6 +93,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := registerInventory(s.inventory); err != nil {
 		return err
 	}
+	if s.retention, err = s.newRetention(); err != nil {
+		return err
+	}
 	s.lifecycle = lifecycle.New(s.store, s.inventory, s.accounts, lifecycle.Options{
 		Logger: s.log,
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
@@ -328,6 +331,9 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
 		inv.AddTable(storage.Table{Name: "quota_usage"}),
 		inv.AddTable(sqltasks.Table),
+		// Replayable results of keyed calls: deleted with the account,
+		// never exported (they repeat what the account's data says).
+		inv.AddTable(storage.Table{Name: "idempotency_keys", SkipExport: true}),
 	)
 }
 

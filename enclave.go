@@ -23,7 +23,6 @@ import (
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
-	"github.com/enclave-mcp/enclave/internal/metrics"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/jobs"
@@ -31,6 +30,7 @@ import (
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
@@ -140,6 +140,13 @@ type Config struct {
 	// for an operator before it is removed. Default 30 days.
 	JobRetention time.Duration
 
+	// RetentionBatch is the most rows one batch of the hourly retention
+	// run removes from a table (see package retention). Default 500.
+	RetentionBatch int
+	// RetentionBudget is how long one retention run may keep starting
+	// batches after its first pass over every table. Default 20 seconds.
+	RetentionBudget time.Duration
+
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 
@@ -223,6 +230,7 @@ type Server struct {
 	schedules *schedules.Set
 	features  *features.Store
 	meter     *quota.Meter
+	retention *retention.Set
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -415,9 +423,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // RunBackground runs, until ctx ends, the outbox relay (mail written in
 // the same transaction as its link, delivered with retries) and the
-// periodic lanes (audit retention, interrupted account deletions, OAuth
-// cleanup). Serve and Run start it themselves; call it when you serve
-// Handler from your own http.Server.
+// periodic lanes (the retention program, interrupted account deletions).
+// Serve and Run start it themselves; call it when you serve Handler from
+// your own http.Server.
 // Every replica runs it: each outbox row and each lane's period is taken by
 // one replica.
 func (s *Server) RunBackground(ctx context.Context) {
@@ -435,11 +443,10 @@ func (s *Server) RunBackground(ctx context.Context) {
 		wg.Go(func() { s.meter.Run(ctx) })
 	}
 	all := []lanes.Lane{
-		lanes.Lane{Name: "audit-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
-			n, err := s.audit.Purge(ctx, 0)
-			if n > 0 {
-				s.log.InfoContext(ctx, "audit events past retention removed", "count", n)
-			}
+		// One lane purges every table past its retention window, in
+		// small batches, round-robin (see retention_policies.go).
+		lanes.Lane{Name: "retention", Every: time.Hour, Run: func(ctx context.Context) error {
+			_, err := s.PurgeExpired(ctx)
 			return err
 		}},
 		// Deletions a store failure or a crash interrupted are finished
@@ -448,27 +455,6 @@ func (s *Server) RunBackground(ctx context.Context) {
 			_, err := s.lifecycle.ResumeDeletions(ctx, 5*time.Minute)
 			return err
 		}},
-		lanes.Lane{Name: "oauth-cleanup", Every: time.Hour, Run: func(ctx context.Context) error {
-			tokens, clients, err := s.oauth.Cleanup(ctx)
-			if tokens+clients > 0 {
-				s.log.InfoContext(ctx, "expired OAuth tokens and idle clients removed", "tokens", tokens, "clients", clients)
-			}
-			return err
-		}},
-		lanes.Lane{Name: "jobs-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
-			n, err := outbox.PurgeDead(ctx, s.store.DB, s.cfg.JobRetention)
-			if n > 0 {
-				s.log.InfoContext(ctx, "dead jobs past retention removed", "count", n)
-			}
-			return err
-		}},
-		lanes.Lane{Name: "quota-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
-			_, err := quota.Purge(ctx, s.store.DB, time.Now())
-			return err
-		}},
-		lanes.Lane{Name: "metrics-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
-			return metrics.Purge(ctx, s.store.DB, 400*24*time.Hour, time.Now())
-		}},
 	}
 	for _, l := range s.schedules.Lanes() {
 		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
@@ -476,6 +462,24 @@ func (s *Server) RunBackground(ctx context.Context) {
 	sched := lanes.New(s.store.DB, s.log, all...)
 	sched.OnRun = s.metrics.LaneRan
 	sched.Run(ctx)
+}
+
+// Retention returns the retention declarations: one policy per table.
+// An embedder declares its own tables' policies here (for example
+// srv.Retention().Add(retention.UntilAccountDeleted("notes"))) and checks
+// them in a test with srv.Retention().Check(ctx, srv.Store().DB).
+func (s *Server) Retention() *retention.Set { return s.retention }
+
+// PurgeExpired runs the retention program once: every table past its
+// window loses its expired rows, in batches of Config.RetentionBatch,
+// round-robin, within Config.RetentionBudget. RunBackground runs it hourly
+// as the "retention" lane on one replica at a time.
+func (s *Server) PurgeExpired(ctx context.Context) (retention.Report, error) {
+	r := &retention.Runner{
+		DB: s.store.DB, Set: s.retention, Batch: s.cfg.RetentionBatch, Budget: s.cfg.RetentionBudget,
+		Logger: s.log, OnPurge: s.metrics.Purged,
+	}
+	return r.Run(ctx)
 }
 
 // flushMetricsLoop writes the in-memory daily counts to SQL every minute,
