@@ -245,3 +245,71 @@ func TestRetentionUnverifiedClaimLosesToVerification(t *testing.T) {
 		})
 	}
 }
+
+// The OAuth policies: expired tokens go; a grant with no token left goes;
+// a client that holds no grant and went unused for a week goes, and so
+// does any client idle past the idle TTL; the rest stays.
+func TestRetentionPurgesOAuth(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			srv := newRetentionServer(t, d)
+			db := srv.Store().DB
+			u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "oauth@example.com", Username: "oauthuser", Password: "correct horse battery", Verified: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UTC()
+			client := func(id string, lastUsed time.Duration) {
+				if _, err := db.ExecContext(ctx, `INSERT INTO oauth_clients (id, name, redirect_uris, grant_types, response_types, scope, token_endpoint_auth_method, metadata, metadata_hash, created_at, last_used_at)
+					VALUES (?, 'c', '[]', '[]', '[]', '', 'none', '{}', ?, ?, ?)`, id, id, now.Add(-lastUsed), now.Add(-lastUsed)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			grant := func(id, clientID string, lastUsed time.Duration) {
+				if _, err := db.ExecContext(ctx, `INSERT INTO oauth_grants (id, user_id, client_id, scopes, audience, created_at, last_used_at) VALUES (?, ?, ?, '', '', ?, ?)`,
+					id, u.ID, clientID, now.Add(-lastUsed), now.Add(-lastUsed)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			token := func(sig, grantID, clientID string, expiresIn time.Duration) {
+				if _, err := db.ExecContext(ctx, `INSERT INTO oauth_tokens (signature, kind, request_id, user_id, client_id, scopes, audience, request, active, requested_at, expires_at)
+					VALUES (?, 'access', ?, ?, ?, '', '', '{}', ?, ?, ?)`, sig, grantID, u.ID, clientID, true, now, now.Add(expiresIn)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			day := 24 * time.Hour
+			client("unused", 8*day)  // no grant, a week unused: goes
+			client("recent", 1*day)  // no grant yet, recent: stays
+			client("granted", 8*day) // holds a live grant: stays
+			client("idle", 100*day)  // holds a grant but idle past 90 days: goes
+			grant("g-live", "granted", 0)
+			token("t-live", "g-live", "granted", time.Hour)
+			token("t-expired", "g-live", "granted", -time.Minute)
+			grant("g-over", "granted", 2*time.Hour) // its only token expired: goes
+			token("t-over", "g-over", "granted", -time.Hour)
+			grant("g-idle", "idle", 100*day)
+			token("t-idle", "g-idle", "idle", time.Hour)
+
+			if _, err := srv.PurgeExpired(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ids := func(table, col string) string {
+				var out []string
+				if err := db.NewSelect().Table(table).Column(col).Order(col).Scan(ctx, &out); err != nil {
+					t.Fatal(err)
+				}
+				return strings.Join(out, ",")
+			}
+			if got := ids("oauth_clients", "id"); got != "granted,recent" {
+				t.Errorf("clients left: %s, want granted,recent", got)
+			}
+			if got := ids("oauth_grants", "id"); got != "g-live" {
+				t.Errorf("grants left: %s, want g-live", got)
+			}
+			if got := ids("oauth_tokens", "signature"); got != "t-live" {
+				t.Errorf("tokens left: %s, want t-live", got)
+			}
+		})
+	}
+}

@@ -199,6 +199,7 @@ func (p Policy) validate() error {
 type Set struct {
 	mu       sync.RWMutex
 	policies map[string]Policy
+	order    []string // tables in the order they were declared
 }
 
 // NewSet returns an empty set.
@@ -221,6 +222,7 @@ func (s *Set) Add(policies ...Policy) error {
 	}
 	for _, p := range policies {
 		s.policies[p.Table] = p
+		s.order = append(s.order, p.Table)
 	}
 	return nil
 }
@@ -233,15 +235,16 @@ func (s *Set) Policy(table string) (Policy, bool) {
 	return p, ok
 }
 
-// Policies returns every policy, by table name.
+// Policies returns every policy in the order they were declared, which is
+// the order a run purges them in (declare a table whose purge depends on
+// another's after it: OAuth grants after their tokens).
 func (s *Set) Policies() []Policy {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]Policy, 0, len(s.policies))
-	for _, p := range s.policies {
-		out = append(out, p)
+	out := make([]Policy, 0, len(s.order))
+	for _, t := range s.order {
+		out = append(out, s.policies[t])
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Table < out[j].Table })
 	return out
 }
 
@@ -301,7 +304,9 @@ func liveColumns(ctx context.Context, db bun.IDB) (map[string][]string, error) {
 func (s *Set) Markdown() string {
 	var b strings.Builder
 	b.WriteString("| table | retention |\n|---|---|\n")
-	for _, p := range s.Policies() {
+	all := s.Policies()
+	sort.Slice(all, func(i, j int) bool { return all[i].Table < all[j].Table })
+	for _, p := range all {
 		fmt.Fprintf(&b, "| `%s` | %s |\n", p.Table, strings.ReplaceAll(p.Describe(), "|", `\|`))
 	}
 	return b.String()
