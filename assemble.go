@@ -16,6 +16,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities/idempotency"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
@@ -135,6 +136,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		Features:   flags,
 		Observer:   s.metrics,
 		Logger:     s.log,
+		// Keyed calls (_meta enclave/idempotencyKey) run once per user,
+		// capability and key; results kept 24 hours.
+		Idempotency: idempotency.New(s.store),
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
@@ -333,7 +337,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(sqltasks.Table),
 		// Replayable results of keyed calls: deleted with the account,
 		// never exported (they repeat what the account's data says).
-		inv.AddTable(storage.Table{Name: "idempotency_keys", SkipExport: true}),
+		inv.AddTable(idempotency.Table),
 	)
 }
 
