@@ -40,7 +40,8 @@ const (
 
 // IdempotencyKey names one keyed call.
 type IdempotencyKey struct {
-	OwnerID    int64  // the caller's users.id
+	UserID     string // the caller's stable user id
+	OwnerID    int64  // the caller's users.id when known, else 0
 	Capability string // the capability's name
 	KeyHash    string // hex SHA-256 of the caller's key
 	ArgsHash   string // hex SHA-256 of the canonical arguments
@@ -136,7 +137,7 @@ func canonicalHash(args json.RawMessage) (string, error) {
 // invokeOnce runs a keyed call: claim first (its own statement, committed
 // before the handler starts), then run, then store the outcome.
 func (r *Registry) invokeOnce(ctx context.Context, c *Capability, caller Caller, key string, args json.RawMessage, run func(context.Context) (Result, error)) (Result, error) {
-	if caller.OwnerID == 0 {
+	if caller.UserID == "" {
 		return Result{}, &Error{Code: CodeInvalidInput, Message: "idempotency keys need a signed-in caller", Err: ErrInvalidRequestMeta}
 	}
 	argsHash, err := canonicalHash(args)
@@ -144,7 +145,7 @@ func (r *Registry) invokeOnce(ctx context.Context, c *Capability, caller Caller,
 		return Result{}, Errorf(CodeInvalidInput, "arguments are not valid JSON")
 	}
 	keySum := sha256.Sum256([]byte(key))
-	k := IdempotencyKey{OwnerID: caller.OwnerID, Capability: c.Name, KeyHash: hex.EncodeToString(keySum[:]), ArgsHash: argsHash}
+	k := IdempotencyKey{UserID: caller.UserID, OwnerID: caller.OwnerID, Capability: c.Name, KeyHash: hex.EncodeToString(keySum[:]), ArgsHash: argsHash}
 	store := r.opts.Idempotency
 	deadline := time.Now().Add(idempotencyWait)
 	for {

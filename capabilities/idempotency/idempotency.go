@@ -55,6 +55,11 @@ func New(store *storage.Store) *Store {
 // before the handler runs), or returns the live row that holds k. A row
 // older than the window is replaced.
 func (s *Store) Claim(ctx context.Context, k capabilities.IdempotencyKey) (capabilities.IdempotencyRecord, bool, error) {
+	if k.OwnerID == 0 {
+		if err := s.db.NewSelect().Table("users").Column("id").Where("stable_user_id = ?", k.UserID).Scan(ctx, &k.OwnerID); err != nil {
+			return capabilities.IdempotencyRecord{}, false, fmt.Errorf("idempotency: find the caller's account: %w", err)
+		}
+	}
 	for range 3 {
 		now := s.now()
 		r := &row{UserID: k.OwnerID, Capability: k.Capability, KeyHash: k.KeyHash, ArgsHash: k.ArgsHash, State: "running", CreatedAt: now}
