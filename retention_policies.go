@@ -42,7 +42,7 @@ func (s *Server) retentionPolicies() []retention.Policy {
 	}
 	return []retention.Policy{
 		// Accounts and what they own.
-		retention.Custom("users", "an account that never verified an address is deleted 7 days after sign-up, through account deletion (its email and username become free); every other account is kept until it is deleted", s.purgeUnverified),
+		retention.Custom("users", "an account opened on the sign-up page that never verified an address is deleted 7 days after sign-up, through account deletion (its email and username become free); every other account is kept until it is deleted", s.purgeUnverified),
 		retention.UntilAccountDeleted("user_roles"),
 		retention.UntilAccountDeleted("email_claims").Because("a former address stays claimed until its owner releases it"),
 		retention.Age("password_setup_tokens", "expires_at", day).Because("expired setup links"),

@@ -95,11 +95,11 @@ func userExists(t *testing.T, srv *enclave.Server, id int64) bool {
 	return n == 1
 }
 
-// Accounts that never verified an address are deleted 7 days after sign-up
+// Sign-ups that never verified an address are deleted 7 days after sign-up
 // through the account lifecycle (their owned rows go too, their email is
 // free again); verified accounts, accounts that verified once and then
-// changed their address, recent sign-ups, admins and suspended accounts
-// stay.
+// changed their address, recent sign-ups, admins, suspended accounts and
+// accounts an operator created stay.
 func TestRetentionPurgesUnverifiedAccounts(t *testing.T) {
 	for _, d := range storagetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) {
@@ -108,9 +108,14 @@ func TestRetentionPurgesUnverifiedAccounts(t *testing.T) {
 			acc := srv.Accounts()
 			mk := func(name string, verified bool) accounts.User {
 				t.Helper()
-				u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "correct horse battery", Verified: verified})
+				u, err := acc.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery"})
 				if err != nil {
 					t.Fatal(err)
+				}
+				if verified {
+					if _, err := acc.MarkEmailVerified(ctx, u.ID); err != nil {
+						t.Fatal(err)
+					}
 				}
 				return u
 			}
@@ -118,6 +123,11 @@ func TestRetentionPurgesUnverifiedAccounts(t *testing.T) {
 			fresh := mk("fresh", false)
 			verified := mk("verified", true)
 			moved := mk("moved", true)
+			// An account an operator created, never verified: not a sign-up.
+			made, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "made@example.com", Username: "made", Password: "correct horse battery"})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if _, err := acc.ChangeEmail(ctx, moved.ID, "moved2@example.com"); err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +142,7 @@ func TestRetentionPurgesUnverifiedAccounts(t *testing.T) {
 			if _, err := acc.Suspend(ctx, frozen.ID); err != nil {
 				t.Fatal(err)
 			}
-			for _, u := range []accounts.User{stale, verified, moved, admin, frozen} {
+			for _, u := range []accounts.User{stale, verified, moved, admin, frozen, made} {
 				ageAccount(t, srv, u.ID, 8*24*time.Hour)
 			}
 			ageAccount(t, srv, fresh.ID, 6*24*time.Hour)
@@ -151,7 +161,7 @@ func TestRetentionPurgesUnverifiedAccounts(t *testing.T) {
 			if userExists(t, srv, stale.ID) {
 				t.Fatal("the stale unverified account is still there")
 			}
-			for name, u := range map[string]accounts.User{"fresh": fresh, "verified": verified, "moved": moved, "admin": admin, "suspended": frozen} {
+			for name, u := range map[string]accounts.User{"fresh": fresh, "verified": verified, "moved": moved, "admin": admin, "suspended": frozen, "operator-created": made} {
 				if !userExists(t, srv, u.ID) {
 					t.Errorf("the %s account was purged", name)
 				}
@@ -199,7 +209,7 @@ func TestRetentionUnverifiedClaimLosesToVerification(t *testing.T) {
 			cutoff := time.Now().Add(-accounts.UnverifiedWindow)
 			claims, verifications := 0, 0
 			for i := range 20 {
-				u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: fmt.Sprintf("race%d@example.com", i), Username: fmt.Sprintf("race%d", i), Password: "correct horse battery"})
+				u, err := acc.Signup(ctx, accounts.SignupInput{Email: fmt.Sprintf("race%d@example.com", i), Username: fmt.Sprintf("race%d", i), Password: "correct horse battery"})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -13,12 +13,12 @@ import (
 const UnverifiedWindow = 7 * 24 * time.Hour
 
 // unverifiedSignup is the condition, on a users row, of an account that
-// may be purged as an unverified sign-up: it never verified any address,
-// was created before the cutoff (the first argument), is neither being
-// deleted nor suspended (an admin is looking at it), and holds no admin
-// role.
+// may be purged as an unverified sign-up: it was opened on the sign-up
+// page (not by an operator or admin), never verified any address, was
+// created before the cutoff (the first argument), is neither being deleted
+// nor suspended (an admin is looking at it), and holds no admin role.
 // %[1]s is the alias of users.
-const unverifiedSignup = `%[1]s.first_verified_at IS NULL AND %[1]s.email_verified_at IS NULL
+const unverifiedSignup = `%[1]s.self_signup AND %[1]s.first_verified_at IS NULL AND %[1]s.email_verified_at IS NULL
 	AND %[1]s.deleting_at IS NULL AND %[1]s.suspended_at IS NULL AND %[1]s.created_at < ?
 	AND NOT EXISTS (SELECT 1 FROM user_roles AS r WHERE r.user_id = %[1]s.id AND r.role_name = ?)`
 

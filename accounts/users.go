@@ -180,7 +180,13 @@ func (s *Service) Signup(ctx context.Context, in SignupInput) (User, error) {
 	case SignupInvite:
 		invite = &in.InviteCode
 	}
-	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false, invite, nil)
+	// Marked self-signed-up in the creating transaction: only such an
+	// account is purged if it never verifies its address (see
+	// ClaimUnverified).
+	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false, invite, func(ctx context.Context, tx bun.IDB, u User, _ string) error {
+		_, err := tx.NewUpdate().Table("users").Set("self_signup = TRUE").Where("id = ?", u.ID).Exec(ctx)
+		return err
+	})
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: signup: %w", err)
 	}

@@ -12,6 +12,12 @@ WHERE email_verified_at IS NOT NULL
    OR EXISTS (SELECT 1 FROM email_claims c WHERE c.user_id = users.id AND c.email <> users.email);
 CREATE INDEX users_unverified ON users (created_at) WHERE first_verified_at IS NULL;
 
+-- users.self_signup: the account was opened by its holder on the sign-up
+-- page (not by an operator or admin). Only such accounts are purged as
+-- unverified sign-ups; accounts that existed before this migration are
+-- not (their origin is unknown).
+ALTER TABLE users ADD COLUMN self_signup BOOLEAN NOT NULL DEFAULT FALSE;
+
 -- Results of capability calls made with an idempotency key, per user and
 -- capability, kept 24 hours. key_hash is the SHA-256 of the caller's key;
 -- args_hash the SHA-256 of the canonical arguments. state is 'running'
