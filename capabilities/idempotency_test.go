@@ -185,3 +185,57 @@ func TestIdempotencyConcurrentDuplicateWaits(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 1", runs)
 	}
 }
+
+// A duplicate of a call that keeps running is told so, clearly, and does
+// not run the handler.
+func TestIdempotencyStillRunning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the idempotency wait (5 s)")
+	}
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: newMemStore(), NoBuiltins: true})
+	held := make(chan struct{})
+	var runs atomicInt
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "stuck", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			runs.add()
+			<-held
+			return echoOut{Echo: in.Text}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	first := make(chan error, 1)
+	go func() {
+		_, err := reg.Invoke(withKey("k"), user, "stuck", []byte(`{"text":"a"}`))
+		first <- err
+	}()
+	for runs.get() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err := reg.Invoke(withKey("k"), user, "stuck", []byte(`{"text":"a"}`))
+	if capabilities.CodeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "still running") {
+		t.Fatalf("duplicate of a running call: %v", err)
+	}
+	close(held)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if runs.get() != 1 {
+		t.Fatalf("handler ran %d times", runs.get())
+	}
+}
+
+type atomicInt struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (a *atomicInt) add() { a.mu.Lock(); a.n++; a.mu.Unlock() }
+func (a *atomicInt) get() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
