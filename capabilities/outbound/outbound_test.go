@@ -313,7 +313,9 @@ func TestGatewayRedirects(t *testing.T) {
 		t.Fatal("expected the certificate check to fail")
 	}
 	// Too many redirects.
-	loop := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/again", http.StatusFound) })
+	loop := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/again", http.StatusFound)
+	})
 	gl := f.gateway(loop, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxRedirects: 2}})
 	if _, err := gl.Do(ctx, f.aliceC, outbound.Request{URL: loop.URL}); codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "more than 2 redirects") {
 		t.Fatalf("redirect loop: %v", err)
