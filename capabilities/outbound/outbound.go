@@ -65,6 +65,9 @@ import (
 // QuotaClass is the quota class each outbound request counts under.
 const QuotaClass = "outbound"
 
+// MaxSecretsPerRequest is how many different secrets one request may use.
+const MaxSecretsPerRequest = 16
+
 // Defaults of Limits.
 const (
 	DefaultDailyRequests    = 1000
@@ -289,6 +292,9 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	if err != nil {
 		return Response{}, err
 	}
+	if len(names) > MaxSecretsPerRequest {
+		return Response{}, refuse("A request may use at most %d secrets.", MaxSecretsPerRequest)
+	}
 	var us []used
 	if len(names) > 0 {
 		o, err := g.o.Owner(ctx, caller)
@@ -349,6 +355,10 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 
 	scrub := newScrubber(us)
 	resp, err := g.client.Do(hreq)
+	if rr := (*redirectRefused)(nil); errors.As(err, &rr) {
+		g.auditAll(ctx, caller, us, audit.ResultDenied, rr.host, "redirect from "+host+" not approved")
+		return Response{}, g.failure(host, err, scrub)
+	}
 	if err != nil {
 		g.auditAll(ctx, caller, us, audit.ResultFailure, host, "no response")
 		return Response{}, g.failure(host, err, scrub)

@@ -248,6 +248,13 @@ func TestGateway(t *testing.T) {
 					t.Errorf("%.80v: err = %v", r, err)
 				}
 			}
+			var many strings.Builder
+			for i := range outbound.MaxSecretsPerRequest + 1 {
+				fmt.Fprintf(&many, "{{secret:s%d}}", i)
+			}
+			if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Body: many.String()}); codeOf(err) != capabilities.CodeInvalidInput || !strings.Contains(err.Error(), "at most") {
+				t.Errorf("too many secrets: %v", err)
+			}
 			if srv.hits.Load() != before {
 				t.Fatal("the server was reached")
 			}
@@ -319,6 +326,11 @@ func TestGatewayRedirects(t *testing.T) {
 	}
 	if other.hits.Load() != 0 {
 		t.Fatal("the secret followed the redirect to an unapproved host")
+	}
+	var denied int
+	if err := st.DB.NewSelect().Table("audit_events").ColumnExpr("count(*)").
+		Where("category = ? AND result = ? AND reason LIKE ?", audit.CategoryOutbound, audit.ResultDenied, "secret=api host=localhost %").Scan(ctx, &denied); err != nil || denied != 1 {
+		t.Fatalf("refused redirect audited %d times (%v)", denied, err)
 	}
 	// Without secrets the host check does not apply: the redirect is
 	// followed (egress's address and scheme checks still run).
