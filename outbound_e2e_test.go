@@ -52,7 +52,7 @@ func TestOutboundOverMCP(t *testing.T) {
 		}
 		// Over the quota: a JSON-RPC error (the transport's mapping of
 		// quota_exceeded), sent before any connection.
-		if _, err = c.Call("httpRequest", args); err == nil || !strings.Contains(err.Error(), "daily limit of 2") {
+		if _, err = c.Call("httpRequest", args); err == nil || !strings.Contains(err.Error(), "Daily limit of 2 outbound requests") {
 			t.Fatalf("third request of the day: %v", err)
 		}
 		if hits.Load() != 0 {

@@ -323,6 +323,10 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	}
 	if g.o.Quota != nil && g.lim.DailyRequests > 0 {
 		if err := g.o.Quota.AllowClass(ctx, caller, QuotaClass, g.lim.DailyRequests); err != nil {
+			if at, ok := capabilities.RetryAfterOf(err); ok && capabilities.CodeOf(err) == capabilities.CodeQuotaExceeded {
+				return Response{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, RetryAfter: at,
+					Message: fmt.Sprintf("Daily limit of %d outbound requests reached; retry after %s.", g.lim.DailyRequests, at.UTC().Format(time.RFC3339))}
+			}
 			return Response{}, err
 		}
 	}

@@ -397,7 +397,9 @@ func TestGatewayLimits(t *testing.T) {
 		t.Fatalf("third: %v", err)
 	}
 	hits := big.hits.Load()
-	if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: big.URL}); codeOf(err) != capabilities.CodeQuotaExceeded {
+	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: big.URL})
+	if at, ok := capabilities.RetryAfterOf(err); codeOf(err) != capabilities.CodeQuotaExceeded || !ok || at.Before(time.Now()) ||
+		!strings.Contains(err.Error(), "Daily limit of 3 outbound requests") {
 		t.Fatalf("fourth request of the day: %v", err)
 	}
 	if big.hits.Load() != hits {

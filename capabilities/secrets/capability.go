@@ -116,7 +116,7 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 	return []capabilities.Capability{
 		capabilities.Define(capabilities.Spec[SetInput, SetOutput]{
 			Name: "secretSet", Domain: "secrets", Title: "Store a secret",
-			Description: "Stores a named secret (an API key, a token) for the signed-in user, replacing any secret of the same name. The value is encrypted at rest and is never returned to agents; the user can reveal it on their account page.",
+			Description: "Stores a named secret (an API key, a token) for the signed-in user, replacing any secret of the same name. The value is encrypted at rest and is never returned to agents; the user can reveal it on their account page. Agents use it as {{secret:NAME}} in httpRequest, for the hosts the user approved for it on the Secrets page (a new secret has none; a replaced one keeps its hosts and expiry).",
 			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
 			Requires:    own(capabilities.UpdateUserOwn),
 			Handler: func(ctx context.Context, call *capabilities.Call, in SetInput) (SetOutput, error) {
