@@ -142,7 +142,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		Logger:     s.log,
 		// Keyed calls (_meta enclave/idempotencyKey) run once per user,
 		// capability and key; results kept 24 hours.
-		Idempotency: idempotency.New(s.store),
+		Idempotency: idempotency.New(s.store, s.ring),
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)

@@ -5,7 +5,10 @@
 // Rows live in idempotency_keys, one per user, capability and key (the
 // key itself is stored as a SHA-256 hash), owned through user_id: they are
 // deleted with the account, never exported, and purged by the retention
-// program after capabilities.IdempotencyWindow.
+// program after capabilities.IdempotencyWindow. A stored result is sealed
+// (AES-256-GCM under the server's data keys) and bound to its row and
+// owner: a result can hold something shown only once, such as a new
+// credential, and never sits in SQL in clear.
 package idempotency
 
 import (
@@ -18,6 +21,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -34,21 +38,29 @@ type row struct {
 	ArgsHash      string     `bun:"args_hash,notnull"`
 	State         string     `bun:"state,notnull"`
 	Result        *string    `bun:"result"`
+	KeyID         *int64     `bun:"key_id"`
 	CreatedAt     time.Time  `bun:"created_at,notnull"`
 	CompletedAt   *time.Time `bun:"completed_at"`
 }
 
 // Store implements capabilities.IdempotencyStore on SQL.
 type Store struct {
-	db  *bun.DB
-	now func() time.Time
+	db   *bun.DB
+	ring *envelope.Ring
+	now  func() time.Time
 }
 
 var _ capabilities.IdempotencyStore = (*Store)(nil)
 
-// New returns a store on the primary database of store.
-func New(store *storage.Store) *Store {
-	return &Store{db: store.DB, now: func() time.Time { return time.Now().UTC() }}
+// New returns a store on the primary database of store, sealing results
+// with ring.
+func New(store *storage.Store, ring *envelope.Ring) *Store {
+	return &Store{db: store.DB, ring: ring, now: func() time.Time { return time.Now().UTC() }}
+}
+
+// additionalData binds a sealed result to its row and owner.
+func additionalData(userID, id int64) string {
+	return fmt.Sprintf("idempotency:user:%d:row:%d", userID, id)
 }
 
 // Claim inserts a running row for k in a statement of its own (committed
@@ -93,8 +105,15 @@ func (s *Store) Claim(ctx context.Context, k capabilities.IdempotencyKey) (capab
 			continue
 		}
 		rec := capabilities.IdempotencyRecord{ID: ex.ID, ArgsHash: ex.ArgsHash, Done: ex.State == "done"}
-		if ex.Result != nil {
-			rec.Result = []byte(*ex.Result)
+		if rec.Done {
+			if ex.Result == nil || ex.KeyID == nil {
+				return capabilities.IdempotencyRecord{}, false, errors.New("idempotency: a completed row has no result")
+			}
+			plain, err := s.ring.Open(ctx, *ex.KeyID, *ex.Result, additionalData(ex.UserID, ex.ID))
+			if err != nil {
+				return capabilities.IdempotencyRecord{}, false, fmt.Errorf("idempotency: open result: %w", err)
+			}
+			rec.Result = plain
 		}
 		return rec, false, nil
 	}
@@ -104,9 +123,16 @@ func (s *Store) Claim(ctx context.Context, k capabilities.IdempotencyKey) (capab
 // Complete stores the outcome of the claimed row id.
 func (s *Store) Complete(ctx context.Context, id int64, result []byte) error {
 	now := s.now()
-	res := string(result)
+	var owner int64
+	if err := s.db.NewSelect().Model((*row)(nil)).Column("user_id").Where("id = ?", id).Scan(ctx, &owner); err != nil {
+		return fmt.Errorf("idempotency: complete: %w", err)
+	}
+	keyID, sealed, err := s.ring.Seal(additionalData(owner, id), result)
+	if err != nil {
+		return fmt.Errorf("idempotency: complete: %w", err)
+	}
 	if _, err := s.db.NewUpdate().Model((*row)(nil)).
-		Set("state = 'done'").Set("result = ?", res).Set("completed_at = ?", now).
+		Set("state = 'done'").Set("result = ?", sealed).Set("key_id = ?", keyID).Set("completed_at = ?", now).
 		Where("id = ? AND state = 'running'", id).Exec(ctx); err != nil {
 		return fmt.Errorf("idempotency: complete: %w", err)
 	}

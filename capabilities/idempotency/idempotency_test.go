@@ -9,6 +9,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/idempotency"
+	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -31,7 +32,11 @@ func addUser(t *testing.T, s *storage.Store, name string) int64 {
 func TestClaimIsAtomic(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		st := idempotency.New(s)
+		ring, err := envelope.Open(ctx, s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := idempotency.New(s, ring)
 		alice := addUser(t, s, "alice")
 		k := capabilities.IdempotencyKey{UserID: strings.Repeat("a", 64), Capability: "pay", KeyHash: "h1", ArgsHash: "a1"}
 		var wg sync.WaitGroup
@@ -59,11 +64,19 @@ func TestClaimIsAtomic(t *testing.T) {
 		if won != 1 {
 			t.Fatalf("%d claims won, want 1", won)
 		}
-		if err := st.Complete(ctx, winner, []byte(`{"content":[]}`)); err != nil {
+		if err := st.Complete(ctx, winner, []byte(`{"content":["a new credential"]}`)); err != nil {
 			t.Fatal(err)
 		}
+		// Sealed at rest.
+		var stored string
+		if err := s.DB.NewSelect().Table("idempotency_keys").Column("result").Where("id = ?", winner).Scan(ctx, &stored); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(stored, "credential") || !strings.HasPrefix(stored, "v1.") {
+			t.Fatalf("the result is stored in clear: %q", stored)
+		}
 		rec, claimed, err := st.Claim(ctx, k)
-		if err != nil || claimed || !rec.Done || string(rec.Result) != `{"content":[]}` || rec.ArgsHash != "a1" {
+		if err != nil || claimed || !rec.Done || string(rec.Result) != `{"content":["a new credential"]}` || rec.ArgsHash != "a1" {
 			t.Fatalf("after completion: %+v claimed=%v err=%v", rec, claimed, err)
 		}
 		// Release never removes a completed row.
@@ -77,8 +90,17 @@ func TestClaimIsAtomic(t *testing.T) {
 		bob := addUser(t, s, "bob")
 		kb := k
 		kb.UserID, kb.OwnerID = "", bob
-		if _, claimed, err := st.Claim(ctx, kb); err != nil || !claimed {
+		bobRec, claimed, err := st.Claim(ctx, kb)
+		if err != nil || !claimed {
 			t.Fatalf("bob's claim: %v %v", claimed, err)
+		}
+		// Alice's sealed result copied into Bob's row does not open.
+		if _, err := s.DB.NewRaw(`UPDATE idempotency_keys SET state = 'done', result = (SELECT result FROM idempotency_keys WHERE id = ?), key_id = (SELECT key_id FROM idempotency_keys WHERE id = ?) WHERE id = ?`,
+			winner, winner, bobRec.ID).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.Claim(ctx, kb); err == nil {
+			t.Fatal("a result copied from another user's row opened")
 		}
 		// Expired: the key is free again.
 		if _, err := s.DB.NewUpdate().Table("idempotency_keys").Set("created_at = ?", time.Now().UTC().Add(-25*time.Hour)).Where("user_id = ?", alice).Exec(ctx); err != nil {

@@ -21,7 +21,9 @@ ALTER TABLE users ADD COLUMN self_signup BOOLEAN NOT NULL DEFAULT FALSE;
 -- Results of capability calls made with an idempotency key, per user and
 -- capability, kept 24 hours. key_hash is the SHA-256 of the caller's key;
 -- args_hash the SHA-256 of the canonical arguments. state is 'running'
--- while the first call runs (the claim), then 'done' with result (JSON).
+-- while the first call runs (the claim), then 'done' with result: the
+-- outcome sealed under data key key_id, bound to the row and its owner
+-- (a result may hold a value shown once, such as a new credential).
 -- Owned by users.id through user_id; never exported.
 CREATE TABLE idempotency_keys (
     id           INTEGER PRIMARY KEY,
@@ -31,6 +33,7 @@ CREATE TABLE idempotency_keys (
     args_hash    TEXT NOT NULL,
     state        TEXT NOT NULL CHECK (state IN ('running', 'done')),
     result       TEXT,
+    key_id       INTEGER REFERENCES data_keys (id),
     created_at   TIMESTAMP NOT NULL,
     completed_at TIMESTAMP,
     UNIQUE (user_id, capability, key_hash)
