@@ -104,6 +104,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			_ = s.audit.Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "delete_account",
 				Result: audit.ResultSuccess, Reason: "resumed", UserHash: s.audit.HashUser(o.StableID)})
 		},
+		TxHooks: s.lifecycleTxHooks(),
 	})
 
 	// The embedder's entities reach SQL and the built-in roles before the
@@ -126,7 +127,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
-		Auditor:    s.audit,
+		Auditor:    burstAuditor{s.audit, s},
 		AuditKey:   auditKey,
 		Quota:      q,
 		Features:   flags,
@@ -135,6 +136,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
+	if err := s.assembleEvents(); err != nil {
+		return err
+	}
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
@@ -159,6 +163,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		},
 	})...)
 	caps = append(caps, s.overviewCapability())
+	caps = append(caps, s.eventCapabilities()...)
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
@@ -328,6 +333,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
 		inv.AddTable(storage.Table{Name: "quota_usage"}),
 		inv.AddTable(sqltasks.Table),
+		registerEventInventory(inv),
 	)
 }
 
@@ -348,6 +354,8 @@ var adminAuditActions = map[string]string{
 	"adminInviteCreate":       "admin_invite_create",
 	"adminInviteRevoke":       "admin_invite_revoke",
 	"adminFeatureSet":         "admin_feature_set",
+	"adminWebhookCreate":      "admin_webhook_create",
+	"adminWebhookDelete":      "admin_webhook_delete",
 }
 
 // auditedAdmin wraps the handlers of the capabilities named in
