@@ -51,6 +51,7 @@ var notices = map[string]string{
 	"client_blocked":    "The client is blocked. Its tokens stopped working.",
 	"client_unblocked":  "The client is unblocked.",
 	"invite_revoked":    "The invite code is revoked.",
+	"webhook_deleted":   "The webhook subscription is deleted.",
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {
