@@ -356,6 +356,7 @@ var adminAuditActions = map[string]string{
 	"adminFeatureSet":         "admin_feature_set",
 	"adminWebhookCreate":      "admin_webhook_create",
 	"adminWebhookDelete":      "admin_webhook_delete",
+	"adminFeedbackUpdate":     "admin_feedback_update",
 }
 
 // auditedAdmin wraps the handlers of the capabilities named in

@@ -23,6 +23,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/metrics"
@@ -245,6 +246,7 @@ type Server struct {
 	meter     *quota.Meter
 	events    *events.Bus
 	bursts    *events.BurstPublisher
+	feedback  *feedback.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool

@@ -3,6 +3,7 @@ package enclave
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -11,6 +12,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/events"
+	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/internal/egress"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -49,6 +51,14 @@ func (s *Server) assembleEvents() error {
 		_, err := bus.Publish(ctx, tx, c.Kind, data)
 		return err
 	})
+	// The decision mail is written by the web shell, built later.
+	s.feedback, err = feedback.New(feedback.Options{Store: s.store, Events: bus, Jobs: s.jobs, Logger: s.log,
+		Mail: func(ctx context.Context, tx bun.IDB, to, username, status string) error {
+			return s.web.MailFeedbackDecision(ctx, tx, to, username, status)
+		}})
+	if err != nil {
+		return err
+	}
 	s.bursts = &events.BurstPublisher{
 		Bus: bus, Bursts: events.NewDenialBursts(s.cfg.DenialBurst),
 		HashUser: s.audit.HashUser, HashNetwork: s.audit.HashIP,
@@ -83,17 +93,25 @@ func (a burstAuditor) RecordDenial(ctx context.Context, d capabilities.Denial) {
 	}
 }
 
-// lifecycleTxHooks run in the transaction that deletes an account.
+// lifecycleTxHooks run in the transaction that deletes an account: the
+// user.deleted event, and clearing the account's name as reviewer from
+// other people's feedback (its own feedback goes with its rows).
 func (s *Server) lifecycleTxHooks() []lifecycle.TxHook {
-	return []lifecycle.TxHook{s.deletionEvent()}
+	return []lifecycle.TxHook{s.deletionEvent(), {Name: "clear feedback reviewer", Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) error {
+		return feedback.ClearReviewer(ctx, tx, o.ID)
+	}}}
 }
 
-// eventCapabilities are the webhook (and feedback) capabilities.
+// eventCapabilities are the webhook and feedback capabilities.
 func (s *Server) eventCapabilities() []capabilities.Capability {
-	return s.auditedAdmin(s.events.WebhookCapabilities())
+	caps := s.auditedAdmin(s.events.WebhookCapabilities())
+	return append(caps, s.auditedAdmin(s.feedback.Capabilities())...)
 }
 
 // registerEventInventory registers the tables of events and feedback.
 func registerEventInventory(inv *storage.Inventory) error {
-	return inv.AddTable(events.WebhookTable)
+	return errors.Join(inv.AddTable(events.WebhookTable), inv.AddTable(feedback.Table))
 }
+
+// Feedback returns the platform feedback service.
+func (s *Server) Feedback() *feedback.Service { return s.feedback }
