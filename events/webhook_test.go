@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave"
-	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/events"
@@ -326,7 +325,6 @@ func TestWebhookCapabilitiesIsolation(t *testing.T) {
 		if err := s.Store().DB.NewSelect().Table("webhook_subscriptions").ColumnExpr("count(*)").Scan(t.Context(), &n); err != nil || n != 0 {
 			t.Fatalf("subscriptions left: %d %v", n, err)
 		}
-		_ = accounts.ErrNotFound
 	})
 }
 
