@@ -26,10 +26,10 @@ func TestEventFlags(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := fs.Parse([]string{"--denial-burst-threshold", "7"}); err != nil {
+	if err := fs.Parse([]string{"--denial-burst-threshold", "7", "--denial-burst-cooldown", "2h"}); err != nil {
 		t.Fatal(err)
 	}
-	if c := o.cfg; !c.WebhookAllowPrivate || c.DenialBurst.Threshold != 7 || c.DenialBurst.Window != 10*time.Minute {
+	if c := o.cfg; !c.WebhookAllowPrivate || c.DenialBurst.Threshold != 7 || c.DenialBurst.Window != 10*time.Minute || c.DenialBurst.Cooldown != 2*time.Hour {
 		t.Fatalf("parsed %+v %+v", c.WebhookAllowPrivate, c.DenialBurst)
 	}
 }
