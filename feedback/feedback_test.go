@@ -244,6 +244,15 @@ func TestFeedbackLifecycle(t *testing.T) {
 		if err := call(t, s, annC, "feedbackSubmit", feedback.SubmitInput{Category: "idea", Summary: "ann's own limit", UserConfirmed: true}, nil); err != nil {
 			t.Fatalf("another person's limit applied: %v", err)
 		}
+		// Over MCP, from the person's agent (an interactive caller).
+		mcp := ann.MCP(t)
+		if res, err := mcp.Call("feedbackSubmit", map[string]any{"category": "idea", "summary": "from my agent"}); err == nil && !res.IsError {
+			t.Fatal("an unconfirmed submission over MCP was accepted")
+		}
+		res, err := mcp.Call("feedbackSubmit", map[string]any{"category": "idea", "summary": "from my agent", "userConfirmed": true})
+		if err != nil || res.IsError {
+			t.Fatalf("submit over MCP: %+v %v", res, err)
+		}
 	})
 }
 
