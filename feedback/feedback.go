@@ -192,7 +192,9 @@ type Error struct {
 
 func (e *Error) Error() string { return "feedback: " + e.Msg }
 
-func invalid(format string, a ...any) error { return &Error{Kind: "invalid", Msg: fmt.Sprintf(format, a...)} }
+func invalid(format string, a ...any) error {
+	return &Error{Kind: "invalid", Msg: fmt.Sprintf(format, a...)}
+}
 
 // Submission is what a person approved.
 type Submission struct {
