@@ -91,7 +91,7 @@ func (s *Service) Capabilities() []capabilities.Capability {
 				"First show the person the exact category, summary and details you propose, ask whether to send them, and set userConfirmed only after they explicitly approve. " +
 				"Leave out secrets and unrelated private content. At most 5 per hour.",
 			Annotations: &capabilities.Annotations{},
-			Requires:    capabilities.Requirement{InteractiveOnly: true},
+			Requires:    capabilities.Requirement{Permissions: []capabilities.Permission{capabilities.UpdateUserOwn}, InteractiveOnly: true},
 			Handler: func(ctx context.Context, call *capabilities.Call, in SubmitInput) (SubmitOutput, error) {
 				if !in.UserConfirmed {
 					return SubmitOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput,
@@ -109,6 +109,7 @@ func (s *Service) Capabilities() []capabilities.Capability {
 			Name: "feedbackListOwn", Domain: "feedback", Title: "List your feedback",
 			Description: "Lists the feedback you sent, newest first, with its status (open, triaged, resolved or dismissed).",
 			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
+			Requires:    capabilities.Requirement{Permissions: []capabilities.Permission{capabilities.ReadUserOwn}},
 			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (ListOwnOutput, error) {
 				id, err := s.callerID(ctx, call)
 				if err != nil {
