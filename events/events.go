@@ -76,6 +76,13 @@ type Event struct {
 	Data json.RawMessage `json:"data"`
 }
 
+// Enricher completes the data of an event at each delivery, from the
+// current state: an event recorded with identifiers only gains the
+// content its recipients may see, read fresh, so that content deleted
+// meanwhile is never delivered. ok false drops the delivery (what the
+// event is about is gone); an error retries it.
+type Enricher func(ctx context.Context, e Event) (data json.RawMessage, ok bool, err error)
+
 // Subscriber receives events in process. An error retries the delivery
 // later (with backoff), for this subscriber only.
 type Subscriber func(ctx context.Context, e Event) error
@@ -122,8 +129,9 @@ type Bus struct {
 	opts Options
 	log  *slog.Logger
 
-	mu   sync.RWMutex
-	subs map[string]subscription
+	mu     sync.RWMutex
+	subs   map[string]subscription
+	enrich map[string]Enricher
 }
 
 type subscription struct {
@@ -148,7 +156,7 @@ func New(opts Options) (*Bus, error) {
 	if opts.Client == nil {
 		opts.Client = http.DefaultClient
 	}
-	b := &Bus{opts: opts, log: opts.Logger, subs: map[string]subscription{}}
+	b := &Bus{opts: opts, log: opts.Logger, subs: map[string]subscription{}, enrich: map[string]Enricher{}}
 	err := errors.Join(
 		opts.Jobs.Register(kindDispatch, b.dispatch),
 		opts.Jobs.Register(kindSubscriber, b.deliverSubscriber),
@@ -186,6 +194,31 @@ func (b *Bus) Subscribe(name string, h Subscriber, types ...string) error {
 	}
 	b.subs[name] = subscription{types: slices.Clone(types), handler: h}
 	return nil
+}
+
+// Enrich registers the enricher of an event type (one per type; a second
+// replaces the first). Register it before the server runs.
+func (b *Bus) Enrich(typ string, f Enricher) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.enrich[typ] = f
+}
+
+// enriched returns e with its data completed by the type's enricher, or
+// ok false when the delivery is to be dropped.
+func (b *Bus) enriched(ctx context.Context, e Event) (Event, bool, error) {
+	b.mu.RLock()
+	f := b.enrich[e.Type]
+	b.mu.RUnlock()
+	if f == nil {
+		return e, true, nil
+	}
+	data, ok, err := f(ctx, e)
+	if err != nil || !ok {
+		return e, false, err
+	}
+	e.Data = data
+	return e, true, nil
 }
 
 // Publish records an event of type typ with data (marshalled to JSON)
@@ -292,7 +325,14 @@ func (b *Bus) deliverSubscriber(ctx context.Context, job jobs.Job) error {
 		b.log.WarnContext(ctx, "events: delivery to a subscriber no longer registered dropped", "subscriber", p.Name, "event", p.Event.ID)
 		return nil
 	}
-	if err := s.handler(ctx, p.Event); err != nil {
+	e, ok, err := b.enriched(ctx, p.Event)
+	if err != nil {
+		return fmt.Errorf("events: subscriber %s: %w", p.Name, err)
+	}
+	if !ok {
+		return nil
+	}
+	if err := s.handler(ctx, e); err != nil {
 		return fmt.Errorf("events: subscriber %s: %w", p.Name, err)
 	}
 	return nil

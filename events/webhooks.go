@@ -327,6 +327,14 @@ func (b *Bus) deliverWebhook(ctx context.Context, job jobs.Job) error {
 	if err != nil {
 		return fmt.Errorf("events: load webhook: %w", err)
 	}
+	e, ok, err := b.enriched(ctx, p.Event)
+	if err != nil {
+		return fmt.Errorf("events: webhook %s: %w", row.PublicID, err)
+	}
+	if !ok {
+		return nil // what the event is about is gone
+	}
+	p.Event = e
 	secret, err := b.opts.Ring.Open(ctx, row.KeyID, row.SecretSealed, secretAD(row.PublicID, row.UserID))
 	if err != nil {
 		return fmt.Errorf("events: open webhook secret: %w", err)

@@ -23,6 +23,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,6 +83,8 @@ type Options struct {
 	Mail   DecisionMailer
 	Logger *slog.Logger
 	Now    func() time.Time
+	// BaseURL prefixes the admin link in feedback.submitted deliveries.
+	BaseURL string
 }
 
 // Service stores and triages feedback.
@@ -102,7 +105,51 @@ func New(opts Options) (*Service, error) {
 	if err := opts.Jobs.Register(mailKind, s.mailJob); err != nil {
 		return nil, fmt.Errorf("feedback: %w", err)
 	}
+	opts.Events.Enrich(events.FeedbackSubmitted, s.submittedEvent)
 	return s, nil
+}
+
+// SubmittedEvent is the data a feedback.submitted delivery carries. The
+// event is recorded with the feedback id only; each delivery reloads the
+// feedback, so a submission deleted meanwhile (with its submitter's
+// account) is never delivered. Recipients are admin-owned webhooks and
+// in-process subscribers only. It carries the approved text (untrusted)
+// and the submission's attribution snapshot, never the admin note, the
+// reviewer, or any other account content.
+type SubmittedEvent struct {
+	FeedbackID       string    `json:"feedbackId"`
+	Category         string    `json:"category"`
+	Status           string    `json:"status"`
+	CreatedAt        time.Time `json:"createdAt"`
+	SummaryUntrusted string    `json:"summaryUntrusted"`
+	DetailsUntrusted string    `json:"detailsUntrusted"`
+	Submitter        Submitter `json:"submitter"`
+	ContentWarning   string    `json:"contentWarning"`
+	AdminURL         string    `json:"adminUrl"`
+}
+
+func (s *Service) submittedEvent(ctx context.Context, e events.Event) (json.RawMessage, bool, error) {
+	var ref struct {
+		FeedbackID string `json:"feedbackId"`
+	}
+	if err := json.Unmarshal(e.Data, &ref); err != nil || ref.FeedbackID == "" {
+		return nil, false, nil
+	}
+	var r adminRow
+	err := s.adminQuery(s.opts.Store.DB).Where("f.public_id = ?", ref.FeedbackID).Scan(ctx, &r)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("feedback: reload %s: %w", ref.FeedbackID, err)
+	}
+	data, err := json.Marshal(SubmittedEvent{
+		FeedbackID: r.PublicID, Category: r.Category, Status: StatusOpen, CreatedAt: r.CreatedAt.UTC(),
+		SummaryUntrusted: r.Summary, DetailsUntrusted: r.Details, ContentWarning: ContentWarning,
+		Submitter: Submitter{UserID: r.SubmitterStable, Username: r.SubmitterUsername, Email: r.SubmitterEmail},
+		AdminURL:  s.opts.BaseURL + "/admin/feedback#feedback-" + r.PublicID,
+	})
+	return data, err == nil, err
 }
 
 func (s *Service) now() time.Time { return s.opts.Now().UTC().Truncate(time.Microsecond) }

@@ -226,9 +226,34 @@ func TestFeedbackLifecycle(t *testing.T) {
 		for _, typ := range []string{events.FeedbackSubmitted, events.FeedbackUpdated} {
 			waitFor(t, 10*time.Second, typ, func() bool { _, ok := got.find(typ, f.ID); return ok })
 		}
+		// feedback.submitted is delivered with the approved text and the
+		// attribution snapshot (reloaded at delivery), never the note;
+		// feedback.updated with the id and status only.
 		e, _ := got.find(events.FeedbackSubmitted, f.ID)
-		if strings.Contains(string(e.Data), "export button") || strings.Contains(string(e.Data), ann.Email) {
-			t.Fatalf("event carries content: %s", e.Data)
+		var se feedback.SubmittedEvent
+		if err := json.Unmarshal(e.Data, &se); err != nil {
+			t.Fatal(err)
+		}
+		if se.SummaryUntrusted != f.Summary || se.Submitter.Email != ann.Email || se.Submitter.UserID != ann.StableID || se.ContentWarning == "" ||
+			se.Status != "open" || !strings.HasSuffix(se.AdminURL, "/admin/feedback#feedback-"+f.ID) || strings.Contains(string(e.Data), note) {
+			t.Fatalf("feedback.submitted data: %s", e.Data)
+		}
+		e, _ = got.find(events.FeedbackUpdated, f.ID)
+		var ud map[string]string
+		if err := json.Unmarshal(e.Data, &ud); err != nil || len(ud) != 2 || ud["status"] == "" || ud["feedbackId"] != f.ID {
+			t.Fatalf("feedback.updated data: %s", e.Data)
+		}
+		// A submission gone before delivery is not delivered.
+		if _, err := s.Events().PublishNow(t.Context(), events.FeedbackSubmitted, map[string]string{"feedbackId": "fb_gone"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Events().PublishNow(t.Context(), events.FeedbackUpdated, map[string]string{"feedbackId": "fb_marker"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the marker event", func() bool { _, ok := got.find(events.FeedbackUpdated, "fb_marker"); return ok })
+		time.Sleep(500 * time.Millisecond)
+		if _, ok := got.find(events.FeedbackSubmitted, "fb_gone"); ok {
+			t.Fatal("an event about a deleted submission was delivered")
 		}
 
 		// Rate limit: five per hour.
