@@ -32,6 +32,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/enclave-mcp/enclave/internal/egress"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/storage"
@@ -106,7 +107,8 @@ type Options struct {
 	// Ring seals webhook secrets at rest (required).
 	Ring *envelope.Ring
 	// Client sends webhook requests. It must refuse non-public addresses
-	// at connect time (see internal/egress); the server builds it.
+	// at connect time; default an internal/egress client following no
+	// redirects (the server builds its own with Config.WebhookRootCAs).
 	Client *http.Client
 	// AllowPrivate accepts webhook URLs naming private, loopback or
 	// link-local addresses (the server's --webhook-allow-private; the
@@ -154,7 +156,7 @@ func New(opts Options) (*Bus, error) {
 		opts.Now = time.Now
 	}
 	if opts.Client == nil {
-		opts.Client = http.DefaultClient
+		opts.Client = egress.NewClient(egress.Options{AllowPrivate: opts.AllowPrivate, MaxRedirects: -1})
 	}
 	b := &Bus{opts: opts, log: opts.Logger, subs: map[string]subscription{}, enrich: map[string]Enricher{}}
 	err := errors.Join(
