@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/netip"
 	"sync"
 	"time"
@@ -190,7 +192,10 @@ type BurstPublisher struct {
 // written after).
 func (p *BurstPublisher) Observe(ctx context.Context, now time.Time, userID, ip string) {
 	for _, b := range p.Bursts.Record(now, userID, ip) {
-		subject := b.Key
+		// Never the id or address itself: a keyed hash, or (without a
+		// hasher) a plain SHA-256.
+		sum := sha256.Sum256([]byte(b.Scope + ":" + b.Key))
+		subject := hex.EncodeToString(sum[:16])
 		if b.Scope == "user" && p.HashUser != nil {
 			subject = p.HashUser(b.Key)
 		} else if b.Scope == "network" && p.HashNetwork != nil {
