@@ -109,6 +109,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			_ = s.audit.Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "delete_account",
 				Result: audit.ResultSuccess, Reason: "resumed", UserHash: s.audit.HashUser(o.StableID)})
 		},
+		TxHooks: s.lifecycleTxHooks(),
 	})
 
 	// The embedder's entities reach SQL and the built-in roles before the
@@ -134,7 +135,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
-		Auditor:    s.audit,
+		Auditor:    burstAuditor{s.audit, s},
 		AuditKey:   auditKey,
 		Quota:      q,
 		Features:   flags,
@@ -146,6 +147,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
+	if err := s.assembleEvents(); err != nil {
+		return err
+	}
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
@@ -170,6 +174,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		},
 	})...)
 	caps = append(caps, s.overviewCapability())
+	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
 		olim.DailyRequests = n // --quota outbound=N/day
@@ -348,6 +353,7 @@ func registerInventory(inv *storage.Inventory) error {
 		// Replayable results of keyed calls: deleted with the account,
 		// never exported (they repeat what the account's data says).
 		inv.AddTable(idempotency.Table),
+		registerEventInventory(inv),
 	)
 }
 
@@ -368,6 +374,9 @@ var adminAuditActions = map[string]string{
 	"adminInviteCreate":       "admin_invite_create",
 	"adminInviteRevoke":       "admin_invite_revoke",
 	"adminFeatureSet":         "admin_feature_set",
+	"adminWebhookCreate":      "admin_webhook_create",
+	"adminWebhookDelete":      "admin_webhook_delete",
+	"adminFeedbackUpdate":     "admin_feedback_update",
 }
 
 // auditedAdmin wraps the handlers of the capabilities named in

@@ -2,6 +2,7 @@ package enclave
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +22,9 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -164,6 +167,24 @@ type Config struct {
 	// public one. Default "": off. MetricsHandler serves the same.
 	MetricsAddr string
 
+	// WebhookAllowPrivate lets webhook subscriptions target private,
+	// loopback and link-local addresses (--webhook-allow-private): for
+	// tests and for targets on the operator's own network. https is
+	// required regardless. Default false.
+	WebhookAllowPrivate bool
+	// WebhookRootCAs, when set, are the certificate authorities webhook
+	// targets' TLS certificates are checked against instead of the
+	// system's (a private CA; tests). Default nil: the system roots.
+	WebhookRootCAs *x509.CertPool
+	// WebhookMaxFailures is how many failed webhook deliveries in a row
+	// disable a subscription (the admin sees why). Default 15.
+	WebhookMaxFailures int
+	// DenialBurst sets the denial-burst alert: denials at the choke point
+	// counted per user and per client network (in memory, per replica);
+	// reaching Threshold within Window publishes security.denial_burst,
+	// then the subject stays quiet for Cooldown. Defaults 50, 1 h, 6 h.
+	DenialBurst events.BurstOptions
+
 	// Signup says who may create an account on the web shell: SignupOpen
 	// (default), SignupInvite (an admin's invite code is needed) or
 	// SignupClosed (accounts come from the CLI only).
@@ -236,6 +257,9 @@ type Server struct {
 	features  *features.Store
 	meter     *quota.Meter
 	retention *retention.Set
+	events    *events.Bus
+	bursts    *events.BurstPublisher
+	feedback  *feedback.Service
 	outbound  *outbound.Gateway
 
 	metrics  *serverMetrics

@@ -53,6 +53,11 @@ func (s *Server) retentionPolicies() []retention.Policy {
 		retention.Age("mcp_tasks", "expires_at", 0),
 		retention.Age("outbox", "dead_at", s.cfg.JobRetention).Because("jobs that gave up (Config.JobRetention); delivered jobs are removed when delivered"),
 
+		retention.UntilAccountDeleted("webhook_subscriptions").Because("an admin's webhook subscriptions"),
+		retention.Age("platform_feedback", "updated_at", 365*day).If("status IN ('resolved', 'dismissed')").
+			Because("resolved and dismissed feedback; open and triaged items stay until reviewed or the submitter's account is deleted"),
+		retention.Kept("feedback_mails", "markers that a decision mail was queued; deleted with their feedback row (ON DELETE CASCADE)"),
+
 		// OAuth.
 		retention.Age("oauth_tokens", "expires_at", 0).Because("expired codes, PKCE sessions, access and refresh tokens"),
 		retention.Age("oauth_grants", "last_used_at", time.Hour).

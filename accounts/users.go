@@ -328,6 +328,9 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 				return err
 			}
 		}
+		if err := s.changed(ctx, tx, Change{Kind: ChangeUserCreated, UserID: row.ID, StableID: row.StableID}); err != nil {
+			return err
+		}
 		if onCreated != nil {
 			return onCreated(ctx, tx, row.user(), token)
 		}
@@ -584,7 +587,14 @@ func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column st
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
 			changed = true
-			return nil
+			if column != "suspended_at" {
+				return nil
+			}
+			row, err := s.userWhere(ctx, tx, "id = ?", userID)
+			if err != nil {
+				return err
+			}
+			return s.changed(ctx, tx, Change{Kind: ChangeUserSuspended, UserID: userID, StableID: row.StableID})
 		}
 		row, err := s.userWhere(ctx, tx, "id = ?", userID)
 		if err != nil {
@@ -615,7 +625,24 @@ func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
 
 // Unsuspend lifts a suspension. It reports whether the state changed.
 func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "suspended_at", false, false)
+	var changed bool
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		now := s.now()
+		res, err := tx.NewUpdate().Model((*userRow)(nil)).Set("suspended_at = NULL").Set("updated_at = ?", now).
+			Where("id = ? AND suspended_at IS NOT NULL", userID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		row, err := s.userWhere(ctx, tx, "id = ?", userID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		changed = true
+		return s.changed(ctx, tx, Change{Kind: ChangeUserUnsuspended, UserID: userID, StableID: row.StableID})
+	})
 	if err != nil {
 		return false, fmt.Errorf("accounts: unsuspend: %w", err)
 	}
