@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -229,7 +230,20 @@ func checkRedirect(req *http.Request, _ []*http.Request) error {
 			return &redirectRefused{host: host, secret: u.name}
 		}
 	}
+	// The redirect goes to the name that was approved (see Do).
+	req.URL.Host = hostPort(host, req.URL.Port())
 	return nil
+}
+
+// hostPort joins a canonical host and an optional port into a URL's Host.
+func hostPort(host, port string) string {
+	if port != "" {
+		return net.JoinHostPort(host, port)
+	}
+	if strings.Contains(host, ":") {
+		return "[" + host + "]"
+	}
+	return host
 }
 
 type redirectRefused struct{ host, secret string }
@@ -275,6 +289,9 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	if err != nil {
 		return Response{}, refuse("The URL's host %q is not a valid host name.", u.Hostname())
 	}
+	// Send to the very name that was checked, not to whatever net/http
+	// makes of the original spelling.
+	u.Host = hostPort(host, u.Port())
 	if len(req.Body) > g.lim.MaxRequestBytes {
 		return Response{}, refuse("The body is larger than %d bytes.", g.lim.MaxRequestBytes)
 	}

@@ -436,3 +436,57 @@ func TestHTTPRequestCapability(t *testing.T) {
 		t.Fatalf("bob: %v", err)
 	}
 }
+
+// anyNameTLS trusts the httptest certificate whatever name was dialled
+// (the certificate names 127.0.0.1 and example.com only).
+func anyNameTLS(srv *server) *tls.Config {
+	roots := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	return &tls.Config{InsecureSkipVerify: true, VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+		c, err := x509.ParseCertificate(raw[0])
+		if err != nil {
+			return err
+		}
+		_, err = c.Verify(x509.VerifyOptions{Roots: roots})
+		return err
+	}}
+}
+
+// A host is approved under the name the request is sent to. Go lowercases
+// U+0130 (İ) to a plain "i"; IDNA, which net/http resolves with, maps it
+// to "i" plus a combining dot: APİ.example.com is xn--api-bec.example.com,
+// not api.example.com.
+func TestGatewayApprovesTheSentHostName(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	other := newServer(t, echo)
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/upper":
+			http.Redirect(w, r, "https://LOCALHOST.:"+other.port()+"/ok", http.StatusTemporaryRedirect)
+		case "/dotted-i":
+			http.Redirect(w, r, "https://İ.localhost:"+other.port()+"/stolen", http.StatusTemporaryRedirect)
+		default:
+			echo(s, w, r)
+		}
+	})
+	f.secret(t, f.alice, "api", "sk-idna-value", []string{"api.example.com", "127.0.0.1", "localhost", "i.localhost"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true, TLSConfig: anyNameTLS(srv), Limits: outbound.Limits{Timeout: 3 * time.Second}})
+
+	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: "https://APİ.example.com/", Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if codeOf(err) != capabilities.CodeInvalidInput || !strings.Contains(err.Error(), "not approved for host xn--api-bec.example.com") {
+		t.Fatalf("APİ.example.com: %v", err)
+	}
+	// A redirect's name is compared, and followed, the same way.
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/upper", Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if err != nil || other.hits.Load() != 1 || other.lastKey.Load() != "sk-idna-value" || !strings.Contains(resp.URL, "https://localhost:"+other.port()+"/ok") {
+		t.Fatalf("redirect to LOCALHOST.: %+v %v", resp, err)
+	}
+	_, err = g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/dotted-i", Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "Redirect to xn--i-9bb.localhost refused") {
+		t.Fatalf("redirect to İ.localhost: %v", err)
+	}
+	if other.hits.Load() != 1 {
+		t.Fatal("the secret followed a redirect to an unapproved host")
+	}
+}

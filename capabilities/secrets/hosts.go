@@ -49,15 +49,27 @@ func NormalizeHost(pattern string) (string, error) {
 		if !strings.Contains(ascii, ".") {
 			return "", fmt.Errorf("%w: allowed host %q would match a whole top-level domain", ErrInvalid, pattern)
 		}
+		if numericTail(ascii) {
+			// "*.0.113.7" names no domain; it would only ever match
+			// IP addresses.
+			return "", fmt.Errorf("%w: allowed host %q: a subdomain form needs a domain name, not part of an address", ErrInvalid, pattern)
+		}
 		return "*." + ascii, nil
 	}
 	return ascii, nil
 }
 
-// canonicalHost lowercases a host name, converts it to ASCII and checks
+// canonicalHost converts a host name to ASCII, lowercases it and checks
 // every label is letters, digits and inner hyphens (1-63 characters).
+//
+// The conversion is IDNA's lookup mapping applied to the name as given,
+// which is what net/http applies before it resolves a non-ASCII host. The
+// name must not be lowercased first: strings.ToLower maps U+0130 (İ) to a
+// plain "i" where IDNA maps it to "i" plus a combining dot, so "gİthub.com"
+// would compare as github.com while the request went to another,
+// registrable, domain.
 func canonicalHost(h string) (string, error) {
-	ascii, err := idna.Lookup.ToASCII(strings.ToLower(h))
+	ascii, err := idna.Lookup.ToASCII(h)
 	if err != nil {
 		return "", err
 	}
@@ -109,13 +121,22 @@ func CanonicalRequestHost(host string) (string, error) {
 	return canonicalHost(h)
 }
 
+// numericTail reports whether a name's last label is all digits: no
+// top-level domain is, so such a name is (part of) an address.
+func numericTail(name string) bool {
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	return last != "" && strings.Trim(last, "0123456789") == ""
+}
+
 // HostAllowed reports whether host (in CanonicalRequestHost form) is
 // approved by one of the normalized patterns: an exact match, or a name
-// strictly under a "*.domain" pattern.
+// strictly under a "*.domain" pattern. An IP address only ever matches
+// itself, never a subdomain form.
 func HostAllowed(patterns []string, host string) bool {
+	numeric := numericTail(host)
 	for _, p := range patterns {
 		if suffix, ok := strings.CutPrefix(p, "*"); ok {
-			if len(host) > len(suffix) && strings.HasSuffix(host, suffix) {
+			if !numeric && len(host) > len(suffix) && strings.HasSuffix(host, suffix) {
 				return true
 			}
 			continue

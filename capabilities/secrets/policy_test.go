@@ -38,7 +38,7 @@ func TestNormalizeHost(t *testing.T) {
 		"", "https://api.example.com", "api.example.com:443", "api.example.com/v1", "user@api.example.com",
 		"*", "*.com", "a.*.example.com", "*example.com", "api*.example.com", "**.example.com",
 		"-bad.example.com", "bad-.example.com", "under_score.example.com", "a..b", "[::1]", "::1",
-		"*.203.0.113.7", "space here.com", strings.Repeat("a", 64) + ".com",
+		"*.203.0.113.7", "*.0.113.7", "*.example.123", "space here.com", strings.Repeat("a", 64) + ".com",
 	} {
 		if got, err := secrets.NormalizeHost(bad); !errors.Is(err, secrets.ErrInvalid) {
 			t.Errorf("NormalizeHost(%q) = %q, %v; want ErrInvalid", bad, got, err)
@@ -78,6 +78,32 @@ func TestHostAllowed(t *testing.T) {
 	}
 	if h, err := secrets.CanonicalRequestHost("API.Bücher.Example."); err != nil || h != "api.xn--bcher-kva.example" {
 		t.Errorf("CanonicalRequestHost = %q %v", h, err)
+	}
+}
+
+// The host a request is checked as must be the host it is sent to. U+0130
+// (İ) lowercases to a plain "i" in Go, but IDNA (what net/http resolves)
+// maps it to "i" plus a combining dot: another, registrable, domain.
+func TestCanonicalRequestHostIsTheDialledHost(t *testing.T) {
+	pats := []string{"github.com", "api.example.com"}
+	for _, host := range []string{"gİthub.com", "APİ.example.com", "İapi.example.com"} {
+		h, err := secrets.CanonicalRequestHost(host)
+		if err != nil {
+			continue // refused: fine
+		}
+		if secrets.HostAllowed(pats, h) {
+			t.Errorf("CanonicalRequestHost(%q) = %q: approved, but net/http sends it to another domain", host, h)
+		}
+	}
+	// Mappings IDNA and the dialler agree on still compare as the name.
+	for host, want := range map[string]string{"ａｐｉ.example.com": "api.example.com", "api。example。com": "api.example.com", "API.EXAMPLE.COM.": "api.example.com"} {
+		if h, err := secrets.CanonicalRequestHost(host); err != nil || h != want {
+			t.Errorf("CanonicalRequestHost(%q) = %q %v, want %q", host, h, err, want)
+		}
+	}
+	// A subdomain form never matches an address.
+	if secrets.HostAllowed([]string{"*.0.113.7"}, "203.0.113.7") {
+		t.Error("a subdomain form matched an IP address")
 	}
 }
 
