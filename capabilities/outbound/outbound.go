@@ -69,6 +69,10 @@ const QuotaClass = "outbound"
 // MaxSecretsPerRequest is how many different secrets one request may use.
 const MaxSecretsPerRequest = 16
 
+// MaxHeaderBytes bounds a request's headers, names and values, with the
+// secrets filled in.
+const MaxHeaderBytes = 128 << 10
+
 // Defaults of Limits.
 const (
 	DefaultDailyRequests    = 1000
@@ -295,6 +299,13 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	if len(req.Body) > g.lim.MaxRequestBytes {
 		return Response{}, refuse("The body is larger than %d bytes.", g.lim.MaxRequestBytes)
 	}
+	headerBytes := 0
+	for name, v := range req.Headers {
+		headerBytes += len(name) + len(v)
+	}
+	if headerBytes > MaxHeaderBytes {
+		return Response{}, refuse("The headers are larger than %d bytes.", MaxHeaderBytes)
+	}
 	for name, v := range req.Headers {
 		if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(v) {
 			return Response{}, refuse("Header %q is not a valid header.", name)
@@ -337,6 +348,20 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 			}
 			us = append(us, used{name: name, value: s.Value, hosts: s.AllowedHosts})
 		}
+	}
+	// Bound the request as it will be sent: each placeholder grows by its
+	// secret's length (up to secrets.MaxValueBytes), so a body within
+	// MaxRequestBytes written only of placeholders would otherwise expand
+	// to gigabytes in memory.
+	if filledLen(req.Body, us) > g.lim.MaxRequestBytes {
+		return Response{}, refuse("With its secrets filled in, the body is larger than %d bytes.", g.lim.MaxRequestBytes)
+	}
+	headerBytes = 0
+	for name, v := range req.Headers {
+		headerBytes += len(name) + filledLen(v, us)
+	}
+	if headerBytes > MaxHeaderBytes {
+		return Response{}, refuse("With their secrets filled in, the headers are larger than %d bytes.", MaxHeaderBytes)
 	}
 	if g.o.Quota != nil && g.lim.DailyRequests > 0 {
 		if err := g.o.Quota.AllowClass(ctx, caller, QuotaClass, g.lim.DailyRequests); err != nil {
@@ -486,6 +511,21 @@ func placeholders(req Request) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// filledLen is len(s) once every placeholder of us in it is filled in.
+func filledLen(s string, us []used) int {
+	n := len(s)
+	for _, m := range placeholder.FindAllStringSubmatchIndex(s, -1) {
+		name := s[m[2]:m[3]]
+		for _, u := range us {
+			if u.name == name {
+				n += len(u.value) - (m[1] - m[0])
+				break
+			}
+		}
+	}
+	return n
 }
 
 func unescape(s string) string {

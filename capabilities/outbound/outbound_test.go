@@ -490,3 +490,35 @@ func TestGatewayApprovesTheSentHostName(t *testing.T) {
 		t.Fatal("the secret followed a redirect to an unapproved host")
 	}
 }
+
+// The size limits apply to the request as sent, secrets filled in: a body
+// of placeholders for a 64 KiB secret would otherwise grow 5,000-fold in
+// memory (1 MiB of placeholders: about 5.6 GB).
+func TestGatewayBoundsTheFilledRequest(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		f := setup(t, st)
+		srv := newServer(t, echo)
+		f.secret(t, f.alice, "big", strings.Repeat("k", secrets.MaxValueBytes), []string{"127.0.0.1"}, nil)
+		g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+		body := strings.Repeat("{{secret:big}}", 20) // 280 bytes; 1.3 MB filled
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{Method: "POST", URL: srv.URL, Body: body}); codeOf(err) != capabilities.CodeInvalidInput ||
+			!strings.Contains(err.Error(), "body is larger than") {
+			t.Fatalf("body of placeholders: %v", err)
+		}
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:big}}{{secret:big}}{{secret:big}}"}}); codeOf(err) != capabilities.CodeInvalidInput ||
+			!strings.Contains(err.Error(), "headers are larger than") {
+			t.Fatalf("header of placeholders: %v", err)
+		}
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Pad": strings.Repeat("p", outbound.MaxHeaderBytes)}}); codeOf(err) != capabilities.CodeInvalidInput {
+			t.Fatalf("oversized header: %v", err)
+		}
+		if srv.hits.Load() != 0 {
+			t.Fatal("an oversized request was sent")
+		}
+		// Within the limits the secret is filled in.
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{Method: "POST", URL: srv.URL, Body: "{{secret:big}}"}); err != nil || len(srv.lastBod.Load().(string)) != secrets.MaxValueBytes {
+			t.Fatalf("one placeholder: %v", err)
+		}
+	})
+}
