@@ -201,7 +201,12 @@ var (
 	placeholder = regexp.MustCompile(`\{\{secret:([A-Za-z0-9][A-Za-z0-9_.-]{0,63})\}\}`)
 	methods     = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
 	// Headers a caller may not set: the transport owns them.
-	reserved = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer", "Proxy-Authorization", "Proxy-Connection"}
+	// Accept-Encoding among them: when the caller asks for a compressed
+	// answer, net/http hands the body over compressed, and a secret echoed
+	// inside it passes the scrubber unseen (the agent just decompresses
+	// it). The transport asks for gzip itself and decompresses before the
+	// scrubber reads the body.
+	reserved = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer", "Proxy-Authorization", "Proxy-Connection", "Accept-Encoding"}
 )
 
 func refuse(format string, args ...any) error {
@@ -418,11 +423,10 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 
 	out := Response{Status: resp.StatusCode, URL: scrub.string(resp.Request.URL.String()), Headers: map[string][]string{}}
 	for k, vs := range resp.Header {
-		sv := make([]string, len(vs))
-		for i, v := range vs {
-			sv[i] = scrub.string(v)
+		k = scrub.string(k) // a header's name can echo a value too
+		for _, v := range vs {
+			out.Headers[k] = append(out.Headers[k], scrub.string(v))
 		}
-		out.Headers[k] = sv
 	}
 	clean := scrub.bytes(raw)
 	if utf8.Valid(clean) {

@@ -1,6 +1,8 @@
 package outbound_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -521,4 +523,57 @@ func TestGatewayBoundsTheFilledRequest(t *testing.T) {
 			t.Fatalf("one placeholder: %v", err)
 		}
 	})
+}
+
+// An echo is scrubbed whatever shape the transfer takes: a caller may not
+// ask for a compressed answer (net/http would hand it over compressed, the
+// secret inside unseen by the scrubber), an answer compressed for the
+// transport's own request is decompressed before scrubbing, and header
+// names are scrubbed like values.
+func TestGatewayScrubsCompressedEcho(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "Sk-Gzip-Secret-Value"
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("X-Key")
+		w.Header()[k] = []string{"1"}
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			fmt.Fprintf(zw, "key=%s", k)
+			zw.Close()
+			return
+		}
+		fmt.Fprintf(w, "key=%s", k)
+	})
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+
+	leaks := func(resp outbound.Response) bool {
+		all, _ := json.Marshal(resp)
+		if strings.Contains(string(all), key) {
+			return true
+		}
+		if resp.BodyEncoding == "base64" {
+			raw, _ := base64.StdEncoding.DecodeString(resp.Body)
+			if zr, err := gzip.NewReader(bytes.NewReader(raw)); err == nil {
+				plain, _ := io.ReadAll(zr)
+				return strings.Contains(string(plain), key)
+			}
+		}
+		return false
+	}
+	before := srv.hits.Load()
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}", "Accept-Encoding": "gzip"}})
+	if err == nil && leaks(resp) {
+		t.Fatalf("the secret came back compressed: %+v", resp)
+	}
+	if codeOf(err) != capabilities.CodeInvalidInput || srv.hits.Load() != before {
+		t.Fatalf("Accept-Encoding from the caller: %v", err)
+	}
+	resp, err = g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if err != nil || leaks(resp) || resp.Body != "key={{secret:api}}" || resp.Headers["{{secret:api}}"] == nil {
+		t.Fatalf("transport-compressed echo: %+v %v", resp, err)
+	}
 }
