@@ -407,7 +407,9 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	scrub := newScrubber(us)
 	resp, err := g.client.Do(hreq)
 	if rr := (*redirectRefused)(nil); errors.As(err, &rr) {
-		g.auditAll(ctx, caller, us, audit.ResultDenied, rr.host, "redirect from "+host+" not approved")
+		// The redirect's host comes from the server's Location, which
+		// can echo a secret: scrub it like the response.
+		g.auditAll(ctx, caller, us, audit.ResultDenied, scrub.string(rr.host), "redirect from "+host+" not approved")
 		return Response{}, g.failure(host, err, scrub)
 	}
 	if err != nil {

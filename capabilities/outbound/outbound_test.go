@@ -577,3 +577,30 @@ func TestGatewayScrubsCompressedEcho(t *testing.T) {
 		t.Fatalf("transport-compressed echo: %+v %v", resp, err)
 	}
 }
+
+// A refused redirect is audited with its host, which the server chose: a
+// Location that echoes the secret must not put the value in the audit log.
+func TestGatewayAuditOfRefusedRedirectIsScrubbed(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "sk-audit-leak-7f3a"
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "https://"+r.Header.Get("X-Key")+".invalid/", http.StatusFound)
+	})
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "refused") || strings.Contains(err.Error(), key) {
+		t.Fatalf("err = %v", err)
+	}
+	var evs []audit.Event
+	if err := st.DB.NewSelect().Model(&evs).Where("category = ?", audit.CategoryOutbound).Scan(ctx); err != nil || len(evs) == 0 {
+		t.Fatalf("audit rows: %v %v", evs, err)
+	}
+	for _, e := range evs {
+		if strings.Contains(e.Reason, key) {
+			t.Fatalf("audit row holds the value: %q", e.Reason)
+		}
+	}
+}
