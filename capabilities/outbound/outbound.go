@@ -20,7 +20,10 @@
 // Every response (status line, headers and body) is scrubbed: each value of
 // a secret the request used is replaced by its placeholder, in its raw form
 // and the encodings an echo commonly takes (base64, base64url, URL
-// escaping, JSON string escaping, hex). A secret embedded inside a larger
+// escaping in either case, JSON string escaping as Go, PHP and Python
+// write it, hex). Header names are scrubbed too, and a caller may not ask
+// for a compressed answer (the transport decompresses what it asked for
+// before scrubbing). A secret embedded inside a larger
 // encoded blob (say a base64 "user:token" pair) is not found by the
 // scrubber; that is why host approval, not scrubbing, is the control.
 //
@@ -52,6 +55,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
@@ -559,7 +563,7 @@ func newScrubber(us []used) *scrubber {
 	seen := map[string]bool{}
 	for _, u := range us {
 		v := u.value
-		js, _ := json.Marshal(string(v))
+		js := jsonString(string(v), true)
 		cands := []string{
 			string(v),
 			base64.StdEncoding.EncodeToString(v),
@@ -568,7 +572,15 @@ func newScrubber(us []used) *scrubber {
 			base64.RawURLEncoding.EncodeToString(v),
 			url.QueryEscape(string(v)),
 			url.PathEscape(string(v)),
-			string(js[1 : len(js)-1]),
+			lowerEscapes(url.QueryEscape(string(v))),
+			lowerEscapes(url.PathEscape(string(v))),
+			// JSON as servers write it: Go's (HTML characters escaped)
+			// and without that, with "/" escaped (PHP's default), and
+			// ASCII-only with \u escapes (Python's default).
+			js,
+			jsonString(string(v), false),
+			strings.ReplaceAll(jsonString(string(v), false), "/", `\/`),
+			asciiJSON(string(v)),
 			hex.EncodeToString(v),
 			strings.ToUpper(hex.EncodeToString(v)),
 		}
@@ -592,6 +604,63 @@ func newScrubber(us []used) *scrubber {
 		pairs = append(pairs, f.from, f.to)
 	}
 	return &scrubber{r: strings.NewReplacer(pairs...)}
+}
+
+// jsonString is s as the inside of a JSON string, with or without Go's
+// escaping of <, > and &.
+func jsonString(s string, escapeHTML bool) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(escapeHTML)
+	_ = enc.Encode(s)
+	out := strings.TrimSuffix(b.String(), "\n")
+	return out[1 : len(out)-1]
+}
+
+// asciiJSON is s as the inside of a JSON string written ASCII-only: every
+// other character as a lowercase \u escape (UTF-16 pairs above U+FFFF).
+func asciiJSON(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r >= 0x7f && r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// lowerEscapes lowercases the hex digits of every %XX escape in s.
+func lowerEscapes(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerHex(b[i+1]), lowerHex(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func lowerHex(c byte) byte {
+	if c >= 'A' && c <= 'F' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 func (s *scrubber) bytes(b []byte) []byte {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -601,6 +602,41 @@ func TestGatewayAuditOfRefusedRedirectIsScrubbed(t *testing.T) {
 	for _, e := range evs {
 		if strings.Contains(e.Reason, key) {
 			t.Fatalf("audit row holds the value: %q", e.Reason)
+		}
+	}
+}
+
+// Echoes in the shapes common servers write JSON and URLs in are scrubbed:
+// PHP escapes "/" (an AWS-style key has several), Python writes non-ASCII
+// as \u escapes, some servers percent-encode in lowercase, and JSON without
+// Go's HTML escaping leaves <, > and & alone.
+func TestGatewayScrubsCommonEchoShapes(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "wJalrXUtnFEMI/K7MDENG/bPxRfi<&>Ключ"
+	shapes := []string{
+		strings.ReplaceAll(key, "/", `\/`),
+		`wJalrXUtnFEMI/K7MDENG/bPxRfi<&>\u041a\u043b\u044e\u0447`,
+		regexp.MustCompile(`%[0-9A-F]{2}`).ReplaceAllStringFunc(url.QueryEscape(key), strings.ToLower),
+		key,
+	}
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Key") != key {
+			http.Error(w, "wrong key", http.StatusForbidden)
+			return
+		}
+		io.WriteString(w, strings.Join(shapes, "\n"))
+	})
+	f.secret(t, f.alice, "aws", key, []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:aws}}"}})
+	if err != nil || resp.Status != 200 {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	for i, line := range strings.Split(resp.Body, "\n") {
+		if line != "{{secret:aws}}" {
+			t.Errorf("shape %d (%q) came back as %q", i, shapes[i], line)
 		}
 	}
 }
