@@ -54,6 +54,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -84,6 +85,7 @@ const (
 	DefaultMaxRedirects     = 3
 	DefaultMaxResponseBytes = 1 << 20
 	DefaultMaxRequestBytes  = 1 << 20
+	DefaultMaxConcurrent    = 4
 )
 
 // Limits bound what one user may send. Zero fields take the defaults.
@@ -100,6 +102,11 @@ type Limits struct {
 	MaxResponseBytes int64
 	// MaxRequestBytes bounds a request body.
 	MaxRequestBytes int
+	// MaxConcurrent is how many requests one user may have in flight at
+	// once; more are refused. Without it, the daily quota's worth of
+	// requests to a server that answers slowly would all hold a
+	// connection and up to MaxResponseBytes of memory at the same time.
+	MaxConcurrent int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -117,6 +124,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxRequestBytes <= 0 {
 		l.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if l.MaxConcurrent <= 0 {
+		l.MaxConcurrent = DefaultMaxConcurrent
 	}
 	return l
 }
@@ -158,6 +168,9 @@ type Gateway struct {
 	o      Options
 	lim    Limits
 	client *http.Client
+
+	mu       sync.Mutex
+	inFlight map[string]int // requests in flight per user
 }
 
 // New returns a gateway.
@@ -168,7 +181,7 @@ func New(o Options) *Gateway {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	g := &Gateway{o: o, lim: o.Limits.withDefaults()}
+	g := &Gateway{o: o, lim: o.Limits.withDefaults(), inFlight: map[string]int{}}
 	g.client = egress.NewClient(egress.Options{
 		AllowPrivate:     o.AllowPrivate,
 		Timeout:          g.lim.Timeout,
@@ -372,6 +385,11 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	if headerBytes > MaxHeaderBytes {
 		return Response{}, refuse("With their secrets filled in, the headers are larger than %d bytes.", MaxHeaderBytes)
 	}
+	if !g.enter(caller.UserID) {
+		return Response{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, RetryAfter: g.o.Now().Add(time.Second),
+			Message: fmt.Sprintf("At most %d outbound requests may be in flight at once; wait for one to finish.", g.lim.MaxConcurrent)}
+	}
+	defer g.leave(caller.UserID)
 	if g.o.Quota != nil && g.lim.DailyRequests > 0 {
 		if err := g.o.Quota.AllowClass(ctx, caller, QuotaClass, g.lim.DailyRequests); err != nil {
 			if at, ok := capabilities.RetryAfterOf(err); ok && capabilities.CodeOf(err) == capabilities.CodeQuotaExceeded {
@@ -444,6 +462,26 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 		out.SecretsUsed = append(out.SecretsUsed, u.name)
 	}
 	return out, nil
+}
+
+// enter counts a request of user in flight, or reports false when the
+// user already has MaxConcurrent.
+func (g *Gateway) enter(user string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[user] >= g.lim.MaxConcurrent {
+		return false
+	}
+	g.inFlight[user]++
+	return true
+}
+
+func (g *Gateway) leave(user string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[user]--; g.inFlight[user] <= 0 {
+		delete(g.inFlight, user)
+	}
 }
 
 // failure turns a failed exchange into an error safe to show.

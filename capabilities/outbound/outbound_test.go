@@ -640,3 +640,53 @@ func TestGatewayScrubsCommonEchoShapes(t *testing.T) {
 		}
 	}
 }
+
+// A user may have only so many requests in flight: a slow server cannot
+// make one agent hold its whole daily quota of connections and response
+// buffers at once. Other users are not affected; a finished request frees
+// its place.
+func TestGatewayBoundsRequestsInFlight(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	release := make(chan struct{})
+	var held atomic.Int32
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			held.Add(1)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxConcurrent: 2, Timeout: 10 * time.Second}})
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/hold"})
+			done <- err
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); held.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("the held requests did not arrive")
+		}
+	}
+	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/quick"})
+	_, bobErr := g.Do(ctx, f.bobC, outbound.Request{URL: srv.URL + "/quick"})
+	close(release)
+	for range 2 {
+		if e := <-done; e != nil {
+			t.Errorf("held request: %v", e)
+		}
+	}
+	if codeOf(err) != capabilities.CodeQuotaExceeded || !strings.Contains(err.Error(), "in flight") {
+		t.Fatalf("third request in flight: %v", err)
+	}
+	if bobErr != nil {
+		t.Fatalf("bob is refused by alice's requests in flight: %v", bobErr)
+	}
+	if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/quick"}); err != nil {
+		t.Fatalf("after the held requests finished: %v", err)
+	}
+}
