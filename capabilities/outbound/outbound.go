@@ -38,6 +38,7 @@
 package outbound
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -452,7 +453,14 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 			out.Headers[k] = append(out.Headers[k], scrub.string(v))
 		}
 	}
-	clean := scrub.bytes(raw)
+	// A short secret replaced by its longer placeholder grows the body:
+	// a 1-byte value echoed a million times would become 12 MB or more.
+	// The scrubbed body is bounded while it is written.
+	clean, ok := scrub.bounded(raw, 2*g.lim.MaxResponseBytes)
+	if !ok {
+		return Response{}, &capabilities.Error{Code: capabilities.CodeConflict,
+			Message: fmt.Sprintf("The response from %s, with the secrets it echoes replaced by placeholders, is larger than %d bytes.", host, 2*g.lim.MaxResponseBytes)}
+	}
 	if utf8.Valid(clean) {
 		out.Body = string(clean)
 	} else {
@@ -701,11 +709,40 @@ func lowerHex(c byte) byte {
 	return c
 }
 
-func (s *scrubber) bytes(b []byte) []byte {
+// bounded scrubs b, giving up (ok false) once the result would pass max
+// bytes: the replacer writes through capWriter, which stops it there.
+func (s *scrubber) bounded(b []byte, max int64) (_ []byte, ok bool) {
 	if s.r == nil {
-		return b
+		return b, int64(len(b)) <= max
 	}
-	return []byte(s.r.Replace(string(b)))
+	w := &capWriter{left: max}
+	if _, err := s.r.WriteString(w, string(b)); err != nil {
+		return nil, false
+	}
+	return w.buf.Bytes(), true
+}
+
+var errScrubbedTooLarge = errors.New("outbound: scrubbed body too large")
+
+type capWriter struct {
+	buf  bytes.Buffer
+	left int64
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > w.left {
+		return 0, errScrubbedTooLarge
+	}
+	w.left -= int64(len(p))
+	return w.buf.Write(p)
+}
+
+func (w *capWriter) WriteString(p string) (int, error) {
+	if int64(len(p)) > w.left {
+		return 0, errScrubbedTooLarge
+	}
+	w.left -= int64(len(p))
+	return w.buf.WriteString(p)
 }
 
 func (s *scrubber) string(v string) string {

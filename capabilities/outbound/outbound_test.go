@@ -690,3 +690,31 @@ func TestGatewayBoundsRequestsInFlight(t *testing.T) {
 		t.Fatalf("after the held requests finished: %v", err)
 	}
 }
+
+// Scrubbing a short secret replaces each byte of its echo by a longer
+// placeholder: the scrubbed body is bounded (twice MaxResponseBytes) and
+// never built past that bound.
+func TestGatewayBoundsTheScrubbedBody(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat(r.Header.Get("X-Key"), 64<<10))
+	})
+	f.secret(t, f.alice, "s", "a", []string{"127.0.0.1"}, nil)
+	f.secret(t, f.alice, "long", "sk-a-long-enough-value", []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxResponseBytes: 64 << 10}})
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:s}}"}})
+	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "replaced by placeholders, is larger than") {
+		t.Fatalf("64 KiB echo of a 1-byte secret: %d bytes, %v", len(resp.Body), err)
+	}
+	// An echo that shrinks or stays within the bound comes back scrubbed.
+	srv2 := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat(r.Header.Get("X-Key")+" ", 100))
+	})
+	g2 := f.gateway(srv2, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxResponseBytes: 64 << 10}})
+	resp, err = g2.Do(ctx, f.aliceC, outbound.Request{URL: srv2.URL, Headers: map[string]string{"X-Key": "{{secret:long}}"}})
+	if err != nil || resp.Body != strings.Repeat("{{secret:long}} ", 100) {
+		t.Fatalf("%q %v", resp.Body, err)
+	}
+}
