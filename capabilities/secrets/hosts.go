@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/net/publicsuffix"
 )
 
 // MaxAllowedHosts is how many host patterns one secret may carry.
@@ -18,7 +19,8 @@ const MaxAllowedHosts = 32
 // names are converted to their ASCII (punycode) form; a trailing dot is
 // dropped. Schemes, ports, paths, user info, IPv6 literals and a '*'
 // anywhere but a leading "*." are refused, as is a subdomain form over a
-// single label ("*.com").
+// single label ("*.com") or over a public suffix ("*.co.uk",
+// "*.github.io"), whose names belong to many unrelated owners.
 func NormalizeHost(pattern string) (string, error) {
 	p := strings.TrimSpace(pattern)
 	if p == "" {
@@ -48,6 +50,11 @@ func NormalizeHost(pattern string) (string, error) {
 	if wildcard {
 		if !strings.Contains(ascii, ".") {
 			return "", fmt.Errorf("%w: allowed host %q would match a whole top-level domain", ErrInvalid, pattern)
+		}
+		if ps, _ := publicsuffix.PublicSuffix(ascii); ps == ascii {
+			// *.co.uk, *.github.io, *.herokuapp.com: every name under a
+			// public suffix belongs to someone else.
+			return "", fmt.Errorf("%w: allowed host %q would match every site under the public suffix %s; list the exact hosts instead", ErrInvalid, pattern, ascii)
 		}
 		if numericTail(ascii) {
 			// "*.0.113.7" names no domain; it would only ever match
@@ -130,13 +137,18 @@ func numericTail(name string) bool {
 
 // HostAllowed reports whether host (in CanonicalRequestHost form) is
 // approved by one of the normalized patterns: an exact match, or a name
-// strictly under a "*.domain" pattern. An IP address only ever matches
-// itself, never a subdomain form.
+// strictly under a "*.domain" pattern. A subdomain form never reaches
+// across a public suffix: "*.amazonaws.com" approves sts.amazonaws.com but
+// not anyone.s3.amazonaws.com, whose registrable domain is its own (the
+// public suffix list says so). An IP address only ever matches itself.
 func HostAllowed(patterns []string, host string) bool {
 	numeric := numericTail(host)
+	site, siteErr := publicsuffix.EffectiveTLDPlusOne(host)
 	for _, p := range patterns {
 		if suffix, ok := strings.CutPrefix(p, "*"); ok {
-			if !numeric && len(host) > len(suffix) && strings.HasSuffix(host, suffix) {
+			base := suffix[1:]
+			if !numeric && siteErr == nil && (base == site || strings.HasSuffix(base, "."+site)) &&
+				len(host) > len(suffix) && strings.HasSuffix(host, suffix) {
 				return true
 			}
 			continue

@@ -38,7 +38,7 @@ func TestNormalizeHost(t *testing.T) {
 		"", "https://api.example.com", "api.example.com:443", "api.example.com/v1", "user@api.example.com",
 		"*", "*.com", "a.*.example.com", "*example.com", "api*.example.com", "**.example.com",
 		"-bad.example.com", "bad-.example.com", "under_score.example.com", "a..b", "[::1]", "::1",
-		"*.203.0.113.7", "*.0.113.7", "*.example.123", "space here.com", strings.Repeat("a", 64) + ".com",
+		"*.203.0.113.7", "*.0.113.7", "*.example.123", "*.co.uk", "*.github.io", "*.herokuapp.com", "*.s3.amazonaws.com", "space here.com", strings.Repeat("a", 64) + ".com",
 	} {
 		if got, err := secrets.NormalizeHost(bad); !errors.Is(err, secrets.ErrInvalid) {
 			t.Errorf("NormalizeHost(%q) = %q, %v; want ErrInvalid", bad, got, err)
@@ -104,6 +104,25 @@ func TestCanonicalRequestHostIsTheDialledHost(t *testing.T) {
 	// A subdomain form never matches an address.
 	if secrets.HostAllowed([]string{"*.0.113.7"}, "203.0.113.7") {
 		t.Error("a subdomain form matched an IP address")
+	}
+}
+
+// A subdomain form is refused over a public suffix, and never reaches
+// across one: names under s3.amazonaws.com or herokuapp.com are sites of
+// other owners.
+func TestHostAllowedStopsAtPublicSuffixes(t *testing.T) {
+	// A subdomain form never reaches across a public suffix into sites
+	// that belong to someone else.
+	for host, want := range map[string]bool{
+		"sts.amazonaws.com":         true,
+		"iam.amazonaws.com":         true,
+		"attacker.s3.amazonaws.com": false, // s3.amazonaws.com is a public suffix
+		"evil.herokuapp.com":        false,
+		"a.b.example.co.uk":         true,
+	} {
+		if got := secrets.HostAllowed([]string{"*.amazonaws.com", "*.herokuapp.com", "*.example.co.uk"}, host); got != want {
+			t.Errorf("HostAllowed(%q) = %v, want %v", host, got, want)
+		}
 	}
 }
 
