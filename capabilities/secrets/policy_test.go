@@ -229,11 +229,20 @@ func TestSecretPolicyCapabilities(t *testing.T) {
 		if !strings.Contains(string(out), `"allowedHosts":["api.example.com"]`) || !strings.Contains(string(out), `"expiresAt":"2099-01-01T00:00:00Z"`) {
 			t.Fatalf("session secretSet = %s", out)
 		}
-		// An agent replacing the value keeps the owner's policy.
-		if _, err := reg.Invoke(ctx, agent, "secretSet", json.RawMessage(`{"name":"k","value":"v2"}`)); err != nil {
+		// The owner's session replacing the value keeps the policy.
+		if _, err := reg.Invoke(ctx, web, "secretSet", json.RawMessage(`{"name":"k","value":"v1"}`)); err != nil {
 			t.Fatal(err)
 		}
 		if u, err := svc.Use(ctx, alice, "k", time.Now()); err != nil || !slices.Equal(u.AllowedHosts, []string{"api.example.com"}) {
+			t.Fatalf("policy after the owner's replace: %+v %v", u, err)
+		}
+		// An agent replacing the value clears it: the approval was for a
+		// value the owner knew, not for whatever the agent wrote (a
+		// swapped-in credential of the attacker's own).
+		if _, err := reg.Invoke(ctx, agent, "secretSet", json.RawMessage(`{"name":"k","value":"v2"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := svc.Use(ctx, alice, "k", time.Now()); err != nil || len(u.AllowedHosts) != 0 || u.ExpiresAt != nil {
 			t.Fatalf("policy after agent replace: %+v %v", u, err)
 		}
 		// Bad input: clear invalid_input.
