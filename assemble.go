@@ -17,12 +17,14 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
@@ -200,6 +202,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	if mopts.Tasks == nil {
 		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
 	}
+	if mopts.Bus == nil {
+		mopts.Bus = s.bus
+	}
+	if _, local := mopts.Bus.(*cluster.Local); mopts.Sessions == nil && !local {
+		// Replicas share one database: any of them serves any session.
+		mopts.Sessions = sqlsessions.New(s.store)
+	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
 		// of an input-required call.
@@ -328,6 +337,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
 		inv.AddTable(storage.Table{Name: "quota_usage"}),
 		inv.AddTable(sqltasks.Table),
+		addTables(inv, sqlsessions.Tables),
 	)
 }
 
