@@ -1,0 +1,322 @@
+package enclave_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/internal/relclient"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+	"github.com/enclave-mcp/enclave/web"
+)
+
+// The cluster suite: three `enclave serve` processes (the real binary) on
+// one PostgreSQL behind a round-robin reverse proxy without stickiness. It
+// runs only with ENCLAVE_TEST_CLUSTER=1 (.ci/run sets it) and needs
+// ENCLAVE_TEST_POSTGRES.
+const clusterEnv = "ENCLAVE_TEST_CLUSTER"
+
+// rrProxy sends each request to the next replica in turn. Like a load
+// balancer with health checks, it skips a replica that refuses
+// connections (the request was never sent, so retrying it elsewhere is
+// safe); a request cut off in flight gets 502.
+type rrProxy struct {
+	backends []*url.URL
+	next     atomic.Uint64
+	hits     []atomic.Int64
+	srv      *httptest.Server
+	rt       http.RoundTripper
+}
+
+type backendKey struct{}
+
+func newRRProxy(t *testing.T, ln net.Listener, backends []string) *rrProxy {
+	p := &rrProxy{hits: make([]atomic.Int64, len(backends)), rt: &http.Transport{MaxIdleConnsPerHost: 32}}
+	for _, b := range backends {
+		u, _ := url.Parse(b)
+		p.backends = append(p.backends, u)
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// Rewrite drops the incoming X-Forwarded-For; a proxy behind a
+			// trusted one appends to it.
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			pr.SetXForwarded()
+			pr.Out.Host = pr.In.Host
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "pending"
+		},
+		Transport:     p,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	p.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: rp}}
+	p.srv.Start()
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+// RoundTrip picks the replica.
+func (p *rrProxy) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+		r.Body.Close()
+	}
+	var lastErr error
+	for range len(p.backends) {
+		i := int(p.next.Add(1) % uint64(len(p.backends)))
+		out := r.Clone(r.Context())
+		out.URL.Host = p.backends[i].Host
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		resp, err := p.rt.RoundTrip(out)
+		if err == nil {
+			p.hits[i].Add(1)
+			return resp, nil
+		}
+		lastErr = err
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			return nil, err // sent, perhaps served: not retried
+		}
+	}
+	return nil, lastErr
+}
+
+func freeListener(t *testing.T) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func TestCluster(t *testing.T) {
+	if os.Getenv(clusterEnv) != "1" {
+		t.Skipf("set %s=1 to run the cluster suite (three replicas of the real binary)", clusterEnv)
+	}
+	if os.Getenv(storagetest.PostgresEnv) == "" {
+		t.Fatalf("%s=1 needs %s", clusterEnv, storagetest.PostgresEnv)
+	}
+	ctx := t.Context()
+	dbURL := storagetest.PostgresSchemaURL(t)
+	smtpLn := freeListener(t)
+	smtpAddr := smtpLn.Addr().String()
+	smtpLn.Close()
+	smtp := startFakeSMTP(t, smtpAddr)
+	proxyLn := freeListener(t)
+	base := "http://" + proxyLn.Addr().String()
+	dataDir := t.TempDir() // shared: the keeper key and the blobs
+
+	var replicas []*crashHarness
+	var backends []string
+	for range 3 {
+		h := newCrashHarness(t, dbURL, smtpAddr)
+		h.env = append(h.env, "ENCLAVE_DATA_DIR="+dataDir, "ENCLAVE_BASE_URL="+base)
+		replicas = append(replicas, h)
+		backends = append(backends, h.base)
+	}
+	const password = "a long password for the cluster suite"
+	for _, who := range []string{"alice", "bob"} {
+		if out, err := replicas[0].run(password, "user", "create", "--email", who+"@example.com", "--username", who, "--password-stdin", "--verified"); err != nil {
+			t.Fatalf("user create: %v\n%s", err, out)
+		}
+	}
+	for _, h := range replicas {
+		h.start()
+	}
+	proxy := newRRProxy(t, proxyLn, backends)
+
+	// OAuth through the proxy: registration, authorization, sign-in,
+	// consent and the code exchange each land on whichever replica.
+	agent := relclient.New(base, nil)
+	agent.ForwardedFor = "10.9.0.1"
+	tok, err := agent.Authorize(ctx, "alice@example.com", password)
+	if err != nil {
+		t.Fatalf("OAuth through the proxy: %v", err)
+	}
+	bobAgent := relclient.New(base, nil)
+	bobAgent.ForwardedFor = "10.9.0.2"
+	bobTok, err := bobAgent.Authorize(ctx, "bob@example.com", password)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("session on every replica", func(t *testing.T) {
+		before := make([]int64, 3)
+		for i := range before {
+			before[i] = proxy.hits[i].Load()
+		}
+		sess, err := agent.Open(ctx, tok.AccessToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 9 {
+			r, err := sess.Call(ctx, "secretSet", map[string]any{"name": fmt.Sprintf("spread%d", i), "value": "v"})
+			if err != nil || r.IsError {
+				t.Fatalf("call %d on the shared session: %v %s", i, err, r.Text())
+			}
+		}
+		for i := range before {
+			if proxy.hits[i].Load()-before[i] < 3 {
+				t.Fatalf("replica %d served %d requests; the proxy did not spread them", i, proxy.hits[i].Load()-before[i])
+			}
+		}
+		// Bob cannot use alice's session id on any replica.
+		stolen := *sess
+		stolen.Token = bobTok.AccessToken
+		for range 3 {
+			if _, err := stolen.Call(ctx, "secretList", map[string]any{}); relclient.StatusOf(err) != http.StatusNotFound {
+				t.Fatalf("bob with alice's session: %v", err)
+			}
+		}
+		if err := sess.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The other replicas hear of the end over the bus (milliseconds):
+		// within a second, every replica refuses the session.
+		deadline, refused := time.Now().Add(time.Second), 0
+		for refused < 6 {
+			if _, err := sess.Call(ctx, "secretList", map[string]any{}); relclient.StatusOf(err) == http.StatusNotFound {
+				refused++
+			} else if refused = 0; time.Now().After(deadline) {
+				t.Fatalf("closed session still served a second later: %v", err)
+			}
+		}
+	})
+
+	t.Run("credential limit shared", func(t *testing.T) {
+		c := relclient.New(base, nil)
+		c.ForwardedFor = "10.9.9.9"
+		n := 0
+		for ; n < 3*web.DefaultCredentialRequests+3; n++ {
+			err := c.SignIn(ctx, "alice@example.com", "wrong password")
+			if relclient.StatusOf(err) == http.StatusTooManyRequests {
+				break
+			}
+		}
+		if n != web.DefaultCredentialRequests {
+			t.Fatalf("throttled after %d attempts spread over 3 replicas; want %d (one bucket)", n, web.DefaultCredentialRequests)
+		}
+	})
+
+	t.Run("mail job runs once", func(t *testing.T) {
+		var emails []string
+		for i := range 6 {
+			c := relclient.New(base, nil)
+			c.ForwardedFor = fmt.Sprintf("10.8.0.%d", i+1)
+			email := fmt.Sprintf("signup%d@example.com", i)
+			status, body, err := c.PostForm(ctx, "/signup", url.Values{"email": {email}, "username": {fmt.Sprintf("signup%d", i)}, "password": {password}})
+			if err != nil || status != http.StatusOK {
+				t.Fatalf("signup: %d %v %.300s", status, err, body)
+			}
+			emails = append(emails, email)
+		}
+		count := func(email string) int {
+			n := 0
+			for _, m := range smtp.all() {
+				if strings.Contains(m, email) {
+					n++
+				}
+			}
+			return n
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for _, e := range emails {
+			for count(e) == 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		time.Sleep(3 * time.Second) // a duplicate would come now
+		for _, e := range emails {
+			if n := count(e); n != 1 {
+				t.Errorf("mail to %s delivered %d times across 3 replicas; want 1", e, n)
+			}
+		}
+	})
+
+	t.Run("kill -9 under load", func(t *testing.T) {
+		var (
+			mu      sync.Mutex
+			acked   = map[string]bool{}
+			reinits = map[int]int{}
+			sent    atomic.Int64
+			failed  atomic.Int64
+		)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				sess, err := agent.Open(ctx, tok.AccessToken)
+				if err != nil {
+					t.Errorf("writer %d: open: %v", w, err)
+					return
+				}
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					name := fmt.Sprintf("load-w%d-%05d", w, i)
+					sent.Add(1)
+					r, err := sess.Call(ctx, "secretSet", map[string]any{"name": name, "value": "v-" + name})
+					switch {
+					case err == nil && !r.IsError:
+						mu.Lock()
+						acked[name] = true
+						mu.Unlock()
+					case relclient.StatusOf(err) == http.StatusNotFound:
+						// The session is gone: initialize again.
+						mu.Lock()
+						reinits[w]++
+						mu.Unlock()
+						if sess, err = agent.Open(ctx, tok.AccessToken); err != nil {
+							t.Errorf("writer %d: reopen: %v", w, err)
+							return
+						}
+					default:
+						failed.Add(1) // in flight at the kill: in doubt
+					}
+				}
+			})
+		}
+		time.Sleep(1500 * time.Millisecond)
+		replicas[1].kill()
+		time.Sleep(2 * time.Second)
+		close(stop)
+		wg.Wait()
+		t.Logf("writes sent %d, acknowledged %d, in doubt %d; re-initializations %v", sent.Load(), len(acked), failed.Load(), reinits)
+		for w, n := range reinits {
+			if n > 1 {
+				t.Errorf("writer %d re-initialized %d times; want at most once", w, n)
+			}
+		}
+		if failed.Load() > 4 {
+			t.Errorf("%d writes failed; only those in flight at the kill (at most one per writer) may", failed.Load())
+		}
+		sess, err := agent.Open(ctx, tok.AccessToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := listAllSecrets(t, sess)
+		for name := range acked {
+			if !have[name] {
+				t.Errorf("acknowledged write %s lost", name)
+			}
+		}
+	})
+}
