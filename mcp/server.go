@@ -174,6 +174,7 @@ type Server struct {
 	pending   pendingRequests
 	listening listeners
 	cluster   *sharedState
+	events    *eventAdapter // resumable streams of shared sessions
 
 	draining  atomic.Bool // CloseStreams was called: no new GET streams
 	listenMu  sync.Mutex
@@ -277,14 +278,19 @@ func New(opts Options) (*Server, error) {
 	// One catch-all template sends every resources/read to the registry, so
 	// hidden and unknown resources get the same answer from the same code.
 	s.mcp.AddResourceTemplate(mcpgo.NewResourceTemplate("{+uri}", "resource"), s.readResource)
-	s.http = mcpserver.NewStreamableHTTPServer(s.mcp,
+	httpOpts := []mcpserver.StreamableHTTPOption{
 		mcpserver.WithSessionIdManagerResolver(resolver{s}),
 		mcpserver.WithStreamableHTTPLogger(s.log),
 		mcpserver.WithStreamableHTTPProtocolVersions(ProtocolVersions...),
 		// Our own check (rebinding) replaces mcp-go's: it also accepts the
 		// public host of BaseURL, for a reverse proxy on the same machine.
 		mcpserver.WithDisableLocalhostProtection(true),
-	)
+	}
+	if log, ok := opts.Sessions.(EventLog); ok && opts.Bus != nil {
+		s.events = &eventAdapter{s: s, log: log, listen: map[string]string{}}
+		httpOpts = append(httpOpts, mcpserver.WithEventStore(s.events))
+	}
+	s.http = mcpserver.NewStreamableHTTPServer(s.mcp, httpOpts...)
 	s.syncRegistry()
 	s.initShared()
 
@@ -524,6 +530,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			cancel()
 		}()
 		s.listen(w, r, st, body)
+		return
+	}
+	if st.sessionID != "" && s.resumeElsewhere(w, r, st.sessionID) {
 		return
 	}
 	st.out = newDeliveryWriter(w)

@@ -68,3 +68,23 @@ func SessionHash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:])
 }
+
+// EventLog keeps the SSE events of shared sessions for a bounded window,
+// so that a client reconnecting with Last-Event-ID to any replica is sent
+// what it missed (package sqlsessions keeps them in SQL). Events are
+// keyed by the session's hash and owned by its user.
+type EventLog interface {
+	// AppendEvent records message as the next event of stream and returns
+	// its id (unique within the session).
+	AppendEvent(ctx context.Context, sessionHash, userID, streamID string, message json.RawMessage) (string, error)
+	// ReplayEvents calls send for every event after lastEventID on the
+	// same stream, in order, and returns that stream's id; an id unknown
+	// for the session (or out of the window) is ErrUnknownEvent.
+	ReplayEvents(ctx context.Context, sessionHash, lastEventID string, send func(id string, message json.RawMessage) error) (string, error)
+	// PurgeEvents drops a session's events.
+	PurgeEvents(ctx context.Context, sessionHash string) error
+}
+
+// ErrUnknownEvent is returned by EventLog.ReplayEvents for an event id it
+// does not hold for the session.
+var ErrUnknownEvent = errors.New("mcp: unknown event id")

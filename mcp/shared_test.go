@@ -1,10 +1,12 @@
 package mcp
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -233,5 +235,145 @@ func TestListChangedBroadcastReachesOtherReplica(t *testing.T) {
 	b.srv.NotifyListChanged(t.Context())
 	if m := stream(); m["method"] != "notifications/tools/list_changed" {
 		t.Fatalf("stream carried %v", m)
+	}
+}
+
+type memEvent struct {
+	id, stream string
+	msg        json.RawMessage
+}
+
+// memEvents is an EventLog in memory.
+type memEvents struct {
+	*memSessions
+	emu    sync.Mutex
+	seq    int
+	events map[string][]memEvent
+}
+
+func (m *memEvents) AppendEvent(_ context.Context, hash, _, stream string, msg json.RawMessage) (string, error) {
+	m.emu.Lock()
+	defer m.emu.Unlock()
+	m.seq++
+	id := fmt.Sprintf("e%d", m.seq)
+	m.events[hash] = append(m.events[hash], memEvent{id, stream, append(json.RawMessage(nil), msg...)})
+	return id, nil
+}
+
+func (m *memEvents) ReplayEvents(_ context.Context, hash, last string, send func(string, json.RawMessage) error) (string, error) {
+	m.emu.Lock()
+	evs := slices.Clone(m.events[hash])
+	m.emu.Unlock()
+	i := slices.IndexFunc(evs, func(e memEvent) bool { return e.id == last })
+	if i < 0 {
+		return "", ErrUnknownEvent
+	}
+	stream := evs[i].stream
+	for _, e := range evs[i+1:] {
+		if e.stream == stream {
+			if err := send(e.id, e.msg); err != nil {
+				return stream, err
+			}
+		}
+	}
+	return stream, nil
+}
+
+func (m *memEvents) PurgeEvents(_ context.Context, hash string) error {
+	m.emu.Lock()
+	defer m.emu.Unlock()
+	delete(m.events, hash)
+	return nil
+}
+
+// sseEvents reads "id"/"data" pairs from an SSE stream.
+func sseEvents(resp *http.Response) func() (string, map[string]any) {
+	sc := bufio.NewScanner(resp.Body)
+	return func() (string, map[string]any) {
+		id := ""
+		for sc.Scan() {
+			line := sc.Text()
+			if v, ok := strings.CutPrefix(line, "id: "); ok {
+				id = v
+			}
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				var m map[string]any
+				if json.Unmarshal([]byte(data), &m) == nil {
+					return id, m
+				}
+			}
+		}
+		return "", nil
+	}
+}
+
+// TestResumeStreamOnAnotherReplica: a GET stream broken on replica A is
+// resumed on replica B with Last-Event-ID: B sends what A recorded after
+// that id, then carries the stream on; another session cannot resume it.
+func TestResumeStreamOnAnotherReplica(t *testing.T) {
+	group := cluster.NewLoopback()
+	store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
+	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	b := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	alice := a.initialize("alice-token")
+	bob := a.initialize("bob-token")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.url, nil)
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set(sessionHeader, alice)
+	req.Header.Set(versionHeader, testProtocol)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	next := sseEvents(resp)
+	eventually(t, "the stream on A", func() bool { return len(a.srv.sessions.withStreams()) == 1 })
+	must(t, a.srv.mcp.SendNotificationToSpecificClient(alice, "test/one", nil))
+	firstID, first := next()
+	if first["method"] != "test/one" || firstID == "" {
+		t.Fatalf("first event %q %v: want test/one with an id", firstID, first)
+	}
+	cancel() // the connection breaks
+	resp.Body.Close()
+	eventually(t, "the stream to close", func() bool { return len(a.srv.sessions.withStreams()) == 0 })
+	// Sent while the client is away: recorded by A.
+	must(t, a.srv.mcp.SendNotificationToSpecificClient(alice, "test/two", nil))
+	must(t, a.srv.mcp.SendNotificationToSpecificClient(alice, "test/three", nil))
+	eventually(t, "the events to be recorded", func() bool {
+		store.emu.Lock()
+		defer store.emu.Unlock()
+		return len(store.events[SessionHash(alice)]) >= 3
+	})
+
+	resume := func(f *fixture, token, sid string) *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set(sessionHeader, sid)
+		req.Header.Set(versionHeader, testProtocol)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Last-Event-ID", firstID)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	if r := resume(b, "bob-token", bob); r.StatusCode != http.StatusBadRequest {
+		t.Fatalf("bob resuming with alice's event id: %d", r.StatusCode)
+	}
+	r := resume(b, "alice-token", alice)
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("resume on B: %d %s", r.StatusCode, readAll(r))
+	}
+	next = sseEvents(r)
+	for _, want := range []string{"test/two", "test/three"} {
+		if _, m := next(); m["method"] != want {
+			t.Fatalf("replayed %v, want %s", m, want)
+		}
+	}
+	// The stream goes on, on B.
+	eventually(t, "the stream on B", func() bool { return len(b.srv.sessions.withStreams()) == 1 })
+	must(t, b.srv.mcp.SendNotificationToSpecificClient(alice, "test/four", nil))
+	if id, m := next(); m["method"] != "test/four" || id == "" {
+		t.Fatalf("after the replay: %q %v", id, m)
 	}
 }

@@ -8,10 +8,14 @@ package sqlsessions
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -24,6 +28,7 @@ import (
 var Tables = []storage.Table{
 	{Name: "mcp_sessions", KeyColumn: "id_hash", SkipExport: true},
 	{Name: "mcp_session_answers", SkipExport: true},
+	{Name: "mcp_session_events", KeyColumn: "id", SkipExport: true},
 }
 
 // AnswerTTL bounds how long an undelivered answer is kept.
@@ -33,12 +38,14 @@ const AnswerTTL = 10 * time.Minute
 type Store struct {
 	store *storage.Store
 	now   func() time.Time
+	node  string // prefix of the event ids this process assigns
+	seq   atomic.Int64
 }
 
 var _ mcp.SessionStore = (*Store)(nil)
 
 // New returns a Store on store (migrated: migration 0160).
-func New(store *storage.Store) *Store { return &Store{store: store, now: time.Now} }
+func New(store *storage.Store) *Store { return &Store{store: store, now: time.Now, node: randomNode()} }
 
 type row struct {
 	bun.BaseModel   `bun:"table:mcp_sessions"`
@@ -246,4 +253,78 @@ func (s *Store) TakeAnswer(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("sqlsessions: take answer: %w", err)
 	}
 	return []byte(answer), nil
+}
+
+// EventTTL is how long a stream's events can be replayed.
+const EventTTL = 5 * time.Minute
+
+// MaxReplay bounds the events one resumption replays.
+const MaxReplay = 1000
+
+var _ mcp.EventLog = (*Store)(nil)
+
+// AppendEvent records an SSE event of a shared session.
+func (s *Store) AppendEvent(ctx context.Context, sessionHash, userID, streamID string, message json.RawMessage) (string, error) {
+	seq := s.seq.Add(1)
+	id := s.node + "-" + strconv.FormatInt(seq, 36)
+	now := s.now().UTC()
+	res, err := s.store.DB.NewRaw(`INSERT INTO mcp_session_events (session_hash, id, user_id, stream_id, seq, message, created_at)
+		SELECT ?, ?, u.id, ?, ?, ?, ? FROM users AS u WHERE u.stable_user_id = ?`,
+		sessionHash, id, streamID, seq, string(message), now, userID).Exec(ctx)
+	if err != nil {
+		return "", fmt.Errorf("sqlsessions: append event: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return "", fmt.Errorf("sqlsessions: append event: no user %q", userID)
+	}
+	if seq%256 == 0 {
+		_, _ = s.store.DB.NewDelete().Table("mcp_session_events").Where("created_at < ?", now.Add(-EventTTL)).Exec(ctx)
+	}
+	return id, nil
+}
+
+// ReplayEvents sends the events after lastEventID on its stream.
+func (s *Store) ReplayEvents(ctx context.Context, sessionHash, lastEventID string, send func(string, json.RawMessage) error) (string, error) {
+	var last struct {
+		StreamID string `bun:"stream_id"`
+		Seq      int64  `bun:"seq"`
+	}
+	cutoff := s.now().UTC().Add(-EventTTL)
+	err := s.store.Reader.NewSelect().Table("mcp_session_events").Column("stream_id", "seq").
+		Where("session_hash = ? AND id = ? AND created_at >= ?", sessionHash, lastEventID, cutoff).Scan(ctx, &last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", mcp.ErrUnknownEvent
+	} else if err != nil {
+		return "", fmt.Errorf("sqlsessions: replay: %w", err)
+	}
+	var rows []struct {
+		ID      string `bun:"id"`
+		Message string `bun:"message"`
+	}
+	if err := s.store.Reader.NewSelect().Table("mcp_session_events").Column("id", "message").
+		Where("session_hash = ? AND stream_id = ? AND seq > ? AND created_at >= ?", sessionHash, last.StreamID, last.Seq, cutoff).
+		OrderExpr("seq").Limit(MaxReplay).Scan(ctx, &rows); err != nil {
+		return "", fmt.Errorf("sqlsessions: replay: %w", err)
+	}
+	for _, r := range rows {
+		if err := send(r.ID, json.RawMessage(r.Message)); err != nil {
+			return last.StreamID, err
+		}
+	}
+	return last.StreamID, nil
+}
+
+// PurgeEvents drops a session's events.
+func (s *Store) PurgeEvents(ctx context.Context, sessionHash string) error {
+	_, err := s.store.DB.NewDelete().Table("mcp_session_events").Where("session_hash = ?", sessionHash).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlsessions: purge events: %w", err)
+	}
+	return nil
+}
+
+func randomNode() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -140,3 +140,46 @@ func TestAnswers(t *testing.T) {
 		}
 	})
 }
+
+// TestEvents: events replay after an id on its own stream, in order, only
+// within the session that recorded them and the window.
+func TestEvents(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		alice, _ := users(t, s)
+		st := New(s)
+		h1, h2 := mcp.SessionHash("s1"), mcp.SessionHash("s2")
+		var ids []string
+		for i, stream := range []string{"L:a", "r", "L:a", "L:a"} {
+			id, err := st.AppendEvent(ctx, h1, alice, stream, json.RawMessage(`{"n":`+string(rune('0'+i))+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		var got []string
+		stream, err := st.ReplayEvents(ctx, h1, ids[0], func(id string, m json.RawMessage) error {
+			got = append(got, id+"="+string(m))
+			return nil
+		})
+		want := []string{ids[2] + `={"n":2}`, ids[3] + `={"n":3}`}
+		if err != nil || stream != "L:a" || !slices.Equal(got, want) {
+			t.Fatalf("replay = %q %v %v; want %v", stream, got, err, want)
+		}
+		if _, err := st.ReplayEvents(ctx, h2, ids[0], func(string, json.RawMessage) error { return nil }); !errors.Is(err, mcp.ErrUnknownEvent) {
+			t.Fatalf("another session's event id: %v", err)
+		}
+		st.now = func() time.Time { return time.Now().Add(EventTTL + time.Minute) }
+		if _, err := st.ReplayEvents(ctx, h1, ids[0], func(string, json.RawMessage) error { return nil }); !errors.Is(err, mcp.ErrUnknownEvent) {
+			t.Fatalf("an event out of the window: %v", err)
+		}
+		if err := st.PurgeEvents(ctx, h1); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		s.DB.NewRaw("SELECT count(*) FROM mcp_session_events").Scan(ctx, &n)
+		if n != 0 {
+			t.Fatalf("%d events left after purge", n)
+		}
+	})
+}
