@@ -40,6 +40,8 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A key rotated on any replica is sealed with on every replica at once.
+	s.unfollow = ring.Follow(s.bus, func(err error) { s.log.Warn("enclave: data key reload failed", "err", err) })
 	auditKey, err := ring.NamedKey(ctx, "audit")
 	if err != nil {
 		return err

@@ -176,11 +176,20 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		// Bob cannot use alice's session id on any replica.
-		stolen := *sess
-		stolen.Token = bobTok.AccessToken
 		for range 3 {
-			if _, err := stolen.Call(ctx, "secretList", map[string]any{}); relclient.StatusOf(err) != http.StatusNotFound {
-				t.Fatalf("bob with alice's session: %v", err)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+			req.Header.Set("Authorization", "Bearer "+bobTok.AccessToken)
+			req.Header.Set("Mcp-Session-Id", sess.ID)
+			req.Header.Set("MCP-Protocol-Version", relclient.Protocol)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("bob with alice's session: %d", resp.StatusCode)
 			}
 		}
 		if err := sess.Close(ctx); err != nil {

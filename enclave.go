@@ -235,6 +235,7 @@ type Server struct {
 	meter     *quota.Meter
 	bus       cluster.Bus
 	ownBus    bool
+	unfollow  func() // stops following data-key rotations on the bus
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -539,6 +540,9 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.unfollow != nil {
+			s.unfollow()
 		}
 		if s.ownBus {
 			s.bus.Close()
