@@ -257,3 +257,29 @@ func TestLoopbackGroup(t *testing.T) {
 	inA.want(t, "x=3")
 	inB.want(t, "x=3")
 }
+
+// BenchmarkPostgresBusLatency measures publish-to-delivery on another
+// replica's bus (one message in flight at a time).
+func BenchmarkPostgresBusLatency(b *testing.B) {
+	url := storagetest.PostgresSchemaURL(b)
+	pub, err := cluster.NewPostgres(context.Background(), cluster.PostgresOptions{DatabaseURL: url})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	sub, err := cluster.NewPostgres(context.Background(), cluster.PostgresOptions{DatabaseURL: url})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	got := make(chan struct{}, 1)
+	sub.Subscribe("bench", func(string, []byte) { got <- struct{}{} })
+	payload := []byte("0123456789abcdef0123456789abcdef")
+	b.ResetTimer()
+	for b.Loop() {
+		if err := pub.Publish(context.Background(), "bench", payload); err != nil {
+			b.Fatal(err)
+		}
+		<-got
+	}
+}
