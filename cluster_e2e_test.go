@@ -1,14 +1,10 @@
 package enclave_test
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"strings"
@@ -18,6 +14,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/internal/relclient"
+	"github.com/enclave-mcp/enclave/internal/rrproxy"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 	"github.com/enclave-mcp/enclave/web"
 )
@@ -27,74 +24,6 @@ import (
 // runs only with ENCLAVE_TEST_CLUSTER=1 (.ci/run sets it) and needs
 // ENCLAVE_TEST_POSTGRES.
 const clusterEnv = "ENCLAVE_TEST_CLUSTER"
-
-// rrProxy sends each request to the next replica in turn. Like a load
-// balancer with health checks, it skips a replica that refuses
-// connections (the request was never sent, so retrying it elsewhere is
-// safe); a request cut off in flight gets 502.
-type rrProxy struct {
-	backends []*url.URL
-	next     atomic.Uint64
-	hits     []atomic.Int64
-	srv      *httptest.Server
-	rt       http.RoundTripper
-}
-
-type backendKey struct{}
-
-func newRRProxy(t *testing.T, ln net.Listener, backends []string) *rrProxy {
-	p := &rrProxy{hits: make([]atomic.Int64, len(backends)), rt: &http.Transport{MaxIdleConnsPerHost: 32}}
-	for _, b := range backends {
-		u, _ := url.Parse(b)
-		p.backends = append(p.backends, u)
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			// Rewrite drops the incoming X-Forwarded-For; a proxy behind a
-			// trusted one appends to it.
-			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-			pr.SetXForwarded()
-			pr.Out.Host = pr.In.Host
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "pending"
-		},
-		Transport:     p,
-		FlushInterval: -1,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			w.WriteHeader(http.StatusBadGateway)
-		},
-	}
-	p.srv = &httptest.Server{Listener: ln, Config: &http.Server{Handler: rp}}
-	p.srv.Start()
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
-// RoundTrip picks the replica.
-func (p *rrProxy) RoundTrip(r *http.Request) (*http.Response, error) {
-	var body []byte
-	if r.Body != nil {
-		body, _ = io.ReadAll(r.Body)
-		r.Body.Close()
-	}
-	var lastErr error
-	for range len(p.backends) {
-		i := int(p.next.Add(1) % uint64(len(p.backends)))
-		out := r.Clone(r.Context())
-		out.URL.Host = p.backends[i].Host
-		out.Body = io.NopCloser(bytes.NewReader(body))
-		resp, err := p.rt.RoundTrip(out)
-		if err == nil {
-			p.hits[i].Add(1)
-			return resp, nil
-		}
-		lastErr = err
-		var op *net.OpError
-		if !errors.As(err, &op) || op.Op != "dial" {
-			return nil, err // sent, perhaps served: not retried
-		}
-	}
-	return nil, lastErr
-}
 
 func freeListener(t *testing.T) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -138,7 +67,13 @@ func TestCluster(t *testing.T) {
 	for _, h := range replicas {
 		h.start()
 	}
-	proxy := newRRProxy(t, proxyLn, backends)
+	proxy, err := rrproxy.New(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := &httptest.Server{Listener: proxyLn, Config: &http.Server{Handler: proxy}}
+	front.Start()
+	t.Cleanup(front.Close)
 
 	// OAuth through the proxy: registration, authorization, sign-in,
 	// consent and the code exchange each land on whichever replica.
@@ -156,10 +91,7 @@ func TestCluster(t *testing.T) {
 	}
 
 	t.Run("session on every replica", func(t *testing.T) {
-		before := make([]int64, 3)
-		for i := range before {
-			before[i] = proxy.hits[i].Load()
-		}
+		before := proxy.Hits()
 		sess, err := agent.Open(ctx, tok.AccessToken)
 		if err != nil {
 			t.Fatal(err)
@@ -170,9 +102,9 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("call %d on the shared session: %v %s", i, err, r.Text())
 			}
 		}
-		for i := range before {
-			if proxy.hits[i].Load()-before[i] < 3 {
-				t.Fatalf("replica %d served %d requests; the proxy did not spread them", i, proxy.hits[i].Load()-before[i])
+		for i, n := range proxy.Hits() {
+			if n-before[i] < 3 {
+				t.Fatalf("replica %d served %d requests; the proxy did not spread them", i, n-before[i])
 			}
 		}
 		// Bob cannot use alice's session id on any replica.
