@@ -960,11 +960,10 @@ func (s *Server) afterUnsubscribe(ctx context.Context, _ any, req *mcpgo.Unsubsc
 // requirement, and the resource's Allow, such as ownership of what a
 // per-user URI names).
 func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
-	if s.cluster != nil && len(uri) <= cluster.MaxPayload {
-		s.publish(ctx, topicResource, uri) // every replica, this one included
-		return
-	}
 	s.notifyResourceLocal(ctx, uri)
+	if c := s.cluster; c != nil && len(c.node)+1+len(uri) <= cluster.MaxPayload {
+		s.publish(ctx, topicResource, c.node+" "+uri) // the other replicas
+	}
 }
 
 func (s *Server) notifyResourceLocal(ctx context.Context, uri string) {

@@ -33,8 +33,8 @@ import (
 const (
 	topicSessionEnd     = "mcp.session.end"     // hash
 	topicSessionChanged = "mcp.session.changed" // node " " hash
-	topicResource       = "mcp.resource"        // uri
-	topicListChanged    = "mcp.list-changed"    // (empty)
+	topicResource       = "mcp.resource"        // node " " uri
+	topicListChanged    = "mcp.list-changed"    // node
 	topicAnswer         = "mcp.answer"          // node " " answer key
 )
 
@@ -57,11 +57,17 @@ func (s *Server) initShared() {
 	s.cluster = c
 	s.pending.prefix = "enclave-" + c.node + "-"
 	c.cancel = append(c.cancel,
+		// The publishing replica tells its own streams itself (at once);
+		// the others do it here, off the bus's goroutine.
 		c.bus.Subscribe(topicResource, func(_ string, p []byte) {
-			go s.notifyResourceLocal(context.Background(), string(p))
+			if node, uri, _ := strings.Cut(string(p), " "); node != c.node {
+				go s.notifyResourceLocal(context.Background(), uri)
+			}
 		}),
-		c.bus.Subscribe(topicListChanged, func(string, []byte) {
-			go s.notifyListChangedLocal(context.Background())
+		c.bus.Subscribe(topicListChanged, func(_ string, p []byte) {
+			if string(p) != c.node {
+				go s.notifyListChangedLocal(context.Background())
+			}
 		}),
 	)
 	if c.store == nil {
@@ -305,11 +311,10 @@ func (s *Server) takeAnswer(key string) {
 // process cannot see in its registry, such as a feature flag or a role
 // changed on another replica).
 func (s *Server) NotifyListChanged(ctx context.Context) {
-	if s.cluster != nil {
-		s.publish(ctx, topicListChanged, "")
-		return
-	}
 	s.notifyListChangedLocal(ctx)
+	if s.cluster != nil {
+		s.publish(ctx, topicListChanged, s.cluster.node)
+	}
 }
 
 func (s *Server) notifyListChangedLocal(ctx context.Context) {
