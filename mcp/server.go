@@ -1035,16 +1035,13 @@ func (m idManager) Validate(id string) (bool, error) {
 
 // Terminate ends a session (DELETE, expiry, eviction).
 func (m idManager) Terminate(id string) (bool, error) {
-	switch {
-	case m.st != nil && m.st.sessionID == id:
+	if m.st != nil && m.st.sessionID == id {
 		m.s.endSession(id) // the client's DELETE: everywhere
-	case m.s.sharedSessions():
-		// Our own release of mcp-go's state (expiry, eviction, a session
-		// ended elsewhere): the store has already done what was needed.
-		m.s.sessions.remove(id)
-	default:
-		m.s.sessions.remove(id)
+		return false, nil
 	}
+	// Our own release of mcp-go's state (expiry, eviction, a session ended
+	// on another replica): a shared store has already done what was needed.
+	m.s.sessions.remove(id)
 	return false, nil
 }
 
