@@ -865,6 +865,7 @@ func (s *Server) visibleFingerprint(ctx context.Context, caller capabilities.Cal
 func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
 	if s.sessions.swapToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller)) {
 		_ = s.mcp.SendNotificationToSpecificClient(st.sessionID, string(mcpgo.MethodNotificationToolsListChanged), nil)
+		s.toolsChangedElsewhere(ctx, st.sessionID) // the session's stream may be on another replica
 	}
 }
 

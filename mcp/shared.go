@@ -36,6 +36,7 @@ const (
 	topicResource       = "mcp.resource"        // node " " uri
 	topicListChanged    = "mcp.list-changed"    // node
 	topicAnswer         = "mcp.answer"          // node " " answer key
+	topicSessionTools   = "mcp.session.tools"   // node " " hash
 )
 
 type sharedState struct {
@@ -87,6 +88,16 @@ func (s *Server) initShared() {
 			}
 			if id, ok := s.sessions.idByHash(hash); ok {
 				go s.refreshCached(id)
+			}
+		}),
+		c.bus.Subscribe(topicSessionTools, func(_ string, p []byte) {
+			node, hash, _ := strings.Cut(string(p), " ")
+			if node == c.node {
+				return
+			}
+			if id, ok := s.sessions.idByHash(hash); ok {
+				// Reaches the session's stream if it is on this replica.
+				_ = s.mcp.SendNotificationToSpecificClient(id, string(mcpgo.MethodNotificationToolsListChanged), nil)
 			}
 		}),
 		c.bus.Subscribe(topicAnswer, func(_ string, p []byte) {
@@ -304,6 +315,14 @@ func (s *Server) takeAnswer(key string) {
 	}
 	id, _ := json.Marshal(rid)
 	s.pending.answer(sid, id, a)
+}
+
+// toolsChangedElsewhere tells the replica holding a session's GET stream
+// (if not this one) that the tools the session's user can see changed.
+func (s *Server) toolsChangedElsewhere(ctx context.Context, sid string) {
+	if s.sharedSessions() {
+		s.publish(ctx, topicSessionTools, s.cluster.node+" "+SessionHash(sid))
+	}
 }
 
 // NotifyListChanged tells every session and listen stream, on every

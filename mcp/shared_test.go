@@ -377,3 +377,37 @@ func TestResumeStreamOnAnotherReplica(t *testing.T) {
 		t.Fatalf("after the replay: %q %v", id, m)
 	}
 }
+
+// TestToolsChangedSeenOnOneReplicaReachesStreamOnAnother: the request that
+// notices a session's tools changed runs on B; the session's GET stream is
+// on A, and carries the notification.
+func TestToolsChangedSeenOnOneReplicaReachesStreamOnAnother(t *testing.T) {
+	a, b, _, _ := replicas(t)
+	alice := a.initialize("alice-token")
+	if resp := a.request(http.MethodPost, "alice-token", alice, rpc(2, "tools/list", nil)); resp.StatusCode != http.StatusOK {
+		t.Fatal(resp.Status)
+	}
+	stream := sseReader(a.request(http.MethodGet, "alice-token", alice, ""))
+	eventually(t, "the stream", func() bool { return len(a.srv.sessions.withStreams()) == 1 })
+	eventually(t, "B to know the listed tools", func() bool {
+		if resp := b.request(http.MethodPost, "alice-token", alice, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
+			t.Fatal(resp.Status)
+		}
+		rec, _ := b.srv.sessions.snapshot(alice)
+		return rec.ToolsFP != ""
+	})
+	b.loader.Set(capabilitiestest.Admin("alice")) // B loads her fresh: an admin now
+	if resp := b.request(http.MethodPost, "alice-token", alice, rpc(4, "ping", nil)); resp.StatusCode != http.StatusOK {
+		t.Fatal(resp.Status)
+	}
+	got := make(chan map[string]any, 1)
+	go func() { got <- stream() }()
+	select {
+	case m := <-got:
+		if m["method"] != "notifications/tools/list_changed" {
+			t.Fatalf("alice's stream on A carried %v", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("alice's stream on A carried nothing")
+	}
+}
