@@ -105,6 +105,20 @@ func eventually(t *testing.T, what string, ok func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
+// streamReady waits until mcp-go serves sid's GET stream on f (a marker
+// notification gets through), and reads up to the marker.
+func streamReady(t *testing.T, f *fixture, sid string, next func() map[string]any) {
+	t.Helper()
+	eventually(t, "the GET stream", func() bool {
+		return f.srv.mcp.SendNotificationToSpecificClient(sid, "test/ready", nil) == nil
+	})
+	for m := next(); m == nil || m["method"] != "test/ready"; m = next() {
+		if m == nil {
+			t.Fatal("the stream ended")
+		}
+	}
+}
+
 func TestSharedSessionServedByAnyReplicaOnlyToItsOwner(t *testing.T) {
 	a, b, busA, _ := replicas(t)
 	sid := a.initialize("alice-token")
@@ -173,6 +187,8 @@ func TestSharedSessionResourceUpdateReachesStreamOnOtherReplica(t *testing.T) {
 	bob := a.initialize("bob-token")
 	stream := sseReader(a.request(http.MethodGet, "alice-token", alice, ""))
 	bobStream := sseReader(a.request(http.MethodGet, "bob-token", bob, ""))
+	streamReady(t, a, alice, stream)
+	streamReady(t, a, bob, bobStream)
 	// Subscribed on B; the stream is on A.
 	if resp := b.request(http.MethodPost, "alice-token", alice, rpc(4, "resources/subscribe", map[string]any{"uri": "test://public"})); resp.StatusCode != http.StatusOK {
 		t.Fatalf("subscribe: %d", resp.StatusCode)
@@ -229,7 +245,7 @@ func TestListChangedBroadcastReachesOtherReplica(t *testing.T) {
 		t.Fatal(resp.Status)
 	}
 	stream := sseReader(a.request(http.MethodGet, "alice-token", alice, ""))
-	eventually(t, "the stream", func() bool { return len(a.srv.sessions.withStreams()) == 1 })
+	streamReady(t, a, alice, stream)
 	// Alice becomes an admin (say, on B) and B broadcasts the change.
 	a.loader.Set(capabilitiestest.Admin("alice"))
 	b.srv.NotifyListChanged(t.Context())
@@ -371,8 +387,9 @@ func TestResumeStreamOnAnotherReplica(t *testing.T) {
 		}
 	}
 	// The stream goes on, on B.
-	eventually(t, "the stream on B", func() bool { return len(b.srv.sessions.withStreams()) == 1 })
-	must(t, b.srv.mcp.SendNotificationToSpecificClient(alice, "test/four", nil))
+	eventually(t, "the stream on B", func() bool {
+		return b.srv.mcp.SendNotificationToSpecificClient(alice, "test/four", nil) == nil
+	})
 	if id, m := next(); m["method"] != "test/four" || id == "" {
 		t.Fatalf("after the replay: %q %v", id, m)
 	}
@@ -388,7 +405,7 @@ func TestToolsChangedSeenOnOneReplicaReachesStreamOnAnother(t *testing.T) {
 		t.Fatal(resp.Status)
 	}
 	stream := sseReader(a.request(http.MethodGet, "alice-token", alice, ""))
-	eventually(t, "the stream", func() bool { return len(a.srv.sessions.withStreams()) == 1 })
+	streamReady(t, a, alice, stream)
 	eventually(t, "B to know the listed tools", func() bool {
 		if resp := b.request(http.MethodPost, "alice-token", alice, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
 			t.Fatal(resp.Status)
