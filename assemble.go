@@ -19,12 +19,14 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/idempotency"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
@@ -40,6 +42,8 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A key rotated on any replica is sealed with on every replica at once.
+	s.unfollow = ring.Follow(s.bus, func(err error) { s.log.Warn("enclave: data key reload failed", "err", err) })
 	auditKey, err := ring.NamedKey(ctx, "audit")
 	if err != nil {
 		return err
@@ -222,6 +226,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	if mopts.Tasks == nil {
 		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
 	}
+	if mopts.Bus == nil {
+		mopts.Bus = s.bus
+	}
+	if _, local := mopts.Bus.(*cluster.Local); mopts.Sessions == nil && !local {
+		// Replicas share one database: any of them serves any session.
+		mopts.Sessions = sqlsessions.New(s.store)
+	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
 		// of an input-required call.
@@ -354,6 +365,7 @@ func registerInventory(inv *storage.Inventory) error {
 		// never exported (they repeat what the account's data says).
 		inv.AddTable(idempotency.Table),
 		registerEventInventory(inv),
+		addTables(inv, sqlsessions.Tables),
 	)
 }
 

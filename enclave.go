@@ -22,6 +22,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/feedback"
@@ -184,6 +185,14 @@ type Config struct {
 	// reaching Threshold within Window publishes security.denial_burst,
 	// then the subject stays quiet for Cooldown. Defaults 50, 1 h, 6 h.
 	DenialBurst events.BurstOptions
+	// Bus links the replicas of a deployment (session messages, cache
+	// invalidation, list-changed notices). Default: opened from BusURL.
+	// An embedder-supplied bus is not closed by Close.
+	Bus cluster.Bus
+	// BusURL chooses the bus when Bus is nil: "local" (one process),
+	// "postgres" (LISTEN/NOTIFY on DatabaseURL) or nats://host:port.
+	// Default: postgres with a postgres:// DatabaseURL, local otherwise.
+	BusURL string
 
 	// Signup says who may create an account on the web shell: SignupOpen
 	// (default), SignupInvite (an admin's invite code is needed) or
@@ -260,6 +269,9 @@ type Server struct {
 	events    *events.Bus
 	bursts    *events.BurstPublisher
 	feedback  *feedback.Service
+	bus       cluster.Bus
+	ownBus    bool
+	unfollow  func() // stops following data-key rotations on the bus
 	outbound  *outbound.Gateway
 
 	metrics  *serverMetrics
@@ -298,15 +310,30 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: store}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus}
+	if s.bus == nil {
+		b, err := cluster.Open(ctx, cluster.OpenOptions{BusURL: cfg.BusURL, DatabaseURL: cfg.DatabaseURL, DB: store.DB.DB, Logger: cfg.Logger})
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+		s.bus, s.ownBus = b, true
+	}
 	s.metrics = newMetrics(s)
 	if err := s.assemble(ctx); err != nil {
+		if s.ownBus {
+			s.bus.Close()
+		}
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
 	s.handler = s.routes()
 	return s, nil
 }
+
+// Bus returns the cluster bus linking this replica to the others (an
+// in-process bus on a single replica).
+func (s *Server) Bus() cluster.Bus { return s.bus }
 
 // Config returns the configuration in force, defaults filled in.
 func (s *Server) Config() Config { return s.cfg }
@@ -552,6 +579,12 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.unfollow != nil {
+			s.unfollow()
+		}
+		if s.ownBus {
+			s.bus.Close()
 		}
 		s.closeErr = s.store.Close()
 	})
