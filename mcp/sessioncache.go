@@ -110,6 +110,20 @@ func (s *sessionStore) dropIdle() []string {
 	return out
 }
 
+// busyIDs returns the cached sessions with a request or stream in
+// progress here.
+func (s *sessionStore) busyIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for id, se := range s.byID {
+		if se.busy > 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // withStreams returns the cached sessions holding a GET stream here.
 func (s *sessionStore) withStreams() map[string]string {
 	s.mu.Lock()

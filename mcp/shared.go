@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -45,6 +46,11 @@ type sharedState struct {
 	node   string
 	cancel []func()
 	wg     sync.WaitGroup
+	// ends counts the session-end notices heard. A replica adopting a
+	// session samples it before loading the record: a notice that arrived
+	// between the load and the adoption found nothing to drop here, so the
+	// record is checked again.
+	ends atomic.Uint64
 }
 
 func (s *Server) shared() *sharedState { return s.cluster }
@@ -77,6 +83,7 @@ func (s *Server) initShared() {
 	s.sessions.onChange = s.saveShared
 	c.cancel = append(c.cancel,
 		c.bus.Subscribe(topicSessionEnd, func(_ string, p []byte) {
+			c.ends.Add(1)
 			if id, ok := s.sessions.idByHash(string(p)); ok {
 				s.dropCached(id)
 			}
@@ -109,6 +116,12 @@ func (s *Server) initShared() {
 		c.bus.OnGap(func() {
 			for _, id := range s.sessions.dropIdle() {
 				go s.terminate(id)
+			}
+			// A session with a stream or request here stays cached, but it
+			// may have ended or changed elsewhere while notices were lost:
+			// check it against the store (dropped, streams ended, if gone).
+			for _, id := range s.sessions.busyIDs() {
+				go s.refreshCached(id)
 			}
 		}),
 	)
@@ -144,6 +157,7 @@ func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
 		}
 		return s.sessions.owned(sid, userID)
 	}
+	ends, epoch := c.ends.Load(), c.bus.Epoch()
 	rec, err := c.store.LoadSession(ctx, sid)
 	if err != nil {
 		if !errors.Is(err, ErrSessionNotFound) {
@@ -157,6 +171,15 @@ func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
 		return false
 	}
 	s.sessions.adopt(rec)
+	if c.ends.Load() != ends || c.bus.Epoch() != epoch {
+		// A session may have ended elsewhere between the load and the
+		// adoption, its notice finding nothing to drop here: load again,
+		// or the copy would be served until it idles out.
+		if _, err := c.store.LoadSession(ctx, sid); err != nil {
+			s.dropCached(sid)
+			return false
+		}
+	}
 	return s.sessions.owned(sid, userID)
 }
 

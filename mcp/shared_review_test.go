@@ -1,0 +1,83 @@
+package mcp
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/cluster"
+)
+
+// racingSessions runs afterLoad once, between reading a record and
+// returning it: another replica ends the session in that instant.
+type racingSessions struct {
+	*memSessions
+	mu        sync.Mutex
+	afterLoad func(id string)
+}
+
+func (r *racingSessions) LoadSession(ctx context.Context, id string) (SessionRecord, error) {
+	rec, err := r.memSessions.LoadSession(ctx, id)
+	r.mu.Lock()
+	hook := r.afterLoad
+	r.afterLoad = nil
+	r.mu.Unlock()
+	if hook != nil && err == nil {
+		hook(id)
+	}
+	return rec, err
+}
+
+// TestSharedSessionEndedWhileAdoptedIsNotServed: replica B loads a session
+// for its first request there while replica A ends it (DELETE); A's notice
+// reaches B before B has cached the session, so it finds nothing to drop.
+// B must not go on serving the ended session from its cache.
+func TestSharedSessionEndedWhileAdoptedIsNotServed(t *testing.T) {
+	group := cluster.NewLoopback()
+	store := &racingSessions{memSessions: newMemSessions()}
+	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	b := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	sid := a.initialize("alice-token")
+	store.mu.Lock()
+	store.afterLoad = func(id string) {
+		if resp := a.request(http.MethodDelete, "alice-token", id, ""); resp.StatusCode != http.StatusOK {
+			t.Errorf("DELETE on A: %d", resp.StatusCode)
+		}
+	}
+	store.mu.Unlock()
+	b.request(http.MethodPost, "alice-token", sid, rpc(2, "ping", nil)).Body.Close() // races the DELETE
+	if resp := b.request(http.MethodPost, "alice-token", sid, rpc(3, "ping", nil)); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("session deleted on A, used again on B: %d", resp.StatusCode)
+	}
+}
+
+// TestSharedSessionStreamEndsWhenSessionEndedDuringGap: a session's GET
+// stream is on A; while A's bus is down the session is deleted on B. Once
+// A's bus is back, A must notice (the notice was lost) and end the stream
+// rather than carry it on for a session that no longer exists.
+func TestSharedSessionStreamEndsWhenSessionEndedDuringGap(t *testing.T) {
+	a, b, busA, _ := replicas(t)
+	sid := a.initialize("alice-token")
+	stream := sseReader(a.request(http.MethodGet, "alice-token", sid, ""))
+	streamReady(t, a, sid, stream)
+	busA.Disconnect()
+	if resp := b.request(http.MethodDelete, "alice-token", sid, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE on B: %d", resp.StatusCode)
+	}
+	busA.Reconnect()
+	ended := make(chan map[string]any, 1)
+	go func() { ended <- stream() }()
+	select {
+	case m := <-ended:
+		if m != nil {
+			t.Fatalf("the ended session's stream carried %v", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream of a session deleted during the gap is still open on A")
+	}
+	if _, ok := a.srv.sessions.cached(sid); ok {
+		t.Fatal("A still caches the deleted session")
+	}
+}
