@@ -223,14 +223,38 @@ func (s *Store) ExpireSessions(ctx context.Context, before time.Time) ([]string,
 	return hashes, nil
 }
 
+// MaxAnswersPerUser bounds the answers one user may have waiting (not yet
+// taken, younger than AnswerTTL). An answer is handed over only when the
+// request it names is pending on another replica, but the replica that
+// hands it over cannot know that: without a bound, a client could park
+// any number of answers naming requests that do not exist.
+const MaxAnswersPerUser = 32
+
+// MaxAnswerBytes bounds one answer.
+const MaxAnswerBytes = 1 << 20
+
+// ErrTooManyAnswers is returned by PutAnswer when the user already has
+// MaxAnswersPerUser answers waiting, or the answer is over MaxAnswerBytes.
+var ErrTooManyAnswers = errors.New("sqlsessions: too many or too large answers waiting")
+
 // PutAnswer holds answer under key for the replica waiting for it.
 func (s *Store) PutAnswer(ctx context.Context, userID, key string, answer []byte) error {
+	if len(answer) > MaxAnswerBytes {
+		return ErrTooManyAnswers
+	}
+	now := s.now().UTC()
 	res, err := s.store.DB.NewRaw(`INSERT INTO mcp_session_answers (id, user_id, answer, created_at)
-		SELECT ?, u.id, ?, ? FROM users AS u WHERE u.stable_user_id = ?`, key, string(answer), s.now().UTC(), userID).Exec(ctx)
+		SELECT ?, u.id, ?, ? FROM users AS u WHERE u.stable_user_id = ?
+		AND (SELECT count(*) FROM mcp_session_answers AS a WHERE a.user_id = u.id AND a.created_at >= ?) < ?`,
+		key, string(answer), now, userID, now.Add(-AnswerTTL), MaxAnswersPerUser).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlsessions: put answer: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
+		var known int
+		if err := s.store.DB.NewRaw("SELECT count(*) FROM users WHERE stable_user_id = ?", userID).Scan(ctx, &known); err == nil && known > 0 {
+			return ErrTooManyAnswers
+		}
 		return fmt.Errorf("sqlsessions: put answer: no user %q", userID)
 	}
 	return nil

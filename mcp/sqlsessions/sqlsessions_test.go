@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -180,6 +181,42 @@ func TestEvents(t *testing.T) {
 		s.DB.NewRaw("SELECT count(*) FROM mcp_session_events").Scan(ctx, &n)
 		if n != 0 {
 			t.Fatalf("%d events left after purge", n)
+		}
+	})
+}
+
+// TestAnswersBoundedPerUser: a client can park answers naming requests
+// that wait nowhere (the replica handing them over cannot tell); they are
+// bounded per user and in size, and one user's flood does not stop
+// another's answers.
+func TestAnswersBoundedPerUser(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		alice, bob := users(t, s)
+		st := New(s)
+		for i := range MaxAnswersPerUser {
+			if err := st.PutAnswer(ctx, alice, "flood:"+strconv.Itoa(i), []byte(`{"result":{}}`)); err != nil {
+				t.Fatalf("answer %d: %v", i, err)
+			}
+		}
+		if err := st.PutAnswer(ctx, alice, "flood:over", []byte(`{"result":{}}`)); !errors.Is(err, ErrTooManyAnswers) {
+			t.Fatalf("answer over the per-user bound: %v", err)
+		}
+		if err := st.PutAnswer(ctx, bob, "bob:1", []byte(`{"result":{}}`)); err != nil {
+			t.Fatalf("bob's answer while alice is at her bound: %v", err)
+		}
+		if err := st.PutAnswer(ctx, bob, "bob:big", make([]byte, MaxAnswerBytes+1)); !errors.Is(err, ErrTooManyAnswers) {
+			t.Fatalf("oversized answer: %v", err)
+		}
+		if _, err := st.TakeAnswer(ctx, "flood:0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutAnswer(ctx, alice, "flood:again", []byte(`{"result":{}}`)); err != nil {
+			t.Fatalf("answer after one was taken: %v", err)
+		}
+		var n int
+		if err := s.DB.NewRaw("SELECT count(*) FROM mcp_session_answers").Scan(ctx, &n); err != nil || n != MaxAnswersPerUser+1 {
+			t.Fatalf("%d answers stored (%v), want %d", n, err, MaxAnswersPerUser+1)
 		}
 	})
 }
