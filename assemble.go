@@ -231,7 +231,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	if _, local := mopts.Bus.(*cluster.Local); mopts.Sessions == nil && !local {
 		// Replicas share one database: any of them serves any session.
-		mopts.Sessions = sqlsessions.New(s.store)
+		mopts.Sessions = sqlsessions.NewSealed(s.store, s.ring) // events and answers hold user content
 	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
