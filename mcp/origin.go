@@ -122,6 +122,13 @@ func (s *Server) watchToken(ctx context.Context, st *reqState, cancel context.Ca
 				cancel()
 				return
 			}
+			if st.sessionID != "" && s.sharedSessions() && !s.ownSession(ctx, st.sessionID, st.caller.UserID) {
+				// Ended on another replica and the notice was lost: a
+				// stream holds no request, so this is where it learns.
+				s.log.DebugContext(ctx, "mcp: ending stream: session ended", "request_id", st.requestID)
+				cancel()
+				return
+			}
 			st.expires = info.ExpiresAt
 		}
 	}()

@@ -37,6 +37,7 @@ func (s *sessionStore) adopt(rec SessionRecord) {
 	if se.userID != rec.UserID {
 		return // never: ids are unique, but an owner is never replaced
 	}
+	se.verified, se.local = s.now(), false
 	se.version, se.info = rec.ProtocolVersion, rec.ClientInfo
 	se.canSample, se.canElicit, se.canRoots = rec.CanSample, rec.CanElicit, rec.CanRoots
 	se.logLevel, se.toolsFP = rec.LogLevel, rec.ToolsFP
@@ -55,6 +56,25 @@ func (s *sessionStore) cached(id string) (userID string, ok bool) {
 		return "", false
 	}
 	return se.userID, true
+}
+
+// trusted reports whether the cached copy of id may be served without
+// asking the shared store: the store confirmed it since cutoff, or it is
+// not in the store at all (served by this replica only).
+func (s *sessionStore) trusted(id string, cutoff time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	return ok && (se.local || !se.verified.Before(cutoff))
+}
+
+// markLocal records that id could not be stored in the shared store.
+func (s *sessionStore) markLocal(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		se.local = true
+	}
 }
 
 // idByHash returns the id of the cached session with that hash.

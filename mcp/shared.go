@@ -136,6 +136,13 @@ func (s *Server) closeShared() {
 	}
 }
 
+// revalidateAfter bounds how long a replica serves its cached copy of a
+// shared session without asking the store, however healthy the bus: a
+// notice that never went out (its publication failed) or was lost before
+// the bus noticed the break (up to its ping interval) leaves a session
+// ended elsewhere usable here for at most this long.
+const revalidateAfter = 30 * time.Second
+
 func sharedCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 10*time.Second)
 }
@@ -151,7 +158,7 @@ func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
 		return s.sessions.owned(sid, userID)
 	}
 	c := s.cluster
-	if owner, ok := s.sessions.cached(sid); ok && c.bus.Healthy() {
+	if owner, ok := s.sessions.cached(sid); ok && c.bus.Healthy() && s.sessions.trusted(sid, s.now().Add(-revalidateAfter)) {
 		if owner != userID {
 			return false
 		}
@@ -162,6 +169,10 @@ func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
 	if err != nil {
 		if !errors.Is(err, ErrSessionNotFound) {
 			s.log.WarnContext(ctx, "mcp: load shared session failed", "err", err)
+			if owner, ok := s.sessions.cached(sid); ok && owner == userID && c.bus.Healthy() {
+				// Only due for a check: the store's hiccup does not end it.
+				return s.sessions.owned(sid, userID)
+			}
 		} else if _, ok := s.sessions.cached(sid); ok {
 			s.dropCached(sid) // ended elsewhere while the bus was down
 		}
@@ -196,6 +207,7 @@ func (s *Server) createShared(id, userID string) {
 	evicted, err := s.cluster.store.CreateSession(ctx, rec, s.sessions.perUser)
 	if err != nil {
 		s.log.Warn("mcp: shared session not stored; it is served by this replica only", "err", err)
+		s.sessions.markLocal(id)
 		return
 	}
 	for _, h := range evicted {

@@ -81,3 +81,51 @@ func TestSharedSessionStreamEndsWhenSessionEndedDuringGap(t *testing.T) {
 		t.Fatal("A still caches the deleted session")
 	}
 }
+
+// TestSharedSessionEndedWithoutNoticeIsNotServedForever: a session ended
+// in the store whose notice never went out (the publication failed, or the
+// bus lost it before noticing the break) is refused by a replica holding a
+// cached copy once the copy is due for a check, however healthy the bus.
+func TestSharedSessionEndedWithoutNoticeIsNotServedForever(t *testing.T) {
+	group := cluster.NewLoopback()
+	store := newMemSessions()
+	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	b := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	sid := a.initialize("alice-token")
+	if resp := b.request(http.MethodPost, "alice-token", sid, rpc(2, "ping", nil)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("ping on B: %d", resp.StatusCode)
+	}
+	if _, err := store.DeleteSession(t.Context(), sid); err != nil { // ended; no notice
+		t.Fatal(err)
+	}
+	b.clock.Advance(31 * time.Second) // the promised bound is 30 s
+	if resp := b.request(http.MethodPost, "alice-token", sid, rpc(3, "ping", nil)); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("session ended without a notice, still served by B's cache after 31 s: %d", resp.StatusCode)
+	}
+}
+
+// TestSharedSessionStreamEndsWhenEndedWithoutNotice: the GET stream of a
+// session ended elsewhere without a notice reaching this replica ends at
+// the stream's next periodic check once the cached copy is due.
+func TestSharedSessionStreamEndsWhenEndedWithoutNotice(t *testing.T) {
+	group := cluster.NewLoopback()
+	store := newMemSessions()
+	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions, o.recheck = group.Join(), store, 20*time.Millisecond })
+	sid := a.initialize("alice-token")
+	stream := sseReader(a.request(http.MethodGet, "alice-token", sid, ""))
+	streamReady(t, a, sid, stream)
+	if _, err := store.DeleteSession(t.Context(), sid); err != nil { // ended elsewhere; no notice
+		t.Fatal(err)
+	}
+	a.clock.Advance(31 * time.Second)
+	ended := make(chan map[string]any, 1)
+	go func() { ended <- stream() }()
+	select {
+	case m := <-ended:
+		if m != nil {
+			t.Fatalf("the ended session's stream carried %v", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream of a session ended without a notice is still open")
+	}
+}
