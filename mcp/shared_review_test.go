@@ -2,6 +2,8 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"net/http"
 	"sync"
 	"testing"
@@ -127,5 +129,31 @@ func TestSharedSessionStreamEndsWhenEndedWithoutNotice(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stream of a session ended without a notice is still open")
+	}
+}
+
+// TestServerRequestIDsCarryNoCounter: the id of an elicitation or sampling
+// request reaches the client; it must not tell it how many such requests
+// the replica sent other sessions in between.
+func TestServerRequestIDsCarryNoCounter(t *testing.T) {
+	var p pendingRequests
+	p.prefix = "enclave-0123abcd-"
+	first, _, done := p.add("alice")
+	done()
+	for range 40 {
+		_, _, done := p.add("bob")
+		done()
+	}
+	second, _, done := p.add("alice")
+	done()
+	var a, b string
+	must(t, json.Unmarshal(first, &a))
+	must(t, json.Unmarshal(second, &b))
+	common := 0
+	for common < min(len(a), len(b)) && a[common] == b[common] {
+		common++
+	}
+	if common >= len(p.prefix)+8 || len(a) < len(p.prefix)+16 || !strings.HasPrefix(a, p.prefix) {
+		t.Fatalf("request ids %q and %q: want the replica's prefix and a random part", a, b)
 	}
 }
