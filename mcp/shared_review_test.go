@@ -3,8 +3,8 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
