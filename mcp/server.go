@@ -576,6 +576,13 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 		r.Header.Del(sessionHeader) // 2026-07-28 has no sessions: each request stands alone
 		return true
 	case r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize):
+		if s.sessions.len() >= s.sessions.total && s.sharedSessions() {
+			// Sessions adopted from other replicas fill this one's table
+			// too; they are copies of the shared store, so make room.
+			for _, id := range s.sessions.shed(s.sessions.total - max(s.sessions.total/10, 1)) {
+				s.terminate(id)
+			}
+		}
 		if s.sessions.len() >= s.sessions.total {
 			writeHTTPError(w, http.StatusServiceUnavailable, "too many sessions", st.requestID)
 			return false

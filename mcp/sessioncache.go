@@ -144,6 +144,31 @@ func (s *sessionStore) busyIDs() []string {
 	return out
 }
 
+// shed forgets the least recently used idle cached copies of shared
+// sessions (not those served by this replica only) until fewer than
+// target remain, and returns their ids. The copies are only a cache: the
+// sessions live on in the shared store and are loaded again on next use.
+func (s *sessionStore) shed(target int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var idle []*session
+	for _, se := range s.byID {
+		if se.busy == 0 && !se.local {
+			idle = append(idle, se)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *session) int { return a.lastSeen.Compare(b.lastSeen) })
+	var out []string
+	for _, se := range idle {
+		if len(s.byID) < target {
+			break
+		}
+		out = append(out, se.id)
+		s.dropLocked(se)
+	}
+	return out
+}
+
 // withStreams returns the cached sessions holding a GET stream here.
 func (s *sessionStore) withStreams() map[string]string {
 	s.mu.Lock()

@@ -157,3 +157,32 @@ func TestServerRequestIDsCarryNoCounter(t *testing.T) {
 		t.Fatalf("request ids %q and %q: want the replica's prefix and a random part", a, b)
 	}
 }
+
+// TestSharedSessionCopiesDoNotFillReplica: sessions created on A and used
+// on B fill B's session table as cached copies; at B's MaxSessions they
+// must make room for a new session rather than refuse it with 503, and
+// the shed copies keep working (loaded from the shared store again).
+func TestSharedSessionCopiesDoNotFillReplica(t *testing.T) {
+	group := cluster.NewLoopback()
+	store := newMemSessions()
+	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	b := newFixture(t, func(o *Options) { o.Bus, o.Sessions, o.MaxSessions = group.Join(), store, 2 })
+	alice, bob := a.initialize("alice-token"), a.initialize("bob-token")
+	for _, c := range []struct{ token, sid string }{{"alice-token", alice}, {"bob-token", bob}} {
+		if resp := b.request(http.MethodPost, c.token, c.sid, rpc(2, "ping", nil)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("ping on B: %d", resp.StatusCode)
+		}
+	}
+	resp := b.request(http.MethodPost, "admin-token", "", rpc(1, "initialize", map[string]any{
+		"protocolVersion": testProtocol, "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"},
+	}))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("initialize on B with its table full of copies: %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+	for _, c := range []struct{ token, sid string }{{"alice-token", alice}, {"bob-token", bob}} {
+		if resp := b.request(http.MethodPost, c.token, c.sid, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("a shed copy on B: %d", resp.StatusCode)
+		}
+	}
+}
