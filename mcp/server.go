@@ -579,8 +579,12 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 		if s.sessions.len() >= s.sessions.total && s.sharedSessions() {
 			// Sessions adopted from other replicas fill this one's table
 			// too; they are copies of the shared store, so make room.
-			for _, id := range s.sessions.shed(s.sessions.total - max(s.sessions.total/10, 1)) {
-				s.terminate(id)
+			if shed := s.sessions.shed(s.sessions.total - max(s.sessions.total/10, 1)); len(shed) > 0 {
+				go func() { // releasing mcp-go's state asks the store about each
+					for _, id := range shed {
+						s.terminate(id)
+					}
+				}()
 			}
 		}
 		if s.sessions.len() >= s.sessions.total {
