@@ -662,9 +662,12 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 		case len(msg.ID) > 0:
 			cleanup = append(cleanup, s.sessions.track(sid, bytes.TrimSpace(msg.ID), withCancel()))
 		}
-		if msg.Method == string(mcpgo.MethodSetLogLevel) {
+		if msg.Method == string(mcpgo.MethodSetLogLevel) || s.events != nil {
 			// mcp-go keeps the level under the per-request id; the transport
-			// has its own copy (afterSetLevel), so release mcp-go's.
+			// has its own copy (afterSetLevel), so release mcp-go's. With
+			// resumable streams it also tracks the request's stream under
+			// that id until the id is ended: end it once the request is done
+			// (its events stay in the log for a client that resumes).
 			cleanup = append(cleanup, func() { s.terminate(internal) })
 		}
 		if msg.Method != string(mcpgo.MethodToolsList) {

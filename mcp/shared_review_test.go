@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/enclave-mcp/enclave/cluster"
 )
@@ -184,5 +186,48 @@ func TestSharedSessionCopiesDoNotFillReplica(t *testing.T) {
 		if resp := b.request(http.MethodPost, c.token, c.sid, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
 			t.Fatalf("a shed copy on B: %d", resp.StatusCode)
 		}
+	}
+}
+
+// resumableStreams counts mcp-go's tracked resumable streams (an
+// unexported map of its transport; the test fails loudly if mcp-go
+// changes it).
+func resumableStreams(t *testing.T, s *Server) int {
+	t.Helper()
+	v := reflect.ValueOf(s.http).Elem().FieldByName("resumableStreams")
+	if !v.IsValid() || v.Type() != reflect.TypeFor[sync.Map]() {
+		t.Fatal("mcp-go's StreamableHTTPServer no longer has resumableStreams sync.Map: update this test")
+	}
+	m := (*sync.Map)(unsafe.Pointer(v.UnsafeAddr()))
+	n := 0
+	m.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// TestStreamedRequestsDoNotAccumulate: with resumable streams on, every
+// POST whose response became an SSE stream (a progress notice) leaves a
+// stream record in the transport; it must be released when the request
+// is done, not kept for the life of the session (memory growing with
+// every streamed call).
+func TestStreamedRequestsDoNotAccumulate(t *testing.T) {
+	store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
+	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions = cluster.NewLoopback().Join(), store })
+	sid := a.initialize("alice-token")
+	for i := range 20 {
+		resp := a.request(http.MethodPost, "alice-token", sid, rpc(10+i, "tools/call", map[string]any{
+			"name": "progress", "arguments": map[string]any{"tag": "t"}, "_meta": map[string]any{"progressToken": "p"},
+		}))
+		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			t.Fatalf("call %d was not streamed: %s", i, resp.Header.Get("Content-Type"))
+		}
+		readAll(resp)
+	}
+	eventually(t, "the request streams to be released", func() bool { return resumableStreams(t, a.srv) <= 1 })
+	// The recorded events are still there for a client that resumes.
+	store.emu.Lock()
+	n := len(store.events[SessionHash(sid)])
+	store.emu.Unlock()
+	if n < 20 {
+		t.Fatalf("%d events recorded for 20 streamed calls", n)
 	}
 }
