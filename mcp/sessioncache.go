@@ -68,6 +68,15 @@ func (s *sessionStore) trusted(id string, cutoff time.Time) bool {
 	return ok && (se.local || !se.verified.Before(cutoff))
 }
 
+// confirm records that the shared store has just confirmed id.
+func (s *sessionStore) confirm(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		se.verified, se.local = s.now(), false
+	}
+}
+
 // markLocal records that id could not be stored in the shared store.
 func (s *sessionStore) markLocal(id string) {
 	s.mu.Lock()

@@ -158,12 +158,17 @@ func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
 		return s.sessions.owned(sid, userID)
 	}
 	c := s.cluster
-	if owner, ok := s.sessions.cached(sid); ok && c.bus.Healthy() && s.sessions.trusted(sid, s.now().Add(-revalidateAfter)) {
+	owner, cached := s.sessions.cached(sid)
+	healthy := c.bus.Healthy()
+	if cached && healthy && s.sessions.trusted(sid, s.now().Add(-revalidateAfter)) {
 		if owner != userID {
 			return false
 		}
 		return s.sessions.owned(sid, userID)
 	}
+	// A copy only due for its periodic check keeps its state (the bus has
+	// kept it current); the store need only confirm the session exists.
+	due := cached && healthy && owner == userID
 	ends, epoch := c.ends.Load(), c.bus.Epoch()
 	rec, err := c.store.LoadSession(ctx, sid)
 	if err != nil {
@@ -180,6 +185,10 @@ func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
 	}
 	if rec.UserID != userID {
 		return false
+	}
+	if due {
+		s.sessions.confirm(sid)
+		return s.sessions.owned(sid, userID)
 	}
 	s.sessions.adopt(rec)
 	if c.ends.Load() != ends || c.bus.Epoch() != epoch {
