@@ -1,0 +1,55 @@
+package enclave
+
+import (
+	"context"
+	"slices"
+
+	"github.com/enclave-mcp/enclave/internal/callercache"
+	"github.com/enclave-mcp/enclave/mcp"
+)
+
+// newCallerCache makes the cache of verified bearer tokens' callers and
+// connects it to every write that changes what it holds: the accounts
+// service (state, roles, password, email, username, permissions) and the
+// OAuth server (revocations, blocked clients). Both call their hooks after
+// their transaction commits, before the change's caller gets its answer.
+// Other replicas hear of the changes on the cluster bus (attachBus).
+func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
+	c := callercache.New[mcp.TokenInfo](callercache.Options{TTL: s.cfg.CallerCacheTTL})
+	if !c.Enabled() {
+		return nil
+	}
+	s.accounts.OnCallerChange(func(ctx context.Context, userID int64) {
+		if userID == 0 {
+			c.All(ctx)
+			return
+		}
+		c.UserChanged(ctx, userID)
+	})
+	s.oauth.OnRevoke(func(ctx context.Context, userID int64, grantID string) {
+		switch {
+		case grantID != "":
+			c.GrantRevoked(ctx, grantID)
+		case userID != 0:
+			c.UserChanged(ctx, userID)
+		default:
+			c.All(ctx)
+		}
+	})
+	return c
+}
+
+// cachedToken returns a copy of a cached verification: the caller's
+// slices are not shared with later requests.
+func cachedToken(info mcp.TokenInfo) mcp.TokenInfo {
+	info.Scopes = slices.Clone(info.Scopes)
+	info.Audience = slices.Clone(info.Audience)
+	if info.Caller != nil {
+		c := *info.Caller
+		c.Roles = slices.Clone(c.Roles)
+		c.Permissions = slices.Clone(c.Permissions)
+		c.Scopes = slices.Clone(c.Scopes)
+		info.Caller = &c
+	}
+	return info
+}
