@@ -20,6 +20,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
@@ -162,6 +163,15 @@ type Config struct {
 	// public one. Default "": off. MetricsHandler serves the same.
 	MetricsAddr string
 
+	// Bus links the replicas of a deployment (session messages, cache
+	// invalidation, list-changed notices). Default: opened from BusURL.
+	// An embedder-supplied bus is not closed by Close.
+	Bus cluster.Bus
+	// BusURL chooses the bus when Bus is nil: "local" (one process),
+	// "postgres" (LISTEN/NOTIFY on DatabaseURL) or nats://host:port.
+	// Default: postgres with a postgres:// DatabaseURL, local otherwise.
+	BusURL string
+
 	// Signup says who may create an account on the web shell: SignupOpen
 	// (default), SignupInvite (an admin's invite code is needed) or
 	// SignupClosed (accounts come from the CLI only).
@@ -233,6 +243,8 @@ type Server struct {
 	schedules *schedules.Set
 	features  *features.Store
 	meter     *quota.Meter
+	bus       cluster.Bus
+	ownBus    bool
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -270,15 +282,30 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: store}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus}
+	if s.bus == nil {
+		b, err := cluster.Open(ctx, cluster.OpenOptions{BusURL: cfg.BusURL, DatabaseURL: cfg.DatabaseURL, DB: store.DB.DB, Logger: cfg.Logger})
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+		s.bus, s.ownBus = b, true
+	}
 	s.metrics = newMetrics(s)
 	if err := s.assemble(ctx); err != nil {
+		if s.ownBus {
+			s.bus.Close()
+		}
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
 	s.handler = s.routes()
 	return s, nil
 }
+
+// Bus returns the cluster bus linking this replica to the others (an
+// in-process bus on a single replica).
+func (s *Server) Bus() cluster.Bus { return s.bus }
 
 // Config returns the configuration in force, defaults filled in.
 func (s *Server) Config() Config { return s.cfg }
@@ -522,6 +549,9 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.ownBus {
+			s.bus.Close()
 		}
 		s.closeErr = s.store.Close()
 	})

@@ -166,14 +166,14 @@ type options struct {
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
-var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format",
+var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "production", "log-format",
 	"log-level", "metrics-addr", "shutdown-timeout", "caller-cache-ttl", "no-migrate", "signup", "allowed-origins",
 	"trusted-proxies", "quota", "quota-class", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
 // and no process listing.
-var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "smtp-url", "smtp-password"}
+var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "smtp-url", "smtp-password"}
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.Addr, "addr", enclave.DefaultAddr, "listen address")
@@ -184,6 +184,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.KVURL, "kv-url", "", "KV (cache) collection URL (default in-memory)")
 	fs.StringVar(&o.cfg.QueueURL, "queue-url", "", "queue topic URL (default in-process)")
 	fs.StringVar(&o.cfg.KeeperURL, "keeper-url", "", "secrets keeper URL (default a key kept in <data-dir>/keeper.key)")
+	fs.StringVar(&o.cfg.BusURL, "bus-url", "", "cluster bus linking replicas: local, postgres (LISTEN/NOTIFY) or nats://HOST:PORT (default postgres with a postgres:// database, local otherwise)")
 	fs.BoolVar(&o.cfg.Production, "production", false, "production mode: require an https base URL, no development routes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
