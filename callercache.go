@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/mcp"
 )
@@ -13,11 +14,15 @@ import (
 // service (state, roles, password, email, username, permissions) and the
 // OAuth server (revocations, blocked clients). Both call their hooks after
 // their transaction commits, before the change's caller gets its answer.
-// Other replicas hear of the changes on the cluster bus (attachBus).
+// Other replicas hear of the changes on the cluster bus; while the bus may
+// be missing messages the cache is flushed and bypassed.
 func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 	c := callercache.New[mcp.TokenInfo](callercache.Options{TTL: s.cfg.CallerCacheTTL})
 	if !c.Enabled() {
 		return nil
+	}
+	if s.bus != nil {
+		c.Attach(cacheBus{s.bus})
 	}
 	s.accounts.OnCallerChange(func(ctx context.Context, userID int64) {
 		if userID == 0 {
@@ -52,4 +57,11 @@ func cachedToken(info mcp.TokenInfo) mcp.TokenInfo {
 		info.Caller = &c
 	}
 	return info
+}
+
+// cacheBus adapts the cluster bus to callercache.Bus.
+type cacheBus struct{ cluster.Bus }
+
+func (b cacheBus) Subscribe(topic string, h func(topic string, payload []byte)) func() {
+	return b.Bus.Subscribe(topic, cluster.Handler(h))
 }

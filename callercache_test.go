@@ -30,9 +30,13 @@ func startCached(t *testing.T, d storage.Dialect, cfg enclave.Config) *enclavete
 	}})
 }
 
-// callOK reports whether tools/call probe succeeded.
+// callOK reports whether tools/call probe succeeded; a refusal is false
+// and a nil error, a transport failure an error.
 func callOK(c *enclavetest.Client) (bool, error) {
 	res, err := c.Call("probe", nil)
+	if rpcErr := (*enclavetest.RPCError)(nil); errors.As(err, &rpcErr) {
+		return false, nil // refused (a hidden tool is an unknown one)
+	}
 	if err != nil {
 		return false, err
 	}
