@@ -178,6 +178,13 @@ func (s *Server) lookupAccess(ctx context.Context, sig string) (accessRow, error
 	if err != nil {
 		return row, err
 	}
+	// First come, first served: without the gate, database/sql hands
+	// freed connections to random waiters and some checks starve.
+	release, err := s.store.db.ReadSlot(ctx)
+	if err != nil {
+		return row, err
+	}
+	defer release()
 	s.stmtRuns.Add(1)
 	rows, err := stmt.QueryContext(ctx, sig)
 	if err != nil {

@@ -14,8 +14,9 @@
 //   - when the bus reports a gap (it may have dropped messages): every
 //     entry is dropped, and while the bus is not healthy the cache neither
 //     serves nor stores anything;
-//   - after the TTL (and never later than the token's own expiry), whatever
-//     happened.
+//   - after the TTL (less up to a fifth, spread by token so that entries
+//     loaded together do not expire together; never later than the
+//     token's own expiry), whatever happened.
 //
 // A load that raced with an invalidation is not stored: Begin samples an
 // invalidation counter and the bus epoch before the SQL read, and Put
@@ -27,6 +28,7 @@ package callercache
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,7 +185,12 @@ func (c *Cache[V]) Put(t Ticket, token string, user int64, grant string, expires
 	if !t.ok || !c.trusted() {
 		return
 	}
-	end := t.at.Add(c.ttl)
+	k := hashToken(token)
+	// Up to a fifth off the TTL, differing per token: entries loaded
+	// together (a burst of new sessions, a flush) do not all expire in the
+	// same instant and send every caller to SQL at once.
+	spread := time.Duration(binary.LittleEndian.Uint64(k[:8]) % uint64(c.ttl/5+1))
+	end := t.at.Add(c.ttl - spread)
 	if !expires.IsZero() && expires.Before(end) {
 		end = expires
 	}
@@ -195,7 +202,6 @@ func (c *Cache[V]) Put(t Ticket, token string, user int64, grant string, expires
 	if r != nil {
 		epoch = r.b.Epoch()
 	}
-	k := hashToken(token)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seq != t.seq || epoch != t.epoch {

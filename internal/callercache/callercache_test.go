@@ -2,6 +2,7 @@ package callercache
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,13 +42,32 @@ func TestHitMissAndTTL(t *testing.T) {
 	if _, ok := c.Get("other"); ok {
 		t.Fatal("another token hit")
 	}
-	clk.add(29 * time.Second)
+	clk.add(23 * time.Second)
 	if _, ok := c.Get("tok"); !ok {
-		t.Fatal("entry gone before its TTL")
+		t.Fatal("entry gone before four fifths of its TTL")
 	}
-	clk.add(time.Second)
+	clk.add(7 * time.Second)
 	if _, ok := c.Get("tok"); ok {
 		t.Fatal("entry served at its TTL")
+	}
+}
+
+// Entries stored together expire at different times, all within the TTL.
+func TestExpirySpread(t *testing.T) {
+	c, clk := newTest(30 * time.Second)
+	tk := c.Begin()
+	for i := range 100 {
+		c.Put(tk, fmt.Sprint("tok", i), 1, "", time.Time{}, "v")
+	}
+	ends := map[time.Time]bool{}
+	for _, e := range c.entries {
+		if e.expires.After(clk.now().Add(30*time.Second)) || e.expires.Before(clk.now().Add(24*time.Second)) {
+			t.Fatalf("expiry %v outside [TTL×4/5, TTL]", e.expires.Sub(clk.now()))
+		}
+		ends[e.expires] = true
+	}
+	if len(ends) < 50 {
+		t.Fatalf("100 entries stored together expire at %d instants", len(ends))
 	}
 }
 
