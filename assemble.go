@@ -16,7 +16,9 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
@@ -24,6 +26,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
@@ -39,6 +42,8 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A key rotated on any replica is sealed with on every replica at once.
+	s.unfollow = ring.Follow(s.bus, func(err error) { s.log.Warn("enclave: data key reload failed", "err", err) })
 	auditKey, err := ring.NamedKey(ctx, "audit")
 	if err != nil {
 		return err
@@ -125,6 +130,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 		q = s.meter
 	}
+	if s.meter == nil { // the outbound gateway's daily limit counts through SQL
+		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
+	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
 		Auditor:    s.audit,
@@ -160,6 +168,12 @@ func (s *Server) assemble(ctx context.Context) error {
 		},
 	})...)
 	caps = append(caps, s.overviewCapability())
+	olim := s.cfg.Outbound
+	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
+		olim.DailyRequests = n // --quota outbound=N/day
+	}
+	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log})
+	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
@@ -200,6 +214,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	if mopts.Tasks == nil {
 		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
+	}
+	if mopts.Bus == nil {
+		mopts.Bus = s.bus
+	}
+	if _, local := mopts.Bus.(*cluster.Local); mopts.Sessions == nil && !local {
+		// Replicas share one database: any of them serves any session.
+		mopts.Sessions = sqlsessions.New(s.store)
 	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
@@ -339,6 +360,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
 		inv.AddTable(storage.Table{Name: "quota_usage"}),
 		inv.AddTable(sqltasks.Table),
+		addTables(inv, sqlsessions.Tables),
 	)
 }
 

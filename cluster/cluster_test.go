@@ -227,3 +227,59 @@ func TestPostgresBusGapOnLostListener(t *testing.T) {
 		break
 	}
 }
+
+func TestLoopbackGroup(t *testing.T) {
+	g := cluster.NewLoopback()
+	a, b := g.Join(), g.Join()
+	if a.Node() == b.Node() {
+		t.Fatal("members share a node id")
+	}
+	inA, inB := newInbox(), newInbox()
+	a.Subscribe("x", inA.handler)
+	b.Subscribe("x", inB.handler)
+	gaps := 0
+	b.OnGap(func() { gaps++ })
+	a.Publish(context.Background(), "x", []byte("1"))
+	inA.want(t, "x=1")
+	inB.want(t, "x=1")
+	b.Disconnect()
+	a.Publish(context.Background(), "x", []byte("2"))
+	inA.want(t, "x=2")
+	inB.none(t, 10*time.Millisecond)
+	if b.Healthy() || gaps != 1 {
+		t.Fatalf("after Disconnect: healthy %v, gaps %d", b.Healthy(), gaps)
+	}
+	b.Reconnect()
+	if !b.Healthy() || gaps != 2 {
+		t.Fatalf("after Reconnect: healthy %v, gaps %d", b.Healthy(), gaps)
+	}
+	b.Publish(context.Background(), "x", []byte("3"))
+	inA.want(t, "x=3")
+	inB.want(t, "x=3")
+}
+
+// BenchmarkPostgresBusLatency measures publish-to-delivery on another
+// replica's bus (one message in flight at a time).
+func BenchmarkPostgresBusLatency(b *testing.B) {
+	url := storagetest.PostgresSchemaURL(b)
+	pub, err := cluster.NewPostgres(context.Background(), cluster.PostgresOptions{DatabaseURL: url})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	sub, err := cluster.NewPostgres(context.Background(), cluster.PostgresOptions{DatabaseURL: url})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	got := make(chan struct{}, 1)
+	sub.Subscribe("bench", func(string, []byte) { got <- struct{}{} })
+	payload := []byte("0123456789abcdef0123456789abcdef")
+	b.ResetTimer()
+	for b.Loop() {
+		if err := pub.Publish(context.Background(), "bench", payload); err != nil {
+			b.Fatal(err)
+		}
+		<-got
+	}
+}
