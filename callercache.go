@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/mcp"
@@ -23,6 +25,20 @@ func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 	}
 	if s.bus != nil {
 		c.Attach(cacheBus{s.bus})
+	}
+	if s.metrics != nil {
+		reg := s.metrics.Registry()
+		for _, m := range []struct {
+			name, help string
+			v          func(callercache.Stats) int64
+		}{
+			{"enclave_caller_cache_hits_total", "Bearer checks answered from the caller cache.", func(st callercache.Stats) int64 { return st.Hits }},
+			{"enclave_caller_cache_misses_total", "Bearer checks the caller cache could not answer (they ran in SQL).", func(st callercache.Stats) int64 { return st.Misses }},
+			{"enclave_caller_cache_invalidations_total", "Caller cache invalidations applied here (local and from the bus, flushes included).", func(st callercache.Stats) int64 { return st.Invalidations }},
+		} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, func() float64 { return float64(m.v(c.Stats())) }))
+		}
+		s.metrics.Gauge("enclave_caller_cache_entries", "Entries held by the caller cache.", func() float64 { return float64(c.Len()) })
 	}
 	s.accounts.OnCallerChange(func(ctx context.Context, userID int64) {
 		if userID == 0 {

@@ -3,6 +3,8 @@ package enclave_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -174,5 +176,27 @@ func TestCallerCacheOff(t *testing.T) {
 	}
 	if n := s.OAuth().BearerChecks() - before; n != 3 {
 		t.Fatalf("%d bearer checks for three calls with the cache off", n)
+	}
+}
+
+// The cache's counters reach /metrics.
+func TestCallerCacheMetrics(t *testing.T) {
+	s := startCached(t, storage.SQLite, enclave.Config{})
+	c := s.CreateUser(t, "mona").MCP(t)
+	for range 3 {
+		if ok, err := callOK(c); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	for _, m := range []string{"enclave_caller_cache_hits_total", "enclave_caller_cache_misses_total", "enclave_caller_cache_invalidations_total", "enclave_caller_cache_entries"} {
+		if !strings.Contains(body, m+" ") {
+			t.Errorf("%s missing from /metrics", m)
+		}
+	}
+	if strings.Contains(body, "enclave_caller_cache_hits_total 0\n") {
+		t.Error("no cache hits counted after repeated calls")
 	}
 }

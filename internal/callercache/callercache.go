@@ -137,7 +137,11 @@ func (c *Cache[V]) trusted() bool {
 // cache may be trusted now.
 func (c *Cache[V]) Get(token string) (V, bool) {
 	var zero V
+	if !c.Enabled() {
+		return zero, false
+	}
 	if !c.trusted() {
+		c.misses.Add(1) // the bus may be missing invalidations
 		return zero, false
 	}
 	k := hashToken(token)
