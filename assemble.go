@@ -21,6 +21,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
@@ -214,7 +215,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
-		mopts.Verifier = oauthVerifier{s.oauth}
+		mopts.Verifier = oauthVerifier{s.oauth, s.newCallerCache()}
 	}
 	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
 	if mopts.Version == "" {
@@ -317,10 +318,18 @@ func tokenRefusal(err error) string {
 }
 
 // oauthVerifier checks /mcp bearer tokens against enclave's own
-// authorization server.
-type oauthVerifier struct{ s *oauth.Server }
+// authorization server, through the revocation-aware cache of verified
+// callers (nil when Config.CallerCacheTTL is negative).
+type oauthVerifier struct {
+	s     *oauth.Server
+	cache *callercache.Cache[mcp.TokenInfo]
+}
 
 func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
+	if info, ok := v.cache.Get(token); ok {
+		return cachedToken(info), nil
+	}
+	ticket := v.cache.Begin() // before the read: a change meanwhile voids the Put
 	a, err := v.s.VerifyAccessToken(ctx, token)
 	// A token that matched a grant names its user next to the refusal, for
 	// the audit log; one that matched nothing names no one.
@@ -344,7 +353,9 @@ func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.Token
 	// The token check loaded the account's state, roles and permissions in
 	// its one query: hand them over instead of loading the account again.
 	caller := a.Caller()
-	return mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller}, nil
+	info := mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller}
+	v.cache.Put(ticket, token, a.UserID, a.GrantID, a.ExpiresAt, cachedToken(info))
+	return info, nil
 }
 
 // registerInventory records where enclave's own user-owned data lives. A

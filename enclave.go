@@ -117,6 +117,16 @@ type Config struct {
 	// the verifier's own outage: 503 with Retry-After, not audited.
 	TokenVerifier mcp.TokenVerifier
 
+	// CallerCacheTTL bounds how long a verified bearer token's caller
+	// (account state, roles, permissions) is reused without the SQL bearer
+	// check. Entries are dropped at once, on this replica and through the
+	// cluster bus on the others, when anything they depend on changes
+	// (revocation, password, suspension, roles, deletion, email); while the
+	// bus reports a gap nothing is cached. Default 30 s; negative turns the
+	// cache off (every call runs the bearer check). Only enclave's own
+	// authorization server is cached, never a custom TokenVerifier.
+	CallerCacheTTL time.Duration
+
 	// MCP tunes the MCP endpoint (session TTL and limits, body limit). Its
 	// Registry, Verifier, Loader, BaseURL and Logger are set by New.
 	MCP mcp.Options

@@ -83,6 +83,7 @@ func (s *Service) GrantAdminAsOperator(ctx context.Context, userID int64) (bool,
 }
 
 func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bool, error) {
+	defer s.callerChanged(ctx, userID)
 	var added bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		u, err := writableUser(ctx, tx, userID)
@@ -138,6 +139,7 @@ func (s *Service) RevokeAdminAsOperator(ctx context.Context, userID int64) (bool
 }
 
 func (s *Service) removeRole(ctx context.Context, userID int64, role string) (bool, error) {
+	defer s.callerChanged(ctx, userID)
 	var removed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if role != capabilities.RoleAdmin {

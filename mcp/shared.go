@@ -132,32 +132,37 @@ func (s *Server) sharedSessions() bool { return s.cluster != nil && s.cluster.st
 
 // ownSession reports whether sid is a live session of userID, loading it
 // from the shared store when this replica has not seen it (or cannot
-// trust its copy while the bus is unhealthy).
-func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
+// trust its copy while the bus is unhealthy). The error is the store's
+// failure to answer (a database outage): the session may well exist, so
+// the request is answered 503, not 404 (which would make the client drop
+// its session).
+func (s *Server) ownSession(ctx context.Context, sid, userID string) (bool, error) {
 	if !s.sharedSessions() {
-		return s.sessions.owned(sid, userID)
+		return s.sessions.owned(sid, userID), nil
 	}
 	c := s.cluster
 	if owner, ok := s.sessions.cached(sid); ok && c.bus.Healthy() {
 		if owner != userID {
-			return false
+			return false, nil
 		}
-		return s.sessions.owned(sid, userID)
+		return s.sessions.owned(sid, userID), nil
 	}
 	rec, err := c.store.LoadSession(ctx, sid)
 	if err != nil {
 		if !errors.Is(err, ErrSessionNotFound) {
 			s.log.WarnContext(ctx, "mcp: load shared session failed", "err", err)
-		} else if _, ok := s.sessions.cached(sid); ok {
+			return false, err
+		}
+		if _, ok := s.sessions.cached(sid); ok {
 			s.dropCached(sid) // ended elsewhere while the bus was down
 		}
-		return false
+		return false, nil
 	}
 	if rec.UserID != userID {
-		return false
+		return false, nil
 	}
 	s.sessions.adopt(rec)
-	return s.sessions.owned(sid, userID)
+	return s.sessions.owned(sid, userID), nil
 }
 
 // createShared records a session just created here in the shared store.
