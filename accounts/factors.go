@@ -693,3 +693,14 @@ func (s *Service) finishPending(ctx context.Context, row challengeRow, p Pending
 	p.User = u
 	return p, nil
 }
+
+// FactorsOfPending reports whether the account of the pending sign-in
+// token has passkeys (to offer them on the second step).
+func (s *Service) FactorsOfPending(ctx context.Context, token string) (bool, error) {
+	p, err := s.PeekPendingLogin(ctx, token)
+	if err != nil {
+		return false, err
+	}
+	n, err := s.store.Reader.NewSelect().Model((*passkeyRow)(nil)).Where("user_id = ?", p.User.ID).Count(ctx)
+	return n > 0, err
+}

@@ -257,7 +257,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := authForm{Action: h.prefix + pathLogin, RedirectTo: redirectParam(r.URL.Query().Get("redirectTo"))}
-	h.render(w, r, http.StatusOK, loginPage(h.withNotice(r, h.page(r, "Sign in")), f))
+	h.render(w, r, http.StatusOK, loginPage(h.withNotice(r, h.loginFramePage(r)), f))
 }
 
 // redirectParam keeps a redirectTo value only when it is a local path.
@@ -279,7 +279,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 			h.redirect(w, r, pathAccountDelete)
 			return
 		}
-		h.render(w, r, f.status(), loginPage(h.page(r, "Sign in"), f))
+		if sf := f.secondFactor; sf != nil {
+			sf.Action, sf.RedirectTo, sf.Next = h.prefix+pathLogin2FA, f.RedirectTo, h.loginTarget(f.RedirectTo)
+			h.renderSecondFactor(w, r, http.StatusOK, *sf, ContentSecurityPolicy)
+			return
+		}
+		h.render(w, r, f.status(), loginPage(h.loginFramePage(r), f))
 		return
 	}
 	target := pathAccount
@@ -305,6 +310,16 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, f *authForm) (a
 			return accounts.User{}, false
 		}
 		h.log.ErrorContext(r.Context(), "web: start deleting session", "err", serr)
+	}
+	if err == nil {
+		// A second factor, when the account has one, comes before any
+		// session: the password's success is recorded server-side only.
+		var sf *secondFactorForm
+		if sf, err = h.beginSecondFactor(r, u, r.PostFormValue("remember") == "1"); err == nil && sf != nil {
+			h.audit(r, audit.CategoryAuth, "login_password", audit.ResultSuccess, "second_factor_required", &u)
+			f.secondFactor = sf
+			return accounts.User{}, false
+		}
 	}
 	if err == nil {
 		if _, err = h.opts.Accounts.StartSession(w, r, u, r.PostFormValue("remember") == "1"); err == nil {
@@ -510,7 +525,11 @@ func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
 // setPassword uses a password-setup token to set the posted password. A
 // refused password keeps the token usable and shows the form again.
 func (h *Handler) setPassword(w http.ResponseWriter, r *http.Request, token, title, action string, done func()) {
-	u, err := h.opts.Accounts.SetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
+	u, cleared, err := h.opts.Accounts.ResetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
+	if err == nil && cleared {
+		h.audit(r, audit.CategoryAccount, "factors_cleared", audit.ResultSuccess, "password_reset", &u)
+		h.FactorChanged(r.Context(), u, accounts.FactorsClearedByPasswordReset)
+	}
 	if err == nil {
 		h.audit(r, audit.CategoryAuth, "password_set", audit.ResultSuccess, action, &u)
 	} else {

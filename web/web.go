@@ -343,9 +343,10 @@ func (h *Handler) absURL(path string, query url.Values) string {
 // its pages run, for an embedder that passed none.
 func (h *Handler) ownRegistry() error {
 	acc := h.opts.Accounts
-	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log})
+	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log, RoleGate: acc.AdminSecondFactorGate})
 	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: h, Verification: h.MailVerificationLink})
 	caps = append(caps, acc.AdminCapabilities(accounts.AdminOptions{MailSetupLink: h.MailSetupLink})...)
+	caps = append(caps, acc.FactorCapabilities(h.opts.SiteName, h)...)
 	owners := lifecycle.Owners(acc)
 	if h.opts.OAuth != nil {
 		caps = append(caps, oauth.GrantCapabilities(h.opts.OAuth, owners)...)
