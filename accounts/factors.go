@@ -358,7 +358,7 @@ func (s *Service) ConfirmTOTP(ctx context.Context, u User, code string) ([]strin
 }
 
 // recoveryAlphabet avoids look-alike characters.
-var recoveryEncoding = base32.NewEncoding("abcdefghjkmnpqrstuvwxyz23456789").WithPadding(base32.NoPadding)
+var recoveryEncoding = base32.NewEncoding("abcdefghijkmnpqrstuvwxyz23456789").WithPadding(base32.NoPadding)
 
 // newRecoveryCodes returns RecoveryCodeCount codes of 80 random bits each,
 // written as four groups of four characters.

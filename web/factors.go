@@ -85,6 +85,7 @@ func init() {
 // servePasskeyScript serves the embedded passkey script.
 func (h *Handler) servePasskeyScript(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
+	h.setSecurityHeaders(hdr, r)
 	hdr.Set("Content-Type", "text/javascript; charset=utf-8")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("ETag", `"`+passkeyScriptVersion+`"`)
