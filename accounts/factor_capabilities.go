@@ -56,7 +56,7 @@ type PasswordInput struct {
 type PasskeyRegisterInput struct {
 	Token      string          `json:"token" jsonschema:"the token of accountPasskeyRegisterBegin"`
 	Name       string          `json:"name" jsonschema:"a name for the passkey"`
-	Credential json.RawMessage `json:"credential" jsonschema:"the PublicKeyCredential the browser created, as JSON"`
+	Credential map[string]any `json:"credential" jsonschema:"the PublicKeyCredential the browser created, as JSON"`
 }
 
 // PasskeyRenameInput is the input of accountPasskeyRename.
@@ -197,7 +197,11 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return Passkey{}, err
 				}
-				p, err := s.FinishPasskeyRegistration(ctx, u, in.Token, in.Name, in.Credential)
+				raw, err := json.Marshal(in.Credential)
+				if err != nil {
+					return Passkey{}, capabilityError(ErrPasskeyInvalid)
+				}
+				p, err := s.FinishPasskeyRegistration(ctx, u, in.Token, in.Name, raw)
 				if err != nil {
 					return Passkey{}, capabilityError(err)
 				}

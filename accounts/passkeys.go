@@ -161,7 +161,7 @@ func (s *Service) BeginPasskeyRegistration(ctx context.Context, u User) (Passkey
 	if err != nil {
 		return PasskeyCeremony{}, fmt.Errorf("accounts: begin passkey registration: %w", err)
 	}
-	return s.storeCeremony(ctx, &u.ID, purposePasskeyRegister, creation.Response, session)
+	return s.storeCeremony(ctx, &u.ID, purposePasskeyRegister, creation, session)
 }
 
 func (s *Service) storeCeremony(ctx context.Context, userID *int64, purpose string, options any, session *webauthn.SessionData) (PasskeyCeremony, error) {
@@ -332,7 +332,7 @@ func (s *Service) BeginPasskeyLogin(ctx context.Context) (PasskeyCeremony, error
 	if err != nil {
 		return PasskeyCeremony{}, fmt.Errorf("accounts: begin passkey login: %w", err)
 	}
-	return s.storeCeremony(ctx, nil, purposePasskeyLogin, assertion.Response, session)
+	return s.storeCeremony(ctx, nil, purposePasskeyLogin, assertion, session)
 }
 
 // FinishPasskeyLogin checks the browser's answer to the sign-in started
@@ -425,7 +425,7 @@ func (s *Service) BeginPendingPasskey(ctx context.Context, token string) (Passke
 	if err != nil {
 		return PasskeyCeremony{}, fmt.Errorf("accounts: begin passkey step: %w", err)
 	}
-	return s.storeCeremony(ctx, &p.User.ID, purposePasskeyLogin, assertion.Response, session)
+	return s.storeCeremony(ctx, &p.User.ID, purposePasskeyLogin, assertion, session)
 }
 
 // CompletePendingLoginPasskey finishes the pending sign-in token with the
