@@ -54,8 +54,8 @@ type PasswordInput struct {
 
 // PasskeyRegisterInput is the input of accountPasskeyRegister.
 type PasskeyRegisterInput struct {
-	Token      string          `json:"token" jsonschema:"the token of accountPasskeyRegisterBegin"`
-	Name       string          `json:"name" jsonschema:"a name for the passkey"`
+	Token      string         `json:"token" jsonschema:"the token of accountPasskeyRegisterBegin"`
+	Name       string         `json:"name" jsonschema:"a name for the passkey"`
 	Credential map[string]any `json:"credential" jsonschema:"the PublicKeyCredential the browser created, as JSON"`
 }
 
