@@ -1,0 +1,121 @@
+package enclave_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pquerna/otp/totp"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// Second factors are in the account export without secret material, are
+// deleted with the account, and --require-admin-2fa refuses admin
+// capabilities to an admin without one (any transport: the registry).
+func TestSecondFactorsLifecycleAndAdminGate(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) { secondFactorsLifecycle(t, d) })
+	}
+}
+
+func secondFactorsLifecycle(t *testing.T, d storage.Dialect) {
+	ctx := context.Background()
+	sc := storagetest.Config(t, d)
+	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet(), RequireAdmin2FA: true,
+		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	acc := srv.Accounts()
+	u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "fay@example.com", Username: "fay", Password: "correct horse battery", Verified: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "gus@example.com", Username: "gus", Password: "correct horse battery", Verified: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int64{u.ID, other.ID} {
+		if _, err := acc.GrantAdminAsOperator(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// An admin without a factor is refused with a message naming enrolment.
+	call := func(who accounts.User) error {
+		c, err := acc.LoadCaller(ctx, who.StableID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.AllScopes, c.Interactive = true, true
+		_, err = srv.Registry().Invoke(ctx, c, "adminUserList", []byte(`{}`))
+		return err
+	}
+	err = call(u)
+	if capabilities.CodeOf(err) != capabilities.CodeSecondFactorRequired || !strings.Contains(err.Error(), "/account/security") {
+		t.Fatalf("admin without a factor: %v", err)
+	}
+
+	en, err := acc.BeginTOTP(ctx, u, "enclave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _ := totp.GenerateCode(en.Secret, time.Now())
+	codes, err := acc.ConfirmTOTP(ctx, u, code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := call(u); err != nil {
+		t.Fatalf("admin with a factor: %v", err)
+	}
+	if err := call(other); capabilities.CodeOf(err) != capabilities.CodeSecondFactorRequired {
+		t.Fatalf("the other admin is still without a factor: %v", err)
+	}
+	const publicKey = "PASSKEY-CREDENTIAL-MATERIAL"
+	if _, err := srv.Store().DB.NewRaw("INSERT INTO user_passkeys (user_id, credential_id, name, credential, created_at) VALUES (?, 'cred-fay', 'Fay laptop', ?, ?)",
+		u.ID, `{"publicKey":"`+publicKey+`"}`, time.Now().UTC()).Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	owner := storage.Owner{ID: u.ID, StableID: u.StableID}
+	if err := srv.Lifecycle().WriteExport(ctx, owner, &out); err != nil {
+		t.Fatal(err)
+	}
+	export := out.String()
+	for _, want := range []string{"user_totp", "user_recovery_codes", "user_passkeys", "Fay laptop", "cred-fay"} {
+		if !strings.Contains(export, want) {
+			t.Errorf("the export lacks %q", want)
+		}
+	}
+	secrets := []string{en.Secret, "otpauth", publicKey}
+	for _, c := range codes {
+		sum := sha256.Sum256([]byte(c))
+		secrets = append(secrets, c, hex.EncodeToString(sum[:]))
+	}
+	for _, s := range secrets {
+		if strings.Contains(export, s) {
+			t.Errorf("the export holds secret material %q", s)
+		}
+	}
+
+	if _, err := srv.Lifecycle().Delete(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"user_totp", "user_recovery_codes", "user_passkeys", "login_challenges"} {
+		n, err := srv.Store().DB.NewSelect().Table(table).Where("user_id = ?", u.ID).Count(ctx)
+		if err != nil || n != 0 {
+			t.Errorf("%s keeps %d rows of the deleted account (%v)", table, n, err)
+		}
+	}
+}
