@@ -338,8 +338,8 @@ func (s *Service) BeginPasskeyLogin(ctx context.Context) (PasskeyCeremony, error
 // FinishPasskeyLogin checks the browser's answer to the sign-in started
 // with token and returns the account whose passkey signed it. It returns
 // ErrPasskeyInvalid when anything does not verify, and the account-state
-// errors of Login (ErrSuspended; ErrDeleting is refused like suspension:
-// a passkey does not resume a deletion).
+// errors of Login (ErrSuspended; ErrDeleting: a passkey does not resume a
+// deletion, the password does).
 func (s *Service) FinishPasskeyLogin(ctx context.Context, token string, response []byte) (User, error) {
 	if len(response) > maxCredentialJSONLength {
 		return User{}, ErrPasskeyInvalid
@@ -397,8 +397,11 @@ func (s *Service) passkeyUsed(ctx context.Context, u User, cred *webauthn.Creden
 	if err != nil {
 		return User{}, ErrPasskeyInvalid
 	}
-	if fresh.SuspendedAt != nil || fresh.DeletingAt != nil {
+	if fresh.SuspendedAt != nil {
 		return User{}, ErrSuspended
+	}
+	if fresh.DeletingAt != nil {
+		return User{}, ErrDeleting
 	}
 	return fresh, nil
 }

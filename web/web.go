@@ -52,7 +52,7 @@ type Options struct {
 	// they parse, call Registry.Invoke as the signed-in person (an
 	// interactive web-session caller), and render. It must hold the
 	// capabilities of accounts (AccountCapabilities, AdminCapabilities with
-	// MailSetupLink), of Secrets, OAuth and Lifecycle (Capabilities and
+	// MailSetupLink, FactorCapabilities with the Handler as notifier), of Secrets, OAuth and Lifecycle (Capabilities and
 	// DeleteCapability) when those are set, and it adds the admin pages of the overview, OAuth
 	// clients and invite codes. Default: a registry of just those built-in
 	// capabilities, without the extra admin pages.
