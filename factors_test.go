@@ -5,6 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"html"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +123,78 @@ func secondFactorsLifecycle(t *testing.T, d storage.Dialect) {
 			t.Errorf("%s keeps %d rows of the deleted account (%v)", table, n, err)
 		}
 	}
+}
+
+// On /oauth/authorize the password of an account with a second factor
+// gives the second step, not the consent page; a forged pending sign-in
+// gives neither a session nor a code; the right code gives the consent
+// page, under the authorization page's policy.
+func TestAuthorizeSecondStep(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			e := newConsentEnv(t, d)
+			ctx := context.Background()
+			en, err := e.srv.Accounts().BeginTOTP(ctx, e.user, "enclave")
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, _ := totp.GenerateCode(en.Secret, time.Now().Add(-30*time.Second))
+			if _, err := e.srv.Accounts().ConfirmTOTP(ctx, e.user, code); err != nil {
+				t.Fatal(err)
+			}
+			id := e.register(t, "Two-step client", "http://127.0.0.1:53682/callback")
+			a := e.newAuthorization(id, "http://127.0.0.1:53682/callback", "state-second-step")
+			jar, _ := cookiejar.New(nil)
+			client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			resp, err := client.Get(e.url(a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			action := formAction.FindStringSubmatch(readBody(resp))
+			if action == nil {
+				t.Fatal("no sign-in form")
+			}
+			target := e.base + html.UnescapeString(action[1])
+
+			// A forged pending sign-in, from a client that never gave the
+			// password.
+			resp, err = client.PostForm(target, url.Values{"pending": {"forged"}, "code": {"123456"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := readBody(resp)
+			if resp.StatusCode != http.StatusBadRequest || strings.Contains(body, `value="approve"`) || resp.Header.Get("Location") != "" || len(jar.Cookies(mustURL(e.base))) != 0 {
+				t.Fatalf("forged pending sign-in: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+			}
+
+			resp, err = client.PostForm(target, url.Values{"email": {e.email}, "password": {e.password}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = readBody(resp)
+			m := regexp.MustCompile(`name="pending" value="([^"]+)"`).FindStringSubmatch(body)
+			if resp.StatusCode != http.StatusOK || m == nil || strings.Contains(body, `value="approve"`) || len(jar.Cookies(mustURL(e.base))) != 0 {
+				t.Fatalf("password step: %d, want the code form and no session", resp.StatusCode)
+			}
+			if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self' http://127.0.0.1:53682") {
+				t.Errorf("second step CSP %s", csp)
+			}
+			code, _ = totp.GenerateCode(en.Secret, time.Now())
+			resp, err = client.PostForm(target, url.Values{"pending": {m[1]}, "code": {code}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body := readBody(resp); resp.StatusCode != http.StatusOK || !strings.Contains(body, `value="approve"`) {
+				t.Fatalf("code step: %d, want the consent page", resp.StatusCode)
+			}
+		})
+	}
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
 }

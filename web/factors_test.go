@@ -266,3 +266,38 @@ func TestAdminPagesRequireSecondFactor(t *testing.T) {
 		t.Fatalf("admin page with a factor: %d", a.Status)
 	}
 }
+
+// A password reset by mail turns off the authenticator app, and the
+// account is told by mail.
+func TestPasswordResetClearsFactorsAndMails(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newFactorEnv(t, s, accounts.Config{})
+		u, _ := e.userWithTOTP(t, "cid")
+		b := newBrowser(t, e.srv)
+		if a := b.post(pathResetRequest, url.Values{"email": {"cid@example.com"}}); a.Status != http.StatusOK {
+			t.Fatalf("reset request: %d", a.Status)
+		}
+		path, token := mailedLink(t, e.h, "cid@example.com")
+		a := b.post(path, url.Values{"token": {token}, "password": {"a brand new password"}})
+		if a.Status != http.StatusSeeOther {
+			t.Fatalf("reset: %d\n%s", a.Status, a.Body)
+		}
+		if f, err := e.acc.FactorsOf(t.Context(), u.ID); err != nil || f.Any() || f.RecoveryCodesLeft != 0 {
+			t.Fatalf("factors after reset: %+v %v", f, err)
+		}
+		told := false
+		for _, m := range e.h.DevMail().Messages() {
+			if strings.Contains(m.To, "cid@example.com") && strings.Contains(m.Text, "turned off the authenticator app") {
+				told = true
+			}
+		}
+		if !told {
+			t.Fatal("the owner was not told that the reset removed the second factors")
+		}
+		// The new password alone signs in now.
+		a = b.post(pathLogin, url.Values{"email": {"cid@example.com"}, "password": {"a brand new password"}})
+		if a.Status != http.StatusSeeOther || !hasSession(b) {
+			t.Fatalf("login after reset: %d", a.Status)
+		}
+	})
+}
