@@ -17,6 +17,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
@@ -129,6 +130,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 		q = s.meter
 	}
+	if s.meter == nil { // the outbound gateway's daily limit counts through SQL
+		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
+	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
 		Auditor:    s.audit,
@@ -168,6 +172,12 @@ func (s *Server) assemble(ctx context.Context) error {
 	})...)
 	caps = append(caps, s.accounts.FactorCapabilities("enclave", webMail{s})...)
 	caps = append(caps, s.overviewCapability())
+	olim := s.cfg.Outbound
+	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
+		olim.DailyRequests = n // --quota outbound=N/day
+	}
+	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log})
+	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}

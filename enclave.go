@@ -19,6 +19,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
@@ -131,6 +132,10 @@ type Config struct {
 	// counted in memory and reconciled through SQL across replicas. Used
 	// only when Quota is nil. Default: no limit.
 	QuotaLimits quota.Limits
+	// Outbound bounds the outbound gateway (httpRequest, Server.Outbound):
+	// requests per user per day, time, redirects and sizes. Zero fields
+	// take the defaults of package outbound.
+	Outbound outbound.Limits
 	// Features turns feature flags on per caller. Default: the SQL flag
 	// store of package features, managed by admins through
 	// adminFeatureList and adminFeatureSet.
@@ -230,6 +235,7 @@ type Server struct {
 	schedules *schedules.Set
 	features  *features.Store
 	meter     *quota.Meter
+	outbound  *outbound.Gateway
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -321,9 +327,15 @@ func (s *Server) Schedules() *schedules.Set { return s.schedules }
 // Config.Features replaced it.
 func (s *Server) Features() *features.Store { return s.features }
 
-// Quota returns the default quota meter, or nil when Config.Quota replaced
-// it or Config.QuotaLimits sets no limit.
+// Quota returns the SQL quota meter: it counts the outbound gateway's
+// requests, and capability calls unless Config.Quota replaced it.
 func (s *Server) Quota() *quota.Meter { return s.meter }
+
+// Outbound returns the secret-aware outbound gateway: an embedder's
+// capability handler sends a request on its caller's behalf with
+// Outbound().Do(ctx, call.Caller, req), under the same rules as the
+// httpRequest capability.
+func (s *Server) Outbound() *outbound.Gateway { return s.outbound }
 
 // InvokeBackground runs a capability for the user with stable id userID as
 // a non-interactive caller: what jobs and schedules use. The account's

@@ -23,6 +23,7 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/quota"
@@ -430,6 +431,12 @@ func parseQuota(limits, classes string) (quota.Limits, error) {
 	// A limited class that holds no capability (Default for default, or
 	// one --quota-class never names) would limit nothing, silently.
 	for class := range l.Daily {
+		if class == outbound.QuotaClass { // the outbound gateway's requests (see docs/data.md)
+			if l.Daily[class] < 1 {
+				return quota.Limits{}, fmt.Errorf("--quota: class %s needs at least 1/day", class)
+			}
+			continue
+		}
 		if class != quota.DefaultClass && !slices.Contains(slices.Collect(maps.Values(l.Classes)), class) {
 			return quota.Limits{}, fmt.Errorf("--quota: class %q holds no capability (every capability is in class %s unless --quota-class assigns it)", class, quota.DefaultClass)
 		}
