@@ -51,6 +51,16 @@ var notices = map[string]string{
 	"client_blocked":    "The client is blocked. Its tokens stopped working.",
 	"client_unblocked":  "The client is unblocked.",
 	"invite_revoked":    "The invite code is revoked.",
+
+	// Second factors (factors.go).
+	"totp-started":             "Scan the code with your authenticator app, then type the code it shows.",
+	"totp-enabled":             "The authenticator app is on. Save your recovery codes.",
+	"totp-disabled":            "The authenticator app is off. Every other browser and connected app was signed out.",
+	"recovery-reset":           "New recovery codes are made; the old ones no longer work. Every other browser and connected app was signed out.",
+	"passkey-added":            "The passkey is added.",
+	"passkey-renamed":          "The passkey is renamed.",
+	"passkey-removed":          "The passkey is removed. Every other browser and connected app was signed out.",
+	secondFactorRequiredNotice: secondFactorRequiredMessage,
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {

@@ -67,21 +67,6 @@ var passkeyScriptVersion = func() string {
 	return hex.EncodeToString(sum[:6])
 }()
 
-func init() {
-	for k, v := range map[string]string{
-		"totp-started":             "Scan the code with your authenticator app, then type the code it shows.",
-		"totp-enabled":             "The authenticator app is on. Save your recovery codes.",
-		"totp-disabled":            "The authenticator app is off. Every other browser and connected app was signed out.",
-		"recovery-reset":           "New recovery codes are made; the old ones no longer work. Every other browser and connected app was signed out.",
-		"passkey-added":            "The passkey is added.",
-		"passkey-renamed":          "The passkey is renamed.",
-		"passkey-removed":          "The passkey is removed. Every other browser and connected app was signed out.",
-		secondFactorRequiredNotice: secondFactorRequiredMessage,
-	} {
-		notices[k] = v
-	}
-}
-
 // servePasskeyScript serves the embedded passkey script.
 func (h *Handler) servePasskeyScript(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()

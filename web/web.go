@@ -106,7 +106,8 @@ type Options struct {
 
 	// CredentialLimit bounds requests to credential endpoints (login,
 	// signup, password reset request and confirm, password change, OAuth
-	// login, email verification, account deletion) per client address; they
+	// login, email verification, account deletion, second-factor codes,
+	// passkey sign-in, authenticator set-up and removal) per client address; they
 	// all share one bucket. Zero fields take DefaultCredentialRequests per
 	// DefaultCredentialWindow (10 per minute).
 	CredentialLimit Limit
