@@ -19,6 +19,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -197,4 +198,52 @@ func mustURL(s string) *url.URL {
 		panic(err)
 	}
 	return u
+}
+
+// Turning off the authenticator app ends the account's OAuth grants, as a
+// password change does: a token issued before it is refused at /mcp.
+func TestRemovingAFactorRevokesTokens(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		ctx := context.Background()
+		u := s.CreateUser(t, "hal")
+		token := u.Token(t)
+		status := func() int {
+			body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+			req, _ := http.NewRequest(http.MethodPost, s.URL+"/mcp", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readBody(resp)
+			return resp.StatusCode
+		}
+		if got := status(); got != http.StatusOK {
+			t.Fatalf("token before: %d", got)
+		}
+		acct, err := s.Accounts().UserByID(ctx, u.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		en, err := s.Accounts().BeginTOTP(ctx, acct, "enclave")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, _ := totp.GenerateCode(en.Secret, time.Now().Add(-30*time.Second))
+		if _, err := s.Accounts().ConfirmTOTP(ctx, acct, code); err != nil {
+			t.Fatal(err)
+		}
+		if got := status(); got != http.StatusOK {
+			t.Fatalf("enrolling revoked the token: %d", got)
+		}
+		code, _ = totp.GenerateCode(en.Secret, time.Now())
+		if err := s.Accounts().DisableTOTP(ctx, acct, u.Password, code); err != nil {
+			t.Fatal(err)
+		}
+		if got := status(); got != http.StatusUnauthorized {
+			t.Fatalf("token after the factor was removed: %d", got)
+		}
+	})
 }
