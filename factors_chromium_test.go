@@ -196,6 +196,7 @@ func oauthSecondFactors(t *testing.T, d storage.Dialect, bin string) {
 	step("register a passkey",
 		chromedp.Navigate(base+"/account/security"),
 		chromedp.SendKeys(chromedp.ID("passkey-name"), "Browser key"),
+		chromedp.SendKeys(chromedp.ID("passkey-password"), e.password),
 		chromedp.Click(chromedp.ID("passkey-add")),
 		chromedp.WaitVisible(chromedp.CSS(`tr.passkey input[value="Browser key"]`)),
 	)

@@ -106,15 +106,19 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				return s.FactorsOf(ctx, u.ID)
 			},
 		}),
-		capabilities.Define(capabilities.Spec[struct{}, TOTPBeginOutput]{
+		capabilities.Define(capabilities.Spec[PasswordInput, TOTPBeginOutput]{
 			Name: "accountTOTPBegin", Domain: "account", Title: "Start setting up an authenticator app",
-			Description: "Makes a new authenticator-app secret for the signed-in person (replacing an unfinished set-up). It works only after accountTOTPConfirm with a code from the app.",
+			Description: "Makes a new authenticator-app secret for the signed-in person after checking the password (replacing an unfinished set-up). It works only after accountTOTPConfirm with a code from the app.",
 			Annotations: &capabilities.Annotations{},
 			Requires:    own,
-			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (TOTPBeginOutput, error) {
+			Handler: func(ctx context.Context, call *capabilities.Call, in PasswordInput) (TOTPBeginOutput, error) {
 				u, err := s.callerUser(ctx, call.Caller)
 				if err != nil {
 					return TOTPBeginOutput{}, err
+				}
+				// A borrowed session must not be able to add a factor.
+				if _, err := s.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+					return TOTPBeginOutput{}, capabilityError(err)
 				}
 				e, err := s.BeginTOTP(ctx, u, issuer)
 				return e, capabilityError(err)
@@ -173,15 +177,19 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				return RecoveryCodesOutput{RecoveryCodes: codes}, nil
 			},
 		}),
-		capabilities.Define(capabilities.Spec[struct{}, PasskeyCeremony]{
+		capabilities.Define(capabilities.Spec[PasswordInput, PasskeyCeremony]{
 			Name: "accountPasskeyRegisterBegin", Domain: "account", Title: "Start registering a passkey",
-			Description: "Returns the options for the browser to create a passkey, and the token accountPasskeyRegister takes (single use, expires in five minutes).",
+			Description: "Checks the password and returns the options for the browser to create a passkey, and the token accountPasskeyRegister takes (single use, expires in five minutes).",
 			Annotations: &capabilities.Annotations{},
 			Requires:    own,
-			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (PasskeyCeremony, error) {
+			Handler: func(ctx context.Context, call *capabilities.Call, in PasswordInput) (PasskeyCeremony, error) {
 				u, err := s.callerUser(ctx, call.Caller)
 				if err != nil {
 					return PasskeyCeremony{}, err
+				}
+				// A borrowed session must not be able to add a factor.
+				if _, err := s.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+					return PasskeyCeremony{}, capabilityError(err)
 				}
 				c, err := s.BeginPasskeyRegistration(ctx, u)
 				return c, capabilityError(err)

@@ -112,11 +112,11 @@ func (h *Handler) factorRoutes(handle func(string, http.HandlerFunc)) {
 	handle("POST "+pathLoginPasskey, limit(h.passkeyLogin))
 	handle("GET "+pathSecurity, user(h.security))
 	handle("GET "+pathSecurityTOTPQR, user(h.totpQR))
-	handle("POST "+pathSecurityTOTP, user(h.totpBegin))
+	handle("POST "+pathSecurityTOTP, limit(user(h.totpBegin)))
 	handle("POST "+pathSecurityTOTPConfirm, limit(user(h.totpConfirm)))
 	handle("POST "+pathSecurityTOTPDisable, limit(user(h.totpDisable)))
 	handle("POST "+pathSecurityRecovery, limit(user(h.recoveryReset)))
-	handle("POST "+pathSecurityPasskeyOptions, user(h.passkeyRegisterOptions))
+	handle("POST "+pathSecurityPasskeyOptions, limit(user(h.passkeyRegisterOptions)))
 	handle("POST "+pathSecurityPasskeys, user(h.passkeyRegister))
 	handle("POST "+pathSecurityPasskeys+"/{id}/rename", user(h.passkeyRename))
 	handle("POST "+pathSecurityPasskeys+"/{id}/remove", user(h.passkeyRemove))
@@ -418,7 +418,10 @@ func (h *Handler) renewSession(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (h *Handler) totpBegin(w http.ResponseWriter, r *http.Request) {
-	if h.factorAction(w, r, "accountTOTPBegin", "totp_begin", struct{}{}, nil) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	if h.factorAction(w, r, "accountTOTPBegin", "totp_begin", accounts.PasswordInput{Password: r.PostFormValue("password")}, nil) {
 		h.redirect(w, r, pathSecurity+"?notice=totp-started")
 	}
 }
@@ -462,8 +465,16 @@ func (h *Handler) recoveryReset(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) passkeyRegisterOptions(w http.ResponseWriter, r *http.Request) {
+	var in accounts.PasswordInput
+	if !h.readJSON(w, r, &in) {
+		return
+	}
 	var c accounts.PasskeyCeremony
-	if err := h.invoke(r, "accountPasskeyRegisterBegin", struct{}{}, &c); err != nil {
+	if err := h.invoke(r, "accountPasskeyRegisterBegin", in, &c); err != nil {
+		if errors.Is(err, accounts.ErrInvalidCredentials) {
+			h.writeJSON(w, r, http.StatusUnauthorized, jsonError{Error: "invalid_credentials", Message: "Your current password is not correct."})
+			return
+		}
 		h.jsonFail(w, r, "passkey registration options", err)
 		return
 	}

@@ -157,7 +157,12 @@ func TestChromiumSecondFactors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newTestHandler(t, s, func(o *Options) { o.BaseURL = base; o.Accounts = acc })
+	// The journey makes more credential requests than one minute's bucket
+	// holds; the limit itself is tested elsewhere.
+	h := newTestHandler(t, s, func(o *Options) {
+		o.BaseURL, o.Accounts = base, acc
+		o.CredentialLimit = Limit{Requests: 100, Window: time.Minute}
+	})
 	srv.Config.Handler = h
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -192,6 +197,7 @@ func TestChromiumSecondFactors(t *testing.T) {
 	step("reach the account", chromedp.WaitVisible(chromedp.ID("verification")))
 	step("start the authenticator app",
 		chromedp.Navigate(base+"/account/security"),
+		chromedp.SendKeys(chromedp.ID("totp-password"), password),
 		chromedp.Click(chromedp.ID("totp-begin")),
 		chromedp.WaitVisible(chromedp.ID("totp-secret")),
 	)
@@ -234,6 +240,7 @@ func TestChromiumSecondFactors(t *testing.T) {
 	step("register a passkey",
 		chromedp.Navigate(base+"/account/security"),
 		chromedp.SendKeys(chromedp.ID("passkey-name"), "Test key"),
+		chromedp.SendKeys(chromedp.ID("passkey-password"), password),
 		chromedp.Click(chromedp.ID("passkey-add")),
 		xpath(`//p[contains(., "The passkey is added.")]`),
 		chromedp.WaitVisible(chromedp.CSS(`tr.passkey input[value="Test key"]`)),

@@ -147,7 +147,10 @@ func TestSecurityPageTOTP(t *testing.T) {
 		if a := b.get(pathSecurityTOTPQR); a.Status != http.StatusNotFound {
 			t.Fatalf("QR before enrolment: %d", a.Status)
 		}
-		if a := b.post(pathSecurityTOTP, nil); a.Status != http.StatusSeeOther {
+		if a := b.post(pathSecurityTOTP, url.Values{"password": {"not the password"}}); a.Status != http.StatusUnauthorized {
+			t.Fatalf("begin with a wrong password: %d", a.Status)
+		}
+		if a := b.post(pathSecurityTOTP, url.Values{"password": {"correct horse battery"}}); a.Status != http.StatusSeeOther {
 			t.Fatalf("begin: %d", a.Status)
 		}
 		a = b.get(pathSecurity)

@@ -53,6 +53,7 @@
       body: JSON.stringify(body)
     }).then(function (res) {
       return res.json().catch(function () { return {}; }).then(function (j) {
+        if (res.status === 429) throw new Error("Too many attempts from your network. Try again in a minute.");
         if (!res.ok) throw new Error(j.message || "The request failed.");
         return j;
       });
@@ -78,7 +79,8 @@
   // Register a new passkey (account security page).
   bind("passkey-add", function (b) {
     var name = (document.getElementById("passkey-name") || {}).value || "";
-    return post(b.dataset.options, {}).then(function (c) {
+    var password = (document.getElementById("passkey-password") || {}).value || "";
+    return post(b.dataset.options, { password: password }).then(function (c) {
       return navigator.credentials.create(creationOptions(c.options)).then(function (cred) {
         return post(b.dataset.finish, { token: c.token, name: name, credential: credentialJSON(cred) });
       });
