@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,10 @@ func (s *Server) assemble(ctx context.Context) error {
 	if strings.HasPrefix(s.cfg.BaseURL, "https://") {
 		acfg.SecureCookies = true
 	}
+	if s.cfg.RequireAdmin2FA {
+		acfg.RequireAdminSecondFactor = true
+	}
+	acfg.Passkeys = passkeyConfig(acfg.Passkeys, s.cfg.BaseURL)
 	if s.accounts, err = accounts.New(ctx, s.store, acfg); err != nil {
 		return err
 	}
@@ -149,6 +154,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Keyed calls (_meta enclave/idempotencyKey) run once per user,
 		// capability and key; results kept 24 hours.
 		Idempotency: idempotency.New(s.store, s.ring),
+		// Admin capabilities refuse an admin without a second factor when
+		// --require-admin-2fa is set.
+		RoleGate: s.accounts.AdminSecondFactorGate,
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
@@ -178,6 +186,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			return s.web.MailSetupLink(ctx, tx, u, token)
 		},
 	})...)
+	caps = append(caps, s.accounts.FactorCapabilities("enclave", webMail{s})...)
 	caps = append(caps, s.overviewCapability())
 	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound
@@ -366,6 +375,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "email_claims", KeyColumn: "email"}),
 		inv.AddTable(storage.Table{Name: "password_setup_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
+		addTables(inv, accounts.FactorTables()),
 		secrets.RegisterInventory(inv),
 		addTables(inv, oauth.InventoryTables()),
 		// Jobs that concern a user (package jobs); mail rows have no owner.
@@ -486,6 +496,27 @@ func (m webMail) MailEmailChangeLink(ctx context.Context, tx bun.IDB, u accounts
 
 func (m webMail) MailEmailTaken(ctx context.Context, address string) {
 	m.s.web.MailEmailTaken(ctx, address)
+}
+
+func (m webMail) FactorChanged(ctx context.Context, u accounts.User, change accounts.FactorChange) {
+	m.s.web.FactorChanged(ctx, u, change)
+}
+
+// passkeyConfig fills the WebAuthn relying party from the base URL: its
+// host is the relying party id and its origin the one origin passkeys
+// are used from.
+func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyConfig {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return c
+	}
+	if c.RPID == "" {
+		c.RPID = u.Hostname()
+	}
+	if len(c.Origins) == 0 {
+		c.Origins = []string{u.Scheme + "://" + u.Host}
+	}
+	return c
 }
 
 func (m webMail) MailEmailChangeRequested(ctx context.Context, u accounts.User) {

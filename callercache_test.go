@@ -8,8 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pquerna/otp/totp"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/storage"
@@ -54,7 +58,6 @@ func TestCallerCacheDroppedByEveryChange(t *testing.T) {
 	for _, d := range enclavetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) {
 			s := startCached(t, d, enclave.Config{})
-			checks := s.OAuth().BearerChecks
 			for _, tc := range []struct {
 				name   string
 				change func(u *enclavetest.User) error
@@ -98,34 +101,71 @@ func TestCallerCacheDroppedByEveryChange(t *testing.T) {
 					return err
 				}},
 			} {
-				t.Run(tc.name, func(t *testing.T) {
-					name := strings.ReplaceAll(tc.name, " ", "")
-					if len(name) > 12 {
-						name = name[:12]
-					}
-					u := s.CreateUser(t, name)
-					c := u.MCP(t)
-					if ok, err := callOK(c); !ok || err != nil {
-						t.Fatalf("first call: %v %v", ok, err)
-					}
-					before := checks()
-					for range 3 {
-						if ok, err := callOK(c); !ok || err != nil {
-							t.Fatalf("cached call: %v %v", ok, err)
-						}
-					}
-					if n := checks() - before; n != 0 {
-						t.Fatalf("%d bearer checks for three calls of a verified token: not cached", n)
-					}
-					if err := tc.change(u); err != nil {
-						t.Fatal(err)
-					}
-					_, _ = callOK(c)
-					if checks() == before {
-						t.Fatal("the call after the change was served from the cache")
-					}
-				})
+				t.Run(tc.name, func(t *testing.T) { assertChangeDropsCache(t, s, tc.name, tc.change) })
 			}
+		})
+	}
+}
+
+// assertChangeDropsCache caches a new user's verified token, makes change,
+// and fails when the next call is still served from the cache.
+func assertChangeDropsCache(t *testing.T, s *enclavetest.Server, label string, change func(u *enclavetest.User) error) {
+	t.Helper()
+	checks := s.OAuth().BearerChecks
+	name := strings.ReplaceAll(label, " ", "")
+	if len(name) > 12 {
+		name = name[:12]
+	}
+	u := s.CreateUser(t, name)
+	c := u.MCP(t)
+	if ok, err := callOK(c); !ok || err != nil {
+		t.Fatalf("first call: %v %v", ok, err)
+	}
+	before := checks()
+	for range 3 {
+		if ok, err := callOK(c); !ok || err != nil {
+			t.Fatalf("cached call: %v %v", ok, err)
+		}
+	}
+	if n := checks() - before; n != 0 {
+		t.Fatalf("%d bearer checks for three calls of a verified token: not cached", n)
+	}
+	if err := change(u); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = callOK(c)
+	if checks() == before {
+		t.Fatal("the call after the change was served from the cache")
+	}
+}
+
+// Turning a second factor off or making new recovery codes ends every
+// grant, as a password change does: the cache must not keep serving them.
+// (A server of its own: each user's sign-in counts in the credential limit.)
+func TestCallerCacheDroppedByFactorChanges(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range enclavetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			s := startCached(t, d, enclave.Config{})
+			t.Run("totp turned off", func(t *testing.T) {
+				assertChangeDropsCache(t, s, "totpoff", func(u *enclavetest.User) error {
+					acct, codes, err := enrolTOTP(ctx, s, u)
+					if err != nil {
+						return err
+					}
+					return s.Accounts().DisableTOTP(ctx, acct, u.Password, codes[0])
+				})
+			})
+			t.Run("recovery codes reset", func(t *testing.T) {
+				assertChangeDropsCache(t, s, "recovery", func(u *enclavetest.User) error {
+					acct, _, err := enrolTOTP(ctx, s, u)
+					if err != nil {
+						return err
+					}
+					_, err = s.Accounts().RegenerateRecoveryCodes(ctx, acct, u.Password)
+					return err
+				})
+			})
 		})
 	}
 }
@@ -199,4 +239,23 @@ func TestCallerCacheMetrics(t *testing.T) {
 	if strings.Contains(body, "enclave_caller_cache_hits_total 0\n") {
 		t.Error("no cache hits counted after repeated calls")
 	}
+}
+
+// enrolTOTP turns on an authenticator app for u (no tokens are revoked by
+// enrolment) and returns the account and its recovery codes.
+func enrolTOTP(ctx context.Context, s *enclavetest.Server, u *enclavetest.User) (accounts.User, []string, error) {
+	acct, err := s.Accounts().UserByID(ctx, u.ID)
+	if err != nil {
+		return acct, nil, err
+	}
+	e, err := s.Accounts().BeginTOTP(ctx, acct, "enclave")
+	if err != nil {
+		return acct, nil, err
+	}
+	code, err := totp.GenerateCode(e.Secret, time.Now())
+	if err != nil {
+		return acct, nil, err
+	}
+	codes, err := s.Accounts().ConfirmTOTP(ctx, acct, code)
+	return acct, codes, err
 }

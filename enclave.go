@@ -208,6 +208,13 @@ type Config struct {
 	// (default), SignupInvite (an admin's invite code is needed) or
 	// SignupClosed (accounts come from the CLI only).
 	Signup accounts.SignupMode
+
+	// RequireAdmin2FA requires admins to have a second factor (an
+	// authenticator app or a passkey): the admin pages send an admin
+	// without one to enrolment, and admin capabilities refuse with
+	// capabilities.CodeSecondFactorRequired (sets
+	// Accounts.RequireAdminSecondFactor). Default off.
+	RequireAdmin2FA bool
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.

@@ -24,6 +24,9 @@ type Service struct {
 
 	keys *keyRing
 
+	factors  factorState
+	passkeys passkeyState
+
 	mu                sync.Mutex
 	onPasswordChanged []PasswordChangeHook
 	onChange          []ChangeHook

@@ -35,6 +35,9 @@ const (
 	ReasonSession         DenialReason = "session_only"
 	ReasonScope           DenialReason = "insufficient_scope"
 	ReasonQuota           DenialReason = "quota"
+	// ReasonRoleGate: Options.RoleGate refused the caller (for example an
+	// admin without the second factor the server requires).
+	ReasonRoleGate DenialReason = "role_gate"
 	// ReasonOwner: a per-user resource names something the caller does
 	// not own (see Resource.Allow).
 	ReasonOwner DenialReason = "not_owner"
@@ -99,6 +102,14 @@ type Options struct {
 	// Idempotency keeps the results of calls made with an idempotency key
 	// (see MetaIdempotencyKey); nil validates keys but never replays.
 	Idempotency IdempotencyStore
+	// RoleGate, when set, is asked after every other check for each call of
+	// a capability (resource, prompt) that requires a role: an error
+	// refuses the call with that error (a *Error keeps its code and
+	// message; anything else is internal). The capability stays visible:
+	// the caller is told what to do, as with a missing scope. enclave uses
+	// it to refuse admin capabilities to an admin without a second factor
+	// when the server requires one.
+	RoleGate func(ctx context.Context, caller Caller, role string) error
 	// Logger logs handler panics and internal errors; nil is slog.Default().
 	Logger *slog.Logger
 	// NoBuiltins leaves out whoami and capabilitiesSearch.
@@ -344,6 +355,15 @@ func (r *Registry) admit(ctx context.Context, caller Caller, surface, name strin
 	if missing := missingScopes(caller, req.Scopes); len(missing) > 0 {
 		r.deny(ctx, caller, surface, name, ReasonScope)
 		return scopeError(missing)
+	}
+	if req.Role != "" && r.opts.RoleGate != nil {
+		if err := r.opts.RoleGate(ctx, caller, req.Role); err != nil {
+			r.deny(ctx, caller, surface, name, ReasonRoleGate)
+			if _, ok := errors.AsType[*Error](err); ok {
+				return err
+			}
+			return &Error{Code: CodeInternal, Message: "internal error", Err: err}
+		}
 	}
 	return nil
 }

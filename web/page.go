@@ -16,6 +16,9 @@ type page struct {
 	Viewer       *viewer // nil when signed out
 	Notice       string
 	Features     features
+	// Script loads the first-party passkey script (pages with passkey
+	// buttons).
+	Script bool
 }
 
 // features says which optional account pages exist.
