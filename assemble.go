@@ -29,6 +29,7 @@ import (
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // assemble builds the domain services on the open store and registers the
@@ -182,6 +183,14 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	pages.web = s.web
+	if o := s.cfg.Workspaces; o != nil {
+		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
+			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.web, BaseURL: s.cfg.BaseURL,
+			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
+		}); err != nil {
+			return err
+		}
+	}
 
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
@@ -328,6 +337,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
 		inv.AddTable(storage.Table{Name: "quota_usage"}),
 		inv.AddTable(sqltasks.Table),
+		workspaces.RegisterInventory(inv),
 	)
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // Config configures a Server. Every zero value is a documented default.
@@ -156,6 +157,11 @@ type Config struct {
 	// (default), SignupInvite (an admin's invite code is needed) or
 	// SignupClosed (accounts come from the CLI only).
 	Signup accounts.SignupMode
+
+	// Workspaces, when set, turns on shared workspaces (package
+	// workspaces): their capabilities, and Server.Workspaces for
+	// registering workspace operations. Nil leaves them off.
+	Workspaces *workspaces.Options
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.
@@ -208,21 +214,22 @@ type Server struct {
 	store   *storage.Store
 	handler http.Handler
 
-	accounts  *accounts.Service
-	registry  *capabilities.Registry
-	inventory *storage.Inventory
-	lifecycle *lifecycle.Service
-	secrets   *secrets.Service
-	audit     *audit.Log
-	mcp       *mcp.Server
-	oauth     *oauth.Server
-	web       *web.Handler
-	ring      *envelope.Ring
-	outbox    *outbox.Outbox
-	jobs      *jobs.Queue
-	schedules *schedules.Set
-	features  *features.Store
-	meter     *quota.Meter
+	accounts   *accounts.Service
+	registry   *capabilities.Registry
+	inventory  *storage.Inventory
+	lifecycle  *lifecycle.Service
+	secrets    *secrets.Service
+	audit      *audit.Log
+	mcp        *mcp.Server
+	oauth      *oauth.Server
+	web        *web.Handler
+	ring       *envelope.Ring
+	outbox     *outbox.Outbox
+	jobs       *jobs.Queue
+	schedules  *schedules.Set
+	features   *features.Store
+	meter      *quota.Meter
+	workspaces *workspaces.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -313,6 +320,11 @@ func (s *Server) Schedules() *schedules.Set { return s.schedules }
 // Features returns the default SQL feature-flag store, or nil when
 // Config.Features replaced it.
 func (s *Server) Features() *features.Store { return s.features }
+
+// Workspaces returns the workspaces service (register workspace
+// operations with workspaces.Register), or nil when Config.Workspaces is
+// nil.
+func (s *Server) Workspaces() *workspaces.Service { return s.workspaces }
 
 // Quota returns the default quota meter, or nil when Config.Quota replaced
 // it or Config.QuotaLimits sets no limit.
@@ -512,6 +524,11 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.workspaces != nil {
+			if err := s.workspaces.Close(); err != nil {
+				s.log.Warn("close workspace files", "err", err)
+			}
 		}
 		s.closeErr = s.store.Close()
 	})
