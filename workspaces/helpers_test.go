@@ -40,6 +40,8 @@ type env struct {
 	svc   *workspaces.Service
 	queue *jobs.Queue
 	clock *clock
+	// dataDir holds the workspace files (under workspaces/).
+	dataDir string
 
 	mu    sync.Mutex
 	mails []workspaces.InvitationMail
@@ -113,7 +115,7 @@ func counterGet(ctx context.Context, tx *workspaces.Tx, in getIn) (addOut, error
 func newEnv(t testing.TB, st *storage.Store, maxOpen int) *env {
 	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, st: st, clock: &clock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}}
+	e := &env{t: t, st: st, clock: &clock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}, dataDir: t.TempDir()}
 	ring, err := envelope.Open(ctx, st.DB, st.Keeper)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +126,7 @@ func newEnv(t testing.TB, st *storage.Store, maxOpen int) *env {
 	}
 	e.reg = capabilities.NewRegistry(capabilities.Options{})
 	e.svc, err = workspaces.New(ctx, workspaces.Config{
-		Store: st, Registry: e.reg, Jobs: e.queue, DataDir: t.TempDir(), MaxOpen: maxOpen,
+		Store: st, Registry: e.reg, Jobs: e.queue, DataDir: e.dataDir, MaxOpen: maxOpen,
 		Schema: []migrations.Source{counterSchema}, BaseURL: "https://example.test",
 		Mailer: workspaces.MailerFunc(func(_ context.Context, _ bun.IDB, m workspaces.InvitationMail) error {
 			e.mu.Lock()

@@ -3,11 +3,13 @@ package workspaces
 import (
 	"container/list"
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"net/url"
 	"os"
@@ -208,11 +210,12 @@ type SQLiteStore struct {
 	srcs    []migrations.Source
 	version int32 // PRAGMA user_version of a file carrying every source
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	open    map[string]*handle
-	lru     *list.List // of *handle, most recently used first; idle and busy
-	closed  bool
+	mu     sync.Mutex
+	cond   *sync.Cond
+	open   map[string]*handle
+	lru    *list.List // of *handle, most recently used first; idle and busy
+	closed bool
+	peak   int
 }
 
 type handle struct {
@@ -246,7 +249,73 @@ func NewSQLiteStore(dir string, maxOpen int, srcs ...migrations.Source) (*SQLite
 	}
 	s := &SQLiteStore{dir: dir, max: maxOpen, srcs: srcs, version: int32(h.Sum32() & 0x7fffffff), open: map[string]*handle{}, lru: list.New()}
 	s.cond = sync.NewCond(&s.mu)
+	if err := s.buildTemplate(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// template is the path of an empty, migrated workspace file that new
+// workspaces start as a copy of: copying a file is much cheaper than
+// running every migration in each new file.
+func (s *SQLiteStore) template() string {
+	return filepath.Join(s.dir, fmt.Sprintf(".template-%d.db", s.version))
+}
+
+func (s *SQLiteStore) buildTemplate() error {
+	if _, err := os.Stat(s.template()); err == nil {
+		return nil
+	}
+	tmp := filepath.Join(s.dir, ".template-"+rand.Text()+".tmp")
+	db, err := s.openPath(context.Background(), tmp)
+	if err == nil {
+		_, err = db.ExecContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)")
+		err = errors.Join(err, db.Close())
+	}
+	if err != nil {
+		removeFile(tmp)
+		return fmt.Errorf("workspaces: build template file: %w", err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		_ = os.Remove(tmp + suffix)
+	}
+	if err := os.Rename(tmp, s.template()); err != nil {
+		removeFile(tmp)
+		return fmt.Errorf("workspaces: build template file: %w", err)
+	}
+	return nil
+}
+
+func removeFile(p string) {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		_ = os.Remove(p + suffix)
+	}
+}
+
+// create makes the file of a new workspace as a copy of the template.
+func (s *SQLiteStore) create(path string) error {
+	if _, err := os.Stat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	src, err := os.Open(s.template())
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := path + "." + rand.Text() + ".tmp"
+	dst, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	err = errors.Join(err, dst.Sync(), dst.Close())
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 // OpenFiles reports how many workspace files are open now.
@@ -254,6 +323,13 @@ func (s *SQLiteStore) OpenFiles() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.open)
+}
+
+// PeakOpen reports the most files that were open at once.
+func (s *SQLiteStore) PeakOpen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
 }
 
 // MaxOpen reports the bound on open files.
@@ -308,6 +384,7 @@ func (s *SQLiteStore) acquire(ctx context.Context, id string) (*handle, error) {
 	h := &handle{id: id, refs: 1, ready: make(chan struct{})}
 	h.elem = s.lru.PushFront(h)
 	s.open[id] = h
+	s.peak = max(s.peak, len(s.open))
 	s.mu.Unlock()
 
 	h.db, h.err = s.openFile(ctx, id)
@@ -346,6 +423,13 @@ func (s *SQLiteStore) release(h *handle) {
 // up to date; a file whose user_version matches the sources is not
 // migrated again.
 func (s *SQLiteStore) openFile(ctx context.Context, id string) (*bun.DB, error) {
+	if err := s.create(s.path(id)); err != nil {
+		return nil, fmt.Errorf("workspaces: create workspace file: %w", err)
+	}
+	return s.openPath(ctx, s.path(id))
+}
+
+func (s *SQLiteStore) openPath(ctx context.Context, path string) (*bun.DB, error) {
 	params := url.Values{}
 	params.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", storage.SQLiteBusyTimeout.Milliseconds()))
 	params.Add("_pragma", "journal_mode(WAL)")
@@ -353,7 +437,7 @@ func (s *SQLiteStore) openFile(ctx context.Context, id string) (*bun.DB, error) 
 	params.Add("_pragma", "synchronous(NORMAL)")
 	params.Set("_time_format", "sqlite")
 	params.Set("_txlock", "immediate")
-	sqldb, err := sql.Open("sqlite", s.path(id)+"?"+params.Encode())
+	sqldb, err := sql.Open("sqlite", path+"?"+params.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("workspaces: open workspace file: %w", err)
 	}
