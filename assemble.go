@@ -187,6 +187,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
 			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.web, BaseURL: s.cfg.BaseURL,
 			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
+			Audit: s.auditWorkspace,
 		}); err != nil {
 			return err
 		}
@@ -198,6 +199,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
 		mopts.Verifier = oauthVerifier{s.oauth}
+	}
+	if s.workspaces != nil {
+		mopts.Verifier = workspaceKeyVerifier{mopts.Verifier, s}
 	}
 	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
 	if mopts.Version == "" {

@@ -46,6 +46,18 @@ type (
 		WorkspaceID       string `json:"workspaceId"`
 		ConfirmationToken string `json:"confirmationToken,omitempty" jsonschema:"leave out to get a token; pass it back to delete"`
 	}
+	KeyCreateInput struct {
+		WorkspaceID string `json:"workspaceId"`
+		Name        string `json:"name" jsonschema:"what the key is for"`
+		MaxRole     Role   `json:"maxRole" jsonschema:"the most the key may do: owner, admin or viewer"`
+	}
+	KeysOutput struct {
+		Keys []APIKey `json:"keys"`
+	}
+	KeyRevokeInput struct {
+		WorkspaceID string `json:"workspaceId"`
+		KeyID       int64  `json:"keyId"`
+	}
 	DeleteOutput struct {
 		Deleted           bool       `json:"deleted"`
 		ConfirmationToken string     `json:"confirmationToken,omitempty" jsonschema:"call workspaceDelete again with this token to delete"`
@@ -135,6 +147,33 @@ func (s *Service) capabilities() []capabilities.Capability {
 			Annotations: destructive,
 			Handler: func(ctx context.Context, call *capabilities.Call, in IDInput) (DoneOutput, error) {
 				err := s.Leave(ctx, call.Caller, in.WorkspaceID)
+				return DoneOutput{Done: err == nil}, err
+			},
+		}),
+		capabilities.Define(capabilities.Spec[KeyCreateInput, NewKey]{
+			Name: "workspaceKeyCreate", Domain: "workspace", Title: "Create a workspace API key",
+			Description: "Creates an API key for one workspace with a maximum role; the key is shown once. Owners only, from the web shell.",
+			Annotations: write,
+			Requires:    capabilities.Requirement{SessionOnly: true},
+			Handler: func(ctx context.Context, call *capabilities.Call, in KeyCreateInput) (NewKey, error) {
+				return s.CreateKey(ctx, call.Caller, in.WorkspaceID, in.Name, in.MaxRole)
+			},
+		}),
+		capabilities.Define(capabilities.Spec[IDInput, KeysOutput]{
+			Name: "workspaceKeyList", Domain: "workspace", Title: "List workspace API keys",
+			Description: "Lists a workspace's API keys (never the keys themselves). Owners only.",
+			Annotations: read,
+			Handler: func(ctx context.Context, call *capabilities.Call, in IDInput) (KeysOutput, error) {
+				keys, err := s.Keys(ctx, call.Caller, in.WorkspaceID)
+				return KeysOutput{Keys: keys}, err
+			},
+		}),
+		capabilities.Define(capabilities.Spec[KeyRevokeInput, DoneOutput]{
+			Name: "workspaceKeyRevoke", Domain: "workspace", Title: "Revoke a workspace API key",
+			Description: "Revokes a workspace API key at once. Owners only.",
+			Annotations: destructive,
+			Handler: func(ctx context.Context, call *capabilities.Call, in KeyRevokeInput) (DoneOutput, error) {
+				err := s.RevokeKey(ctx, call.Caller, in.WorkspaceID, in.KeyID)
 				return DoneOutput{Done: err == nil}, err
 			},
 		}),

@@ -129,6 +129,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Audit records workspace key creation and revocation (action, the
+	// acting user's stable id, a detail naming workspace and key). Nil
+	// records nothing.
+	Audit func(ctx context.Context, action, userID, detail string)
 }
 
 // DefaultInvitationTTL is how long an invitation link works by default.
@@ -307,16 +311,17 @@ func (s *Service) Access(ctx context.Context, c capabilities.Caller, id string) 
 		return Actor{}, err
 	}
 	a := Actor{UserID: uid, StableID: c.UserID, Role: role}
-	if k, ok := keyFrom(ctx); ok {
-		if k.WorkspaceID != id || k.UserID != uid {
+	if keyID, ok := keyOf(c); ok {
+		k, err := s.loadKey(ctx, keyID)
+		if err != nil || k.WorkspaceID != id || k.UserID != uid {
 			return Actor{}, errNotFound
 		}
 		a.KeyID = k.ID
-		if !a.Role.AtLeast(k.MaxRole) {
-			// keep the member's own (lower) role
-		} else {
+		if a.Role.AtLeast(k.MaxRole) {
 			a.Role = k.MaxRole
 		}
+	} else if confined(c) {
+		return Actor{}, errNotFound
 	}
 	return a, nil
 }
@@ -335,8 +340,8 @@ func (s *Service) Create(ctx context.Context, c capabilities.Caller, name string
 	if name == "" || len(name) > 200 || strings.ContainsRune(name, 0) {
 		return Workspace{}, capabilities.Errorf(capabilities.CodeInvalidInput, "a workspace name has 1 to 200 characters")
 	}
-	if _, ok := keyFrom(ctx); ok {
-		return Workspace{}, errRole(RoleAdmin, "creating workspaces with a workspace key")
+	if confined(c) {
+		return Workspace{}, capabilities.Errorf(capabilities.CodeNotFound, "workspaces cannot be created with this credential")
 	}
 	now := s.now()
 	w := workspaceRow{ID: newID(), Name: name, CreatedAt: now}
@@ -371,8 +376,10 @@ func (s *Service) List(ctx context.Context, c capabilities.Caller) ([]Workspace,
 		ColumnExpr("w.id, w.name, w.created_at, m.role").
 		Join("JOIN workspace_members AS m ON m.workspace_id = w.id").
 		Where("m.user_id = ?", uid).OrderExpr("w.created_at, w.id")
-	if k, ok := keyFrom(ctx); ok {
-		q = q.Where("w.id = ?", k.WorkspaceID)
+	if keyID, ok := keyOf(c); ok {
+		q = q.Where("w.id IN (SELECT k.workspace_id FROM workspace_api_keys AS k WHERE k.id = ? AND k.revoked_at IS NULL AND k.user_id = ?)", keyID, uid)
+	} else if confined(c) {
+		return nil, nil
 	}
 	var rows []struct {
 		ID        string    `bun:"id"`
@@ -613,7 +620,7 @@ var errInvitation = capabilities.Errorf(capabilities.CodeNotFound, "this invitat
 // be the invited address, becomes a member with the invited role (a
 // member already keeps the higher of both roles).
 func (s *Service) Accept(ctx context.Context, c capabilities.Caller, token string) (Workspace, error) {
-	if _, ok := keyFrom(ctx); ok {
+	if confined(c) {
 		return Workspace{}, errInvitation
 	}
 	token = strings.TrimSpace(token)
@@ -931,5 +938,6 @@ func RegisterInventory(inv *storage.Inventory) error {
 	return errors.Join(
 		inv.AddTable(storage.Table{Name: "workspace_members"}),
 		inv.AddTable(storage.Table{Name: "workspace_invitations", Redact: []string{"token_hash"}}),
+		inv.AddTable(storage.Table{Name: "workspace_api_keys", Redact: []string{"key_hash"}}),
 	)
 }

@@ -1,0 +1,125 @@
+package workspaces_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/enclavetest"
+	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/workspaces"
+)
+
+func workspaceServer() enclavetest.Options {
+	return enclavetest.Options{
+		Config: enclave.Config{Workspaces: &workspaces.Options{Schema: []migrations.Source{counterSchema}}},
+		Setup: func(srv *enclave.Server) error {
+			return errorsJoin(
+				workspaces.Register(srv.Workspaces(), workspaces.Op[addIn, addOut]{Name: "counterAdd", Description: "adds to a counter", Handler: counterAdd}),
+				workspaces.Register(srv.Workspaces(), workspaces.Op[getIn, addOut]{Name: "counterGet", Description: "reads a counter", ReadOnly: true, Handler: counterGet}),
+			)
+		},
+	}
+}
+
+// TestWorkspacesOverMCP: workspace capabilities and ops with real OAuth
+// tokens, and a workspace API key as a bearer token that reaches its
+// workspace's ops only, until revoked.
+func TestWorkspacesOverMCP(t *testing.T) {
+	enclavetest.Each(t, workspaceServer(), func(t *testing.T, s *enclavetest.Server) {
+		ctx := context.Background()
+		if err := s.Inventory().Check(ctx, s.Store().DB); err != nil {
+			t.Fatal(err)
+		}
+		annU, bobU := s.CreateUser(t, "ann"), s.CreateUser(t, "bob")
+		ann, bob := annU.MCP(t), bobU.MCP(t)
+		call := func(c *enclavetest.Client, name string, args any, out any) enclavetest.ToolResult {
+			t.Helper()
+			res, err := c.Call(name, args)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if out != nil && !res.IsError {
+				if err := res.Decode(out); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+			return res
+		}
+		refused := func(c *enclavetest.Client, name string, args any) bool {
+			res, err := c.Call(name, args)
+			return err != nil || res.IsError
+		}
+		var w workspaces.Workspace
+		if res := call(ann, "workspaceCreate", map[string]any{"name": "Shared"}, &w); res.IsError {
+			t.Fatalf("create: %+v", res)
+		}
+		other := ""
+		var w2 workspaces.Workspace
+		call(ann, "workspaceCreate", map[string]any{"name": "Other"}, &w2)
+		other = w2.ID
+		var r addResult
+		if res := call(ann, "counterAdd", map[string]any{"workspaceId": w.ID, "counter": "a", "by": 7}, &r); res.IsError || r.Revision != 1 {
+			t.Fatalf("add: %+v %+v", res, r)
+		}
+		// Cross-user denial: bob is no member.
+		if res := call(bob, "counterGet", map[string]any{"workspaceId": w.ID, "counter": "a"}, nil); !res.IsError || !strings.Contains(res.Text, "workspace not found") {
+			t.Fatalf("bob reads ann's workspace: %+v", res)
+		}
+
+		// A key, made from a web session (the secret goes to its owner only).
+		sess := annU.Caller(t)
+		sess.Session = true
+		raw, _ := json.Marshal(map[string]any{"workspaceId": w.ID, "name": "agent", "maxRole": "admin"})
+		res, err := s.Registry().Invoke(ctx, sess, "workspaceKeyCreate", raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(res.Structured)
+		var key workspaces.NewKey
+		if err := json.Unmarshal(b, &key); err != nil || key.Key == "" {
+			t.Fatalf("key: %s %v", b, err)
+		}
+		if !refused(ann, "workspaceKeyCreate", map[string]any{"workspaceId": w.ID, "name": "x", "maxRole": "admin"}) {
+			t.Fatal("an access token created a workspace key")
+		}
+
+		agent := s.MCP(t, key.Key)
+		tools, err := agent.Tools()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"counterAdd", "counterGet", "workspaceGet", "workspaceList", "workspaceMemberList"}
+		if !slices.Equal(tools, want) {
+			t.Fatalf("a key sees %v, want %v", tools, want)
+		}
+		if res := call(agent, "counterAdd", map[string]any{"workspaceId": w.ID, "counter": "a", "by": 1}, &r); res.IsError || r.Result.Value != 8 {
+			t.Fatalf("add with key: %+v %+v", res, r)
+		}
+		for name, args := range map[string]any{
+			"whoami":          nil,
+			"accountExport":   nil,
+			"workspaceCreate": map[string]any{"name": "x"},
+			"counterGet":      map[string]any{"workspaceId": other, "counter": "a"},
+		} {
+			if !refused(agent, name, args) {
+				t.Fatalf("%s with a key was not refused", name)
+			}
+		}
+		// Revoked: the next request is refused at the door.
+		raw, _ = json.Marshal(map[string]any{"workspaceId": w.ID, "keyId": key.ID})
+		if _, err := s.Registry().Invoke(ctx, annU.Caller(t), "workspaceKeyRevoke", raw); err != nil {
+			t.Fatal(err)
+		}
+		_, err = agent.Call("counterGet", map[string]any{"workspaceId": w.ID, "counter": "a"})
+		if err == nil {
+			t.Fatal("a revoked key still works")
+		}
+		if e, ok := err.(*enclavetest.RPCError); ok && e.Status != 401 {
+			t.Fatalf("revoked key: %v (status %d)", err, e.Status)
+		}
+	})
+}
