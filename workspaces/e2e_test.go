@@ -2,10 +2,14 @@ package workspaces_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"gocloud.dev/blob"
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/enclavetest"
@@ -70,6 +74,39 @@ func TestWorkspacesOverMCP(t *testing.T) {
 			t.Fatalf("bob reads ann's workspace: %+v", res)
 		}
 
+		// A file: undownloadable right after fileDelete, its bytes gone
+		// once the server's job ran.
+		var up workspaces.OpResult[workspaces.FileInfo]
+		if res := call(ann, "fileUpload", map[string]any{"workspaceId": w.ID, "name": "a.txt", "contentType": "text/plain",
+			"contentBase64": base64.StdEncoding.EncodeToString([]byte("hello"))}, &up); res.IsError {
+			t.Fatalf("upload: %+v", res)
+		}
+		if res := call(ann, "fileDelete", map[string]any{"workspaceId": w.ID, "fileId": up.Result.FileID, "version": 1}, nil); res.IsError {
+			t.Fatalf("delete: %+v", res)
+		}
+		if !refused(ann, "fileDownload", map[string]any{"workspaceId": w.ID, "fileId": up.Result.FileID, "version": 1}) {
+			t.Fatal("downloaded a deleted file")
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var list workspaces.OpResult[workspaces.FileListOutput]
+			call(ann, "fileList", map[string]any{"workspaceId": w.ID, "includeDeleted": true}, &list)
+			if len(list.Result.Files) == 1 && list.Result.Files[0].PurgedAt != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the purge job did not confirm: %+v", list.Result.Files)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if ok, err := s.Store().Bucket.Exists(ctx, workspaces.BlobPrefix(w.ID)); err != nil || ok {
+			t.Fatalf("exists: %v %v", ok, err)
+		}
+		it := s.Store().Bucket.List(&blob.ListOptions{Prefix: workspaces.BlobPrefix(w.ID)})
+		if obj, err := it.Next(ctx); err == nil {
+			t.Fatalf("blob %s left after the purge", obj.Key)
+		}
+
 		// A key, made from a web session (the secret goes to its owner only).
 		sess := annU.Caller(t)
 		sess.Session = true
@@ -92,7 +129,7 @@ func TestWorkspacesOverMCP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"counterAdd", "counterGet", "workspaceGet", "workspaceList", "workspaceMemberList"}
+		want := []string{"counterAdd", "counterGet", "fileCleanupRetry", "fileDelete", "fileDownload", "fileList", "fileUpload", "workspaceGet", "workspaceList", "workspaceMemberList"}
 		if !slices.Equal(tools, want) {
 			t.Fatalf("a key sees %v, want %v", tools, want)
 		}

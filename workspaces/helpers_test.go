@@ -126,7 +126,7 @@ func newEnv(t testing.TB, st *storage.Store, maxOpen int) *env {
 	}
 	e.reg = capabilities.NewRegistry(capabilities.Options{})
 	e.svc, err = workspaces.New(ctx, workspaces.Config{
-		Store: st, Registry: e.reg, Jobs: e.queue, DataDir: e.dataDir, MaxOpen: maxOpen,
+		Store: st, Registry: e.reg, Jobs: e.queue, DataDir: e.dataDir, MaxOpen: maxOpen, MaxFileSize: 64 << 10,
 		Schema: []migrations.Source{counterSchema}, BaseURL: "https://example.test",
 		Mailer: workspaces.MailerFunc(func(_ context.Context, _ bun.IDB, m workspaces.InvitationMail) error {
 			e.mu.Lock()

@@ -129,6 +129,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// MaxFileSize bounds an uploaded file. Default DefaultMaxFileSize.
+	MaxFileSize int64
+	// FileTypes lists the accepted content types. Default DefaultFileTypes.
+	FileTypes []string
 	// Audit records workspace key creation and revocation (action, the
 	// acting user's stable id, a detail naming workspace and key). Nil
 	// records nothing.
@@ -191,6 +195,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if err := s.reg.Register(s.capabilities()...); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)
+	}
+	if err := s.registerFiles(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -929,6 +936,9 @@ type Options struct {
 	InvitationTTL time.Duration
 	// Dir holds the per-workspace SQLite files. Default <DataDir>/workspaces.
 	Dir string
+	// MaxFileSize and FileTypes limit uploads (see Config).
+	MaxFileSize int64
+	FileTypes   []string
 }
 
 // RegisterInventory records the directory's user-owned tables: a member's
