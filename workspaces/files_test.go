@@ -2,8 +2,8 @@ package workspaces_test
 
 import (
 	"bytes"
-	"encoding/base64"
 	"context"
+	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -60,8 +60,11 @@ func TestWorkspaceFiles(t *testing.T) {
 		}
 		// Limits: type, size, bytes that lie about their type; viewers do not upload.
 		for what, try := range map[string]func() error{
-			"type":   func() error { _, err := up(bob, "x.exe", "application/x-msdownload", []byte("MZ")); return err },
-			"size":   func() error { _, err := up(bob, "big.txt", "text/plain", bytes.Repeat([]byte("a"), 65<<10)); return err },
+			"type": func() error { _, err := up(bob, "x.exe", "application/x-msdownload", []byte("MZ")); return err },
+			"size": func() error {
+				_, err := up(bob, "big.txt", "text/plain", bytes.Repeat([]byte("a"), 65<<10))
+				return err
+			},
 			"sniff":  func() error { _, err := up(bob, "fake.png", "image/png", []byte("not a png")); return err },
 			"binary": func() error { _, err := up(bob, "bin.txt", "text/plain", []byte{0, 1, 2, 0xff}); return err },
 			"name":   func() error { _, err := up(bob, "../x.txt", "text/plain", []byte("x")); return err },
