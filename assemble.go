@@ -192,6 +192,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
+		if err := s.workspaces.Inventory(s.inventory); err != nil {
+			return err
+		}
 	}
 
 	mopts := s.cfg.MCP

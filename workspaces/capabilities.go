@@ -58,6 +58,12 @@ type (
 		WorkspaceID string `json:"workspaceId"`
 		KeyID       int64  `json:"keyId"`
 	}
+	ExportFileInput struct {
+		WorkspaceID string `json:"workspaceId"`
+		FileID      string `json:"fileId"`
+		Version     int64  `json:"version"`
+		Offset      int64  `json:"offset,omitempty" jsonschema:"where to start; the previous chunk's next"`
+	}
 	DeleteOutput struct {
 		Deleted           bool       `json:"deleted"`
 		ConfirmationToken string     `json:"confirmationToken,omitempty" jsonschema:"call workspaceDelete again with this token to delete"`
@@ -175,6 +181,22 @@ func (s *Service) capabilities() []capabilities.Capability {
 			Handler: func(ctx context.Context, call *capabilities.Call, in KeyRevokeInput) (DoneOutput, error) {
 				err := s.RevokeKey(ctx, call.Caller, in.WorkspaceID, in.KeyID)
 				return DoneOutput{Done: err == nil}, err
+			},
+		}),
+		capabilities.Define(capabilities.Spec[IDInput, Export]{
+			Name: "workspaceExport", Domain: "workspace", Title: "Export a workspace",
+			Description: "Returns a workspace's logical export: members, revision, event log, file metadata (tombstones included) and every row of its tables. Owners and admins.",
+			Annotations: read,
+			Handler: func(ctx context.Context, call *capabilities.Call, in IDInput) (Export, error) {
+				return s.Export(ctx, call.Caller, in.WorkspaceID)
+			},
+		}),
+		capabilities.Define(capabilities.Spec[ExportFileInput, FileChunk]{
+			Name: "workspaceExportFile", Domain: "workspace", Title: "Export a file's bytes",
+			Description: "Returns up to 256 KiB of a file version's bytes from offset, for a complete export. Owners and admins.",
+			Annotations: read,
+			Handler: func(ctx context.Context, call *capabilities.Call, in ExportFileInput) (FileChunk, error) {
+				return s.ExportFile(ctx, call.Caller, in.WorkspaceID, in.FileID, in.Version, in.Offset)
 			},
 		}),
 		capabilities.Define(capabilities.Spec[DeleteInput, DeleteOutput]{
