@@ -63,7 +63,7 @@ func (s *Service) Export(ctx context.Context, c capabilities.Caller, id string) 
 			return err
 		}
 		var evs []eventRow
-		if err := tx.NewSelect().Model(&evs).Where("workspace_id = ?", id).Order("revision").Limit(MaxExportRows+1).Scan(ctx); err != nil {
+		if err := tx.NewSelect().Model(&evs).Where("workspace_id = ?", id).Order("revision").Limit(MaxExportRows + 1).Scan(ctx); err != nil {
 			return fmt.Errorf("workspaces: export events: %w", err)
 		}
 		if len(evs) > MaxExportRows {

@@ -189,4 +189,3 @@ func TestWorkspaceExport(t *testing.T) {
 		}
 	})
 }
-
