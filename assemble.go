@@ -164,6 +164,22 @@ func (s *Server) assemble(ctx context.Context) error {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
 
+	// Workspaces come before the web shell, whose pages for them exist
+	// when their capabilities do.
+	if o := s.cfg.Workspaces; o != nil {
+		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
+			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: workspaceMail{s}, BaseURL: s.cfg.BaseURL,
+			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
+			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes,
+			Audit: s.auditWorkspace,
+		}); err != nil {
+			return err
+		}
+		if err := s.workspaces.Inventory(s.inventory); err != nil {
+			return err
+		}
+	}
+
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
 		Outbox:   s.outbox,
@@ -183,19 +199,6 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	pages.web = s.web
-	if o := s.cfg.Workspaces; o != nil {
-		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
-			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.web, BaseURL: s.cfg.BaseURL,
-			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
-			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes,
-			Audit: s.auditWorkspace,
-		}); err != nil {
-			return err
-		}
-		if err := s.workspaces.Inventory(s.inventory); err != nil {
-			return err
-		}
-	}
 
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
@@ -456,4 +459,12 @@ func (m webMail) MailEmailTaken(ctx context.Context, address string) {
 
 func (m webMail) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
 	m.s.web.MailEmailChangeRequested(ctx, u)
+}
+
+// workspaceMail forwards workspace invitations to the web shell (built
+// after the workspaces service), which mails them through the outbox.
+type workspaceMail struct{ s *Server }
+
+func (m workspaceMail) MailWorkspaceInvitation(ctx context.Context, tx bun.IDB, inv workspaces.InvitationMail) error {
+	return m.s.web.MailWorkspaceInvitation(ctx, tx, inv)
 }

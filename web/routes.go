@@ -64,6 +64,7 @@ func (h *Handler) routes() http.Handler {
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
 	h.adminRoutes(handle)
+	h.workspaceRoutes(handle)
 
 	handle("GET /{$}", h.home)
 	handle("/", h.notFound)
