@@ -46,7 +46,9 @@ type wsView struct {
 	Self        string // the viewer's stable id
 }
 
-func (v wsView) admin() bool { return v.Details.Role == workspaces.RoleAdmin || v.Details.Role == workspaces.RoleOwner }
+func (v wsView) admin() bool {
+	return v.Details.Role == workspaces.RoleAdmin || v.Details.Role == workspaces.RoleOwner
+}
 func (v wsView) owner() bool { return v.Details.Role == workspaces.RoleOwner }
 
 func (h *Handler) workspacesPage(w http.ResponseWriter, r *http.Request) {
