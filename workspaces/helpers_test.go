@@ -158,6 +158,16 @@ func errorsJoin(errs ...error) error {
 	return nil
 }
 
+// unverifiedUser creates an account whose address is not verified.
+func (e *env) unverifiedUser(name string) capabilities.Caller {
+	e.t.Helper()
+	c := e.user(name)
+	if _, err := e.st.DB.NewRaw("UPDATE users SET email_verified_at = NULL WHERE stable_user_id = ?", c.UserID).Exec(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
 // user creates an account and returns it as an interactive caller.
 func (e *env) user(name string) capabilities.Caller {
 	e.t.Helper()
@@ -167,8 +177,8 @@ func (e *env) user(name string) capabilities.Caller {
 	sum := sha256.Sum256([]byte(name + "@example.test"))
 	sid := hex.EncodeToString(sum[:])
 	now := time.Now().UTC()
-	if _, err := e.st.DB.NewRaw(`INSERT INTO users (stable_user_id, email, username, created_at, updated_at) VALUES (?, ?, ?, ?, ?)`,
-		sid, name+"@example.test", name, now, now).Exec(context.Background()); err != nil {
+	if _, err := e.st.DB.NewRaw(`INSERT INTO users (stable_user_id, email, username, email_verified_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		sid, name+"@example.test", name, now, now, now).Exec(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
 	return capabilities.Caller{UserID: sid, Username: name, State: capabilities.AccountActive, Interactive: true, AllScopes: true}

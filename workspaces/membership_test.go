@@ -41,6 +41,12 @@ func TestMembershipLifecycle(t *testing.T) {
 			}
 		}
 
+		// An address nobody verified cannot take an invitation.
+		una := e.unverifiedUser("una")
+		e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "una@example.test", "role": "viewer"}, nil)
+		wantCode(t, e.call(una, "workspaceInvitationAccept", map[string]any{"token": e.lastToken("una@example.test")}, nil), capabilities.CodeConflict, "unverified address")
+		wantCode(t, e.call(una, "workspaceGet", map[string]any{"workspaceId": ws}, nil), capabilities.CodeNotFound, "unverified member")
+
 		// Invitations: single use, for the invited address only, expiring.
 		e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": " Bob@Example.test ", "role": "admin"}, nil)
 		tok := e.lastToken("bob@example.test")

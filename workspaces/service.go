@@ -640,10 +640,19 @@ func (s *Service) Accept(ctx context.Context, c capabilities.Caller, token strin
 		if err != nil {
 			return err
 		}
-		var email string
-		if err := tx.NewSelect().Table("users").Column("email").Where("id = ?", uid).Scan(ctx, &email); err != nil {
+		var me struct {
+			Email    string     `bun:"email"`
+			Verified *time.Time `bun:"email_verified_at"`
+		}
+		if err := tx.NewSelect().Table("users").Column("email", "email_verified_at").Where("id = ?", uid).Scan(ctx, &me); err != nil {
 			return fmt.Errorf("workspaces: find caller email: %w", err)
 		}
+		if me.Verified == nil {
+			// Whoever signs up with an address has not shown they read its
+			// mail: an invitation waits for the address to be verified.
+			return capabilities.Errorf(capabilities.CodeConflict, "verify your email address first, then open the invitation link again")
+		}
+		email := me.Email
 		var inv invitationRow
 		err = tx.NewSelect().Model(&inv).Where("token_hash = ?", hashToken(token)).Scan(ctx)
 		if errors.Is(err, sql.ErrNoRows) {
