@@ -70,6 +70,9 @@ func TestWorkspacePages(t *testing.T) {
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "Festival") {
 		t.Fatalf("list: %d", rec.Code)
 	}
+	if !strings.Contains(rec.Body.String(), `href="/workspaces"`) {
+		t.Fatal("no link to the workspaces in the navigation")
+	}
 	if !strings.Contains(rec.Header().Get("Content-Security-Policy"), "frame-ancestors 'none'") {
 		t.Fatal("workspace page without security headers")
 	}
