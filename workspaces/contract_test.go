@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
@@ -116,6 +117,14 @@ func TestOpContract(t *testing.T) {
 			}
 			args["by"] = 4
 			wantCode(t, e.call(ann, "counterAdd", args, nil), capabilities.CodeConflict, "same key, other arguments")
+			// After the keep time, the key is free again.
+			e.clock.add(workspaces.DefaultIdempotencyTTL + time.Second)
+			var later addResult
+			e.must(ann, "counterAdd", args, &later)
+			if later.Replayed || later.Result.Value != 7 {
+				t.Fatalf("an expired key replayed: %+v", later)
+			}
+			args["by"] = 3
 			// The same key in another workspace is another key.
 			args["workspaceId"], args["by"] = other, 3
 			var there addResult

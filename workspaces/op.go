@@ -165,6 +165,10 @@ type opInfo struct {
 // reserved are the input fields every op takes; an op's In cannot use them.
 var reserved = []string{"workspaceId", "expectedRevision", "idempotencyKey"}
 
+// pruneEvery is how many revisions pass between prunes of a workspace's
+// expired idempotency results.
+const pruneEvery = 100
+
 var idemKey = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
 
 // Register exposes op as a capability of s's registry (or, for a System
@@ -392,6 +396,11 @@ func runOp[In, Out any](ctx context.Context, s *Service, op Op[In, Out], a Actor
 			var prev idemRow
 			err := btx.NewSelect().Model(&prev).Where("workspace_id = ?", id).Where("idem_key = ?", key).Scan(ctx)
 			switch {
+			case err == nil && !s.now().Before(prev.CreatedAt.Add(s.cfg.IdempotencyTTL)):
+				// Expired: the key is free again.
+				if _, err := btx.NewDelete().Model((*idemRow)(nil)).Where("workspace_id = ?", id).Where("idem_key = ?", key).Exec(ctx); err != nil {
+					return fmt.Errorf("workspaces: expire idempotency key: %w", err)
+				}
 			case err == nil:
 				if prev.Op != op.Name || prev.ArgsHash != hash {
 					return errConflict("idempotency key %q was used with other arguments", key)
@@ -435,6 +444,13 @@ func runOp[In, Out any](ctx context.Context, s *Service, op Op[In, Out], a Actor
 			row := idemRow{WorkspaceID: id, Key: key, Op: op.Name, ArgsHash: hash, Result: string(stored), Revision: rev + 1, CreatedAt: now}
 			if _, err := btx.NewInsert().Model(&row).Exec(ctx); err != nil {
 				return fmt.Errorf("workspaces: record idempotency key: %w", err)
+			}
+		}
+		if (rev+1)%pruneEvery == 0 {
+			// Now and then, forget the results of expired keys.
+			if _, err := btx.NewDelete().Model((*idemRow)(nil)).Where("workspace_id = ?", id).
+				Where("created_at < ?", now.Add(-s.cfg.IdempotencyTTL)).Exec(ctx); err != nil {
+				return fmt.Errorf("workspaces: prune idempotency keys: %w", err)
 			}
 		}
 		for _, j := range tx.jobs {

@@ -129,6 +129,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// IdempotencyTTL is how long an op's result is kept for its
+	// idempotency key. Default DefaultIdempotencyTTL.
+	IdempotencyTTL time.Duration
 	// MaxFileSize bounds an uploaded file. Default DefaultMaxFileSize.
 	MaxFileSize int64
 	// FileTypes lists the accepted content types. Default DefaultFileTypes.
@@ -141,6 +144,10 @@ type Config struct {
 
 // DefaultInvitationTTL is how long an invitation link works by default.
 const DefaultInvitationTTL = 7 * 24 * time.Hour
+
+// DefaultIdempotencyTTL is how long an idempotency key's result is kept
+// by default.
+const DefaultIdempotencyTTL = 7 * 24 * time.Hour
 
 // DeleteConfirmationTTL is how long a workspaceDelete confirmation token
 // works.
@@ -166,6 +173,9 @@ type Service struct {
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Registry == nil {
 		return nil, errors.New("workspaces: Config.Store and Config.Registry are required")
+	}
+	if cfg.IdempotencyTTL <= 0 {
+		cfg.IdempotencyTTL = DefaultIdempotencyTTL
 	}
 	if cfg.InvitationTTL <= 0 {
 		cfg.InvitationTTL = DefaultInvitationTTL
@@ -948,6 +958,9 @@ type Options struct {
 	// MaxFileSize and FileTypes limit uploads (see Config).
 	MaxFileSize int64
 	FileTypes   []string
+	// IdempotencyTTL is how long ops keep results for idempotency keys.
+	// Default 7 days.
+	IdempotencyTTL time.Duration
 }
 
 // RegisterInventory records the directory's user-owned tables: a member's
