@@ -142,6 +142,10 @@ type Config struct {
 	Audit func(ctx context.Context, action, userID, detail string)
 }
 
+// InvitationRecordKeep is how long the record of an expired invitation is
+// kept (pruned when the workspace next invites someone).
+const InvitationRecordKeep = 30 * 24 * time.Hour
+
 // DefaultInvitationTTL is how long an invitation link works by default.
 const DefaultInvitationTTL = 7 * 24 * time.Hour
 
@@ -592,6 +596,11 @@ func (s *Service) Invite(ctx context.Context, c capabilities.Caller, id, email s
 		}
 		if n > 0 {
 			return errConflict("%s is already a member of this workspace", email)
+		}
+		// Records of used or expired invitations go after InvitationRecordKeep.
+		if _, err := tx.NewDelete().Model((*invitationRow)(nil)).Where("workspace_id = ?", id).
+			Where("expires_at < ?", now.Add(-InvitationRecordKeep)).Exec(ctx); err != nil {
+			return fmt.Errorf("workspaces: prune invitations: %w", err)
 		}
 		if _, err := tx.NewInsert().Model(&inv).Exec(ctx); err != nil {
 			return fmt.Errorf("workspaces: record invitation: %w", err)
