@@ -191,3 +191,30 @@ func TestWorkspaceDeleteTwoStep(t *testing.T) {
 		}
 	})
 }
+
+// TestInvitationRecordsPruned: records of long-expired invitations go when
+// the workspace next invites.
+func TestInvitationRecordsPruned(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	e := newEnv(t, st, 0)
+	ann := e.user("ann")
+	ws := e.create(ann, "Pruned")
+	e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "x@example.test", "role": "viewer"}, nil)
+	count := func() int {
+		n, err := st.DB.NewSelect().Table("workspace_invitations").Where("workspace_id = ?", ws).Count(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	e.clock.add(workspaces.DefaultInvitationTTL + workspaces.InvitationRecordKeep - time.Hour)
+	e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "y@example.test", "role": "viewer"}, nil)
+	if n := count(); n != 2 {
+		t.Fatalf("%d invitations before the keep time ends", n)
+	}
+	e.clock.add(2 * time.Hour)
+	e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "z@example.test", "role": "viewer"}, nil)
+	if n := count(); n != 2 {
+		t.Fatalf("%d invitations after the first one's keep time", n)
+	}
+}
