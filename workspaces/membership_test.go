@@ -200,7 +200,7 @@ func TestInvitationRecordsPruned(t *testing.T) {
 	ann := e.user("ann")
 	ws := e.create(ann, "Pruned")
 	e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "x@example.test", "role": "viewer"}, nil)
-	count := func() int {
+	count := func() int64 {
 		n, err := st.DB.NewSelect().Table("workspace_invitations").Where("workspace_id = ?", ws).Count(t.Context())
 		if err != nil {
 			t.Fatal(err)
