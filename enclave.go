@@ -214,21 +214,23 @@ type Server struct {
 	store   *storage.Store
 	handler http.Handler
 
-	accounts   *accounts.Service
-	registry   *capabilities.Registry
-	inventory  *storage.Inventory
-	lifecycle  *lifecycle.Service
-	secrets    *secrets.Service
-	audit      *audit.Log
-	mcp        *mcp.Server
-	oauth      *oauth.Server
-	web        *web.Handler
-	ring       *envelope.Ring
-	outbox     *outbox.Outbox
-	jobs       *jobs.Queue
-	schedules  *schedules.Set
-	features   *features.Store
-	meter      *quota.Meter
+	accounts  *accounts.Service
+	registry  *capabilities.Registry
+	inventory *storage.Inventory
+	lifecycle *lifecycle.Service
+	secrets   *secrets.Service
+	audit     *audit.Log
+	mcp       *mcp.Server
+	oauth     *oauth.Server
+	web       *web.Handler
+	ring      *envelope.Ring
+	outbox    *outbox.Outbox
+	jobs      *jobs.Queue
+	schedules *schedules.Set
+	features  *features.Store
+	meter     *quota.Meter
+
+	// workspaces is nil unless Config.Workspaces is set.
 	workspaces *workspaces.Service
 
 	metrics  *serverMetrics
