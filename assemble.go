@@ -16,13 +16,17 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities/idempotency"
+	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
@@ -39,6 +43,8 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A key rotated on any replica is sealed with on every replica at once.
+	s.unfollow = ring.Follow(s.bus, func(err error) { s.log.Warn("enclave: data key reload failed", "err", err) })
 	auditKey, err := ring.NamedKey(ctx, "audit")
 	if err != nil {
 		return err
@@ -94,6 +100,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := registerInventory(s.inventory); err != nil {
 		return err
 	}
+	if s.retention, err = s.newRetention(); err != nil {
+		return err
+	}
 	s.lifecycle = lifecycle.New(s.store, s.inventory, s.accounts, lifecycle.Options{
 		Logger: s.log,
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
@@ -105,6 +114,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			_ = s.audit.Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "delete_account",
 				Result: audit.ResultSuccess, Reason: "resumed", UserHash: s.audit.HashUser(o.StableID)})
 		},
+		TxHooks: s.lifecycleTxHooks(),
 	})
 
 	// The embedder's entities reach SQL and the built-in roles before the
@@ -125,17 +135,26 @@ func (s *Server) assemble(ctx context.Context) error {
 		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 		q = s.meter
 	}
+	if s.meter == nil { // the outbound gateway's daily limit counts through SQL
+		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
+	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
-		Auditor:    s.audit,
+		Auditor:    burstAuditor{s.audit, s},
 		AuditKey:   auditKey,
 		Quota:      q,
 		Features:   flags,
 		Observer:   s.metrics,
 		Logger:     s.log,
+		// Keyed calls (_meta enclave/idempotencyKey) run once per user,
+		// capability and key; results kept 24 hours.
+		Idempotency: idempotency.New(s.store, s.ring),
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
+	if err := s.assembleEvents(); err != nil {
+		return err
+	}
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
@@ -160,6 +179,13 @@ func (s *Server) assemble(ctx context.Context) error {
 		},
 	})...)
 	caps = append(caps, s.overviewCapability())
+	caps = append(caps, s.eventCapabilities()...)
+	olim := s.cfg.Outbound
+	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
+		olim.DailyRequests = n // --quota outbound=N/day
+	}
+	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log})
+	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
@@ -177,6 +203,11 @@ func (s *Server) assemble(ctx context.Context) error {
 		}
 		if err := s.workspaces.Inventory(s.inventory); err != nil {
 			return err
+		}
+		if s.store.Dialect() == storage.Postgres {
+			if err := s.retention.Add(s.workspaceRetention()...); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -219,6 +250,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	if mopts.Tasks == nil {
 		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
+	}
+	if mopts.Bus == nil {
+		mopts.Bus = s.bus
+	}
+	if _, local := mopts.Bus.(*cluster.Local); mopts.Sessions == nil && !local {
+		// Replicas share one database: any of them serves any session.
+		mopts.Sessions = sqlsessions.New(s.store)
 	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
@@ -348,6 +386,11 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
 		inv.AddTable(storage.Table{Name: "quota_usage"}),
 		inv.AddTable(sqltasks.Table),
+		// Replayable results of keyed calls: deleted with the account,
+		// never exported (they repeat what the account's data says).
+		inv.AddTable(idempotency.Table),
+		registerEventInventory(inv),
+		addTables(inv, sqlsessions.Tables),
 		workspaces.RegisterInventory(inv),
 	)
 }
@@ -369,6 +412,9 @@ var adminAuditActions = map[string]string{
 	"adminInviteCreate":       "admin_invite_create",
 	"adminInviteRevoke":       "admin_invite_revoke",
 	"adminFeatureSet":         "admin_feature_set",
+	"adminWebhookCreate":      "admin_webhook_create",
+	"adminWebhookDelete":      "admin_webhook_delete",
+	"adminFeedbackUpdate":     "admin_feedback_update",
 }
 
 // auditedAdmin wraps the handlers of the capabilities named in

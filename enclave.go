@@ -2,6 +2,7 @@ package enclave
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,11 +20,14 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
-	"github.com/enclave-mcp/enclave/internal/metrics"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/jobs"
@@ -31,6 +35,7 @@ import (
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
@@ -132,6 +137,10 @@ type Config struct {
 	// counted in memory and reconciled through SQL across replicas. Used
 	// only when Quota is nil. Default: no limit.
 	QuotaLimits quota.Limits
+	// Outbound bounds the outbound gateway (httpRequest, Server.Outbound):
+	// requests per user per day, time, redirects and sizes. Zero fields
+	// take the defaults of package outbound.
+	Outbound outbound.Limits
 	// Features turns feature flags on per caller. Default: the SQL flag
 	// store of package features, managed by admins through
 	// adminFeatureList and adminFeatureSet.
@@ -140,6 +149,13 @@ type Config struct {
 	// JobRetention is how long a job that gave up (a dead letter) is kept
 	// for an operator before it is removed. Default 30 days.
 	JobRetention time.Duration
+
+	// RetentionBatch is the most rows one batch of the hourly retention
+	// run removes from a table (see package retention). Default 500.
+	RetentionBatch int
+	// RetentionBudget is how long one retention run may keep starting
+	// batches after its first pass over every table. Default 20 seconds.
+	RetentionBudget time.Duration
 
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
@@ -152,6 +168,32 @@ type Config struct {
 	// metrics on (GET /metrics), on a listener of its own: never on the
 	// public one. Default "": off. MetricsHandler serves the same.
 	MetricsAddr string
+
+	// WebhookAllowPrivate lets webhook subscriptions target private,
+	// loopback and link-local addresses (--webhook-allow-private): for
+	// tests and for targets on the operator's own network. https is
+	// required regardless. Default false.
+	WebhookAllowPrivate bool
+	// WebhookRootCAs, when set, are the certificate authorities webhook
+	// targets' TLS certificates are checked against instead of the
+	// system's (a private CA; tests). Default nil: the system roots.
+	WebhookRootCAs *x509.CertPool
+	// WebhookMaxFailures is how many failed webhook deliveries in a row
+	// disable a subscription (the admin sees why). Default 15.
+	WebhookMaxFailures int
+	// DenialBurst sets the denial-burst alert: denials at the choke point
+	// counted per user and per client network (in memory, per replica);
+	// reaching Threshold within Window publishes security.denial_burst,
+	// then the subject stays quiet for Cooldown. Defaults 50, 1 h, 6 h.
+	DenialBurst events.BurstOptions
+	// Bus links the replicas of a deployment (session messages, cache
+	// invalidation, list-changed notices). Default: opened from BusURL.
+	// An embedder-supplied bus is not closed by Close.
+	Bus cluster.Bus
+	// BusURL chooses the bus when Bus is nil: "local" (one process),
+	// "postgres" (LISTEN/NOTIFY on DatabaseURL) or nats://host:port.
+	// Default: postgres with a postgres:// DatabaseURL, local otherwise.
+	BusURL string
 
 	// Signup says who may create an account on the web shell: SignupOpen
 	// (default), SignupInvite (an admin's invite code is needed) or
@@ -229,6 +271,14 @@ type Server struct {
 	schedules *schedules.Set
 	features  *features.Store
 	meter     *quota.Meter
+	retention *retention.Set
+	events    *events.Bus
+	bursts    *events.BurstPublisher
+	feedback  *feedback.Service
+	bus       cluster.Bus
+	ownBus    bool
+	unfollow  func() // stops following data-key rotations on the bus
+	outbound  *outbound.Gateway
 
 	// workspaces is nil unless Config.Workspaces is set.
 	workspaces *workspaces.Service
@@ -269,15 +319,30 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: store}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus}
+	if s.bus == nil {
+		b, err := cluster.Open(ctx, cluster.OpenOptions{BusURL: cfg.BusURL, DatabaseURL: cfg.DatabaseURL, DB: store.DB.DB, Logger: cfg.Logger})
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+		s.bus, s.ownBus = b, true
+	}
 	s.metrics = newMetrics(s)
 	if err := s.assemble(ctx); err != nil {
+		if s.ownBus {
+			s.bus.Close()
+		}
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
 	s.handler = s.routes()
 	return s, nil
 }
+
+// Bus returns the cluster bus linking this replica to the others (an
+// in-process bus on a single replica).
+func (s *Server) Bus() cluster.Bus { return s.bus }
 
 // Config returns the configuration in force, defaults filled in.
 func (s *Server) Config() Config { return s.cfg }
@@ -328,9 +393,15 @@ func (s *Server) Features() *features.Store { return s.features }
 // nil.
 func (s *Server) Workspaces() *workspaces.Service { return s.workspaces }
 
-// Quota returns the default quota meter, or nil when Config.Quota replaced
-// it or Config.QuotaLimits sets no limit.
+// Quota returns the SQL quota meter: it counts the outbound gateway's
+// requests, and capability calls unless Config.Quota replaced it.
 func (s *Server) Quota() *quota.Meter { return s.meter }
+
+// Outbound returns the secret-aware outbound gateway: an embedder's
+// capability handler sends a request on its caller's behalf with
+// Outbound().Do(ctx, call.Caller, req), under the same rules as the
+// httpRequest capability.
+func (s *Server) Outbound() *outbound.Gateway { return s.outbound }
 
 // InvokeBackground runs a capability for the user with stable id userID as
 // a non-interactive caller: what jobs and schedules use. The account's
@@ -429,9 +500,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // RunBackground runs, until ctx ends, the outbox relay (mail written in
 // the same transaction as its link, delivered with retries) and the
-// periodic lanes (audit retention, interrupted account deletions, OAuth
-// cleanup). Serve and Run start it themselves; call it when you serve
-// Handler from your own http.Server.
+// periodic lanes (the retention program, interrupted account deletions).
+// Serve and Run start it themselves; call it when you serve Handler from
+// your own http.Server.
 // Every replica runs it: each outbox row and each lane's period is taken by
 // one replica.
 func (s *Server) RunBackground(ctx context.Context) {
@@ -449,11 +520,10 @@ func (s *Server) RunBackground(ctx context.Context) {
 		wg.Go(func() { s.meter.Run(ctx) })
 	}
 	all := []lanes.Lane{
-		lanes.Lane{Name: "audit-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
-			n, err := s.audit.Purge(ctx, 0)
-			if n > 0 {
-				s.log.InfoContext(ctx, "audit events past retention removed", "count", n)
-			}
+		// One lane purges every table past its retention window, in
+		// small batches, round-robin (see retention_policies.go).
+		lanes.Lane{Name: "retention", Every: time.Hour, Run: func(ctx context.Context) error {
+			_, err := s.PurgeExpired(ctx)
 			return err
 		}},
 		// Deletions a store failure or a crash interrupted are finished
@@ -462,27 +532,6 @@ func (s *Server) RunBackground(ctx context.Context) {
 			_, err := s.lifecycle.ResumeDeletions(ctx, 5*time.Minute)
 			return err
 		}},
-		lanes.Lane{Name: "oauth-cleanup", Every: time.Hour, Run: func(ctx context.Context) error {
-			tokens, clients, err := s.oauth.Cleanup(ctx)
-			if tokens+clients > 0 {
-				s.log.InfoContext(ctx, "expired OAuth tokens and idle clients removed", "tokens", tokens, "clients", clients)
-			}
-			return err
-		}},
-		lanes.Lane{Name: "jobs-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
-			n, err := outbox.PurgeDead(ctx, s.store.DB, s.cfg.JobRetention)
-			if n > 0 {
-				s.log.InfoContext(ctx, "dead jobs past retention removed", "count", n)
-			}
-			return err
-		}},
-		lanes.Lane{Name: "quota-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
-			_, err := quota.Purge(ctx, s.store.DB, time.Now())
-			return err
-		}},
-		lanes.Lane{Name: "metrics-retention", Every: 24 * time.Hour, Run: func(ctx context.Context) error {
-			return metrics.Purge(ctx, s.store.DB, 400*24*time.Hour, time.Now())
-		}},
 	}
 	for _, l := range s.schedules.Lanes() {
 		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
@@ -490,6 +539,24 @@ func (s *Server) RunBackground(ctx context.Context) {
 	sched := lanes.New(s.store.DB, s.log, all...)
 	sched.OnRun = s.metrics.LaneRan
 	sched.Run(ctx)
+}
+
+// Retention returns the retention declarations: one policy per table.
+// An embedder declares its own tables' policies here (for example
+// srv.Retention().Add(retention.UntilAccountDeleted("notes"))) and checks
+// them in a test with srv.Retention().Check(ctx, srv.Store().DB).
+func (s *Server) Retention() *retention.Set { return s.retention }
+
+// PurgeExpired runs the retention program once: every table past its
+// window loses its expired rows, in batches of Config.RetentionBatch,
+// round-robin, within Config.RetentionBudget. RunBackground runs it hourly
+// as the "retention" lane on one replica at a time.
+func (s *Server) PurgeExpired(ctx context.Context) (retention.Report, error) {
+	r := &retention.Runner{
+		DB: s.store.DB, Set: s.retention, Batch: s.cfg.RetentionBatch, Budget: s.cfg.RetentionBudget,
+		Logger: s.log, OnPurge: s.metrics.Purged,
+	}
+	return r.Run(ctx)
 }
 
 // flushMetricsLoop writes the in-memory daily counts to SQL every minute,
@@ -531,6 +598,12 @@ func (s *Server) Close() error {
 			if err := s.workspaces.Close(); err != nil {
 				s.log.Warn("close workspace files", "err", err)
 			}
+		}
+		if s.unfollow != nil {
+			s.unfollow()
+		}
+		if s.ownBus {
+			s.bus.Close()
 		}
 		s.closeErr = s.store.Close()
 	})

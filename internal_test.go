@@ -69,3 +69,14 @@ func TestTokenRefusalReasons(t *testing.T) {
 		}
 	}
 }
+
+func TestMetricsAddrOnEveryInterface(t *testing.T) {
+	for addr, want := range map[string]bool{
+		":9090": true, "0.0.0.0:9090": true, "[::]:9090": true,
+		"127.0.0.1:9090": false, "[::1]:9090": false, "10.0.0.5:9090": false, "metrics.internal:9090": false,
+	} {
+		if got := onEveryInterface(addr); got != want {
+			t.Errorf("onEveryInterface(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -223,11 +223,27 @@ func (s *Server) serveMetrics(addr string) (func(), error) {
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	s.log.Info("serving metrics", "addr", ln.Addr().String())
+	if onEveryInterface(addr) {
+		// Metrics name routes, capability counts and error rates: fine for
+		// a scraper on a private network, not for the internet.
+		s.log.Warn("metrics listen on every interface; bind a loopback or private address unless a firewall keeps them in", "addr", addr)
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(ctx)
 	}, nil
+}
+
+// onEveryInterface reports whether a listen address binds all interfaces
+// (":9090", "0.0.0.0:9090", "[::]:9090").
+func onEveryInterface(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
 }
 
 // routeClass names the part of the surface a path belongs to, as a

@@ -26,6 +26,53 @@ type Service struct {
 
 	mu                sync.Mutex
 	onPasswordChanged []PasswordChangeHook
+	onChange          []ChangeHook
+}
+
+// The kinds of Change, named like the admin events that report them.
+const (
+	ChangeUserCreated     = "user.created"
+	ChangeUserSuspended   = "user.suspended"
+	ChangeUserUnsuspended = "user.unsuspended"
+	ChangeRoleAssigned    = "role.assigned"
+	ChangeRoleRemoved     = "role.removed"
+)
+
+// Change is one account change reported to the change hooks: identifiers
+// and the changed field, nothing else.
+type Change struct {
+	Kind     string // one of the Change* constants
+	UserID   int64  // users.id of the account
+	StableID string // its stable user id
+	Role     string // the role, for role changes
+}
+
+// ChangeHook runs inside the transaction of an account change that
+// happened (account created, suspended or unsuspended, role assigned or
+// removed), after the change is written: other domains record work that
+// must exist exactly when the change does (an event in the outbox).
+// Returning an error rolls the change back.
+type ChangeHook func(ctx context.Context, tx bun.IDB, c Change) error
+
+// OnChange registers hook to run in every account change (see
+// ChangeHook). Register hooks before serving requests.
+func (s *Service) OnChange(hook ChangeHook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onChange = append(s.onChange, hook)
+}
+
+// changed runs the change hooks inside tx.
+func (s *Service) changed(ctx context.Context, tx bun.IDB, c Change) error {
+	s.mu.Lock()
+	hooks := append([]ChangeHook(nil), s.onChange...)
+	s.mu.Unlock()
+	for _, h := range hooks {
+		if err := h(ctx, tx, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PasswordChangeHook runs inside the transaction that changes a user's

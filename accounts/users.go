@@ -91,6 +91,7 @@ type userRow struct {
 	Username          string     `bun:"username,notnull"`
 	PasswordHash      *string    `bun:"password_hash"`
 	EmailVerifiedAt   *time.Time `bun:"email_verified_at"`
+	FirstVerifiedAt   *time.Time `bun:"first_verified_at"`
 	PasswordChangedAt *time.Time `bun:"password_changed_at"`
 	SuspendedAt       *time.Time `bun:"suspended_at"`
 	DeletingAt        *time.Time `bun:"deleting_at"`
@@ -179,7 +180,13 @@ func (s *Service) Signup(ctx context.Context, in SignupInput) (User, error) {
 	case SignupInvite:
 		invite = &in.InviteCode
 	}
-	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false, invite, nil)
+	// Marked self-signed-up in the creating transaction: only such an
+	// account is purged if it never verifies its address (see
+	// ClaimUnverified).
+	u, _, err := s.create(ctx, in.Email, in.Username, in.Password, true, false, invite, func(ctx context.Context, tx bun.IDB, u User, _ string) error {
+		_, err := tx.NewUpdate().Table("users").Set("self_signup = TRUE").Where("id = ?", u.ID).Exec(ctx)
+		return err
+	})
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: signup: %w", err)
 	}
@@ -268,7 +275,7 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 			CreatedAt: now, UpdatedAt: now,
 		}
 		if verified {
-			row.EmailVerifiedAt = &now
+			row.EmailVerifiedAt, row.FirstVerifiedAt = &now, &now
 		}
 		// Identities are never reused: the hash of the email is taken when
 		// an earlier account signed up with the address and has since
@@ -320,6 +327,9 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 			if token, err = s.insertSetupToken(ctx, tx, row.ID, now); err != nil {
 				return err
 			}
+		}
+		if err := s.changed(ctx, tx, Change{Kind: ChangeUserCreated, UserID: row.ID, StableID: row.StableID}); err != nil {
+			return err
 		}
 		if onCreated != nil {
 			return onCreated(ctx, tx, row.user(), token)
@@ -526,6 +536,11 @@ func (s *Service) setStamp(ctx context.Context, userID int64, column string, set
 	now := s.now()
 	if set {
 		q = q.Set("? = ?", bun.Ident(column), now).Where("? IS NULL", bun.Ident(column))
+		if column == "email_verified_at" {
+			// The account has proved an address: it is never purged as
+			// an unverified sign-up, even after a later email change.
+			q = q.Set("first_verified_at = COALESCE(first_verified_at, ?)", now)
+		}
 	} else {
 		q = q.Set("? = NULL", bun.Ident(column)).Where("? IS NOT NULL", bun.Ident(column))
 	}
@@ -572,7 +587,14 @@ func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column st
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
 			changed = true
-			return nil
+			if column != "suspended_at" {
+				return nil
+			}
+			row, err := s.userWhere(ctx, tx, "id = ?", userID)
+			if err != nil {
+				return err
+			}
+			return s.changed(ctx, tx, Change{Kind: ChangeUserSuspended, UserID: userID, StableID: row.StableID})
 		}
 		row, err := s.userWhere(ctx, tx, "id = ?", userID)
 		if err != nil {
@@ -603,7 +625,24 @@ func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
 
 // Unsuspend lifts a suspension. It reports whether the state changed.
 func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "suspended_at", false, false)
+	var changed bool
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		now := s.now()
+		res, err := tx.NewUpdate().Model((*userRow)(nil)).Set("suspended_at = NULL").Set("updated_at = ?", now).
+			Where("id = ? AND suspended_at IS NOT NULL", userID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		row, err := s.userWhere(ctx, tx, "id = ?", userID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		changed = true
+		return s.changed(ctx, tx, Change{Kind: ChangeUserUnsuspended, UserID: userID, StableID: row.StableID})
+	})
 	if err != nil {
 		return false, fmt.Errorf("accounts: unsuspend: %w", err)
 	}

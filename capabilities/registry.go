@@ -99,6 +99,9 @@ type Options struct {
 	Features Features
 	// Observer is told each call's outcome (metrics); nil tells no one.
 	Observer Observer
+	// Idempotency keeps the results of calls made with an idempotency key
+	// (see MetaIdempotencyKey); nil validates keys but never replays.
+	Idempotency IdempotencyStore
 	// Logger logs handler panics and internal errors; nil is slog.Default().
 	Logger *slog.Logger
 	// NoBuiltins leaves out whoami and capabilitiesSearch.
@@ -253,7 +256,8 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 // in order: account state (suspended refuses everything, deleting refuses
 // anything not read-only, and session-only or admin-only reads),
 // requirement (role, permission, feature flag, interactive-only,
-// session-only), token scope, quota, input schema; then the handler,
+// session-only), token scope, quota, input schema, idempotency key (a
+// keyed repeat gets the stored result; see MetaIdempotencyKey); then the handler,
 // with panics recovered. A denial is recorded with the Auditor. A capability
 // hidden from caller answers exactly like an unknown one.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
@@ -281,7 +285,16 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 	if err := c.validateInput(args); err != nil {
 		return Result{}, err
 	}
+	key, err := idempotencyKeyFrom(ctx)
+	if err != nil {
+		return Result{}, err
+	}
 	call := &Call{Caller: caller, Capability: name, client: clientFrom(ctx)}
+	if key != "" && !c.Annotations.Idempotent && r.opts.Idempotency != nil {
+		return r.invokeOnce(ctx, c, caller, key, args, func(ctx context.Context) (Result, error) {
+			return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
+		})
+	}
 	return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
 }
 

@@ -71,6 +71,8 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 	var token mcpgo.ProgressToken
 	if req.Params.Meta != nil {
 		token = req.Params.Meta.ProgressToken
+		// The registry reads the idempotency key (and judges it) there.
+		ctx = capabilities.WithRequestMeta(ctx, req.Params.Meta.AdditionalFields)
 	}
 	cl := &client{s: s, st: st, progressToken: token}
 	if mcpserver.IsModernRequest(ctx) {
@@ -109,6 +111,9 @@ func (s *Server) toolResult(ctx context.Context, st *reqState, cl *client, name 
 	}
 	if retryError(st, err) {
 		return nil, safeError{"quota exceeded"}
+	}
+	if metaError(st, err) {
+		return nil, safeError{"invalid params"}
 	}
 	if err != nil {
 		s.logIfInternal(ctx, st, "tools/call "+name, err)

@@ -63,6 +63,18 @@ func retryError(st *reqState, err error) bool {
 	return true
 }
 
+// metaError answers a tools/call whose _meta the registry refused (a
+// malformed idempotency key) with the JSON-RPC error invalid params, in
+// place of a tool result: the request, not the tool, is at fault. It
+// reports whether it did.
+func metaError(st *reqState, err error) bool {
+	if err == nil || !errors.Is(err, capabilities.ErrInvalidRequestMeta) || st.out == nil {
+		return false
+	}
+	st.out.replaceErrorStatus(st.rpcID, http.StatusOK, mcpgo.INVALID_PARAMS, publicMessage(err, st.requestID), nil)
+	return true
+}
+
 // refuse answers a request with a domain error before the protocol layer.
 func refuse(w http.ResponseWriter, err error, requestID string) {
 	status, ok := httpStatus[capabilities.CodeOf(err)]

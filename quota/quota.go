@@ -112,7 +112,18 @@ func New(store *storage.Store, lim Limits, log *slog.Logger) *Meter {
 func (m *Meter) Allow(ctx context.Context, caller capabilities.Caller, capability string) error {
 	class := m.lim.ClassOf(capability)
 	limit, ok := m.lim.Daily[class]
-	if !ok || caller.UserID == "" {
+	if !ok {
+		return nil
+	}
+	return m.AllowClass(ctx, caller, class, limit)
+}
+
+// AllowClass counts one use of class by caller against limit uses per UTC
+// day, or refuses it like Allow. It is for meters that are not capability
+// calls (the outbound gateway counts each request it sends under its own
+// class). A limit of zero refuses every use.
+func (m *Meter) AllowClass(ctx context.Context, caller capabilities.Caller, class string, limit int64) error {
+	if caller.UserID == "" {
 		return nil
 	}
 	now := m.now()

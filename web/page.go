@@ -24,6 +24,7 @@ type features struct {
 	Lifecycle bool // export and deletion (Options.Lifecycle)
 	Audit     bool // the admin audit page (Options.Audit)
 	Secrets   bool // the secrets page (Options.Secrets)
+	Feedback  bool // the feedback pages (feedbackSubmit registered)
 	// Workspaces: the workspace pages (the registry holds workspaceList).
 	Workspaces bool
 }
@@ -47,6 +48,7 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Prefix:       h.prefix,
 		StyleVersion: styleVersion,
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
+			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
 			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList")},
 	}
 	if pr := PrincipalFrom(r.Context()); pr != nil {

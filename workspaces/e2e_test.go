@@ -14,6 +14,8 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/retention"
+	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
@@ -21,6 +23,11 @@ func workspaceServer() enclavetest.Options {
 	return enclavetest.Options{
 		Config: enclave.Config{Workspaces: &workspaces.Options{Schema: []migrations.Source{counterSchema}}},
 		Setup: func(srv *enclave.Server) error {
+			if srv.Store().Dialect() == storage.Postgres {
+				if err := srv.Retention().Add(retention.Kept("counters", "test data")); err != nil {
+					return err
+				}
+			}
 			return errorsJoin(
 				workspaces.Register(srv.Workspaces(), workspaces.Op[addIn, addOut]{Name: "counterAdd", Description: "adds to a counter", Handler: counterAdd}),
 				workspaces.Register(srv.Workspaces(), workspaces.Op[getIn, addOut]{Name: "counterGet", Description: "reads a counter", ReadOnly: true, Handler: counterGet}),
@@ -36,6 +43,9 @@ func TestWorkspacesOverMCP(t *testing.T) {
 	enclavetest.Each(t, workspaceServer(), func(t *testing.T, s *enclavetest.Server) {
 		ctx := context.Background()
 		if err := s.Inventory().Check(ctx, s.Store().DB); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Retention().Check(ctx, s.Store().DB); err != nil {
 			t.Fatal(err)
 		}
 		annU, bobU := s.CreateUser(t, "ann"), s.CreateUser(t, "bob")

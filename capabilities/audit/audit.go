@@ -34,6 +34,7 @@ const (
 	CategoryCapability = "capability" // the registry's choke point
 	CategoryAuth       = "auth"       // browser sign-in, sign-up, passwords
 	CategoryAccount    = "account"    // roles, suspension, deletion
+	CategoryOutbound   = "outbound"   // secrets filled into outbound requests
 )
 
 // Results.

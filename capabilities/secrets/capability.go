@@ -3,6 +3,9 @@ package secrets
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
@@ -13,6 +16,54 @@ type SetInput struct {
 	Name        string `json:"name" jsonschema:"the secret's name: 1-64 letters, digits, '.', '_' or '-'"`
 	Value       string `json:"value" jsonschema:"the secret value (at most 64 KiB); it can never be read back by an agent"`
 	Description string `json:"description,omitempty" jsonschema:"what the secret is for"`
+	// AllowedHosts and ExpiresAt are the secret's policy; only the
+	// owner's web session may set them. From the web session, absent both,
+	// a replaced secret keeps its policy; given either, the policy is
+	// replaced as a whole. Any other caller that replaces a value clears
+	// the policy: the owner approves hosts for a value they know.
+	AllowedHosts *[]string `json:"allowedHosts,omitempty" jsonschema:"hosts this secret may be sent to: exact names or *.domain; set by the person on their account page only"`
+	ExpiresAt    string    `json:"expiresAt,omitempty" jsonschema:"RFC 3339 time after which the secret is never used; set by the person on their account page only"`
+}
+
+// PolicyInput is the input of secretPolicySet.
+type PolicyInput struct {
+	Name         string   `json:"name" jsonschema:"the secret's name"`
+	AllowedHosts []string `json:"allowedHosts" jsonschema:"hosts this secret may be sent to: exact names (api.example.com) or subdomain forms (*.example.com)"`
+	ExpiresAt    string   `json:"expiresAt,omitempty" jsonschema:"RFC 3339 time after which the secret is never used; empty: never expires"`
+}
+
+// PolicyOutput is the output of secretPolicySet.
+type PolicyOutput struct {
+	Secret Secret `json:"secret"`
+}
+
+// ErrPolicyNeedsSession is returned when a caller other than the owner's
+// web session tries to change a secret's policy.
+var ErrPolicyNeedsSession = &capabilities.Error{Code: capabilities.CodeInvalidInput,
+	Message: "A secret's allowed hosts and expiry can only be set by its owner on the account's Secrets page."}
+
+// ParseExpiry parses an expiresAt input: empty means none; otherwise an
+// RFC 3339 time, or a date-time without zone ("2026-12-31T23:59", as a
+// browser's datetime-local field sends it) taken as UTC.
+func ParseExpiry(v string) (*time.Time, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil, nil
+	}
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04"} {
+		if t, err := time.Parse(layout, v); err == nil {
+			t = t.UTC()
+			return &t, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: expiresAt %q is not an RFC 3339 time", ErrInvalid, v)
+}
+
+func invalid(err error) error {
+	if errors.Is(err, ErrInvalid) {
+		return &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: strings.TrimPrefix(err.Error(), "secrets: ")}
+	}
+	return err
 }
 
 // SetOutput is the output of secretSet.
@@ -56,9 +107,10 @@ type RevealOutput struct {
 
 // Capabilities returns secretSet, secretList and secretDelete, which act on
 // the caller's own secrets only and never return a value, and
-// secretReveal, which returns one of the caller's own values and only to a
-// person signed in to the web shell (Requirement.SessionOnly): no agent
-// ever sees or calls it.
+// secretReveal and secretPolicySet, which only a person signed in to the
+// web shell may call (Requirement.SessionOnly): no agent ever sees a value
+// or approves a host. secretSet refuses allowedHosts and expiresAt from
+// any caller but that session.
 func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capability {
 	own := func(p capabilities.Permission) capabilities.Requirement {
 		return capabilities.Requirement{Permissions: []capabilities.Permission{p}}
@@ -66,7 +118,7 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 	return []capabilities.Capability{
 		capabilities.Define(capabilities.Spec[SetInput, SetOutput]{
 			Name: "secretSet", Domain: "secrets", Title: "Store a secret",
-			Description: "Stores a named secret (an API key, a token) for the signed-in user, replacing any secret of the same name. The value is encrypted at rest and is never returned to agents; the user can reveal it on their account page.",
+			Description: "Stores a named secret (an API key, a token) for the signed-in user, replacing any secret of the same name. The value is encrypted at rest and is never returned to agents; the user can reveal it on their account page. Agents use it as {{secret:NAME}} in httpRequest, for the hosts the user approved for it on the Secrets page. A secret stored or replaced by an agent has no approved hosts until the user approves them again.",
 			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
 			Requires:    own(capabilities.UpdateUserOwn),
 			Handler: func(ctx context.Context, call *capabilities.Call, in SetInput) (SetOutput, error) {
@@ -74,11 +126,62 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 				if err != nil {
 					return SetOutput{}, err
 				}
-				meta, created, err := s.Set(ctx, o, in.Name, in.Description, []byte(in.Value))
-				if errors.Is(err, ErrInvalid) {
-					return SetOutput{}, &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: err.Error()}
+				var policy *Policy
+				if !call.Caller.Session {
+					// A value an agent wrote is one the owner never saw:
+					// approvals given for the old value must not carry
+					// over, or a swapped credential (the agent's own
+					// token in place of the owner's) would be sent where
+					// the owner's went.
+					policy = &Policy{}
 				}
-				return SetOutput{Secret: meta, Created: created}, err
+				if in.AllowedHosts != nil || in.ExpiresAt != "" {
+					// Approving a host is the owner's decision: an agent
+					// that could widen it could send the secret anywhere.
+					if !call.Caller.Session {
+						return SetOutput{}, ErrPolicyNeedsSession
+					}
+					exp, err := ParseExpiry(in.ExpiresAt)
+					if err != nil {
+						return SetOutput{}, invalid(err)
+					}
+					policy = &Policy{ExpiresAt: exp}
+					if in.AllowedHosts != nil {
+						policy.AllowedHosts = *in.AllowedHosts
+					}
+				}
+				meta, created, err := s.Put(ctx, o, in.Name, in.Description, []byte(in.Value), policy)
+				if err != nil {
+					return SetOutput{}, invalid(err)
+				}
+				return SetOutput{Secret: meta, Created: created}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[PolicyInput, PolicyOutput]{
+			Name: "secretPolicySet", Domain: "secrets", Title: "Approve hosts for a secret",
+			Description: "Sets the hosts one of the signed-in person's secrets may be sent to and when it expires, on their account page only.",
+			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
+			Requires: capabilities.Requirement{
+				Permissions: []capabilities.Permission{capabilities.UpdateUserOwn},
+				SessionOnly: true, InteractiveOnly: true,
+			},
+			Handler: func(ctx context.Context, call *capabilities.Call, in PolicyInput) (PolicyOutput, error) {
+				o, err := owner(ctx, call.Caller)
+				if err != nil {
+					return PolicyOutput{}, err
+				}
+				exp, err := ParseExpiry(in.ExpiresAt)
+				if err != nil {
+					return PolicyOutput{}, invalid(err)
+				}
+				meta, err := s.SetPolicy(ctx, o, in.Name, Policy{AllowedHosts: in.AllowedHosts, ExpiresAt: exp})
+				if errors.Is(err, ErrNotFound) {
+					return PolicyOutput{}, capabilities.Errorf(capabilities.CodeNotFound, "There is no secret of that name.")
+				}
+				if err != nil {
+					return PolicyOutput{}, invalid(err)
+				}
+				return PolicyOutput{Secret: meta}, nil
 			},
 		}),
 		capabilities.Define(capabilities.Spec[ListInput, ListOutput]{

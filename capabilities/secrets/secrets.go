@@ -6,11 +6,19 @@
 // Agents set, list (metadata only) and delete secrets; only the owner's
 // session-authenticated account page reveals a value (Reveal). Exports carry
 // metadata, never values.
+//
+// Each secret carries a use policy that only its owner sets, on the account
+// page: the hosts it may be sent to (AllowedHosts, see NormalizeHost) and
+// when it stops being usable (ExpiresAt). The outbound gateway
+// (capabilities/outbound) fills a secret into a request only through Use,
+// which refuses an expired secret; a secret with no allowed host is never
+// sent anywhere.
 package secrets
 
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -34,32 +42,85 @@ var (
 	ErrNotFound = errors.New("secrets: no such secret")
 	// ErrInvalid: a name, description or value breaks the rules.
 	ErrInvalid = errors.New("secrets: invalid secret")
+	// ErrExpired: the secret's ExpiresAt has passed; it is never used.
+	ErrExpired = errors.New("secrets: secret expired")
 )
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // Secret is a secret's metadata.
 type Secret struct {
-	Name        string    `json:"name"`
-	Description string    `json:"description"`
-	CreatedAt   time.Time `json:"createdAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// AllowedHosts are the hosts the owner approved the secret for (see
+	// NormalizeHost); empty: it is sent nowhere.
+	AllowedHosts []string `json:"allowedHosts"`
+	// ExpiresAt is when the secret stops being usable; nil: never.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+}
+
+// Expired reports whether the secret's expiry has passed at now.
+func (s Secret) Expired(now time.Time) bool {
+	return s.ExpiresAt != nil && !now.Before(*s.ExpiresAt)
+}
+
+// Policy is a secret's use policy, set by its owner.
+type Policy struct {
+	AllowedHosts []string
+	ExpiresAt    *time.Time
+}
+
+func (p Policy) normalize() (Policy, error) {
+	hosts, err := NormalizeHosts(p.AllowedHosts)
+	if err != nil {
+		return Policy{}, err
+	}
+	out := Policy{AllowedHosts: hosts}
+	if p.ExpiresAt != nil {
+		t := p.ExpiresAt.UTC().Truncate(time.Second)
+		out.ExpiresAt = &t
+	}
+	return out, nil
 }
 
 type row struct {
 	bun.BaseModel `bun:"table:user_secrets"`
-	ID            int64     `bun:"id,pk,autoincrement"`
-	UserID        int64     `bun:"user_id,notnull"`
-	Name          string    `bun:"name,notnull"`
-	Description   string    `bun:"description,notnull"`
-	KeyID         int64     `bun:"key_id,notnull"`
-	Ciphertext    string    `bun:"ciphertext,notnull"`
-	CreatedAt     time.Time `bun:"created_at,notnull"`
-	UpdatedAt     time.Time `bun:"updated_at,notnull"`
+	ID            int64      `bun:"id,pk,autoincrement"`
+	UserID        int64      `bun:"user_id,notnull"`
+	Name          string     `bun:"name,notnull"`
+	Description   string     `bun:"description,notnull"`
+	KeyID         int64      `bun:"key_id,notnull"`
+	Ciphertext    string     `bun:"ciphertext,notnull"`
+	AllowedHosts  string     `bun:"allowed_hosts,notnull"`
+	ExpiresAt     *time.Time `bun:"expires_at"`
+	CreatedAt     time.Time  `bun:"created_at,notnull"`
+	UpdatedAt     time.Time  `bun:"updated_at,notnull"`
 }
 
 func (r row) meta() Secret {
-	return Secret{Name: r.Name, Description: r.Description, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	hosts := []string{}
+	if r.AllowedHosts != "" {
+		// A column this package wrote; a damaged value approves nothing.
+		_ = json.Unmarshal([]byte(r.AllowedHosts), &hosts)
+	}
+	var exp *time.Time
+	if r.ExpiresAt != nil {
+		t := r.ExpiresAt.UTC()
+		exp = &t
+	}
+	return Secret{Name: r.Name, Description: r.Description, AllowedHosts: hosts, ExpiresAt: exp,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+func (r *row) setPolicy(p Policy) {
+	hosts := p.AllowedHosts
+	if hosts == nil {
+		hosts = []string{}
+	}
+	b, _ := json.Marshal(hosts)
+	r.AllowedHosts, r.ExpiresAt = string(b), p.ExpiresAt
 }
 
 // Service stores secrets.
@@ -110,10 +171,23 @@ func validate(name, description string, value []byte) error {
 }
 
 // Set stores (or replaces) the owner's secret called name. created reports
-// whether it is new.
+// whether it is new. A replaced secret keeps its policy; a new one has none
+// (it is sent nowhere until its owner approves hosts).
 func (s *Service) Set(ctx context.Context, o storage.Owner, name, description string, value []byte) (_ Secret, created bool, err error) {
+	return s.Put(ctx, o, name, description, value, nil)
+}
+
+// Put is Set with a policy: a non-nil policy replaces the secret's
+// allowed hosts and expiry (only the owner's own web session may do that).
+func (s *Service) Put(ctx context.Context, o storage.Owner, name, description string, value []byte, policy *Policy) (_ Secret, created bool, err error) {
 	if err := validate(name, description, value); err != nil {
 		return Secret{}, false, err
+	}
+	var pol Policy
+	if policy != nil {
+		if pol, err = policy.normalize(); err != nil {
+			return Secret{}, false, err
+		}
 	}
 	keyID, sealed, err := s.ring.Seal(additionalData(o, name), value)
 	if err != nil {
@@ -121,6 +195,7 @@ func (s *Service) Set(ctx context.Context, o storage.Owner, name, description st
 	}
 	now := time.Now().UTC()
 	r := row{UserID: o.ID, Name: name, Description: description, KeyID: keyID, Ciphertext: sealed, CreatedAt: now, UpdatedAt: now}
+	r.setPolicy(pol)
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		var existing row
 		err := tx.NewSelect().Model(&existing).Where("user_id = ? AND name = ?", o.ID, name).Scan(ctx)
@@ -133,8 +208,13 @@ func (s *Service) Set(ctx context.Context, o storage.Owner, name, description st
 			return err
 		}
 		r.CreatedAt = existing.CreatedAt
-		_, err = tx.NewUpdate().Model(&r).
-			Column("description", "key_id", "ciphertext", "updated_at").
+		cols := []string{"description", "key_id", "ciphertext", "updated_at"}
+		if policy != nil {
+			cols = append(cols, "allowed_hosts", "expires_at")
+		} else {
+			r.AllowedHosts, r.ExpiresAt = existing.AllowedHosts, existing.ExpiresAt
+		}
+		_, err = tx.NewUpdate().Model(&r).Column(cols...).
 			Where("id = ? AND user_id = ?", existing.ID, o.ID).Exec(ctx)
 		return err
 	})
@@ -147,7 +227,7 @@ func (s *Service) Set(ctx context.Context, o storage.Owner, name, description st
 // List pages through the owner's secrets by name: metadata only.
 func (s *Service) List(ctx context.Context, o storage.Owner, req storage.PageRequest) (storage.Page[Secret], error) {
 	q := s.store.Reader.NewSelect().Model((*row)(nil)).
-		Column("name", "description", "created_at", "updated_at").Where("user_id = ?", o.ID)
+		Column("name", "description", "allowed_hosts", "expires_at", "created_at", "updated_at").Where("user_id = ?", o.ID)
 	page, err := storage.Paginate(ctx, q, storage.Keyset[row]{
 		Kind: "secrets", Column: "name", Key: func(r *row) any { return r.Name },
 	}, req)
@@ -159,6 +239,64 @@ func (s *Service) List(ctx context.Context, o storage.Owner, req storage.PageReq
 		out.Items[i] = r.meta()
 	}
 	return out, nil
+}
+
+// SetPolicy replaces the allowed hosts and expiry of the owner's secret
+// called name, leaving its value alone. Only the owner's own web session
+// may call it (see Capabilities).
+func (s *Service) SetPolicy(ctx context.Context, o storage.Owner, name string, policy Policy) (Secret, error) {
+	pol, err := policy.normalize()
+	if err != nil {
+		return Secret{}, err
+	}
+	var r row
+	r.setPolicy(pol)
+	r.UpdatedAt = time.Now().UTC()
+	res, err := s.store.DB.NewUpdate().Model(&r).Column("allowed_hosts", "expires_at", "updated_at").
+		Where("user_id = ? AND name = ?", o.ID, name).Exec(ctx)
+	if err != nil {
+		return Secret{}, fmt.Errorf("secrets: set policy: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return Secret{}, ErrNotFound
+	}
+	var out row
+	if err := s.store.DB.NewSelect().Model(&out).Where("user_id = ? AND name = ?", o.ID, name).Scan(ctx); err != nil {
+		return Secret{}, fmt.Errorf("secrets: set policy: %w", err)
+	}
+	return out.meta(), nil
+}
+
+// Usable is a secret ready to be filled into an outbound request: its
+// value and the policy that decides where it may go.
+type Usable struct {
+	Secret
+	Value []byte
+}
+
+// Use opens the owner's secret called name for the outbound gateway. It
+// returns ErrNotFound when the owner has no such secret and ErrExpired
+// when its expiry has passed at now (the value is then never opened). The
+// caller must check the destination against AllowedHosts (HostAllowed)
+// before sending the value anywhere, and must never show it to an agent.
+func (s *Service) Use(ctx context.Context, o storage.Owner, name string, now time.Time) (Usable, error) {
+	var r row
+	err := s.store.Reader.NewSelect().Model(&r).Where("user_id = ? AND name = ?", o.ID, name).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Usable{}, ErrNotFound
+	}
+	if err != nil {
+		return Usable{}, fmt.Errorf("secrets: use: %w", err)
+	}
+	meta := r.meta()
+	if meta.Expired(now) {
+		return Usable{Secret: meta}, ErrExpired
+	}
+	v, err := s.ring.Open(ctx, r.KeyID, r.Ciphertext, additionalData(o, name))
+	if err != nil {
+		return Usable{}, fmt.Errorf("secrets: use %s: %w", name, err)
+	}
+	return Usable{Secret: meta, Value: v}, nil
 }
 
 // Reveal returns the value of the owner's secret. Call it only for the

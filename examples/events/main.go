@@ -16,6 +16,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/examples/events/events"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
@@ -33,6 +34,12 @@ func main() {
 		os.Exit(1)
 	}
 	defer srv.Close()
+	if srv.Store().Dialect() == storage.Postgres {
+		if err := srv.Retention().Add(events.Retention()...); err != nil {
+			slog.Error("register events", "err", err)
+			os.Exit(1)
+		}
+	}
 	if err := events.Register(srv.Workspaces()); err != nil {
 		slog.Error("register events", "err", err)
 		os.Exit(1)

@@ -23,6 +23,8 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/outbound"
+	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/quota"
@@ -165,14 +167,14 @@ type options struct {
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
-var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format",
+var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "production", "log-format",
 	"log-level", "metrics-addr", "shutdown-timeout", "no-migrate", "signup", "allowed-origins",
-	"trusted-proxies", "quota", "quota-class", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
+	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
 // and no process listing.
-var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "smtp-url", "smtp-password"}
+var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "smtp-url", "smtp-password"}
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.Addr, "addr", enclave.DefaultAddr, "listen address")
@@ -183,6 +185,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.KVURL, "kv-url", "", "KV (cache) collection URL (default in-memory)")
 	fs.StringVar(&o.cfg.QueueURL, "queue-url", "", "queue topic URL (default in-process)")
 	fs.StringVar(&o.cfg.KeeperURL, "keeper-url", "", "secrets keeper URL (default a key kept in <data-dir>/keeper.key)")
+	fs.StringVar(&o.cfg.BusURL, "bus-url", "", "cluster bus linking replicas: local, postgres (LISTEN/NOTIFY) or nats://HOST:PORT (default postgres with a postgres:// database, local otherwise)")
 	fs.BoolVar(&o.cfg.Production, "production", false, "production mode: require an https base URL, no development routes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
@@ -194,6 +197,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
 	fs.StringVar(&o.quota, "quota", "", "comma-separated daily call limits per user per capability class, CLASS=N/day (UTC days), e.g. default=5000/day,search=200/day (default unlimited)")
 	fs.StringVar(&o.quotaClass, "quota-class", "", "comma-separated CAPABILITY=CLASS assigning capabilities to quota classes (every other capability is in class default)")
+	fs.BoolVar(&o.cfg.WebhookAllowPrivate, "webhook-allow-private", false, "let webhook subscriptions target private, loopback and link-local addresses (tests, targets on your own network); https is still required")
+	fs.IntVar(&o.cfg.DenialBurst.Threshold, "denial-burst-threshold", events.DefaultBurstThreshold, "denials of one user or client network within --denial-burst-window that publish security.denial_burst")
+	fs.DurationVar(&o.cfg.DenialBurst.Window, "denial-burst-window", events.DefaultBurstWindow, "the window denial bursts are counted in")
+	fs.DurationVar(&o.cfg.DenialBurst.Cooldown, "denial-burst-cooldown", events.DefaultBurstCooldown, "how long a user or network that raised security.denial_burst stays quiet")
 	fs.StringVar(&o.smtpURL, "smtp-url", "", "SMTP server as one URL: smtp://USER:PASS@HOST:587?tls=starttls|tls|none[&auth=xoauth2] (replaces --smtp-addr, --smtp-username, --smtp-password and --smtp-security)")
 	fs.StringVar(&o.smtp.Addr, "smtp-addr", "", "SMTP server host:port for verification and reset mail (required with --production)")
 	fs.StringVar(&o.smtp.From, "smtp-from", "", "sender address of that mail")
@@ -429,6 +436,12 @@ func parseQuota(limits, classes string) (quota.Limits, error) {
 	// A limited class that holds no capability (Default for default, or
 	// one --quota-class never names) would limit nothing, silently.
 	for class := range l.Daily {
+		if class == outbound.QuotaClass { // the outbound gateway's requests (see docs/data.md)
+			if l.Daily[class] < 1 {
+				return quota.Limits{}, fmt.Errorf("--quota: class %s needs at least 1/day", class)
+			}
+			continue
+		}
 		if class != quota.DefaultClass && !slices.Contains(slices.Collect(maps.Values(l.Classes)), class) {
 			return quota.Limits{}, fmt.Errorf("--quota: class %q holds no capability (every capability is in class %s unless --quota-class assigns it)", class, quota.DefaultClass)
 		}

@@ -347,6 +347,13 @@ func TestParseQuotaRefusesSilentUnlimited(t *testing.T) {
 			t.Errorf("--quota %q --quota-class %q accepted: %+v", c.limits, c.classes, l)
 		}
 	}
+	// Class outbound limits the outbound gateway's requests, not capabilities.
+	if l, err := parseQuota("outbound=50/day", ""); err != nil || l.Daily["outbound"] != 50 {
+		t.Fatalf("--quota outbound=50/day: %+v %v", l, err)
+	}
+	if _, err := parseQuota("outbound=0/day", ""); err == nil {
+		t.Fatal("--quota outbound=0/day accepted (it would mean the default)")
+	}
 	l, err := parseQuota("default=100/day,search=10/day", "webSearch=search,fetch=default")
 	if err != nil || l.ClassOf("webSearch") != "search" || l.ClassOf("fetch") != "default" {
 		t.Fatalf("valid flags: %+v, %v", l, err)

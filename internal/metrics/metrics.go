@@ -31,6 +31,7 @@ type Metrics struct {
 	jobs          *prometheus.CounterVec
 	laneRuns      *prometheus.CounterVec
 	rateLimited   *prometheus.CounterVec
+	purged        *prometheus.CounterVec
 
 	// Daily keeps per-day call and denial counts for the admin overview.
 	Daily *Daily
@@ -59,12 +60,15 @@ func New() *Metrics {
 		laneRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "enclave_schedule_runs_total", Help: "Scheduled lane runs on this replica, by lane and result (ok, error).",
 		}, []string{"lane", "result"}),
+		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "enclave_retention_purged_rows_total", Help: "Rows removed by the retention program on this replica, by table.",
+		}, []string{"table"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "enclave_rate_limit_refusals_total", Help: "Requests refused by a rate limit (HTTP 429), by route class.",
 		}, []string{"route"}),
 		Daily: NewDaily(),
 	}
-	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.calls, m.tokenRefusals, m.jobs, m.laneRuns, m.rateLimited,
+	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.calls, m.tokenRefusals, m.jobs, m.laneRuns, m.rateLimited, m.purged,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -109,6 +113,11 @@ func (m *Metrics) LaneRan(lane string, err error) {
 		result = "error"
 	}
 	m.laneRuns.WithLabelValues(lane, result).Inc()
+}
+
+// Purged records rows the retention program removed from table.
+func (m *Metrics) Purged(table string, rows int64) {
+	m.purged.WithLabelValues(table).Add(float64(rows))
 }
 
 // Gauge adds a gauge read at scrape time.

@@ -24,6 +24,8 @@ func TestCounters(t *testing.T) {
 	m.LaneRan("audit-retention", nil)
 	m.LaneRan("audit-retention", errors.New("x"))
 	m.TokenRefused("expired")
+	m.Purged("audit_events", 500)
+	m.Purged("audit_events", 20)
 	for _, tc := range []struct {
 		got  float64
 		want float64
@@ -36,6 +38,7 @@ func TestCounters(t *testing.T) {
 		{testutil.ToFloat64(m.laneRuns.WithLabelValues("audit-retention", "error")), 1, "failed lane run"},
 		{testutil.ToFloat64(m.laneRuns.WithLabelValues("audit-retention", "ok")), 1, "lane run"},
 		{testutil.ToFloat64(m.tokenRefusals.WithLabelValues("expired")), 1, "token refusal"},
+		{testutil.ToFloat64(m.purged.WithLabelValues("audit_events")), 520, "rows purged by retention"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.what, tc.got, tc.want)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
@@ -98,6 +99,18 @@ func invalid(format string, args ...any) error {
 
 // id makes an id unique in the event: the revision the op commits.
 func id(prefix string, tx *workspaces.Tx) string { return prefix + strconv.FormatInt(tx.Revision, 10) }
+
+// Retention declares how long the event tables keep their rows: as long
+// as their event. On PostgreSQL they live in the main database, so add
+// them to the server's retention set (enclave.Server.Retention); on SQLite
+// they live in each workspace's own file.
+func Retention() []retention.Policy {
+	return []retention.Policy{
+		retention.Kept("event_speakers", "an event's speakers; deleted with the event's workspace"),
+		retention.Kept("event_sessions", "an event's sessions; deleted with the event's workspace"),
+		retention.Kept("event_slots", "an event's schedule; deleted with the event's workspace"),
+	}
+}
 
 // Register adds the event operations to a server's workspaces service
 // (enclave.Server.Workspaces, with Schema in the server's configuration).

@@ -13,6 +13,7 @@ import (
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/examples/events/events"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
@@ -51,7 +52,14 @@ func (m *mailbox) token(t *testing.T, to string) string {
 func options(box *mailbox) enclavetest.Options {
 	return enclavetest.Options{
 		Config: enclave.Config{Mailer: box, Workspaces: &workspaces.Options{Schema: []migrations.Source{events.Schema}}},
-		Setup:  func(srv *enclave.Server) error { return events.Register(srv.Workspaces()) },
+		Setup: func(srv *enclave.Server) error {
+			if srv.Store().Dialect() == storage.Postgres {
+				if err := srv.Retention().Add(events.Retention()...); err != nil {
+					return err
+				}
+			}
+			return events.Register(srv.Workspaces())
+		},
 	}
 }
 
@@ -70,6 +78,9 @@ func TestEventPlanning(t *testing.T) {
 		box.msgs = nil // each dialect's server starts with an empty mailbox
 		box.mu.Unlock()
 		if err := s.Inventory().Check(context.Background(), s.Store().DB); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Retention().Check(context.Background(), s.Store().DB); err != nil {
 			t.Fatal(err)
 		}
 		annU, valU, eveU := s.CreateUser(t, "ann"), s.CreateUser(t, "val"), s.CreateUser(t, "eve")

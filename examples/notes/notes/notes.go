@@ -36,6 +36,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -123,6 +124,11 @@ func Register(srv *enclave.Server) (*Service, error) {
 		inv.AddTable(storage.Table{Name: "notes"}),
 		inv.AddTable(storage.Table{Name: "note_stats", KeyColumn: "user_id"}),
 		inv.AddBlobPrefix(storage.BlobPrefix{Domain: Domain}),
+		// Every table declares how long its rows live (see docs/data.md).
+		srv.Retention().Add(
+			retention.UntilAccountDeleted("notes"),
+			retention.UntilAccountDeleted("note_stats").Because("recomputed by the stats schedule"),
+		),
 		srv.Jobs().Register(WordCountJob, s.countWords),
 		srv.Schedules().Add(schedules.Schedule{Name: StatsSchedule, Every: StatsEvery, Run: func(ctx context.Context, _ schedules.Tick) error {
 			_, err := s.RefreshStats(ctx)

@@ -48,6 +48,10 @@ func TestNotesDomain(t *testing.T) {
 		if err := s.Inventory().Check(ctx, s.Store().DB); err != nil {
 			t.Fatal(err)
 		}
+		// ... and by the retention guardrail.
+		if err := s.Retention().Check(ctx, s.Store().DB); err != nil {
+			t.Fatal(err)
+		}
 		aliceU, bobU := s.CreateUser(t, "alice"), s.CreateUser(t, "bob")
 		if !aliceU.Caller(t).HasPermission(notes.CreateNoteOwn) {
 			t.Fatal("role user lacks create:note:own")

@@ -1,0 +1,241 @@
+package capabilities_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
+)
+
+// memStore is an in-memory IdempotencyStore.
+type memStore struct {
+	mu     sync.Mutex
+	next   int64
+	rows   map[capabilities.IdempotencyKey]*capabilities.IdempotencyRecord
+	byID   map[int64]capabilities.IdempotencyKey
+	claims int
+}
+
+func newMemStore() *memStore {
+	return &memStore{rows: map[capabilities.IdempotencyKey]*capabilities.IdempotencyRecord{}, byID: map[int64]capabilities.IdempotencyKey{}}
+}
+
+func (m *memStore) Claim(_ context.Context, k capabilities.IdempotencyKey) (capabilities.IdempotencyRecord, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id := k
+	id.ArgsHash = ""
+	if r, ok := m.rows[id]; ok {
+		return *r, false, nil
+	}
+	m.next++
+	m.claims++
+	m.rows[id] = &capabilities.IdempotencyRecord{ID: m.next, ArgsHash: k.ArgsHash}
+	m.byID[m.next] = id
+	return *m.rows[id], true, nil
+}
+
+func (m *memStore) Complete(_ context.Context, id int64, result []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.rows[m.byID[id]]
+	r.Done, r.Result = true, result
+	return nil
+}
+
+func (m *memStore) Release(_ context.Context, id int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.rows, m.byID[id])
+	return nil
+}
+
+func withKey(key any) context.Context {
+	return capabilities.WithRequestMeta(context.Background(), map[string]any{capabilities.MetaIdempotencyKey: key})
+}
+
+func TestIdempotencyKeyRules(t *testing.T) {
+	store := newMemStore()
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	var runs int
+	var fail error
+	mk := func(name string, ann capabilities.Annotations) capabilities.Capability {
+		return capabilities.Define(capabilities.Spec[echoIn, capabilities.Result]{
+			Name: name, Domain: "test", Description: "test", Annotations: &ann,
+			Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (capabilities.Result, error) {
+				runs++
+				if fail != nil {
+					return capabilities.Result{}, fail
+				}
+				return capabilities.Result{Content: []capabilities.Content{capabilities.Text{Text: in.Text}, capabilities.ResourceLink{URI: "x:/1", Name: "one"}}, Structured: map[string]any{"n": runs}}, nil
+			},
+		})
+	}
+	if err := reg.Register(mk("doIt", write), mk("setIt", capabilities.Annotations{Idempotent: true})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+
+	// Same key, same arguments in another key order: replayed, content
+	// and structured content intact.
+	first, err := reg.Invoke(withKey("k1"), user, "doIt", []byte(`{"text":"a","times":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := reg.Invoke(withKey("k1"), user, "doIt", []byte(` {"times":1, "text":"a"}`))
+	if err != nil || runs != 1 {
+		t.Fatalf("replay: runs %d, err %v", runs, err)
+	}
+	if len(again.Content) != 2 || again.Content[0].(capabilities.Text).Text != "a" || again.Content[1].(capabilities.ResourceLink).Name != "one" || !strings.Contains(string(again.Structured.(json.RawMessage)), `"n":1`) {
+		t.Fatalf("replayed %+v, first %+v", again, first)
+	}
+	// Other arguments: conflict.
+	if _, err := reg.Invoke(withKey("k1"), user, "doIt", []byte(`{"text":"b"}`)); capabilities.CodeOf(err) != capabilities.CodeConflict || runs != 1 {
+		t.Fatalf("other arguments: %v, runs %d", err, runs)
+	}
+	// Another user, same key: runs.
+	if _, err := reg.Invoke(withKey("k1"), capabilitiestest.User("u2"), "doIt", []byte(`{"text":"a","times":1}`)); err != nil || runs != 2 {
+		t.Fatalf("other user: %v, runs %d", err, runs)
+	}
+	// An idempotent capability ignores the key.
+	for range 2 {
+		if _, err := reg.Invoke(withKey("k1"), user, "setIt", []byte(`{"text":"a"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if runs != 4 {
+		t.Fatalf("idempotent capability: runs %d, want 4", runs)
+	}
+	// A domain error is stored and replayed; an internal error releases
+	// the key so a retry runs.
+	fail = capabilities.Errorf(capabilities.CodeNotFound, "no such thing")
+	for range 2 {
+		if _, err := reg.Invoke(withKey("k2"), user, "doIt", []byte(`{"text":"a"}`)); capabilities.CodeOf(err) != capabilities.CodeNotFound || !strings.Contains(err.Error(), "no such thing") {
+			t.Fatalf("domain error: %v", err)
+		}
+	}
+	if runs != 5 {
+		t.Fatalf("domain error replay: runs %d, want 5", runs)
+	}
+	fail = errors.New("database down")
+	if _, err := reg.Invoke(withKey("k3"), user, "doIt", []byte(`{"text":"a"}`)); capabilities.CodeOf(err) != capabilities.CodeInternal {
+		t.Fatalf("internal error: %v", err)
+	}
+	fail = nil
+	if _, err := reg.Invoke(withKey("k3"), user, "doIt", []byte(`{"text":"a"}`)); err != nil || runs != 7 {
+		t.Fatalf("retry after an internal error: %v, runs %d (want 7)", err, runs)
+	}
+	// Malformed keys: invalid input, nothing runs.
+	for _, bad := range []any{"", strings.Repeat("é", 129), 7, nil, "a\nb"} {
+		_, err := reg.Invoke(withKey(bad), user, "doIt", []byte(`{"text":"a"}`))
+		if capabilities.CodeOf(err) != capabilities.CodeInvalidInput || !errors.Is(err, capabilities.ErrInvalidRequestMeta) {
+			t.Errorf("key %#v: %v", bad, err)
+		}
+	}
+	if _, err := reg.Invoke(withKey(strings.Repeat("é", 128)), user, "doIt", []byte(`{"text":"a"}`)); err != nil {
+		t.Errorf("128 characters: %v", err)
+	}
+	// An anonymous caller cannot use a key.
+	if _, err := reg.Invoke(withKey("k9"), capabilities.Caller{AllScopes: true}, "doIt", []byte(`{"text":"a"}`)); err == nil {
+		t.Error("anonymous caller with a key ran")
+	}
+}
+
+// A duplicate arriving while the first call runs waits for its result.
+func TestIdempotencyConcurrentDuplicateWaits(t *testing.T) {
+	store := newMemStore()
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	var mu sync.Mutex
+	runs := 0
+	held := make(chan struct{})
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "slow", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			<-held
+			mu.Lock()
+			runs++
+			mu.Unlock()
+			return echoOut{Echo: in.Text}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range 3 {
+		wg.Go(func() { _, errs[i] = reg.Invoke(withKey("same"), user, "slow", []byte(`{"text":"a"}`)) })
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(held)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("handler ran %d times, want 1", runs)
+	}
+}
+
+// A duplicate of a call that keeps running is told so, clearly, and does
+// not run the handler.
+func TestIdempotencyStillRunning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the idempotency wait (5 s)")
+	}
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: newMemStore(), NoBuiltins: true})
+	held := make(chan struct{})
+	var runs atomicInt
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "stuck", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			runs.add()
+			<-held
+			return echoOut{Echo: in.Text}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	first := make(chan error, 1)
+	go func() {
+		_, err := reg.Invoke(withKey("k"), user, "stuck", []byte(`{"text":"a"}`))
+		first <- err
+	}()
+	for runs.get() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err := reg.Invoke(withKey("k"), user, "stuck", []byte(`{"text":"a"}`))
+	if capabilities.CodeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "still running") {
+		t.Fatalf("duplicate of a running call: %v", err)
+	}
+	close(held)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if runs.get() != 1 {
+		t.Fatalf("handler ran %d times", runs.get())
+	}
+}
+
+type atomicInt struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (a *atomicInt) add() { a.mu.Lock(); a.n++; a.mu.Unlock() }
+func (a *atomicInt) get() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
