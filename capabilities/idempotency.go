@@ -22,7 +22,8 @@ import (
 // running the handler again; a repeat with other arguments is refused
 // (CodeConflict); a repeat while the first still runs waits for it, and is
 // refused (CodeConflict, "still running") if it does not finish soon. A
-// capability annotated Idempotent ignores the key.
+// capability annotated Idempotent or ReadOnly ignores the key (a read is
+// never stored).
 const MetaIdempotencyKey = "enclave/idempotencyKey"
 
 // MaxIdempotencyKeyLength is the longest idempotency key, in characters.
@@ -173,13 +174,38 @@ func (r *Registry) invokeOnce(ctx context.Context, c *Capability, caller Caller,
 	}
 }
 
+// ErrCallStopped is the cancellation cause (context.WithCancelCause) a
+// transport gives a call it stops on purpose: the caller cancelled a task,
+// the caller's access ended, the server is shutting down. A keyed call
+// outlives an ordinary cancellation (the client went away or timed out),
+// but not this one.
+var ErrCallStopped = errors.New("capabilities: call stopped")
+
+// keyedContext is the context a keyed handler runs in: it keeps ctx's
+// values and does not end when the client goes away, but ends when ctx is
+// cancelled with cause ErrCallStopped.
+func keyedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), ErrCallStopped) {
+			cancel(ErrCallStopped)
+		}
+	})
+	return hctx, func() { stop(); cancel(nil) }
+}
+
 // runClaimed runs the handler of a claimed call and stores its outcome.
 // The handler's context does not end when the client goes away: a retry
 // after a client timeout then finds the result instead of a half-done
-// call. An internal error (or a panic) releases the claim, so a retry
-// runs again; a result, or a domain error, is what every retry gets.
+// call. It does end when the transport stops the call on purpose
+// (ErrCallStopped: a cancelled task, access revoked, shutdown). An
+// internal error (or a panic, or a handler that ended with its stopped
+// context's error) releases the claim, so a retry runs again; a result, or
+// a domain error, is what every retry gets.
 func (r *Registry) runClaimed(ctx context.Context, id int64, run func(context.Context) (Result, error)) (Result, error) {
-	res, err := run(context.WithoutCancel(ctx))
+	hctx, stop := keyedContext(ctx)
+	res, err := run(hctx)
+	stop()
 	store := r.opts.Idempotency
 	// Store even if the client left.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

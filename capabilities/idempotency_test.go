@@ -239,3 +239,87 @@ func (a *atomicInt) get() int {
 	defer a.mu.Unlock()
 	return a.n
 }
+
+// A keyed handler outlives an ordinary cancellation (the client went away
+// or timed out: the retry gets its result) but ends when the transport
+// stops the call on purpose (ErrCallStopped), and the stopped call does
+// not spend the key.
+func TestIdempotencyStopEndsKeyedCall(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: newMemStore(), NoBuiltins: true})
+	var runs atomicInt
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "hold", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(ctx context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			runs.add()
+			select {
+			case <-ctx.Done():
+				return echoOut{}, ctx.Err()
+			case <-time.After(300 * time.Millisecond):
+				return echoOut{Echo: in.Text}, nil
+			}
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	call := func(key string, cause error) (echoOut, error) {
+		ctx, cancel := context.WithCancelCause(withKey(key))
+		go func() { time.Sleep(30 * time.Millisecond); cancel(cause) }()
+		res, err := reg.Invoke(ctx, user, "hold", []byte(`{"text":"a"}`))
+		if err != nil {
+			return echoOut{}, err
+		}
+		var out echoOut
+		b, _ := json.Marshal(res.Structured)
+		_ = json.Unmarshal(b, &out)
+		return out, nil
+	}
+	// The client went away: the handler finishes, the retry replays.
+	if out, err := call("gone", context.Canceled); err != nil || out.Echo != "a" {
+		t.Fatalf("ordinary cancellation: %+v %v", out, err)
+	}
+	if out, err := call("gone", context.Canceled); err != nil || out.Echo != "a" || runs.get() != 1 {
+		t.Fatalf("retry: %+v %v, runs %d", out, err, runs.get())
+	}
+	// Stopped on purpose: the handler ends, and the key runs again.
+	start := time.Now()
+	if _, err := call("stopped", capabilities.ErrCallStopped); err == nil || time.Since(start) > 250*time.Millisecond {
+		t.Fatalf("stopped call: err %v after %v, want it ended at once", err, time.Since(start))
+	}
+	if _, err := reg.Invoke(withKey("stopped"), user, "hold", []byte(`{"text":"a"}`)); err != nil || runs.get() != 3 {
+		t.Fatalf("after a stop: %v, runs %d (want 3)", err, runs.get())
+	}
+}
+
+// A read-only capability ignores an idempotency key (reads have no effect
+// to run once): its result is not stored, and a repeat reads afresh
+// instead of replaying what may since have changed or been deleted.
+func TestIdempotencyKeyIgnoredByReads(t *testing.T) {
+	store := newMemStore()
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	value := "secret-1"
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "readIt", Domain: "test", Description: "test", Annotations: &capabilities.Annotations{ReadOnly: true},
+		Handler: func(context.Context, *capabilities.Call, echoIn) (echoOut, error) {
+			return echoOut{Echo: value}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	if _, err := reg.Invoke(withKey("r"), user, "readIt", []byte(`{"text":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	value = "deleted"
+	res, err := reg.Invoke(withKey("r"), user, "readIt", []byte(`{"text":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(res.Structured); !strings.Contains(string(b), "deleted") {
+		t.Fatalf("a keyed read replayed a stored result: %s", b)
+	}
+	if store.claims != 0 {
+		t.Fatalf("a read claimed %d keys", store.claims)
+	}
+}
