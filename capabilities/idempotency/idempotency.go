@@ -13,7 +13,9 @@ package idempotency
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -74,7 +76,11 @@ func (s *Store) Claim(ctx context.Context, k capabilities.IdempotencyKey) (capab
 	}
 	for range 3 {
 		now := s.now()
-		r := &row{UserID: k.OwnerID, Capability: k.Capability, KeyHash: k.KeyHash, ArgsHash: k.ArgsHash, State: "running", CreatedAt: now}
+		// A random id, never the next one: SQLite hands the id of a
+		// deleted newest row out again, and a handler whose row was
+		// deleted while it ran (its account deleted, or expired) would
+		// then complete or release the new claim, perhaps another user's.
+		r := &row{ID: randomID(), UserID: k.OwnerID, Capability: k.Capability, KeyHash: k.KeyHash, ArgsHash: k.ArgsHash, State: "running", CreatedAt: now}
 		res, err := s.db.NewInsert().Model(r).On("CONFLICT DO NOTHING").Exec(ctx)
 		if err != nil {
 			return capabilities.IdempotencyRecord{}, false, fmt.Errorf("idempotency: claim: %w", err)
@@ -118,6 +124,16 @@ func (s *Store) Claim(ctx context.Context, k capabilities.IdempotencyKey) (capab
 		return rec, false, nil
 	}
 	return capabilities.IdempotencyRecord{}, false, errors.New("idempotency: claim: the key keeps changing hands")
+}
+
+// randomID is a positive 63-bit row id.
+func randomID() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	if id := int64(binary.BigEndian.Uint64(b[:]) >> 1); id != 0 {
+		return id
+	}
+	return 1
 }
 
 // Complete stores the outcome of the claimed row id.

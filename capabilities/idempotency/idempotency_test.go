@@ -111,3 +111,50 @@ func TestClaimIsAtomic(t *testing.T) {
 		}
 	})
 }
+
+// A claim whose row is deleted while its handler runs (its owner's account
+// deleted, or expired) must not complete or release someone else's later
+// claim: row ids are never handed out again, so the late Complete finds
+// nothing and another user's retry never receives the first user's result.
+func TestLateCompleteNeverReachesAnotherClaim(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		ring, err := envelope.Open(ctx, s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := idempotency.New(s, ring)
+		alice, bob := addUser(t, s, "alice"), addUser(t, s, "bob")
+		ka := capabilities.IdempotencyKey{OwnerID: alice, Capability: "mint", KeyHash: "h", ArgsHash: "a"}
+		kb := capabilities.IdempotencyKey{OwnerID: bob, Capability: "mint", KeyHash: "h", ArgsHash: "a"}
+		for i := range 20 {
+			first, claimed, err := st.Claim(ctx, ka)
+			if err != nil || !claimed {
+				t.Fatalf("alice's claim: %v %v", claimed, err)
+			}
+			// Alice's row goes while her handler runs.
+			if _, err := s.DB.NewDelete().Table("idempotency_keys").Where("id = ?", first.ID).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			second, claimed, err := st.Claim(ctx, kb)
+			if err != nil || !claimed {
+				t.Fatalf("bob's claim: %v %v", claimed, err)
+			}
+			if second.ID == first.ID {
+				t.Fatalf("round %d: bob's claim got the id of alice's deleted row (%d)", i, first.ID)
+			}
+			// Alice's handler ends: her result must not land in bob's row.
+			_ = st.Complete(ctx, first.ID, []byte(`{"content":"alice's new credential"}`)) // its row is gone: an error is fine
+			if err := st.Release(ctx, first.ID); err != nil {
+				t.Fatal(err)
+			}
+			rec, claimed, err := st.Claim(ctx, kb)
+			if err != nil || claimed || rec.Done || rec.ID != second.ID {
+				t.Fatalf("bob's row after alice's late completion: %+v claimed=%v err=%v", rec, claimed, err)
+			}
+			if err := st.Release(ctx, second.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
