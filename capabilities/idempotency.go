@@ -83,6 +83,14 @@ func WithRequestMeta(ctx context.Context, meta map[string]any) context.Context {
 	return context.WithValue(ctx, requestMetaKey{}, meta)
 }
 
+// withoutRequestMeta returns ctx without the request's _meta fields.
+func withoutRequestMeta(ctx context.Context) context.Context {
+	if ctx.Value(requestMetaKey{}) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, requestMetaKey{}, map[string]any(nil))
+}
+
 // idempotencyKeyFrom returns the request's idempotency key ("" when none),
 // or an invalid-input error for a malformed one.
 func idempotencyKeyFrom(ctx context.Context) (string, error) {

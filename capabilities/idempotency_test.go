@@ -323,3 +323,44 @@ func TestIdempotencyKeyIgnoredByReads(t *testing.T) {
 		t.Fatalf("a read claimed %d keys", store.claims)
 	}
 }
+
+// The key belongs to the request's call only: a handler that invokes other
+// capabilities (in-line, with its own context) does not pass it on, so
+// its inner calls all run, and twice with the same arguments is twice.
+func TestIdempotencyKeyNotInheritedByInnerCalls(t *testing.T) {
+	store := newMemStore()
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	var inner atomicInt
+	ann := write
+	if err := reg.Register(
+		capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+			Name: "addOne", Domain: "test", Description: "test", Annotations: &ann,
+			Handler: func(context.Context, *capabilities.Call, echoIn) (echoOut, error) {
+				inner.add()
+				return echoOut{Echo: "added"}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+			Name: "addTwo", Domain: "test", Description: "test", Annotations: &ann,
+			Handler: func(ctx context.Context, call *capabilities.Call, in echoIn) (echoOut, error) {
+				for range 2 {
+					if _, err := reg.Invoke(ctx, call.Caller, "addOne", []byte(`{"text":"x"}`)); err != nil {
+						return echoOut{}, err
+					}
+				}
+				return echoOut{Echo: "two"}, nil
+			},
+		}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	for range 2 { // the retry replays the outer call
+		if _, err := reg.Invoke(withKey("batch"), user, "addTwo", []byte(`{"text":"x"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if inner.get() != 2 {
+		t.Fatalf("inner calls ran %d times, want 2 (once per inner call, none on the replay)", inner.get())
+	}
+}

@@ -286,6 +286,9 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 	if err != nil {
 		return Result{}, err
 	}
+	// The request's _meta is this call's: a handler that invokes other
+	// capabilities must not pass its idempotency key on to them.
+	ctx = withoutRequestMeta(ctx)
 	call := &Call{Caller: caller, Capability: name, client: clientFrom(ctx)}
 	// A read has no effect to run once: a key on a read-only capability is
 	// checked but ignored, so a read's result (perhaps a secret, perhaps
