@@ -39,6 +39,24 @@ const (
 	idempotencyPoll = 50 * time.Millisecond
 )
 
+// IdempotencyStale is how long a running claim lives without being renewed.
+// While a keyed handler runs, the registry renews its claim every
+// idempotencyRenew (when the store is an IdempotencyRenewer); a claim not
+// renewed for this long belongs to a call whose replica died, and the next
+// call with its key runs instead of being told "still running" until the
+// key expires.
+const IdempotencyStale = 2 * time.Minute
+
+// idempotencyRenew is how often a running claim is renewed.
+var idempotencyRenew = 30 * time.Second
+
+// IdempotencyRenewer is an IdempotencyStore whose running claims expire
+// when not renewed (see IdempotencyStale).
+type IdempotencyRenewer interface {
+	// Renew records that the claimed record id is still running.
+	Renew(ctx context.Context, id int64) error
+}
+
 // IdempotencyKey names one keyed call.
 type IdempotencyKey struct {
 	UserID     string // the caller's stable user id
@@ -212,9 +230,31 @@ func keyedContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // a domain error, is what every retry gets.
 func (r *Registry) runClaimed(ctx context.Context, id int64, run func(context.Context) (Result, error)) (Result, error) {
 	hctx, stop := keyedContext(ctx)
+	store := r.opts.Idempotency
+	renewed, done := make(chan struct{}), make(chan struct{})
+	if rn, ok := store.(IdempotencyRenewer); ok {
+		go func() {
+			defer close(renewed)
+			t := time.NewTicker(idempotencyRenew)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					if err := rn.Renew(context.WithoutCancel(ctx), id); err != nil {
+						r.log.WarnContext(ctx, "capabilities: idempotency renew failed", "err", err)
+					}
+				}
+			}
+		}()
+	} else {
+		close(renewed)
+	}
 	res, err := run(hctx)
 	stop()
-	store := r.opts.Idempotency
+	close(done)
+	<-renewed
 	// Store even if the client left.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

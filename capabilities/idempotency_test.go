@@ -364,3 +364,48 @@ func TestIdempotencyKeyNotInheritedByInnerCalls(t *testing.T) {
 		t.Fatalf("inner calls ran %d times, want 2 (once per inner call, none on the replay)", inner.get())
 	}
 }
+
+// renewStore is a memStore that counts renewals of running claims.
+type renewStore struct {
+	*memStore
+	renewals atomicInt
+}
+
+func (s *renewStore) Renew(_ context.Context, id int64) error {
+	s.mu.Lock()
+	running := s.rows[s.byID[id]] != nil && !s.rows[s.byID[id]].Done
+	s.mu.Unlock()
+	if running {
+		s.renewals.add()
+	}
+	return nil
+}
+
+// While a keyed handler runs, its claim is renewed (so a store can tell a
+// live claim from one whose replica died); renewals stop when it ends.
+func TestIdempotencyClaimRenewedWhileRunning(t *testing.T) {
+	defer capabilities.SetIdempotencyRenew(10 * time.Millisecond)()
+	store := &renewStore{memStore: newMemStore()}
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "long", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			time.Sleep(150 * time.Millisecond)
+			return echoOut{Echo: in.Text}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Invoke(withKey("k"), capabilitiestest.User("u1"), "long", []byte(`{"text":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	n := store.renewals.get()
+	if n < 3 {
+		t.Fatalf("renewed %d times during a 150 ms call every 10 ms", n)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if store.renewals.get() != n {
+		t.Fatal("renewals went on after the call ended")
+	}
+}

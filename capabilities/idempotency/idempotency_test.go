@@ -158,3 +158,66 @@ func TestLateCompleteNeverReachesAnotherClaim(t *testing.T) {
 		}
 	})
 }
+
+// A running claim that is neither completed nor renewed for
+// IdempotencyStale belongs to a replica that died: the next claim of its
+// key takes it over instead of answering "still running" for a day. A
+// renewed claim is left to its holder.
+func TestStaleClaimIsTakenOver(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		ring, err := envelope.Open(ctx, s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := idempotency.New(s, ring)
+		alice := addUser(t, s, "alice")
+		age := func(id int64, d time.Duration) {
+			t.Helper()
+			if _, err := s.DB.NewUpdate().Table("idempotency_keys").Set("created_at = ?", time.Now().UTC().Add(-d)).Where("id = ?", id).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := capabilities.IdempotencyKey{OwnerID: alice, Capability: "pay", KeyHash: "h", ArgsHash: "a"}
+		dead, claimed, err := st.Claim(ctx, k)
+		if err != nil || !claimed {
+			t.Fatal(claimed, err)
+		}
+		// Young and running: still the holder's.
+		age(dead.ID, capabilities.IdempotencyStale/2)
+		if rec, claimed, err := st.Claim(ctx, k); err != nil || claimed || rec.Done {
+			t.Fatalf("young running claim: %+v %v %v", rec, claimed, err)
+		}
+		// Renewed, though claimed long ago: still the holder's.
+		age(dead.ID, time.Hour)
+		if err := st.Renew(ctx, dead.ID); err != nil {
+			t.Fatal(err)
+		}
+		if rec, claimed, err := st.Claim(ctx, k); err != nil || claimed || rec.ID != dead.ID {
+			t.Fatalf("renewed claim: %+v %v %v", rec, claimed, err)
+		}
+		// Not renewed for longer than IdempotencyStale: taken over.
+		if _, err := s.DB.NewUpdate().Table("idempotency_keys").Set("completed_at = ?", time.Now().UTC().Add(-capabilities.IdempotencyStale-time.Second)).Where("id = ?", dead.ID).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rec, claimed, err := st.Claim(ctx, k)
+		if err != nil || !claimed || rec.ID == dead.ID {
+			t.Fatalf("stale claim: %+v %v %v", rec, claimed, err)
+		}
+		// The dead holder's late completion changes nothing.
+		_ = st.Complete(ctx, dead.ID, []byte(`{}`))
+		if again, claimed, err := st.Claim(ctx, k); err != nil || claimed || again.Done {
+			t.Fatalf("after the dead holder's completion: %+v %v %v", again, claimed, err)
+		}
+		// A completed row is never taken over, however old its completion.
+		if err := st.Complete(ctx, rec.ID, []byte(`{"ok":true}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DB.NewUpdate().Table("idempotency_keys").Set("completed_at = ?", time.Now().UTC().Add(-time.Hour)).Where("id = ?", rec.ID).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if done, claimed, err := st.Claim(ctx, k); err != nil || claimed || !done.Done {
+			t.Fatalf("completed row: %+v %v %v", done, claimed, err)
+		}
+	})
+}
