@@ -265,16 +265,26 @@ func (r *Registry) runClaimed(ctx context.Context, id int64, run func(context.Co
 		return res, err
 	}
 	b, eerr := encodeOutcome(res, err)
+	if eerr != nil {
+		// The call ran but its result cannot be kept: the key is spent,
+		// and a retry is told so rather than running the call again.
+		r.log.ErrorContext(ctx, "capabilities: idempotency result cannot be stored", "err", eerr)
+		b, eerr = encodeOutcome(Result{}, errResultNotKept)
+	}
 	if eerr == nil {
 		eerr = store.Complete(sctx, id, b)
 	}
 	if eerr != nil {
-		// The call ran; without a stored result a retry would run it
-		// again, so keep the claim (the key is spent) and say so.
+		// Nothing could be written (the store is failing): the claim is
+		// left unrenewed, and a store that expires stale claims frees it.
 		r.log.ErrorContext(ctx, "capabilities: idempotency result not stored", "err", eerr)
 	}
 	return res, err
 }
+
+// errResultNotKept is what a retry gets when the first call ran but its
+// result could not be stored.
+var errResultNotKept = Errorf(CodeConflict, "a call with this idempotency key already ran, but its result could not be kept; use a new key to run it again")
 
 // outcome is a stored result or domain error.
 type outcome struct {

@@ -409,3 +409,30 @@ func TestIdempotencyClaimRenewedWhileRunning(t *testing.T) {
 		t.Fatal("renewals went on after the call ended")
 	}
 }
+
+// A call that ran but whose result cannot be stored (structured content
+// that does not marshal) spends its key: a retry is told so, clearly, and
+// does not run the handler again.
+func TestIdempotencyUnstorableResultSpendsTheKey(t *testing.T) {
+	store := newMemStore()
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	var runs atomicInt
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, capabilities.Result]{
+		Name: "odd", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(context.Context, *capabilities.Call, echoIn) (capabilities.Result, error) {
+			runs.add()
+			return capabilities.Result{Content: []capabilities.Content{capabilities.Text{Text: "done"}}, Structured: map[string]any{"c": make(chan int)}}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	if _, err := reg.Invoke(withKey("k"), user, "odd", []byte(`{"text":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := reg.Invoke(withKey("k"), user, "odd", []byte(`{"text":"a"}`))
+	if capabilities.CodeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "already ran") || runs.get() != 1 {
+		t.Fatalf("retry of a call whose result was not kept: %v, runs %d", err, runs.get())
+	}
+}
