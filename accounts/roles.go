@@ -82,9 +82,21 @@ func (s *Service) GrantAdminAsOperator(ctx context.Context, userID int64) (bool,
 	return s.assignRole(ctx, userID, capabilities.RoleAdmin)
 }
 
+// testHookRoleInserted, when set (tests), runs inside assignRole's
+// transaction right after the role is inserted.
+var testHookRoleInserted func(userID int64)
+
 func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bool, error) {
 	var added bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if role == capabilities.RoleAdmin {
+			// Serialized with ClaimUnverified, which spares admins: the
+			// grant either lands first (and the claim sees it) or finds
+			// the account being deleted.
+			if err := lockAdmins(ctx, tx, s.store.Dialect()); err != nil {
+				return err
+			}
+		}
 		if _, err := writableUser(ctx, tx, userID); err != nil {
 			return err
 		}
@@ -100,6 +112,9 @@ func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bo
 		}
 		n, _ := res.RowsAffected()
 		added = n > 0
+		if testHookRoleInserted != nil {
+			testHookRoleInserted(userID)
+		}
 		return nil
 	})
 	if err != nil {
