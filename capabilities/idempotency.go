@@ -226,8 +226,9 @@ func keyedContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // call. It does end when the transport stops the call on purpose
 // (ErrCallStopped: a cancelled task, access revoked, shutdown). An
 // internal error (or a panic, or a handler that ended with its stopped
-// context's error) releases the claim, so a retry runs again; a result, or
-// a domain error, is what every retry gets.
+// context's error) or a refusal such as an exhausted quota releases the
+// claim, so a retry runs again; a result, or another domain error, is what
+// every retry gets.
 func (r *Registry) runClaimed(ctx context.Context, id int64, run func(context.Context) (Result, error)) (Result, error) {
 	hctx, stop := keyedContext(ctx)
 	store := r.opts.Idempotency
@@ -258,7 +259,7 @@ func (r *Registry) runClaimed(ctx context.Context, id int64, run func(context.Co
 	// Store even if the client left.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err != nil && CodeOf(err) == CodeInternal {
+	if err != nil && releasesKey(CodeOf(err)) {
 		if rerr := store.Release(sctx, id); rerr != nil {
 			r.log.ErrorContext(ctx, "capabilities: idempotency release failed", "err", rerr)
 		}
@@ -280,6 +281,19 @@ func (r *Registry) runClaimed(ctx context.Context, id int64, run func(context.Co
 		r.log.ErrorContext(ctx, "capabilities: idempotency result not stored", "err", eerr)
 	}
 	return res, err
+}
+
+// releasesKey reports whether a call that ended with code leaves its key
+// free: an internal error (a retry may succeed), and a refusal that says
+// the call did not happen and may later (a quota or scope refusal, an
+// account state): storing those would refuse every retry for a day, even
+// after the quota resets.
+func releasesKey(code Code) bool {
+	switch code {
+	case CodeInternal, CodeQuotaExceeded, CodeInsufficientScope, CodeAccountSuspended, CodeAccountDeleting:
+		return true
+	}
+	return false
 }
 
 // errResultNotKept is what a retry gets when the first call ran but its

@@ -436,3 +436,37 @@ func TestIdempotencyUnstorableResultSpendsTheKey(t *testing.T) {
 		t.Fatalf("retry of a call whose result was not kept: %v, runs %d", err, runs.get())
 	}
 }
+
+// A handler's quota refusal says the call did not happen: it is not
+// stored, so the client's retry with the same key after the quota resets
+// runs the call.
+func TestIdempotencyQuotaRefusalNotStored(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: newMemStore(), NoBuiltins: true})
+	spent := true
+	var runs atomicInt
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "fetch", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			runs.add()
+			if spent {
+				return echoOut{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "daily quota spent", RetryAfter: time.Now().Add(time.Hour)}
+			}
+			return echoOut{Echo: in.Text}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	_, err := reg.Invoke(withKey("k"), user, "fetch", []byte(`{"text":"a"}`))
+	if capabilities.CodeOf(err) != capabilities.CodeQuotaExceeded {
+		t.Fatalf("first call: %v", err)
+	}
+	if _, ok := capabilities.RetryAfterOf(err); !ok {
+		t.Fatal("the quota refusal lost its retry time")
+	}
+	spent = false
+	if _, err := reg.Invoke(withKey("k"), user, "fetch", []byte(`{"text":"a"}`)); err != nil || runs.get() != 2 {
+		t.Fatalf("retry after the quota reset: %v, runs %d (want 2)", err, runs.get())
+	}
+}
