@@ -19,12 +19,15 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/idempotency"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
@@ -40,6 +43,8 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A key rotated on any replica is sealed with on every replica at once.
+	s.unfollow = ring.Follow(s.bus, func(err error) { s.log.Warn("enclave: data key reload failed", "err", err) })
 	auditKey, err := ring.NamedKey(ctx, "audit")
 	if err != nil {
 		return err
@@ -109,6 +114,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			_ = s.audit.Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "delete_account",
 				Result: audit.ResultSuccess, Reason: "resumed", UserHash: s.audit.HashUser(o.StableID)})
 		},
+		TxHooks: s.lifecycleTxHooks(),
 	})
 
 	// The embedder's entities reach SQL and the built-in roles before the
@@ -134,7 +140,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
-		Auditor:    s.audit,
+		Auditor:    burstAuditor{s.audit, s},
 		AuditKey:   auditKey,
 		Quota:      q,
 		Features:   flags,
@@ -146,6 +152,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
+	if err := s.assembleEvents(); err != nil {
+		return err
+	}
 	owners := lifecycle.Owners(s.accounts)
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
@@ -170,6 +179,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		},
 	})...)
 	caps = append(caps, s.overviewCapability())
+	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
 		olim.DailyRequests = n // --quota outbound=N/day
@@ -205,7 +215,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
-		mopts.Verifier = oauthVerifier{s.oauth}
+		mopts.Verifier = oauthVerifier{s.oauth, s.newCallerCache()}
 	}
 	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
 	if mopts.Version == "" {
@@ -216,6 +226,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	if mopts.Tasks == nil {
 		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
+	}
+	if mopts.Bus == nil {
+		mopts.Bus = s.bus
+	}
+	if _, local := mopts.Bus.(*cluster.Local); mopts.Sessions == nil && !local {
+		// Replicas share one database: any of them serves any session.
+		mopts.Sessions = sqlsessions.New(s.store)
 	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
@@ -301,10 +318,18 @@ func tokenRefusal(err error) string {
 }
 
 // oauthVerifier checks /mcp bearer tokens against enclave's own
-// authorization server.
-type oauthVerifier struct{ s *oauth.Server }
+// authorization server, through the revocation-aware cache of verified
+// callers (nil when Config.CallerCacheTTL is negative).
+type oauthVerifier struct {
+	s     *oauth.Server
+	cache *callercache.Cache[mcp.TokenInfo]
+}
 
 func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
+	if info, ok := v.cache.Get(token); ok {
+		return cachedToken(info), nil
+	}
+	ticket := v.cache.Begin() // before the read: a change meanwhile voids the Put
 	a, err := v.s.VerifyAccessToken(ctx, token)
 	// A token that matched a grant names its user next to the refusal, for
 	// the audit log; one that matched nothing names no one.
@@ -328,7 +353,9 @@ func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.Token
 	// The token check loaded the account's state, roles and permissions in
 	// its one query: hand them over instead of loading the account again.
 	caller := a.Caller()
-	return mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller}, nil
+	info := mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller}
+	v.cache.Put(ticket, token, a.UserID, a.GrantID, a.ExpiresAt, cachedToken(info))
+	return info, nil
 }
 
 // registerInventory records where enclave's own user-owned data lives. A
@@ -348,6 +375,8 @@ func registerInventory(inv *storage.Inventory) error {
 		// Replayable results of keyed calls: deleted with the account,
 		// never exported (they repeat what the account's data says).
 		inv.AddTable(idempotency.Table),
+		registerEventInventory(inv),
+		addTables(inv, sqlsessions.Tables),
 	)
 }
 
@@ -368,6 +397,9 @@ var adminAuditActions = map[string]string{
 	"adminInviteCreate":       "admin_invite_create",
 	"adminInviteRevoke":       "admin_invite_revoke",
 	"adminFeatureSet":         "admin_feature_set",
+	"adminWebhookCreate":      "admin_webhook_create",
+	"adminWebhookDelete":      "admin_webhook_delete",
+	"adminFeedbackUpdate":     "admin_feedback_update",
 }
 
 // auditedAdmin wraps the handlers of the capabilities named in

@@ -2,6 +2,7 @@ package enclave
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +22,10 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -113,6 +117,16 @@ type Config struct {
 	// the verifier's own outage: 503 with Retry-After, not audited.
 	TokenVerifier mcp.TokenVerifier
 
+	// CallerCacheTTL bounds how long a verified bearer token's caller
+	// (account state, roles, permissions) is reused without the SQL bearer
+	// check. Entries are dropped at once, on this replica and through the
+	// cluster bus on the others, when anything they depend on changes
+	// (revocation, password, suspension, roles, deletion, email); while the
+	// bus reports a gap nothing is cached. Default 30 s; negative turns the
+	// cache off (every call runs the bearer check). Only enclave's own
+	// authorization server is cached, never a custom TokenVerifier.
+	CallerCacheTTL time.Duration
+
 	// MCP tunes the MCP endpoint (session TTL and limits, body limit). Its
 	// Registry, Verifier, Loader, BaseURL and Logger are set by New.
 	MCP mcp.Options
@@ -163,6 +177,32 @@ type Config struct {
 	// metrics on (GET /metrics), on a listener of its own: never on the
 	// public one. Default "": off. MetricsHandler serves the same.
 	MetricsAddr string
+
+	// WebhookAllowPrivate lets webhook subscriptions target private,
+	// loopback and link-local addresses (--webhook-allow-private): for
+	// tests and for targets on the operator's own network. https is
+	// required regardless. Default false.
+	WebhookAllowPrivate bool
+	// WebhookRootCAs, when set, are the certificate authorities webhook
+	// targets' TLS certificates are checked against instead of the
+	// system's (a private CA; tests). Default nil: the system roots.
+	WebhookRootCAs *x509.CertPool
+	// WebhookMaxFailures is how many failed webhook deliveries in a row
+	// disable a subscription (the admin sees why). Default 15.
+	WebhookMaxFailures int
+	// DenialBurst sets the denial-burst alert: denials at the choke point
+	// counted per user and per client network (in memory, per replica);
+	// reaching Threshold within Window publishes security.denial_burst,
+	// then the subject stays quiet for Cooldown. Defaults 50, 1 h, 6 h.
+	DenialBurst events.BurstOptions
+	// Bus links the replicas of a deployment (session messages, cache
+	// invalidation, list-changed notices). Default: opened from BusURL.
+	// An embedder-supplied bus is not closed by Close.
+	Bus cluster.Bus
+	// BusURL chooses the bus when Bus is nil: "local" (one process),
+	// "postgres" (LISTEN/NOTIFY on DatabaseURL) or nats://host:port.
+	// Default: postgres with a postgres:// DatabaseURL, local otherwise.
+	BusURL string
 
 	// Signup says who may create an account on the web shell: SignupOpen
 	// (default), SignupInvite (an admin's invite code is needed) or
@@ -236,6 +276,12 @@ type Server struct {
 	features  *features.Store
 	meter     *quota.Meter
 	retention *retention.Set
+	events    *events.Bus
+	bursts    *events.BurstPublisher
+	feedback  *feedback.Service
+	bus       cluster.Bus
+	ownBus    bool
+	unfollow  func() // stops following data-key rotations on the bus
 	outbound  *outbound.Gateway
 
 	metrics  *serverMetrics
@@ -274,15 +320,30 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: store}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus}
+	if s.bus == nil {
+		b, err := cluster.Open(ctx, cluster.OpenOptions{BusURL: cfg.BusURL, DatabaseURL: cfg.DatabaseURL, DB: store.DB.DB, Logger: cfg.Logger})
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+		s.bus, s.ownBus = b, true
+	}
 	s.metrics = newMetrics(s)
 	if err := s.assemble(ctx); err != nil {
+		if s.ownBus {
+			s.bus.Close()
+		}
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
 	s.handler = s.routes()
 	return s, nil
 }
+
+// Bus returns the cluster bus linking this replica to the others (an
+// in-process bus on a single replica).
+func (s *Server) Bus() cluster.Bus { return s.bus }
 
 // Config returns the configuration in force, defaults filled in.
 func (s *Server) Config() Config { return s.cfg }
@@ -528,6 +589,12 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.unfollow != nil {
+			s.unfollow()
+		}
+		if s.ownBus {
+			s.bus.Close()
 		}
 		s.closeErr = s.store.Close()
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/retention"
@@ -57,7 +58,15 @@ func (s *Server) retentionPolicies() []retention.Policy {
 		retention.Age("quota_usage", "day", (quota.KeepDays-1)*day).In(retention.Day),
 		retention.Age("idempotency_keys", "created_at", idempotencyWindow).Because("results of calls made with an idempotency key; never exported"),
 		retention.Age("mcp_tasks", "expires_at", 0),
+		retention.Age("mcp_sessions", "last_used_at", 30*time.Minute).Because("shared MCP sessions idle longer than the session lifetime"),
+		retention.Age("mcp_session_answers", "created_at", sqlsessions.AnswerTTL).Because("client answers to elicitation or sampling not yet collected by the asking replica"),
+		retention.Age("mcp_session_events", "created_at", sqlsessions.EventTTL).Because("the resumable-stream window"),
 		retention.Age("outbox", "dead_at", s.cfg.JobRetention).Because("jobs that gave up (Config.JobRetention); delivered jobs are removed when delivered"),
+
+		retention.UntilAccountDeleted("webhook_subscriptions").Because("an admin's webhook subscriptions"),
+		retention.Age("platform_feedback", "updated_at", 365*day).If("status IN ('resolved', 'dismissed')").
+			Because("resolved and dismissed feedback; open and triaged items stay until reviewed or the submitter's account is deleted"),
+		retention.Kept("feedback_mails", "markers that a decision mail was queued; deleted with their feedback row (ON DELETE CASCADE)"),
 
 		// OAuth.
 		retention.Age("oauth_tokens", "expires_at", 0).Because("expired codes, PKCE sessions, access and refresh tokens"),

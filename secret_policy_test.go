@@ -49,12 +49,12 @@ func TestSecretPolicyPage(t *testing.T) {
 				return rec
 			}
 			rec := do("alice", "/account/secrets", url.Values{"name": {"gh"}, "value": {"ghp-alice-value"}, "description": {"CI"},
-				"allowedHosts": {"API.github.com\n*.githubusercontent.com"}, "expiresAt": {"2099-01-02T03:04"}})
+				"allowedHosts": {"API.github.com\n*.github.com"}, "expiresAt": {"2099-01-02T03:04"}})
 			if rec.Code != http.StatusSeeOther {
 				t.Fatalf("set: %d %s", rec.Code, rec.Body.String())
 			}
 			page := do("alice", "/account/secrets", nil).Body.String()
-			for _, want := range []string{"api.github.com, *.githubusercontent.com", "2099-01-02 03:04 UTC", `value="2099-01-02T03:04"`} {
+			for _, want := range []string{"api.github.com, *.github.com", "2099-01-02 03:04 UTC", `value="2099-01-02T03:04"`} {
 				if !strings.Contains(page, want) {
 					t.Fatalf("page lacks %q", want)
 				}
@@ -72,14 +72,14 @@ func TestSecretPolicyPage(t *testing.T) {
 			if rec.Code != http.StatusNotFound {
 				t.Fatalf("bob's policy change: %d", rec.Code)
 			}
-			if u, err := srv.Secrets().Use(ctx, owners["alice"], "gh", time.Now()); err != nil || strings.Join(u.AllowedHosts, ",") != "api.github.com,*.githubusercontent.com" {
+			if u, err := srv.Secrets().Use(ctx, owners["alice"], "gh", time.Now()); err != nil || strings.Join(u.AllowedHosts, ",") != "api.github.com,*.github.com" {
 				t.Fatalf("alice's policy: %+v %v", u.Secret, err)
 			}
 			// The owner narrows it and drops the expiry.
 			if rec = do("alice", "/account/secrets/policy", url.Values{"name": {"gh"}, "allowedHosts": {"api.github.com"}, "expiresAt": {""}}); rec.Code != http.StatusSeeOther {
 				t.Fatalf("policy: %d %s", rec.Code, rec.Body.String())
 			}
-			if page := do("alice", "/account/secrets", nil).Body.String(); strings.Contains(page, "githubusercontent") || !strings.Contains(page, "never") {
+			if page := do("alice", "/account/secrets", nil).Body.String(); strings.Contains(page, "*.github.com") || !strings.Contains(page, "never") {
 				t.Fatal("the policy change is not shown")
 			}
 			// The export lists the policy, never the value.

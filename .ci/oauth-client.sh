@@ -4,6 +4,8 @@
 # oauth/internal/e2eserver/oauth-client.mjs, against a complete enclave
 # server (oauth/internal/e2eserver). Node 22 and the SDK are installed into a
 # temporary prefix; the machine's own node is left alone.
+# OAUTH_CLIENT_CLUSTER=1 (with ENCLAVE_TEST_POSTGRES) runs the same client
+# against three replicas on PostgreSQL behind a round-robin proxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,9 @@ cleanup() {
   if [ -n "$server_pid" ]; then
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
+  fi
+  if [ -n "${schema:-}" ]; then
+    psql "$ENCLAVE_TEST_POSTGRES" -qc "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1 || true
   fi
   rm -rf "$work"
 }
@@ -30,7 +35,20 @@ echo "node $(node --version)"
 # A built binary (rather than go run) so that stopping it stops the server.
 go build -o "$work/e2eserver" ./oauth/internal/e2eserver
 mkfifo "$work/stdin"
-"$work/e2eserver" -data "$work/data" <"$work/stdin" >"$work/server.out" 2>"$work/server.log" &
+server_args=(-data "$work/data")
+if [ "${OAUTH_CLIENT_CLUSTER:-0}" = 1 ]; then
+  # Three replicas on a fresh PostgreSQL schema behind a round-robin proxy.
+  : "${ENCLAVE_TEST_POSTGRES:?OAUTH_CLIENT_CLUSTER=1 needs ENCLAVE_TEST_POSTGRES}"
+  schema="oauth_client_$$_$RANDOM"
+  psql "$ENCLAVE_TEST_POSTGRES" -qc "CREATE SCHEMA $schema"
+  case "$ENCLAVE_TEST_POSTGRES" in
+    *\?*) dburl="$ENCLAVE_TEST_POSTGRES&search_path=$schema" ;;
+    *) dburl="$ENCLAVE_TEST_POSTGRES?search_path=$schema" ;;
+  esac
+  server_args+=(-database-url "$dburl" -replicas 3)
+  echo "cluster: 3 replicas behind a round-robin proxy (schema $schema)"
+fi
+"$work/e2eserver" "${server_args[@]}" <"$work/stdin" >"$work/server.out" 2>"$work/server.log" &
 server_pid=$!
 exec 4>"$work/stdin"
 

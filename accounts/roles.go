@@ -87,6 +87,7 @@ func (s *Service) GrantAdminAsOperator(ctx context.Context, userID int64) (bool,
 var testHookRoleInserted func(userID int64)
 
 func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bool, error) {
+	defer s.callerChanged(ctx, userID)
 	var added bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if role == capabilities.RoleAdmin {
@@ -97,7 +98,8 @@ func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bo
 				return err
 			}
 		}
-		if _, err := writableUser(ctx, tx, userID); err != nil {
+		u, err := writableUser(ctx, tx, userID)
+		if err != nil {
 			return err
 		}
 		if ok, err := tx.NewSelect().Table("roles").Where("name = ?", role).Exists(ctx); err != nil {
@@ -115,7 +117,10 @@ func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bo
 		if testHookRoleInserted != nil {
 			testHookRoleInserted(userID)
 		}
-		return nil
+		if !added {
+			return nil
+		}
+		return s.changed(ctx, tx, Change{Kind: ChangeRoleAssigned, UserID: userID, StableID: u.StableID, Role: role})
 	})
 	if err != nil {
 		return false, fmt.Errorf("accounts: assign role %s: %w", role, err)
@@ -149,6 +154,7 @@ func (s *Service) RevokeAdminAsOperator(ctx context.Context, userID int64) (bool
 }
 
 func (s *Service) removeRole(ctx context.Context, userID int64, role string) (bool, error) {
+	defer s.callerChanged(ctx, userID)
 	var removed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if role != capabilities.RoleAdmin {
@@ -158,7 +164,10 @@ func (s *Service) removeRole(ctx context.Context, userID int64, role string) (bo
 			}
 			n, _ := res.RowsAffected()
 			removed = n > 0
-			return nil
+			if !removed {
+				return nil
+			}
+			return s.roleRemoved(ctx, tx, userID, role)
 		}
 		// Removals, suspensions and deletions of admins queue on one lock
 		// (see lockAdmins); each DELETE then sees the admins that remain.
@@ -175,7 +184,7 @@ func (s *Service) removeRole(ctx context.Context, userID int64, role string) (bo
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
 			removed = true
-			return nil
+			return s.roleRemoved(ctx, tx, userID, role)
 		}
 		has, err := tx.NewSelect().Table("user_roles").Where("user_id = ? AND role_name = ?", userID, role).Exists(ctx)
 		if err != nil {
@@ -193,6 +202,15 @@ func (s *Service) removeRole(ctx context.Context, userID int64, role string) (bo
 		s.cfg.Logger.InfoContext(ctx, "accounts: role removed", "user_id", userID, "role", role)
 	}
 	return removed, nil
+}
+
+// roleRemoved reports a removed role to the change hooks.
+func (s *Service) roleRemoved(ctx context.Context, tx bun.Tx, userID int64, role string) error {
+	var sid string
+	if err := tx.NewSelect().Table("users").Column("stable_user_id").Where("id = ?", userID).Scan(ctx, &sid); err != nil {
+		return err
+	}
+	return s.changed(ctx, tx, Change{Kind: ChangeRoleRemoved, UserID: userID, StableID: sid, Role: role})
 }
 
 // lockAdmins serializes the changes that can take away the last active

@@ -26,6 +26,54 @@ type Service struct {
 
 	mu                sync.Mutex
 	onPasswordChanged []PasswordChangeHook
+	onChange          []ChangeHook
+	onCallerChanged   []func(ctx context.Context, userID int64)
+}
+
+// The kinds of Change, named like the admin events that report them.
+const (
+	ChangeUserCreated     = "user.created"
+	ChangeUserSuspended   = "user.suspended"
+	ChangeUserUnsuspended = "user.unsuspended"
+	ChangeRoleAssigned    = "role.assigned"
+	ChangeRoleRemoved     = "role.removed"
+)
+
+// Change is one account change reported to the change hooks: identifiers
+// and the changed field, nothing else.
+type Change struct {
+	Kind     string // one of the Change* constants
+	UserID   int64  // users.id of the account
+	StableID string // its stable user id
+	Role     string // the role, for role changes
+}
+
+// ChangeHook runs inside the transaction of an account change that
+// happened (account created, suspended or unsuspended, role assigned or
+// removed), after the change is written: other domains record work that
+// must exist exactly when the change does (an event in the outbox).
+// Returning an error rolls the change back.
+type ChangeHook func(ctx context.Context, tx bun.IDB, c Change) error
+
+// OnChange registers hook to run in every account change (see
+// ChangeHook). Register hooks before serving requests.
+func (s *Service) OnChange(hook ChangeHook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onChange = append(s.onChange, hook)
+}
+
+// changed runs the change hooks inside tx.
+func (s *Service) changed(ctx context.Context, tx bun.IDB, c Change) error {
+	s.mu.Lock()
+	hooks := append([]ChangeHook(nil), s.onChange...)
+	s.mu.Unlock()
+	for _, h := range hooks {
+		if err := h(ctx, tx, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PasswordChangeHook runs inside the transaction that changes a user's
@@ -64,6 +112,30 @@ func (s *Service) OnPasswordChange(hook PasswordChangeHook) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.onPasswordChanged = append(s.onPasswordChanged, hook)
+}
+
+// OnCallerChange registers f to run after every committed change to what a
+// transport loads as an account's caller: its state (suspension, deletion
+// mark, email verification), roles, password, email or username; userID 0
+// means every account (a role's permissions changed). Caches of callers
+// (see internal/callercache) drop their entries there. f runs after the
+// transaction, also when the change failed (dropping a cache entry is
+// always safe). Register hooks before serving requests.
+func (s *Service) OnCallerChange(f func(ctx context.Context, userID int64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onCallerChanged = append(s.onCallerChanged, f)
+}
+
+// callerChanged runs the OnCallerChange hooks; call it (deferred) after
+// the writing transaction.
+func (s *Service) callerChanged(ctx context.Context, userID int64) {
+	s.mu.Lock()
+	hooks := s.onCallerChanged
+	s.mu.Unlock()
+	for _, f := range hooks {
+		f(ctx, userID)
+	}
 }
 
 func (s *Service) passwordHooks() []PasswordChangeHook {

@@ -328,6 +328,9 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 				return err
 			}
 		}
+		if err := s.changed(ctx, tx, Change{Kind: ChangeUserCreated, UserID: row.ID, StableID: row.StableID}); err != nil {
+			return err
+		}
 		if onCreated != nil {
 			return onCreated(ctx, tx, row.user(), token)
 		}
@@ -526,6 +529,7 @@ func (s *Service) UserByUsername(ctx context.Context, username string) (User, er
 // set) and reports whether the row changed; ErrNotFound when there is no
 // such user.
 func (s *Service) setStamp(ctx context.Context, userID int64, column string, set, refuseDeleting bool) (bool, error) {
+	defer s.callerChanged(ctx, userID)
 	q := s.store.DB.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID)
 	if refuseDeleting {
 		q = q.Where("deleting_at IS NULL")
@@ -571,6 +575,7 @@ const keepsAnActiveAdmin = `(NOT EXISTS (SELECT 1 FROM user_roles AS mine WHERE 
 // itself, so concurrent changes can never leave zero active admins. It
 // reports whether the row changed; ErrNotFound when there is no such user.
 func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column string) (bool, error) {
+	defer s.callerChanged(ctx, userID)
 	var changed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if err := lockAdmins(ctx, tx, s.store.Dialect()); err != nil {
@@ -584,7 +589,14 @@ func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column st
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
 			changed = true
-			return nil
+			if column != "suspended_at" {
+				return nil
+			}
+			row, err := s.userWhere(ctx, tx, "id = ?", userID)
+			if err != nil {
+				return err
+			}
+			return s.changed(ctx, tx, Change{Kind: ChangeUserSuspended, UserID: userID, StableID: row.StableID})
 		}
 		row, err := s.userWhere(ctx, tx, "id = ?", userID)
 		if err != nil {
@@ -615,7 +627,24 @@ func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
 
 // Unsuspend lifts a suspension. It reports whether the state changed.
 func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.setStamp(ctx, userID, "suspended_at", false, false)
+	var changed bool
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		now := s.now()
+		res, err := tx.NewUpdate().Model((*userRow)(nil)).Set("suspended_at = NULL").Set("updated_at = ?", now).
+			Where("id = ? AND suspended_at IS NOT NULL", userID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		row, err := s.userWhere(ctx, tx, "id = ?", userID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		changed = true
+		return s.changed(ctx, tx, Change{Kind: ChangeUserUnsuspended, UserID: userID, StableID: row.StableID})
+	})
 	if err != nil {
 		return false, fmt.Errorf("accounts: unsuspend: %w", err)
 	}
@@ -730,6 +759,7 @@ func (s *Service) CheckEmailFree(ctx context.Context, userID int64, rawEmail str
 // that also runs before (first), stamps password_changed_at, drops pending
 // setup tokens and runs the password-change hooks.
 func (s *Service) setPassword(ctx context.Context, userID int64, next string, before func(context.Context, bun.Tx) error) (User, error) {
+	defer s.callerChanged(ctx, userID)
 	cur, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
 	if err != nil {
 		return User{}, err
@@ -783,6 +813,7 @@ func (s *Service) setPassword(ctx context.Context, userID int64, next string, be
 // with ReleaseEmailClaim. Errors: ErrInvalidEmail, ErrEmailTaken,
 // ErrEmailClaimed, ErrDeleting, ErrNotFound.
 func (s *Service) ChangeEmail(ctx context.Context, userID int64, newEmail string) (User, error) {
+	defer s.callerChanged(ctx, userID)
 	email, err := NormalizeEmail(newEmail)
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: change email: %w", err)
@@ -867,6 +898,7 @@ func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email str
 // signup (shape, reserved list, uniqueness). Errors: ErrInvalidUsername,
 // ErrUsernameReserved, ErrUsernameTaken, ErrDeleting, ErrNotFound.
 func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername string) (User, error) {
+	defer s.callerChanged(ctx, userID)
 	username, err := NormalizeUsername(newUsername)
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: change username: %w", err)

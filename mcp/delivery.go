@@ -198,15 +198,20 @@ type clientAnswer struct {
 // session and request id: only the session that received a request can
 // answer it.
 type pendingRequests struct {
-	mu   sync.Mutex
-	m    map[string]chan clientAnswer
-	next atomic.Uint64
+	prefix string // "enclave-" and, in a cluster, this replica's bus id
+	mu     sync.Mutex
+	m      map[string]chan clientAnswer
+	next   atomic.Uint64
 }
 
 func pendingKey(sid string, id json.RawMessage) string { return sid + "\x00" + string(id) }
 
 func (p *pendingRequests) add(sid string) (json.RawMessage, chan clientAnswer, func()) {
-	id, _ := json.Marshal(fmt.Sprintf("enclave-%d", p.next.Add(1)))
+	prefix := p.prefix
+	if prefix == "" {
+		prefix = "enclave-"
+	}
+	id, _ := json.Marshal(fmt.Sprintf("%s%d", prefix, p.next.Add(1)))
 	ch := make(chan clientAnswer, 1)
 	key := pendingKey(sid, id)
 	p.mu.Lock()

@@ -56,6 +56,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 )
 
@@ -135,6 +136,14 @@ type Options struct {
 	// as this caller, and only requests arriving on a loopback address are
 	// accepted. It exists for local conformance testing.
 	Anonymous *capabilities.Caller
+	// Bus links the replicas of a deployment: resource updates and list
+	// changes are broadcast on it, and with Sessions it keeps the replicas'
+	// session caches coherent (see shared.go). Nil: one replica.
+	Bus cluster.Bus
+	// Sessions keeps sessions (protocol 2025-11-25 and earlier) where every
+	// replica finds them (package sqlsessions); used only with Bus. Nil:
+	// sessions live in this process.
+	Sessions SessionStore
 
 	now     func() time.Time // tests
 	recheck time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
@@ -164,6 +173,8 @@ type Server struct {
 	synced    atomic.Uint64 // registry version mirrored into mcp-go, plus one
 	pending   pendingRequests
 	listening listeners
+	cluster   *sharedState
+	events    *eventAdapter // resumable streams of shared sessions
 
 	draining  atomic.Bool // CloseStreams was called: no new GET streams
 	listenMu  sync.Mutex
@@ -267,15 +278,21 @@ func New(opts Options) (*Server, error) {
 	// One catch-all template sends every resources/read to the registry, so
 	// hidden and unknown resources get the same answer from the same code.
 	s.mcp.AddResourceTemplate(mcpgo.NewResourceTemplate("{+uri}", "resource"), s.readResource)
-	s.http = mcpserver.NewStreamableHTTPServer(s.mcp,
+	httpOpts := []mcpserver.StreamableHTTPOption{
 		mcpserver.WithSessionIdManagerResolver(resolver{s}),
 		mcpserver.WithStreamableHTTPLogger(s.log),
 		mcpserver.WithStreamableHTTPProtocolVersions(ProtocolVersions...),
 		// Our own check (rebinding) replaces mcp-go's: it also accepts the
 		// public host of BaseURL, for a reverse proxy on the same machine.
 		mcpserver.WithDisableLocalhostProtection(true),
-	)
+	}
+	if log, ok := opts.Sessions.(EventLog); ok && opts.Bus != nil {
+		s.events = &eventAdapter{s: s, log: log, listen: map[string]string{}}
+		httpOpts = append(httpOpts, mcpserver.WithEventStore(s.events))
+	}
+	s.http = mcpserver.NewStreamableHTTPServer(s.mcp, httpOpts...)
 	s.syncRegistry()
+	s.initShared()
 
 	s.wg.Add(1)
 	go s.sweepLoop(max(ttl/4, time.Second))
@@ -294,6 +311,7 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		s.wg.Wait()
+		s.closeShared()
 		s.http.CloseSessions(context.Background())
 	})
 	return nil
@@ -346,6 +364,7 @@ func (s *Server) sweep() {
 	for _, id := range s.sessions.expire() {
 		s.terminate(id)
 	}
+	s.sweepShared()
 }
 
 // terminate releases mcp-go's state for a session that our store already
@@ -513,6 +532,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.listen(w, r, st, body)
 		return
 	}
+	if st.sessionID != "" && s.resumeElsewhere(w, r, st.sessionID) {
+		return
+	}
 	st.out = newDeliveryWriter(w)
 	s.http.ServeHTTP(st.out, r)
 	s.syncRegistry() // a request may have changed the registry
@@ -565,7 +587,13 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 		writeHTTPError(w, http.StatusBadRequest, "missing "+sessionHeader+" header", st.requestID)
 		return false
 	}
-	if !s.sessions.owned(sid, st.caller.UserID) {
+	owned, err := s.ownSession(r.Context(), sid, st.caller.UserID)
+	if err != nil {
+		w.Header().Set("Retry-After", "5")
+		writeHTTPError(w, http.StatusServiceUnavailable, "service temporarily unavailable; retry shortly", st.requestID)
+		return false
+	}
+	if !owned {
 		writeHTTPError(w, http.StatusNotFound, "session not found", st.requestID)
 		return false
 	}
@@ -746,7 +774,8 @@ func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid strin
 		ID json.RawMessage `json:"id"`
 		clientAnswer
 	}
-	if json.Unmarshal(body, &msg) == nil && s.pending.answer(sid, msg.ID, msg.clientAnswer) {
+	if json.Unmarshal(body, &msg) == nil && (s.pending.answer(sid, msg.ID, msg.clientAnswer) ||
+		s.routeAnswerRemote(r.Context(), sid, stateFrom(r.Context()).caller.UserID, msg.ID, msg.clientAnswer)) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
@@ -842,13 +871,15 @@ func (s *Server) visibleFingerprint(ctx context.Context, caller capabilities.Cal
 func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
 	if s.sessions.swapToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller)) {
 		_ = s.mcp.SendNotificationToSpecificClient(st.sessionID, string(mcpgo.MethodNotificationToolsListChanged), nil)
+		s.toolsChangedElsewhere(ctx, st.sessionID) // the session's stream may be on another replica
 	}
 }
 
 func (s *Server) afterInitialize(ctx context.Context, _ any, req *mcpgo.InitializeRequest, res *mcpgo.InitializeResult) {
 	if st := stateFrom(ctx); st != nil && st.created != "" {
 		caps := req.Params.Capabilities
-		s.sessions.setClientCaps(st.created, caps.Sampling != nil, caps.Elicitation != nil, caps.Roots != nil)
+		info, _ := json.Marshal(req.Params.ClientInfo)
+		s.sessions.setClientCaps(st.created, caps.Sampling != nil, caps.Elicitation != nil, caps.Roots != nil, res.ProtocolVersion, info)
 	}
 	if !slices.Contains(ProtocolVersions, res.ProtocolVersion) {
 		res.ProtocolVersion = mcpgo.LATEST_LEGACY_PROTOCOL_VERSION
@@ -936,6 +967,13 @@ func (s *Server) afterUnsubscribe(ctx context.Context, _ any, req *mcpgo.Unsubsc
 // requirement, and the resource's Allow, such as ownership of what a
 // per-user URI names).
 func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
+	s.notifyResourceLocal(ctx, uri)
+	if c := s.cluster; c != nil && len(c.node)+1+len(uri) <= cluster.MaxPayload {
+		s.publish(ctx, topicResource, c.node+" "+uri) // the other replicas
+	}
+}
+
+func (s *Server) notifyResourceLocal(ctx context.Context, uri string) {
 	for sid, userID := range s.sessions.subscribers(uri) {
 		caller, err := s.callerFor(ctx, userID)
 		if err != nil || !s.reg.CanRead(ctx, caller, uri) {
@@ -988,6 +1026,9 @@ func (m idManager) Generate() string {
 	id, evicted := m.s.sessions.create(m.st.caller.UserID)
 	m.st.evicted = append(m.st.evicted, evicted...)
 	m.st.created = id
+	if id != "" {
+		m.s.createShared(id, m.st.caller.UserID)
+	}
 	return id
 }
 
@@ -1001,6 +1042,12 @@ func (m idManager) Validate(id string) (bool, error) {
 
 // Terminate ends a session (DELETE, expiry, eviction).
 func (m idManager) Terminate(id string) (bool, error) {
+	if m.st != nil && m.st.sessionID == id {
+		m.s.endSession(id) // the client's DELETE: everywhere
+		return false, nil
+	}
+	// Our own release of mcp-go's state (expiry, eviction, a session ended
+	// on another replica): a shared store has already done what was needed.
 	m.s.sessions.remove(id)
 	return false, nil
 }

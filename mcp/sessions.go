@@ -2,7 +2,10 @@ package mcp
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +16,11 @@ import (
 // created it.
 type session struct {
 	id       string
+	hash     string // SessionHash(id): its name in the shared store and on the bus
 	userID   string
+	version  string          // protocol version negotiated at initialize
+	info     json.RawMessage // the client's clientInfo
+	synced   time.Time       // when last use was last recorded in the shared store
 	lastSeen time.Time
 	busy     int    // requests and GET streams in progress
 	toolsFP  string // fingerprint of the tool names the client last listed
@@ -41,6 +48,9 @@ type sessionStore struct {
 	total    int
 	seq      uint64
 	now      func() time.Time
+	// onChange, when set, runs (outside the lock) after a session's
+	// client-set state changed: the shared store writes it through.
+	onChange func(id string)
 }
 
 func newSessionStore(ttl time.Duration, perUser, total int, now func() time.Time) *sessionStore {
@@ -82,7 +92,7 @@ func (s *sessionStore) create(userID string) (id string, evicted []string) {
 		return "", evicted
 	}
 	id = newSessionID()
-	s.byID[id] = &session{id: id, userID: userID, lastSeen: s.now(), streams: map[int]func(){}}
+	s.byID[id] = &session{id: id, hash: SessionHash(id), userID: userID, lastSeen: s.now(), streams: map[int]func(){}}
 	return id, evicted
 }
 
@@ -240,9 +250,20 @@ func (s *sessionStore) len() int {
 // setToolsFP records the fingerprint of the tools a session listed.
 func (s *sessionStore) setToolsFP(id, fp string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if se, ok := s.byID[id]; ok {
+	se, ok := s.byID[id]
+	changed := ok && se.toolsFP != fp
+	if ok {
 		se.toolsFP = fp
+	}
+	s.mu.Unlock()
+	if changed {
+		s.changed(id)
+	}
+}
+
+func (s *sessionStore) changed(id string) {
+	if s.onChange != nil {
+		s.onChange(id)
 	}
 }
 
@@ -250,20 +271,26 @@ func (s *sessionStore) setToolsFP(id, fp string) {
 // session had listed tools before and they differ.
 func (s *sessionStore) swapToolsFP(id, fp string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	se, ok := s.byID[id]
 	if !ok || se.toolsFP == "" || se.toolsFP == fp {
+		s.mu.Unlock()
 		return false
 	}
 	se.toolsFP = fp
+	s.mu.Unlock()
+	s.changed(id)
 	return true
 }
 
 func (s *sessionStore) setLogLevel(id, level string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if se, ok := s.byID[id]; ok {
+	se, ok := s.byID[id]
+	if ok {
 		se.logLevel = level
+	}
+	s.mu.Unlock()
+	if ok {
+		s.changed(id)
 	}
 }
 
@@ -277,13 +304,21 @@ func (s *sessionStore) logLevel(id string) string {
 }
 
 // fingerprint identifies a set of names (already sorted).
-func fingerprint(names []string) string { return "#" + strings.Join(names, "\x00") }
+func fingerprint(names []string) string {
+	sum := sha256.Sum256([]byte(strings.Join(names, "\x00")))
+	return "#" + hex.EncodeToString(sum[:16])
+}
 
-func (s *sessionStore) setClientCaps(id string, sample, elicit, roots bool) {
+func (s *sessionStore) setClientCaps(id string, sample, elicit, roots bool, version string, info json.RawMessage) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if se, ok := s.byID[id]; ok {
+	se, ok := s.byID[id]
+	if ok {
 		se.canSample, se.canElicit, se.canRoots = sample, elicit, roots
+		se.version, se.info = version, info
+	}
+	s.mu.Unlock()
+	if ok {
+		s.changed(id)
 	}
 }
 
@@ -326,24 +361,34 @@ func (s *sessionStore) cancel(sid string, rpcID []byte) {
 // subscribe records (or with on false, drops) a resource subscription. It
 // reports false when the session is at its limit.
 func (s *sessionStore) subscribe(id, uri string, on bool) bool {
+	ok, changed := s.subscribeLocked(id, uri, on)
+	if changed {
+		s.changed(id)
+	}
+	return ok
+}
+
+func (s *sessionStore) subscribeLocked(id, uri string, on bool) (ok, changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se, ok := s.byID[id]
 	if !ok {
-		return false
+		return false, false
 	}
 	if !on {
+		changed = se.subs[uri]
 		delete(se.subs, uri)
-		return true
+		return true, changed
 	}
 	if se.subs == nil {
 		se.subs = map[string]bool{}
 	}
 	if len(se.subs) >= maxSubscriptions && !se.subs[uri] {
-		return false
+		return false, false
 	}
+	changed = !se.subs[uri]
 	se.subs[uri] = true
-	return true
+	return true, changed
 }
 
 // subscribers returns the sessions subscribed to uri, with their users.

@@ -51,6 +51,9 @@ var notices = map[string]string{
 	"client_blocked":    "The client is blocked. Its tokens stopped working.",
 	"client_unblocked":  "The client is unblocked.",
 	"invite_revoked":    "The invite code is revoked.",
+	"webhook_deleted":   "The webhook subscription is deleted.",
+	"feedback_sent":     "Thank you: your feedback is sent.",
+	"feedback_updated":  "The feedback is updated.",
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {

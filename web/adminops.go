@@ -28,6 +28,7 @@ func (h *Handler) adminOpsRoutes(handle func(string, http.HandlerFunc), admin fu
 	handle("GET /admin/invites", admin(h.adminInvites))
 	handle("POST /admin/invites", admin(h.adminInviteCreate))
 	handle("POST /admin/invites/{id}/revoke", admin(h.adminInviteRevoke))
+	h.webhookRoutes(handle, admin)
 }
 
 // invoke runs a capability as the signed-in person and decodes its

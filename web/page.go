@@ -24,6 +24,7 @@ type features struct {
 	Lifecycle bool // export and deletion (Options.Lifecycle)
 	Audit     bool // the admin audit page (Options.Audit)
 	Secrets   bool // the secrets page (Options.Secrets)
+	Feedback  bool // the feedback pages (feedbackSubmit registered)
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -44,7 +45,8 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Site:         h.opts.SiteName,
 		Prefix:       h.prefix,
 		StyleVersion: styleVersion,
-		Features:     features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil},
+		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
+			Feedback: h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit")},
 	}
 	if pr := PrincipalFrom(r.Context()); pr != nil {
 		p.Viewer = &viewer{Username: pr.Session.User.Username, Admin: pr.Grants.HasRole(adminRole)}

@@ -63,6 +63,7 @@ func (h *Handler) routes() http.Handler {
 	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
+	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
 
 	handle("GET /{$}", h.home)

@@ -33,10 +33,21 @@ type Hook struct {
 	Run  func(ctx context.Context, o storage.Owner) error
 }
 
+// TxHook runs inside the transaction that deletes the account's rows,
+// before they go: work that must happen exactly when the account is gone
+// (an event in the outbox, clearing the account's name from other users'
+// rows). An error rolls the deletion's rows back, keeping the data.
+type TxHook struct {
+	Name string
+	Run  func(ctx context.Context, tx bun.Tx, o storage.Owner) error
+}
+
 // Options configure a Service.
 type Options struct {
 	// Hooks run in order at every deletion attempt.
 	Hooks []Hook
+	// TxHooks run in order inside the final deleting transaction.
+	TxHooks []TxHook
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
 	// Resumed, when set, is called after ResumeDeletions completed the
@@ -156,6 +167,11 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 		// deadlocking over the rows they both delete.
 		if err := s.checkAccount(ctx, tx, o.ID, resuming, true); err != nil {
 			return err
+		}
+		for _, h := range s.opts.TxHooks {
+			if err := h.Run(ctx, tx, o); err != nil {
+				return fmt.Errorf("%s: %w", h.Name, err)
+			}
 		}
 		counts, err := s.inv.DeleteRows(ctx, tx, o)
 		if err != nil {

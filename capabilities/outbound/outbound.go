@@ -20,7 +20,10 @@
 // Every response (status line, headers and body) is scrubbed: each value of
 // a secret the request used is replaced by its placeholder, in its raw form
 // and the encodings an echo commonly takes (base64, base64url, URL
-// escaping, JSON string escaping, hex). A secret embedded inside a larger
+// escaping in either case, JSON string escaping as Go, PHP and Python
+// write it, hex). Header names are scrubbed too, and a caller may not ask
+// for a compressed answer (the transport decompresses what it asked for
+// before scrubbing). A secret embedded inside a larger
 // encoded blob (say a base64 "user:token" pair) is not found by the
 // scrubber; that is why host approval, not scrubbing, is the control.
 //
@@ -35,6 +38,7 @@
 package outbound
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -44,13 +48,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
@@ -68,6 +75,10 @@ const QuotaClass = "outbound"
 // MaxSecretsPerRequest is how many different secrets one request may use.
 const MaxSecretsPerRequest = 16
 
+// MaxHeaderBytes bounds a request's headers, names and values, with the
+// secrets filled in.
+const MaxHeaderBytes = 128 << 10
+
 // Defaults of Limits.
 const (
 	DefaultDailyRequests    = 1000
@@ -75,6 +86,7 @@ const (
 	DefaultMaxRedirects     = 3
 	DefaultMaxResponseBytes = 1 << 20
 	DefaultMaxRequestBytes  = 1 << 20
+	DefaultMaxConcurrent    = 4
 )
 
 // Limits bound what one user may send. Zero fields take the defaults.
@@ -91,6 +103,11 @@ type Limits struct {
 	MaxResponseBytes int64
 	// MaxRequestBytes bounds a request body.
 	MaxRequestBytes int
+	// MaxConcurrent is how many requests one user may have in flight at
+	// once; more are refused. Without it, the daily quota's worth of
+	// requests to a server that answers slowly would all hold a
+	// connection and up to MaxResponseBytes of memory at the same time.
+	MaxConcurrent int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -108,6 +125,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxRequestBytes <= 0 {
 		l.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if l.MaxConcurrent <= 0 {
+		l.MaxConcurrent = DefaultMaxConcurrent
 	}
 	return l
 }
@@ -149,6 +169,9 @@ type Gateway struct {
 	o      Options
 	lim    Limits
 	client *http.Client
+
+	mu       sync.Mutex
+	inFlight map[string]int // requests in flight per user
 }
 
 // New returns a gateway.
@@ -159,7 +182,7 @@ func New(o Options) *Gateway {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	g := &Gateway{o: o, lim: o.Limits.withDefaults()}
+	g := &Gateway{o: o, lim: o.Limits.withDefaults(), inFlight: map[string]int{}}
 	g.client = egress.NewClient(egress.Options{
 		AllowPrivate:     o.AllowPrivate,
 		Timeout:          g.lim.Timeout,
@@ -196,7 +219,12 @@ var (
 	placeholder = regexp.MustCompile(`\{\{secret:([A-Za-z0-9][A-Za-z0-9_.-]{0,63})\}\}`)
 	methods     = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
 	// Headers a caller may not set: the transport owns them.
-	reserved = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer", "Proxy-Authorization", "Proxy-Connection"}
+	// Accept-Encoding among them: when the caller asks for a compressed
+	// answer, net/http hands the body over compressed, and a secret echoed
+	// inside it passes the scrubber unseen (the agent just decompresses
+	// it). The transport asks for gzip itself and decompresses before the
+	// scrubber reads the body.
+	reserved = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer", "Proxy-Authorization", "Proxy-Connection", "Accept-Encoding"}
 )
 
 func refuse(format string, args ...any) error {
@@ -229,7 +257,20 @@ func checkRedirect(req *http.Request, _ []*http.Request) error {
 			return &redirectRefused{host: host, secret: u.name}
 		}
 	}
+	// The redirect goes to the name that was approved (see Do).
+	req.URL.Host = hostPort(host, req.URL.Port())
 	return nil
+}
+
+// hostPort joins a canonical host and an optional port into a URL's Host.
+func hostPort(host, port string) string {
+	if port != "" {
+		return net.JoinHostPort(host, port)
+	}
+	if strings.Contains(host, ":") {
+		return "[" + host + "]"
+	}
+	return host
 }
 
 type redirectRefused struct{ host, secret string }
@@ -275,8 +316,18 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	if err != nil {
 		return Response{}, refuse("The URL's host %q is not a valid host name.", u.Hostname())
 	}
+	// Send to the very name that was checked, not to whatever net/http
+	// makes of the original spelling.
+	u.Host = hostPort(host, u.Port())
 	if len(req.Body) > g.lim.MaxRequestBytes {
 		return Response{}, refuse("The body is larger than %d bytes.", g.lim.MaxRequestBytes)
+	}
+	headerBytes := 0
+	for name, v := range req.Headers {
+		headerBytes += len(name) + len(v)
+	}
+	if headerBytes > MaxHeaderBytes {
+		return Response{}, refuse("The headers are larger than %d bytes.", MaxHeaderBytes)
 	}
 	for name, v := range req.Headers {
 		if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(v) {
@@ -321,6 +372,25 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 			us = append(us, used{name: name, value: s.Value, hosts: s.AllowedHosts})
 		}
 	}
+	// Bound the request as it will be sent: each placeholder grows by its
+	// secret's length (up to secrets.MaxValueBytes), so a body within
+	// MaxRequestBytes written only of placeholders would otherwise expand
+	// to gigabytes in memory.
+	if filledLen(req.Body, us) > g.lim.MaxRequestBytes {
+		return Response{}, refuse("With its secrets filled in, the body is larger than %d bytes.", g.lim.MaxRequestBytes)
+	}
+	headerBytes = 0
+	for name, v := range req.Headers {
+		headerBytes += len(name) + filledLen(v, us)
+	}
+	if headerBytes > MaxHeaderBytes {
+		return Response{}, refuse("With their secrets filled in, the headers are larger than %d bytes.", MaxHeaderBytes)
+	}
+	if !g.enter(caller.UserID) {
+		return Response{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, RetryAfter: g.o.Now().Add(time.Second),
+			Message: fmt.Sprintf("At most %d outbound requests may be in flight at once; wait for one to finish.", g.lim.MaxConcurrent)}
+	}
+	defer g.leave(caller.UserID)
 	if g.o.Quota != nil && g.lim.DailyRequests > 0 {
 		if err := g.o.Quota.AllowClass(ctx, caller, QuotaClass, g.lim.DailyRequests); err != nil {
 			if at, ok := capabilities.RetryAfterOf(err); ok && capabilities.CodeOf(err) == capabilities.CodeQuotaExceeded {
@@ -360,7 +430,9 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	scrub := newScrubber(us)
 	resp, err := g.client.Do(hreq)
 	if rr := (*redirectRefused)(nil); errors.As(err, &rr) {
-		g.auditAll(ctx, caller, us, audit.ResultDenied, rr.host, "redirect from "+host+" not approved")
+		// The redirect's host comes from the server's Location, which
+		// can echo a secret: scrub it like the response.
+		g.auditAll(ctx, caller, us, audit.ResultDenied, scrub.string(rr.host), "redirect from "+host+" not approved")
 		return Response{}, g.failure(host, err, scrub)
 	}
 	if err != nil {
@@ -376,13 +448,19 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 
 	out := Response{Status: resp.StatusCode, URL: scrub.string(resp.Request.URL.String()), Headers: map[string][]string{}}
 	for k, vs := range resp.Header {
-		sv := make([]string, len(vs))
-		for i, v := range vs {
-			sv[i] = scrub.string(v)
+		k = scrub.string(k) // a header's name can echo a value too
+		for _, v := range vs {
+			out.Headers[k] = append(out.Headers[k], scrub.string(v))
 		}
-		out.Headers[k] = sv
 	}
-	clean := scrub.bytes(raw)
+	// A short secret replaced by its longer placeholder grows the body:
+	// a 1-byte value echoed a million times would become 12 MB or more.
+	// The scrubbed body is bounded while it is written.
+	clean, ok := scrub.bounded(raw, 2*g.lim.MaxResponseBytes)
+	if !ok {
+		return Response{}, &capabilities.Error{Code: capabilities.CodeConflict,
+			Message: fmt.Sprintf("The response from %s, with the secrets it echoes replaced by placeholders, is larger than %d bytes.", host, 2*g.lim.MaxResponseBytes)}
+	}
 	if utf8.Valid(clean) {
 		out.Body = string(clean)
 	} else {
@@ -392,6 +470,26 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 		out.SecretsUsed = append(out.SecretsUsed, u.name)
 	}
 	return out, nil
+}
+
+// enter counts a request of user in flight, or reports false when the
+// user already has MaxConcurrent.
+func (g *Gateway) enter(user string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[user] >= g.lim.MaxConcurrent {
+		return false
+	}
+	g.inFlight[user]++
+	return true
+}
+
+func (g *Gateway) leave(user string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight[user]--; g.inFlight[user] <= 0 {
+		delete(g.inFlight, user)
+	}
 }
 
 // failure turns a failed exchange into an error safe to show.
@@ -471,6 +569,21 @@ func placeholders(req Request) ([]string, error) {
 	return names, nil
 }
 
+// filledLen is len(s) once every placeholder of us in it is filled in.
+func filledLen(s string, us []used) int {
+	n := len(s)
+	for _, m := range placeholder.FindAllStringSubmatchIndex(s, -1) {
+		name := s[m[2]:m[3]]
+		for _, u := range us {
+			if u.name == name {
+				n += len(u.value) - (m[1] - m[0])
+				break
+			}
+		}
+	}
+	return n
+}
+
 func unescape(s string) string {
 	for range 3 {
 		u, err := url.PathUnescape(s)
@@ -496,7 +609,7 @@ func newScrubber(us []used) *scrubber {
 	seen := map[string]bool{}
 	for _, u := range us {
 		v := u.value
-		js, _ := json.Marshal(string(v))
+		js := jsonString(string(v), true)
 		cands := []string{
 			string(v),
 			base64.StdEncoding.EncodeToString(v),
@@ -505,7 +618,15 @@ func newScrubber(us []used) *scrubber {
 			base64.RawURLEncoding.EncodeToString(v),
 			url.QueryEscape(string(v)),
 			url.PathEscape(string(v)),
-			string(js[1 : len(js)-1]),
+			lowerEscapes(url.QueryEscape(string(v))),
+			lowerEscapes(url.PathEscape(string(v))),
+			// JSON as servers write it: Go's (HTML characters escaped)
+			// and without that, with "/" escaped (PHP's default), and
+			// ASCII-only with \u escapes (Python's default).
+			js,
+			jsonString(string(v), false),
+			strings.ReplaceAll(jsonString(string(v), false), "/", `\/`),
+			asciiJSON(string(v)),
 			hex.EncodeToString(v),
 			strings.ToUpper(hex.EncodeToString(v)),
 		}
@@ -531,11 +652,97 @@ func newScrubber(us []used) *scrubber {
 	return &scrubber{r: strings.NewReplacer(pairs...)}
 }
 
-func (s *scrubber) bytes(b []byte) []byte {
-	if s.r == nil {
-		return b
+// jsonString is s as the inside of a JSON string, with or without Go's
+// escaping of <, > and &.
+func jsonString(s string, escapeHTML bool) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(escapeHTML)
+	_ = enc.Encode(s)
+	out := strings.TrimSuffix(b.String(), "\n")
+	return out[1 : len(out)-1]
+}
+
+// asciiJSON is s as the inside of a JSON string written ASCII-only: every
+// other character as a lowercase \u escape (UTF-16 pairs above U+FFFF).
+func asciiJSON(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r >= 0x7f && r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+		default:
+			b.WriteRune(r)
+		}
 	}
-	return []byte(s.r.Replace(string(b)))
+	return b.String()
+}
+
+// lowerEscapes lowercases the hex digits of every %XX escape in s.
+func lowerEscapes(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerHex(b[i+1]), lowerHex(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func lowerHex(c byte) byte {
+	if c >= 'A' && c <= 'F' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// bounded scrubs b, giving up (ok false) once the result would pass max
+// bytes: the replacer writes through capWriter, which stops it there.
+func (s *scrubber) bounded(b []byte, max int64) (_ []byte, ok bool) {
+	if s.r == nil {
+		return b, int64(len(b)) <= max
+	}
+	w := &capWriter{left: max}
+	if _, err := s.r.WriteString(w, string(b)); err != nil {
+		return nil, false
+	}
+	return w.buf.Bytes(), true
+}
+
+var errScrubbedTooLarge = errors.New("outbound: scrubbed body too large")
+
+type capWriter struct {
+	buf  bytes.Buffer
+	left int64
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > w.left {
+		return 0, errScrubbedTooLarge
+	}
+	w.left -= int64(len(p))
+	return w.buf.Write(p)
+}
+
+func (w *capWriter) WriteString(p string) (int, error) {
+	if int64(len(p)) > w.left {
+		return 0, errScrubbedTooLarge
+	}
+	w.left -= int64(len(p))
+	return w.buf.WriteString(p)
 }
 
 func (s *scrubber) string(v string) string {

@@ -1,6 +1,8 @@
 package outbound_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -434,5 +437,284 @@ func TestHTTPRequestCapability(t *testing.T) {
 	}
 	if _, err := reg.Invoke(ctx, f.bobC, "httpRequest", args); codeOf(err) != capabilities.CodeInvalidInput {
 		t.Fatalf("bob: %v", err)
+	}
+}
+
+// anyNameTLS trusts the httptest certificate whatever name was dialled
+// (the certificate names 127.0.0.1 and example.com only).
+func anyNameTLS(srv *server) *tls.Config {
+	roots := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	return &tls.Config{InsecureSkipVerify: true, VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+		c, err := x509.ParseCertificate(raw[0])
+		if err != nil {
+			return err
+		}
+		_, err = c.Verify(x509.VerifyOptions{Roots: roots})
+		return err
+	}}
+}
+
+// A host is approved under the name the request is sent to. Go lowercases
+// U+0130 (İ) to a plain "i"; IDNA, which net/http resolves with, maps it
+// to "i" plus a combining dot: APİ.example.com is xn--api-bec.example.com,
+// not api.example.com.
+func TestGatewayApprovesTheSentHostName(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	other := newServer(t, echo)
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/upper":
+			http.Redirect(w, r, "https://LOCALHOST.:"+other.port()+"/ok", http.StatusTemporaryRedirect)
+		case "/dotted-i":
+			http.Redirect(w, r, "https://İ.localhost:"+other.port()+"/stolen", http.StatusTemporaryRedirect)
+		default:
+			echo(s, w, r)
+		}
+	})
+	f.secret(t, f.alice, "api", "sk-idna-value", []string{"api.example.com", "127.0.0.1", "localhost", "i.localhost"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true, TLSConfig: anyNameTLS(srv), Limits: outbound.Limits{Timeout: 3 * time.Second}})
+
+	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: "https://APİ.example.com/", Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if codeOf(err) != capabilities.CodeInvalidInput || !strings.Contains(err.Error(), "not approved for host xn--api-bec.example.com") {
+		t.Fatalf("APİ.example.com: %v", err)
+	}
+	// A redirect's name is compared, and followed, the same way.
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/upper", Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if err != nil || other.hits.Load() != 1 || other.lastKey.Load() != "sk-idna-value" || !strings.Contains(resp.URL, "https://localhost:"+other.port()+"/ok") {
+		t.Fatalf("redirect to LOCALHOST.: %+v %v", resp, err)
+	}
+	_, err = g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/dotted-i", Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "Redirect to xn--i-9bb.localhost refused") {
+		t.Fatalf("redirect to İ.localhost: %v", err)
+	}
+	if other.hits.Load() != 1 {
+		t.Fatal("the secret followed a redirect to an unapproved host")
+	}
+}
+
+// The size limits apply to the request as sent, secrets filled in: a body
+// of placeholders for a 64 KiB secret would otherwise grow 5,000-fold in
+// memory (1 MiB of placeholders: about 5.6 GB).
+func TestGatewayBoundsTheFilledRequest(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		f := setup(t, st)
+		srv := newServer(t, echo)
+		f.secret(t, f.alice, "big", strings.Repeat("k", secrets.MaxValueBytes), []string{"127.0.0.1"}, nil)
+		g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+		body := strings.Repeat("{{secret:big}}", 20) // 280 bytes; 1.3 MB filled
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{Method: "POST", URL: srv.URL, Body: body}); codeOf(err) != capabilities.CodeInvalidInput ||
+			!strings.Contains(err.Error(), "body is larger than") {
+			t.Fatalf("body of placeholders: %v", err)
+		}
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:big}}{{secret:big}}{{secret:big}}"}}); codeOf(err) != capabilities.CodeInvalidInput ||
+			!strings.Contains(err.Error(), "headers are larger than") {
+			t.Fatalf("header of placeholders: %v", err)
+		}
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Pad": strings.Repeat("p", outbound.MaxHeaderBytes)}}); codeOf(err) != capabilities.CodeInvalidInput {
+			t.Fatalf("oversized header: %v", err)
+		}
+		if srv.hits.Load() != 0 {
+			t.Fatal("an oversized request was sent")
+		}
+		// Within the limits the secret is filled in.
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{Method: "POST", URL: srv.URL, Body: "{{secret:big}}"}); err != nil || len(srv.lastBod.Load().(string)) != secrets.MaxValueBytes {
+			t.Fatalf("one placeholder: %v", err)
+		}
+	})
+}
+
+// An echo is scrubbed whatever shape the transfer takes: a caller may not
+// ask for a compressed answer (net/http would hand it over compressed, the
+// secret inside unseen by the scrubber), an answer compressed for the
+// transport's own request is decompressed before scrubbing, and header
+// names are scrubbed like values.
+func TestGatewayScrubsCompressedEcho(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "Sk-Gzip-Secret-Value"
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("X-Key")
+		w.Header()[k] = []string{"1"}
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			fmt.Fprintf(zw, "key=%s", k)
+			zw.Close()
+			return
+		}
+		fmt.Fprintf(w, "key=%s", k)
+	})
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+
+	leaks := func(resp outbound.Response) bool {
+		all, _ := json.Marshal(resp)
+		if strings.Contains(string(all), key) {
+			return true
+		}
+		if resp.BodyEncoding == "base64" {
+			raw, _ := base64.StdEncoding.DecodeString(resp.Body)
+			if zr, err := gzip.NewReader(bytes.NewReader(raw)); err == nil {
+				plain, _ := io.ReadAll(zr)
+				return strings.Contains(string(plain), key)
+			}
+		}
+		return false
+	}
+	before := srv.hits.Load()
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}", "Accept-Encoding": "gzip"}})
+	if err == nil && leaks(resp) {
+		t.Fatalf("the secret came back compressed: %+v", resp)
+	}
+	if codeOf(err) != capabilities.CodeInvalidInput || srv.hits.Load() != before {
+		t.Fatalf("Accept-Encoding from the caller: %v", err)
+	}
+	resp, err = g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if err != nil || leaks(resp) || resp.Body != "key={{secret:api}}" || resp.Headers["{{secret:api}}"] == nil {
+		t.Fatalf("transport-compressed echo: %+v %v", resp, err)
+	}
+}
+
+// A refused redirect is audited with its host, which the server chose: a
+// Location that echoes the secret must not put the value in the audit log.
+func TestGatewayAuditOfRefusedRedirectIsScrubbed(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "sk-audit-leak-7f3a"
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "https://"+r.Header.Get("X-Key")+".invalid/", http.StatusFound)
+	})
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "refused") || strings.Contains(err.Error(), key) {
+		t.Fatalf("err = %v", err)
+	}
+	var evs []audit.Event
+	if err := st.DB.NewSelect().Model(&evs).Where("category = ?", audit.CategoryOutbound).Scan(ctx); err != nil || len(evs) == 0 {
+		t.Fatalf("audit rows: %v %v", evs, err)
+	}
+	for _, e := range evs {
+		if strings.Contains(e.Reason, key) {
+			t.Fatalf("audit row holds the value: %q", e.Reason)
+		}
+	}
+}
+
+// Echoes in the shapes common servers write JSON and URLs in are scrubbed:
+// PHP escapes "/" (an AWS-style key has several), Python writes non-ASCII
+// as \u escapes, some servers percent-encode in lowercase, and JSON without
+// Go's HTML escaping leaves <, > and & alone.
+func TestGatewayScrubsCommonEchoShapes(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "wJalrXUtnFEMI/K7MDENG/bPxRfi<&>Ключ"
+	shapes := []string{
+		strings.ReplaceAll(key, "/", `\/`),
+		`wJalrXUtnFEMI/K7MDENG/bPxRfi<&>\u041a\u043b\u044e\u0447`,
+		regexp.MustCompile(`%[0-9A-F]{2}`).ReplaceAllStringFunc(url.QueryEscape(key), strings.ToLower),
+		key,
+	}
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Key") != key {
+			http.Error(w, "wrong key", http.StatusForbidden)
+			return
+		}
+		io.WriteString(w, strings.Join(shapes, "\n"))
+	})
+	f.secret(t, f.alice, "aws", key, []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:aws}}"}})
+	if err != nil || resp.Status != 200 {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	for i, line := range strings.Split(resp.Body, "\n") {
+		if line != "{{secret:aws}}" {
+			t.Errorf("shape %d (%q) came back as %q", i, shapes[i], line)
+		}
+	}
+}
+
+// A user may have only so many requests in flight: a slow server cannot
+// make one agent hold its whole daily quota of connections and response
+// buffers at once. Other users are not affected; a finished request frees
+// its place.
+func TestGatewayBoundsRequestsInFlight(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	release := make(chan struct{})
+	var held atomic.Int32
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			held.Add(1)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxConcurrent: 2, Timeout: 10 * time.Second}})
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/hold"})
+			done <- err
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); held.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("the held requests did not arrive")
+		}
+	}
+	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/quick"})
+	_, bobErr := g.Do(ctx, f.bobC, outbound.Request{URL: srv.URL + "/quick"})
+	close(release)
+	for range 2 {
+		if e := <-done; e != nil {
+			t.Errorf("held request: %v", e)
+		}
+	}
+	if codeOf(err) != capabilities.CodeQuotaExceeded || !strings.Contains(err.Error(), "in flight") {
+		t.Fatalf("third request in flight: %v", err)
+	}
+	if bobErr != nil {
+		t.Fatalf("bob is refused by alice's requests in flight: %v", bobErr)
+	}
+	if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/quick"}); err != nil {
+		t.Fatalf("after the held requests finished: %v", err)
+	}
+}
+
+// Scrubbing a short secret replaces each byte of its echo by a longer
+// placeholder: the scrubbed body is bounded (twice MaxResponseBytes) and
+// never built past that bound.
+func TestGatewayBoundsTheScrubbedBody(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat(r.Header.Get("X-Key"), 64<<10))
+	})
+	f.secret(t, f.alice, "s", "a", []string{"127.0.0.1"}, nil)
+	f.secret(t, f.alice, "long", "sk-a-long-enough-value", []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxResponseBytes: 64 << 10}})
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:s}}"}})
+	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "replaced by placeholders, is larger than") {
+		t.Fatalf("64 KiB echo of a 1-byte secret: %d bytes, %v", len(resp.Body), err)
+	}
+	// An echo that shrinks or stays within the bound comes back scrubbed.
+	srv2 := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat(r.Header.Get("X-Key")+" ", 100))
+	})
+	g2 := f.gateway(srv2, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxResponseBytes: 64 << 10}})
+	resp, err = g2.Do(ctx, f.aliceC, outbound.Request{URL: srv2.URL, Headers: map[string]string{"X-Key": "{{secret:long}}"}})
+	if err != nil || resp.Body != strings.Repeat("{{secret:long}} ", 100) {
+		t.Fatalf("%q %v", resp.Body, err)
 	}
 }

@@ -17,8 +17,10 @@ type SetInput struct {
 	Value       string `json:"value" jsonschema:"the secret value (at most 64 KiB); it can never be read back by an agent"`
 	Description string `json:"description,omitempty" jsonschema:"what the secret is for"`
 	// AllowedHosts and ExpiresAt are the secret's policy; only the
-	// owner's web session may set them. Absent both, a replaced secret
-	// keeps its policy; given either, the policy is replaced as a whole.
+	// owner's web session may set them. From the web session, absent both,
+	// a replaced secret keeps its policy; given either, the policy is
+	// replaced as a whole. Any other caller that replaces a value clears
+	// the policy: the owner approves hosts for a value they know.
 	AllowedHosts *[]string `json:"allowedHosts,omitempty" jsonschema:"hosts this secret may be sent to: exact names or *.domain; set by the person on their account page only"`
 	ExpiresAt    string    `json:"expiresAt,omitempty" jsonschema:"RFC 3339 time after which the secret is never used; set by the person on their account page only"`
 }
@@ -116,7 +118,7 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 	return []capabilities.Capability{
 		capabilities.Define(capabilities.Spec[SetInput, SetOutput]{
 			Name: "secretSet", Domain: "secrets", Title: "Store a secret",
-			Description: "Stores a named secret (an API key, a token) for the signed-in user, replacing any secret of the same name. The value is encrypted at rest and is never returned to agents; the user can reveal it on their account page. Agents use it as {{secret:NAME}} in httpRequest, for the hosts the user approved for it on the Secrets page (a new secret has none; a replaced one keeps its hosts and expiry).",
+			Description: "Stores a named secret (an API key, a token) for the signed-in user, replacing any secret of the same name. The value is encrypted at rest and is never returned to agents; the user can reveal it on their account page. Agents use it as {{secret:NAME}} in httpRequest, for the hosts the user approved for it on the Secrets page. A secret stored or replaced by an agent has no approved hosts until the user approves them again.",
 			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
 			Requires:    own(capabilities.UpdateUserOwn),
 			Handler: func(ctx context.Context, call *capabilities.Call, in SetInput) (SetOutput, error) {
@@ -125,6 +127,14 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 					return SetOutput{}, err
 				}
 				var policy *Policy
+				if !call.Caller.Session {
+					// A value an agent wrote is one the owner never saw:
+					// approvals given for the old value must not carry
+					// over, or a swapped credential (the agent's own
+					// token in place of the owner's) would be sent where
+					// the owner's went.
+					policy = &Policy{}
+				}
 				if in.AllowedHosts != nil || in.ExpiresAt != "" {
 					// Approving a host is the owner's decision: an agent
 					// that could widen it could send the secret anywhere.

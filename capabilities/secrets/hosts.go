@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/net/publicsuffix"
 )
 
 // MaxAllowedHosts is how many host patterns one secret may carry.
@@ -18,7 +19,8 @@ const MaxAllowedHosts = 32
 // names are converted to their ASCII (punycode) form; a trailing dot is
 // dropped. Schemes, ports, paths, user info, IPv6 literals and a '*'
 // anywhere but a leading "*." are refused, as is a subdomain form over a
-// single label ("*.com").
+// single label ("*.com") or over a public suffix ("*.co.uk",
+// "*.github.io"), whose names belong to many unrelated owners.
 func NormalizeHost(pattern string) (string, error) {
 	p := strings.TrimSpace(pattern)
 	if p == "" {
@@ -49,15 +51,32 @@ func NormalizeHost(pattern string) (string, error) {
 		if !strings.Contains(ascii, ".") {
 			return "", fmt.Errorf("%w: allowed host %q would match a whole top-level domain", ErrInvalid, pattern)
 		}
+		if ps, _ := publicsuffix.PublicSuffix(ascii); ps == ascii {
+			// *.co.uk, *.github.io, *.herokuapp.com: every name under a
+			// public suffix belongs to someone else.
+			return "", fmt.Errorf("%w: allowed host %q would match every site under the public suffix %s; list the exact hosts instead", ErrInvalid, pattern, ascii)
+		}
+		if numericTail(ascii) {
+			// "*.0.113.7" names no domain; it would only ever match
+			// IP addresses.
+			return "", fmt.Errorf("%w: allowed host %q: a subdomain form needs a domain name, not part of an address", ErrInvalid, pattern)
+		}
 		return "*." + ascii, nil
 	}
 	return ascii, nil
 }
 
-// canonicalHost lowercases a host name, converts it to ASCII and checks
+// canonicalHost converts a host name to ASCII, lowercases it and checks
 // every label is letters, digits and inner hyphens (1-63 characters).
+//
+// The conversion is IDNA's lookup mapping applied to the name as given,
+// which is what net/http applies before it resolves a non-ASCII host. The
+// name must not be lowercased first: strings.ToLower maps U+0130 (İ) to a
+// plain "i" where IDNA maps it to "i" plus a combining dot, so "gİthub.com"
+// would compare as github.com while the request went to another,
+// registrable, domain.
 func canonicalHost(h string) (string, error) {
-	ascii, err := idna.Lookup.ToASCII(strings.ToLower(h))
+	ascii, err := idna.Lookup.ToASCII(h)
 	if err != nil {
 		return "", err
 	}
@@ -109,13 +128,27 @@ func CanonicalRequestHost(host string) (string, error) {
 	return canonicalHost(h)
 }
 
+// numericTail reports whether a name's last label is all digits: no
+// top-level domain is, so such a name is (part of) an address.
+func numericTail(name string) bool {
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	return last != "" && strings.Trim(last, "0123456789") == ""
+}
+
 // HostAllowed reports whether host (in CanonicalRequestHost form) is
 // approved by one of the normalized patterns: an exact match, or a name
-// strictly under a "*.domain" pattern.
+// strictly under a "*.domain" pattern. A subdomain form never reaches
+// across a public suffix: "*.amazonaws.com" approves sts.amazonaws.com but
+// not anyone.s3.amazonaws.com, whose registrable domain is its own (the
+// public suffix list says so). An IP address only ever matches itself.
 func HostAllowed(patterns []string, host string) bool {
+	numeric := numericTail(host)
+	site, siteErr := publicsuffix.EffectiveTLDPlusOne(host)
 	for _, p := range patterns {
 		if suffix, ok := strings.CutPrefix(p, "*"); ok {
-			if len(host) > len(suffix) && strings.HasSuffix(host, suffix) {
+			base := suffix[1:]
+			if !numeric && siteErr == nil && (base == site || strings.HasSuffix(base, "."+site)) &&
+				len(host) > len(suffix) && strings.HasSuffix(host, suffix) {
 				return true
 			}
 			continue

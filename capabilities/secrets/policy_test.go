@@ -38,7 +38,7 @@ func TestNormalizeHost(t *testing.T) {
 		"", "https://api.example.com", "api.example.com:443", "api.example.com/v1", "user@api.example.com",
 		"*", "*.com", "a.*.example.com", "*example.com", "api*.example.com", "**.example.com",
 		"-bad.example.com", "bad-.example.com", "under_score.example.com", "a..b", "[::1]", "::1",
-		"*.203.0.113.7", "space here.com", strings.Repeat("a", 64) + ".com",
+		"*.203.0.113.7", "*.0.113.7", "*.example.123", "*.co.uk", "*.github.io", "*.herokuapp.com", "*.s3.amazonaws.com", "space here.com", strings.Repeat("a", 64) + ".com",
 	} {
 		if got, err := secrets.NormalizeHost(bad); !errors.Is(err, secrets.ErrInvalid) {
 			t.Errorf("NormalizeHost(%q) = %q, %v; want ErrInvalid", bad, got, err)
@@ -81,6 +81,51 @@ func TestHostAllowed(t *testing.T) {
 	}
 }
 
+// The host a request is checked as must be the host it is sent to. U+0130
+// (İ) lowercases to a plain "i" in Go, but IDNA (what net/http resolves)
+// maps it to "i" plus a combining dot: another, registrable, domain.
+func TestCanonicalRequestHostIsTheDialledHost(t *testing.T) {
+	pats := []string{"github.com", "api.example.com"}
+	for _, host := range []string{"gİthub.com", "APİ.example.com", "İapi.example.com"} {
+		h, err := secrets.CanonicalRequestHost(host)
+		if err != nil {
+			continue // refused: fine
+		}
+		if secrets.HostAllowed(pats, h) {
+			t.Errorf("CanonicalRequestHost(%q) = %q: approved, but net/http sends it to another domain", host, h)
+		}
+	}
+	// Mappings IDNA and the dialler agree on still compare as the name.
+	for host, want := range map[string]string{"ａｐｉ.example.com": "api.example.com", "api。example。com": "api.example.com", "API.EXAMPLE.COM.": "api.example.com"} {
+		if h, err := secrets.CanonicalRequestHost(host); err != nil || h != want {
+			t.Errorf("CanonicalRequestHost(%q) = %q %v, want %q", host, h, err, want)
+		}
+	}
+	// A subdomain form never matches an address.
+	if secrets.HostAllowed([]string{"*.0.113.7"}, "203.0.113.7") {
+		t.Error("a subdomain form matched an IP address")
+	}
+}
+
+// A subdomain form is refused over a public suffix, and never reaches
+// across one: names under s3.amazonaws.com or herokuapp.com are sites of
+// other owners.
+func TestHostAllowedStopsAtPublicSuffixes(t *testing.T) {
+	// A subdomain form never reaches across a public suffix into sites
+	// that belong to someone else.
+	for host, want := range map[string]bool{
+		"sts.amazonaws.com":         true,
+		"iam.amazonaws.com":         true,
+		"attacker.s3.amazonaws.com": false, // s3.amazonaws.com is a public suffix
+		"evil.herokuapp.com":        false,
+		"a.b.example.co.uk":         true,
+	} {
+		if got := secrets.HostAllowed([]string{"*.amazonaws.com", "*.herokuapp.com", "*.example.co.uk"}, host); got != want {
+			t.Errorf("HostAllowed(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
 func TestSecretPolicy(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
@@ -95,8 +140,8 @@ func TestSecretPolicy(t *testing.T) {
 			t.Fatalf("new secret = %+v %v", meta, err)
 		}
 		exp := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-		meta, err = svc.SetPolicy(ctx, alice, "gh", secrets.Policy{AllowedHosts: []string{"API.github.com", "*.githubusercontent.com", "api.github.com"}, ExpiresAt: &exp})
-		if err != nil || !slices.Equal(meta.AllowedHosts, []string{"api.github.com", "*.githubusercontent.com"}) || meta.ExpiresAt == nil || !meta.ExpiresAt.Equal(exp) {
+		meta, err = svc.SetPolicy(ctx, alice, "gh", secrets.Policy{AllowedHosts: []string{"API.github.com", "*.github.com", "api.github.com"}, ExpiresAt: &exp})
+		if err != nil || !slices.Equal(meta.AllowedHosts, []string{"api.github.com", "*.github.com"}) || meta.ExpiresAt == nil || !meta.ExpiresAt.Equal(exp) {
 			t.Fatalf("SetPolicy = %+v %v", meta, err)
 		}
 		// Replacing the value keeps the policy.
@@ -184,11 +229,20 @@ func TestSecretPolicyCapabilities(t *testing.T) {
 		if !strings.Contains(string(out), `"allowedHosts":["api.example.com"]`) || !strings.Contains(string(out), `"expiresAt":"2099-01-01T00:00:00Z"`) {
 			t.Fatalf("session secretSet = %s", out)
 		}
-		// An agent replacing the value keeps the owner's policy.
-		if _, err := reg.Invoke(ctx, agent, "secretSet", json.RawMessage(`{"name":"k","value":"v2"}`)); err != nil {
+		// The owner's session replacing the value keeps the policy.
+		if _, err := reg.Invoke(ctx, web, "secretSet", json.RawMessage(`{"name":"k","value":"v1"}`)); err != nil {
 			t.Fatal(err)
 		}
 		if u, err := svc.Use(ctx, alice, "k", time.Now()); err != nil || !slices.Equal(u.AllowedHosts, []string{"api.example.com"}) {
+			t.Fatalf("policy after the owner's replace: %+v %v", u, err)
+		}
+		// An agent replacing the value clears it: the approval was for a
+		// value the owner knew, not for whatever the agent wrote (a
+		// swapped-in credential of the attacker's own).
+		if _, err := reg.Invoke(ctx, agent, "secretSet", json.RawMessage(`{"name":"k","value":"v2"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := svc.Use(ctx, alice, "k", time.Now()); err != nil || len(u.AllowedHosts) != 0 || u.ExpiresAt != nil {
 			t.Fatalf("policy after agent replace: %+v %v", u, err)
 		}
 		// Bad input: clear invalid_input.

@@ -31,6 +31,8 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:3001", "loopback address to listen on")
 	production := flag.Bool("production", os.Getenv("ENCLAVE_PRODUCTION") == "true" || os.Getenv("ENCLAVE_PRODUCTION") == "1",
 		"production mode (also ENCLAVE_PRODUCTION): refused, since authentication is off")
+	flag.StringVar(&replica.databaseURL, "database-url", "", "replica mode: a postgres:// database shared with the other replicas (see replica.go)")
+	flag.StringVar(&replica.baseURL, "base-url", "", "replica mode: the proxy's URL, as the replicas' public URL (default http://<addr>)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -40,6 +42,9 @@ func main() {
 	}
 }
 
+// replica is the configuration of replica mode (empty: one process).
+var replica struct{ databaseURL, baseURL string }
+
 func run(ctx context.Context, addr string, production bool, log *slog.Logger) error {
 	if production {
 		return errors.New("authentication is off, which is refused in production mode")
@@ -48,7 +53,11 @@ func run(ctx context.Context, addr string, production bool, log *slog.Logger) er
 	if err != nil {
 		return err
 	}
-	handler, closeMCP, err := newHandler("http://"+ln.Addr().String(), log)
+	base := "http://" + ln.Addr().String()
+	if replica.baseURL != "" {
+		base = replica.baseURL
+	}
+	handler, closeMCP, err := newHandler(ctx, base, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -88,7 +97,7 @@ func listenLoopback(addr string) (net.Listener, error) {
 }
 
 // newHandler builds the registry and the MCP handler at mcp.Path.
-func newHandler(baseURL string, log *slog.Logger) (http.Handler, func() error, error) {
+func newHandler(ctx context.Context, baseURL string, log *slog.Logger) (http.Handler, func() error, error) {
 	reg := capabilities.NewRegistry(capabilities.Options{
 		Logger: log,
 		// The suite calls its tools by snake_case names.
@@ -102,16 +111,26 @@ func newHandler(baseURL string, log *slog.Logger) (http.Handler, func() error, e
 		Roles: []string{capabilities.RoleUser}, AllScopes: true,
 		State: capabilities.AccountActive, Interactive: true,
 	}
-	srv, err := mcp.New(mcp.Options{
+	opts := mcp.Options{
 		Registry: reg, BaseURL: baseURL, Logger: log, Anonymous: &anonymous,
 		Name: "enclave-conformance", Version: "1.0.0",
 		// One process: its memory is enough to keep tasks.
 		Tasks: mcp.MemoryTasks(),
-	})
+	}
+	closeShared := func() {}
+	if replica.databaseURL != "" {
+		c, err := replicaOptions(ctx, replica.databaseURL, &anonymous, &opts, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		closeShared = c
+	}
+	srv, err := mcp.New(opts)
 	if err != nil {
+		closeShared()
 		return nil, nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle(mcp.Path, srv)
-	return mux, srv.Close, nil
+	return mux, func() error { err := srv.Close(); closeShared(); return err }, nil
 }

@@ -24,7 +24,7 @@ func (model) CreateMessage(context.Context, mcpgo.CreateMessageRequest) (*mcpgo.
 
 func TestServesTheSuiteTools(t *testing.T) {
 	hs := httptest.NewUnstartedServer(nil)
-	handler, closeMCP, err := newHandler("http://"+hs.Listener.Addr().String(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	handler, closeMCP, err := newHandler(t.Context(), "http://"+hs.Listener.Addr().String(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

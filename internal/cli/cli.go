@@ -24,6 +24,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
+	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/quota"
@@ -163,17 +164,18 @@ type options struct {
 	smtpURL        string
 	smtpSecurity   string
 	trustedProxies string
+	callerCacheTTL time.Duration
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
-var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "production", "log-format",
-	"log-level", "metrics-addr", "shutdown-timeout", "no-migrate", "signup", "allowed-origins",
-	"trusted-proxies", "quota", "quota-class", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
+var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "production", "log-format",
+	"log-level", "metrics-addr", "shutdown-timeout", "caller-cache-ttl", "no-migrate", "signup", "allowed-origins",
+	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
 // and no process listing.
-var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "smtp-url", "smtp-password"}
+var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "smtp-url", "smtp-password"}
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.Addr, "addr", enclave.DefaultAddr, "listen address")
@@ -184,17 +186,23 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.KVURL, "kv-url", "", "KV (cache) collection URL (default in-memory)")
 	fs.StringVar(&o.cfg.QueueURL, "queue-url", "", "queue topic URL (default in-process)")
 	fs.StringVar(&o.cfg.KeeperURL, "keeper-url", "", "secrets keeper URL (default a key kept in <data-dir>/keeper.key)")
+	fs.StringVar(&o.cfg.BusURL, "bus-url", "", "cluster bus linking replicas: local, postgres (LISTEN/NOTIFY) or nats://HOST:PORT (default postgres with a postgres:// database, local otherwise)")
 	fs.BoolVar(&o.cfg.Production, "production", false, "production mode: require an https base URL, no development routes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
 	fs.StringVar(&o.cfg.MetricsAddr, "metrics-addr", "", "address for Prometheus metrics (GET /metrics) on a listener of their own, e.g. 127.0.0.1:9090 (default off)")
 	fs.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long calls in flight may take to finish")
+	fs.DurationVar(&o.callerCacheTTL, "caller-cache-ttl", 30*time.Second, "longest a verified token's caller (roles, permissions, account state) is reused without the SQL bearer check; changes drop it at once on every replica; 0 turns the cache off")
 	fs.BoolVar(&o.cfg.NoMigrate, "no-migrate", false, "serve without applying migrations (apply them with enclave migrate; /readyz is 503 while any is pending)")
 	fs.StringVar(&o.signup, "signup", "open", "who may create an account: open, invite (an admin's invite code) or closed (CLI only)")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
 	fs.StringVar(&o.quota, "quota", "", "comma-separated daily call limits per user per capability class, CLASS=N/day (UTC days), e.g. default=5000/day,search=200/day (default unlimited)")
 	fs.StringVar(&o.quotaClass, "quota-class", "", "comma-separated CAPABILITY=CLASS assigning capabilities to quota classes (every other capability is in class default)")
+	fs.BoolVar(&o.cfg.WebhookAllowPrivate, "webhook-allow-private", false, "let webhook subscriptions target private, loopback and link-local addresses (tests, targets on your own network); https is still required")
+	fs.IntVar(&o.cfg.DenialBurst.Threshold, "denial-burst-threshold", events.DefaultBurstThreshold, "denials of one user or client network within --denial-burst-window that publish security.denial_burst")
+	fs.DurationVar(&o.cfg.DenialBurst.Window, "denial-burst-window", events.DefaultBurstWindow, "the window denial bursts are counted in")
+	fs.DurationVar(&o.cfg.DenialBurst.Cooldown, "denial-burst-cooldown", events.DefaultBurstCooldown, "how long a user or network that raised security.denial_burst stays quiet")
 	fs.StringVar(&o.smtpURL, "smtp-url", "", "SMTP server as one URL: smtp://USER:PASS@HOST:587?tls=starttls|tls|none[&auth=xoauth2] (replaces --smtp-addr, --smtp-username, --smtp-password and --smtp-security)")
 	fs.StringVar(&o.smtp.Addr, "smtp-addr", "", "SMTP server host:port for verification and reset mail (required with --production)")
 	fs.StringVar(&o.smtp.From, "smtp-from", "", "sender address of that mail")
@@ -255,6 +263,14 @@ func (o *options) finish(stderr io.Writer) error {
 	}
 	o.log = slog.New(h)
 	o.cfg.Logger = o.log
+	switch {
+	case o.callerCacheTTL < 0:
+		return fmt.Errorf("--caller-cache-ttl %s: want 0 (off) or a positive duration", o.callerCacheTTL)
+	case o.callerCacheTTL == 0:
+		o.cfg.CallerCacheTTL = -1 // off
+	default:
+		o.cfg.CallerCacheTTL = o.callerCacheTTL
+	}
 	mode, err := accounts.ParseSignupMode(o.signup)
 	if err != nil {
 		return fmt.Errorf("--signup: %w", err)

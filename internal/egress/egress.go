@@ -155,7 +155,7 @@ func CheckURL(u *url.URL) error {
 // Public reports whether addr is an address on the public internet: not
 // loopback, private, link-local, unspecified, multicast, shared, reserved
 // or documentation space, in IPv4 or IPv6, including IPv6 forms that embed
-// an IPv4 address (mapped, NAT64, 6to4).
+// an IPv4 address (mapped, NAT64, 6to4); local-use NAT64 is never public.
 func Public(addr netip.Addr) bool {
 	addr = addr.Unmap()
 	if !addr.IsValid() || addr.IsUnspecified() || addr.IsLoopback() || addr.IsPrivate() ||
@@ -171,7 +171,7 @@ func Public(addr netip.Addr) bool {
 	if addr.Is6() {
 		b := addr.As16()
 		switch {
-		case nat64.Contains(addr), nat64Local.Contains(addr):
+		case nat64.Contains(addr):
 			return Public(netip.AddrFrom4([4]byte(b[12:16])))
 		case sixToFour.Contains(addr):
 			return Public(netip.AddrFrom4([4]byte(b[2:6])))
@@ -195,11 +195,19 @@ var (
 		netip.MustParsePrefix("2001:db8::/32"),   // documentation
 		netip.MustParsePrefix("2001:10::/28"),    // ORCHID
 		netip.MustParsePrefix("::/96"),           // IPv4-compatible (deprecated)
+		netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated (SIIT)
 		netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated)
+		// Local-use NAT64 (RFC 8215): not globally reachable, and where
+		// the IPv4 address sits depends on the local prefix length, so
+		// it cannot be judged by its last 32 bits.
+		netip.MustParsePrefix("64:ff9b:1::/48"),
+		netip.MustParsePrefix("2001:2::/48"),    // benchmarking
+		netip.MustParsePrefix("100:0:0:1::/64"), // dummy prefix (RFC 9780)
+		netip.MustParsePrefix("3fff::/20"),      // documentation (RFC 9637)
+		netip.MustParsePrefix("5f00::/16"),      // SRv6 SIDs (RFC 9602)
 	}
-	nat64      = netip.MustParsePrefix("64:ff9b::/96")
-	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")
-	sixToFour  = netip.MustParsePrefix("2002::/16")
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
 )
 
 // control is the dialer hook: it runs for every connection attempt with the

@@ -50,6 +50,16 @@ func TestPublic(t *testing.T) {
 		"2001:db8::1":         false,
 		"2001:0:4136:e378::1": false, // Teredo
 		"::127.0.0.1":         false, // IPv4-compatible
+		// Local-use NAT64 (RFC 8215) is not globally reachable, and the
+		// IPv4 address sits where the local prefix length puts it (here
+		// a /64: bits 72-103, 127.0.0.1), not always in the last 32 bits.
+		"64:ff9b:1:0:7f:0:108:808": false,
+		"64:ff9b:1::808:808":       false,
+		"::ffff:0:7f00:1":          false, // IPv4-translated (SIIT)
+		"2001:2::1":                false, // benchmarking
+		"3fff::1":                  false, // documentation (RFC 9637)
+		"5f00::1":                  false, // SRv6 SIDs
+		"100:0:0:1::1":             false, // dummy prefix
 	} {
 		if got := egress.Public(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("Public(%s) = %v, want %v", addr, got, want)

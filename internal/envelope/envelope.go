@@ -45,9 +45,10 @@ type Ring struct {
 	db     *bun.DB
 	keeper *secrets.Keeper
 
-	mu      sync.RWMutex
-	aeads   map[int64]cipher.AEAD
-	current int64
+	mu       sync.RWMutex
+	aeads    map[int64]cipher.AEAD
+	current  int64
+	announce func(id int64) // set by Follow
 }
 
 // Open loads the data keys, creating the first one if there is none.
@@ -141,7 +142,11 @@ func (r *Ring) Rotate(ctx context.Context) (int64, error) {
 	r.mu.Lock()
 	r.aeads[k.ID] = aead
 	r.current = k.ID
+	announce := r.announce
 	r.mu.Unlock()
+	if announce != nil {
+		announce(k.ID)
+	}
 	return k.ID, nil
 }
 

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -96,6 +98,39 @@ func TestNamedKeyIsSharedByReplicas(t *testing.T) {
 		other, err := r.NamedKey(ctx, "sessions")
 		if err != nil || bytes.Equal(other, keys[0]) {
 			t.Fatalf("distinct names share a key: %v", err)
+		}
+	})
+}
+
+// TestFollowSeesRotationOnOtherReplica: a key rotated on one replica is
+// the one the other replica seals with, at once (not after a restart).
+func TestFollowSeesRotationOnOtherReplica(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		a, err := envelope.Open(ctx, s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := envelope.Open(ctx, s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		group := cluster.NewLoopback()
+		defer a.Follow(group.Join(), nil)()
+		defer b.Follow(group.Join(), nil)()
+		id, err := a.Rotate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for b.Current() != id {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica B seals with key %d after A rotated to %d", b.Current(), id)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if kid, _, err := b.Seal("x", []byte("v")); err != nil || kid != id {
+			t.Fatalf("B sealed with %d, %v", kid, err)
 		}
 	})
 }

@@ -19,12 +19,16 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/internal/rrproxy"
 )
 
 func main() {
@@ -36,6 +40,8 @@ func main() {
 
 func run() error {
 	dataDir := flag.String("data", "", "data directory (required; use a fresh temporary one)")
+	databaseURL := flag.String("database-url", "", "database URL (default SQLite in the data directory)")
+	replicas := flag.Int("replicas", 1, "serve this many replicas (each with its own pools and bus) on -database-url behind a round-robin proxy")
 	flag.Parse()
 	if *dataDir == "" {
 		return errors.New("-data is required")
@@ -53,21 +59,85 @@ func run() error {
 	}
 	base := "http://" + ln.Addr().String()
 	cfg := enclave.Config{
-		BaseURL: base,
-		DataDir: *dataDir,
-		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		BaseURL:     base,
+		DataDir:     *dataDir,
+		DatabaseURL: *databaseURL,
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if *replicas > 1 {
+		if !strings.HasPrefix(*databaseURL, "postgres") {
+			return errors.New("-replicas needs a postgres:// -database-url")
+		}
+		return runReplicas(ctx, ln, cfg, *replicas)
 	}
 	srv, err := enclave.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	if err := ready(ctx, srv, base); err != nil {
+		return err
+	}
+	return srv.Serve(ctx, ln)
+}
+
+// ready creates the account and prints the line the driving script waits for.
+func ready(ctx context.Context, srv *enclave.Server, base string) error {
 	const email, password = "agent-owner@example.test", "correct horse battery staple"
 	if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{
 		Email: email, Username: "agentowner", Password: password, Verified: true,
 	}); err != nil {
 		return err
 	}
-	ready, _ := json.Marshal(map[string]string{"baseURL": base, "email": email, "password": password})
-	fmt.Println(string(ready))
-	return srv.Serve(ctx, ln)
+	line, _ := json.Marshal(map[string]string{"baseURL": base, "email": email, "password": password})
+	fmt.Println(string(line))
+	return nil
+}
+
+// runReplicas serves n replicas of one configuration, each on a port of its
+// own, behind a round-robin proxy on ln (no stickiness): every step of the
+// OAuth flow and every MCP request may land on a different replica.
+func runReplicas(ctx context.Context, ln net.Listener, cfg enclave.Config, n int) error {
+	var backends []string
+	var servers []*enclave.Server
+	var listeners []net.Listener
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	for range n {
+		rl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv, err := enclave.New(ctx, cfg)
+		if err != nil {
+			rl.Close()
+			return err
+		}
+		servers = append(servers, srv)
+		listeners = append(listeners, rl)
+		backends = append(backends, "http://"+rl.Addr().String())
+	}
+	proxy, err := rrproxy.New(backends)
+	if err != nil {
+		return err
+	}
+	front := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = front.Serve(ln) }()
+	defer front.Close()
+	errc := make(chan error, n)
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(ctx, listeners[i]) }()
+	}
+	if err := ready(ctx, servers[0], cfg.BaseURL); err != nil {
+		return err
+	}
+	var first error
+	for range n {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -1,0 +1,117 @@
+package enclave
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/events"
+	"github.com/enclave-mcp/enclave/feedback"
+	"github.com/enclave-mcp/enclave/internal/egress"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Events returns the admin event bus: publish your own events inside your
+// transactions (Events().Publish) and subscribe in process
+// (Events().Subscribe, before Run). See package events.
+func (s *Server) Events() *events.Bus { return s.events }
+
+// assembleEvents builds the event bus on the job queue, reports account
+// changes to it in their own transactions, and starts counting denials for
+// the burst alert.
+func (s *Server) assembleEvents() error {
+	var tlsConfig *tls.Config
+	if s.cfg.WebhookRootCAs != nil {
+		tlsConfig = &tls.Config{RootCAs: s.cfg.WebhookRootCAs}
+	}
+	client := egress.NewClient(egress.Options{
+		AllowPrivate: s.cfg.WebhookAllowPrivate,
+		MaxRedirects: -1, // a redirect is a failed delivery, not a new target
+		TLSConfig:    tlsConfig,
+	})
+	bus, err := events.New(events.Options{
+		Store: s.store, Jobs: s.jobs, Ring: s.ring, Client: client,
+		AllowPrivate: s.cfg.WebhookAllowPrivate, MaxFailures: s.cfg.WebhookMaxFailures, Logger: s.log,
+	})
+	if err != nil {
+		return err
+	}
+	s.events = bus
+	s.accounts.OnChange(func(ctx context.Context, tx bun.IDB, c accounts.Change) error {
+		data := map[string]string{"userId": c.StableID}
+		if c.Role != "" {
+			data["role"] = c.Role
+		}
+		_, err := bus.Publish(ctx, tx, c.Kind, data)
+		return err
+	})
+	// The decision mail is written by the web shell, built later.
+	s.feedback, err = feedback.New(feedback.Options{Store: s.store, Events: bus, Jobs: s.jobs, Logger: s.log, BaseURL: s.cfg.BaseURL,
+		Mail: func(ctx context.Context, tx bun.IDB, to, username, status string) error {
+			return s.web.MailFeedbackDecision(ctx, tx, to, username, status)
+		}})
+	if err != nil {
+		return err
+	}
+	s.bursts = &events.BurstPublisher{
+		Bus: bus, Bursts: events.NewDenialBursts(s.cfg.DenialBurst),
+		HashUser: s.audit.HashUser, HashNetwork: s.audit.HashIP,
+	}
+	return nil
+}
+
+// deletionEvent publishes user.deleted in the transaction that deletes the
+// account's rows.
+func (s *Server) deletionEvent() lifecycle.TxHook {
+	return lifecycle.TxHook{Name: "publish user.deleted", Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) error {
+		_, err := s.events.Publish(ctx, tx, events.UserDeleted, map[string]string{"userId": o.StableID})
+		return err
+	}}
+}
+
+// burstAuditor passes each denial to the audit log and counts it for the
+// denial-burst alert.
+type burstAuditor struct {
+	next capabilities.Auditor
+	s    *Server
+}
+
+func (a burstAuditor) RecordDenial(ctx context.Context, d capabilities.Denial) {
+	a.next.RecordDenial(ctx, d)
+	if a.s.bursts != nil {
+		at := d.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		a.s.bursts.Observe(ctx, at, d.UserID, clientIP(ctx))
+	}
+}
+
+// lifecycleTxHooks run in the transaction that deletes an account: the
+// user.deleted event, and clearing the account's name as reviewer from
+// other people's feedback (its own feedback goes with its rows).
+func (s *Server) lifecycleTxHooks() []lifecycle.TxHook {
+	return []lifecycle.TxHook{s.deletionEvent(), {Name: "clear feedback reviewer", Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) error {
+		return feedback.ClearReviewer(ctx, tx, o.ID)
+	}}}
+}
+
+// eventCapabilities are the webhook and feedback capabilities.
+func (s *Server) eventCapabilities() []capabilities.Capability {
+	caps := s.auditedAdmin(s.events.WebhookCapabilities())
+	return append(caps, s.auditedAdmin(s.feedback.Capabilities())...)
+}
+
+// registerEventInventory registers the tables of events and feedback.
+func registerEventInventory(inv *storage.Inventory) error {
+	return errors.Join(inv.AddTable(events.WebhookTable), inv.AddTable(feedback.Table))
+}
+
+// Feedback returns the platform feedback service.
+func (s *Server) Feedback() *feedback.Service { return s.feedback }

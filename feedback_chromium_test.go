@@ -1,0 +1,112 @@
+package enclave_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/enclavetest"
+)
+
+// A person sends feedback in a real browser, with no script: the form
+// leads to a preview of the exact text, Send stores it, their list shows
+// it; an admin resolves it on the triage page.
+func TestChromiumFeedbackJourney(t *testing.T) {
+	if os.Getenv(chromiumEnv) != "1" {
+		t.Skipf("set %s=1 to run the headless Chromium test", chromiumEnv)
+	}
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("%s=1 but chromium is not installed: %v", chromiumEnv, err)
+	}
+	s := enclavetest.Start(t, enclavetest.Options{})
+	ann := s.CreateUser(t, "ann")
+	ada := s.CreateUser(t, "ada", capabilities.RoleAdmin)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	browserCtx, cancelCtx := chromedp.NewContext(actx)
+	t.Cleanup(cancelCtx)
+	if err := chromedp.Do(browserCtx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(browserCtx, 2*time.Minute)
+	t.Cleanup(cancel)
+	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			loc, _ := chromedp.Run(browserCtx, chromedp.Location())
+			t.Fatalf("%s (at %s): %v", name, loc, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return v
+	}
+	submit := func(action string) chromedp.Action[chromedp.Void] {
+		return chromedp.Click(chromedp.CSS(`form[action="` + action + `"] button[type="submit"]`))
+	}
+	signIn := func(u *enclavetest.User) {
+		step("sign in as "+u.Username,
+			chromedp.Navigate(s.URL+"/login"),
+			chromedp.SendKeys(chromedp.ID("email"), u.Email),
+			chromedp.SendKeys(chromedp.ID("password"), u.Password),
+			submit("/login"),
+			chromedp.WaitVisible(chromedp.CSS(`form[action="/logout"]`)),
+		)
+	}
+
+	signIn(ann)
+	step("write feedback",
+		chromedp.Navigate(s.URL+"/account/feedback"),
+		chromedp.SetValue(chromedp.ID("category"), "bug"),
+		chromedp.SendKeys(chromedp.ID("summary"), "  Export <fails> on large notes "),
+		chromedp.SendKeys(chromedp.ID("details"), "Steps: export.\nResult: 500."),
+		submit("/account/feedback/preview"),
+		chromedp.WaitVisible(chromedp.ID("feedback-preview")),
+	)
+	if got := text("#preview-summary"); got != "Export <fails> on large notes" {
+		t.Fatalf("preview shows %q", got)
+	}
+	if got := text("#preview-category"); got != "bug" {
+		t.Fatalf("preview category %q", got)
+	}
+	if n, _ := s.Store().DB.NewSelect().Table("platform_feedback").Count(ctx); n != 0 {
+		t.Fatal("the preview stored the feedback")
+	}
+	step("send", chromedp.Click(chromedp.ID("send-feedback")), chromedp.WaitVisible(chromedp.ID("my-feedback")))
+	if got := text("#my-feedback tbody"); !strings.Contains(got, "Export <fails> on large notes") || !strings.Contains(got, "open") {
+		t.Fatalf("own list: %q", got)
+	}
+
+	step("sign out", submit("/logout"), chromedp.WaitVisible(chromedp.CSS(`a[href="/login"]`)))
+	signIn(ada)
+	step("open the triage page", chromedp.Navigate(s.URL+"/admin/feedback"), chromedp.WaitVisible(chromedp.ID("content-warning")))
+	if got := text("section.card .untrusted"); !strings.Contains(got, "Export <fails> on large notes") {
+		t.Fatalf("triage page shows %q", got)
+	}
+	step("resolve",
+		chromedp.SetValue(chromedp.CSS(`section.card select[name="status"]`), "resolved"),
+		chromedp.SendKeys(chromedp.CSS(`section.card input[name="note"]`), "fixed"),
+		chromedp.Click(chromedp.CSS(`section.card form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.ID("content-warning")),
+	)
+	var status, note string
+	if err := s.Store().DB.NewSelect().Table("platform_feedback").Column("status", "admin_note").Scan(ctx, &status, &note); err != nil || status != "resolved" || note != "fixed" {
+		t.Fatalf("after triage: %q %q %v", status, note, err)
+	}
+}

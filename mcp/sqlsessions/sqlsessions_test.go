@@ -1,0 +1,185 @@
+package sqlsessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+func users(t *testing.T, s *storage.Store) (alice, bob string) {
+	t.Helper()
+	now := time.Now().UTC()
+	for i, name := range []string{"alice", "bob"} {
+		_, err := s.DB.ExecContext(context.Background(), "INSERT INTO users (id, stable_user_id, email, username, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+			i+1, strings.Repeat(name[:1], 64), name+"@example.com", name, now, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return strings.Repeat("a", 64), strings.Repeat("b", 64)
+}
+
+// TestSessions: a stored session comes back with its owner and state, by
+// id only (the table holds the hash); another user's save changes nothing;
+// creating beyond the per-user limit evicts the least recently used; idle
+// sessions expire; deletion is idempotent.
+func TestSessions(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		alice, bob := users(t, s)
+		st := New(s)
+		clock := time.Now().UTC()
+		st.now = func() time.Time { return clock }
+		rec := mcp.SessionRecord{ID: "sid-1", UserID: alice, ProtocolVersion: "2025-11-25",
+			ClientInfo: json.RawMessage(`{"name":"c","version":"1"}`), CanElicit: true}
+		if _, err := st.CreateSession(ctx, rec, 2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.CreateSession(ctx, mcp.SessionRecord{ID: "x", UserID: "nobody"}, 2); err == nil {
+			t.Fatal("a session for an unknown user was stored")
+		}
+		var raw int
+		if err := s.DB.NewRaw("SELECT count(*) FROM mcp_sessions WHERE id_hash = ?", "sid-1").Scan(ctx, &raw); err != nil || raw != 0 {
+			t.Fatalf("the raw session id is stored (%d, %v)", raw, err)
+		}
+		got, err := st.LoadSession(ctx, "sid-1")
+		if err != nil || got.UserID != alice || !got.CanElicit || got.CanSample || got.ProtocolVersion != "2025-11-25" || !strings.Contains(string(got.ClientInfo), `"c"`) {
+			t.Fatalf("load = %+v, %v", got, err)
+		}
+		if _, err := st.LoadSession(ctx, "sid-2"); !errors.Is(err, mcp.ErrSessionNotFound) {
+			t.Fatalf("unknown id: %v", err)
+		}
+
+		got.LogLevel, got.Subscriptions, got.ToolsFP = "error", []string{"a://1", "a://2"}, "#fp"
+		if err := st.SaveSession(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		// Bob cannot change alice's session through its id.
+		forged := got
+		forged.UserID, forged.LogLevel = bob, "debug"
+		if err := st.SaveSession(ctx, forged); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = st.LoadSession(ctx, "sid-1")
+		if got.LogLevel != "error" || !slices.Equal(got.Subscriptions, []string{"a://1", "a://2"}) || got.ToolsFP != "#fp" || got.UserID != alice {
+			t.Fatalf("after save = %+v", got)
+		}
+
+		// Per-user limit 2: the third session evicts the least recently used.
+		clock = clock.Add(time.Minute)
+		if _, err := st.CreateSession(ctx, mcp.SessionRecord{ID: "sid-2", UserID: alice}, 2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.CreateSession(ctx, mcp.SessionRecord{ID: "bob-1", UserID: bob}, 2); err != nil {
+			t.Fatal(err)
+		}
+		clock = clock.Add(time.Minute)
+		if err := st.TouchSessions(ctx, []string{"sid-1"}, clock); err != nil {
+			t.Fatal(err)
+		}
+		clock = clock.Add(time.Minute)
+		evicted, err := st.CreateSession(ctx, mcp.SessionRecord{ID: "sid-3", UserID: alice}, 2)
+		if err != nil || !slices.Equal(evicted, []string{mcp.SessionHash("sid-2")}) {
+			t.Fatalf("evicted %v, %v; want sid-2's hash", evicted, err)
+		}
+		if _, err := st.LoadSession(ctx, "bob-1"); err != nil {
+			t.Fatalf("bob's session was evicted by alice's: %v", err)
+		}
+
+		// Expiry ends what was idle since the cutoff, nothing else.
+		hashes, err := st.ExpireSessions(ctx, clock.Add(-90*time.Second))
+		if err != nil || !slices.Equal(hashes, []string{mcp.SessionHash("bob-1")}) {
+			t.Fatalf("expired %v, %v; want bob-1", hashes, err)
+		}
+		if ok, err := st.DeleteSession(ctx, "sid-1"); !ok || err != nil {
+			t.Fatalf("delete: %v %v", ok, err)
+		}
+		if ok, _ := st.DeleteSession(ctx, "sid-1"); ok {
+			t.Fatal("deleted twice")
+		}
+	})
+}
+
+func TestAnswers(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		alice, _ := users(t, s)
+		st := New(s)
+		if err := st.PutAnswer(ctx, alice, "k1", []byte(`{"result":{}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutAnswer(ctx, "nobody", "k2", []byte(`{}`)); err == nil {
+			t.Fatal("an answer for an unknown user was stored")
+		}
+		got, err := st.TakeAnswer(ctx, "k1")
+		if err != nil || string(got) != `{"result":{}}` {
+			t.Fatalf("take = %s, %v", got, err)
+		}
+		if _, err := st.TakeAnswer(ctx, "k1"); !errors.Is(err, mcp.ErrSessionNotFound) {
+			t.Fatalf("taken twice: %v", err)
+		}
+		// A stale answer is not delivered and is dropped by the sweep.
+		st.PutAnswer(ctx, alice, "k3", []byte(`{}`))
+		st.now = func() time.Time { return time.Now().Add(AnswerTTL + time.Minute) }
+		if _, err := st.TakeAnswer(ctx, "k3"); !errors.Is(err, mcp.ErrSessionNotFound) {
+			t.Fatalf("stale answer: %v", err)
+		}
+		st.ExpireSessions(ctx, time.Now().Add(-time.Hour))
+		var n int
+		s.DB.NewRaw("SELECT count(*) FROM mcp_session_answers").Scan(ctx, &n)
+		if n != 0 {
+			t.Fatalf("%d stale answers left", n)
+		}
+	})
+}
+
+// TestEvents: events replay after an id on its own stream, in order, only
+// within the session that recorded them and the window.
+func TestEvents(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		alice, _ := users(t, s)
+		st := New(s)
+		h1, h2 := mcp.SessionHash("s1"), mcp.SessionHash("s2")
+		var ids []string
+		for i, stream := range []string{"L:a", "r", "L:a", "L:a"} {
+			id, err := st.AppendEvent(ctx, h1, alice, stream, json.RawMessage(`{"n":`+string(rune('0'+i))+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		var got []string
+		stream, err := st.ReplayEvents(ctx, h1, ids[0], func(id string, m json.RawMessage) error {
+			got = append(got, id+"="+string(m))
+			return nil
+		})
+		want := []string{ids[2] + `={"n":2}`, ids[3] + `={"n":3}`}
+		if err != nil || stream != "L:a" || !slices.Equal(got, want) {
+			t.Fatalf("replay = %q %v %v; want %v", stream, got, err, want)
+		}
+		if _, err := st.ReplayEvents(ctx, h2, ids[0], func(string, json.RawMessage) error { return nil }); !errors.Is(err, mcp.ErrUnknownEvent) {
+			t.Fatalf("another session's event id: %v", err)
+		}
+		st.now = func() time.Time { return time.Now().Add(EventTTL + time.Minute) }
+		if _, err := st.ReplayEvents(ctx, h1, ids[0], func(string, json.RawMessage) error { return nil }); !errors.Is(err, mcp.ErrUnknownEvent) {
+			t.Fatalf("an event out of the window: %v", err)
+		}
+		if err := st.PurgeEvents(ctx, h1); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		s.DB.NewRaw("SELECT count(*) FROM mcp_session_events").Scan(ctx, &n)
+		if n != 0 {
+			t.Fatalf("%d events left after purge", n)
+		}
+	})
+}
