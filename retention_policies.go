@@ -42,9 +42,15 @@ func (s *Server) retentionPolicies() []retention.Policy {
 	if clientIdle <= 0 {
 		clientIdle = oauth.DefaultClientIdleTTL
 	}
+	users := retention.Custom("users", "an account opened on the sign-up page that never verified an address is deleted 7 days after sign-up, through account deletion (its email and username become free); every other account is kept until it is deleted", s.purgeUnverified)
+	if s.cfg.OAuth.AllowUnverifiedEmail {
+		// Unverified accounts may work (hold tokens, own data): they are
+		// accounts in use, never purged as abandoned sign-ups.
+		users = retention.Kept("users", "every account stays until it is deleted, verified or not: Config.OAuth.AllowUnverifiedEmail lets unverified accounts work")
+	}
 	return []retention.Policy{
 		// Accounts and what they own.
-		retention.Custom("users", "an account opened on the sign-up page that never verified an address is deleted 7 days after sign-up, through account deletion (its email and username become free); every other account is kept until it is deleted", s.purgeUnverified),
+		users,
 		retention.UntilAccountDeleted("user_roles"),
 		retention.UntilAccountDeleted("email_claims").Because("a former address stays claimed until its owner releases it"),
 		retention.Age("password_setup_tokens", "expires_at", day).Because("expired setup links"),

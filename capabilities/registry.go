@@ -300,8 +300,14 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 	if err != nil {
 		return Result{}, err
 	}
+	// The request's _meta is this call's: a handler that invokes other
+	// capabilities must not pass its idempotency key on to them.
+	ctx = withoutRequestMeta(ctx)
 	call := &Call{Caller: caller, Capability: name, client: clientFrom(ctx)}
-	if key != "" && !c.Annotations.Idempotent && r.opts.Idempotency != nil {
+	// A read has no effect to run once: a key on a read-only capability is
+	// checked but ignored, so a read's result (perhaps a secret, perhaps
+	// since deleted) is never stored and replayed.
+	if key != "" && !c.Annotations.Idempotent && !c.Annotations.ReadOnly && r.opts.Idempotency != nil {
 		return r.invokeOnce(ctx, c, caller, key, args, func(ctx context.Context) (Result, error) {
 			return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
 		})
