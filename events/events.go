@@ -271,7 +271,12 @@ type subscriberJob struct {
 // webhookJob is the payload of one webhook delivery.
 type webhookJob struct {
 	Subscription int64 `json:"subscription"`
-	Event        Event `json:"event"`
+	// SubscriptionID is the subscription's public id: row ids come back
+	// (SQLite hands out the highest rowid again once its row is deleted),
+	// public ids never do, so a delivery waiting for a deleted
+	// subscription never reaches a newer one that took its row id.
+	SubscriptionID string `json:"subscriptionId,omitempty"`
+	Event          Event  `json:"event"`
 }
 
 // dispatch chooses the recipients of one event, now, and queues a delivery
@@ -307,7 +312,7 @@ func (b *Bus) dispatch(ctx context.Context, job jobs.Job) error {
 			}
 			// Owned by the admin: their account's deletion removes the
 			// delivery still waiting.
-			if err := b.opts.Jobs.Enqueue(ctx, tx, kindWebhook, t.OwnerStableID, webhookJob{Subscription: t.ID, Event: e}); err != nil {
+			if err := b.opts.Jobs.Enqueue(ctx, tx, kindWebhook, t.OwnerStableID, webhookJob{Subscription: t.ID, SubscriptionID: t.PublicID, Event: e}); err != nil {
 				return err
 			}
 		}

@@ -279,6 +279,7 @@ const adminOwner = `u.suspended_at IS NULL AND u.deleting_at IS NULL
 
 type target struct {
 	ID            int64  `bun:"id"`
+	PublicID      string `bun:"public_id"`
 	EventTypes    string `bun:"event_types"`
 	OwnerStableID string `bun:"stable_user_id"`
 }
@@ -288,7 +289,7 @@ type target struct {
 func activeSubscriptions(ctx context.Context, db bun.IDB) ([]target, error) {
 	var out []target
 	err := db.NewSelect().TableExpr("webhook_subscriptions AS w").
-		ColumnExpr("w.id, w.event_types, u.stable_user_id").
+		ColumnExpr("w.id, w.public_id, w.event_types, u.stable_user_id").
 		Join("JOIN users AS u ON u.id = w.user_id").
 		Where("w.disabled_at IS NULL").Where(adminOwner).Order("w.id").Scan(ctx, &out)
 	if err != nil {
@@ -318,14 +319,23 @@ func (b *Bus) deliverWebhook(ctx context.Context, job jobs.Job) error {
 		return nil
 	}
 	var row webhookRow
-	err := b.opts.Store.DB.NewSelect().Model(&row).
+	sel := b.opts.Store.DB.NewSelect().Model(&row).
 		Join("JOIN users AS u ON u.id = webhook_row.user_id").
-		Where("webhook_row.id = ? AND webhook_row.disabled_at IS NULL", p.Subscription).Where(adminOwner).Scan(ctx)
+		Where("webhook_row.id = ? AND webhook_row.disabled_at IS NULL", p.Subscription).Where(adminOwner)
+	if p.SubscriptionID != "" {
+		// The very subscription chosen at dispatch, not a newer one
+		// that took its row id after it was deleted.
+		sel = sel.Where("webhook_row.public_id = ?", p.SubscriptionID)
+	}
+	err := sel.Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil // gone, disabled, or its owner is no longer an admin
 	}
 	if err != nil {
 		return fmt.Errorf("events: load webhook: %w", err)
+	}
+	if !matches(splitTypes(row.EventTypes), p.Event.Type) {
+		return nil // not a type this subscription asked for
 	}
 	e, ok, err := b.enriched(ctx, p.Event)
 	if err != nil {
