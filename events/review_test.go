@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -83,5 +84,32 @@ func TestWebhookRetryNeverReachesAReusedSubscriptionID(t *testing.T) {
 				t.Fatalf("bob's new subscription (only role.removed) received %d request(s) of ada's deleted subscription", n)
 			}
 		})
+	}
+}
+
+// Filling the counter with client networks (an IPv6 sender holds tens of
+// thousands of /64s) never stops it from counting users: a user's burst
+// still fires. And denials from networks the full table cannot track are
+// counted together, so the flood itself raises an alert.
+func TestDenialBurstsSurviveANetworkFlood(t *testing.T) {
+	d := events.NewDenialBursts(events.BurstOptions{Threshold: 5, Window: time.Hour, Cooldown: time.Hour})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var overflow []events.Burst
+	for i := range 60000 {
+		ip := fmt.Sprintf("2001:db8:%x:%x::1", i>>16, i&0xffff)
+		for _, b := range d.Record(t0.Add(time.Duration(i)*time.Millisecond), "", ip) {
+			overflow = append(overflow, b)
+		}
+	}
+	if len(overflow) != 1 || overflow[0].Scope != "network" || overflow[0].Key != "" {
+		t.Fatalf("the untracked networks raised %+v, want one network alert for the untracked subjects", overflow)
+	}
+	now := t0.Add(2 * time.Minute)
+	var got []events.Burst
+	for range 5 {
+		got = d.Record(now, "victim-user", "")
+	}
+	if len(got) != 1 || got[0].Scope != "user" || got[0].Key != "victim-user" {
+		t.Fatalf("a user's burst after a network flood fired %+v", got)
 	}
 }
