@@ -113,3 +113,30 @@ func TestDenialBurstsSurviveANetworkFlood(t *testing.T) {
 		t.Fatalf("a user's burst after a network flood fired %+v", got)
 	}
 }
+
+// Concurrent creations never take an admin past MaxWebhooksPerAdmin.
+func TestWebhookLimitHoldsUnderConcurrentCreates(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		ada := s.CreateUser(t, "ada", capabilities.RoleAdmin)
+		c := sessionCaller(t, ada)
+		for i := range events.MaxWebhooksPerAdmin - 2 {
+			if err := invoke(t, s, c, "adminWebhookCreate", events.WebhookCreateInput{URL: fmt.Sprintf("https://example.com/%d", i)}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				_, _, _ = s.Events().CreateWebhook(t.Context(), ada.ID, fmt.Sprintf("https://example.com/c%d", i), nil, "")
+			})
+		}
+		wg.Wait()
+		n, err := s.Store().DB.NewSelect().Table("webhook_subscriptions").Where("user_id = ?", ada.ID).Count(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > events.MaxWebhooksPerAdmin {
+			t.Fatalf("%d subscriptions, at most %d allowed", n, events.MaxWebhooksPerAdmin)
+		}
+	})
+}

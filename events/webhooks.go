@@ -226,6 +226,15 @@ func (b *Bus) CreateWebhook(ctx context.Context, ownerID int64, rawURL string, t
 		return Webhook{}, "", fmt.Errorf("events: create webhook: %w", err)
 	}
 	err = b.opts.Store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if b.opts.Store.Dialect() == storage.Postgres {
+			// One creation at a time per admin, so the count below
+			// sees the others' rows and the limit holds. (SQLite
+			// writes are serial already.)
+			var id int64
+			if err := tx.NewSelect().Table("users").Column("id").Where("id = ?", ownerID).For("UPDATE").Scan(ctx, &id); err != nil {
+				return err
+			}
+		}
 		n, err := tx.NewSelect().Model((*webhookRow)(nil)).Where("user_id = ?", ownerID).Count(ctx)
 		if err != nil {
 			return err
