@@ -1,13 +1,17 @@
 package events_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/events"
@@ -138,5 +142,51 @@ func TestWebhookLimitHoldsUnderConcurrentCreates(t *testing.T) {
 		if n > events.MaxWebhooksPerAdmin {
 			t.Fatalf("%d subscriptions, at most %d allowed", n, events.MaxWebhooksPerAdmin)
 		}
+	})
+}
+
+// A webhook target that is slow to answer holds only its own deliveries:
+// the rest of the post-commit work (other events, mail) goes on meanwhile.
+func TestSlowWebhookTargetDoesNotStallOtherWork(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 16)
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer ts.Close()
+	defer close(release)
+	var mu sync.Mutex
+	var seen []string
+	s := startWithTarget(t, string(enclavetest.Dialects()[0]), ts, 0, func(srv *enclave.Server) error {
+		return srv.Events().Subscribe("test", func(_ context.Context, e events.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, string(e.Data))
+			return nil
+		}, events.UserCreated)
+	})
+	ada := s.CreateUser(t, "ada", capabilities.RoleAdmin)
+	if err := invoke(t, s, sessionCaller(t, ada), "adminWebhookCreate",
+		events.WebhookCreateInput{URL: ts.URL + "/slow", Events: []string{events.UserCreated}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.CreateUser(t, "carl")
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the webhook was never called")
+	}
+	// The target holds carl's delivery (up to the 10 s request timeout);
+	// dora's event still reaches the in-process subscriber before that.
+	dora := s.CreateUser(t, "dora")
+	waitFor(t, 7*time.Second, "dora's event while the webhook is held", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(seen, func(d string) bool { return strings.Contains(d, dora.StableID) })
 	})
 }
