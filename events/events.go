@@ -134,6 +134,9 @@ type Bus struct {
 	mu     sync.RWMutex
 	subs   map[string]subscription
 	enrich map[string]Enricher
+
+	turnsMu sync.Mutex
+	turns   map[int64]*turn // deliveries holding or waiting for a subscription
 }
 
 type subscription struct {
@@ -158,7 +161,7 @@ func New(opts Options) (*Bus, error) {
 	if opts.Client == nil {
 		opts.Client = egress.NewClient(egress.Options{AllowPrivate: opts.AllowPrivate, MaxRedirects: -1})
 	}
-	b := &Bus{opts: opts, log: opts.Logger, subs: map[string]subscription{}, enrich: map[string]Enricher{}}
+	b := &Bus{opts: opts, log: opts.Logger, subs: map[string]subscription{}, enrich: map[string]Enricher{}, turns: map[int64]*turn{}}
 	err := errors.Join(
 		opts.Jobs.Register(kindDispatch, b.dispatch),
 		opts.Jobs.Register(kindSubscriber, b.deliverSubscriber),

@@ -190,3 +190,29 @@ func TestSlowWebhookTargetDoesNotStallOtherWork(t *testing.T) {
 		return slices.ContainsFunc(seen, func(d string) bool { return strings.Contains(d, dora.StableID) })
 	})
 }
+
+// A target URL's path and query may hold a token (chat services' webhook
+// URLs do): the list shows them on the admin's web page only; an agent
+// sees the target's origin.
+func TestWebhookListHidesTheTargetPathFromAgents(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		ada := s.CreateUser(t, "ada", capabilities.RoleAdmin)
+		target := "https://chat.example.com/api/webhooks/123/tok_SECRETPART?thread=tok_QUERYPART"
+		if err := invoke(t, s, sessionCaller(t, ada), "adminWebhookCreate", events.WebhookCreateInput{URL: target}, nil); err != nil {
+			t.Fatal(err)
+		}
+		var list events.WebhookListOutput
+		if err := invoke(t, s, ada.Caller(t), "adminWebhookList", struct{}{}, &list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Webhooks) != 1 || strings.Contains(list.Webhooks[0].URL, "tok_") || !strings.HasPrefix(list.Webhooks[0].URL, "https://chat.example.com/") {
+			t.Fatalf("an agent's list: %+v", list.Webhooks)
+		}
+		if err := invoke(t, s, sessionCaller(t, ada), "adminWebhookList", struct{}{}, &list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Webhooks) != 1 || list.Webhooks[0].URL != target {
+			t.Fatalf("the web page's list: %+v", list.Webhooks)
+		}
+	})
+}

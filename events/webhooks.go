@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -327,6 +328,13 @@ func (b *Bus) deliverWebhook(ctx context.Context, job jobs.Job) error {
 	if err := job.Decode(&p); err != nil {
 		return nil
 	}
+	// One delivery at a time per subscription (on this replica): the
+	// relay runs a topic's jobs side by side, and a failing target is
+	// disabled after MaxFailures attempts, not after as many as were in
+	// flight. The row is read after the turn comes, so a delivery that
+	// waited behind the one that disabled it sends nothing.
+	unlock := b.lockSubscription(p.Subscription)
+	defer unlock()
 	var row webhookRow
 	sel := b.opts.Store.DB.NewSelect().Model(&row).
 		Join("JOIN users AS u ON u.id = webhook_row.user_id").
@@ -375,23 +383,62 @@ func (b *Bus) deliverWebhook(ctx context.Context, job jobs.Job) error {
 		return nil
 	}
 	reason := sendErr.Error()
+	// The count is the row's own, incremented in place (other replicas
+	// may be recording failures of the same subscription).
 	failures := row.ConsecutiveFailures + 1
-	q := b.opts.Store.DB.NewUpdate().Model((*webhookRow)(nil)).
+	var counted []int
+	err = b.opts.Store.DB.NewUpdate().Model((*webhookRow)(nil)).
 		Set("consecutive_failures = consecutive_failures + 1").Set("last_error = ?", reason).
-		Set("last_attempt_at = ?", now).Where("id = ? AND disabled_at IS NULL", row.ID)
+		Set("last_attempt_at = ?", now).Where("id = ? AND disabled_at IS NULL", row.ID).
+		Returning("consecutive_failures").Scan(ctx, &counted)
+	if err != nil {
+		b.log.WarnContext(ctx, "events: record webhook failure", "err", err)
+	} else if len(counted) == 1 {
+		failures = counted[0]
+	}
 	disable := failures >= b.opts.MaxFailures
 	if disable {
-		q = q.Set("disabled_at = ?", now).
-			Set("disabled_reason = ?", fmt.Sprintf("disabled after %d failed deliveries in a row; last: %s", failures, reason))
-	}
-	if _, err := q.Exec(ctx); err != nil {
-		b.log.WarnContext(ctx, "events: record webhook failure", "err", err)
+		_, err := b.opts.Store.DB.NewUpdate().Model((*webhookRow)(nil)).Set("disabled_at = ?", now).
+			Set("disabled_reason = ?", fmt.Sprintf("disabled after %d failed deliveries in a row; last: %s", failures, reason)).
+			Where("id = ? AND disabled_at IS NULL", row.ID).Exec(ctx)
+		if err != nil {
+			b.log.WarnContext(ctx, "events: disable webhook", "err", err)
+		}
 	}
 	b.log.WarnContext(ctx, "events: webhook delivery failed", "subscription", row.PublicID, "event", p.Event.ID, "status", status, "reason", reason, "disabled", disable)
 	if disable {
 		return nil // nothing more goes to a disabled subscription
 	}
 	return fmt.Errorf("events: webhook %s: %s", row.PublicID, reason)
+}
+
+// lockSubscription waits for the turn of subscription id on this bus and
+// returns the function that ends it.
+func (b *Bus) lockSubscription(id int64) func() {
+	b.turnsMu.Lock()
+	t := b.turns[id]
+	if t == nil {
+		t = &turn{}
+		b.turns[id] = t
+	}
+	t.users++
+	b.turnsMu.Unlock()
+	t.mu.Lock()
+	return func() {
+		t.mu.Unlock()
+		b.turnsMu.Lock()
+		if t.users--; t.users == 0 {
+			delete(b.turns, id)
+		}
+		b.turnsMu.Unlock()
+	}
+}
+
+// turn serializes the deliveries of one subscription; users counts the
+// deliveries holding or waiting for it.
+type turn struct {
+	mu    sync.Mutex
+	users int
 }
 
 // deliveryError is a failed attempt, described for the admin.
