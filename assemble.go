@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
@@ -33,6 +35,7 @@ import (
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // assemble builds the domain services on the open store and registers the
@@ -62,6 +65,10 @@ func (s *Server) assemble(ctx context.Context) error {
 	if strings.HasPrefix(s.cfg.BaseURL, "https://") {
 		acfg.SecureCookies = true
 	}
+	if s.cfg.RequireAdmin2FA {
+		acfg.RequireAdminSecondFactor = true
+	}
+	acfg.Passkeys = passkeyConfig(acfg.Passkeys, s.cfg.BaseURL)
 	if s.accounts, err = accounts.New(ctx, s.store, acfg); err != nil {
 		return err
 	}
@@ -148,6 +155,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Keyed calls (_meta enclave/idempotencyKey) run once per user,
 		// capability and key; results kept 24 hours.
 		Idempotency: idempotency.New(s.store, s.ring),
+		// Admin capabilities refuse an admin without a second factor when
+		// --require-admin-2fa is set.
+		RoleGate: s.accounts.AdminSecondFactorGate,
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
@@ -177,6 +187,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			return s.web.MailSetupLink(ctx, tx, u, token)
 		},
 	})...)
+	caps = append(caps, s.accounts.FactorCapabilities("enclave", webMail{s})...)
 	caps = append(caps, s.overviewCapability())
 	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound
@@ -187,6 +198,27 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
+	}
+
+	// Workspaces come before the web shell, whose pages for them exist
+	// when their capabilities do.
+	if o := s.cfg.Workspaces; o != nil {
+		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
+			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: workspaceMail{s}, BaseURL: s.cfg.BaseURL,
+			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
+			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
+			Audit: s.auditWorkspace,
+		}); err != nil {
+			return err
+		}
+		if err := s.workspaces.Inventory(s.inventory); err != nil {
+			return err
+		}
+		if s.store.Dialect() == storage.Postgres {
+			if err := s.retention.Add(s.workspaceRetention()...); err != nil {
+				return err
+			}
+		}
 	}
 
 	wopts := web.Options{
@@ -214,7 +246,10 @@ func (s *Server) assemble(ctx context.Context) error {
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
-		mopts.Verifier = oauthVerifier{s.oauth}
+		mopts.Verifier = oauthVerifier{s.oauth, s.newCallerCache()}
+	}
+	if s.workspaces != nil {
+		mopts.Verifier = workspaceKeyVerifier{mopts.Verifier, s}
 	}
 	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
 	if mopts.Version == "" {
@@ -317,10 +352,18 @@ func tokenRefusal(err error) string {
 }
 
 // oauthVerifier checks /mcp bearer tokens against enclave's own
-// authorization server.
-type oauthVerifier struct{ s *oauth.Server }
+// authorization server, through the revocation-aware cache of verified
+// callers (nil when Config.CallerCacheTTL is negative).
+type oauthVerifier struct {
+	s     *oauth.Server
+	cache *callercache.Cache[mcp.TokenInfo]
+}
 
 func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
+	if info, ok := v.cache.Get(token); ok {
+		return cachedToken(info), nil
+	}
+	ticket := v.cache.Begin() // before the read: a change meanwhile voids the Put
 	a, err := v.s.VerifyAccessToken(ctx, token)
 	// A token that matched a grant names its user next to the refusal, for
 	// the audit log; one that matched nothing names no one.
@@ -344,7 +387,9 @@ func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.Token
 	// The token check loaded the account's state, roles and permissions in
 	// its one query: hand them over instead of loading the account again.
 	caller := a.Caller()
-	return mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller}, nil
+	info := mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller}
+	v.cache.Put(ticket, token, a.UserID, a.GrantID, a.ExpiresAt, cachedToken(info))
+	return info, nil
 }
 
 // registerInventory records where enclave's own user-owned data lives. A
@@ -355,6 +400,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(storage.Table{Name: "email_claims", KeyColumn: "email"}),
 		inv.AddTable(storage.Table{Name: "password_setup_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
+		addTables(inv, accounts.FactorTables()),
 		secrets.RegisterInventory(inv),
 		addTables(inv, oauth.InventoryTables()),
 		// Jobs that concern a user (package jobs); mail rows have no owner.
@@ -366,6 +412,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(idempotency.Table),
 		registerEventInventory(inv),
 		addTables(inv, sqlsessions.Tables),
+		workspaces.RegisterInventory(inv),
 	)
 }
 
@@ -477,6 +524,35 @@ func (m webMail) MailEmailTaken(ctx context.Context, address string) {
 	m.s.web.MailEmailTaken(ctx, address)
 }
 
+func (m webMail) FactorChanged(ctx context.Context, u accounts.User, change accounts.FactorChange) {
+	m.s.web.FactorChanged(ctx, u, change)
+}
+
+// passkeyConfig fills the WebAuthn relying party from the base URL: its
+// host is the relying party id and its origin the one origin passkeys
+// are used from.
+func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyConfig {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return c
+	}
+	if c.RPID == "" {
+		c.RPID = u.Hostname()
+	}
+	if len(c.Origins) == 0 {
+		c.Origins = []string{u.Scheme + "://" + u.Host}
+	}
+	return c
+}
+
 func (m webMail) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
 	m.s.web.MailEmailChangeRequested(ctx, u)
+}
+
+// workspaceMail forwards workspace invitations to the web shell (built
+// after the workspaces service), which mails them through the outbox.
+type workspaceMail struct{ s *Server }
+
+func (m workspaceMail) MailWorkspaceInvitation(ctx context.Context, tx bun.IDB, inv workspaces.InvitationMail) error {
+	return m.s.web.MailWorkspaceInvitation(ctx, tx, inv)
 }

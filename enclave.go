@@ -39,6 +39,7 @@ import (
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // Config configures a Server. Every zero value is a documented default.
@@ -116,6 +117,16 @@ type Config struct {
 	// error is a refusal (401) except one wrapping mcp.ErrTokenUnavailable,
 	// the verifier's own outage: 503 with Retry-After, not audited.
 	TokenVerifier mcp.TokenVerifier
+
+	// CallerCacheTTL bounds how long a verified bearer token's caller
+	// (account state, roles, permissions) is reused without the SQL bearer
+	// check. Entries are dropped at once, on this replica and through the
+	// cluster bus on the others, when anything they depend on changes
+	// (revocation, password, suspension, roles, deletion, email); while the
+	// bus reports a gap nothing is cached. Default 30 s; negative turns the
+	// cache off (every call runs the bearer check). Only enclave's own
+	// authorization server is cached, never a custom TokenVerifier.
+	CallerCacheTTL time.Duration
 
 	// MCP tunes the MCP endpoint (session TTL and limits, body limit). Its
 	// Registry, Verifier, Loader, BaseURL and Logger are set by New.
@@ -198,6 +209,17 @@ type Config struct {
 	// (default), SignupInvite (an admin's invite code is needed) or
 	// SignupClosed (accounts come from the CLI only).
 	Signup accounts.SignupMode
+
+	// RequireAdmin2FA requires admins to have a second factor (an
+	// authenticator app or a passkey): the admin pages send an admin
+	// without one to enrolment, and admin capabilities refuse with
+	// capabilities.CodeSecondFactorRequired (sets
+	// Accounts.RequireAdminSecondFactor). Default off.
+	RequireAdmin2FA bool
+	// Workspaces, when set, turns on shared workspaces (package
+	// workspaces): their capabilities, and Server.Workspaces for
+	// registering workspace operations. Nil leaves them off.
+	Workspaces *workspaces.Options
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.
@@ -273,6 +295,9 @@ type Server struct {
 	ownBus    bool
 	unfollow  func() // stops following data-key rotations on the bus
 	outbound  *outbound.Gateway
+
+	// workspaces is nil unless Config.Workspaces is set.
+	workspaces *workspaces.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -378,6 +403,11 @@ func (s *Server) Schedules() *schedules.Set { return s.schedules }
 // Features returns the default SQL feature-flag store, or nil when
 // Config.Features replaced it.
 func (s *Server) Features() *features.Store { return s.features }
+
+// Workspaces returns the workspaces service (register workspace
+// operations with workspaces.Register), or nil when Config.Workspaces is
+// nil.
+func (s *Server) Workspaces() *workspaces.Service { return s.workspaces }
 
 // Quota returns the SQL quota meter: it counts the outbound gateway's
 // requests, and capability calls unless Config.Quota replaced it.
@@ -579,6 +609,11 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.workspaces != nil {
+			if err := s.workspaces.Close(); err != nil {
+				s.log.Warn("close workspace files", "err", err)
+			}
 		}
 		if s.unfollow != nil {
 			s.unfollow()

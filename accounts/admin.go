@@ -258,6 +258,13 @@ var capabilityCodes = map[Code]capabilities.Code{
 	CodeSuspendSelf:        capabilities.CodeConflict,
 	CodeDeleting:           capabilities.CodeConflict,
 	CodeEmailUnverified:    capabilities.CodeConflict,
+
+	CodeSecondFactorInvalid:       capabilities.CodeInvalidInput,
+	CodeFactorConflict:            capabilities.CodeConflict,
+	CodeFactorInvalidInput:        capabilities.CodeInvalidInput,
+	CodePendingLoginInvalid:       capabilities.CodeInvalidInput,
+	CodePasskeyInvalid:            capabilities.CodeInvalidInput,
+	CodeAdminSecondFactorRequired: capabilities.CodeSecondFactorRequired,
 }
 
 // AdminCapabilities returns the account-administration capabilities, for

@@ -59,12 +59,35 @@ type Config struct {
 	// Default 1 hour.
 	PasswordResetTTL time.Duration
 
+	// RequireAdminSecondFactor makes a second factor (an authenticator app
+	// or a passkey) a condition of acting as an admin: admin capabilities
+	// refuse an admin without one (capabilities.CodeSecondFactorRequired,
+	// naming the enrolment page), and the web shell sends such an admin to
+	// enrolment before any admin page answers. Default off.
+	RequireAdminSecondFactor bool
+
+	// Passkeys is the WebAuthn relying party. Default: RPID "localhost",
+	// origin "http://localhost:8080", name "enclave"; enclave.New derives
+	// it from the base URL.
+	Passkeys PasskeyConfig
+
 	// Logger receives warnings (for example a failed role lookup). Default
 	// slog.Default().
 	Logger *slog.Logger
 
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+}
+
+// PasskeyConfig names the WebAuthn relying party.
+type PasskeyConfig struct {
+	// RPID is the relying party id: the host name of the site (no scheme,
+	// no port). Passkeys work only on this host and its subdomains.
+	RPID string
+	// Origins are the exact origins (scheme://host[:port]) pages run on.
+	Origins []string
+	// RPName is the name authenticators show.
+	RPName string
 }
 
 // Defaults.
@@ -96,6 +119,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PasswordResetTTL <= 0 {
 		c.PasswordResetTTL = DefaultPasswordResetTTL
+	}
+	if c.Passkeys.RPID == "" {
+		c.Passkeys.RPID = "localhost"
+	}
+	if len(c.Passkeys.Origins) == 0 {
+		c.Passkeys.Origins = []string{"http://localhost:8080"}
+	}
+	if c.Passkeys.RPName == "" {
+		c.Passkeys.RPName = "enclave"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -49,7 +49,32 @@ var (
 	ErrInvalidToken = newError(CodeInvalidToken, "This link is invalid or has expired.")
 	// ErrEmailUnverified: the operation needs a verified current email.
 	ErrEmailUnverified = newError(CodeEmailUnverified, "Verify your current email address first.")
+	// ErrSecondFactorInvalid: a second-factor code (authenticator app or
+	// recovery code) is wrong or was already used.
+	ErrSecondFactorInvalid = newError(CodeSecondFactorInvalid, "That code is not correct or was already used.")
+	// ErrTOTPEnabled: an authenticator app is already set up.
+	ErrTOTPEnabled = newError(CodeFactorConflict, "An authenticator app is already set up. Turn it off first to set up another one.")
+	// ErrTOTPNotEnabled: no authenticator app is set up.
+	ErrTOTPNotEnabled = newError(CodeFactorConflict, "No authenticator app is set up.")
+	// ErrNoSecondFactor: the operation needs a second factor.
+	ErrNoSecondFactor = newError(CodeFactorConflict, "Set up an authenticator app or a passkey first.")
+	// ErrPendingLoginInvalid: a sign-in waiting for its second factor is
+	// unknown, used, expired or out of attempts.
+	ErrPendingLoginInvalid = newError(CodePendingLoginInvalid, "This sign-in expired. Sign in again.")
+	// ErrPasskeyInvalid: a passkey ceremony failed (unknown or expired
+	// challenge, a response that does not verify, an unknown passkey).
+	ErrPasskeyInvalid = newError(CodePasskeyInvalid, "The passkey could not be verified. Try again.")
+	// ErrPasskeyName: a passkey name is too long or holds control
+	// characters.
+	ErrPasskeyName = newError(CodeFactorInvalidInput, "Passkey names are at most 64 characters, without control characters.")
+	// ErrAdminSecondFactorRequired: the server requires admins to have a
+	// second factor and this admin has none.
+	ErrAdminSecondFactorRequired = newError(CodeAdminSecondFactorRequired, AdminSecondFactorMessage)
 )
+
+// AdminSecondFactorMessage is the refusal given to an admin without a
+// second factor when the server requires one.
+const AdminSecondFactorMessage = "This server requires admins to use a second factor. Set up an authenticator app or a passkey on your account's security page (/account/security) first."
 
 // PasswordPolicyError says why a new password was refused. It matches
 // ErrWeakPassword with errors.Is.
@@ -87,6 +112,13 @@ const (
 	CodeEmailUnverified    Code = "email_unverified"
 	CodeSignupClosed       Code = "signup_closed"
 	CodeInviteInvalid      Code = "invite_invalid"
+
+	CodeSecondFactorInvalid       Code = "second_factor_invalid"
+	CodeFactorConflict            Code = "factor_conflict"
+	CodeFactorInvalidInput        Code = "factor_invalid_input"
+	CodePendingLoginInvalid       Code = "pending_login_invalid"
+	CodePasskeyInvalid            Code = "passkey_invalid"
+	CodeAdminSecondFactorRequired Code = "admin_second_factor_required"
 )
 
 // Error is a domain error: a code and a message fit for the person who made

@@ -24,9 +24,13 @@ type Service struct {
 
 	keys *keyRing
 
+	factors  factorState
+	passkeys passkeyState
+
 	mu                sync.Mutex
 	onPasswordChanged []PasswordChangeHook
 	onChange          []ChangeHook
+	onCallerChanged   []func(ctx context.Context, userID int64)
 }
 
 // The kinds of Change, named like the admin events that report them.
@@ -111,6 +115,30 @@ func (s *Service) OnPasswordChange(hook PasswordChangeHook) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.onPasswordChanged = append(s.onPasswordChanged, hook)
+}
+
+// OnCallerChange registers f to run after every committed change to what a
+// transport loads as an account's caller: its state (suspension, deletion
+// mark, email verification), roles, password, email or username; userID 0
+// means every account (a role's permissions changed). Caches of callers
+// (see internal/callercache) drop their entries there. f runs after the
+// transaction, also when the change failed (dropping a cache entry is
+// always safe). Register hooks before serving requests.
+func (s *Service) OnCallerChange(f func(ctx context.Context, userID int64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onCallerChanged = append(s.onCallerChanged, f)
+}
+
+// callerChanged runs the OnCallerChange hooks; call it (deferred) after
+// the writing transaction.
+func (s *Service) callerChanged(ctx context.Context, userID int64) {
+	s.mu.Lock()
+	hooks := s.onCallerChanged
+	s.mu.Unlock()
+	for _, f := range hooks {
+		f(ctx, userID)
+	}
 }
 
 func (s *Service) passwordHooks() []PasswordChangeHook {

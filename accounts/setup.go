@@ -98,14 +98,24 @@ func (s *Service) newToken(ctx context.Context, userID int64, ttl time.Duration)
 // It returns ErrInvalidToken for an unknown, used or expired token, and for
 // one issued before its account was created.
 func (s *Service) SetPasswordWithToken(ctx context.Context, token, password string) (User, error) {
+	u, _, err := s.ResetPasswordWithToken(ctx, token, password)
+	return u, err
+}
+
+// ResetPasswordWithToken is SetPasswordWithToken that also reports whether
+// second factors were removed: a password reset turns off the
+// authenticator app and deletes passkeys and recovery codes, in the same
+// transaction (tell the owner by mail).
+func (s *Service) ResetPasswordWithToken(ctx context.Context, token, password string) (User, bool, error) {
+	var cleared bool
 	h := hashToken(token)
 	var tok setupToken
 	err := s.store.Reader.NewSelect().Model(&tok).Where("token_hash = ?", h).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && !s.now().Before(tok.ExpiresAt)) {
-		return User{}, fmt.Errorf("accounts: set password: %w", ErrInvalidToken)
+		return User{}, false, fmt.Errorf("accounts: set password: %w", ErrInvalidToken)
 	}
 	if err != nil {
-		return User{}, fmt.Errorf("accounts: set password: %w", err)
+		return User{}, false, fmt.Errorf("accounts: set password: %w", err)
 	}
 	u, err := s.setPassword(ctx, tok.UserID, password, func(ctx context.Context, tx bun.Tx) error {
 		// Spend the token in the same transaction: of two concurrent uses,
@@ -118,12 +128,18 @@ func (s *Service) SetPasswordWithToken(ctx context.Context, token, password stri
 			return ErrInvalidToken
 		}
 		// A link issued before the account existed was not issued to it.
-		return checkIssuedToAccount(ctx, tx, tok.UserID, tok.CreatedAt)
+		if err := checkIssuedToAccount(ctx, tx, tok.UserID, tok.CreatedAt); err != nil {
+			return err
+		}
+		// Whoever resets the password by mail proved control of the
+		// address only: the second factors go (the owner is told).
+		cleared, err = clearFactorsInTx(ctx, tx, tok.UserID)
+		return err
 	})
 	if err != nil {
-		return User{}, fmt.Errorf("accounts: set password: %w", err)
+		return User{}, false, fmt.Errorf("accounts: set password: %w", err)
 	}
-	return u, nil
+	return u, cleared, nil
 }
 
 // checkIssuedToAccount returns ErrInvalidToken unless userID is an account

@@ -529,6 +529,7 @@ func (s *Service) UserByUsername(ctx context.Context, username string) (User, er
 // set) and reports whether the row changed; ErrNotFound when there is no
 // such user.
 func (s *Service) setStamp(ctx context.Context, userID int64, column string, set, refuseDeleting bool) (bool, error) {
+	defer s.callerChanged(ctx, userID)
 	q := s.store.DB.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID)
 	if refuseDeleting {
 		q = q.Where("deleting_at IS NULL")
@@ -574,6 +575,7 @@ const keepsAnActiveAdmin = `(NOT EXISTS (SELECT 1 FROM user_roles AS mine WHERE 
 // itself, so concurrent changes can never leave zero active admins. It
 // reports whether the row changed; ErrNotFound when there is no such user.
 func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column string) (bool, error) {
+	defer s.callerChanged(ctx, userID)
 	var changed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if err := lockAdmins(ctx, tx, s.store.Dialect()); err != nil {
@@ -757,6 +759,7 @@ func (s *Service) CheckEmailFree(ctx context.Context, userID int64, rawEmail str
 // that also runs before (first), stamps password_changed_at, drops pending
 // setup tokens and runs the password-change hooks.
 func (s *Service) setPassword(ctx context.Context, userID int64, next string, before func(context.Context, bun.Tx) error) (User, error) {
+	defer s.callerChanged(ctx, userID)
 	cur, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
 	if err != nil {
 		return User{}, err
@@ -810,6 +813,7 @@ func (s *Service) setPassword(ctx context.Context, userID int64, next string, be
 // with ReleaseEmailClaim. Errors: ErrInvalidEmail, ErrEmailTaken,
 // ErrEmailClaimed, ErrDeleting, ErrNotFound.
 func (s *Service) ChangeEmail(ctx context.Context, userID int64, newEmail string) (User, error) {
+	defer s.callerChanged(ctx, userID)
 	email, err := NormalizeEmail(newEmail)
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: change email: %w", err)
@@ -894,6 +898,7 @@ func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email str
 // signup (shape, reserved list, uniqueness). Errors: ErrInvalidUsername,
 // ErrUsernameReserved, ErrUsernameTaken, ErrDeleting, ErrNotFound.
 func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername string) (User, error) {
+	defer s.callerChanged(ctx, userID)
 	username, err := NormalizeUsername(newUsername)
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: change username: %w", err)

@@ -30,6 +30,7 @@ type rolePermissionRow struct {
 // entities. It only adds rows, in one transaction, and is idempotent: call
 // it at start-up.
 func (s *Service) SyncVocabulary(ctx context.Context, v *capabilities.Vocabulary) error {
+	defer s.callerChanged(ctx, 0) // roles' permissions may change
 	var perms []permissionRow
 	for _, p := range v.All() {
 		a, e, acc, _ := p.Parts()

@@ -45,7 +45,7 @@ type LoadResult struct {
 // the server's CPU time then), and the result as a JSON line.
 func loadMain(args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
-	target := fs.String("url", "", "MCP endpoint, http://127.0.0.1:PORT/mcp")
+	target := fs.String("url", "", "MCP endpoint, http://127.0.0.1:PORT/mcp; several, comma-separated, are replicas the clients are spread over")
 	tokensFile := fs.String("tokens", "", "file of bearer tokens, one a line; client i uses line i (none: no Authorization header)")
 	clients := fs.Int("clients", 16, "concurrent clients")
 	warmup := fs.Duration("warmup", 3*time.Second, "unmeasured warm-up")
@@ -54,8 +54,11 @@ func loadMain(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if !strings.HasPrefix(*target, "http://127.") && !strings.HasPrefix(*target, "http://localhost") {
-		return fmt.Errorf("refusing to load %q: loopback only", *target)
+	targets := strings.Split(*target, ",") // replicas: client i calls targets[i % n]
+	for _, t := range targets {
+		if !strings.HasPrefix(t, "http://127.") && !strings.HasPrefix(t, "http://localhost") {
+			return fmt.Errorf("refusing to load %q: loopback only", t)
+		}
 	}
 	var tokens []string
 	if *tokensFile != "" {
@@ -76,7 +79,7 @@ func loadMain(args []string) error {
 
 	cs := make([]*client, *clients)
 	for i := range cs {
-		c := &client{url: *target, n: i, http: &http.Client{
+		c := &client{url: targets[i%len(targets)], n: i, http: &http.Client{
 			Timeout:   30 * time.Second,
 			Transport: &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableCompression: true},
 		}}

@@ -49,8 +49,15 @@ func serveMain(args []string) error {
 	logLevel := fs.String("log-level", "warn", "server log level (info turns on enclave's per-request access log)")
 	maxLife := fs.Duration("max-lifetime", 10*time.Minute, "exit by itself after this long")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole serving time to this file")
+	cacheTTL := fs.Duration("caller-cache-ttl", 30*time.Second, "enclave's --caller-cache-ttl (b, c); 0 turns the caller cache off (every call runs the SQL bearer check)")
+	stateOut := fs.String("state-out", "", "write the data directory, database URL and base URL to this file, for a second replica to -join (c)")
+	join := fs.String("join", "", "serve as a second replica of the server that wrote this -state-out file: same database, data directory and base URL; no users are made (c)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	ttl := *cacheTTL
+	if ttl == 0 {
+		ttl = -1 // enclave.Config: negative is off
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -82,12 +89,13 @@ func serveMain(args []string) error {
 	case "a":
 		return serveBare(ctx, ln)
 	case "b":
-		return serveEnclave(ctx, ln, "", *users, *tokensOut, *traceOut, *quota, logger)
+		return serveEnclave(ctx, ln, enclaveRun{users: *users, tokensOut: *tokensOut, traceOut: *traceOut, quota: *quota, ttl: ttl}, logger)
 	case "c":
 		if *pg == "" {
 			return errors.New("kind c needs -pg or ENCLAVE_TEST_POSTGRES")
 		}
-		return serveEnclave(ctx, ln, *pg, *users, *tokensOut, *traceOut, *quota, logger)
+		return serveEnclave(ctx, ln, enclaveRun{pg: *pg, users: *users, tokensOut: *tokensOut, traceOut: *traceOut, quota: *quota, ttl: ttl,
+			stateOut: *stateOut, join: *join}, logger)
 	}
 	return fmt.Errorf("unknown kind %q", *kind)
 }
@@ -144,22 +152,49 @@ func echoCapability() capabilities.Capability {
 
 // serveEnclave is server (b) (dbURL empty: SQLite in a temp dir) or (c)
 // (PostgreSQL, in a schema made for the run and dropped after it).
-func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int, tokensOut, traceOut, quotaKind string, logger *slog.Logger) error {
-	dir, err := os.MkdirTemp("", "enclave-bench-*")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	dbURL := ""
-	if pgURL != "" {
-		u, drop, err := pgSchema(context.Background(), dir, pgURL)
+// enclaveRun is how serveEnclave runs.
+type enclaveRun struct {
+	pg                         string // PostgreSQL base URL (c); empty: SQLite (b)
+	users                      int
+	tokensOut, traceOut, quota string
+	ttl                        time.Duration // Config.CallerCacheTTL
+	stateOut, join             string        // two replicas (c2)
+}
+
+// replicaState is what a second replica needs of the first.
+type replicaState struct {
+	DataDir, DatabaseURL, BaseURL string
+}
+
+func serveEnclave(ctx context.Context, ln net.Listener, run enclaveRun, logger *slog.Logger) error {
+	pgURL, users, tokensOut, traceOut, quotaKind := run.pg, run.users, run.tokensOut, run.traceOut, run.quota
+	base := "http://" + ln.Addr().String()
+	var dir, dbURL string
+	if run.join != "" {
+		b, err := os.ReadFile(run.join)
 		if err != nil {
 			return err
 		}
-		defer drop()
-		dbURL = u
+		var st replicaState
+		if err := json.Unmarshal(b, &st); err != nil {
+			return err
+		}
+		dir, dbURL, base = st.DataDir, st.DatabaseURL, st.BaseURL
+	} else {
+		var err error
+		if dir, err = os.MkdirTemp("", "enclave-bench-*"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if pgURL != "" {
+			u, drop, err := pgSchema(context.Background(), dir, pgURL)
+			if err != nil {
+				return err
+			}
+			defer drop()
+			dbURL = u
+		}
 	}
-	base := "http://" + ln.Addr().String()
 	quota := &lazyQuota{}
 	login := newBenchLogin()
 	srv, err := enclave.New(ctx, enclave.Config{
@@ -173,8 +208,9 @@ func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int,
 		Quota:      quota,
 		Migrations: []migrations.Source{benchMigrations},
 		// Cheap hashing: signup is setup, not what is measured.
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1}},
-		Logger:   logger,
+		Accounts:       accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1}},
+		Logger:         logger,
+		CallerCacheTTL: run.ttl,
 	})
 	if err != nil {
 		return err
@@ -200,6 +236,19 @@ func serveEnclave(ctx context.Context, ln net.Listener, pgURL string, users int,
 	}
 	if err := srv.Registry().Register(echoCapability()); err != nil {
 		return err
+	}
+	if run.join != "" {
+		// A second replica: the first made the users and their tokens.
+		errc := make(chan error, 1)
+		go func() { errc <- srv.Serve(ctx, ln) }()
+		ready(ln)
+		return <-errc
+	}
+	if run.stateOut != "" {
+		b, _ := json.Marshal(replicaState{DataDir: dir, DatabaseURL: dbURL, BaseURL: base})
+		if err := os.WriteFile(run.stateOut, b, 0o600); err != nil {
+			return err
+		}
 	}
 	tokens, err := issueTokens(ctx, srv.OAuth(), login, srv.Accounts(), users+1)
 	if err != nil {

@@ -33,6 +33,10 @@ const (
 	// CodeUnsupported: the client cannot do what the handler asked of it
 	// (elicitation or sampling not offered by this client).
 	CodeUnsupported Code = "unsupported"
+	// CodeSecondFactorRequired: the server requires a second factor for
+	// this call (an admin capability, when admins must use one) and the
+	// caller's account has none; the message says where to set one up.
+	CodeSecondFactorRequired Code = "second_factor_required"
 	// CodeInternal: anything else. Its detail is logged, never shown.
 	CodeInternal Code = "internal"
 )

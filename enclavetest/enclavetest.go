@@ -62,6 +62,8 @@ type Server struct {
 
 	http  *http.Client
 	users atomic.Int64
+	opts  Options        // as started, for Replica
+	cfg   enclave.Config // with the address, URL and database set
 }
 
 // Dialects returns the dialects available to this run: SQLite, plus
@@ -103,6 +105,29 @@ func Start(t testing.TB, opts Options) *Server {
 	if cfg.Accounts.Argon2 == (accounts.Argon2Params{}) {
 		cfg.Accounts.Argon2 = accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}
 	}
+	return serve(t, opts, cfg, ln, cfg.BaseURL)
+}
+
+// Replica starts another server on s's database, data directory and public
+// URL (so tokens issued by s are for it too), listening on an address of
+// its own (its URL), as a second replica behind a load balancer would;
+// edit may change its configuration (a bus of its own, say). It is stopped
+// when t ends.
+func (s *Server) Replica(t testing.TB, edit ...func(*enclave.Config)) *Server {
+	t.Helper()
+	cfg := s.cfg
+	for _, f := range edit {
+		f(&cfg)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("enclavetest: listen: %v", err)
+	}
+	return serve(t, s.opts, cfg, ln, "http://"+ln.Addr().String())
+}
+
+func serve(t testing.TB, opts Options, cfg enclave.Config, ln net.Listener, url string) *Server {
+	t.Helper()
 	ctx := context.Background()
 	srv, err := enclave.New(ctx, cfg)
 	if err != nil {
@@ -128,7 +153,7 @@ func Start(t testing.TB, opts Options) *Server {
 		wg.Wait()
 		srv.Close()
 	})
-	return &Server{Server: srv, URL: cfg.BaseURL, http: &http.Client{}}
+	return &Server{Server: srv, URL: url, http: &http.Client{}, opts: opts, cfg: cfg}
 }
 
 // User is an account created by CreateUser.

@@ -21,7 +21,9 @@ type TokenInfo struct {
 	// Caller, when set, is the subject's caller loaded by the verifier in
 	// this same request, with fresh roles, permissions and account state
 	// (for example in the query that checked the token). The server then
-	// skips its Loader. Leave it nil unless it was loaded now.
+	// skips its Loader. Leave it nil unless it was loaded now or is kept
+	// current by a revocation-aware cache (enclave's own verifier caches
+	// it until anything it depends on changes; see internal/callercache).
 	Caller *capabilities.Caller
 }
 

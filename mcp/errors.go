@@ -29,15 +29,16 @@ import (
 // CodeInternal never carries its detail: the client gets a generic message
 // with the request id, and the log gets the error.
 var httpStatus = map[capabilities.Code]int{
-	capabilities.CodeNotFound:          http.StatusNotFound,
-	capabilities.CodeInvalidInput:      http.StatusBadRequest,
-	capabilities.CodeAccountSuspended:  http.StatusForbidden,
-	capabilities.CodeAccountDeleting:   http.StatusForbidden,
-	capabilities.CodeInsufficientScope: http.StatusForbidden,
-	capabilities.CodeQuotaExceeded:     http.StatusTooManyRequests,
-	capabilities.CodeConflict:          http.StatusConflict,
-	capabilities.CodeUnsupported:       http.StatusBadRequest,
-	capabilities.CodeInternal:          http.StatusInternalServerError,
+	capabilities.CodeNotFound:             http.StatusNotFound,
+	capabilities.CodeInvalidInput:         http.StatusBadRequest,
+	capabilities.CodeAccountSuspended:     http.StatusForbidden,
+	capabilities.CodeAccountDeleting:      http.StatusForbidden,
+	capabilities.CodeInsufficientScope:    http.StatusForbidden,
+	capabilities.CodeSecondFactorRequired: http.StatusForbidden,
+	capabilities.CodeQuotaExceeded:        http.StatusTooManyRequests,
+	capabilities.CodeConflict:             http.StatusConflict,
+	capabilities.CodeUnsupported:          http.StatusBadRequest,
+	capabilities.CodeInternal:             http.StatusInternalServerError,
 }
 
 // CodeQuotaExceeded is the JSON-RPC error code of a tools/call refused by

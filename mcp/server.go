@@ -598,7 +598,13 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 		writeHTTPError(w, http.StatusBadRequest, "missing "+sessionHeader+" header", st.requestID)
 		return false
 	}
-	if !s.ownSession(r.Context(), sid, st.caller.UserID) {
+	owned, err := s.ownSession(r.Context(), sid, st.caller.UserID)
+	if err != nil {
+		w.Header().Set("Retry-After", "5")
+		writeHTTPError(w, http.StatusServiceUnavailable, "service temporarily unavailable; retry shortly", st.requestID)
+		return false
+	}
+	if !owned {
 		writeHTTPError(w, http.StatusNotFound, "session not found", st.requestID)
 		return false
 	}

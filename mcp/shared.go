@@ -152,19 +152,22 @@ func (s *Server) sharedSessions() bool { return s.cluster != nil && s.cluster.st
 
 // ownSession reports whether sid is a live session of userID, loading it
 // from the shared store when this replica has not seen it (or cannot
-// trust its copy while the bus is unhealthy).
-func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
+// trust its copy while the bus is unhealthy, or the copy is due for its
+// periodic check). The error is the store's failure to answer (a database
+// outage): the session may well exist, so the request is answered 503,
+// not 404 (which would make the client drop its session).
+func (s *Server) ownSession(ctx context.Context, sid, userID string) (bool, error) {
 	if !s.sharedSessions() {
-		return s.sessions.owned(sid, userID)
+		return s.sessions.owned(sid, userID), nil
 	}
 	c := s.cluster
 	owner, cached := s.sessions.cached(sid)
 	healthy := c.bus.Healthy()
 	if cached && healthy && s.sessions.trusted(sid, s.now().Add(-revalidateAfter)) {
 		if owner != userID {
-			return false
+			return false, nil
 		}
-		return s.sessions.owned(sid, userID)
+		return s.sessions.owned(sid, userID), nil
 	}
 	// A copy only due for its periodic check keeps its state (the bus has
 	// kept it current); the store need only confirm the session exists.
@@ -174,21 +177,23 @@ func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
 	if err != nil {
 		if !errors.Is(err, ErrSessionNotFound) {
 			s.log.WarnContext(ctx, "mcp: load shared session failed", "err", err)
-			if owner, ok := s.sessions.cached(sid); ok && owner == userID && c.bus.Healthy() {
+			if due {
 				// Only due for a check: the store's hiccup does not end it.
-				return s.sessions.owned(sid, userID)
+				return s.sessions.owned(sid, userID), nil
 			}
-		} else if _, ok := s.sessions.cached(sid); ok {
-			s.dropCached(sid) // ended elsewhere while the bus was down
+			return false, err
 		}
-		return false
+		if _, ok := s.sessions.cached(sid); ok {
+			s.dropCached(sid) // ended elsewhere, its notice lost or not yet here
+		}
+		return false, nil
 	}
 	if rec.UserID != userID {
-		return false
+		return false, nil
 	}
 	if due {
 		s.sessions.confirm(sid)
-		return s.sessions.owned(sid, userID)
+		return s.sessions.owned(sid, userID), nil
 	}
 	s.sessions.adopt(rec)
 	if c.ends.Load() != ends || c.bus.Epoch() != epoch {
@@ -197,10 +202,13 @@ func (s *Server) ownSession(ctx context.Context, sid, userID string) bool {
 		// or the copy would be served until it idles out.
 		if _, err := c.store.LoadSession(ctx, sid); err != nil {
 			s.dropCached(sid)
-			return false
+			if !errors.Is(err, ErrSessionNotFound) {
+				return false, err
+			}
+			return false, nil
 		}
 	}
-	return s.sessions.owned(sid, userID)
+	return s.sessions.owned(sid, userID), nil
 }
 
 // createShared records a session just created here in the shared store.

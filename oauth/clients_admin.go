@@ -62,6 +62,7 @@ func (s *Server) SetClientBlocked(ctx context.Context, id string, blocked bool) 
 	if !storable(id) {
 		return false, ErrClientNotFound // from a URL: no client has such an id
 	}
+	defer s.revoked(ctx, 0, "") // the client's tokens, of every account
 	q := s.store.db.DB.NewUpdate().Model((*clientRow)(nil)).Where("id = ?", id)
 	if blocked {
 		q = q.Set("blocked_at = ?", s.opts.Now().UTC()).Where("blocked_at IS NULL")

@@ -96,6 +96,7 @@ func (s *Server) RevokeGrant(ctx context.Context, userID int64, grantID string) 
 	if !storable(grantID) {
 		return ErrGrantNotFound // from a URL: no grant has such an id
 	}
+	defer s.revoked(ctx, userID, grantID)
 	return s.store.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		grants, err := lockGrants(ctx, tx, "id = ? AND user_id = ?", grantID, userID)
 		if err != nil {
@@ -119,6 +120,7 @@ func (s *Server) RevokeGrant(ctx context.Context, userID int64, grantID string) 
 // token and code they hold stops working. Password change, password reset
 // and account deletion call it.
 func (s *Server) RevokeAll(ctx context.Context, userID int64) error {
+	defer s.revoked(ctx, userID, "")
 	return s.store.db.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		return s.RevokeAllInTx(ctx, tx, userID)
 	})
@@ -210,6 +212,9 @@ func (s *Server) Cleanup(ctx context.Context) (tokens, clients int64, err error)
 		return tokens, 0, fmt.Errorf("oauth: reap clients: %w", err)
 	}
 	clients, _ = res.RowsAffected()
+	if clients > 0 {
+		s.revoked(ctx, 0, "") // their tokens went with them
+	}
 	return tokens, clients, nil
 }
 

@@ -42,6 +42,9 @@ type Server struct {
 	// stmtRuns counts executions of stmt: it runs outside bun, so tests
 	// that count queries through bun's hooks add it (see export_test.go).
 	stmtRuns atomic.Int64
+
+	hookMu      sync.Mutex
+	revokeHooks []RevokeHook
 }
 
 // New returns a Server on opts.Store, whose schema must be migrated.

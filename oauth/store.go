@@ -589,6 +589,7 @@ func (s *store) RevokeRefreshToken(ctx context.Context, requestID string) error 
 // RevokeAccessToken implements oauth2.TokenRevocationStorage: every access
 // token of the request goes.
 func (s *store) RevokeAccessToken(ctx context.Context, requestID string) error {
+	noteRevoked(ctx, requestID)
 	_, err := s.writer(ctx).NewDelete().Model((*tokenRow)(nil)).
 		Where("request_id = ? AND kind = ?", requestID, kindAccess).Exec(ctx)
 	if err != nil {
@@ -608,6 +609,7 @@ func revokeRequest(ctx context.Context, db bun.IDB, requestID string) error {
 
 // revokeLocked deletes a grant the caller has locked and every token of it.
 func revokeLocked(ctx context.Context, db bun.IDB, requestID string) error {
+	noteRevoked(ctx, requestID)
 	if _, err := db.NewDelete().Model((*tokenRow)(nil)).Where("request_id = ?", requestID).Exec(ctx); err != nil {
 		return fmt.Errorf("oauth: revoke tokens: %w", err)
 	}

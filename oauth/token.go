@@ -7,7 +7,9 @@ import (
 )
 
 func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	// A refresh that detects reuse revokes its grant: the revocation is
+	// announced after its transaction and before the answer (revoked).
+	ctx, revoked := s.collectRevocations(r.Context())
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
 		s.writeError(w, r, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
@@ -18,11 +20,13 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ar, err := s.provider.NewAccessRequest(ctx, r, &session{})
+	revoked()
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	resp, err := s.provider.NewAccessResponse(ctx, ar)
+	revoked()
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -33,13 +37,15 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 // serveRevoke is RFC 7009: revoking either token of a grant ends the grant.
 // An unknown token is not an error.
 func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	ctx, revoked := s.collectRevocations(r.Context())
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
 		s.writeError(w, r, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
 		return
 	}
-	if err := s.provider.NewRevocationRequest(ctx, r); err != nil {
+	err := s.provider.NewRevocationRequest(ctx, r)
+	revoked() // committed: caches drop the grant before the client hears back
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}

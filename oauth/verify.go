@@ -178,8 +178,21 @@ func (s *Server) lookupAccess(ctx context.Context, sig string) (accessRow, error
 	if err != nil {
 		return row, err
 	}
+	// First come, first served: without the gate, database/sql hands
+	// freed connections to random waiters and some checks starve.
+	release, err := s.store.db.ReadSlot(ctx)
+	if err != nil {
+		return row, err
+	}
+	defer release()
 	s.stmtRuns.Add(1)
-	rows, err := stmt.QueryContext(ctx, sig)
+	// Not cancellable: with a context that can end, database/sql and the
+	// SQLite driver each start a goroutine per query to watch it, and at
+	// GOMAXPROCS 1 under hundreds of concurrent calls those new goroutines
+	// jump the run queue (runnext) ahead of requests already waiting, which
+	// stretches the slowest calls to seconds. The query is a sub-millisecond
+	// point read; the wait for a turn above still ends with ctx.
+	rows, err := stmt.QueryContext(context.WithoutCancel(ctx), sig)
 	if err != nil {
 		return row, err
 	}

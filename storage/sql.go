@@ -93,6 +93,7 @@ func (s *Store) openSQLite(ctx context.Context, rest string) error {
 		return fmt.Errorf("storage: open sqlite reader: %w", err)
 	}
 	n := max(4, 2*runtime.GOMAXPROCS(0))
+	s.readSlots = make(chan struct{}, n)
 	rdb.SetMaxOpenConns(n)
 	rdb.SetMaxIdleConns(n)
 	rdb.SetConnMaxIdleTime(5 * time.Minute)
@@ -118,6 +119,9 @@ func (s *Store) openPostgres(ctx context.Context, u string) error {
 		pcfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	}
 	db := stdlib.OpenDB(*pcfg)
+	// Hot-path reads may hold at most half the pool, so writes and
+	// transactions always find a connection.
+	s.readSlots = make(chan struct{}, max(4, 2*runtime.GOMAXPROCS(0)))
 	db.SetMaxOpenConns(max(8, 4*runtime.GOMAXPROCS(0)))
 	db.SetMaxIdleConns(max(8, 4*runtime.GOMAXPROCS(0)))
 	db.SetConnMaxIdleTime(5 * time.Minute)
@@ -154,4 +158,30 @@ func redactURL(raw string) string {
 	}
 	u.RawQuery = ""
 	return u.Redacted()
+}
+
+// ReadSlot waits for a turn to use the read pool and returns the function
+// that ends it. Turns are granted first come, first served, and there are
+// as many as the pool has connections (on PostgreSQL, half the shared
+// pool), so a read that holds a turn finds a connection at once. Use it
+// around point reads on a hot path: database/sql hands a freed connection
+// to a random waiter, and with many more concurrent requests than
+// connections some requests would wait for seconds while others pass
+// (measured: p99 2.5 s with 200 clients on one core). A Store whose pool
+// has no gate returns a no-op at once. It fails only when ctx ends first.
+func (s *Store) ReadSlot(ctx context.Context) (func(), error) {
+	if s.readSlots == nil {
+		return func() {}, nil
+	}
+	select {
+	case s.readSlots <- struct{}{}:
+		return func() { <-s.readSlots }, nil
+	default:
+	}
+	select {
+	case s.readSlots <- struct{}{}: // Go queues blocked senders in order
+		return func() { <-s.readSlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

@@ -106,6 +106,9 @@ type Store struct {
 
 	dialect Dialect
 	closers []func() error
+	// readSlots admits hot-path reads to the read pool first come, first
+	// served (see ReadSlot); its capacity is the pool's size.
+	readSlots chan struct{}
 }
 
 // Dialect names the SQL database in use.

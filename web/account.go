@@ -54,6 +54,16 @@ var notices = map[string]string{
 	"webhook_deleted":   "The webhook subscription is deleted.",
 	"feedback_sent":     "Thank you: your feedback is sent.",
 	"feedback_updated":  "The feedback is updated.",
+
+	// Second factors (factors.go).
+	"totp-started":             "Scan the code with your authenticator app, then type the code it shows.",
+	"totp-enabled":             "The authenticator app is on. Save your recovery codes.",
+	"totp-disabled":            "The authenticator app is off. Every other browser and connected app was signed out.",
+	"recovery-reset":           "New recovery codes are made; the old ones no longer work. Every other browser and connected app was signed out.",
+	"passkey-added":            "The passkey is added.",
+	"passkey-renamed":          "The passkey is renamed.",
+	"passkey-removed":          "The passkey is removed. Every other browser and connected app was signed out.",
+	secondFactorRequiredNotice: secondFactorRequiredMessage,
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {
@@ -260,7 +270,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := authForm{Action: h.prefix + pathLogin, RedirectTo: redirectParam(r.URL.Query().Get("redirectTo"))}
-	h.render(w, r, http.StatusOK, loginPage(h.withNotice(r, h.page(r, "Sign in")), f))
+	h.render(w, r, http.StatusOK, loginPage(h.withNotice(r, h.loginFramePage(r)), f))
 }
 
 // redirectParam keeps a redirectTo value only when it is a local path.
@@ -282,7 +292,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 			h.redirect(w, r, pathAccountDelete)
 			return
 		}
-		h.render(w, r, f.status(), loginPage(h.page(r, "Sign in"), f))
+		if sf := f.secondFactor; sf != nil {
+			sf.Action, sf.RedirectTo, sf.Next = h.prefix+pathLogin2FA, f.RedirectTo, h.loginTarget(f.RedirectTo)
+			h.renderSecondFactor(w, r, http.StatusOK, *sf, ContentSecurityPolicy)
+			return
+		}
+		h.render(w, r, f.status(), loginPage(h.loginFramePage(r), f))
 		return
 	}
 	target := pathAccount
@@ -308,6 +323,16 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, f *authForm) (a
 			return accounts.User{}, false
 		}
 		h.log.ErrorContext(r.Context(), "web: start deleting session", "err", serr)
+	}
+	if err == nil {
+		// A second factor, when the account has one, comes before any
+		// session: the password's success is recorded server-side only.
+		var sf *secondFactorForm
+		if sf, err = h.beginSecondFactor(r, u, r.PostFormValue("remember") == "1"); err == nil && sf != nil {
+			h.audit(r, audit.CategoryAuth, "login_password", audit.ResultSuccess, "second_factor_required", &u)
+			f.secondFactor = sf
+			return accounts.User{}, false
+		}
 	}
 	if err == nil {
 		if _, err = h.opts.Accounts.StartSession(w, r, u, r.PostFormValue("remember") == "1"); err == nil {
@@ -513,7 +538,11 @@ func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
 // setPassword uses a password-setup token to set the posted password. A
 // refused password keeps the token usable and shows the form again.
 func (h *Handler) setPassword(w http.ResponseWriter, r *http.Request, token, title, action string, done func()) {
-	u, err := h.opts.Accounts.SetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
+	u, cleared, err := h.opts.Accounts.ResetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
+	if err == nil && cleared {
+		h.audit(r, audit.CategoryAccount, "factors_cleared", audit.ResultSuccess, "password_reset", &u)
+		h.FactorChanged(r.Context(), u, accounts.FactorsClearedByPasswordReset)
+	}
 	if err == nil {
 		h.audit(r, audit.CategoryAuth, "password_set", audit.ResultSuccess, action, &u)
 	} else {

@@ -51,7 +51,7 @@ func (f userFilter) query(cursor string) string {
 
 func (h *Handler) adminRoutes(handle func(string, http.HandlerFunc)) {
 	admin := func(fn http.HandlerFunc) http.HandlerFunc {
-		return h.guards.RequireRole(adminRole)(fn).ServeHTTP
+		return h.guards.RequireRole(adminRole)(h.requireAdminFactor(fn)).ServeHTTP
 	}
 	handle("GET /admin/{$}", admin(func(w http.ResponseWriter, r *http.Request) { h.redirect(w, r, "/admin/users") }))
 	handle("GET /admin/roles", admin(h.adminRoles))

@@ -14,15 +14,16 @@ import (
 // capabilityStatus maps the domain error codes of capabilities to the HTTP
 // status a page answers with: the web shell's one table.
 var capabilityStatus = map[capabilities.Code]int{
-	capabilities.CodeNotFound:          http.StatusNotFound,
-	capabilities.CodeInvalidInput:      http.StatusBadRequest,
-	capabilities.CodeAccountSuspended:  http.StatusForbidden,
-	capabilities.CodeAccountDeleting:   http.StatusForbidden,
-	capabilities.CodeInsufficientScope: http.StatusForbidden,
-	capabilities.CodeQuotaExceeded:     http.StatusTooManyRequests,
-	capabilities.CodeConflict:          http.StatusConflict,
-	capabilities.CodeUnsupported:       http.StatusBadRequest,
-	capabilities.CodeInternal:          http.StatusInternalServerError,
+	capabilities.CodeNotFound:             http.StatusNotFound,
+	capabilities.CodeInvalidInput:         http.StatusBadRequest,
+	capabilities.CodeAccountSuspended:     http.StatusForbidden,
+	capabilities.CodeAccountDeleting:      http.StatusForbidden,
+	capabilities.CodeInsufficientScope:    http.StatusForbidden,
+	capabilities.CodeSecondFactorRequired: http.StatusForbidden,
+	capabilities.CodeQuotaExceeded:        http.StatusTooManyRequests,
+	capabilities.CodeConflict:             http.StatusConflict,
+	capabilities.CodeUnsupported:          http.StatusBadRequest,
+	capabilities.CodeInternal:             http.StatusInternalServerError,
 }
 
 // renderCapabilityError answers a page request whose Registry.Invoke

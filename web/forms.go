@@ -26,6 +26,12 @@ type authForm struct {
 	// deletionResumed reports that it did.
 	resumeDeletion  bool
 	deletionResumed bool
+	// secondFactor is set when the password was right and the account
+	// has a second factor: the pending sign-in to show next.
+	secondFactor *secondFactorForm
+	// PasskeyNext, when set, shows the passkey sign-in button, which goes
+	// there on success.
+	PasskeyNext string
 }
 
 // status is the HTTP status of a form shown again after an error.
@@ -59,4 +65,15 @@ func shortHash(s string) string {
 		return s[:12] + "…"
 	}
 	return s
+}
+
+// passkeyNext is where a passkey sign-in from this form goes.
+func (f authForm) passkeyNext(p page) string {
+	switch {
+	case f.PasskeyNext != "":
+		return f.PasskeyNext
+	case f.RedirectTo != "":
+		return f.RedirectTo
+	}
+	return p.Prefix + pathAccount
 }

@@ -30,10 +30,13 @@ func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.Autho
 			return 0, false
 		}
 	}
-	f := authForm{Action: req.FormAction, ClientName: req.ClientName}
+	f := authForm{Action: req.FormAction, ClientName: req.ClientName, PasskeyNext: req.FormAction}
 	csp := authorizePolicy(req.RedirectURI)
+	if r.Method == http.MethodPost && r.PostFormValue("pending") != "" {
+		return h.oauthSecondFactor(w, r, req, f, csp)
+	}
 	if r.Method != http.MethodPost || r.PostFormValue("password") == "" {
-		h.renderCSP(w, r, http.StatusOK, loginPage(h.page(r, "Sign in"), f), csp)
+		h.renderCSP(w, r, http.StatusOK, loginPage(h.loginFramePage(r), f), csp)
 		return 0, false
 	}
 	if err := h.csrf.Check(r); err != nil {
@@ -50,10 +53,47 @@ func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.Autho
 	f.Email = strings.TrimSpace(r.PostFormValue("email"))
 	u, ok := h.signIn(w, r, &f)
 	if !ok {
-		h.renderCSP(w, r, f.status(), loginPage(h.page(r, "Sign in"), f), csp)
+		if sf := f.secondFactor; sf != nil {
+			sf.Action, sf.ClientName, sf.Next = req.FormAction, req.ClientName, req.FormAction
+			h.renderSecondFactor(w, r, http.StatusOK, *sf, csp)
+			return 0, false
+		}
+		h.renderCSP(w, r, f.status(), loginPage(h.loginFramePage(r), f), csp)
 		return 0, false
 	}
 	return u.ID, true
+}
+
+// oauthSecondFactor is the second step of a sign-in on the authorization
+// endpoint: the code posted with the token of the pending sign-in (checked
+// like the password: cross-origin protection, the credential bucket).
+func (h *Handler) oauthSecondFactor(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, f authForm, csp string) (int64, bool) {
+	if err := h.csrf.Check(r); err != nil {
+		h.crossOriginDenied(w, r)
+		return 0, false
+	}
+	if !formStorable(r) {
+		h.renderError(w, r, http.StatusBadRequest, "The form contains characters that are not allowed. Go back and try again.")
+		return 0, false
+	}
+	if !h.allowCredential(w, r) {
+		return 0, false
+	}
+	sf := secondFactorForm{Action: req.FormAction, Pending: r.PostFormValue("pending"), ClientName: req.ClientName, Next: req.FormAction}
+	u, status := h.completeSecondFactor(w, r, &sf)
+	if status == 0 {
+		return u.ID, true
+	}
+	if sf.Pending == "" {
+		f.Error, f.errStatus = sf.Error, status
+		h.renderCSP(w, r, status, loginPage(h.loginFramePage(r), f), csp)
+		return 0, false
+	}
+	if pk, err := h.opts.Accounts.FactorsOfPending(r.Context(), sf.Pending); err == nil {
+		sf.Passkeys = pk
+	}
+	h.renderSecondFactor(w, r, status, sf, csp)
+	return 0, false
 }
 
 // Consent implements oauth.LoginConsent: a cross-origin-checked POST with

@@ -61,10 +61,12 @@ func (h *Handler) routes() http.Handler {
 	handle("GET "+pathConfirmEmail, h.confirmEmailForm)
 	handle("POST "+pathConfirmEmail, limit(h.confirmEmail))
 	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
+	h.factorRoutes(handle)
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
+	h.workspaceRoutes(handle)
 
 	handle("GET /{$}", h.home)
 	handle("/", h.notFound)

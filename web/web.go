@@ -52,7 +52,7 @@ type Options struct {
 	// they parse, call Registry.Invoke as the signed-in person (an
 	// interactive web-session caller), and render. It must hold the
 	// capabilities of accounts (AccountCapabilities, AdminCapabilities with
-	// MailSetupLink), of Secrets, OAuth and Lifecycle (Capabilities and
+	// MailSetupLink, FactorCapabilities with the Handler as notifier), of Secrets, OAuth and Lifecycle (Capabilities and
 	// DeleteCapability) when those are set, and it adds the admin pages of the overview, OAuth
 	// clients and invite codes. Default: a registry of just those built-in
 	// capabilities, without the extra admin pages.
@@ -106,7 +106,8 @@ type Options struct {
 
 	// CredentialLimit bounds requests to credential endpoints (login,
 	// signup, password reset request and confirm, password change, OAuth
-	// login, email verification, account deletion) per client address; they
+	// login, email verification, account deletion, second-factor codes,
+	// passkey sign-in, authenticator set-up and removal) per client address; they
 	// all share one bucket. Zero fields take DefaultCredentialRequests per
 	// DefaultCredentialWindow (10 per minute).
 	CredentialLimit Limit
@@ -343,9 +344,10 @@ func (h *Handler) absURL(path string, query url.Values) string {
 // its pages run, for an embedder that passed none.
 func (h *Handler) ownRegistry() error {
 	acc := h.opts.Accounts
-	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log})
+	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log, RoleGate: acc.AdminSecondFactorGate})
 	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: h, Verification: h.MailVerificationLink})
 	caps = append(caps, acc.AdminCapabilities(accounts.AdminOptions{MailSetupLink: h.MailSetupLink})...)
+	caps = append(caps, acc.FactorCapabilities(h.opts.SiteName, h)...)
 	owners := lifecycle.Owners(acc)
 	if h.opts.OAuth != nil {
 		caps = append(caps, oauth.GrantCapabilities(h.opts.OAuth, owners)...)

@@ -30,6 +30,7 @@ import (
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // Env is what a command may touch of the outside world.
@@ -164,11 +165,13 @@ type options struct {
 	smtpURL        string
 	smtpSecurity   string
 	trustedProxies string
+	callerCacheTTL time.Duration
+	workspaces     bool
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
 var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "production", "log-format",
-	"log-level", "metrics-addr", "shutdown-timeout", "no-migrate", "signup", "allowed-origins",
+	"log-level", "metrics-addr", "shutdown-timeout", "caller-cache-ttl", "no-migrate", "signup", "require-admin-2fa", "workspaces", "allowed-origins",
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
@@ -191,8 +194,11 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
 	fs.StringVar(&o.cfg.MetricsAddr, "metrics-addr", "", "address for Prometheus metrics (GET /metrics) on a listener of their own, e.g. 127.0.0.1:9090 (default off)")
 	fs.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long calls in flight may take to finish")
+	fs.DurationVar(&o.callerCacheTTL, "caller-cache-ttl", 30*time.Second, "longest a verified token's caller (roles, permissions, account state) is reused without the SQL bearer check; changes drop it at once on every replica; 0 turns the cache off")
 	fs.BoolVar(&o.cfg.NoMigrate, "no-migrate", false, "serve without applying migrations (apply them with enclave migrate; /readyz is 503 while any is pending)")
 	fs.StringVar(&o.signup, "signup", "open", "who may create an account: open, invite (an admin's invite code) or closed (CLI only)")
+	fs.BoolVar(&o.cfg.RequireAdmin2FA, "require-admin-2fa", false, "require admins to have a second factor (authenticator app or passkey): admin pages send them to enrolment and admin capabilities refuse until they have one")
+	fs.BoolVar(&o.workspaces, "workspaces", false, "turn on shared workspaces: their capabilities (workspaceCreate, members, invitations, files, API keys) and the /workspaces pages")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
 	fs.StringVar(&o.quota, "quota", "", "comma-separated daily call limits per user per capability class, CLASS=N/day (UTC days), e.g. default=5000/day,search=200/day (default unlimited)")
@@ -261,6 +267,17 @@ func (o *options) finish(stderr io.Writer) error {
 	}
 	o.log = slog.New(h)
 	o.cfg.Logger = o.log
+	switch {
+	case o.callerCacheTTL < 0:
+		return fmt.Errorf("--caller-cache-ttl %s: want 0 (off) or a positive duration", o.callerCacheTTL)
+	case o.callerCacheTTL == 0:
+		o.cfg.CallerCacheTTL = -1 // off
+	default:
+		o.cfg.CallerCacheTTL = o.callerCacheTTL
+	}
+	if o.workspaces && o.cfg.Workspaces == nil {
+		o.cfg.Workspaces = &workspaces.Options{}
+	}
 	mode, err := accounts.ParseSignupMode(o.signup)
 	if err != nil {
 		return fmt.Errorf("--signup: %w", err)
