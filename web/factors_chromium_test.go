@@ -206,8 +206,10 @@ func TestChromiumSecondFactors(t *testing.T) {
 		fail("read the secret", err)
 	}
 	secret = strings.TrimSpace(secret)
-	qrWidth, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.getElementById("totp-qr").naturalWidth`))
-	if err != nil || qrWidth < 100 {
+	// The image loads after the page: wait for it (a loaded image has its
+	// natural size; one the CSP or the server refused never gets one).
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => { const i = document.getElementById("totp-qr"); return i.complete && i.naturalWidth >= 100; })()`,
+		chromedp.WithPollingTimeout(15*time.Second))); err != nil {
 		fail("the QR code image did not load", err)
 	}
 	step("confirm the authenticator app",
