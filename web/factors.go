@@ -120,7 +120,7 @@ func (h *Handler) factorRoutes(handle func(string, http.HandlerFunc)) {
 	handle("POST "+pathSecurityPasskeyOptions, limit(user(h.passkeyRegisterOptions)))
 	handle("POST "+pathSecurityPasskeys, user(h.passkeyRegister))
 	handle("POST "+pathSecurityPasskeys+"/{id}/rename", user(h.passkeyRename))
-	handle("POST "+pathSecurityPasskeys+"/{id}/remove", user(h.passkeyRemove))
+	handle("POST "+pathSecurityPasskeys+"/{id}/remove", limit(user(h.passkeyRemove)))
 }
 
 // ---- sign-in, second step ----
@@ -568,12 +568,16 @@ func (h *Handler) passkeyRename(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) passkeyRemove(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
 	id, ok := passkeyID(r)
 	if !ok {
 		h.notFound(w, r)
 		return
 	}
-	if h.factorAction(w, r, "accountPasskeyRemove", "passkey_remove", accounts.PasskeyIDInput{ID: id}, nil) && h.renewSession(w, r) {
+	in := accounts.PasskeyRemoveInput{ID: id, Password: r.PostFormValue("password")}
+	if h.factorAction(w, r, "accountPasskeyRemove", "passkey_remove", in, nil) && h.renewSession(w, r) {
 		h.redirect(w, r, pathSecurity+"?notice=passkey-removed")
 	}
 }

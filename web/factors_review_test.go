@@ -4,7 +4,11 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage"
@@ -86,6 +90,49 @@ func TestSecondFactorAttemptsBoundedPerAccount(t *testing.T) {
 		a = ob.post(pathLogin2FA, url.Values{"pending": {m[1]}, "code": {e.clk.next(t, bobSecret)}})
 		if a.Status != http.StatusSeeOther || !hasSession(ob) {
 			t.Fatalf("bob's second step: %d", a.Status)
+		}
+	})
+}
+
+// Removing a passkey takes the current password: a borrowed session could
+// otherwise strip the account's factors (the recovery codes go with the
+// last one) and sign the owner out everywhere while it gets a new session
+// itself.
+func TestPasskeyRemovalNeedsPassword(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newFactorEnv(t, s, accounts.Config{})
+		ctx := context.Background()
+		alice, _, err := e.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "alice@example.com", Username: "alice", Password: "correct horse battery", Verified: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Signed in before the passkey is added (with it, sign-in asks for it).
+		b := newBrowser(t, e.srv)
+		b.post(pathLogin, url.Values{"email": {"alice@example.com"}, "password": {"correct horse battery"}})
+		var id int64
+		if err := s.DB.NewRaw("INSERT INTO user_passkeys (user_id, credential_id, name, credential, created_at) VALUES (?, 'c1', 'Alice key', '{}', ?) RETURNING id",
+			alice.ID, time.Now().UTC()).Scan(ctx, &id); err != nil {
+			t.Fatal(err)
+		}
+		// The security page's remove form asks for it.
+		if page := b.get(pathSecurity); !strings.Contains(page.Body, `/remove"`) || !regexp.MustCompile(`(?s)/remove"[^>]*>\s*<input name="password" type="password"`).MatchString(page.Body) {
+			t.Fatalf("the remove form has no password field:\n%s", page.Body)
+		}
+		path := pathSecurityPasskeys + "/" + strconv.FormatInt(id, 10) + "/remove"
+		for _, form := range []url.Values{nil, {"password": {"not the password"}}} {
+			a := b.post(path, form)
+			if a.Status == http.StatusSeeOther || a.Status < 400 {
+				t.Fatalf("removal with password %q: %d", form.Get("password"), a.Status)
+			}
+			if ks, _ := e.acc.Passkeys(ctx, alice.ID); len(ks) != 1 {
+				t.Fatalf("removed with password %q", form.Get("password"))
+			}
+		}
+		if a := b.post(path, url.Values{"password": {"correct horse battery"}}); a.Status != http.StatusSeeOther {
+			t.Fatalf("removal with the password: %d %s", a.Status, a.Body)
+		}
+		if ks, _ := e.acc.Passkeys(ctx, alice.ID); len(ks) != 0 {
+			t.Fatalf("not removed: %+v", ks)
 		}
 	})
 }
