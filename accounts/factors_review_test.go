@@ -72,3 +72,36 @@ func TestPendingAttemptsRace(t *testing.T) {
 		}
 	})
 }
+
+// An unfinished authenticator-app set-up expires: its secret is no longer
+// shown, and a code from it no longer turns the app on (a session borrowed
+// later cannot read the secret, or finish the set-up and take the
+// recovery codes). A new set-up works.
+func TestTOTPEnrolmentExpires(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, c := newService(t, s, accounts.Config{})
+		u := signup(t, svc, "alice")
+		e, err := svc.BeginTOTP(ctx, u, "enclave")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.PendingTOTP(ctx, u); err != nil {
+			t.Fatalf("fresh set-up: %v", err)
+		}
+		c.Advance(accounts.TOTPEnrolmentTTL + time.Second)
+		if got, err := svc.PendingTOTP(ctx, u); err == nil {
+			t.Fatalf("an expired set-up still shows its secret %q", got.Secret)
+		}
+		if f, _ := svc.FactorsOf(ctx, u.ID); f.TOTPPending {
+			t.Fatal("an expired set-up still counts as pending")
+		}
+		if _, err := svc.ConfirmTOTP(ctx, u, codeAt(t, e.Secret, c.Now())); err == nil {
+			t.Fatal("an expired set-up was confirmed")
+		}
+		if f, _ := svc.FactorsOf(ctx, u.ID); f.TOTP {
+			t.Fatal("the app is on")
+		}
+		enrolTOTP(t, svc, c, u)
+	})
+}
