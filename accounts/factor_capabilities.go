@@ -70,6 +70,14 @@ type PasskeyIDInput struct {
 	ID int64 `json:"id"`
 }
 
+// PasskeyRemoveInput is the input of accountPasskeyRemove: the passkey and
+// the current password (a borrowed session must not strip the account's
+// factors).
+type PasskeyRemoveInput struct {
+	ID       int64  `json:"id"`
+	Password string `json:"password" jsonschema:"the current password"`
+}
+
 // DoneOutput is the output of a capability that only acts.
 type DoneOutput struct {
 	Done bool `json:"done"`
@@ -234,15 +242,21 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				return DoneOutput{Done: true}, nil
 			},
 		}),
-		capabilities.Define(capabilities.Spec[PasskeyIDInput, DoneOutput]{
+		capabilities.Define(capabilities.Spec[PasskeyRemoveInput, DoneOutput]{
 			Name: "accountPasskeyRemove", Domain: "account", Title: "Remove a passkey",
-			Description: "Removes one of the signed-in person's passkeys. Every other browser session and connected app is signed out.",
+			Description: "Removes one of the signed-in person's passkeys after checking the password. Every other browser session and connected app is signed out.",
 			Annotations: &capabilities.Annotations{Destructive: true},
 			Requires:    own,
-			Handler: func(ctx context.Context, call *capabilities.Call, in PasskeyIDInput) (DoneOutput, error) {
+			Handler: func(ctx context.Context, call *capabilities.Call, in PasskeyRemoveInput) (DoneOutput, error) {
 				u, err := s.callerUser(ctx, call.Caller)
 				if err != nil {
 					return DoneOutput{}, err
+				}
+				// A borrowed session must not be able to remove a factor (and,
+				// with it, sign the owner out everywhere while it gets a new
+				// session): as turning the app off, it takes the password.
+				if _, err := s.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+					return DoneOutput{}, capabilityError(err)
 				}
 				if err := s.RemovePasskey(ctx, u.ID, in.ID); err != nil {
 					return DoneOutput{}, capabilityError(err)

@@ -39,6 +39,13 @@ const (
 	// RecoveryCodeCount is how many recovery codes a set holds.
 	RecoveryCodeCount = 10
 
+	// TOTPEnrolmentTTL is how long an authenticator-app set-up waits for
+	// its first code. Its secret is shown to the signed-in session while it
+	// waits: an unfinished set-up must not linger for whoever borrows the
+	// session later (they could read the secret, or finish the set-up and
+	// take the recovery codes).
+	TOTPEnrolmentTTL = 15 * time.Minute
+
 	// PendingLoginTTL is how long a sign-in waits for its second factor.
 	PendingLoginTTL = 5 * time.Minute
 	// pendingLoginAttempts bounds the wrong codes one pending sign-in takes
@@ -148,7 +155,7 @@ func (s *Service) FactorsOf(ctx context.Context, userID int64) (Factors, error) 
 	case err != nil:
 		return f, fmt.Errorf("accounts: factors: %w", err)
 	default:
-		f.TOTP, f.TOTPPending = row.ConfirmedAt != nil, row.ConfirmedAt == nil
+		f.TOTP, f.TOTPPending = row.ConfirmedAt != nil, row.ConfirmedAt == nil && s.enrolmentLive(row)
 	}
 	n, err := s.store.Reader.NewSelect().Model((*recoveryCodeRow)(nil)).Where("user_id = ? AND used_at IS NULL", userID).Count(ctx)
 	if err != nil {
@@ -251,10 +258,16 @@ func (s *Service) PendingTOTP(ctx context.Context, u User) (TOTPEnrolment, error
 	if err != nil {
 		return TOTPEnrolment{}, err
 	}
-	if row.ConfirmedAt != nil {
+	if row.ConfirmedAt != nil || !s.enrolmentLive(row) {
 		return TOTPEnrolment{}, ErrNotFound
 	}
 	return TOTPEnrolment{Secret: key.Secret(), URL: key.String()}, nil
+}
+
+// enrolmentLive reports whether an unconfirmed set-up is still within
+// TOTPEnrolmentTTL.
+func (s *Service) enrolmentLive(row totpRow) bool {
+	return s.now().Before(row.CreatedAt.Add(TOTPEnrolmentTTL))
 }
 
 // loadTOTP reads and opens u's TOTP row; ErrNotFound when there is none.
@@ -337,6 +350,9 @@ func (s *Service) ConfirmTOTP(ctx context.Context, u User, code string) ([]strin
 		}
 		if row.ConfirmedAt != nil {
 			return ErrTOTPEnabled
+		}
+		if !s.enrolmentLive(row) {
+			return ErrNotFound // start the set-up again
 		}
 		ok, err := s.useTOTPCode(ctx, tx, row, key, code)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -119,7 +120,7 @@ func (h *Handler) factorRoutes(handle func(string, http.HandlerFunc)) {
 	handle("POST "+pathSecurityPasskeyOptions, limit(user(h.passkeyRegisterOptions)))
 	handle("POST "+pathSecurityPasskeys, user(h.passkeyRegister))
 	handle("POST "+pathSecurityPasskeys+"/{id}/rename", user(h.passkeyRename))
-	handle("POST "+pathSecurityPasskeys+"/{id}/remove", user(h.passkeyRemove))
+	handle("POST "+pathSecurityPasskeys+"/{id}/remove", limit(user(h.passkeyRemove)))
 }
 
 // ---- sign-in, second step ----
@@ -153,6 +154,9 @@ func (h *Handler) renderSecondFactor(w http.ResponseWriter, r *http.Request, sta
 // starts the session. On failure it fills f.Error and returns a status.
 func (h *Handler) completeSecondFactor(w http.ResponseWriter, r *http.Request, f *secondFactorForm) (accounts.User, int) {
 	ctx := r.Context()
+	if status := h.allowSecondFactor(w, r, f); status != 0 {
+		return accounts.User{}, status
+	}
 	p, err := h.opts.Accounts.CompletePendingLogin(ctx, f.Pending, r.PostFormValue("code"))
 	return h.finishSecondFactor(w, r, p, err, f, "totp")
 }
@@ -187,6 +191,48 @@ func (h *Handler) finishSecondFactor(w http.ResponseWriter, r *http.Request, p a
 	h.log.ErrorContext(r.Context(), "web: second factor", "err", err)
 	f.Error = "Something went wrong on our side. Please try again."
 	return accounts.User{}, http.StatusInternalServerError
+}
+
+// Per-account bucket of second-factor attempts. The credential bucket is
+// per client and each pending sign-in takes only a few codes, but whoever
+// knows the password can start pending sign-ins at will, from as many
+// addresses as they have: without a bound per account, six-digit codes
+// would fall to a distributed guesser. Every attempt on an account's
+// pending sign-ins (a code or a passkey) counts here.
+const (
+	secondFactorBucketPrefix = "second-factor:user:"
+	// SecondFactorAccountRequests attempts per SecondFactorAccountWindow
+	// are allowed on the pending sign-ins of one account.
+	SecondFactorAccountRequests = 10
+	SecondFactorAccountWindow   = 15 * time.Minute
+	secondFactorLockedMessage   = "Too many attempts for this account. Wait a few minutes, then try again."
+)
+
+// allowSecondFactor counts one second-factor attempt against the bucket of
+// the account of f's pending sign-in. It returns 0 when the attempt may go
+// on (also for an unknown pending sign-in: completing it fails anyway);
+// otherwise it fills f.Error, sets Retry-After and returns the status (429,
+// or 503 when the limiter fails: fail closed).
+func (h *Handler) allowSecondFactor(w http.ResponseWriter, r *http.Request, f *secondFactorForm) int {
+	p, err := h.opts.Accounts.PeekPendingLogin(r.Context(), f.Pending)
+	if err != nil {
+		return 0
+	}
+	d, err := h.limiter.Allow(r.Context(), secondFactorBucketPrefix+strconv.FormatInt(p.User.ID, 10),
+		Limit{Requests: SecondFactorAccountRequests, Window: SecondFactorAccountWindow})
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "web: second-factor rate limit check failed", "err", err)
+		w.Header().Set("Retry-After", "5")
+		f.Error = "The service is briefly unavailable. Please try again in a moment."
+		return http.StatusServiceUnavailable
+	}
+	if !d.Allowed {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10))
+		h.audit(r, audit.CategoryAuth, "login_second_factor", audit.ResultFailure, "account_rate_limited", &p.User)
+		f.Error = secondFactorLockedMessage
+		return http.StatusTooManyRequests
+	}
+	return 0
 }
 
 func factorReason(err error) string {
@@ -329,6 +375,10 @@ func (h *Handler) pendingPasskey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := secondFactorForm{Pending: in.Pending}
+	if status := h.allowSecondFactor(w, r, &f); status != 0 {
+		h.writeJSON(w, r, status, jsonError{Error: "second_factor_failed", Message: f.Error})
+		return
+	}
 	p, err := h.opts.Accounts.CompletePendingLoginPasskey(r.Context(), in.Pending, in.Token, in.Credential)
 	if _, status := h.finishSecondFactor(w, r, p, err, &f, "passkey"); status != 0 {
 		h.writeJSON(w, r, status, jsonError{Error: "second_factor_failed", Message: f.Error})
@@ -518,12 +568,16 @@ func (h *Handler) passkeyRename(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) passkeyRemove(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
 	id, ok := passkeyID(r)
 	if !ok {
 		h.notFound(w, r)
 		return
 	}
-	if h.factorAction(w, r, "accountPasskeyRemove", "passkey_remove", accounts.PasskeyIDInput{ID: id}, nil) && h.renewSession(w, r) {
+	in := accounts.PasskeyRemoveInput{ID: id, Password: r.PostFormValue("password")}
+	if h.factorAction(w, r, "accountPasskeyRemove", "passkey_remove", in, nil) && h.renewSession(w, r) {
 		h.redirect(w, r, pathSecurity+"?notice=passkey-removed")
 	}
 }

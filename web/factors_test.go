@@ -220,7 +220,7 @@ func TestSecurityPagePasskeyCrossUser(t *testing.T) {
 		if a := bob.post(path+"/rename", url.Values{"name": {"Bob's now"}}); a.Status != http.StatusNotFound {
 			t.Fatalf("bob renames alice's passkey: %d", a.Status)
 		}
-		if a := bob.post(path+"/remove", nil); a.Status != http.StatusNotFound {
+		if a := bob.post(path+"/remove", url.Values{"password": {"correct horse battery"}}); a.Status != http.StatusNotFound {
 			t.Fatalf("bob removes alice's passkey: %d", a.Status)
 		}
 		if strings.Contains(bob.get(pathSecurity).Body, "Alice key") {

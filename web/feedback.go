@@ -21,7 +21,11 @@ func (h *Handler) feedbackRoutes(handle func(string, http.HandlerFunc)) {
 		return
 	}
 	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
-	admin := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireRole(adminRole)(fn).ServeHTTP }
+	// The same wrapper as every admin page: the role, then the second
+	// factor the server may require of admins.
+	admin := func(fn http.HandlerFunc) http.HandlerFunc {
+		return h.guards.RequireRole(adminRole)(h.requireAdminFactor(fn)).ServeHTTP
+	}
 	handle("GET /account/feedback", user(h.feedbackPage))
 	handle("POST /account/feedback/preview", user(h.feedbackPreview))
 	handle("POST /account/feedback", user(h.feedbackSend))
