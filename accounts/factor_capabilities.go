@@ -65,11 +65,6 @@ type PasskeyRenameInput struct {
 	Name string `json:"name"`
 }
 
-// PasskeyIDInput names one of the caller's passkeys.
-type PasskeyIDInput struct {
-	ID int64 `json:"id"`
-}
-
 // PasskeyRemoveInput is the input of accountPasskeyRemove: the passkey and
 // the current password (a borrowed session must not strip the account's
 // factors).
