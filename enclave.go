@@ -549,6 +549,14 @@ func (s *Server) RunBackground(ctx context.Context) {
 			return err
 		}},
 	}
+	if s.workspaces != nil {
+		// Jobs an op recorded in its workspace file but could not move to
+		// the outbox (SQLite; a crash or a failure after the commit).
+		all = append(all, lanes.Lane{Name: "workspace-jobs", Every: time.Minute, Run: func(ctx context.Context) error {
+			_, err := s.workspaces.SweepPendingJobs(ctx, time.Minute, 200)
+			return err
+		}})
+	}
 	for _, l := range s.schedules.Lanes() {
 		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
 	}

@@ -3,6 +3,7 @@ package workspaces_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -153,6 +154,39 @@ func TestOpContract(t *testing.T) {
 			wantCode(t, err, capabilities.CodeConflict, "stale")
 			if got := outboxJobs(t, st); got != before+1 {
 				t.Fatalf("a refused op enqueued a job: %d", got)
+			}
+		})
+
+		t.Run("jobs left by a failed move are swept", func(t *testing.T) {
+			if st.Dialect() != storage.SQLite {
+				return // PostgreSQL enqueues in the op's own transaction
+			}
+			ctx := context.Background()
+			before := outboxJobs(t, st)
+			workspaces.SetFlushFault(func(string) error { return errors.New("main database unavailable") })
+			e.must(ann, "counterAdd", map[string]any{"workspaceId": ws, "counter": "s", "by": 1, "job": true}, nil)
+			workspaces.SetFlushFault(nil)
+			if got := outboxJobs(t, st); got != before {
+				t.Fatalf("the job reached the outbox despite the failed move: %d → %d", before, got)
+			}
+			// Within the grace period the sweep leaves it to the op.
+			if n, err := e.svc.SweepPendingJobs(ctx, time.Minute, 100); err != nil || n != 0 {
+				t.Fatalf("sweep within grace: %d %v", n, err)
+			}
+			e.clock.add(2 * time.Minute)
+			if n, err := e.svc.SweepPendingJobs(ctx, time.Minute, 100); err != nil || n != 1 {
+				t.Fatalf("sweep: %d %v", n, err)
+			}
+			if got := outboxJobs(t, st); got != before+1 {
+				t.Fatalf("outbox jobs after the sweep %d, want %d", got, before+1)
+			}
+			// The mark is cleared: the next sweep finds nothing.
+			e.clock.add(2 * time.Minute)
+			if n, err := e.svc.SweepPendingJobs(ctx, time.Minute, 100); err != nil || n != 0 {
+				t.Fatalf("second sweep: %d %v", n, err)
+			}
+			if got := outboxJobs(t, st); got != before+1 {
+				t.Fatalf("a job was moved twice: %d", got)
 			}
 		})
 

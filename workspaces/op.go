@@ -453,6 +453,14 @@ func runOp[In, Out any](ctx context.Context, s *Service, op Op[In, Out], a Actor
 				return fmt.Errorf("workspaces: prune idempotency keys: %w", err)
 			}
 		}
+		if len(tx.jobs) > 0 && !s.sharedDB() {
+			// Mark the workspace before its jobs commit in its own file:
+			// the sweep moves them if the move after the commit never
+			// happens (a crash, a failure).
+			if err := s.markJobsPending(ctx, id); err != nil {
+				return err
+			}
+		}
 		for _, j := range tx.jobs {
 			row := pendingJobRow{WorkspaceID: id, Kind: j.Kind, Payload: string(j.Payload)}
 			if _, err := btx.NewInsert().Model(&row).Returning("NULL").Exec(ctx); err != nil {
@@ -481,14 +489,33 @@ func runOp[In, Out any](ctx context.Context, s *Service, op Op[In, Out], a Actor
 	return res, nil
 }
 
+// markJobsPending notes in the main database that workspace id holds jobs
+// not yet moved to the outbox.
+func (s *Service) markJobsPending(ctx context.Context, id string) error {
+	_, err := s.main.DB.NewUpdate().Table("workspaces").Set("jobs_pending_at = ?", s.now()).
+		Where("id = ?", id).Where("jobs_pending_at IS NULL").Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("workspaces: mark pending jobs: %w", err)
+	}
+	return nil
+}
+
+// flushFault, when set (tests), fails FlushJobs before it moves anything.
+var flushFault func(id string) error
+
 // FlushJobs moves the jobs that ops of workspace id recorded in its own
 // file (SQLite) into the main database's outbox. It runs after every op
-// that left jobs; a failure leaves them for the next call. A job can be
+// that left jobs; a failure leaves them for SweepPendingJobs. A job can be
 // delivered twice if the process dies between the two commits (jobs are
 // at least once anyway). On PostgreSQL there is nothing to move.
 func (s *Service) FlushJobs(ctx context.Context, id string) error {
 	if s.sharedDB() || s.jobs == nil {
 		return nil
+	}
+	if flushFault != nil {
+		if err := flushFault(id); err != nil {
+			return err
+		}
 	}
 	return s.ws.Update(ctx, id, func(ctx context.Context, btx bun.Tx) error {
 		var rows []pendingJobRow
@@ -496,7 +523,12 @@ func (s *Service) FlushJobs(ctx context.Context, id string) error {
 			return fmt.Errorf("workspaces: read pending jobs: %w", err)
 		}
 		if len(rows) == 0 {
-			return nil
+			// Nothing left (an op's mark whose commit failed, or a
+			// flush that already ran): clear the mark. Ops of this
+			// workspace wait for this transaction, so none can mark it
+			// in between.
+			_, err := s.main.DB.NewUpdate().Table("workspaces").Set("jobs_pending_at = NULL").Where("id = ?", id).Exec(ctx)
+			return err
 		}
 		err := s.main.RunInTx(ctx, func(ctx context.Context, mtx bun.Tx) error {
 			for _, r := range rows {
@@ -518,9 +550,40 @@ func (s *Service) FlushJobs(ctx context.Context, id string) error {
 		for i, r := range rows {
 			ids[i] = r.ID
 		}
-		_, err = btx.NewDelete().Model((*pendingJobRow)(nil)).Where("id IN (?)", bun.In(ids)).Exec(ctx)
+		if _, err = btx.NewDelete().Model((*pendingJobRow)(nil)).Where("id IN (?)", bun.In(ids)).Exec(ctx); err != nil {
+			return err
+		}
+		if len(rows) < 500 {
+			_, err = s.main.DB.NewUpdate().Table("workspaces").Set("jobs_pending_at = NULL").Where("id = ?", id).Exec(ctx)
+		}
 		return err
 	})
+}
+
+// SweepPendingJobs moves the jobs of workspaces marked as holding some for
+// longer than grace (their op's own move failed or never ran), at most
+// limit workspaces per call. It returns how many it flushed. On PostgreSQL
+// there is nothing to move. The server runs it every minute.
+func (s *Service) SweepPendingJobs(ctx context.Context, grace time.Duration, limit int) (int, error) {
+	if s.sharedDB() || s.jobs == nil {
+		return 0, nil
+	}
+	var ids []string
+	if err := s.main.Reader.NewSelect().Table("workspaces").Column("id").
+		Where("jobs_pending_at IS NOT NULL").Where("jobs_pending_at < ?", s.now().Add(-grace)).
+		Order("jobs_pending_at").Limit(int64(limit)).Scan(ctx, &ids); err != nil {
+		return 0, fmt.Errorf("workspaces: find pending jobs: %w", err)
+	}
+	var errs []error
+	n := 0
+	for _, id := range ids {
+		if err := s.FlushJobs(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("workspace %s: %w", id, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // Events returns the workspace's events after revision `after`, oldest
