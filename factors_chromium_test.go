@@ -202,7 +202,8 @@ func oauthSecondFactors(t *testing.T, d storage.Dialect, bin string) {
 	)
 	step("sign out",
 		chromedp.Click(chromedp.CSS(`form[action="/logout"] button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.ID("email")),
+		// The sign-in form's field: the account page has an #email too.
+		chromedp.WaitVisible(chromedp.CSS(`input#email`)),
 	)
 
 	// The passkey alone, on the authorization endpoint.

@@ -222,7 +222,7 @@ func TestChromiumSecondFactors(t *testing.T) {
 		fail("read the recovery codes", err)
 	}
 
-	step("sign out", signOut, chromedp.WaitVisible(chromedp.ID("email")))
+	step("sign out", signOut, chromedp.WaitVisible(chromedp.CSS(`input#email`)))
 	passwordStep("sign in with the password")
 	step("the code is asked for", chromedp.WaitVisible(chromedp.ID("code")))
 	step("a wrong code is refused",
@@ -248,7 +248,7 @@ func TestChromiumSecondFactors(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`tr.passkey input[value="Test key"]`)),
 	)
 
-	step("sign out again", signOut, chromedp.WaitVisible(chromedp.ID("email")))
+	step("sign out again", signOut, chromedp.WaitVisible(chromedp.CSS(`input#email`)))
 	navigate(t, ctx, fail, base+"/login")
 	step("sign in with the passkey instead of a password",
 		chromedp.WaitVisible(chromedp.ID("passkey-login")),
@@ -256,7 +256,7 @@ func TestChromiumSecondFactors(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("verification")),
 	)
 
-	step("sign out once more", signOut, chromedp.WaitVisible(chromedp.ID("email")))
+	step("sign out once more", signOut, chromedp.WaitVisible(chromedp.CSS(`input#email`)))
 	passwordStep("sign in with the password, then the passkey")
 	step("the passkey is the second factor",
 		chromedp.Click(chromedp.ID("passkey-second-factor")),
