@@ -644,7 +644,9 @@ var errInvitation = capabilities.Errorf(capabilities.CodeNotFound, "this invitat
 
 // Accept uses up an invitation link: the caller, whose account email must
 // be the invited address, becomes a member with the invited role (a
-// member already keeps the higher of both roles).
+// member already keeps their role). The link works only while its sender
+// is still an admin or owner who may give that role, and joining uses up
+// every other link sent to the address for the workspace.
 func (s *Service) Accept(ctx context.Context, c capabilities.Caller, token string) (Workspace, error) {
 	if confined(c) {
 		return Workspace{}, errInvitation
@@ -696,16 +698,30 @@ func (s *Service) Accept(ctx context.Context, c capabilities.Caller, token strin
 		if err != nil {
 			return errInvitation
 		}
+		// The link carries no more power than its sender has now: one who
+		// was removed, or demoted below the invited role, sent a dead link.
+		inviter, err := roleIn(ctx, tx, w.ID, inv.UserID)
+		if errors.Is(err, errNotFound) || (err == nil && (!inviter.AtLeast(RoleAdmin) || !mayAssign(inviter, inv.Role))) {
+			return errInvitation
+		}
+		if err != nil {
+			return err
+		}
+		// Joining uses up every other link sent to the address for this
+		// workspace: a second link (a resent mail) must not let a member
+		// who was later demoted or removed take a role back.
+		if _, err := tx.NewUpdate().Model((*invitationRow)(nil)).Set("accepted_at = ?", now).
+			Where("workspace_id = ?", w.ID).Where("email = ?", strings.ToLower(inv.Email)).
+			Where("accepted_at IS NULL").Exec(ctx); err != nil {
+			return fmt.Errorf("workspaces: use invitations: %w", err)
+		}
 		role := inv.Role
 		have, err := roleIn(ctx, tx, w.ID, uid)
 		switch {
 		case err == nil:
-			if have.AtLeast(role) {
-				role = have
-			} else if _, err := tx.NewUpdate().Model((*memberRow)(nil)).Set("role = ?", role).
-				Where("workspace_id = ?", w.ID).Where("user_id = ?", uid).Exec(ctx); err != nil {
-				return fmt.Errorf("workspaces: raise role: %w", err)
-			}
+			// A member keeps the role they have: roles change through
+			// workspaceMemberRoleSet, never through an old link.
+			role = have
 		case errors.Is(err, errNotFound):
 			m := memberRow{WorkspaceID: w.ID, UserID: uid, Role: role, CreatedAt: now}
 			if _, err := tx.NewInsert().Model(&m).Returning("NULL").Exec(ctx); err != nil {

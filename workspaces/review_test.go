@@ -1,0 +1,96 @@
+package workspaces_test
+
+import (
+	"testing"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+	"github.com/enclave-mcp/enclave/workspaces"
+)
+
+// TestInvitationDiesWithInvitersPower: a link carries no more than its
+// sender may give now. An admin's link to an admin role dies when the admin
+// is demoted, and any link dies when its sender is removed.
+func TestInvitationDiesWithInvitersPower(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st, 0)
+		ann, bob, cat, dan := e.user("ann"), e.user("bob"), e.user("cat"), e.user("dan")
+		ws := e.create(ann, "Inviters")
+		e.join(ann, bob, ws, workspaces.RoleAdmin)
+
+		e.must(bob, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "cat@example.test", "role": "admin"}, nil)
+		catTok := e.lastToken("cat@example.test")
+		e.must(bob, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "dan@example.test", "role": "viewer"}, nil)
+		danTok := e.lastToken("dan@example.test")
+
+		// Bob, demoted to viewer, may no longer give the admin role.
+		e.must(ann, "workspaceMemberRoleSet", map[string]any{"workspaceId": ws, "userId": bob.UserID, "role": "viewer"}, nil)
+		wantCode(t, e.call(cat, "workspaceInvitationAccept", map[string]any{"token": catTok}, nil), capabilities.CodeNotFound, "link of a demoted admin")
+		wantCode(t, e.call(cat, "workspaceGet", map[string]any{"workspaceId": ws}, nil), capabilities.CodeNotFound, "cat after a dead link")
+
+		// Bob, removed, gives nothing.
+		e.must(ann, "workspaceMemberRemove", map[string]any{"workspaceId": ws, "userId": bob.UserID}, nil)
+		wantCode(t, e.call(dan, "workspaceInvitationAccept", map[string]any{"token": danTok}, nil), capabilities.CodeNotFound, "link of a removed member")
+		wantCode(t, e.call(dan, "workspaceGet", map[string]any{"workspaceId": ws}, nil), capabilities.CodeNotFound, "dan after a dead link")
+	})
+}
+
+// TestSecondInvitationLinkIsUsedUp: two links to one address (a resent
+// mail); joining with one kills the other, so that a member later demoted
+// or removed cannot take a role back with it.
+func TestSecondInvitationLinkIsUsedUp(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st, 0)
+		ann, cat := e.user("ann"), e.user("cat")
+		ws := e.create(ann, "Resent")
+		e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "cat@example.test", "role": "admin"}, nil)
+		first := e.lastToken("cat@example.test")
+		e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "cat@example.test", "role": "admin"}, nil)
+		second := e.lastToken("cat@example.test")
+		e.must(cat, "workspaceInvitationAccept", map[string]any{"token": first}, nil)
+
+		// Demoted, cat cannot raise itself with the second link.
+		e.must(ann, "workspaceMemberRoleSet", map[string]any{"workspaceId": ws, "userId": cat.UserID, "role": "viewer"}, nil)
+		_ = e.call(cat, "workspaceInvitationAccept", map[string]any{"token": second}, nil)
+		var d workspaces.Details
+		e.must(cat, "workspaceGet", map[string]any{"workspaceId": ws}, &d)
+		if d.Role != workspaces.RoleViewer {
+			t.Fatalf("a demoted member took back %s with a second link", d.Role)
+		}
+		// Removed, cat cannot come back with it.
+		e.must(ann, "workspaceMemberRemove", map[string]any{"workspaceId": ws, "userId": cat.UserID}, nil)
+		wantCode(t, e.call(cat, "workspaceInvitationAccept", map[string]any{"token": second}, nil), capabilities.CodeNotFound, "removed member's second link")
+		wantCode(t, e.call(cat, "workspaceGet", map[string]any{"workspaceId": ws}, nil), capabilities.CodeNotFound, "removed member after the second link")
+		var m workspaces.MembersOutput
+		e.must(ann, "workspaceMemberList", map[string]any{"workspaceId": ws}, &m)
+		if len(m.Invitations) != 0 {
+			t.Fatalf("pending invitations after joining: %+v", m.Invitations)
+		}
+	})
+}
+
+// TestIdempotencyKeyIsPerMember: another member sending the same key and
+// arguments is neither handed the first member's stored result nor told
+// its own op ran.
+func TestIdempotencyKeyIsPerMember(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st, 0)
+		ann, bob := e.user("ann"), e.user("bob")
+		ws := e.create(ann, "Idem")
+		e.join(ann, bob, ws, workspaces.RoleAdmin)
+		args := map[string]any{"workspaceId": ws, "counter": "c", "by": 5, "idempotencyKey": "k-1"}
+		var first, again addResult
+		e.must(ann, "counterAdd", args, &first)
+		e.must(ann, "counterAdd", args, &again)
+		if !again.Replayed || again.Revision != first.Revision {
+			t.Fatalf("ann's retry = %+v, first %+v", again, first)
+		}
+		var bobs addResult
+		err := e.call(bob, "counterAdd", args, &bobs)
+		if err == nil && bobs.Replayed {
+			t.Fatalf("bob was handed ann's stored result: %+v", bobs)
+		}
+		wantCode(t, err, capabilities.CodeConflict, "another member's key")
+	})
+}
