@@ -1,7 +1,14 @@
 package workspaces_test
 
 import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
@@ -92,5 +99,76 @@ func TestIdempotencyKeyIsPerMember(t *testing.T) {
 			t.Fatalf("bob was handed ann's stored result: %+v", bobs)
 		}
 		wantCode(t, err, capabilities.CodeConflict, "another member's key")
+	})
+}
+
+// TestRemovedMembersKeysStayDead: a member's workspace keys are revoked
+// when they are removed (or leave), so being invited back does not bring
+// them back to life; a deleted workspace leaves no key rows.
+func TestRemovedMembersKeysStayDead(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st, 0)
+		ann, bob := e.user("ann"), e.user("bob")
+		ws := e.create(ann, "Keys")
+		e.join(ann, bob, ws, workspaces.RoleOwner)
+		bobSession := bob
+		bobSession.Session = true
+		var k workspaces.NewKey
+		e.must(bobSession, "workspaceKeyCreate", map[string]any{"workspaceId": ws, "name": "bob", "maxRole": "admin"}, &k)
+		kc := e.keyCaller(k.Key)
+		e.must(kc, "counterAdd", map[string]any{"workspaceId": ws, "counter": "c", "by": 1}, nil)
+
+		e.must(ann, "workspaceMemberRemove", map[string]any{"workspaceId": ws, "userId": bob.UserID}, nil)
+		wantCode(t, e.call(kc, "counterAdd", map[string]any{"workspaceId": ws, "counter": "c", "by": 1}, nil), capabilities.CodeNotFound, "key of a removed member")
+		e.join(ann, bob, ws, workspaces.RoleAdmin)
+		wantCode(t, e.call(kc, "counterAdd", map[string]any{"workspaceId": ws, "counter": "c", "by": 1}, nil), capabilities.CodeNotFound, "key of a member invited back")
+		if _, err := e.svc.VerifyKey(context.Background(), k.Key); !errors.Is(err, workspaces.ErrInvalidKey) {
+			t.Fatalf("a removed member's key still verifies: %v", err)
+		}
+
+		// Deleting the workspace deletes its key rows.
+		annSession := ann
+		annSession.Session = true
+		e.must(annSession, "workspaceKeyCreate", map[string]any{"workspaceId": ws, "name": "ann", "maxRole": "viewer"}, nil)
+		var del workspaces.DeleteOutput
+		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws}, &del)
+		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws, "confirmationToken": del.ConfirmationToken}, nil)
+		n, err := st.DB.NewSelect().Table("workspace_api_keys").Where("workspace_id = ?", ws).Count(context.Background())
+		if err != nil || n != 0 {
+			t.Fatalf("key rows of a deleted workspace: %d %v", n, err)
+		}
+	})
+}
+
+// TestDeletedWorkspaceFileStaysGone: on SQLite, a late purge job or a
+// store call for a deleted workspace does not create its file again.
+func TestDeletedWorkspaceFileStaysGone(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		if st.Dialect() != storage.SQLite {
+			t.Skip("per-workspace files are SQLite's")
+		}
+		e := newEnv(t, st, 0)
+		ann := e.user("ann")
+		ws := e.create(ann, "Files")
+		var up workspaces.OpResult[workspaces.FileInfo]
+		e.must(ann, "fileUpload", map[string]any{"workspaceId": ws, "name": "a.txt", "contentType": "text/plain", "contentBase64": "aGVsbG8="}, &up)
+		e.must(ann, "fileDelete", map[string]any{"workspaceId": ws, "fileId": up.Result.FileID, "version": 1}, nil)
+		var del workspaces.DeleteOutput
+		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws}, &del)
+		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws, "confirmationToken": del.ConfirmationToken}, nil)
+		path := filepath.Join(e.dataDir, "workspaces", ws+".db")
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("file after deletion: %v", err)
+		}
+		// The purge job of the deleted file runs late.
+		if err := e.svc.PurgeFile(context.Background(), ws, up.Result.FileID, 1); err != nil {
+			t.Fatalf("late purge: %v", err)
+		}
+		// An op that passed its membership check just before the deletion.
+		err := e.svc.WorkspaceStore().Update(context.Background(), ws, func(context.Context, bun.Tx) error { return nil })
+		wantCode(t, err, capabilities.CodeNotFound, "store update of a deleted workspace")
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("a deleted workspace's file came back: %v", err)
+		}
 	})
 }

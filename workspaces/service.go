@@ -205,6 +205,16 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		if err != nil {
 			return nil, err
 		}
+		if sq, ok := st.(*SQLiteStore); ok && sq.Known == nil {
+			sq.Known = func(ctx context.Context, id string) (bool, error) {
+				if err := s.exists(ctx, id); errors.Is(err, errNotFound) {
+					return false, nil
+				} else if err != nil {
+					return false, err
+				}
+				return true, nil
+			}
+		}
 		s.ws = st
 	}
 	if err := s.reg.Register(s.capabilities()...); err != nil {
@@ -835,13 +845,13 @@ func (s *Service) Remove(ctx context.Context, c capabilities.Caller, id, target 
 		if uid != a.UserID && !mayAssign(a.Role, have) {
 			return errRole(a.Role, "removing a "+string(have))
 		}
-		return removeMember(ctx, tx, id, uid)
+		return removeMember(ctx, tx, id, uid, s.now())
 	})
 }
 
 // removeMember deletes one membership inside tx, refusing the last owner
-// in the same statement.
-func removeMember(ctx context.Context, tx bun.IDB, id string, uid int64) error {
+// in the same statement, and revokes the workspace keys the member made.
+func removeMember(ctx context.Context, tx bun.IDB, id string, uid int64, now time.Time) error {
 	res, err := tx.NewDelete().Model((*memberRow)(nil)).
 		Where("workspace_id = ?", id).Where("user_id = ?", uid).
 		Where(ownerGuard, id).Exec(ctx)
@@ -850,6 +860,12 @@ func removeMember(ctx context.Context, tx bun.IDB, id string, uid int64) error {
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return errLastOwner
+	}
+	// The keys the member made go with them: rejoining later must not
+	// bring a key back to life.
+	if _, err := tx.NewUpdate().Model((*keyRow)(nil)).Set("revoked_at = ?", now).
+		Where("workspace_id = ?", id).Where("user_id = ?", uid).Where("revoked_at IS NULL").Exec(ctx); err != nil {
+		return fmt.Errorf("workspaces: revoke the member's keys: %w", err)
 	}
 	return nil
 }
@@ -930,7 +946,7 @@ func (s *Service) Delete(ctx context.Context, c capabilities.Caller, id, token s
 }
 
 func deleteDirectory(ctx context.Context, tx bun.IDB, id string) error {
-	for _, t := range []string{"workspace_invitations", "workspace_members"} {
+	for _, t := range []string{"workspace_invitations", "workspace_api_keys", "workspace_members"} {
 		if _, err := tx.NewDelete().Table(t).Where("workspace_id = ?", id).Exec(ctx); err != nil {
 			return fmt.Errorf("workspaces: delete %s: %w", t, err)
 		}

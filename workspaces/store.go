@@ -205,6 +205,12 @@ func runTx(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.
 // are open at once: the least recently used idle one is closed to make
 // room, and a caller waits when every open file is in use.
 type SQLiteStore struct {
+	// Known, when set, is asked before a missing workspace file is
+	// created: a file is made only for a workspace it knows (the
+	// service's directory), so that a late job or an op that raced with
+	// the workspace's deletion never brings back a file of a deleted one.
+	Known func(ctx context.Context, id string) (bool, error)
+
 	dir     string
 	max     int
 	srcs    []migrations.Source
@@ -423,6 +429,17 @@ func (s *SQLiteStore) release(h *handle) {
 // up to date; a file whose user_version matches the sources is not
 // migrated again.
 func (s *SQLiteStore) openFile(ctx context.Context, id string) (*bun.DB, error) {
+	if s.Known != nil {
+		if _, err := os.Stat(s.path(id)); errors.Is(err, fs.ErrNotExist) {
+			ok, err := s.Known(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, errNotFound
+			}
+		}
+	}
 	if err := s.create(s.path(id)); err != nil {
 		return nil, fmt.Errorf("workspaces: create workspace file: %w", err)
 	}
