@@ -172,3 +172,39 @@ func TestDeletedWorkspaceFileStaysGone(t *testing.T) {
 		}
 	})
 }
+
+// TestMainTablesAreNotWorkspaceState: on PostgreSQL the workspace state
+// shares the main database; a main table that merely has a workspace_id
+// column (an embedder's per-user notes about workspaces) is neither in a
+// workspace's export nor cleared by its deletion.
+func TestMainTablesAreNotWorkspaceState(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		if _, err := st.DB.ExecContext(ctx, `CREATE TABLE private_notes (workspace_id TEXT NOT NULL, user_id BIGINT NOT NULL, note TEXT NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, st, 0)
+		ann, bob := e.user("ann"), e.user("bob")
+		ws := e.create(ann, "Shared")
+		e.join(ann, bob, ws, workspaces.RoleAdmin)
+		e.must(ann, "counterAdd", map[string]any{"workspaceId": ws, "counter": "a", "by": 1}, nil)
+		if _, err := st.DB.ExecContext(ctx, `INSERT INTO private_notes (workspace_id, user_id, note) VALUES (?, 1, 'ann thinks bob is slow')`, ws); err != nil {
+			t.Fatal(err)
+		}
+		var x workspaces.Export
+		e.must(bob, "workspaceExport", map[string]any{"workspaceId": ws}, &x)
+		if _, leak := x.Tables["private_notes"]; leak {
+			t.Fatalf("a main table was exported as workspace state: %+v", x.Tables["private_notes"])
+		}
+		if len(x.Tables["counters"]) != 1 {
+			t.Fatalf("the workspace's own table is missing: %+v", x.Tables)
+		}
+		var del workspaces.DeleteOutput
+		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws}, &del)
+		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws, "confirmationToken": del.ConfirmationToken}, nil)
+		n, err := st.DB.NewSelect().Table("private_notes").Count(ctx)
+		if err != nil || n != 1 {
+			t.Fatalf("a main table's rows were deleted with the workspace: %d left, %v", n, err)
+		}
+	})
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/uptrace/bun"
@@ -95,8 +96,38 @@ func NewStore(ctx context.Context, main *storage.Store, dir string, maxOpen int,
 // with a transaction-scoped advisory lock on its id.
 type PostgresStore struct {
 	db *bun.DB
-	// tables lists the tables Drop clears: those of every source applied.
+	// tables lists the tables Drop clears and Export reads: those the
+	// sources applied create that have a workspace_id column. The main
+	// database holds other tables too, and one of them having a
+	// workspace_id column (an embedder's per-user table naming a
+	// workspace) does not make it workspace state.
 	tables []string
+}
+
+var createTable = regexp.MustCompile(`(?i)\bCREATE\s+(?:UNLOGGED\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"?([A-Za-z_][A-Za-z0-9_]*)"?`)
+
+// sourceTables names the tables the dialect's migrations of srcs create.
+func sourceTables(dialect string, srcs []migrations.Source) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, src := range srcs {
+		err := fs.WalkDir(src.FS, dialect, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := fs.ReadFile(src.FS, p)
+			if err != nil {
+				return err
+			}
+			for _, m := range createTable.FindAllStringSubmatch(string(b), -1) {
+				out[strings.ToLower(m[1])] = true
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("workspaces: read schema %s: %w", src.Name, err)
+		}
+	}
+	return out, nil
 }
 
 // advisoryNamespace is the first key of the per-workspace advisory locks;
@@ -115,7 +146,15 @@ func NewPostgresStore(ctx context.Context, db *bun.DB, srcs ...migrations.Source
 	if err != nil {
 		return nil, err
 	}
-	s.tables = tables
+	own, err := sourceTables("postgres", srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		if own[t] {
+			s.tables = append(s.tables, t)
+		}
+	}
 	return s, nil
 }
 
