@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -205,6 +206,52 @@ func TestMainTablesAreNotWorkspaceState(t *testing.T) {
 		n, err := st.DB.NewSelect().Table("private_notes").Count(ctx)
 		if err != nil || n != 1 {
 			t.Fatalf("a main table's rows were deleted with the workspace: %d left, %v", n, err)
+		}
+	})
+}
+
+// TestRoleChangeUsesRoleUnderLock: an admin demoted while their role
+// change waits for the workspace's lock acts as what they are when it runs
+// (the role read before the lock let a just-demoted admin promote someone).
+func TestRoleChangeUsesRoleUnderLock(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		e := newEnv(t, st, 0)
+		ann, bob, cat := e.user("ann"), e.user("bob"), e.user("cat")
+		ws := e.create(ann, "Race")
+		e.join(ann, bob, ws, workspaces.RoleAdmin)
+		e.join(ann, cat, ws, workspaces.RoleViewer)
+
+		// An owner's change in flight holds the workspace.
+		tx, err := st.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		lock := "UPDATE workspaces SET name = name WHERE id = ?"
+		if st.Dialect() == storage.Postgres {
+			lock = "SELECT id FROM workspaces WHERE id = ? FOR UPDATE"
+		}
+		if _, err := tx.ExecContext(ctx, lock, ws); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- e.call(bob, "workspaceMemberRoleSet", map[string]any{"workspaceId": ws, "userId": cat.UserID, "role": "admin"}, nil)
+		}()
+		time.Sleep(300 * time.Millisecond) // bob's call is past its access check, waiting
+		if _, err := tx.ExecContext(ctx, `UPDATE workspace_members SET role = 'viewer'
+			WHERE workspace_id = ? AND user_id = (SELECT id FROM users WHERE stable_user_id = ?)`, ws, bob.UserID); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, <-done, capabilities.CodeNotFound, "role change by a just-demoted admin")
+		var d workspaces.Details
+		e.must(cat, "workspaceGet", map[string]any{"workspaceId": ws}, &d)
+		if d.Role != workspaces.RoleViewer {
+			t.Fatalf("a demoted admin made cat %s", d.Role)
 		}
 	})
 }

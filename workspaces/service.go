@@ -501,6 +501,25 @@ func (s *Service) lockWorkspace(ctx context.Context, tx bun.Tx, id string) (work
 	return w, nil
 }
 
+// lockActor is lockWorkspace plus the actor's role read again under the
+// lock: Access read it before the transaction, and a demotion or removal
+// that committed meanwhile must not let the call act with the old role.
+// A key still caps the role.
+func (s *Service) lockActor(ctx context.Context, tx bun.Tx, id string, a Actor) (workspaceRow, Actor, error) {
+	w, err := s.lockWorkspace(ctx, tx, id)
+	if err != nil {
+		return w, a, err
+	}
+	role, err := roleIn(ctx, tx, id, a.UserID)
+	if err != nil {
+		return w, a, err
+	}
+	if a.KeyID == 0 || role.rank() < a.Role.rank() {
+		a.Role = role
+	}
+	return w, a, nil
+}
+
 // ownerGuard is the SQL condition that keeps the last owner: a row that is
 // not an owner, or an owner with another owner beside it.
 const ownerGuard = `(role <> 'owner' OR (SELECT count(*) FROM workspace_members AS o WHERE o.workspace_id = ? AND o.role = 'owner') > 1)`
@@ -595,9 +614,12 @@ func (s *Service) Invite(ctx context.Context, c capabilities.Caller, id, email s
 	now := s.now()
 	inv := invitationRow{WorkspaceID: id, UserID: a.UserID, Email: email, Role: role, TokenHash: hashToken(token), CreatedAt: now, ExpiresAt: now.Add(s.cfg.InvitationTTL)}
 	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		w, err := s.lockWorkspace(ctx, tx, id)
+		w, a, err := s.lockActor(ctx, tx, id, a)
 		if err != nil {
 			return err
+		}
+		if !a.Role.AtLeast(RoleAdmin) || !mayAssign(a.Role, role) {
+			return errRole(a.Role, "inviting a member as "+string(role))
 		}
 		n, err := tx.NewSelect().TableExpr("workspace_members AS m").Join("JOIN users AS u ON u.id = m.user_id").
 			Where("m.workspace_id = ?", id).Where("u.email = ?", email).Count(ctx)
@@ -782,8 +804,12 @@ func (s *Service) SetRole(ctx context.Context, c capabilities.Caller, id, target
 	}
 	var out Member
 	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := s.lockWorkspace(ctx, tx, id); err != nil {
+		_, a, err := s.lockActor(ctx, tx, id, a)
+		if err != nil {
 			return err
+		}
+		if !a.Role.AtLeast(RoleAdmin) {
+			return errRole(a.Role, "changing roles")
 		}
 		uid, have, err := targetOf(ctx, tx, id, target)
 		if err != nil {
@@ -835,7 +861,8 @@ func (s *Service) Remove(ctx context.Context, c capabilities.Caller, id, target 
 		return errRole(a.Role, "removing members")
 	}
 	return s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := s.lockWorkspace(ctx, tx, id); err != nil {
+		_, a, err := s.lockActor(ctx, tx, id, a)
+		if err != nil {
 			return err
 		}
 		uid, have, err := targetOf(ctx, tx, id, target)
@@ -900,9 +927,12 @@ func (s *Service) RequestDelete(ctx context.Context, c capabilities.Caller, id s
 	exp := s.now().Add(DeleteConfirmationTTL)
 	var name string
 	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		w, err := s.lockWorkspace(ctx, tx, id)
+		w, a, err := s.lockActor(ctx, tx, id, a)
 		if err != nil {
 			return err
+		}
+		if a.Role != RoleOwner {
+			return errRole(a.Role, "deleting the workspace")
 		}
 		name = w.Name
 		_, err = tx.NewUpdate().Model((*workspaceRow)(nil)).Set("delete_token_hash = ?", hashToken(token)).
@@ -929,9 +959,12 @@ func (s *Service) Delete(ctx context.Context, c capabilities.Caller, id, token s
 		return errRole(a.Role, "deleting the workspace")
 	}
 	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		w, err := s.lockWorkspace(ctx, tx, id)
+		w, a, err := s.lockActor(ctx, tx, id, a)
 		if err != nil {
 			return err
+		}
+		if a.Role != RoleOwner {
+			return errRole(a.Role, "deleting the workspace")
 		}
 		if w.DeleteTokenHash == "" || w.DeleteTokenExpiresAt == nil || !s.now().Before(*w.DeleteTokenExpiresAt) ||
 			w.DeleteTokenHash != hashToken(strings.TrimSpace(token)) {
