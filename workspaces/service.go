@@ -125,6 +125,12 @@ type Config struct {
 	WorkspaceStore Store
 	// InvitationTTL is how long an invitation link works. Default 7 days.
 	InvitationTTL time.Duration
+	// InvitationLimit, when set, is asked before each invitation is
+	// recorded and mailed; its error refuses it. Every account may create
+	// workspaces and so invite any address: enclave counts invitations per
+	// inviter per UTC day (InvitationQuotaClass), so that the server's
+	// mail cannot be turned on strangers in bulk.
+	InvitationLimit func(ctx context.Context, c capabilities.Caller) error
 	// Logger logs failures that no caller sees. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -141,6 +147,14 @@ type Config struct {
 	// records nothing.
 	Audit func(ctx context.Context, action, userID, detail string)
 }
+
+// InvitationQuotaClass is the quota class an enclave server counts
+// invitations under, per inviter and UTC day.
+const InvitationQuotaClass = "workspace_invitation"
+
+// DefaultInvitationsPerDay is how many invitations one account may send
+// per UTC day on an enclave server by default (Options.InvitationsPerDay).
+const DefaultInvitationsPerDay = 50
 
 // InvitationRecordKeep is how long the record of an expired invitation is
 // kept (pruned when the workspace next invites someone).
@@ -610,6 +624,11 @@ func (s *Service) Invite(ctx context.Context, c capabilities.Caller, id, email s
 	if s.cfg.Mailer == nil {
 		return Invitation{}, capabilities.Errorf(capabilities.CodeUnsupported, "this server cannot send invitations: no mailer is configured")
 	}
+	if s.cfg.InvitationLimit != nil {
+		if err := s.cfg.InvitationLimit(ctx, c); err != nil {
+			return Invitation{}, err
+		}
+	}
 	token := rand.Text()
 	now := s.now()
 	inv := invitationRow{WorkspaceID: id, UserID: a.UserID, Email: email, Role: role, TokenHash: hashToken(token), CreatedAt: now, ExpiresAt: now.Add(s.cfg.InvitationTTL)}
@@ -1027,6 +1046,9 @@ type Options struct {
 	Schema []migrations.Source
 	// InvitationTTL is how long an invitation link works. Default 7 days.
 	InvitationTTL time.Duration
+	// InvitationsPerDay bounds the invitations one account sends per UTC
+	// day. 0 means DefaultInvitationsPerDay; negative, no bound.
+	InvitationsPerDay int
 	// Dir holds the per-workspace SQLite files. Default <DataDir>/workspaces.
 	Dir string
 	// MaxFileSize and FileTypes limit uploads (see Config).
