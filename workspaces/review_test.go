@@ -255,3 +255,29 @@ func TestRoleChangeUsesRoleUnderLock(t *testing.T) {
 		}
 	})
 }
+
+// TestDownloadAfterNewestVersionDeleted: deleting a file's newest version
+// refuses that version at once, and a download naming no version serves
+// the newest one left, never the deleted bytes.
+func TestDownloadAfterNewestVersionDeleted(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st, 0)
+		ann := e.user("ann")
+		ws := e.create(ann, "Versions")
+		var v1, v2 workspaces.OpResult[workspaces.FileInfo]
+		e.must(ann, "fileUpload", map[string]any{"workspaceId": ws, "name": "a.txt", "contentType": "text/plain", "contentBase64": "b25l"}, &v1)     // "one"
+		e.must(ann, "fileUpload", map[string]any{"workspaceId": ws, "name": "a.txt", "contentType": "text/plain", "contentBase64": "c2VjcmV0"}, &v2) // "secret"
+		if v2.Result.FileID != v1.Result.FileID || v2.Result.Version != 2 {
+			t.Fatalf("second upload %+v", v2.Result)
+		}
+		e.must(ann, "fileDelete", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID, "version": 2}, nil)
+		wantCode(t, e.call(ann, "fileDownload", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID, "version": 2}, nil), capabilities.CodeNotFound, "deleted version")
+		var got workspaces.OpResult[workspaces.FileContent]
+		e.must(ann, "fileDownload", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID}, &got)
+		if got.Result.Version != 1 || got.Result.Content != "b25l" {
+			t.Fatalf("current version after deleting the newest: %+v", got.Result)
+		}
+		e.must(ann, "fileDelete", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID, "version": 1}, nil)
+		wantCode(t, e.call(ann, "fileDownload", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID}, nil), capabilities.CodeNotFound, "every version deleted")
+	})
+}
