@@ -281,3 +281,20 @@ func TestDownloadAfterNewestVersionDeleted(t *testing.T) {
 		wantCode(t, e.call(ann, "fileDownload", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID}, nil), capabilities.CodeNotFound, "every version deleted")
 	})
 }
+
+// TestWorkspaceNameIsOneLine: a workspace's name goes into the subject and
+// body of the invitation mails the server sends; one with a line break or
+// another control character is refused as invalid input when created (it
+// made every invitation fail inside, or wrote lines of its creator's
+// choosing into the server's mail).
+func TestWorkspaceNameIsOneLine(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st, 0)
+		ann := e.user("ann")
+		for _, name := range []string{"Acme\r\nBcc: x@example.test", "Acme\n\nYour account is locked: https://evil.test", "Acme\x1b[2J", "Acme \u202egnp.exe"} {
+			wantCode(t, e.call(ann, "workspaceCreate", map[string]any{"name": name}, nil), capabilities.CodeInvalidInput, "name "+name)
+		}
+		ws := e.create(ann, "Café Ünïcode 🎉")
+		e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "bob@example.test", "role": "viewer"}, nil)
+	})
+}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/uptrace/bun"
 
@@ -382,8 +384,8 @@ type Workspace struct {
 // Create makes a workspace with the caller as its owner.
 func (s *Service) Create(ctx context.Context, c capabilities.Caller, name string) (Workspace, error) {
 	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 200 || strings.ContainsRune(name, 0) {
-		return Workspace{}, capabilities.Errorf(capabilities.CodeInvalidInput, "a workspace name has 1 to 200 characters")
+	if name == "" || len(name) > 200 || !oneLine(name) {
+		return Workspace{}, capabilities.Errorf(capabilities.CodeInvalidInput, "a workspace name has 1 to 200 characters on one line, with no control characters")
 	}
 	if confined(c) {
 		return Workspace{}, capabilities.Errorf(capabilities.CodeNotFound, "workspaces cannot be created with this credential")
@@ -408,6 +410,19 @@ func (s *Service) Create(ctx context.Context, c capabilities.Caller, name string
 		return Workspace{}, err
 	}
 	return Workspace{ID: w.ID, Name: w.Name, Role: RoleOwner, CreatedAt: w.CreatedAt}, nil
+}
+
+// oneLine reports whether name is one line of printable text: no control
+// characters (a line break would put text of the creator's choosing into
+// the body of the invitation mails the server sends, and no mail subject
+// may hold one) and no bidirectional overrides (which disguise text).
+func oneLine(name string) bool {
+	for _, r := range name {
+		if unicode.IsControl(r) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
 }
 
 // List returns the workspaces the caller belongs to, oldest first.
