@@ -298,3 +298,18 @@ func TestWorkspaceNameIsOneLine(t *testing.T) {
 		e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "bob@example.test", "role": "viewer"}, nil)
 	})
 }
+
+// TestInviteRefusesUnmailableAddress: an address no mail can be sent to is
+// invalid input, refused before anything is recorded (the server's mailer
+// refused it inside the transaction, an internal error).
+func TestInviteRefusesUnmailableAddress(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st, 0)
+		ann := e.user("ann")
+		ws := e.create(ann, "Mail")
+		for _, addr := range []string{`a"b@example.test`, "a@b@example.test", "a(b)@example.test", "a@[example"} {
+			wantCode(t, e.call(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": addr, "role": "viewer"}, nil), capabilities.CodeInvalidInput, addr)
+		}
+		e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "First.Last+tag@Example.test", "role": "viewer"}, nil)
+	})
+}

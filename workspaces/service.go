@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/mail"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -699,6 +700,11 @@ func normalizeEmail(e string) (string, error) {
 	e = strings.ToLower(strings.TrimSpace(e))
 	at := strings.LastIndexByte(e, '@')
 	if at < 1 || at == len(e)-1 || len(e) > 254 || strings.ContainsAny(e, " \t\r\n<>,;\x00") {
+		return "", capabilities.Errorf(capabilities.CodeInvalidInput, "email must be an address like name@example.com")
+	}
+	// An address no mail can go to is the caller's mistake, not a failure
+	// of the mailer inside the transaction.
+	if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
 		return "", capabilities.Errorf(capabilities.CodeInvalidInput, "email must be an address like name@example.com")
 	}
 	return e, nil
