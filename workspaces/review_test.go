@@ -3,6 +3,7 @@ package workspaces_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -311,5 +312,43 @@ func TestInviteRefusesUnmailableAddress(t *testing.T) {
 			wantCode(t, e.call(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": addr, "role": "viewer"}, nil), capabilities.CodeInvalidInput, addr)
 		}
 		e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": "First.Last+tag@Example.test", "role": "viewer"}, nil)
+	})
+}
+
+// TestConcurrentAcceptsOfTwoLinks: one person opening two links to the
+// same workspace at once joins once; neither call fails inside (on
+// PostgreSQL they locked the two invitation rows and the workspace in
+// opposite orders and deadlocked).
+func TestConcurrentAcceptsOfTwoLinks(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st, 0)
+		ann := e.user("ann")
+		ws := e.create(ann, "Twice")
+		for round := range 8 {
+			cat := e.user(fmt.Sprintf("cat%d", round))
+			email := cat.Username + "@example.test"
+			e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": email, "role": "viewer"}, nil)
+			first := e.lastToken(email)
+			e.must(ann, "workspaceMemberInvite", map[string]any{"workspaceId": ws, "email": email, "role": "viewer"}, nil)
+			second := e.lastToken(email)
+			errs := make(chan error, 2)
+			for _, tok := range []string{first, second} {
+				go func() { errs <- e.call(cat, "workspaceInvitationAccept", map[string]any{"token": tok}, nil) }()
+			}
+			joined := 0
+			for range 2 {
+				err := <-errs
+				switch {
+				case err == nil:
+					joined++
+				case capabilities.CodeOf(err) == capabilities.CodeNotFound:
+				default:
+					t.Fatalf("round %d: an accept failed inside: %v", round, err)
+				}
+			}
+			if joined != 1 {
+				t.Fatalf("round %d: %d accepts succeeded", round, joined)
+			}
+		}
 	})
 }

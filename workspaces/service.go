@@ -758,16 +758,22 @@ func (s *Service) Accept(ctx context.Context, c capabilities.Caller, token strin
 		if inv.AcceptedAt != nil || !now.Before(inv.ExpiresAt) || !strings.EqualFold(inv.Email, email) {
 			return errInvitation
 		}
+		// The workspace first, then its invitation rows: every change of a
+		// workspace's directory locks in that order, so two links accepted
+		// at once queue instead of deadlocking.
+		w, err := s.lockWorkspace(ctx, tx, inv.WorkspaceID)
+		if errors.Is(err, errNotFound) {
+			return errInvitation
+		}
+		if err != nil {
+			return err
+		}
 		res, err := tx.NewUpdate().Model((*invitationRow)(nil)).Set("accepted_at = ?", now).
 			Where("id = ?", inv.ID).Where("accepted_at IS NULL").Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("workspaces: use invitation: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			return errInvitation
-		}
-		w, err := s.lockWorkspace(ctx, tx, inv.WorkspaceID)
-		if err != nil {
 			return errInvitation
 		}
 		// The link carries no more power than its sender has now: one who
