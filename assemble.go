@@ -207,7 +207,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: workspaceMail{s}, BaseURL: s.cfg.BaseURL,
 			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
 			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
-			Audit: s.auditWorkspace,
+			Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
 		}); err != nil {
 			return err
 		}

@@ -55,3 +55,20 @@ func (s *Server) auditWorkspace(ctx context.Context, action, userID, detail stri
 		Reason: detail, UserHash: s.audit.HashUser(userID), IPHash: s.audit.HashIP(clientIP(ctx)),
 	})
 }
+
+// invitationLimit counts workspace invitations per inviter and UTC day in
+// the quota meter (durable, shared by replicas): any account may create a
+// workspace and invite any address, and each invitation is a mail the
+// server sends. perDay 0 means workspaces.DefaultInvitationsPerDay;
+// negative, no bound.
+func (s *Server) invitationLimit(perDay int) func(ctx context.Context, c capabilities.Caller) error {
+	if perDay < 0 {
+		return nil
+	}
+	if perDay == 0 {
+		perDay = workspaces.DefaultInvitationsPerDay
+	}
+	return func(ctx context.Context, c capabilities.Caller) error {
+		return s.meter.AllowClass(ctx, c, workspaces.InvitationQuotaClass, int64(perDay))
+	}
+}

@@ -171,7 +171,15 @@ func (r *Registry) invokeOnce(ctx context.Context, c *Capability, caller Caller,
 	if err != nil {
 		return Result{}, Errorf(CodeInvalidInput, "arguments are not valid JSON")
 	}
-	keySum := sha256.Sum256([]byte(key))
+	// A credential narrower than the account (a workspace API key) has
+	// keys of its own: it must never be handed a result its account
+	// stored for a call it could not make itself (another workspace's op:
+	// a replay does not run the handler's own checks).
+	scoped := key
+	if caller.Credential != "" {
+		scoped = caller.Credential + "\x00" + key
+	}
+	keySum := sha256.Sum256([]byte(scoped))
 	k := IdempotencyKey{UserID: caller.UserID, OwnerID: caller.OwnerID, Capability: c.Name, KeyHash: hex.EncodeToString(keySum[:]), ArgsHash: argsHash}
 	store := r.opts.Idempotency
 	deadline := time.Now().Add(idempotencyWait)

@@ -470,3 +470,42 @@ func TestIdempotencyQuotaRefusalNotStored(t *testing.T) {
 		t.Fatalf("retry after the quota reset: %v, runs %d (want 2)", err, runs.get())
 	}
 }
+
+// TestIdempotencyKeyPerCredential: a caller confined by a narrower
+// credential (a workspace API key) sending the key and arguments its
+// account used is not handed the account's stored result: the handler
+// runs, with its own checks, for the credential.
+func TestIdempotencyKeyPerCredential(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: newMemStore(), NoBuiltins: true})
+	var runs []string
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "doIt", Domain: "test", Description: "test", Annotations: &write,
+		Handler: func(_ context.Context, call *capabilities.Call, in echoIn) (echoOut, error) {
+			runs = append(runs, call.Caller.Credential)
+			if call.Caller.Credential != "" {
+				return echoOut{}, capabilities.Errorf(capabilities.CodeNotFound, "not for this credential")
+			}
+			return echoOut{Echo: "account's secret result"}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	if _, err := reg.Invoke(withKey("k1"), user, "doIt", []byte(`{"text":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	confined := user
+	confined.Only, confined.Credential = []string{"doIt"}, "wk:7"
+	res, err := reg.Invoke(withKey("k1"), confined, "doIt", []byte(`{"text":"a"}`))
+	if err == nil {
+		b, _ := json.Marshal(res.Structured)
+		t.Fatalf("a confined credential was handed its account's stored result: %s", b)
+	}
+	if capabilities.CodeOf(err) != capabilities.CodeNotFound || len(runs) != 2 || runs[1] != "wk:7" {
+		t.Fatalf("confined call: %v, runs %q", err, runs)
+	}
+	// The account's own retry still replays.
+	if _, err := reg.Invoke(withKey("k1"), user, "doIt", []byte(`{"text":"a"}`)); err != nil || len(runs) != 2 {
+		t.Fatalf("account retry: %v, runs %q", err, runs)
+	}
+}

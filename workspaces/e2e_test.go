@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/retention"
@@ -167,6 +169,58 @@ func TestWorkspacesOverMCP(t *testing.T) {
 		}
 		if e, ok := err.(*enclavetest.RPCError); ok && e.Status != 401 {
 			t.Fatalf("revoked key: %v (status %d)", err, e.Status)
+		}
+	})
+}
+
+// TestInvitationsPerDayBounded: any account can create a workspace and
+// invite any address, each invitation a mail from the server; an inviter
+// gets a bounded number per day, which deleting the workspace and making
+// another does not reset.
+func TestInvitationsPerDayBounded(t *testing.T) {
+	opts := workspaceServer()
+	opts.Config.Workspaces.InvitationsPerDay = 3
+	enclavetest.Each(t, opts, func(t *testing.T, s *enclavetest.Server) {
+		ctx := context.Background()
+		ann := s.CreateUser(t, "ann").Caller(t)
+		invoke := func(name string, args any, out any) error {
+			t.Helper()
+			raw, _ := json.Marshal(args)
+			res, err := s.Registry().Invoke(ctx, ann, name, raw)
+			if err == nil && out != nil {
+				b, _ := json.Marshal(res.Structured)
+				if err := json.Unmarshal(b, out); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return err
+		}
+		var w workspaces.Workspace
+		if err := invoke("workspaceCreate", map[string]any{"name": "Spam"}, &w); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if err := invoke("workspaceMemberInvite", map[string]any{"workspaceId": w.ID, "email": fmt.Sprintf("x%d@example.test", i), "role": "viewer"}, nil); err != nil {
+				t.Fatalf("invitation %d: %v", i, err)
+			}
+		}
+		err := invoke("workspaceMemberInvite", map[string]any{"workspaceId": w.ID, "email": "x9@example.test", "role": "viewer"}, nil)
+		if capabilities.CodeOf(err) != capabilities.CodeQuotaExceeded {
+			t.Fatalf("fourth invitation of the day: %v", err)
+		}
+		var del workspaces.DeleteOutput
+		if err := invoke("workspaceDelete", map[string]any{"workspaceId": w.ID}, &del); err != nil {
+			t.Fatal(err)
+		}
+		if err := invoke("workspaceDelete", map[string]any{"workspaceId": w.ID, "confirmationToken": del.ConfirmationToken}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := invoke("workspaceCreate", map[string]any{"name": "Spam again"}, &w); err != nil {
+			t.Fatal(err)
+		}
+		err = invoke("workspaceMemberInvite", map[string]any{"workspaceId": w.ID, "email": "x8@example.test", "role": "viewer"}, nil)
+		if capabilities.CodeOf(err) != capabilities.CodeQuotaExceeded {
+			t.Fatalf("invitation from a fresh workspace after the day's bound: %v", err)
 		}
 	})
 }

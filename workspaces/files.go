@@ -167,9 +167,14 @@ func (s *Service) registerFiles() error {
 		}),
 		Register(s, Op[FileRef, FileContent]{
 			Name: "fileDownload", Title: "Download a file", ReadOnly: true,
-			Description: "Returns a file's bytes (base64). A deleted version is refused from the moment it is deleted.",
+			Description: "Returns a file's bytes (base64): the version named, or else the newest one not deleted. A deleted version is refused from the moment it is deleted.",
 			Handler: func(ctx context.Context, tx *Tx, in FileRef) (FileContent, error) {
 				r, err := findFile(ctx, tx, in.FileID, in.Version)
+				if err == nil && in.Version <= 0 && r.DeletedAt != nil {
+					// No version named: the newest one not deleted (deleting
+					// the newest version moves the current one back).
+					r, err = findLiveFile(ctx, tx, in.FileID)
+				}
 				if err != nil {
 					return FileContent{}, err
 				}
@@ -243,6 +248,20 @@ func findFile(ctx context.Context, tx *Tx, fileID string, version int64) (fileRo
 	err := q.Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, errFileNotFound
+	}
+	if err != nil {
+		return r, fmt.Errorf("workspaces: find file: %w", err)
+	}
+	return r, nil
+}
+
+// findLiveFile returns the newest version of fileID that is not deleted.
+func findLiveFile(ctx context.Context, tx *Tx, fileID string) (fileRow, error) {
+	var r fileRow
+	err := tx.NewSelect().Model(&r).Where("workspace_id = ?", tx.WorkspaceID).Where("file_id = ?", fileID).
+		Where("deleted_at IS NULL").OrderExpr("version DESC").Limit(1).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, capabilities.Errorf(capabilities.CodeNotFound, "every version of this file was deleted")
 	}
 	if err != nil {
 		return r, fmt.Errorf("workspaces: find file: %w", err)

@@ -81,8 +81,11 @@ func (s *Service) Export(ctx context.Context, c capabilities.Caller, id string) 
 		for i, r := range files {
 			out.Files[i] = r.info()
 		}
-		tables, err := workspaceTables(ctx, tx)
-		if err != nil {
+		var tables []string
+		if ps, ok := s.ws.(*PostgresStore); ok {
+			// The main database: only the workspace schema's tables.
+			tables = ps.tables
+		} else if tables, err = workspaceTables(ctx, tx); err != nil {
 			return err
 		}
 		for _, t := range tables {

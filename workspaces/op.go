@@ -29,7 +29,8 @@ import (
 //     workspace is at this revision (optimistic concurrency);
 //   - idempotencyKey (optional): a retry with the same key and the same
 //     arguments returns the first call's result without running again; the
-//     same key with other arguments is a conflict.
+//     same key with other arguments, or from another member, is a
+//     conflict.
 //
 // A write op (ReadOnly false) runs in a transaction of the workspace store
 // that no other op of the same workspace runs beside; when it commits, the
@@ -389,6 +390,13 @@ func runOp[In, Out any](ctx context.Context, s *Service, op Op[In, Out], a Actor
 	if a.System {
 		actor = "system"
 	}
+	if key != "" {
+		// A key belongs to the member who used it first: another member
+		// sending the same key and arguments is refused, never handed the
+		// first member's result (nor their op taken for done).
+		sum := sha256.Sum256([]byte(actor + "\x00" + hash))
+		hash = hex.EncodeToString(sum[:])
+	}
 	leftover := false
 	var tx *Tx
 	err = s.ws.Update(ctx, id, func(ctx context.Context, btx bun.Tx) error {
@@ -403,7 +411,7 @@ func runOp[In, Out any](ctx context.Context, s *Service, op Op[In, Out], a Actor
 				}
 			case err == nil:
 				if prev.Op != op.Name || prev.ArgsHash != hash {
-					return errConflict("idempotency key %q was used with other arguments", key)
+					return errConflict("idempotency key %q was used with other arguments or by another member", key)
 				}
 				if err := json.Unmarshal([]byte(prev.Result), &res); err != nil {
 					return fmt.Errorf("workspaces: decode stored result: %w", err)

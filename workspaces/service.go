@@ -10,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/mail"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/uptrace/bun"
 
@@ -125,6 +128,12 @@ type Config struct {
 	WorkspaceStore Store
 	// InvitationTTL is how long an invitation link works. Default 7 days.
 	InvitationTTL time.Duration
+	// InvitationLimit, when set, is asked before each invitation is
+	// recorded and mailed; its error refuses it. Every account may create
+	// workspaces and so invite any address: enclave counts invitations per
+	// inviter per UTC day (InvitationQuotaClass), so that the server's
+	// mail cannot be turned on strangers in bulk.
+	InvitationLimit func(ctx context.Context, c capabilities.Caller) error
 	// Logger logs failures that no caller sees. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -141,6 +150,14 @@ type Config struct {
 	// records nothing.
 	Audit func(ctx context.Context, action, userID, detail string)
 }
+
+// InvitationQuotaClass is the quota class an enclave server counts
+// invitations under, per inviter and UTC day.
+const InvitationQuotaClass = "workspace_invitation"
+
+// DefaultInvitationsPerDay is how many invitations one account may send
+// per UTC day on an enclave server by default (Options.InvitationsPerDay).
+const DefaultInvitationsPerDay = 50
 
 // InvitationRecordKeep is how long the record of an expired invitation is
 // kept (pruned when the workspace next invites someone).
@@ -204,6 +221,16 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		st, err := NewStore(ctx, cfg.Store, cfg.Dir, cfg.MaxOpen, cfg.Schema...)
 		if err != nil {
 			return nil, err
+		}
+		if sq, ok := st.(*SQLiteStore); ok && sq.Known == nil {
+			sq.Known = func(ctx context.Context, id string) (bool, error) {
+				if err := s.exists(ctx, id); errors.Is(err, errNotFound) {
+					return false, nil
+				} else if err != nil {
+					return false, err
+				}
+				return true, nil
+			}
 		}
 		s.ws = st
 	}
@@ -358,8 +385,8 @@ type Workspace struct {
 // Create makes a workspace with the caller as its owner.
 func (s *Service) Create(ctx context.Context, c capabilities.Caller, name string) (Workspace, error) {
 	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 200 || strings.ContainsRune(name, 0) {
-		return Workspace{}, capabilities.Errorf(capabilities.CodeInvalidInput, "a workspace name has 1 to 200 characters")
+	if name == "" || len(name) > 200 || !oneLine(name) {
+		return Workspace{}, capabilities.Errorf(capabilities.CodeInvalidInput, "a workspace name has 1 to 200 characters on one line, with no control characters")
 	}
 	if confined(c) {
 		return Workspace{}, capabilities.Errorf(capabilities.CodeNotFound, "workspaces cannot be created with this credential")
@@ -384,6 +411,19 @@ func (s *Service) Create(ctx context.Context, c capabilities.Caller, name string
 		return Workspace{}, err
 	}
 	return Workspace{ID: w.ID, Name: w.Name, Role: RoleOwner, CreatedAt: w.CreatedAt}, nil
+}
+
+// oneLine reports whether name is one line of printable text: no control
+// characters (a line break would put text of the creator's choosing into
+// the body of the invitation mails the server sends, and no mail subject
+// may hold one) and no bidirectional overrides (which disguise text).
+func oneLine(name string) bool {
+	for _, r := range name {
+		if unicode.IsControl(r) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
 }
 
 // List returns the workspaces the caller belongs to, oldest first.
@@ -491,6 +531,25 @@ func (s *Service) lockWorkspace(ctx context.Context, tx bun.Tx, id string) (work
 	return w, nil
 }
 
+// lockActor is lockWorkspace plus the actor's role read again under the
+// lock: Access read it before the transaction, and a demotion or removal
+// that committed meanwhile must not let the call act with the old role.
+// A key still caps the role.
+func (s *Service) lockActor(ctx context.Context, tx bun.Tx, id string, a Actor) (workspaceRow, Actor, error) {
+	w, err := s.lockWorkspace(ctx, tx, id)
+	if err != nil {
+		return w, a, err
+	}
+	role, err := roleIn(ctx, tx, id, a.UserID)
+	if err != nil {
+		return w, a, err
+	}
+	if a.KeyID == 0 || role.rank() < a.Role.rank() {
+		a.Role = role
+	}
+	return w, a, nil
+}
+
 // ownerGuard is the SQL condition that keeps the last owner: a row that is
 // not an owner, or an owner with another owner beside it.
 const ownerGuard = `(role <> 'owner' OR (SELECT count(*) FROM workspace_members AS o WHERE o.workspace_id = ? AND o.role = 'owner') > 1)`
@@ -581,13 +640,21 @@ func (s *Service) Invite(ctx context.Context, c capabilities.Caller, id, email s
 	if s.cfg.Mailer == nil {
 		return Invitation{}, capabilities.Errorf(capabilities.CodeUnsupported, "this server cannot send invitations: no mailer is configured")
 	}
+	if s.cfg.InvitationLimit != nil {
+		if err := s.cfg.InvitationLimit(ctx, c); err != nil {
+			return Invitation{}, err
+		}
+	}
 	token := rand.Text()
 	now := s.now()
 	inv := invitationRow{WorkspaceID: id, UserID: a.UserID, Email: email, Role: role, TokenHash: hashToken(token), CreatedAt: now, ExpiresAt: now.Add(s.cfg.InvitationTTL)}
 	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		w, err := s.lockWorkspace(ctx, tx, id)
+		w, a, err := s.lockActor(ctx, tx, id, a)
 		if err != nil {
 			return err
+		}
+		if !a.Role.AtLeast(RoleAdmin) || !mayAssign(a.Role, role) {
+			return errRole(a.Role, "inviting a member as "+string(role))
 		}
 		n, err := tx.NewSelect().TableExpr("workspace_members AS m").Join("JOIN users AS u ON u.id = m.user_id").
 			Where("m.workspace_id = ?", id).Where("u.email = ?", email).Count(ctx)
@@ -635,6 +702,11 @@ func normalizeEmail(e string) (string, error) {
 	if at < 1 || at == len(e)-1 || len(e) > 254 || strings.ContainsAny(e, " \t\r\n<>,;\x00") {
 		return "", capabilities.Errorf(capabilities.CodeInvalidInput, "email must be an address like name@example.com")
 	}
+	// An address no mail can go to is the caller's mistake, not a failure
+	// of the mailer inside the transaction.
+	if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
+		return "", capabilities.Errorf(capabilities.CodeInvalidInput, "email must be an address like name@example.com")
+	}
 	return e, nil
 }
 
@@ -644,7 +716,9 @@ var errInvitation = capabilities.Errorf(capabilities.CodeNotFound, "this invitat
 
 // Accept uses up an invitation link: the caller, whose account email must
 // be the invited address, becomes a member with the invited role (a
-// member already keeps the higher of both roles).
+// member already keeps their role). The link works only while its sender
+// is still an admin or owner who may give that role, and joining uses up
+// every other link sent to the address for the workspace.
 func (s *Service) Accept(ctx context.Context, c capabilities.Caller, token string) (Workspace, error) {
 	if confined(c) {
 		return Workspace{}, errInvitation
@@ -684,6 +758,16 @@ func (s *Service) Accept(ctx context.Context, c capabilities.Caller, token strin
 		if inv.AcceptedAt != nil || !now.Before(inv.ExpiresAt) || !strings.EqualFold(inv.Email, email) {
 			return errInvitation
 		}
+		// The workspace first, then its invitation rows: every change of a
+		// workspace's directory locks in that order, so two links accepted
+		// at once queue instead of deadlocking.
+		w, err := s.lockWorkspace(ctx, tx, inv.WorkspaceID)
+		if errors.Is(err, errNotFound) {
+			return errInvitation
+		}
+		if err != nil {
+			return err
+		}
 		res, err := tx.NewUpdate().Model((*invitationRow)(nil)).Set("accepted_at = ?", now).
 			Where("id = ?", inv.ID).Where("accepted_at IS NULL").Exec(ctx)
 		if err != nil {
@@ -692,20 +776,30 @@ func (s *Service) Accept(ctx context.Context, c capabilities.Caller, token strin
 		if n, _ := res.RowsAffected(); n != 1 {
 			return errInvitation
 		}
-		w, err := s.lockWorkspace(ctx, tx, inv.WorkspaceID)
-		if err != nil {
+		// The link carries no more power than its sender has now: one who
+		// was removed, or demoted below the invited role, sent a dead link.
+		inviter, err := roleIn(ctx, tx, w.ID, inv.UserID)
+		if errors.Is(err, errNotFound) || (err == nil && (!inviter.AtLeast(RoleAdmin) || !mayAssign(inviter, inv.Role))) {
 			return errInvitation
+		}
+		if err != nil {
+			return err
+		}
+		// Joining uses up every other link sent to the address for this
+		// workspace: a second link (a resent mail) must not let a member
+		// who was later demoted or removed take a role back.
+		if _, err := tx.NewUpdate().Model((*invitationRow)(nil)).Set("accepted_at = ?", now).
+			Where("workspace_id = ?", w.ID).Where("email = ?", strings.ToLower(inv.Email)).
+			Where("accepted_at IS NULL").Exec(ctx); err != nil {
+			return fmt.Errorf("workspaces: use invitations: %w", err)
 		}
 		role := inv.Role
 		have, err := roleIn(ctx, tx, w.ID, uid)
 		switch {
 		case err == nil:
-			if have.AtLeast(role) {
-				role = have
-			} else if _, err := tx.NewUpdate().Model((*memberRow)(nil)).Set("role = ?", role).
-				Where("workspace_id = ?", w.ID).Where("user_id = ?", uid).Exec(ctx); err != nil {
-				return fmt.Errorf("workspaces: raise role: %w", err)
-			}
+			// A member keeps the role they have: roles change through
+			// workspaceMemberRoleSet, never through an old link.
+			role = have
 		case errors.Is(err, errNotFound):
 			m := memberRow{WorkspaceID: w.ID, UserID: uid, Role: role, CreatedAt: now}
 			if _, err := tx.NewInsert().Model(&m).Returning("NULL").Exec(ctx); err != nil {
@@ -756,8 +850,12 @@ func (s *Service) SetRole(ctx context.Context, c capabilities.Caller, id, target
 	}
 	var out Member
 	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := s.lockWorkspace(ctx, tx, id); err != nil {
+		_, a, err := s.lockActor(ctx, tx, id, a)
+		if err != nil {
 			return err
+		}
+		if !a.Role.AtLeast(RoleAdmin) {
+			return errRole(a.Role, "changing roles")
 		}
 		uid, have, err := targetOf(ctx, tx, id, target)
 		if err != nil {
@@ -809,7 +907,8 @@ func (s *Service) Remove(ctx context.Context, c capabilities.Caller, id, target 
 		return errRole(a.Role, "removing members")
 	}
 	return s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := s.lockWorkspace(ctx, tx, id); err != nil {
+		_, a, err := s.lockActor(ctx, tx, id, a)
+		if err != nil {
 			return err
 		}
 		uid, have, err := targetOf(ctx, tx, id, target)
@@ -819,13 +918,13 @@ func (s *Service) Remove(ctx context.Context, c capabilities.Caller, id, target 
 		if uid != a.UserID && !mayAssign(a.Role, have) {
 			return errRole(a.Role, "removing a "+string(have))
 		}
-		return removeMember(ctx, tx, id, uid)
+		return removeMember(ctx, tx, id, uid, s.now())
 	})
 }
 
 // removeMember deletes one membership inside tx, refusing the last owner
-// in the same statement.
-func removeMember(ctx context.Context, tx bun.IDB, id string, uid int64) error {
+// in the same statement, and revokes the workspace keys the member made.
+func removeMember(ctx context.Context, tx bun.IDB, id string, uid int64, now time.Time) error {
 	res, err := tx.NewDelete().Model((*memberRow)(nil)).
 		Where("workspace_id = ?", id).Where("user_id = ?", uid).
 		Where(ownerGuard, id).Exec(ctx)
@@ -834,6 +933,12 @@ func removeMember(ctx context.Context, tx bun.IDB, id string, uid int64) error {
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return errLastOwner
+	}
+	// The keys the member made go with them: rejoining later must not
+	// bring a key back to life.
+	if _, err := tx.NewUpdate().Model((*keyRow)(nil)).Set("revoked_at = ?", now).
+		Where("workspace_id = ?", id).Where("user_id = ?", uid).Where("revoked_at IS NULL").Exec(ctx); err != nil {
+		return fmt.Errorf("workspaces: revoke the member's keys: %w", err)
 	}
 	return nil
 }
@@ -868,9 +973,12 @@ func (s *Service) RequestDelete(ctx context.Context, c capabilities.Caller, id s
 	exp := s.now().Add(DeleteConfirmationTTL)
 	var name string
 	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		w, err := s.lockWorkspace(ctx, tx, id)
+		w, a, err := s.lockActor(ctx, tx, id, a)
 		if err != nil {
 			return err
+		}
+		if a.Role != RoleOwner {
+			return errRole(a.Role, "deleting the workspace")
 		}
 		name = w.Name
 		_, err = tx.NewUpdate().Model((*workspaceRow)(nil)).Set("delete_token_hash = ?", hashToken(token)).
@@ -897,9 +1005,12 @@ func (s *Service) Delete(ctx context.Context, c capabilities.Caller, id, token s
 		return errRole(a.Role, "deleting the workspace")
 	}
 	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		w, err := s.lockWorkspace(ctx, tx, id)
+		w, a, err := s.lockActor(ctx, tx, id, a)
 		if err != nil {
 			return err
+		}
+		if a.Role != RoleOwner {
+			return errRole(a.Role, "deleting the workspace")
 		}
 		if w.DeleteTokenHash == "" || w.DeleteTokenExpiresAt == nil || !s.now().Before(*w.DeleteTokenExpiresAt) ||
 			w.DeleteTokenHash != hashToken(strings.TrimSpace(token)) {
@@ -914,7 +1025,7 @@ func (s *Service) Delete(ctx context.Context, c capabilities.Caller, id, token s
 }
 
 func deleteDirectory(ctx context.Context, tx bun.IDB, id string) error {
-	for _, t := range []string{"workspace_invitations", "workspace_members"} {
+	for _, t := range []string{"workspace_invitations", "workspace_api_keys", "workspace_members"} {
 		if _, err := tx.NewDelete().Table(t).Where("workspace_id = ?", id).Exec(ctx); err != nil {
 			return fmt.Errorf("workspaces: delete %s: %w", t, err)
 		}
@@ -962,6 +1073,9 @@ type Options struct {
 	Schema []migrations.Source
 	// InvitationTTL is how long an invitation link works. Default 7 days.
 	InvitationTTL time.Duration
+	// InvitationsPerDay bounds the invitations one account sends per UTC
+	// day. 0 means DefaultInvitationsPerDay; negative, no bound.
+	InvitationsPerDay int
 	// Dir holds the per-workspace SQLite files. Default <DataDir>/workspaces.
 	Dir string
 	// MaxFileSize and FileTypes limit uploads (see Config).

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/uptrace/bun"
@@ -95,8 +96,38 @@ func NewStore(ctx context.Context, main *storage.Store, dir string, maxOpen int,
 // with a transaction-scoped advisory lock on its id.
 type PostgresStore struct {
 	db *bun.DB
-	// tables lists the tables Drop clears: those of every source applied.
+	// tables lists the tables Drop clears and Export reads: those the
+	// sources applied create that have a workspace_id column. The main
+	// database holds other tables too, and one of them having a
+	// workspace_id column (an embedder's per-user table naming a
+	// workspace) does not make it workspace state.
 	tables []string
+}
+
+var createTable = regexp.MustCompile(`(?i)\bCREATE\s+(?:UNLOGGED\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"?([A-Za-z_][A-Za-z0-9_]*)"?`)
+
+// sourceTables names the tables the dialect's migrations of srcs create.
+func sourceTables(dialect string, srcs []migrations.Source) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, src := range srcs {
+		err := fs.WalkDir(src.FS, dialect, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := fs.ReadFile(src.FS, p)
+			if err != nil {
+				return err
+			}
+			for _, m := range createTable.FindAllStringSubmatch(string(b), -1) {
+				out[strings.ToLower(m[1])] = true
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("workspaces: read schema %s: %w", src.Name, err)
+		}
+	}
+	return out, nil
 }
 
 // advisoryNamespace is the first key of the per-workspace advisory locks;
@@ -115,7 +146,15 @@ func NewPostgresStore(ctx context.Context, db *bun.DB, srcs ...migrations.Source
 	if err != nil {
 		return nil, err
 	}
-	s.tables = tables
+	own, err := sourceTables("postgres", srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		if own[t] {
+			s.tables = append(s.tables, t)
+		}
+	}
 	return s, nil
 }
 
@@ -205,6 +244,12 @@ func runTx(ctx context.Context, db *bun.DB, fn func(ctx context.Context, tx bun.
 // are open at once: the least recently used idle one is closed to make
 // room, and a caller waits when every open file is in use.
 type SQLiteStore struct {
+	// Known, when set, is asked before a missing workspace file is
+	// created: a file is made only for a workspace it knows (the
+	// service's directory), so that a late job or an op that raced with
+	// the workspace's deletion never brings back a file of a deleted one.
+	Known func(ctx context.Context, id string) (bool, error)
+
 	dir     string
 	max     int
 	srcs    []migrations.Source
@@ -423,6 +468,17 @@ func (s *SQLiteStore) release(h *handle) {
 // up to date; a file whose user_version matches the sources is not
 // migrated again.
 func (s *SQLiteStore) openFile(ctx context.Context, id string) (*bun.DB, error) {
+	if s.Known != nil {
+		if _, err := os.Stat(s.path(id)); errors.Is(err, fs.ErrNotExist) {
+			ok, err := s.Known(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, errNotFound
+			}
+		}
+	}
 	if err := s.create(s.path(id)); err != nil {
 		return nil, fmt.Errorf("workspaces: create workspace file: %w", err)
 	}
