@@ -148,10 +148,15 @@ func (s *Service) registerFiles() error {
 		}),
 		Register(s, Op[FileListInput, FileListOutput]{
 			Name: "fileList", Title: "List files", ReadOnly: true,
-			Description: "Lists the workspace's files, newest version first per file; deleted versions whose cleanup is pending are flagged.",
+			Description: "Lists the workspace's files, newest version first per file. For owners, deleted versions whose cleanup is pending are listed and flagged (and every deleted version with includeDeleted); other members see live versions only.",
 			Handler: func(ctx context.Context, tx *Tx, in FileListInput) (FileListOutput, error) {
 				q := tx.NewSelect().Model((*fileRow)(nil)).Where("workspace_id = ?", tx.WorkspaceID)
-				if !in.Deleted {
+				switch {
+				case tx.Actor.Role != RoleOwner && !tx.Actor.System:
+					// Deletions (who, why, a cleanup that failed) are the
+					// owners' business: they alone delete and retry.
+					q = q.Where("deleted_at IS NULL")
+				case !in.Deleted:
 					q = q.Where("deleted_at IS NULL OR cleanup_pending")
 				}
 				var rows []fileRow

@@ -111,6 +111,20 @@ func TestWorkspaceFiles(t *testing.T) {
 		if pending != 1 {
 			t.Fatalf("cleanup pending not visible: %+v", list.Result.Files)
 		}
+		// Other members see live versions only, even when they ask for more.
+		for _, who := range []string{"admin", "viewer"} {
+			c := map[string]capabilities.Caller{"admin": bob, "viewer": val}[who]
+			var theirs workspaces.OpResult[workspaces.FileListOutput]
+			e.must(c, "fileList", map[string]any{"workspaceId": ws, "includeDeleted": true}, &theirs)
+			for _, f := range theirs.Result.Files {
+				if f.DeletedAt != nil || f.CleanupPending || f.DeletedBy != "" || f.Reason != "" {
+					t.Fatalf("%s sees a deleted version: %+v", who, f)
+				}
+			}
+			if len(theirs.Result.Files) != len(list.Result.Files)-1 {
+				t.Fatalf("%s sees %d files, want the %d live ones", who, len(theirs.Result.Files), len(list.Result.Files)-1)
+			}
+		}
 		// A retry is an owner's, for a pending cleanup only.
 		wantCode(t, e.call(ann, "fileCleanupRetry", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID, "version": 2}, nil), capabilities.CodeConflict, "retry without pending cleanup")
 		wantCode(t, e.call(bob, "fileCleanupRetry", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID, "version": 1}, nil), capabilities.CodeNotFound, "admin retry")
