@@ -1,0 +1,72 @@
+package enclave_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/enclavetest"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// An operator command (enclave user suspend, admin revoke, user delete)
+// runs in a process of its own on the same SQLite database, with an
+// in-process bus that reaches nobody. The running server must still stop
+// honouring what it cached, within seconds, not after --caller-cache-ttl;
+// also when the command's process caches nothing itself.
+func TestCallerCacheSeesOtherProcessOnSQLite(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		ttl    time.Duration // the operator process's CallerCacheTTL
+		change func(op *enclavetest.Server, u *enclavetest.User) error
+	}{
+		{"suspend", 0, func(op *enclavetest.Server, u *enclavetest.User) error {
+			_, err := op.Accounts().Suspend(ctx, u.ID)
+			return err
+		}},
+		{"role revoked, operator without cache", -1, func(op *enclavetest.Server, u *enclavetest.User) error {
+			_, err := op.Accounts().RemoveRole(ctx, u.ID, capabilities.RoleUser)
+			return err
+		}},
+		{"delete", 0, func(op *enclavetest.Server, u *enclavetest.User) error {
+			_, err := op.Lifecycle().Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startCached(t, storage.SQLite, enclave.Config{CallerCacheTTL: time.Hour})
+			if _, ok := a.Bus().(*cluster.Local); !ok {
+				t.Fatalf("bus %T, want the in-process bus", a.Bus())
+			}
+			op := a.Replica(t, func(c *enclave.Config) { c.CallerCacheTTL = tc.ttl })
+			u := a.CreateUser(t, "opal")
+			c := u.MCP(t)
+			if ok, err := callOK(c); !ok || err != nil {
+				t.Fatalf("first call: %v %v", ok, err)
+			}
+			before := a.OAuth().BearerChecks()
+			if ok, err := callOK(c); !ok || err != nil || a.OAuth().BearerChecks() != before {
+				t.Fatalf("second call: %v %v, not served from the cache", ok, err)
+			}
+			if err := tc.change(op, u); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			for {
+				ok, _ := callOK(c)
+				if !ok {
+					break
+				}
+				if time.Since(start) > 5*time.Second {
+					t.Fatal("the server still honoured the token 5 s after the operator's change in another process")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("seen after %v", time.Since(start))
+		})
+	}
+}
