@@ -33,17 +33,21 @@ type sqlNotices struct {
 	log   *slog.Logger
 	node  string
 
-	ok     atomic.Bool
-	lastOK atomic.Int64 // unix nanoseconds of the last successful read
-	epoch  atomic.Uint64
-	mu     sync.Mutex
-	gaps   map[int]func()
-	nextID int
-	last   int64 // highest row id read
+	ok      atomic.Bool
+	lastOK  atomic.Int64 // unix nanoseconds of the last successful read
+	epoch   atomic.Uint64
+	mu      sync.Mutex
+	gaps    map[int]func()
+	nextID  int
+	last    int64              // highest row id read
+	applied map[int64]struct{} // ids above last-lookBehind already delivered
 
 	stop context.CancelFunc
 	done chan struct{}
 }
+
+// lookBehind is how far below the highest id read each read looks again.
+const lookBehind = 64
 
 type invalidationRow struct {
 	ID      int64  `bun:"id"`
@@ -54,7 +58,7 @@ type invalidationRow struct {
 // newSQLNotices returns the writer of notices; poll starts reading those
 // of other processes (only a process that caches needs to).
 func newSQLNotices(store *storage.Store, local cluster.Bus, log *slog.Logger) *sqlNotices {
-	return &sqlNotices{local: local, store: store, log: log, node: local.Node(), gaps: map[int]func(){}}
+	return &sqlNotices{local: local, store: store, log: log, node: local.Node(), gaps: map[int]func(){}, applied: map[int64]struct{}{}}
 }
 
 // poll reads from the newest row on, every sqlNoticeInterval, until Close.
@@ -94,8 +98,11 @@ func (n *sqlNotices) readOnce(ctx context.Context) {
 			n.last = last
 		}
 	} else {
+		// On PostgreSQL identities are handed out before commit, so a row
+		// may become visible after one with a higher id: read a little
+		// behind the highest id seen and skip the rows already applied.
 		err = n.store.DB.NewSelect().Table("caller_invalidations").Column("id", "node", "payload").
-			Where("id > ?", n.last).OrderExpr("id").Limit(1000).Scan(rctx, &rows)
+			Where("id > ?", n.last-lookBehind).OrderExpr("id").Limit(1000).Scan(rctx, &rows)
 	}
 	if err != nil {
 		if ctx.Err() == nil && n.ok.Swap(false) {
@@ -105,9 +112,18 @@ func (n *sqlNotices) readOnce(ctx context.Context) {
 		return
 	}
 	for _, r := range rows {
-		n.last = r.ID
+		if _, done := n.applied[r.ID]; done {
+			continue
+		}
+		n.applied[r.ID] = struct{}{}
+		n.last = max(n.last, r.ID)
 		if r.Node != n.node {
 			_ = n.local.Publish(ctx, callercache.Topic, []byte(r.Payload))
+		}
+	}
+	for id := range n.applied {
+		if id <= n.last-lookBehind {
+			delete(n.applied, id)
 		}
 	}
 	n.lastOK.Store(time.Now().UnixNano())
