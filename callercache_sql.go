@@ -93,7 +93,7 @@ func (n *sqlNotices) readOnce(ctx context.Context) {
 	var rows []invalidationRow
 	if n.last < 0 {
 		var last int64
-		err = n.store.DB.NewSelect().Table("caller_invalidations").ColumnExpr("COALESCE(MAX(id), 0)").Scan(rctx, &last)
+		err = n.store.Reader.NewSelect().Table("caller_invalidations").ColumnExpr("COALESCE(MAX(id), 0)").Scan(rctx, &last)
 		if err == nil {
 			n.last = last
 		}
@@ -101,7 +101,7 @@ func (n *sqlNotices) readOnce(ctx context.Context) {
 		// On PostgreSQL identities are handed out before commit, so a row
 		// may become visible after one with a higher id: read a little
 		// behind the highest id seen and skip the rows already applied.
-		err = n.store.DB.NewSelect().Table("caller_invalidations").Column("id", "node", "payload").
+		err = n.store.Reader.NewSelect().Table("caller_invalidations").Column("id", "node", "payload").
 			Where("id > ?", n.last-lookBehind).OrderExpr("id").Limit(1000).Scan(rctx, &rows)
 	}
 	if err != nil {

@@ -254,7 +254,11 @@ func (c *Cache[V]) unindex(k key, e *entry[V]) {
 	}
 }
 
-// evict makes room: expired entries first, then any one. Under mu.
+// evict makes room: expired entries first, then any others until a
+// sixteenth of the bound is free. Under mu. It walks the whole map, so it
+// frees room for many stores at once: a full cache (a flood of distinct
+// valid tokens) does not walk it again on every miss while every reader
+// waits for the lock.
 func (c *Cache[V]) evict() {
 	now := c.now()
 	for k, e := range c.entries {
@@ -263,8 +267,9 @@ func (c *Cache[V]) evict() {
 			c.unindex(k, e)
 		}
 	}
+	target := c.max - max(1, c.max/16)
 	for k, e := range c.entries {
-		if len(c.entries) < c.max {
+		if len(c.entries) <= target {
 			return
 		}
 		delete(c.entries, k)

@@ -166,6 +166,27 @@ func TestBounded(t *testing.T) {
 	}
 }
 
+// A full cache of live entries makes room for many stores at once, not one
+// at a time (each eviction walks the whole map under the write lock).
+func TestEvictionMakesRoomInBatches(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	const bound = 1600
+	c := New[int](Options{TTL: time.Minute, MaxEntries: bound, Now: clk.now})
+	for i := range bound {
+		c.Put(c.Begin(), fmt.Sprint("tok", i), int64(i), "", time.Time{}, i)
+	}
+	if c.Len() != bound {
+		t.Fatalf("%d entries, want %d", c.Len(), bound)
+	}
+	c.Put(c.Begin(), "one more", 1, "", time.Time{}, 1)
+	if n := c.Len(); n > bound-bound/16+1 {
+		t.Fatalf("%d entries after the cache overflowed: room made for one store only", n)
+	}
+	if _, ok := c.Get("one more"); !ok {
+		t.Fatal("the new entry was not stored")
+	}
+}
+
 // fakeBus is an in-process bus shared by several caches ("replicas").
 type fakeBus struct {
 	hub     *fakeHub
