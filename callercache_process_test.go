@@ -2,13 +2,16 @@ package enclave_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/enclavetest"
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -78,4 +81,29 @@ func testOtherProcess(t *testing.T, d storage.Dialect, ttl time.Duration, change
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("seen after %v", time.Since(start))
+}
+
+// The retention purge claims an unverified sign-up by marking it deleting
+// (ClaimUnverified): with AllowUnverifiedEmail such an account holds
+// tokens, and the claim must drop what the cache holds for it at once.
+func TestCallerCacheDroppedByUnverifiedClaim(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range enclavetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			s := startCached(t, d, enclave.Config{OAuth: oauth.Options{AllowUnverifiedEmail: true}})
+			assertChangeDropsCache(t, s, "claimed", func(u *enclavetest.User) error {
+				if _, err := s.Store().DB.NewUpdate().Table("users").Set("self_signup = TRUE").
+					Set("email_verified_at = NULL").Set("first_verified_at = NULL").
+					Set("created_at = ?", time.Now().UTC().Add(-8*24*time.Hour)).
+					Where("id = ?", u.ID).Exec(ctx); err != nil {
+					return err
+				}
+				claimed, err := s.Accounts().ClaimUnverified(ctx, u.ID, time.Now().Add(-accounts.UnverifiedWindow))
+				if err == nil && !claimed {
+					err = errors.New("not claimed")
+				}
+				return err
+			})
+		})
+	}
 }

@@ -55,5 +55,11 @@ func (s *Service) ClaimUnverified(ctx context.Context, userID int64, before time
 		return false, fmt.Errorf("accounts: claim unverified account: %w", err)
 	}
 	n, _ := res.RowsAffected()
+	if n == 1 {
+		// Marked deleting: callers cached for it (with
+		// oauth.Options.AllowUnverifiedEmail) go now, not when the
+		// deletion that follows gets to its own mark.
+		s.callerChanged(ctx, userID)
+	}
 	return n == 1, nil
 }
