@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,7 +32,9 @@ func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 	if !c.Enabled() {
 		if notices != nil {
 			write := func(ctx context.Context, payload string) {
-				_ = notices.Publish(context.WithoutCancel(ctx), callercache.Topic, []byte(payload))
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = notices.Publish(wctx, callercache.Topic, []byte(payload))
 			}
 			s.accounts.OnCallerChange(func(ctx context.Context, userID int64) { write(ctx, userPayload(userID)) })
 			s.oauth.OnRevoke(func(ctx context.Context, userID int64, grantID string) {
