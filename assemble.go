@@ -35,6 +35,7 @@ import (
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // assemble builds the domain services on the open store and registers the
@@ -199,6 +200,27 @@ func (s *Server) assemble(ctx context.Context) error {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
 
+	// Workspaces come before the web shell, whose pages for them exist
+	// when their capabilities do.
+	if o := s.cfg.Workspaces; o != nil {
+		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
+			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: workspaceMail{s}, BaseURL: s.cfg.BaseURL,
+			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
+			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
+			Audit: s.auditWorkspace,
+		}); err != nil {
+			return err
+		}
+		if err := s.workspaces.Inventory(s.inventory); err != nil {
+			return err
+		}
+		if s.store.Dialect() == storage.Postgres {
+			if err := s.retention.Add(s.workspaceRetention()...); err != nil {
+				return err
+			}
+		}
+	}
+
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
 		Outbox:   s.outbox,
@@ -226,6 +248,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	if mopts.Verifier == nil {
 		mopts.Verifier = oauthVerifier{s.oauth, s.newCallerCache()}
 	}
+	if s.workspaces != nil {
+		mopts.Verifier = workspaceKeyVerifier{mopts.Verifier, s}
+	}
 	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
 	if mopts.Version == "" {
 		mopts.Version = Version()
@@ -241,7 +266,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	if _, local := mopts.Bus.(*cluster.Local); mopts.Sessions == nil && !local {
 		// Replicas share one database: any of them serves any session.
-		mopts.Sessions = sqlsessions.New(s.store)
+		mopts.Sessions = sqlsessions.NewSealed(s.store, s.ring) // events and answers hold user content
 	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
@@ -387,6 +412,7 @@ func registerInventory(inv *storage.Inventory) error {
 		inv.AddTable(idempotency.Table),
 		registerEventInventory(inv),
 		addTables(inv, sqlsessions.Tables),
+		workspaces.RegisterInventory(inv),
 	)
 }
 
@@ -521,4 +547,12 @@ func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyCon
 
 func (m webMail) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
 	m.s.web.MailEmailChangeRequested(ctx, u)
+}
+
+// workspaceMail forwards workspace invitations to the web shell (built
+// after the workspaces service), which mails them through the outbox.
+type workspaceMail struct{ s *Server }
+
+func (m workspaceMail) MailWorkspaceInvitation(ctx context.Context, tx bun.IDB, inv workspaces.InvitationMail) error {
+	return m.s.web.MailWorkspaceInvitation(ctx, tx, inv)
 }

@@ -246,8 +246,13 @@ func TestCluster(t *testing.T) {
 				t.Errorf("writer %d re-initialized %d times; want at most once", w, n)
 			}
 		}
-		if failed.Load() > 4 {
-			t.Errorf("%d writes failed; only those in flight at the kill (at most one per writer) may", failed.Load())
+		// A write fails (is in doubt) when it was in flight at the kill, or
+		// was sent on a pooled proxy connection to the dead replica before
+		// the proxy saw it close (the proxy, like a load balancer, does
+		// not repeat a POST that may have been served): at most two per
+		// writer.
+		if failed.Load() > 8 {
+			t.Errorf("%d writes failed; only those in flight at the kill or on a connection to the dead replica (at most two per writer) may", failed.Load())
 		}
 		sess, err := agent.Open(ctx, tok.AccessToken)
 		if err != nil {

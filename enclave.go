@@ -39,6 +39,7 @@ import (
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // Config configures a Server. Every zero value is a documented default.
@@ -215,6 +216,10 @@ type Config struct {
 	// capabilities.CodeSecondFactorRequired (sets
 	// Accounts.RequireAdminSecondFactor). Default off.
 	RequireAdmin2FA bool
+	// Workspaces, when set, turns on shared workspaces (package
+	// workspaces): their capabilities, and Server.Workspaces for
+	// registering workspace operations. Nil leaves them off.
+	Workspaces *workspaces.Options
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.
@@ -293,6 +298,9 @@ type Server struct {
 	// invalidations from SQL (set when no cluster bus links them).
 	stopNotices func()
 	outbound    *outbound.Gateway
+
+	// workspaces is nil unless Config.Workspaces is set.
+	workspaces *workspaces.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -398,6 +406,11 @@ func (s *Server) Schedules() *schedules.Set { return s.schedules }
 // Features returns the default SQL feature-flag store, or nil when
 // Config.Features replaced it.
 func (s *Server) Features() *features.Store { return s.features }
+
+// Workspaces returns the workspaces service (register workspace
+// operations with workspaces.Register), or nil when Config.Workspaces is
+// nil.
+func (s *Server) Workspaces() *workspaces.Service { return s.workspaces }
 
 // Quota returns the SQL quota meter: it counts the outbound gateway's
 // requests, and capability calls unless Config.Quota replaced it.
@@ -599,6 +612,11 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.workspaces != nil {
+			if err := s.workspaces.Close(); err != nil {
+				s.log.Warn("close workspace files", "err", err)
+			}
 		}
 		if s.unfollow != nil {
 			s.unfollow()

@@ -15,6 +15,7 @@ import (
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // Retention windows of enclave's own tables that have no home elsewhere.
@@ -41,9 +42,15 @@ func (s *Server) retentionPolicies() []retention.Policy {
 	if clientIdle <= 0 {
 		clientIdle = oauth.DefaultClientIdleTTL
 	}
+	users := retention.Custom("users", "an account opened on the sign-up page that never verified an address is deleted 7 days after sign-up, through account deletion (its email and username become free); every other account is kept until it is deleted", s.purgeUnverified)
+	if s.cfg.OAuth.AllowUnverifiedEmail {
+		// Unverified accounts may work (hold tokens, own data): they are
+		// accounts in use, never purged as abandoned sign-ups.
+		users = retention.Kept("users", "every account stays until it is deleted, verified or not: Config.OAuth.AllowUnverifiedEmail lets unverified accounts work")
+	}
 	return []retention.Policy{
 		// Accounts and what they own.
-		retention.Custom("users", "an account opened on the sign-up page that never verified an address is deleted 7 days after sign-up, through account deletion (its email and username become free); every other account is kept until it is deleted", s.purgeUnverified),
+		users,
 		retention.UntilAccountDeleted("user_roles"),
 		retention.UntilAccountDeleted("email_claims").Because("a former address stays claimed until its owner releases it"),
 		retention.Age("password_setup_tokens", "expires_at", day).Because("expired setup links"),
@@ -93,6 +100,28 @@ func (s *Server) retentionPolicies() []retention.Policy {
 		retention.Kept("invite_codes", "admins create and revoke them"),
 		retention.Kept("feature_flags", "admin settings"),
 		retention.Kept("schema_migrations", "the migration ledger"),
+		// Workspaces (package workspaces).
+		retention.Kept("workspaces", "the workspace directory: a workspace goes when its owner deletes it, or with its last owner's account when no admin is left"),
+		retention.UntilAccountDeleted("workspace_members").Because("or until the member leaves or is removed"),
+		retention.Age("workspace_invitations", "expires_at", 30*day).Because("invitation records (the link is single-use and expires)"),
+		retention.Age("workspace_api_keys", "revoked_at", 90*day).Because("revoked keys; live keys stay until revoked or their maker's account is deleted"),
+	}
+}
+
+// workspaceRetention declares the retention of the workspace tables that
+// live in the main database on PostgreSQL (on SQLite they live in each
+// workspace's own file and go with it).
+func (s *Server) workspaceRetention() []retention.Policy {
+	ttl := s.cfg.Workspaces.IdempotencyTTL
+	if ttl <= 0 {
+		ttl = workspaces.DefaultIdempotencyTTL
+	}
+	return []retention.Policy{
+		retention.Kept("workspace_state", "a workspace's revision; deleted with the workspace"),
+		retention.Kept("workspace_events", "a workspace's event log; deleted with the workspace"),
+		retention.Age("workspace_idempotency", "created_at", ttl).Because("results replayed for idempotency keys of workspace ops"),
+		retention.Kept("workspace_pending_jobs", "used on SQLite only, where jobs wait in the workspace file for the outbox"),
+		retention.Kept("workspace_files", "file versions and tombstones; deleted with the workspace"),
 	}
 }
 

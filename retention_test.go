@@ -323,3 +323,41 @@ func TestRetentionPurgesOAuth(t *testing.T) {
 		})
 	}
 }
+
+// When the server lets accounts without a verified address work
+// (Config.OAuth.AllowUnverifiedEmail), an unverified sign-up is an account
+// in use, holding data: the retention program never purges it.
+func TestRetentionKeepsUnverifiedAccountsWhenAllowed(t *testing.T) {
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			sc := storagetest.Config(t, d)
+			cfg := enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet()}
+			cfg.Accounts.Argon2 = accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}
+			cfg.OAuth.AllowUnverifiedEmail = true
+			srv, err := enclave.New(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srv.Close() })
+			u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "carol@example.com", Username: "carol", Password: "correct horse battery"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := srv.Registry().Invoke(ctx, mustCaller(t, srv, u), "secretSet", []byte(`{"name":"k","value":"v"}`)); err != nil {
+				t.Fatal(err)
+			}
+			ageAccount(t, srv, u.ID, 30*24*time.Hour)
+			rep, err := srv.PurgeExpired(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !userExists(t, srv, u.ID) || rep.Rows["users"] != 0 {
+				t.Fatalf("an unverified account the server lets work was purged (%v)", rep.Rows)
+			}
+			if p, _ := srv.Retention().Policy("users"); p.Purges() {
+				t.Fatalf("users policy %q still purges", p.Describe())
+			}
+		})
+	}
+}

@@ -82,10 +82,22 @@ func (s *Service) GrantAdminAsOperator(ctx context.Context, userID int64) (bool,
 	return s.assignRole(ctx, userID, capabilities.RoleAdmin)
 }
 
+// testHookRoleInserted, when set (tests), runs inside assignRole's
+// transaction right after the role is inserted.
+var testHookRoleInserted func(userID int64)
+
 func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bool, error) {
 	defer s.callerChanged(ctx, userID)
 	var added bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if role == capabilities.RoleAdmin {
+			// Serialized with ClaimUnverified, which spares admins: the
+			// grant either lands first (and the claim sees it) or finds
+			// the account being deleted.
+			if err := lockAdmins(ctx, tx, s.store.Dialect()); err != nil {
+				return err
+			}
+		}
 		u, err := writableUser(ctx, tx, userID)
 		if err != nil {
 			return err
@@ -102,6 +114,9 @@ func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bo
 		}
 		n, _ := res.RowsAffected()
 		added = n > 0
+		if testHookRoleInserted != nil {
+			testHookRoleInserted(userID)
+		}
 		if !added {
 			return nil
 		}

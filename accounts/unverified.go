@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/capabilities"
 )
 
@@ -48,15 +50,29 @@ func (s *Service) UnverifiedSignups(ctx context.Context, before time.Time, limit
 // caller then deletes the account through the lifecycle; an interrupted
 // deletion is finished by the deletion-resume lane.
 func (s *Service) ClaimUnverified(ctx context.Context, userID int64, before time.Time) (bool, error) {
-	now := s.now()
-	res, err := s.store.DB.NewRaw("UPDATE users SET deleting_at = ?, updated_at = ? WHERE users.id = ? AND "+fmt.Sprintf(unverifiedSignup, "users"),
-		now, now, userID, before.UTC(), capabilities.RoleAdmin).Exec(ctx)
+	var n int64
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		// An admin grant in flight holds this lock: the UPDATE below, a
+		// statement of its own, then sees the role and spares the
+		// account (on PostgreSQL its NOT EXISTS would otherwise read a
+		// snapshot taken before the grant committed).
+		if err := lockAdmins(ctx, tx, s.store.Dialect()); err != nil {
+			return err
+		}
+		now := s.now()
+		res, err := tx.NewRaw("UPDATE users SET deleting_at = ?, updated_at = ? WHERE users.id = ? AND "+fmt.Sprintf(unverifiedSignup, "users"),
+			now, now, userID, before.UTC(), capabilities.RoleAdmin).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
 		return false, fmt.Errorf("accounts: claim unverified account: %w", err)
 	}
-	n, _ := res.RowsAffected()
 	if n == 1 {
-		// Marked deleting: callers cached for it (with
+		// Marked deleting (committed): callers cached for it (with
 		// oauth.Options.AllowUnverifiedEmail) go now, not when the
 		// deletion that follows gets to its own mark.
 		s.callerChanged(ctx, userID)

@@ -59,6 +59,16 @@ type Caller struct {
 	// a session cookie (never for an access token): it opens capabilities
 	// marked Requirement.SessionOnly.
 	Session bool
+	// Only, when non-nil, confines the caller to the capabilities it names:
+	// every other capability, and every resource and prompt, is hidden and
+	// uncallable. A credential narrower than an account (a workspace API
+	// key) sets it.
+	Only []string
+	// Credential names the credential narrower than an account that
+	// authenticated the call ("" for access tokens, sessions, jobs, the
+	// CLI), for the domain that issued it to look up afresh (a workspace
+	// API key is "wk:<id>").
+	Credential string
 }
 
 // Authenticated reports whether the caller is a signed-in user.

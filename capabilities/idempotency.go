@@ -22,7 +22,8 @@ import (
 // running the handler again; a repeat with other arguments is refused
 // (CodeConflict); a repeat while the first still runs waits for it, and is
 // refused (CodeConflict, "still running") if it does not finish soon. A
-// capability annotated Idempotent ignores the key.
+// capability annotated Idempotent or ReadOnly ignores the key (a read is
+// never stored).
 const MetaIdempotencyKey = "enclave/idempotencyKey"
 
 // MaxIdempotencyKeyLength is the longest idempotency key, in characters.
@@ -37,6 +38,24 @@ const (
 	idempotencyWait = 5 * time.Second
 	idempotencyPoll = 50 * time.Millisecond
 )
+
+// IdempotencyStale is how long a running claim lives without being renewed.
+// While a keyed handler runs, the registry renews its claim every
+// idempotencyRenew (when the store is an IdempotencyRenewer); a claim not
+// renewed for this long belongs to a call whose replica died, and the next
+// call with its key runs instead of being told "still running" until the
+// key expires.
+const IdempotencyStale = 2 * time.Minute
+
+// idempotencyRenew is how often a running claim is renewed.
+var idempotencyRenew = 30 * time.Second
+
+// IdempotencyRenewer is an IdempotencyStore whose running claims expire
+// when not renewed (see IdempotencyStale).
+type IdempotencyRenewer interface {
+	// Renew records that the claimed record id is still running.
+	Renew(ctx context.Context, id int64) error
+}
 
 // IdempotencyKey names one keyed call.
 type IdempotencyKey struct {
@@ -80,6 +99,14 @@ func WithRequestMeta(ctx context.Context, meta map[string]any) context.Context {
 		return ctx
 	}
 	return context.WithValue(ctx, requestMetaKey{}, meta)
+}
+
+// withoutRequestMeta returns ctx without the request's _meta fields.
+func withoutRequestMeta(ctx context.Context) context.Context {
+	if ctx.Value(requestMetaKey{}) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, requestMetaKey{}, map[string]any(nil))
 }
 
 // idempotencyKeyFrom returns the request's idempotency key ("" when none),
@@ -173,34 +200,105 @@ func (r *Registry) invokeOnce(ctx context.Context, c *Capability, caller Caller,
 	}
 }
 
+// ErrCallStopped is the cancellation cause (context.WithCancelCause) a
+// transport gives a call it stops on purpose: the caller cancelled a task,
+// the caller's access ended, the server is shutting down. A keyed call
+// outlives an ordinary cancellation (the client went away or timed out),
+// but not this one.
+var ErrCallStopped = errors.New("capabilities: call stopped")
+
+// keyedContext is the context a keyed handler runs in: it keeps ctx's
+// values and does not end when the client goes away, but ends when ctx is
+// cancelled with cause ErrCallStopped.
+func keyedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), ErrCallStopped) {
+			cancel(ErrCallStopped)
+		}
+	})
+	return hctx, func() { stop(); cancel(nil) }
+}
+
 // runClaimed runs the handler of a claimed call and stores its outcome.
 // The handler's context does not end when the client goes away: a retry
 // after a client timeout then finds the result instead of a half-done
-// call. An internal error (or a panic) releases the claim, so a retry
-// runs again; a result, or a domain error, is what every retry gets.
+// call. It does end when the transport stops the call on purpose
+// (ErrCallStopped: a cancelled task, access revoked, shutdown). An
+// internal error (or a panic, or a handler that ended with its stopped
+// context's error) or a refusal such as an exhausted quota releases the
+// claim, so a retry runs again; a result, or another domain error, is what
+// every retry gets.
 func (r *Registry) runClaimed(ctx context.Context, id int64, run func(context.Context) (Result, error)) (Result, error) {
-	res, err := run(context.WithoutCancel(ctx))
+	hctx, stop := keyedContext(ctx)
 	store := r.opts.Idempotency
+	renewed, done := make(chan struct{}), make(chan struct{})
+	if rn, ok := store.(IdempotencyRenewer); ok {
+		go func() {
+			defer close(renewed)
+			t := time.NewTicker(idempotencyRenew)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					if err := rn.Renew(context.WithoutCancel(ctx), id); err != nil {
+						r.log.WarnContext(ctx, "capabilities: idempotency renew failed", "err", err)
+					}
+				}
+			}
+		}()
+	} else {
+		close(renewed)
+	}
+	res, err := run(hctx)
+	stop()
+	close(done)
+	<-renewed
 	// Store even if the client left.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err != nil && CodeOf(err) == CodeInternal {
+	if err != nil && releasesKey(CodeOf(err)) {
 		if rerr := store.Release(sctx, id); rerr != nil {
 			r.log.ErrorContext(ctx, "capabilities: idempotency release failed", "err", rerr)
 		}
 		return res, err
 	}
 	b, eerr := encodeOutcome(res, err)
+	if eerr != nil {
+		// The call ran but its result cannot be kept: the key is spent,
+		// and a retry is told so rather than running the call again.
+		r.log.ErrorContext(ctx, "capabilities: idempotency result cannot be stored", "err", eerr)
+		b, eerr = encodeOutcome(Result{}, errResultNotKept)
+	}
 	if eerr == nil {
 		eerr = store.Complete(sctx, id, b)
 	}
 	if eerr != nil {
-		// The call ran; without a stored result a retry would run it
-		// again, so keep the claim (the key is spent) and say so.
+		// Nothing could be written (the store is failing): the claim is
+		// left unrenewed, and a store that expires stale claims frees it.
 		r.log.ErrorContext(ctx, "capabilities: idempotency result not stored", "err", eerr)
 	}
 	return res, err
 }
+
+// releasesKey reports whether a call that ended with code leaves its key
+// free: an internal error (a retry may succeed), and a refusal that says
+// the call did not happen and may later (a quota or scope refusal, an
+// account state): storing those would refuse every retry for a day, even
+// after the quota resets.
+func releasesKey(code Code) bool {
+	switch code {
+	case CodeInternal, CodeQuotaExceeded, CodeInsufficientScope, CodeAccountSuspended, CodeAccountDeleting:
+		return true
+	}
+	return false
+}
+
+// errResultNotKept is what a retry gets when the first call ran but its
+// result could not be stored.
+var errResultNotKept = Errorf(CodeConflict, "a call with this idempotency key already ran, but its result could not be kept; use a new key to run it again")
 
 // outcome is a stored result or domain error.
 type outcome struct {

@@ -239,3 +239,234 @@ func (a *atomicInt) get() int {
 	defer a.mu.Unlock()
 	return a.n
 }
+
+// A keyed handler outlives an ordinary cancellation (the client went away
+// or timed out: the retry gets its result) but ends when the transport
+// stops the call on purpose (ErrCallStopped), and the stopped call does
+// not spend the key.
+func TestIdempotencyStopEndsKeyedCall(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: newMemStore(), NoBuiltins: true})
+	var runs atomicInt
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "hold", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(ctx context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			runs.add()
+			select {
+			case <-ctx.Done():
+				return echoOut{}, ctx.Err()
+			case <-time.After(300 * time.Millisecond):
+				return echoOut{Echo: in.Text}, nil
+			}
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	call := func(key string, cause error) (echoOut, error) {
+		ctx, cancel := context.WithCancelCause(withKey(key))
+		go func() { time.Sleep(30 * time.Millisecond); cancel(cause) }()
+		res, err := reg.Invoke(ctx, user, "hold", []byte(`{"text":"a"}`))
+		if err != nil {
+			return echoOut{}, err
+		}
+		var out echoOut
+		b, _ := json.Marshal(res.Structured)
+		_ = json.Unmarshal(b, &out)
+		return out, nil
+	}
+	// The client went away: the handler finishes, the retry replays.
+	if out, err := call("gone", context.Canceled); err != nil || out.Echo != "a" {
+		t.Fatalf("ordinary cancellation: %+v %v", out, err)
+	}
+	if out, err := call("gone", context.Canceled); err != nil || out.Echo != "a" || runs.get() != 1 {
+		t.Fatalf("retry: %+v %v, runs %d", out, err, runs.get())
+	}
+	// Stopped on purpose: the handler ends, and the key runs again.
+	start := time.Now()
+	if _, err := call("stopped", capabilities.ErrCallStopped); err == nil || time.Since(start) > 250*time.Millisecond {
+		t.Fatalf("stopped call: err %v after %v, want it ended at once", err, time.Since(start))
+	}
+	if _, err := reg.Invoke(withKey("stopped"), user, "hold", []byte(`{"text":"a"}`)); err != nil || runs.get() != 3 {
+		t.Fatalf("after a stop: %v, runs %d (want 3)", err, runs.get())
+	}
+}
+
+// A read-only capability ignores an idempotency key (reads have no effect
+// to run once): its result is not stored, and a repeat reads afresh
+// instead of replaying what may since have changed or been deleted.
+func TestIdempotencyKeyIgnoredByReads(t *testing.T) {
+	store := newMemStore()
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	value := "secret-1"
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "readIt", Domain: "test", Description: "test", Annotations: &capabilities.Annotations{ReadOnly: true},
+		Handler: func(context.Context, *capabilities.Call, echoIn) (echoOut, error) {
+			return echoOut{Echo: value}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	if _, err := reg.Invoke(withKey("r"), user, "readIt", []byte(`{"text":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	value = "deleted"
+	res, err := reg.Invoke(withKey("r"), user, "readIt", []byte(`{"text":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(res.Structured); !strings.Contains(string(b), "deleted") {
+		t.Fatalf("a keyed read replayed a stored result: %s", b)
+	}
+	if store.claims != 0 {
+		t.Fatalf("a read claimed %d keys", store.claims)
+	}
+}
+
+// The key belongs to the request's call only: a handler that invokes other
+// capabilities (in-line, with its own context) does not pass it on, so
+// its inner calls all run, and twice with the same arguments is twice.
+func TestIdempotencyKeyNotInheritedByInnerCalls(t *testing.T) {
+	store := newMemStore()
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	var inner atomicInt
+	ann := write
+	if err := reg.Register(
+		capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+			Name: "addOne", Domain: "test", Description: "test", Annotations: &ann,
+			Handler: func(context.Context, *capabilities.Call, echoIn) (echoOut, error) {
+				inner.add()
+				return echoOut{Echo: "added"}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+			Name: "addTwo", Domain: "test", Description: "test", Annotations: &ann,
+			Handler: func(ctx context.Context, call *capabilities.Call, in echoIn) (echoOut, error) {
+				for range 2 {
+					if _, err := reg.Invoke(ctx, call.Caller, "addOne", []byte(`{"text":"x"}`)); err != nil {
+						return echoOut{}, err
+					}
+				}
+				return echoOut{Echo: "two"}, nil
+			},
+		}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	for range 2 { // the retry replays the outer call
+		if _, err := reg.Invoke(withKey("batch"), user, "addTwo", []byte(`{"text":"x"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if inner.get() != 2 {
+		t.Fatalf("inner calls ran %d times, want 2 (once per inner call, none on the replay)", inner.get())
+	}
+}
+
+// renewStore is a memStore that counts renewals of running claims.
+type renewStore struct {
+	*memStore
+	renewals atomicInt
+}
+
+func (s *renewStore) Renew(_ context.Context, id int64) error {
+	s.mu.Lock()
+	running := s.rows[s.byID[id]] != nil && !s.rows[s.byID[id]].Done
+	s.mu.Unlock()
+	if running {
+		s.renewals.add()
+	}
+	return nil
+}
+
+// While a keyed handler runs, its claim is renewed (so a store can tell a
+// live claim from one whose replica died); renewals stop when it ends.
+func TestIdempotencyClaimRenewedWhileRunning(t *testing.T) {
+	defer capabilities.SetIdempotencyRenew(10 * time.Millisecond)()
+	store := &renewStore{memStore: newMemStore()}
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "long", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			time.Sleep(150 * time.Millisecond)
+			return echoOut{Echo: in.Text}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Invoke(withKey("k"), capabilitiestest.User("u1"), "long", []byte(`{"text":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	n := store.renewals.get()
+	if n < 3 {
+		t.Fatalf("renewed %d times during a 150 ms call every 10 ms", n)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if store.renewals.get() != n {
+		t.Fatal("renewals went on after the call ended")
+	}
+}
+
+// A call that ran but whose result cannot be stored (structured content
+// that does not marshal) spends its key: a retry is told so, clearly, and
+// does not run the handler again.
+func TestIdempotencyUnstorableResultSpendsTheKey(t *testing.T) {
+	store := newMemStore()
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: store, NoBuiltins: true})
+	var runs atomicInt
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, capabilities.Result]{
+		Name: "odd", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(context.Context, *capabilities.Call, echoIn) (capabilities.Result, error) {
+			runs.add()
+			return capabilities.Result{Content: []capabilities.Content{capabilities.Text{Text: "done"}}, Structured: map[string]any{"c": make(chan int)}}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	if _, err := reg.Invoke(withKey("k"), user, "odd", []byte(`{"text":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := reg.Invoke(withKey("k"), user, "odd", []byte(`{"text":"a"}`))
+	if capabilities.CodeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "already ran") || runs.get() != 1 {
+		t.Fatalf("retry of a call whose result was not kept: %v, runs %d", err, runs.get())
+	}
+}
+
+// A handler's quota refusal says the call did not happen: it is not
+// stored, so the client's retry with the same key after the quota resets
+// runs the call.
+func TestIdempotencyQuotaRefusalNotStored(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{Idempotency: newMemStore(), NoBuiltins: true})
+	spent := true
+	var runs atomicInt
+	ann := write
+	if err := reg.Register(capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+		Name: "fetch", Domain: "test", Description: "test", Annotations: &ann,
+		Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+			runs.add()
+			if spent {
+				return echoOut{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "daily quota spent", RetryAfter: time.Now().Add(time.Hour)}
+			}
+			return echoOut{Echo: in.Text}, nil
+		},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	user := capabilitiestest.User("u1")
+	_, err := reg.Invoke(withKey("k"), user, "fetch", []byte(`{"text":"a"}`))
+	if capabilities.CodeOf(err) != capabilities.CodeQuotaExceeded {
+		t.Fatalf("first call: %v", err)
+	}
+	if _, ok := capabilities.RetryAfterOf(err); !ok {
+		t.Fatal("the quota refusal lost its retry time")
+	}
+	spent = false
+	if _, err := reg.Invoke(withKey("k"), user, "fetch", []byte(`{"text":"a"}`)); err != nil || runs.get() != 2 {
+		t.Fatalf("retry after the quota reset: %v, runs %d (want 2)", err, runs.get())
+	}
+}

@@ -41,6 +41,9 @@ const (
 	// ReasonOwner: a per-user resource names something the caller does
 	// not own (see Resource.Allow).
 	ReasonOwner DenialReason = "not_owner"
+	// ReasonConfined: the caller's credential is confined to other
+	// capabilities (Caller.Only).
+	ReasonConfined DenialReason = "confined"
 )
 
 // Denial is one refused call, as recorded for the audit log. Subject is a
@@ -233,7 +236,7 @@ func (r *Registry) Visible(ctx context.Context, caller Caller) []Capability {
 	r.mu.RUnlock()
 	var out []Capability
 	for _, c := range all {
-		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
+		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == "" {
 			out = append(out, *c)
 		}
 	}
@@ -247,7 +250,7 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 	r.mu.RUnlock()
 	var out []string
 	for _, c := range all {
-		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Requires) == "" {
+		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == "" {
 			out = append(out, c.Name)
 		}
 	}
@@ -257,7 +260,7 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 // IsVisible reports whether Visible would include the named capability.
 func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bool {
 	c, ok := r.lookup(name)
-	return ok && r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Requires) == ""
+	return ok && r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == ""
 }
 
 // Invoke runs a capability for caller: the only way one runs. The checks run
@@ -297,8 +300,14 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 	if err != nil {
 		return Result{}, err
 	}
+	// The request's _meta is this call's: a handler that invokes other
+	// capabilities must not pass its idempotency key on to them.
+	ctx = withoutRequestMeta(ctx)
 	call := &Call{Caller: caller, Capability: name, client: clientFrom(ctx)}
-	if key != "" && !c.Annotations.Idempotent && r.opts.Idempotency != nil {
+	// A read has no effect to run once: a key on a read-only capability is
+	// checked but ignored, so a read's result (perhaps a secret, perhaps
+	// since deleted) is never stored and replayed.
+	if key != "" && !c.Annotations.Idempotent && !c.Annotations.ReadOnly && r.opts.Idempotency != nil {
 		return r.invokeOnce(ctx, c, caller, key, args, func(ctx context.Context) (Result, error) {
 			return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
 		})
@@ -326,7 +335,7 @@ func (r *Registry) Admit(ctx context.Context, caller Caller, name string) error 
 // Invoke answers). A scope denial is recorded with the Auditor.
 func (r *Registry) CheckScope(ctx context.Context, caller Caller, name string) *Error {
 	c, ok := r.lookup(name)
-	if !ok || r.stateDenial(caller, c.runsWhileDeleting()) != "" || r.hiddenBy(ctx, caller, c.Requires) != "" {
+	if !ok || r.stateDenial(caller, c.runsWhileDeleting()) != "" || r.hiddenBy(ctx, caller, c.Name, c.Requires) != "" {
 		return nil
 	}
 	if missing := missingScopes(caller, c.Requires.Scopes); len(missing) > 0 {
@@ -340,7 +349,7 @@ func (r *Registry) CheckScope(ctx context.Context, caller Caller, name string) *
 // capabilities, resources and prompts.
 func (r *Registry) admit(ctx context.Context, caller Caller, surface, name string, readOnly bool, req Requirement) error {
 	state := r.stateDenial(caller, readOnly)
-	hidden := r.hiddenBy(ctx, caller, req)
+	hidden := r.hiddenBy(ctx, caller, toolName(surface, name), req)
 	if state != "" || hidden != "" {
 		r.deny(ctx, caller, surface, name, cmp.Or(state, hidden))
 		switch {
@@ -366,6 +375,14 @@ func (r *Registry) admit(ctx context.Context, caller Caller, surface, name strin
 		}
 	}
 	return nil
+}
+
+// toolName is name for the tool surface and "" for the others.
+func toolName(surface, name string) string {
+	if surface == "tool" {
+		return name
+	}
+	return ""
 }
 
 func kindOf(surface string) string {
@@ -419,7 +436,11 @@ func (r *Registry) stateDenial(caller Caller, readOnly bool) DenialReason {
 }
 
 // hiddenBy is the requirement check: the first condition caller fails, or "".
-func (r *Registry) hiddenBy(ctx context.Context, caller Caller, req Requirement) DenialReason {
+// tool is the capability's name, or "" for a resource or prompt.
+func (r *Registry) hiddenBy(ctx context.Context, caller Caller, tool string, req Requirement) DenialReason {
+	if caller.Only != nil && (tool == "" || !slices.Contains(caller.Only, tool)) {
+		return ReasonConfined
+	}
 	if req.Role != "" && !caller.HasRole(req.Role) {
 		return ReasonRole
 	}
@@ -506,7 +527,7 @@ func (r *Registry) Screen(ctx context.Context, caller Caller, name string) bool 
 
 func (r *Registry) screen(ctx context.Context, caller Caller, surface, name string, readOnly bool, req Requirement) bool {
 	state := r.stateDenial(caller, readOnly)
-	hidden := r.hiddenBy(ctx, caller, req)
+	hidden := r.hiddenBy(ctx, caller, toolName(surface, name), req)
 	if hidden == "" && state != ReasonUnauthenticated {
 		return false
 	}

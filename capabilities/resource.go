@@ -144,7 +144,7 @@ func (r *Registry) VisibleResourceTemplates(ctx context.Context, caller Caller) 
 func (r *Registry) visibleResources(ctx context.Context, caller Caller, all []*Resource) []Resource {
 	var out []Resource
 	for _, res := range all {
-		if r.stateDenial(caller, true) == "" && r.hiddenBy(ctx, caller, res.Requires) == "" {
+		if r.stateDenial(caller, true) == "" && r.hiddenBy(ctx, caller, "", res.Requires) == "" {
 			out = append(out, *res)
 		}
 	}
@@ -172,7 +172,7 @@ func (r *Registry) findResource(uri string) (*Resource, map[string]string) {
 // resource changed.
 func (r *Registry) CanRead(ctx context.Context, caller Caller, uri string) bool {
 	res, params := r.findResource(uri)
-	if res == nil || r.stateDenial(caller, true) != "" || r.hiddenBy(ctx, caller, res.Requires) != "" {
+	if res == nil || r.stateDenial(caller, true) != "" || r.hiddenBy(ctx, caller, "", res.Requires) != "" {
 		return false
 	}
 	return r.allows(ctx, caller, res, uri, params) == nil

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -101,14 +100,22 @@ func NewPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error) {
 }
 
 // channelFor names the channel for a schema: enclave_bus, or
-// enclave_bus_<schema> (hashed when the name would pass PostgreSQL's
-// 63-byte identifier limit).
+// enclave_bus_<schema> for a schema named in [a-z0-9_] that fits
+// PostgreSQL's 63-byte identifier limit, else enclave_bus_<hash>. Schema
+// names are case-sensitive ("Tenant" and "tenant" are two schemas), so
+// another name is hashed rather than folded onto a neighbour's channel.
 func channelFor(base, schema string) string {
 	if schema == "" || schema == "public" {
 		return base
 	}
-	name := base + "_" + strings.ToLower(schema)
-	if len(name) > 63 {
+	name := base + "_" + schema
+	plain := len(name) <= 63
+	for _, c := range schema {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			plain = false
+		}
+	}
+	if !plain {
 		sum := sha256.Sum256([]byte(schema))
 		name = base + "_" + hex.EncodeToString(sum[:12])
 	}

@@ -15,11 +15,15 @@ const (
 	DefaultBurstThreshold = 50
 	DefaultBurstWindow    = time.Hour
 	DefaultBurstCooldown  = 6 * time.Hour
-	// maxBurstKeys bounds the memory of a DenialBursts: when more subjects
-	// are tracked, idle ones are dropped, then new ones are not counted
-	// until room frees up.
+	// maxBurstKeys bounds each table of a DenialBursts (users, networks):
+	// when it is full, idle subjects are dropped, and denials of new ones
+	// are counted together as the untracked subject until room frees up.
 	maxBurstKeys = 50000
 )
+
+// UntrackedSubject is the Subject of a burst counted over the subjects a
+// full counter could not track one by one.
+const UntrackedSubject = "untracked"
 
 // BurstOptions configure DenialBursts. Zero fields take the defaults.
 type BurstOptions struct {
@@ -54,7 +58,10 @@ type BurstAlert struct {
 	// Scope is "user" (one account) or "network" (one client network: an
 	// IPv4 /24 or an IPv6 /64).
 	Scope string `json:"scope"`
-	// Subject is the keyed hash of the user id or of the network.
+	// Subject is the keyed hash of the user id or of the network, or
+	// UntrackedSubject: the subjects of that scope counted together
+	// because the counter was full (a flood of distinct users or
+	// networks).
 	Subject string `json:"subject"`
 	// Count is the number of denials in the window when the alert fired.
 	Count int `json:"count"`
@@ -68,11 +75,25 @@ type BurstAlert struct {
 // network, in memory (each replica counts the calls it serves), and
 // reports a burst once per subject, then holds a cooldown. It is safe for
 // concurrent use.
+//
+// Users and networks are counted in separate tables of at most
+// maxBurstKeys subjects each, so a flood of networks (an IPv6 sender holds
+// tens of thousands of /64s) never crowds users out. When a table is full,
+// denials of subjects it cannot track are counted together under one
+// "untracked" subject of that scope (Burst.Key ""), which fires like any
+// other: a flood meant to hide a burst raises one itself.
 type DenialBursts struct {
 	opts BurstOptions
 
-	mu   sync.Mutex
-	keys map[string]*burstKey
+	mu    sync.Mutex
+	users burstTable
+	nets  burstTable
+}
+
+// burstTable is one scope's subjects. The key "" is the untracked subject.
+type burstTable struct {
+	keys      map[string]*burstKey
+	lastSweep time.Time
 }
 
 type burstKey struct {
@@ -82,7 +103,8 @@ type burstKey struct {
 
 // NewDenialBursts returns a counter with opts.
 func NewDenialBursts(opts BurstOptions) *DenialBursts {
-	return &DenialBursts{opts: opts.withDefaults(), keys: map[string]*burstKey{}}
+	return &DenialBursts{opts: opts.withDefaults(),
+		users: burstTable{keys: map[string]*burstKey{}}, nets: burstTable{keys: map[string]*burstKey{}}}
 }
 
 // Options returns the options in force, defaults filled in.
@@ -116,7 +138,9 @@ func Network(ip string) string {
 // Burst is a subject that just crossed the threshold.
 type Burst struct {
 	Scope string // "user" or "network"
-	Key   string // the stable user id or the network, in clear (hash it before publishing)
+	// Key is the stable user id or the network, in clear (hash it before
+	// publishing); "" for the subjects a full table could not track.
+	Key   string
 	Count int
 }
 
@@ -128,30 +152,37 @@ func (d *DenialBursts) Record(now time.Time, userID, ip string) []Burst {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if userID != "" {
-		if n, ok := d.count(now, "user:"+userID); ok {
-			out = append(out, Burst{Scope: "user", Key: userID, Count: n})
+		if key, n, ok := d.count(&d.users, now, userID); ok {
+			out = append(out, Burst{Scope: "user", Key: key, Count: n})
 		}
 	}
 	if net := Network(ip); net != "" {
-		if n, ok := d.count(now, "net:"+net); ok {
-			out = append(out, Burst{Scope: "network", Key: net, Count: n})
+		if key, n, ok := d.count(&d.nets, now, net); ok {
+			out = append(out, Burst{Scope: "network", Key: key, Count: n})
 		}
 	}
 	return out
 }
 
-// count records a denial under key and reports whether it fires.
-func (d *DenialBursts) count(now time.Time, key string) (int, bool) {
-	k, ok := d.keys[key]
+// count records a denial of key in table t and reports the subject it was
+// counted under ("" when t is full) and whether it fires.
+func (d *DenialBursts) count(t *burstTable, now time.Time, key string) (string, int, bool) {
+	k, ok := t.keys[key]
 	if !ok {
-		if len(d.keys) >= maxBurstKeys {
-			d.sweep(now)
-			if len(d.keys) >= maxBurstKeys {
-				return 0, false
-			}
+		// A full table is swept at most once a minute: a stream of new
+		// subjects never costs a scan of the table each.
+		if len(t.keys) >= maxBurstKeys && now.Sub(t.lastSweep) >= time.Minute {
+			t.lastSweep = now
+			d.sweep(t, now)
 		}
-		k = &burstKey{}
-		d.keys[key] = k
+		if len(t.keys) >= maxBurstKeys {
+			key = ""
+			k = t.keys[key]
+		}
+		if k == nil {
+			k = &burstKey{}
+			t.keys[key] = k
+		}
 	}
 	cut := now.Add(-d.opts.Window)
 	i := 0
@@ -163,18 +194,19 @@ func (d *DenialBursts) count(now time.Time, key string) (int, bool) {
 		k.times = k.times[len(k.times)-d.opts.Threshold:]
 	}
 	if len(k.times) < d.opts.Threshold || now.Before(k.quietTill) {
-		return 0, false
+		return key, 0, false
 	}
 	k.quietTill = now.Add(d.opts.Cooldown)
-	return len(k.times), true
+	return key, len(k.times), true
 }
 
-// sweep drops subjects with no denial in the window and no cooldown.
-func (d *DenialBursts) sweep(now time.Time) {
+// sweep drops the subjects of t with no denial in the window and no
+// cooldown.
+func (d *DenialBursts) sweep(t *burstTable, now time.Time) {
 	cut := now.Add(-d.opts.Window)
-	for key, k := range d.keys {
+	for key, k := range t.keys {
 		if now.After(k.quietTill) && (len(k.times) == 0 || !k.times[len(k.times)-1].After(cut)) {
-			delete(d.keys, key)
+			delete(t.keys, key)
 		}
 	}
 }
@@ -196,7 +228,9 @@ func (p *BurstPublisher) Observe(ctx context.Context, now time.Time, userID, ip 
 		// hasher) a plain SHA-256.
 		sum := sha256.Sum256([]byte(b.Scope + ":" + b.Key))
 		subject := hex.EncodeToString(sum[:16])
-		if b.Scope == "user" && p.HashUser != nil {
+		if b.Key == "" {
+			subject = UntrackedSubject
+		} else if b.Scope == "user" && p.HashUser != nil {
 			subject = p.HashUser(b.Key)
 		} else if b.Scope == "network" && p.HashNetwork != nil {
 			subject = p.HashNetwork(b.Key)

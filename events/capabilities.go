@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 )
@@ -48,6 +49,21 @@ func (b *Bus) callerID(ctx context.Context, call *capabilities.Call) (int64, err
 	return id, err
 }
 
+// originOnly returns the scheme and host of a target URL, with "/…" for an
+// elided path or query: chat services put a token in their webhook URLs,
+// which only the admin's web page shows in full.
+func originOnly(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	origin := u.Scheme + "://" + u.Host
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return origin + "/…"
+	}
+	return origin + "/"
+}
+
 func inputError(err error) error {
 	if ie := (*InputError)(nil); errors.As(err, &ie) {
 		return capabilities.Errorf(capabilities.CodeInvalidInput, "%s", ie.Msg)
@@ -82,7 +98,7 @@ func (b *Bus) WebhookCapabilities() []capabilities.Capability {
 		}),
 		capabilities.Define(capabilities.Spec[struct{}, WebhookListOutput]{
 			Name: "adminWebhookList", Domain: "admin", Title: "List your webhook subscriptions",
-			Description: "Lists your webhook subscriptions with their state: active, or disabled with the reason, failures in a row and the last error. Never the secrets. Admins only.",
+			Description: "Lists your webhook subscriptions with their state: active, or disabled with the reason, failures in a row and the last error. Never the secrets; outside the web page a target shows its origin only (its path and query may hold a token). Admins only.",
 			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
 			Requires:    admin,
 			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (WebhookListOutput, error) {
@@ -91,6 +107,11 @@ func (b *Bus) WebhookCapabilities() []capabilities.Capability {
 					return WebhookListOutput{}, err
 				}
 				ws, err := b.Webhooks(ctx, id)
+				if !call.Caller.Session {
+					for i := range ws {
+						ws[i].URL = originOnly(ws[i].URL)
+					}
+				}
 				return WebhookListOutput{Webhooks: ws}, err
 			},
 		}),

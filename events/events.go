@@ -134,6 +134,9 @@ type Bus struct {
 	mu     sync.RWMutex
 	subs   map[string]subscription
 	enrich map[string]Enricher
+
+	turnsMu sync.Mutex
+	turns   map[int64]*turn // deliveries holding or waiting for a subscription
 }
 
 type subscription struct {
@@ -158,7 +161,7 @@ func New(opts Options) (*Bus, error) {
 	if opts.Client == nil {
 		opts.Client = egress.NewClient(egress.Options{AllowPrivate: opts.AllowPrivate, MaxRedirects: -1})
 	}
-	b := &Bus{opts: opts, log: opts.Logger, subs: map[string]subscription{}, enrich: map[string]Enricher{}}
+	b := &Bus{opts: opts, log: opts.Logger, subs: map[string]subscription{}, enrich: map[string]Enricher{}, turns: map[int64]*turn{}}
 	err := errors.Join(
 		opts.Jobs.Register(kindDispatch, b.dispatch),
 		opts.Jobs.Register(kindSubscriber, b.deliverSubscriber),
@@ -271,7 +274,12 @@ type subscriberJob struct {
 // webhookJob is the payload of one webhook delivery.
 type webhookJob struct {
 	Subscription int64 `json:"subscription"`
-	Event        Event `json:"event"`
+	// SubscriptionID is the subscription's public id: row ids come back
+	// (SQLite hands out the highest rowid again once its row is deleted),
+	// public ids never do, so a delivery waiting for a deleted
+	// subscription never reaches a newer one that took its row id.
+	SubscriptionID string `json:"subscriptionId,omitempty"`
+	Event          Event  `json:"event"`
 }
 
 // dispatch chooses the recipients of one event, now, and queues a delivery
@@ -307,7 +315,7 @@ func (b *Bus) dispatch(ctx context.Context, job jobs.Job) error {
 			}
 			// Owned by the admin: their account's deletion removes the
 			// delivery still waiting.
-			if err := b.opts.Jobs.Enqueue(ctx, tx, kindWebhook, t.OwnerStableID, webhookJob{Subscription: t.ID, Event: e}); err != nil {
+			if err := b.opts.Jobs.Enqueue(ctx, tx, kindWebhook, t.OwnerStableID, webhookJob{Subscription: t.ID, SubscriptionID: t.PublicID, Event: e}); err != nil {
 				return err
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -226,6 +227,15 @@ func (b *Bus) CreateWebhook(ctx context.Context, ownerID int64, rawURL string, t
 		return Webhook{}, "", fmt.Errorf("events: create webhook: %w", err)
 	}
 	err = b.opts.Store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if b.opts.Store.Dialect() == storage.Postgres {
+			// One creation at a time per admin, so the count below
+			// sees the others' rows and the limit holds. (SQLite
+			// writes are serial already.)
+			var id int64
+			if err := tx.NewSelect().Table("users").Column("id").Where("id = ?", ownerID).For("UPDATE").Scan(ctx, &id); err != nil {
+				return err
+			}
+		}
 		n, err := tx.NewSelect().Model((*webhookRow)(nil)).Where("user_id = ?", ownerID).Count(ctx)
 		if err != nil {
 			return err
@@ -279,6 +289,7 @@ const adminOwner = `u.suspended_at IS NULL AND u.deleting_at IS NULL
 
 type target struct {
 	ID            int64  `bun:"id"`
+	PublicID      string `bun:"public_id"`
 	EventTypes    string `bun:"event_types"`
 	OwnerStableID string `bun:"stable_user_id"`
 }
@@ -288,7 +299,7 @@ type target struct {
 func activeSubscriptions(ctx context.Context, db bun.IDB) ([]target, error) {
 	var out []target
 	err := db.NewSelect().TableExpr("webhook_subscriptions AS w").
-		ColumnExpr("w.id, w.event_types, u.stable_user_id").
+		ColumnExpr("w.id, w.public_id, w.event_types, u.stable_user_id").
 		Join("JOIN users AS u ON u.id = w.user_id").
 		Where("w.disabled_at IS NULL").Where(adminOwner).Order("w.id").Scan(ctx, &out)
 	if err != nil {
@@ -317,15 +328,31 @@ func (b *Bus) deliverWebhook(ctx context.Context, job jobs.Job) error {
 	if err := job.Decode(&p); err != nil {
 		return nil
 	}
+	// One delivery at a time per subscription (on this replica): the
+	// relay runs a topic's jobs side by side, and a failing target is
+	// disabled after MaxFailures attempts, not after as many as were in
+	// flight. The row is read after the turn comes, so a delivery that
+	// waited behind the one that disabled it sends nothing.
+	unlock := b.lockSubscription(p.Subscription)
+	defer unlock()
 	var row webhookRow
-	err := b.opts.Store.DB.NewSelect().Model(&row).
+	sel := b.opts.Store.DB.NewSelect().Model(&row).
 		Join("JOIN users AS u ON u.id = webhook_row.user_id").
-		Where("webhook_row.id = ? AND webhook_row.disabled_at IS NULL", p.Subscription).Where(adminOwner).Scan(ctx)
+		Where("webhook_row.id = ? AND webhook_row.disabled_at IS NULL", p.Subscription).Where(adminOwner)
+	if p.SubscriptionID != "" {
+		// The very subscription chosen at dispatch, not a newer one
+		// that took its row id after it was deleted.
+		sel = sel.Where("webhook_row.public_id = ?", p.SubscriptionID)
+	}
+	err := sel.Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil // gone, disabled, or its owner is no longer an admin
 	}
 	if err != nil {
 		return fmt.Errorf("events: load webhook: %w", err)
+	}
+	if !matches(splitTypes(row.EventTypes), p.Event.Type) {
+		return nil // not a type this subscription asked for
 	}
 	e, ok, err := b.enriched(ctx, p.Event)
 	if err != nil {
@@ -356,23 +383,62 @@ func (b *Bus) deliverWebhook(ctx context.Context, job jobs.Job) error {
 		return nil
 	}
 	reason := sendErr.Error()
+	// The count is the row's own, incremented in place (other replicas
+	// may be recording failures of the same subscription).
 	failures := row.ConsecutiveFailures + 1
-	q := b.opts.Store.DB.NewUpdate().Model((*webhookRow)(nil)).
+	var counted []int
+	err = b.opts.Store.DB.NewUpdate().Model((*webhookRow)(nil)).
 		Set("consecutive_failures = consecutive_failures + 1").Set("last_error = ?", reason).
-		Set("last_attempt_at = ?", now).Where("id = ? AND disabled_at IS NULL", row.ID)
+		Set("last_attempt_at = ?", now).Where("id = ? AND disabled_at IS NULL", row.ID).
+		Returning("consecutive_failures").Scan(ctx, &counted)
+	if err != nil {
+		b.log.WarnContext(ctx, "events: record webhook failure", "err", err)
+	} else if len(counted) == 1 {
+		failures = counted[0]
+	}
 	disable := failures >= b.opts.MaxFailures
 	if disable {
-		q = q.Set("disabled_at = ?", now).
-			Set("disabled_reason = ?", fmt.Sprintf("disabled after %d failed deliveries in a row; last: %s", failures, reason))
-	}
-	if _, err := q.Exec(ctx); err != nil {
-		b.log.WarnContext(ctx, "events: record webhook failure", "err", err)
+		_, err := b.opts.Store.DB.NewUpdate().Model((*webhookRow)(nil)).Set("disabled_at = ?", now).
+			Set("disabled_reason = ?", fmt.Sprintf("disabled after %d failed deliveries in a row; last: %s", failures, reason)).
+			Where("id = ? AND disabled_at IS NULL", row.ID).Exec(ctx)
+		if err != nil {
+			b.log.WarnContext(ctx, "events: disable webhook", "err", err)
+		}
 	}
 	b.log.WarnContext(ctx, "events: webhook delivery failed", "subscription", row.PublicID, "event", p.Event.ID, "status", status, "reason", reason, "disabled", disable)
 	if disable {
 		return nil // nothing more goes to a disabled subscription
 	}
 	return fmt.Errorf("events: webhook %s: %s", row.PublicID, reason)
+}
+
+// lockSubscription waits for the turn of subscription id on this bus and
+// returns the function that ends it.
+func (b *Bus) lockSubscription(id int64) func() {
+	b.turnsMu.Lock()
+	t := b.turns[id]
+	if t == nil {
+		t = &turn{}
+		b.turns[id] = t
+	}
+	t.users++
+	b.turnsMu.Unlock()
+	t.mu.Lock()
+	return func() {
+		t.mu.Unlock()
+		b.turnsMu.Lock()
+		if t.users--; t.users == 0 {
+			delete(b.turns, id)
+		}
+		b.turnsMu.Unlock()
+	}
+}
+
+// turn serializes the deliveries of one subscription; users counts the
+// deliveries holding or waiting for it.
+type turn struct {
+	mu    sync.Mutex
+	users int
 }
 
 // deliveryError is a failed attempt, described for the admin.

@@ -457,7 +457,7 @@ func (s *Service) Update(ctx context.Context, reviewerID int64, publicID, status
 				return err
 			}
 			if terminal(status) && s.opts.Mail != nil {
-				if err := s.opts.Jobs.Enqueue(ctx, tx, mailKind, "", mailJob{Feedback: cur.ID, Status: status}); err != nil {
+				if err := s.opts.Jobs.Enqueue(ctx, tx, mailKind, "", mailJob{Feedback: cur.ID, FeedbackID: cur.PublicID, Status: status}); err != nil {
 					return err
 				}
 			}
@@ -476,8 +476,13 @@ func (s *Service) Update(ctx context.Context, reviewerID int64, publicID, status
 }
 
 type mailJob struct {
-	Feedback int64  `json:"feedback"`
-	Status   string `json:"status"`
+	Feedback int64 `json:"feedback"`
+	// FeedbackID is the feedback's public id: row ids come back (SQLite
+	// hands out the highest rowid again once its row is deleted), public
+	// ids never do, so a job whose feedback went with its submitter's
+	// account never mails whoever's feedback took the row id.
+	FeedbackID string `json:"feedbackId,omitempty"`
+	Status     string `json:"status"`
 }
 
 // mailJob queues one decision mail per feedback and status: the marker
@@ -495,8 +500,14 @@ func (s *Service) mailJob(ctx context.Context, job jobs.Job) error {
 			SuspendedAt *time.Time `bun:"suspended_at"`
 			DeletingAt  *time.Time `bun:"deleting_at"`
 		}
-		err := tx.NewSelect().TableExpr("platform_feedback AS f").Join("JOIN users AS u ON u.id = f.user_id").
-			ColumnExpr("u.email, u.username, u.suspended_at, u.deleting_at").Where("f.id = ?", p.Feedback).Scan(ctx, &t)
+		// The feedback must still have the status the job reports (a
+		// final one stays final): a job for another row never mails.
+		q := tx.NewSelect().TableExpr("platform_feedback AS f").Join("JOIN users AS u ON u.id = f.user_id").
+			ColumnExpr("u.email, u.username, u.suspended_at, u.deleting_at").Where("f.id = ? AND f.status = ?", p.Feedback, p.Status)
+		if p.FeedbackID != "" {
+			q = q.Where("f.public_id = ?", p.FeedbackID)
+		}
+		err := q.Scan(ctx, &t)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // the feedback (or its submitter) is gone
 		}

@@ -3,6 +3,8 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -201,7 +203,6 @@ type pendingRequests struct {
 	prefix string // "enclave-" and, in a cluster, this replica's bus id
 	mu     sync.Mutex
 	m      map[string]chan clientAnswer
-	next   atomic.Uint64
 }
 
 func pendingKey(sid string, id json.RawMessage) string { return sid + "\x00" + string(id) }
@@ -211,7 +212,11 @@ func (p *pendingRequests) add(sid string) (json.RawMessage, chan clientAnswer, f
 	if prefix == "" {
 		prefix = "enclave-"
 	}
-	id, _ := json.Marshal(fmt.Sprintf("%s%d", prefix, p.next.Add(1)))
+	// Random, not a counter: the id reaches the client, and a counter would
+	// tell it how many requests the replica sent other sessions meanwhile.
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	id, _ := json.Marshal(prefix + hex.EncodeToString(b[:]))
 	ch := make(chan clientAnswer, 1)
 	key := pendingKey(sid, id)
 	p.mu.Lock()

@@ -123,6 +123,18 @@ func (s *Server) watchToken(ctx context.Context, st *reqState, cancel context.Ca
 				return
 			}
 			st.expires = info.ExpiresAt
+			if st.sessionID == "" || !s.sharedSessions() {
+				continue
+			}
+			// A store that cannot answer now (outage) does not end the
+			// stream; a session the store says is gone does.
+			if own, err := s.ownSession(ctx, st.sessionID, st.caller.UserID); err == nil && !own {
+				// Ended on another replica and the notice was lost: a
+				// stream holds no request, so this is where it learns.
+				s.log.DebugContext(ctx, "mcp: ending stream: session ended", "request_id", st.requestID)
+				cancel()
+				return
+			}
 		}
 	}()
 	return func() {

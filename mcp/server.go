@@ -576,6 +576,17 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 		r.Header.Del(sessionHeader) // 2026-07-28 has no sessions: each request stands alone
 		return true
 	case r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize):
+		if s.sessions.len() >= s.sessions.total && s.sharedSessions() {
+			// Sessions adopted from other replicas fill this one's table
+			// too; they are copies of the shared store, so make room.
+			if shed := s.sessions.shed(s.sessions.total - max(s.sessions.total/10, 1)); len(shed) > 0 {
+				go func() { // releasing mcp-go's state asks the store about each
+					for _, id := range shed {
+						s.terminate(id)
+					}
+				}()
+			}
+		}
 		if s.sessions.len() >= s.sessions.total {
 			writeHTTPError(w, http.StatusServiceUnavailable, "too many sessions", st.requestID)
 			return false
@@ -657,9 +668,12 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 		case len(msg.ID) > 0:
 			cleanup = append(cleanup, s.sessions.track(sid, bytes.TrimSpace(msg.ID), withCancel()))
 		}
-		if msg.Method == string(mcpgo.MethodSetLogLevel) {
+		if msg.Method == string(mcpgo.MethodSetLogLevel) || s.events != nil {
 			// mcp-go keeps the level under the per-request id; the transport
-			// has its own copy (afterSetLevel), so release mcp-go's.
+			// has its own copy (afterSetLevel), so release mcp-go's. With
+			// resumable streams it also tracks the request's stream under
+			// that id until the id is ended: end it once the request is done
+			// (its events stay in the log for a client that resumes).
 			cleanup = append(cleanup, func() { s.terminate(internal) })
 		}
 		if msg.Method != string(mcpgo.MethodToolsList) {

@@ -37,6 +37,7 @@ func (s *sessionStore) adopt(rec SessionRecord) {
 	if se.userID != rec.UserID {
 		return // never: ids are unique, but an owner is never replaced
 	}
+	se.verified, se.local = s.now(), false
 	se.version, se.info = rec.ProtocolVersion, rec.ClientInfo
 	se.canSample, se.canElicit, se.canRoots = rec.CanSample, rec.CanElicit, rec.CanRoots
 	se.logLevel, se.toolsFP = rec.LogLevel, rec.ToolsFP
@@ -55,6 +56,34 @@ func (s *sessionStore) cached(id string) (userID string, ok bool) {
 		return "", false
 	}
 	return se.userID, true
+}
+
+// trusted reports whether the cached copy of id may be served without
+// asking the shared store: the store confirmed it since cutoff, or it is
+// not in the store at all (served by this replica only).
+func (s *sessionStore) trusted(id string, cutoff time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	return ok && (se.local || !se.verified.Before(cutoff))
+}
+
+// confirm records that the shared store has just confirmed id.
+func (s *sessionStore) confirm(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		se.verified, se.local = s.now(), false
+	}
+}
+
+// markLocal records that id could not be stored in the shared store.
+func (s *sessionStore) markLocal(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		se.local = true
+	}
 }
 
 // idByHash returns the id of the cached session with that hash.
@@ -106,6 +135,45 @@ func (s *sessionStore) dropIdle() []string {
 			out = append(out, id)
 			s.dropLocked(se)
 		}
+	}
+	return out
+}
+
+// busyIDs returns the cached sessions with a request or stream in
+// progress here.
+func (s *sessionStore) busyIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for id, se := range s.byID {
+		if se.busy > 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// shed forgets the least recently used idle cached copies of shared
+// sessions (not those served by this replica only) until fewer than
+// target remain, and returns their ids. The copies are only a cache: the
+// sessions live on in the shared store and are loaded again on next use.
+func (s *sessionStore) shed(target int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var idle []*session
+	for _, se := range s.byID {
+		if se.busy == 0 && !se.local {
+			idle = append(idle, se)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *session) int { return a.lastSeen.Compare(b.lastSeen) })
+	var out []string
+	for _, se := range idle {
+		if len(s.byID) < target {
+			break
+		}
+		out = append(out, se.id)
+		s.dropLocked(se)
 	}
 	return out
 }

@@ -21,6 +21,8 @@ type session struct {
 	version  string          // protocol version negotiated at initialize
 	info     json.RawMessage // the client's clientInfo
 	synced   time.Time       // when last use was last recorded in the shared store
+	verified time.Time       // when the shared store last confirmed the session (created or loaded)
+	local    bool            // not in the shared store (storing it failed): served here only
 	lastSeen time.Time
 	busy     int    // requests and GET streams in progress
 	toolsFP  string // fingerprint of the tool names the client last listed
@@ -92,7 +94,7 @@ func (s *sessionStore) create(userID string) (id string, evicted []string) {
 		return "", evicted
 	}
 	id = newSessionID()
-	s.byID[id] = &session{id: id, hash: SessionHash(id), userID: userID, lastSeen: s.now(), streams: map[int]func(){}}
+	s.byID[id] = &session{id: id, hash: SessionHash(id), userID: userID, lastSeen: s.now(), verified: s.now(), streams: map[int]func(){}}
 	return id, evicted
 }
 

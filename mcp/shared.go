@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -45,6 +46,11 @@ type sharedState struct {
 	node   string
 	cancel []func()
 	wg     sync.WaitGroup
+	// ends counts the session-end notices heard. A replica adopting a
+	// session samples it before loading the record: a notice that arrived
+	// between the load and the adoption found nothing to drop here, so the
+	// record is checked again.
+	ends atomic.Uint64
 }
 
 func (s *Server) shared() *sharedState { return s.cluster }
@@ -77,6 +83,7 @@ func (s *Server) initShared() {
 	s.sessions.onChange = s.saveShared
 	c.cancel = append(c.cancel,
 		c.bus.Subscribe(topicSessionEnd, func(_ string, p []byte) {
+			c.ends.Add(1)
 			if id, ok := s.sessions.idByHash(string(p)); ok {
 				s.dropCached(id)
 			}
@@ -110,6 +117,12 @@ func (s *Server) initShared() {
 			for _, id := range s.sessions.dropIdle() {
 				go s.terminate(id)
 			}
+			// A session with a stream or request here stays cached, but it
+			// may have ended or changed elsewhere while notices were lost:
+			// check it against the store (dropped, streams ended, if gone).
+			for _, id := range s.sessions.busyIDs() {
+				go s.refreshCached(id)
+			}
 		}),
 	)
 }
@@ -123,6 +136,13 @@ func (s *Server) closeShared() {
 	}
 }
 
+// revalidateAfter bounds how long a replica serves its cached copy of a
+// shared session without asking the store, however healthy the bus: a
+// notice that never went out (its publication failed) or was lost before
+// the bus noticed the break (up to its ping interval) leaves a session
+// ended elsewhere usable here for at most this long.
+const revalidateAfter = 30 * time.Second
+
 func sharedCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 10*time.Second)
 }
@@ -132,36 +152,62 @@ func (s *Server) sharedSessions() bool { return s.cluster != nil && s.cluster.st
 
 // ownSession reports whether sid is a live session of userID, loading it
 // from the shared store when this replica has not seen it (or cannot
-// trust its copy while the bus is unhealthy). The error is the store's
-// failure to answer (a database outage): the session may well exist, so
-// the request is answered 503, not 404 (which would make the client drop
-// its session).
+// trust its copy while the bus is unhealthy, or the copy is due for its
+// periodic check). The error is the store's failure to answer (a database
+// outage): the session may well exist, so the request is answered 503,
+// not 404 (which would make the client drop its session).
 func (s *Server) ownSession(ctx context.Context, sid, userID string) (bool, error) {
 	if !s.sharedSessions() {
 		return s.sessions.owned(sid, userID), nil
 	}
 	c := s.cluster
-	if owner, ok := s.sessions.cached(sid); ok && c.bus.Healthy() {
+	owner, cached := s.sessions.cached(sid)
+	healthy := c.bus.Healthy()
+	if cached && healthy && s.sessions.trusted(sid, s.now().Add(-revalidateAfter)) {
 		if owner != userID {
 			return false, nil
 		}
 		return s.sessions.owned(sid, userID), nil
 	}
+	// A copy only due for its periodic check keeps its state (the bus has
+	// kept it current); the store need only confirm the session exists.
+	due := cached && healthy && owner == userID
+	ends, epoch := c.ends.Load(), c.bus.Epoch()
 	rec, err := c.store.LoadSession(ctx, sid)
 	if err != nil {
 		if !errors.Is(err, ErrSessionNotFound) {
 			s.log.WarnContext(ctx, "mcp: load shared session failed", "err", err)
+			if due {
+				// Only due for a check: the store's hiccup does not end it.
+				return s.sessions.owned(sid, userID), nil
+			}
 			return false, err
 		}
 		if _, ok := s.sessions.cached(sid); ok {
-			s.dropCached(sid) // ended elsewhere while the bus was down
+			s.dropCached(sid) // ended elsewhere, its notice lost or not yet here
 		}
 		return false, nil
 	}
 	if rec.UserID != userID {
 		return false, nil
 	}
+	if due {
+		s.sessions.confirm(sid)
+		return s.sessions.owned(sid, userID), nil
+	}
 	s.sessions.adopt(rec)
+	if c.ends.Load() != ends || c.bus.Epoch() != epoch {
+		// A session may have ended elsewhere between the load and the
+		// adoption, its notice finding nothing to drop here: load again,
+		// or the copy would be served until it idles out.
+		if _, err := c.store.LoadSession(ctx, sid); err != nil {
+			s.dropCached(sid)
+			if !errors.Is(err, ErrSessionNotFound) {
+				return false, err
+			}
+			return false, nil
+		}
+	}
 	return s.sessions.owned(sid, userID), nil
 }
 
@@ -178,6 +224,7 @@ func (s *Server) createShared(id, userID string) {
 	evicted, err := s.cluster.store.CreateSession(ctx, rec, s.sessions.perUser)
 	if err != nil {
 		s.log.Warn("mcp: shared session not stored; it is served by this replica only", "err", err)
+		s.sessions.markLocal(id)
 		return
 	}
 	for _, h := range evicted {

@@ -194,7 +194,11 @@ type outcome struct {
 // callAsTask runs a call of a task-supporting capability: synchronously
 // until the handler detaches, then in the background.
 func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name string, args json.RawMessage) (*mcpgo.CallToolResult, error) {
-	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, cancelCause := context.WithCancelCause(context.WithoutCancel(ctx))
+	// Cancelling a task is a deliberate stop (tasks/cancel, the caller's
+	// access ended, shutdown): ErrCallStopped ends even a call made with
+	// an idempotency key, whose handler otherwise outlives its client.
+	cancel := func() { cancelCause(capabilities.ErrCallStopped) }
 	tr := &taskRun{s: s, userID: st.caller.UserID, name: name, cancel: cancel, detached: make(chan struct{})}
 	cl.task = tr
 	done := make(chan outcome, 1)
@@ -211,7 +215,10 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 		select {
 		case <-tr.detached: // a task already: the client going away does not end it
 		default:
-			cancel()
+			// The client went away before the call became a task: an
+			// ordinary cancellation, which a keyed call outlives like
+			// any call that is not a task.
+			cancelCause(context.Canceled)
 			o, finished = <-done, true
 		}
 	case <-tr.detached:

@@ -28,6 +28,8 @@ type features struct {
 	Audit     bool // the admin audit page (Options.Audit)
 	Secrets   bool // the secrets page (Options.Secrets)
 	Feedback  bool // the feedback pages (feedbackSubmit registered)
+	// Workspaces: the workspace pages (the registry holds workspaceList).
+	Workspaces bool
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -49,7 +51,8 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Prefix:       h.prefix,
 		StyleVersion: styleVersion,
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
-			Feedback: h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit")},
+			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
+			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList")},
 	}
 	if pr := PrincipalFrom(r.Context()); pr != nil {
 		p.Viewer = &viewer{Username: pr.Session.User.Username, Admin: pr.Grants.HasRole(adminRole)}

@@ -66,6 +66,7 @@ func (h *Handler) routes() http.Handler {
 	h.secretRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
+	h.workspaceRoutes(handle)
 
 	handle("GET /{$}", h.home)
 	handle("/", h.notFound)

@@ -5,7 +5,11 @@
 // Rows live in idempotency_keys, one per user, capability and key (the
 // key itself is stored as a SHA-256 hash), owned through user_id: they are
 // deleted with the account, never exported, and purged by the retention
-// program after capabilities.IdempotencyWindow. A stored result is sealed
+// program after capabilities.IdempotencyWindow. While a call runs, the
+// registry renews its row (completed_at holds the last renewal until the
+// row is done); a running row not renewed for capabilities.IdempotencyStale
+// belongs to a replica that died, and the next claim of its key takes it
+// over. A stored result is sealed
 // (AES-256-GCM under the server's data keys) and bound to its row and
 // owner: a result can hold something shown only once, such as a new
 // credential, and never sits in SQL in clear.
@@ -13,7 +17,9 @@ package idempotency
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -50,7 +56,10 @@ type Store struct {
 	now  func() time.Time
 }
 
-var _ capabilities.IdempotencyStore = (*Store)(nil)
+var (
+	_ capabilities.IdempotencyStore   = (*Store)(nil)
+	_ capabilities.IdempotencyRenewer = (*Store)(nil)
+)
 
 // New returns a store on the primary database of store, sealing results
 // with ring.
@@ -74,7 +83,11 @@ func (s *Store) Claim(ctx context.Context, k capabilities.IdempotencyKey) (capab
 	}
 	for range 3 {
 		now := s.now()
-		r := &row{UserID: k.OwnerID, Capability: k.Capability, KeyHash: k.KeyHash, ArgsHash: k.ArgsHash, State: "running", CreatedAt: now}
+		// A random id, never the next one: SQLite hands the id of a
+		// deleted newest row out again, and a handler whose row was
+		// deleted while it ran (its account deleted, or expired) would
+		// then complete or release the new claim, perhaps another user's.
+		r := &row{ID: randomID(), UserID: k.OwnerID, Capability: k.Capability, KeyHash: k.KeyHash, ArgsHash: k.ArgsHash, State: "running", CreatedAt: now}
 		res, err := s.db.NewInsert().Model(r).On("CONFLICT DO NOTHING").Exec(ctx)
 		if err != nil {
 			return capabilities.IdempotencyRecord{}, false, fmt.Errorf("idempotency: claim: %w", err)
@@ -104,6 +117,16 @@ func (s *Store) Claim(ctx context.Context, k capabilities.IdempotencyKey) (capab
 			}
 			continue
 		}
+		if ex.State == "running" && renewedAt(ex).Before(now.Add(-capabilities.IdempotencyStale)) {
+			// Neither completed nor renewed for IdempotencyStale: the
+			// replica running it died. The key is free again (the
+			// DELETE checks again, so a renewal that lands first wins).
+			if _, err := s.db.NewDelete().Model((*row)(nil)).
+				Where("id = ? AND state = 'running' AND COALESCE(completed_at, created_at) < ?", ex.ID, now.Add(-capabilities.IdempotencyStale)).Exec(ctx); err != nil {
+				return capabilities.IdempotencyRecord{}, false, fmt.Errorf("idempotency: take over: %w", err)
+			}
+			continue
+		}
 		rec := capabilities.IdempotencyRecord{ID: ex.ID, ArgsHash: ex.ArgsHash, Done: ex.State == "done"}
 		if rec.Done {
 			if ex.Result == nil || ex.KeyID == nil {
@@ -118,6 +141,35 @@ func (s *Store) Claim(ctx context.Context, k capabilities.IdempotencyKey) (capab
 		return rec, false, nil
 	}
 	return capabilities.IdempotencyRecord{}, false, errors.New("idempotency: claim: the key keeps changing hands")
+}
+
+// renewedAt is when a running row was last known alive: its last renewal
+// (kept in completed_at while the row runs), else its claim.
+func renewedAt(r row) time.Time {
+	if r.CompletedAt != nil {
+		return *r.CompletedAt
+	}
+	return r.CreatedAt
+}
+
+// Renew records that the running row id is still running (in
+// completed_at, which holds the completion time once the row is done).
+func (s *Store) Renew(ctx context.Context, id int64) error {
+	if _, err := s.db.NewUpdate().Model((*row)(nil)).Set("completed_at = ?", s.now()).
+		Where("id = ? AND state = 'running'", id).Exec(ctx); err != nil {
+		return fmt.Errorf("idempotency: renew: %w", err)
+	}
+	return nil
+}
+
+// randomID is a positive 63-bit row id.
+func randomID() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	if id := int64(binary.BigEndian.Uint64(b[:]) >> 1); id != 0 {
+		return id
+	}
+	return 1
 }
 
 // Complete stores the outcome of the claimed row id.

@@ -111,3 +111,113 @@ func TestClaimIsAtomic(t *testing.T) {
 		}
 	})
 }
+
+// A claim whose row is deleted while its handler runs (its owner's account
+// deleted, or expired) must not complete or release someone else's later
+// claim: row ids are never handed out again, so the late Complete finds
+// nothing and another user's retry never receives the first user's result.
+func TestLateCompleteNeverReachesAnotherClaim(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		ring, err := envelope.Open(ctx, s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := idempotency.New(s, ring)
+		alice, bob := addUser(t, s, "alice"), addUser(t, s, "bob")
+		ka := capabilities.IdempotencyKey{OwnerID: alice, Capability: "mint", KeyHash: "h", ArgsHash: "a"}
+		kb := capabilities.IdempotencyKey{OwnerID: bob, Capability: "mint", KeyHash: "h", ArgsHash: "a"}
+		for i := range 20 {
+			first, claimed, err := st.Claim(ctx, ka)
+			if err != nil || !claimed {
+				t.Fatalf("alice's claim: %v %v", claimed, err)
+			}
+			// Alice's row goes while her handler runs.
+			if _, err := s.DB.NewDelete().Table("idempotency_keys").Where("id = ?", first.ID).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			second, claimed, err := st.Claim(ctx, kb)
+			if err != nil || !claimed {
+				t.Fatalf("bob's claim: %v %v", claimed, err)
+			}
+			if second.ID == first.ID {
+				t.Fatalf("round %d: bob's claim got the id of alice's deleted row (%d)", i, first.ID)
+			}
+			// Alice's handler ends: her result must not land in bob's row.
+			_ = st.Complete(ctx, first.ID, []byte(`{"content":"alice's new credential"}`)) // its row is gone: an error is fine
+			if err := st.Release(ctx, first.ID); err != nil {
+				t.Fatal(err)
+			}
+			rec, claimed, err := st.Claim(ctx, kb)
+			if err != nil || claimed || rec.Done || rec.ID != second.ID {
+				t.Fatalf("bob's row after alice's late completion: %+v claimed=%v err=%v", rec, claimed, err)
+			}
+			if err := st.Release(ctx, second.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// A running claim that is neither completed nor renewed for
+// IdempotencyStale belongs to a replica that died: the next claim of its
+// key takes it over instead of answering "still running" for a day. A
+// renewed claim is left to its holder.
+func TestStaleClaimIsTakenOver(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		ring, err := envelope.Open(ctx, s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := idempotency.New(s, ring)
+		alice := addUser(t, s, "alice")
+		age := func(id int64, d time.Duration) {
+			t.Helper()
+			if _, err := s.DB.NewUpdate().Table("idempotency_keys").Set("created_at = ?", time.Now().UTC().Add(-d)).Where("id = ?", id).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := capabilities.IdempotencyKey{OwnerID: alice, Capability: "pay", KeyHash: "h", ArgsHash: "a"}
+		dead, claimed, err := st.Claim(ctx, k)
+		if err != nil || !claimed {
+			t.Fatal(claimed, err)
+		}
+		// Young and running: still the holder's.
+		age(dead.ID, capabilities.IdempotencyStale/2)
+		if rec, claimed, err := st.Claim(ctx, k); err != nil || claimed || rec.Done {
+			t.Fatalf("young running claim: %+v %v %v", rec, claimed, err)
+		}
+		// Renewed, though claimed long ago: still the holder's.
+		age(dead.ID, time.Hour)
+		if err := st.Renew(ctx, dead.ID); err != nil {
+			t.Fatal(err)
+		}
+		if rec, claimed, err := st.Claim(ctx, k); err != nil || claimed || rec.ID != dead.ID {
+			t.Fatalf("renewed claim: %+v %v %v", rec, claimed, err)
+		}
+		// Not renewed for longer than IdempotencyStale: taken over.
+		if _, err := s.DB.NewUpdate().Table("idempotency_keys").Set("completed_at = ?", time.Now().UTC().Add(-capabilities.IdempotencyStale-time.Second)).Where("id = ?", dead.ID).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rec, claimed, err := st.Claim(ctx, k)
+		if err != nil || !claimed || rec.ID == dead.ID {
+			t.Fatalf("stale claim: %+v %v %v", rec, claimed, err)
+		}
+		// The dead holder's late completion changes nothing.
+		_ = st.Complete(ctx, dead.ID, []byte(`{}`))
+		if again, claimed, err := st.Claim(ctx, k); err != nil || claimed || again.Done {
+			t.Fatalf("after the dead holder's completion: %+v %v %v", again, claimed, err)
+		}
+		// A completed row is never taken over, however old its completion.
+		if err := st.Complete(ctx, rec.ID, []byte(`{"ok":true}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DB.NewUpdate().Table("idempotency_keys").Set("completed_at = ?", time.Now().UTC().Add(-time.Hour)).Where("id = ?", rec.ID).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if done, claimed, err := st.Claim(ctx, k); err != nil || claimed || !done.Done {
+			t.Fatalf("completed row: %+v %v %v", done, claimed, err)
+		}
+	})
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // Env is what a command may touch of the outside world.
@@ -165,11 +166,12 @@ type options struct {
 	smtpSecurity   string
 	trustedProxies string
 	callerCacheTTL time.Duration
+	workspaces     bool
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
 var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "production", "log-format",
-	"log-level", "metrics-addr", "shutdown-timeout", "caller-cache-ttl", "no-migrate", "signup", "require-admin-2fa", "allowed-origins",
+	"log-level", "metrics-addr", "shutdown-timeout", "caller-cache-ttl", "no-migrate", "signup", "require-admin-2fa", "workspaces", "allowed-origins",
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
@@ -196,6 +198,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.cfg.NoMigrate, "no-migrate", false, "serve without applying migrations (apply them with enclave migrate; /readyz is 503 while any is pending)")
 	fs.StringVar(&o.signup, "signup", "open", "who may create an account: open, invite (an admin's invite code) or closed (CLI only)")
 	fs.BoolVar(&o.cfg.RequireAdmin2FA, "require-admin-2fa", false, "require admins to have a second factor (authenticator app or passkey): admin pages send them to enrolment and admin capabilities refuse until they have one")
+	fs.BoolVar(&o.workspaces, "workspaces", false, "turn on shared workspaces: their capabilities (workspaceCreate, members, invitations, files, API keys) and the /workspaces pages")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
 	fs.StringVar(&o.quota, "quota", "", "comma-separated daily call limits per user per capability class, CLASS=N/day (UTC days), e.g. default=5000/day,search=200/day (default unlimited)")
@@ -271,6 +274,9 @@ func (o *options) finish(stderr io.Writer) error {
 		o.cfg.CallerCacheTTL = -1 // off
 	default:
 		o.cfg.CallerCacheTTL = o.callerCacheTTL
+	}
+	if o.workspaces && o.cfg.Workspaces == nil {
+		o.cfg.Workspaces = &workspaces.Options{}
 	}
 	mode, err := accounts.ParseSignupMode(o.signup)
 	if err != nil {

@@ -10,6 +10,10 @@
 // Every replica may run a Relay: a row is claimed for one attempt by an
 // UPDATE that moves its next attempt into the future, and a delivered
 // message whose row is gone (handled by another replica) is skipped.
+//
+// A relay handles topics side by side, at most TopicConcurrency rows of
+// one topic at a time: a topic whose handler is slow (a webhook target
+// answering at its timeout) never holds up the mail or other topics.
 package outbox
 
 import (
@@ -54,6 +58,15 @@ const (
 	// the relay publishes it again (a message lost with a crashed process).
 	claimLease = 2 * time.Minute
 	batch      = 50
+	// TopicConcurrency is how many rows of one topic a relay handles at
+	// once. Topics run side by side: a slow handler (a webhook target
+	// taking its full timeout) holds only its own topic's slots, never
+	// the mail or the other jobs behind it.
+	TopicConcurrency = 4
+	// topicBacklog bounds the messages of one topic waiting for a slot;
+	// past it a message is set aside (its row is published again when
+	// its claim's lease ends), so a stalled topic costs bounded memory.
+	topicBacklog = 64
 )
 
 // Outbox writes rows. It is safe for concurrent use.
@@ -107,6 +120,16 @@ type Relay struct {
 	// hang off it.
 	OnAttempt func(topic, outcome string)
 	now       func() time.Time
+
+	mu      sync.Mutex
+	lanes   map[string]*lane
+	pending map[int64]bool // rows received and not yet handled
+}
+
+// lane is one topic's handling slots and its waiting count.
+type lane struct {
+	slots   chan struct{}
+	waiting int
 }
 
 // NewRelay returns a relay for the store's outbox, queue and handlers.
@@ -115,7 +138,37 @@ func NewRelay(store *storage.Store, ring *envelope.Ring, log *slog.Logger, handl
 		log = slog.Default()
 	}
 	return &Relay{store: store, ring: ring, log: log, handlers: handlers,
-		MaxAttempts: DefaultMaxAttempts, Poll: DefaultPoll, now: func() time.Time { return time.Now().UTC() }}
+		MaxAttempts: DefaultMaxAttempts, Poll: DefaultPoll, now: func() time.Time { return time.Now().UTC() },
+		lanes: map[string]*lane{}, pending: map[int64]bool{}}
+}
+
+// admit reserves a place for row id of topic; false when the row is
+// already waiting or being handled here (published again after its lease)
+// or the topic's backlog is full.
+func (r *Relay) admit(topic string, id int64) (*lane, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lanes == nil {
+		r.lanes, r.pending = map[string]*lane{}, map[int64]bool{}
+	}
+	l := r.lanes[topic]
+	if l == nil {
+		l = &lane{slots: make(chan struct{}, TopicConcurrency)}
+		r.lanes[topic] = l
+	}
+	if r.pending[id] || l.waiting >= topicBacklog+TopicConcurrency {
+		return nil, false
+	}
+	r.pending[id] = true
+	l.waiting++
+	return l, true
+}
+
+func (r *Relay) release(l *lane, id int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pending, id)
+	l.waiting--
 }
 
 // Run publishes and consumes until ctx ends.
@@ -144,7 +197,28 @@ func (r *Relay) Run(ctx context.Context) {
 				}
 				return
 			}
-			r.Handle(ctx, msg)
+			id, err := strconv.ParseInt(string(msg.Body), 10, 64)
+			if err != nil {
+				r.Handle(ctx, msg) // logs and acknowledges it
+				continue
+			}
+			topic := msg.Metadata["outbox-topic"]
+			l, ok := r.admit(topic, id)
+			if !ok {
+				msg.Ack()
+				continue
+			}
+			wg.Go(func() {
+				defer r.release(l, id)
+				select {
+				case l.slots <- struct{}{}:
+				case <-ctx.Done():
+					msg.Ack() // the row is published again after its lease
+					return
+				}
+				defer func() { <-l.slots }()
+				r.Handle(ctx, msg)
+			})
 		}
 	})
 	wg.Wait()

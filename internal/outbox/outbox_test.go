@@ -253,3 +253,57 @@ func TestRunDeliversInTheBackground(t *testing.T) {
 		t.Fatalf("delivered %q", got)
 	}
 }
+
+// A topic whose handler is stuck holds only its own slots: another topic's
+// rows are handled meanwhile, and the stuck topic never runs more than
+// TopicConcurrency handlers at once.
+func TestRunTopicsDoNotWaitForEachOther(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	f := newFixture(t, s)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, most := 0, 0
+	f.relay.handlers["slow"] = func(ctx context.Context, _ []byte) error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	f.relay.now = func() time.Time { return time.Now().UTC() }
+	f.relay.Poll = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.relay.Run(ctx); close(done) }()
+	for range 3 * TopicConcurrency {
+		if err := f.box.Add(ctx, s.DB, "slow", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.box.Add(ctx, s.DB, "mail", []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(f.delivered()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := f.delivered()
+	close(release)
+	cancel()
+	<-done
+	if len(got) != 1 || got[0] != "hello" {
+		t.Fatalf("mail behind a stuck topic: delivered %q", got)
+	}
+	if most > TopicConcurrency {
+		t.Fatalf("%d handlers of one topic at once, at most %d", most, TopicConcurrency)
+	}
+}

@@ -86,8 +86,12 @@ func (p *Proxy) RoundTrip(r *http.Request) (*http.Response, error) {
 		out := r.Clone(r.Context())
 		out.URL.Host = p.backends[i].Host
 		out.Body = io.NopCloser(bytes.NewReader(body))
+		// With GetBody, the transport resends a request that failed on a
+		// reused connection before any byte was written (a pooled
+		// connection to a replica that just died).
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		if r.Body == nil {
-			out.Body = nil
+			out.Body, out.GetBody = nil, nil
 		}
 		resp, err := p.rt.RoundTrip(out)
 		if err == nil {

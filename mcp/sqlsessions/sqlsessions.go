@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -36,16 +37,70 @@ const AnswerTTL = 10 * time.Minute
 
 // Store is an mcp.SessionStore in SQL.
 type Store struct {
-	store *storage.Store
-	now   func() time.Time
-	node  string // prefix of the event ids this process assigns
-	seq   atomic.Int64
+	store  *storage.Store
+	now    func() time.Time
+	sealer Sealer
+	seq    atomic.Int64 // orders a stream's events (a stream lives in one process)
 }
 
 var _ mcp.SessionStore = (*Store)(nil)
 
-// New returns a Store on store (migrated: migration 0160).
-func New(store *storage.Store) *Store { return &Store{store: store, now: time.Now, node: randomNode()} }
+// Sealer encrypts what the store keeps of user content: the messages of
+// recorded SSE events (tool results, elicitation and sampling requests)
+// and clients' answers waiting for another replica (what a user typed
+// into an elicitation form). internal/envelope's Ring is one.
+type Sealer interface {
+	Seal(ad string, plaintext []byte) (keyID int64, sealed string, err error)
+	Open(ctx context.Context, keyID int64, sealed, ad string) ([]byte, error)
+}
+
+// New returns a Store on store (migrated: migrations 0160, 0161) that
+// keeps event messages and answers in the clear; see NewSealed.
+func New(store *storage.Store) *Store { return &Store{store: store, now: time.Now} }
+
+// NewSealed returns a Store that seals event messages and answers with
+// sealer, each bound to its row. A server assembled by enclave uses it
+// with the deployment's data keys: a tool result may hold a credential
+// shown once, and the events table would otherwise keep it in the clear.
+func NewSealed(store *storage.Store, sealer Sealer) *Store {
+	st := New(store)
+	st.sealer = sealer
+	return st
+}
+
+// sealedPrefix marks a sealed value: "sealed:<key id>:<sealed>". JSON
+// (what an unsealed value is) never starts with it.
+const sealedPrefix = "sealed:"
+
+func (s *Store) seal(ad string, plain []byte) (string, error) {
+	if s.sealer == nil {
+		return string(plain), nil
+	}
+	kid, sealed, err := s.sealer.Seal(ad, plain)
+	if err != nil {
+		return "", err
+	}
+	return sealedPrefix + strconv.FormatInt(kid, 10) + ":" + sealed, nil
+}
+
+func (s *Store) open(ctx context.Context, ad, stored string) ([]byte, error) {
+	rest, ok := strings.CutPrefix(stored, sealedPrefix)
+	if !ok {
+		if s.sealer != nil {
+			return nil, errors.New("sqlsessions: a value stored in the clear where sealing is on")
+		}
+		return []byte(stored), nil
+	}
+	if s.sealer == nil {
+		return nil, errors.New("sqlsessions: a sealed value and no sealer")
+	}
+	k, sealed, ok := strings.Cut(rest, ":")
+	kid, err := strconv.ParseInt(k, 10, 64)
+	if !ok || err != nil {
+		return nil, errors.New("sqlsessions: malformed sealed value")
+	}
+	return s.sealer.Open(ctx, kid, sealed, ad)
+}
 
 type row struct {
 	bun.BaseModel   `bun:"table:mcp_sessions"`
@@ -223,14 +278,42 @@ func (s *Store) ExpireSessions(ctx context.Context, before time.Time) ([]string,
 	return hashes, nil
 }
 
+// MaxAnswersPerUser bounds the answers one user may have waiting (not yet
+// taken, younger than AnswerTTL). An answer is handed over only when the
+// request it names is pending on another replica, but the replica that
+// hands it over cannot know that: without a bound, a client could park
+// any number of answers naming requests that do not exist.
+const MaxAnswersPerUser = 32
+
+// MaxAnswerBytes bounds one answer.
+const MaxAnswerBytes = 1 << 20
+
+// ErrTooManyAnswers is returned by PutAnswer when the user already has
+// MaxAnswersPerUser answers waiting, or the answer is over MaxAnswerBytes.
+var ErrTooManyAnswers = errors.New("sqlsessions: too many or too large answers waiting")
+
 // PutAnswer holds answer under key for the replica waiting for it.
 func (s *Store) PutAnswer(ctx context.Context, userID, key string, answer []byte) error {
+	if len(answer) > MaxAnswerBytes {
+		return ErrTooManyAnswers
+	}
+	now := s.now().UTC()
+	stored, err := s.seal(answerAD(key), answer)
+	if err != nil {
+		return fmt.Errorf("sqlsessions: put answer: %w", err)
+	}
 	res, err := s.store.DB.NewRaw(`INSERT INTO mcp_session_answers (id, user_id, answer, created_at)
-		SELECT ?, u.id, ?, ? FROM users AS u WHERE u.stable_user_id = ?`, key, string(answer), s.now().UTC(), userID).Exec(ctx)
+		SELECT ?, u.id, ?, ? FROM users AS u WHERE u.stable_user_id = ?
+		AND (SELECT count(*) FROM mcp_session_answers AS a WHERE a.user_id = u.id AND a.created_at >= ?) < ?`,
+		key, stored, now, userID, now.Add(-AnswerTTL), MaxAnswersPerUser).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlsessions: put answer: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
+		var known int
+		if err := s.store.DB.NewRaw("SELECT count(*) FROM users WHERE stable_user_id = ?", userID).Scan(ctx, &known); err == nil && known > 0 {
+			return ErrTooManyAnswers
+		}
 		return fmt.Errorf("sqlsessions: put answer: no user %q", userID)
 	}
 	return nil
@@ -252,7 +335,17 @@ func (s *Store) TakeAnswer(ctx context.Context, key string) ([]byte, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("sqlsessions: take answer: %w", err)
 	}
-	return []byte(answer), nil
+	plain, err := s.open(ctx, answerAD(key), answer)
+	if err != nil {
+		return nil, fmt.Errorf("sqlsessions: take answer: %w", err)
+	}
+	return plain, nil
+}
+
+func answerAD(key string) string { return "mcp_session_answers:" + key }
+
+func eventAD(sessionHash, id string) string {
+	return "mcp_session_events:" + sessionHash + ":" + id
 }
 
 // EventTTL is how long a stream's events can be replayed.
@@ -266,11 +359,17 @@ var _ mcp.EventLog = (*Store)(nil)
 // AppendEvent records an SSE event of a shared session.
 func (s *Store) AppendEvent(ctx context.Context, sessionHash, userID, streamID string, message json.RawMessage) (string, error) {
 	seq := s.seq.Add(1)
-	id := s.node + "-" + strconv.FormatInt(seq, 36)
+	// The id the client sees is random: a counter would tell it how many
+	// events the replica recorded for other sessions in between.
+	id := randomID()
 	now := s.now().UTC()
+	stored, err := s.seal(eventAD(sessionHash, id), message)
+	if err != nil {
+		return "", fmt.Errorf("sqlsessions: append event: %w", err)
+	}
 	res, err := s.store.DB.NewRaw(`INSERT INTO mcp_session_events (session_hash, id, user_id, stream_id, seq, message, created_at)
 		SELECT ?, ?, u.id, ?, ?, ?, ? FROM users AS u WHERE u.stable_user_id = ?`,
-		sessionHash, id, streamID, seq, string(message), now, userID).Exec(ctx)
+		sessionHash, id, streamID, seq, stored, now, userID).Exec(ctx)
 	if err != nil {
 		return "", fmt.Errorf("sqlsessions: append event: %w", err)
 	}
@@ -307,7 +406,11 @@ func (s *Store) ReplayEvents(ctx context.Context, sessionHash, lastEventID strin
 		return "", fmt.Errorf("sqlsessions: replay: %w", err)
 	}
 	for _, r := range rows {
-		if err := send(r.ID, json.RawMessage(r.Message)); err != nil {
+		msg, err := s.open(ctx, eventAD(sessionHash, r.ID), r.Message)
+		if err != nil {
+			return last.StreamID, fmt.Errorf("sqlsessions: replay: %w", err)
+		}
+		if err := send(r.ID, json.RawMessage(msg)); err != nil {
 			return last.StreamID, err
 		}
 	}
@@ -323,8 +426,8 @@ func (s *Store) PurgeEvents(ctx context.Context, sessionHash string) error {
 	return nil
 }
 
-func randomNode() string {
-	var b [6]byte
+func randomID() string {
+	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -180,6 +182,138 @@ func TestEvents(t *testing.T) {
 		s.DB.NewRaw("SELECT count(*) FROM mcp_session_events").Scan(ctx, &n)
 		if n != 0 {
 			t.Fatalf("%d events left after purge", n)
+		}
+	})
+}
+
+// TestAnswersBoundedPerUser: a client can park answers naming requests
+// that wait nowhere (the replica handing them over cannot tell); they are
+// bounded per user and in size, and one user's flood does not stop
+// another's answers.
+func TestAnswersBoundedPerUser(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		alice, bob := users(t, s)
+		st := New(s)
+		for i := range MaxAnswersPerUser {
+			if err := st.PutAnswer(ctx, alice, "flood:"+strconv.Itoa(i), []byte(`{"result":{}}`)); err != nil {
+				t.Fatalf("answer %d: %v", i, err)
+			}
+		}
+		if err := st.PutAnswer(ctx, alice, "flood:over", []byte(`{"result":{}}`)); !errors.Is(err, ErrTooManyAnswers) {
+			t.Fatalf("answer over the per-user bound: %v", err)
+		}
+		if err := st.PutAnswer(ctx, bob, "bob:1", []byte(`{"result":{}}`)); err != nil {
+			t.Fatalf("bob's answer while alice is at her bound: %v", err)
+		}
+		if err := st.PutAnswer(ctx, bob, "bob:big", make([]byte, MaxAnswerBytes+1)); !errors.Is(err, ErrTooManyAnswers) {
+			t.Fatalf("oversized answer: %v", err)
+		}
+		if _, err := st.TakeAnswer(ctx, "flood:0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutAnswer(ctx, alice, "flood:again", []byte(`{"result":{}}`)); err != nil {
+			t.Fatalf("answer after one was taken: %v", err)
+		}
+		var n int
+		if err := s.DB.NewRaw("SELECT count(*) FROM mcp_session_answers").Scan(ctx, &n); err != nil || n != MaxAnswersPerUser+1 {
+			t.Fatalf("%d answers stored (%v), want %d", n, err, MaxAnswersPerUser+1)
+		}
+	})
+}
+
+// TestEventsAndAnswersSealed: with a sealer, what a stream recorded (a
+// tool result may hold a credential shown once) and what a client
+// answered are not kept in the clear, come back intact, and do not open
+// when moved to another session's row.
+func TestEventsAndAnswersSealed(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		alice, _ := users(t, s)
+		ring, err := envelope.Open(ctx, s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := NewSealed(s, ring)
+		h1, h2 := mcp.SessionHash("s1"), mcp.SessionHash("s2")
+		first, err := st.AppendEvent(ctx, h1, alice, "r", json.RawMessage(`{"n":0}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret := `{"result":{"content":[{"type":"text","text":"api key sk-live-4242"}]}}`
+		if _, err := st.AppendEvent(ctx, h1, alice, "r", json.RawMessage(secret)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutAnswer(ctx, alice, h1+":enclave-x-1", []byte(`{"result":{"content":{"password":"hunter2"}}}`)); err != nil {
+			t.Fatal(err)
+		}
+		var raw []string
+		for _, q := range []string{"SELECT message FROM mcp_session_events", "SELECT answer FROM mcp_session_answers"} {
+			var vs []string
+			if err := s.DB.NewRaw(q).Scan(ctx, &vs); err != nil {
+				t.Fatal(err)
+			}
+			raw = append(raw, vs...)
+		}
+		for _, v := range raw {
+			if strings.Contains(v, "sk-live-4242") || strings.Contains(v, "hunter2") || strings.Contains(v, `"n"`) {
+				t.Fatalf("stored in the clear: %s", v)
+			}
+		}
+		var got []string
+		if _, err := st.ReplayEvents(ctx, h1, first, func(_ string, m json.RawMessage) error {
+			got = append(got, string(m))
+			return nil
+		}); err != nil || !slices.Equal(got, []string{secret}) {
+			t.Fatalf("replay = %v, %v", got, err)
+		}
+		if a, err := st.TakeAnswer(ctx, h1+":enclave-x-1"); err != nil || !strings.Contains(string(a), "hunter2") {
+			t.Fatalf("answer = %s, %v", a, err)
+		}
+		// A sealed event moved to another session does not open there.
+		if _, err := s.DB.NewRaw("UPDATE mcp_session_events SET session_hash = ?", h2).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.ReplayEvents(ctx, h2, first, func(string, json.RawMessage) error { return nil }); err == nil {
+			t.Fatal("an event moved to another session's rows was replayed there")
+		}
+	})
+}
+
+// TestEventIDsCarryNoCounter: the event ids one session sees say nothing
+// about how many events other sessions recorded in between.
+func TestEventIDsCarryNoCounter(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		alice, bob := users(t, s)
+		st := New(s)
+		ha, hb := mcp.SessionHash("a"), mcp.SessionHash("b")
+		first, err := st.AppendEvent(ctx, ha, alice, "L:x", json.RawMessage(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 40 {
+			if _, err := st.AppendEvent(ctx, hb, bob, "L:y", json.RawMessage(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		second, err := st.AppendEvent(ctx, ha, alice, "L:x", json.RawMessage(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		common := 0
+		for common < min(len(first), len(second)) && first[common] == second[common] {
+			common++
+		}
+		if common >= 8 || len(first) < 16 {
+			t.Fatalf("event ids %q and %q share structure (a counter?)", first, second)
+		}
+		var got []string
+		if _, err := st.ReplayEvents(ctx, ha, first, func(id string, _ json.RawMessage) error {
+			got = append(got, id)
+			return nil
+		}); err != nil || !slices.Equal(got, []string{second}) {
+			t.Fatalf("replay after %q = %v, %v", first, got, err)
 		}
 	})
 }

@@ -1,0 +1,246 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/workspaces"
+)
+
+// The workspace pages: each parses the form, calls the workspace
+// capabilities through Registry.Invoke as the signed-in person, and
+// renders. They exist when the registry holds the workspace capabilities
+// (enclave.Config.Workspaces).
+
+func (h *Handler) workspaceRoutes(handle func(string, http.HandlerFunc)) {
+	if h.opts.Registry == nil || !h.opts.Registry.Has("workspaceList") {
+		return
+	}
+	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
+	handle("GET /workspaces", user(h.workspacesPage))
+	handle("POST /workspaces", user(h.workspaceCreate))
+	handle("GET "+workspaces.InvitationPath, user(h.workspaceJoinForm))
+	handle("POST "+workspaces.InvitationPath, user(h.workspaceJoin))
+	handle("GET /workspaces/{id}", user(h.workspacePage))
+	handle("POST /workspaces/{id}/invite", user(h.workspaceInvite))
+	handle("POST /workspaces/{id}/members/{uid}/role", user(h.workspaceRole))
+	handle("POST /workspaces/{id}/members/{uid}/remove", user(h.workspaceRemove))
+	handle("POST /workspaces/{id}/leave", user(h.workspaceLeave))
+	handle("POST /workspaces/{id}/delete", user(h.workspaceDelete))
+	handle("POST /workspaces/{id}/keys", user(h.workspaceKeyCreate))
+	handle("POST /workspaces/{id}/keys/{kid}/revoke", user(h.workspaceKeyRevoke))
+}
+
+// wsView is what the workspace page shows.
+type wsView struct {
+	Details     workspaces.Details
+	Members     []workspaces.Member
+	Invitations []workspaces.Invitation
+	Keys        []workspaces.APIKey
+	NewKey      string
+	Notice      string
+	Error       string
+	Self        string // the viewer's stable id
+}
+
+func (v wsView) admin() bool {
+	return v.Details.Role == workspaces.RoleAdmin || v.Details.Role == workspaces.RoleOwner
+}
+func (v wsView) owner() bool { return v.Details.Role == workspaces.RoleOwner }
+
+func (h *Handler) workspacesPage(w http.ResponseWriter, r *http.Request) {
+	h.renderWorkspaces(w, r, http.StatusOK, "")
+}
+
+func (h *Handler) renderWorkspaces(w http.ResponseWriter, r *http.Request, status int, errMsg string) {
+	var out workspaces.ListOutput
+	if err := h.invoke(r, "workspaceList", struct{}{}, &out); err != nil {
+		h.invokeFailed(w, r, "list workspaces", err)
+		return
+	}
+	h.render(w, r, status, workspacesListPage(h.page(r, "Workspaces"), out.Workspaces, errMsg))
+}
+
+func (h *Handler) workspaceCreate(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	var ws workspaces.Workspace
+	err := h.invoke(r, "workspaceCreate", map[string]any{"name": r.PostFormValue("name")}, &ws)
+	if msg, ok := inputError(err); ok {
+		h.renderWorkspaces(w, r, http.StatusUnprocessableEntity, msg)
+		return
+	}
+	if err != nil {
+		h.invokeFailed(w, r, "create workspace", err)
+		return
+	}
+	h.redirect(w, r, "/workspaces/"+ws.ID)
+}
+
+// inputError returns the message of a refusal the person can fix on the
+// same form (invalid input, a conflict such as the last-owner rule).
+func inputError(err error) (string, bool) {
+	var ce *capabilities.Error
+	if errors.As(err, &ce) && (ce.Code == capabilities.CodeInvalidInput || ce.Code == capabilities.CodeConflict || ce.Code == capabilities.CodeUnsupported) {
+		return ce.Message, true
+	}
+	return "", false
+}
+
+func (h *Handler) workspacePage(w http.ResponseWriter, r *http.Request) {
+	h.renderWorkspace(w, r, http.StatusOK, wsView{})
+}
+
+func (h *Handler) renderWorkspace(w http.ResponseWriter, r *http.Request, status int, v wsView) {
+	id := r.PathValue("id")
+	if err := h.invoke(r, "workspaceGet", map[string]any{"workspaceId": id}, &v.Details); err != nil {
+		h.invokeFailed(w, r, "get workspace", err)
+		return
+	}
+	var m workspaces.MembersOutput
+	if err := h.invoke(r, "workspaceMemberList", map[string]any{"workspaceId": id}, &m); err != nil {
+		h.invokeFailed(w, r, "list members", err)
+		return
+	}
+	v.Members, v.Invitations = m.Members, m.Invitations
+	if v.owner() {
+		var k workspaces.KeysOutput
+		if err := h.invoke(r, "workspaceKeyList", map[string]any{"workspaceId": id}, &k); err != nil {
+			h.invokeFailed(w, r, "list keys", err)
+			return
+		}
+		v.Keys = k.Keys
+	}
+	if p := PrincipalFrom(r.Context()); p != nil {
+		v.Self = p.Session.User.StableID
+	}
+	h.render(w, r, status, workspacePage(h.page(r, v.Details.Name), v))
+}
+
+// act runs one workspace capability from a form and re-renders the
+// workspace page with its outcome.
+func (h *Handler) act(w http.ResponseWriter, r *http.Request, name string, args map[string]any, notice string) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	args["workspaceId"] = r.PathValue("id")
+	err := h.invoke(r, name, args, nil)
+	if msg, ok := inputError(err); ok {
+		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
+		return
+	}
+	if err != nil {
+		h.invokeFailed(w, r, name, err)
+		return
+	}
+	h.renderWorkspace(w, r, http.StatusOK, wsView{Notice: notice})
+}
+
+func (h *Handler) workspaceInvite(w http.ResponseWriter, r *http.Request) {
+	h.act(w, r, "workspaceMemberInvite", map[string]any{"email": r.FormValue("email"), "role": r.FormValue("role")}, "Invitation sent.")
+}
+
+func (h *Handler) workspaceRole(w http.ResponseWriter, r *http.Request) {
+	h.act(w, r, "workspaceMemberRoleSet", map[string]any{"userId": r.PathValue("uid"), "role": r.FormValue("role")}, "Role changed.")
+}
+
+func (h *Handler) workspaceRemove(w http.ResponseWriter, r *http.Request) {
+	h.act(w, r, "workspaceMemberRemove", map[string]any{"userId": r.PathValue("uid")}, "Member removed.")
+}
+
+func (h *Handler) workspaceLeave(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	err := h.invoke(r, "workspaceLeave", map[string]any{"workspaceId": r.PathValue("id")}, nil)
+	if msg, ok := inputError(err); ok {
+		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
+		return
+	}
+	if err != nil {
+		h.invokeFailed(w, r, "leave workspace", err)
+		return
+	}
+	h.redirect(w, r, "/workspaces")
+}
+
+// workspaceDelete is two-step: without a token it shows the confirmation
+// (the token rides in a hidden field); with one it deletes.
+func (h *Handler) workspaceDelete(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	id := r.PathValue("id")
+	token := strings.TrimSpace(r.PostFormValue("confirmationToken"))
+	var out workspaces.DeleteOutput
+	err := h.invoke(r, "workspaceDelete", map[string]any{"workspaceId": id, "confirmationToken": token}, &out)
+	if msg, ok := inputError(err); ok {
+		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
+		return
+	}
+	if err != nil {
+		h.invokeFailed(w, r, "delete workspace", err)
+		return
+	}
+	if !out.Deleted {
+		h.render(w, r, http.StatusOK, workspaceDeleteConfirmPage(h.page(r, "Delete workspace"), id, out))
+		return
+	}
+	h.redirect(w, r, "/workspaces")
+}
+
+func (h *Handler) workspaceKeyCreate(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	var k workspaces.NewKey
+	err := h.invoke(r, "workspaceKeyCreate", map[string]any{"workspaceId": r.PathValue("id"), "name": r.PostFormValue("name"), "maxRole": r.PostFormValue("maxRole")}, &k)
+	if msg, ok := inputError(err); ok {
+		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
+		return
+	}
+	if err != nil {
+		h.invokeFailed(w, r, "create key", err)
+		return
+	}
+	// The key is shown on this answer only (only its hash is kept).
+	h.renderWorkspace(w, r, http.StatusOK, wsView{NewKey: k.Key})
+}
+
+func (h *Handler) workspaceKeyRevoke(w http.ResponseWriter, r *http.Request) {
+	kid, err := strconv.ParseInt(r.PathValue("kid"), 10, 64)
+	if err != nil {
+		h.renderError(w, r, http.StatusNotFound, "No such key.")
+		return
+	}
+	h.act(w, r, "workspaceKeyRevoke", map[string]any{"keyId": kid}, "Key revoked.")
+}
+
+func (h *Handler) workspaceJoinForm(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusOK, workspaceJoinPage(h.page(r, "Join a workspace"), r.URL.Query().Get("token"), ""))
+}
+
+func (h *Handler) workspaceJoin(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	token := r.PostFormValue("token")
+	var ws workspaces.Workspace
+	err := h.invoke(r, "workspaceInvitationAccept", map[string]any{"token": token}, &ws)
+	var ce *capabilities.Error
+	if errors.As(err, &ce) && ce.Code == capabilities.CodeNotFound {
+		h.render(w, r, http.StatusNotFound, workspaceJoinPage(h.page(r, "Join a workspace"), "", ce.Message))
+		return
+	}
+	if err != nil {
+		h.invokeFailed(w, r, "accept invitation", err)
+		return
+	}
+	h.redirect(w, r, "/workspaces/"+ws.ID)
+}
+
+func itoa64(n int64) string { return strconv.FormatInt(n, 10) }

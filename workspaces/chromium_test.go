@@ -1,0 +1,95 @@
+package workspaces_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/enclave-mcp/enclave/enclavetest"
+)
+
+// TestChromiumWorkspacePages: a person signs in in a real Chromium,
+// creates a workspace, creates an API key (shown once) and deletes the
+// workspace in two steps, through the pages' forms under their CSP.
+func TestChromiumWorkspacePages(t *testing.T) {
+	if os.Getenv("ENCLAVE_TEST_CHROMIUM") != "1" {
+		t.Skip("set ENCLAVE_TEST_CHROMIUM=1 to run the headless Chromium test")
+	}
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed: %v", err)
+	}
+	s := enclavetest.Start(t, workspaceServer())
+	u := s.CreateUser(t, "pat")
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	browserCtx, cancelCtx := chromedp.NewContext(actx)
+	t.Cleanup(cancelCtx)
+	if err := chromedp.Do(browserCtx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(browserCtx, 2*time.Minute)
+	t.Cleanup(cancel)
+	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			sctx, c := context.WithTimeout(browserCtx, 10*time.Second)
+			defer c()
+			if shot, serr := chromedp.Run(sctx, chromedp.FullScreenshot(100)); serr == nil {
+				path := filepath.Join(os.TempDir(), "enclave-chromium-workspaces-"+strings.ReplaceAll(name, " ", "-")+".png")
+				if os.WriteFile(path, shot, 0o644) == nil {
+					t.Logf("screenshot: %s", path)
+				}
+			}
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	submit := func(action string) chromedp.Action[chromedp.Void] {
+		return chromedp.Click(chromedp.CSS(`form[action$="` + action + `"] button[type="submit"]`))
+	}
+	step("sign in",
+		chromedp.Navigate(s.URL+"/login"),
+		chromedp.SendKeys(chromedp.ID("email"), u.Email),
+		chromedp.SendKeys(chromedp.ID("password"), u.Password),
+		chromedp.Click(chromedp.CSS(`form[action="/login"] button[type="submit"]`)),
+		chromedp.WaitNotPresent(chromedp.ID("password")),
+	)
+	step("create a workspace",
+		chromedp.Navigate(s.URL+"/workspaces"),
+		chromedp.SendKeys(chromedp.ID("name"), "Browser fest"),
+		submit("/workspaces"),
+		chromedp.WaitVisible(chromedp.ID("role")),
+	)
+	role, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("role")))
+	if err != nil || role != "owner" {
+		t.Fatalf("role %q, %v", role, err)
+	}
+	step("create an API key",
+		chromedp.SendKeys(chromedp.ID("key-name"), "agent"),
+		submit("/keys"),
+		chromedp.WaitVisible(chromedp.ID("workspace-key")),
+	)
+	key, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("workspace-key")))
+	if err != nil || !strings.HasPrefix(key, "ewk_") {
+		t.Fatalf("key %q, %v", key, err)
+	}
+	step("delete, step one", submit("/delete"), chromedp.WaitVisible(chromedp.ID("confirm-delete")))
+	step("delete, step two", chromedp.Click(chromedp.ID("confirm-delete")), chromedp.WaitVisible(chromedp.ID("name")))
+	html, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("main")))
+	if err != nil || strings.Contains(html, "Browser fest") {
+		t.Fatalf("the deleted workspace is still listed (%v)", err)
+	}
+}
