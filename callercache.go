@@ -3,6 +3,8 @@ package enclave
 import (
 	"context"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,10 +22,33 @@ import (
 // be missing messages the cache is flushed and bypassed.
 func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 	c := callercache.New[mcp.TokenInfo](callercache.Options{TTL: s.cfg.CallerCacheTTL})
+	var notices *sqlNotices
+	if _, local := s.bus.(*cluster.Local); local {
+		// No bus reaches the other processes on this database (an operator
+		// command runs in one of its own): invalidations go through SQL.
+		// Written even when this process caches nothing, for those that do.
+		notices = newSQLNotices(s.store, s.bus, s.log)
+	}
 	if !c.Enabled() {
+		if notices != nil {
+			write := func(ctx context.Context, payload string) {
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = notices.Publish(wctx, callercache.Topic, []byte(payload))
+			}
+			s.accounts.OnCallerChange(func(ctx context.Context, userID int64) { write(ctx, userPayload(userID)) })
+			s.oauth.OnRevoke(func(ctx context.Context, userID int64, grantID string) {
+				write(ctx, revokePayload(userID, grantID))
+			})
+		}
 		return nil
 	}
-	if s.bus != nil {
+	switch {
+	case notices != nil:
+		notices.poll()
+		s.stopNotices = notices.Close
+		c.Attach(notices)
+	case s.bus != nil:
 		c.Attach(cacheBus{s.bus})
 	}
 	if s.metrics != nil {
@@ -58,6 +83,22 @@ func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 		}
 	})
 	return c
+}
+
+// userPayload and revokePayload are the invalidation payloads (see
+// callercache.Topic) of an OnCallerChange and an OnRevoke call.
+func userPayload(userID int64) string {
+	if userID == 0 {
+		return "*"
+	}
+	return "u:" + strconv.FormatInt(userID, 10)
+}
+
+func revokePayload(userID int64, grantID string) string {
+	if grantID != "" {
+		return "g:" + grantID
+	}
+	return userPayload(userID)
 }
 
 // cachedToken returns a copy of a cached verification: the caller's

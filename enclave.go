@@ -294,7 +294,10 @@ type Server struct {
 	bus       cluster.Bus
 	ownBus    bool
 	unfollow  func() // stops following data-key rotations on the bus
-	outbound  *outbound.Gateway
+	// stopNotices stops reading other processes' caller-cache
+	// invalidations from SQL (set when no cluster bus links them).
+	stopNotices func()
+	outbound    *outbound.Gateway
 
 	// workspaces is nil unless Config.Workspaces is set.
 	workspaces *workspaces.Service
@@ -625,6 +628,9 @@ func (s *Server) Close() error {
 		}
 		if s.unfollow != nil {
 			s.unfollow()
+		}
+		if s.stopNotices != nil {
+			s.stopNotices()
 		}
 		if s.ownBus {
 			s.bus.Close()

@@ -71,5 +71,11 @@ func (s *Service) ClaimUnverified(ctx context.Context, userID int64, before time
 	if err != nil {
 		return false, fmt.Errorf("accounts: claim unverified account: %w", err)
 	}
+	if n == 1 {
+		// Marked deleting (committed): callers cached for it (with
+		// oauth.Options.AllowUnverifiedEmail) go now, not when the
+		// deletion that follows gets to its own mark.
+		s.callerChanged(ctx, userID)
+	}
 	return n == 1, nil
 }

@@ -171,6 +171,9 @@ JOIN oauth_clients AS c ON c.id = t.client_id
 JOIN users AS u ON u.id = t.user_id
 WHERE t.signature = %[3]s AND t.kind = 'access'`
 
+// bearerQueryTimeout bounds the bearer check's query on PostgreSQL.
+const bearerQueryTimeout = 5 * time.Second
+
 // lookupAccess runs accessQuery for an access token's signature.
 func (s *Server) lookupAccess(ctx context.Context, sig string) (accessRow, error) {
 	var row accessRow
@@ -186,13 +189,26 @@ func (s *Server) lookupAccess(ctx context.Context, sig string) (accessRow, error
 	}
 	defer release()
 	s.stmtRuns.Add(1)
-	// Not cancellable: with a context that can end, database/sql and the
-	// SQLite driver each start a goroutine per query to watch it, and at
-	// GOMAXPROCS 1 under hundreds of concurrent calls those new goroutines
-	// jump the run queue (runnext) ahead of requests already waiting, which
-	// stretches the slowest calls to seconds. The query is a sub-millisecond
-	// point read; the wait for a turn above still ends with ctx.
-	rows, err := stmt.QueryContext(context.WithoutCancel(ctx), sig)
+	// On SQLite not cancellable: with a context that can end, database/sql
+	// and the SQLite driver each start a goroutine per query to watch it,
+	// and at GOMAXPROCS 1 under hundreds of concurrent calls those new
+	// goroutines jump the run queue (runnext) ahead of requests already
+	// waiting, which stretches the slowest calls to seconds. There the query
+	// is a sub-millisecond point read of a local file in WAL mode, which no
+	// writer blocks; the wait for a turn above still ends with ctx.
+	//
+	// On PostgreSQL the query crosses the network and can stall (a lock
+	// taken by a migration or an operator, a partition, a saturated
+	// server): it keeps the request's cancellation and a bound of its own,
+	// so a stalled check neither outlives its client nor holds its read
+	// turn (and every call queued behind it) indefinitely.
+	qctx := context.WithoutCancel(ctx)
+	if s.store.db.Dialect() == storage.Postgres {
+		var cancel context.CancelFunc
+		qctx, cancel = context.WithTimeout(ctx, bearerQueryTimeout)
+		defer cancel()
+	}
+	rows, err := stmt.QueryContext(qctx, sig)
 	if err != nil {
 		return row, err
 	}

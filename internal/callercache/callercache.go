@@ -254,7 +254,11 @@ func (c *Cache[V]) unindex(k key, e *entry[V]) {
 	}
 }
 
-// evict makes room: expired entries first, then any one. Under mu.
+// evict makes room: expired entries first, then any others until a
+// sixteenth of the bound is free. Under mu. It walks the whole map, so it
+// frees room for many stores at once: a full cache (a flood of distinct
+// valid tokens) does not walk it again on every miss while every reader
+// waits for the lock.
 func (c *Cache[V]) evict() {
 	now := c.now()
 	for k, e := range c.entries {
@@ -263,8 +267,9 @@ func (c *Cache[V]) evict() {
 			c.unindex(k, e)
 		}
 	}
+	target := c.max - max(1, c.max/16)
 	for k, e := range c.entries {
-		if len(c.entries) < c.max {
+		if len(c.entries) <= target {
 			return
 		}
 		delete(c.entries, k)
@@ -382,10 +387,38 @@ func (c *Cache[V]) invalidate(ctx context.Context, payload string) {
 		return
 	}
 	c.apply(payload) // this replica, synchronously
-	if r := c.bus.Load(); r != nil {
-		// The bus runs local subscribers too: applying twice is harmless.
-		// A failed publish leaves the other replicas to their own TTL; the
-		// bus reports its own broken connection as a gap.
-		_ = r.b.Publish(context.WithoutCancel(ctx), Topic, []byte(payload))
+	r := c.bus.Load()
+	if r == nil {
+		return
 	}
+	// The bus runs local subscribers too: applying twice is harmless. One
+	// attempt waits at most publishTimeout: the change committed and its
+	// caller is waiting for the answer. A failed publish is tried again in
+	// the background until it goes through or the TTL, which ends every
+	// entry it was meant to drop, has passed; until then the other replicas
+	// (whose own bus may look healthy) can serve what it ends.
+	if c.publish(ctx, r.b, payload) == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		deadline := time.Now().Add(c.ttl)
+		backoff := 50 * time.Millisecond
+		for time.Now().Add(backoff).Before(deadline) {
+			time.Sleep(backoff)
+			if c.publish(ctx, r.b, payload) == nil {
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}()
+}
+
+// publishTimeout bounds one attempt to publish an invalidation.
+var publishTimeout = 5 * time.Second
+
+func (c *Cache[V]) publish(ctx context.Context, b Bus, payload string) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	return b.Publish(pctx, Topic, []byte(payload))
 }

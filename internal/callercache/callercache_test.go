@@ -166,6 +166,27 @@ func TestBounded(t *testing.T) {
 	}
 }
 
+// A full cache of live entries makes room for many stores at once, not one
+// at a time (each eviction walks the whole map under the write lock).
+func TestEvictionMakesRoomInBatches(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	const bound = 1600
+	c := New[int](Options{TTL: time.Minute, MaxEntries: bound, Now: clk.now})
+	for i := range bound {
+		c.Put(c.Begin(), fmt.Sprint("tok", i), int64(i), "", time.Time{}, i)
+	}
+	if c.Len() != bound {
+		t.Fatalf("%d entries, want %d", c.Len(), bound)
+	}
+	c.Put(c.Begin(), "one more", 1, "", time.Time{}, 1)
+	if n := c.Len(); n > bound-bound/16+1 {
+		t.Fatalf("%d entries after the cache overflowed: room made for one store only", n)
+	}
+	if _, ok := c.Get("one more"); !ok {
+		t.Fatal("the new entry was not stored")
+	}
+}
+
 // fakeBus is an in-process bus shared by several caches ("replicas").
 type fakeBus struct {
 	hub     *fakeHub
@@ -289,5 +310,59 @@ func TestGapFlushesAndBypasses(t *testing.T) {
 	put(b, "tok", 1, "g", "v")
 	if _, ok := b.Get("tok"); !ok {
 		t.Fatal("not caching again once the bus is healthy")
+	}
+}
+
+// stuckBus is a bus whose transport hangs (publish waits for its context)
+// for the first stuck attempts, then delivers.
+type stuckBus struct {
+	*fakeBus
+	stuck    atomic.Int32
+	attempts atomic.Int32
+}
+
+func (b *stuckBus) Publish(ctx context.Context, topic string, payload []byte) error {
+	b.attempts.Add(1)
+	if b.stuck.Add(-1) >= 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return b.fakeBus.Publish(ctx, topic, payload)
+}
+
+// A hung transport does not hold the change's caller (the change has
+// committed; its answer waits), and the notice reaches the other replicas
+// once the transport works again.
+func TestPublishIsBoundedAndRetried(t *testing.T) {
+	defer func(d time.Duration) { publishTimeout = d }(publishTimeout)
+	publishTimeout = 100 * time.Millisecond
+	hub := &fakeHub{}
+	a, _ := newTest(time.Minute)
+	b, _ := newTest(time.Minute)
+	sb := &stuckBus{fakeBus: hub.bus()}
+	sb.stuck.Store(2)
+	a.Attach(sb)
+	b.Attach(hub.bus())
+	put(b, "tok", 1, "g", "v")
+
+	done := make(chan struct{})
+	go func() {
+		a.UserChanged(context.Background(), 1)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Fatal("UserChanged still waiting for a hung bus after 3 s")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := b.Get("tok"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica B still serves the user after %d publish attempts", sb.attempts.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
