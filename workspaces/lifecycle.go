@@ -233,7 +233,7 @@ func (s *Service) leaveAll(ctx context.Context, o storage.Owner) (int64, error) 
 						}
 					case errors.Is(err, sql.ErrNoRows):
 						drop = true
-						return deleteDirectory(ctx, tx, id)
+						return s.deleteDirectory(ctx, tx, id)
 					default:
 						return err
 					}

@@ -1,8 +1,17 @@
 package workspaces_test
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
@@ -217,4 +226,65 @@ func TestInvitationRecordsPruned(t *testing.T) {
 	if n := count(); n != 2 {
 		t.Fatalf("%d invitations after the first one's keep time", n)
 	}
+}
+
+// A deletion whose state removal fails after the directory commit is
+// finished by DropJob, queued in that commit; a live workspace is never
+// dropped by it.
+func TestWorkspaceDeletionRetriedByJob(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		e := newEnv(t, st, 0)
+		ann := e.user("ann")
+		ws, live := e.create(ann, "Doomed"), e.create(ann, "Live")
+		e.must(ann, "counterAdd", map[string]any{"workspaceId": ws, "counter": "c", "by": 1}, nil)
+		e.must(ann, "counterAdd", map[string]any{"workspaceId": live, "counter": "c", "by": 1}, nil)
+		var fail atomic.Bool
+		fail.Store(true)
+		e.svc.OnDelete(func(context.Context, string) error {
+			if fail.Load() {
+				return errors.New("blob store unavailable")
+			}
+			return nil
+		})
+		before := jobsOf(t, st, workspaces.DropJob)
+		var first workspaces.DeleteOutput
+		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws}, &first)
+		if err := e.call(ann, "workspaceDelete", map[string]any{"workspaceId": ws, "confirmationToken": first.ConfirmationToken}, nil); err == nil {
+			t.Fatal("the deletion hook failed but the delete reported success")
+		}
+		if got := jobsOf(t, st, workspaces.DropJob); got != before+1 {
+			t.Fatalf("drop jobs %d → %d", before, got)
+		}
+		revision := func(id string) (int64, error) {
+			var rev int64
+			err := e.svc.WorkspaceStore().View(ctx, id, func(ctx context.Context, tx bun.Tx) error {
+				return tx.NewSelect().Table("workspace_state").Column("revision").Where("workspace_id = ?", id).Scan(ctx, &rev)
+			})
+			return rev, err
+		}
+		if st.Dialect() == storage.Postgres {
+			if rev, err := revision(ws); err != nil || rev != 1 {
+				t.Fatalf("state before the job: %d %v", rev, err)
+			}
+		}
+		fail.Store(false)
+		if err := e.svc.DropDeleted(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+		if st.Dialect() == storage.Postgres {
+			if _, err := revision(ws); !errors.Is(err, sql.ErrNoRows) {
+				t.Fatalf("state after the job: %v", err)
+			}
+		} else if _, err := os.Stat(filepath.Join(e.dataDir, "workspaces", ws+".db")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("workspace file after the job: %v", err)
+		}
+		// Twice is harmless, and a live workspace is never dropped.
+		if err := errors.Join(e.svc.DropDeleted(ctx, ws), e.svc.DropDeleted(ctx, live)); err != nil {
+			t.Fatal(err)
+		}
+		if rev, err := revision(live); err != nil || rev != 1 {
+			t.Fatalf("live workspace after DropDeleted: %d %v", rev, err)
+		}
+	})
 }

@@ -240,6 +240,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.registerFiles(); err != nil {
 		return nil, err
 	}
+	if s.jobs != nil {
+		if err := s.jobs.Register(DropJob, s.dropJob); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -1016,10 +1021,59 @@ func (s *Service) Delete(ctx context.Context, c capabilities.Caller, id, token s
 			w.DeleteTokenHash != hashToken(strings.TrimSpace(token)) {
 			return errConfirmation
 		}
-		return deleteDirectory(ctx, tx, id)
+		return s.deleteDirectory(ctx, tx, id)
 	})
 	if err != nil {
 		return err
+	}
+	return s.dropState(ctx, id)
+}
+
+// DropJob is the job kind that removes a deleted workspace's state and
+// blobs. It is queued with the directory's deletion, so a failure or a
+// crash after that commit is retried; removing what is already gone is
+// fine.
+const DropJob = "workspace.drop"
+
+type dropPayload struct {
+	WorkspaceID string `json:"workspaceId"`
+}
+
+// deleteDirectory deletes a workspace's directory rows inside tx and
+// queues DropJob in the same transaction. The caller runs dropState after
+// the commit (the fast path); the job repeats it if that fails.
+func (s *Service) deleteDirectory(ctx context.Context, tx bun.IDB, id string) error {
+	if err := deleteDirectory(ctx, tx, id); err != nil {
+		return err
+	}
+	if s.jobs != nil {
+		if err := s.jobs.Enqueue(ctx, tx, DropJob, "", dropPayload{WorkspaceID: id}); err != nil {
+			return fmt.Errorf("workspaces: queue state removal: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Service) dropJob(ctx context.Context, job jobs.Job) error {
+	var p dropPayload
+	if err := job.Decode(&p); err != nil {
+		return err
+	}
+	return s.DropDeleted(ctx, p.WorkspaceID)
+}
+
+// DropDeleted removes the state and blobs of workspace id if its directory
+// entry is gone (what DropJob does); a live workspace is left alone.
+func (s *Service) DropDeleted(ctx context.Context, id string) error {
+	if validID(id) != nil {
+		return nil // nothing this service made
+	}
+	n, err := s.main.DB.NewSelect().Model((*workspaceRow)(nil)).Where("id = ?", id).Count(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil // the workspace exists: never drop a live one
 	}
 	return s.dropState(ctx, id)
 }
