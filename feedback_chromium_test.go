@@ -103,7 +103,9 @@ func TestChromiumFeedbackJourney(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`section.card select[name="status"]`), "resolved"),
 		chromedp.SendKeys(chromedp.CSS(`section.card input[name="note"]`), "fixed"),
 		chromedp.Click(chromedp.CSS(`section.card form button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.ID("content-warning")),
+		// The page after the update carries its notice (the triage page
+		// before it has the content warning too).
+		chromedp.WaitVisible(chromedp.CSS(`p.notice`)),
 	)
 	var status, note string
 	if err := s.Store().DB.NewSelect().Table("platform_feedback").Column("status", "admin_note").Scan(ctx, &status, &note); err != nil || status != "resolved" || note != "fixed" {
