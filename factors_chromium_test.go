@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +12,8 @@ import (
 
 	cdpwebauthn "github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
+
+	"github.com/enclave-mcp/enclave/internal/chromiumtest"
 	"github.com/pquerna/otp/totp"
 
 	"github.com/enclave-mcp/enclave"
@@ -54,13 +53,7 @@ func (c *totpClock) next(t *testing.T, secret string) string {
 // registered through a virtual authenticator, the person signs in on
 // /oauth/authorize with the passkey alone and allows another client.
 func TestChromiumOAuthSecondFactors(t *testing.T) {
-	if os.Getenv(chromiumEnv) != "1" {
-		t.Skipf("set %s=1 to run the headless Chromium test", chromiumEnv)
-	}
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("%s=1 but chromium is not installed: %v", chromiumEnv, err)
-	}
+	bin := chromiumtest.Bin(t)
 	for _, d := range storagetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) { oauthSecondFactors(t, d, bin) })
 	}
@@ -104,34 +97,12 @@ func oauthSecondFactors(t *testing.T, d storage.Dialect, bin string) {
 	app := newClientApp(t, "tcp4", "127.0.0.1:0", false)
 	loopback := "http://127.0.0.1:" + fmt.Sprint(app.port())
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	browserCtx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(cancelCtx)
-	if err := chromedp.Do(browserCtx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	bctx, cancelTimeout := context.WithTimeout(browserCtx, 2*time.Minute)
-	t.Cleanup(cancelTimeout)
+	browserCtx, bctx := chromiumtest.Start(t, bin, 2*time.Minute)
 	fail := func(name string, err error) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(browserCtx, 10*time.Second)
 		defer cancel()
-		if shot, serr := chromedp.Run(sctx, chromedp.FullScreenshot(100)); serr == nil {
-			dir := os.Getenv("ENCLAVE_TEST_ARTIFACTS")
-			if dir == "" {
-				dir = os.TempDir()
-			}
-			path := filepath.Join(dir, "enclave-chromium-oauth-2fa-"+string(d)+"-"+strings.ReplaceAll(name, " ", "-")+".png")
-			if os.WriteFile(path, shot, 0o644) == nil {
-				t.Logf("screenshot: %s", path)
-			}
-		}
+		chromiumtest.Screenshot(t, sctx, "oauth-2fa-"+string(d)+"-"+strings.ReplaceAll(name, " ", "-"))
 		if html, herr := chromedp.Run(sctx, chromedp.OuterHTML(chromedp.CSS("body"))); herr == nil {
 			t.Logf("page: %s", html)
 		}

@@ -1,14 +1,13 @@
 package enclave_test
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/enclave-mcp/enclave/internal/chromiumtest"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/enclavetest"
@@ -18,30 +17,12 @@ import (
 // leads to a preview of the exact text, Send stores it, their list shows
 // it; an admin resolves it on the triage page.
 func TestChromiumFeedbackJourney(t *testing.T) {
-	if os.Getenv(chromiumEnv) != "1" {
-		t.Skipf("set %s=1 to run the headless Chromium test", chromiumEnv)
-	}
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("%s=1 but chromium is not installed: %v", chromiumEnv, err)
-	}
+	bin := chromiumtest.Bin(t)
 	s := enclavetest.Start(t, enclavetest.Options{})
 	ann := s.CreateUser(t, "ann")
 	ada := s.CreateUser(t, "ada", capabilities.RoleAdmin)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	browserCtx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(cancelCtx)
-	if err := chromedp.Do(browserCtx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(browserCtx, 2*time.Minute)
-	t.Cleanup(cancel)
+	browserCtx, ctx := chromiumtest.Start(t, bin, 2*time.Minute)
 	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, actions...); err != nil {

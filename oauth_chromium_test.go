@@ -7,9 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,12 +16,11 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/enclave-mcp/enclave/internal/chromiumtest"
+
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
-
-// chromiumEnv turns on the headless-browser tests (as in package web).
-const chromiumEnv = "ENCLAVE_TEST_CHROMIUM"
 
 // clientApp plays the native app's redirect endpoint: /callback records
 // the authorization response and redirects within its own origin to /done
@@ -77,13 +73,7 @@ func (a *clientApp) port() int { return a.srv.Listener.Addr().(*net.TCPAddr).Por
 // form-action 'self'. The code is then exchanged with PKCE and the token
 // calls whoami over MCP.
 func TestChromiumConsentJourney(t *testing.T) {
-	if os.Getenv(chromiumEnv) != "1" {
-		t.Skipf("set %s=1 to run the headless Chromium test", chromiumEnv)
-	}
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("%s=1 but chromium is not installed: %v", chromiumEnv, err)
-	}
+	bin := chromiumtest.Bin(t)
 	for _, d := range storagetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) { consentJourney(t, d, bin) })
 	}
@@ -95,30 +85,12 @@ func consentJourney(t *testing.T, d storage.Dialect, bin string) {
 	app6 := newClientApp(t, "tcp6", "[::1]:0", false)
 	appTLS := newClientApp(t, "tcp4", "127.0.0.1:0", true)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
+	browserCtx, ctx := chromiumtest.Start(t, bin, 3*time.Minute,
 		// The https client lives at client.test on this machine, with a
 		// certificate of the test's own.
 		chromedp.Flag("host-resolver-rules", "MAP client.test 127.0.0.1"),
 		chromedp.Flag("ignore-certificate-errors", true),
-		chromedp.UserDataDir(t.TempDir()),
 	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	browserCtx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(cancelCtx)
-	if err := chromedp.Do(browserCtx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancelTimeout := context.WithTimeout(browserCtx, 3*time.Minute)
-	t.Cleanup(cancelTimeout)
 
 	// What the browser tried to load, and what it refused (CSP), for the
 	// private-use scheme and for failure messages.
@@ -149,16 +121,7 @@ func consentJourney(t *testing.T, d storage.Dialect, bin string) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(tab, 10*time.Second)
 		defer cancel()
-		if shot, serr := chromedp.Run(sctx, chromedp.FullScreenshot(100)); serr == nil {
-			dir := os.Getenv("ENCLAVE_TEST_ARTIFACTS")
-			if dir == "" {
-				dir = os.TempDir()
-			}
-			path := filepath.Join(dir, "enclave-chromium-consent-"+string(d)+"-"+strings.NewReplacer(" ", "-", "/", "-").Replace(name)+".png")
-			if os.WriteFile(path, shot, 0o644) == nil {
-				t.Logf("screenshot: %s", path)
-			}
-		}
+		chromiumtest.Screenshot(t, sctx, "consent-"+string(d)+"-"+strings.NewReplacer(" ", "-", "/", "-").Replace(name))
 		loc, _ := chromedp.Run(sctx, chromedp.Location())
 		mu.Lock()
 		t.Logf("browser at %s; CSP messages: %q", loc, refusals)

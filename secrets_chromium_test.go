@@ -3,14 +3,14 @@ package enclave_test
 import (
 	"context"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/enclave-mcp/enclave/internal/chromiumtest"
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
@@ -22,13 +22,7 @@ import (
 // expiry, narrows the hosts, sees a bad host refused with a message that
 // names it, and deletes the secret. The value is never on a page.
 func TestChromiumSecretsPolicy(t *testing.T) {
-	if os.Getenv(chromiumEnv) != "1" {
-		t.Skipf("set %s=1 to run the headless Chromium test", chromiumEnv)
-	}
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("%s=1 but chromium is not installed: %v", chromiumEnv, err)
-	}
+	bin := chromiumtest.Bin(t)
 	sc := storagetest.Config(t, storage.SQLite)
 	l := startLive(t, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL})
 	ctx := context.Background()
@@ -43,20 +37,7 @@ func TestChromiumSecretsPolicy(t *testing.T) {
 	cookie := rec.Result().Cookies()[0]
 	owner := storage.Owner{ID: u.ID, StableID: u.StableID}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	bctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	tctx, cancelTimeout := context.WithTimeout(bctx, 2*time.Minute)
-	t.Cleanup(cancelTimeout)
+	_, tctx := chromiumtest.Start(t, bin, 2*time.Minute)
 	if _, err := chromedp.Call(tctx, network.SetCookie, network.SetCookieParams{Name: cookie.Name, Value: cookie.Value, URL: l.base}); err != nil {
 		t.Fatal(err)
 	}

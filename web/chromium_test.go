@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,26 +12,19 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/enclave-mcp/enclave/internal/chromiumtest"
+
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
-
-// ChromiumEnv turns on the headless-browser test.
-const ChromiumEnv = "ENCLAVE_TEST_CHROMIUM"
 
 // A person goes through the pages in a real browser, without JavaScript of
 // ours (there is none): sign up, verify through the development mailbox,
 // sign in, change the password (an older session dies), disconnect an app,
 // delete the account. On failure a screenshot is saved and its path logged.
 func TestChromiumJourney(t *testing.T) {
-	if os.Getenv(ChromiumEnv) != "1" {
-		t.Skipf("set %s=1 to run the headless Chromium test", ChromiumEnv)
-	}
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("%s=1 but chromium is not installed: %v", ChromiumEnv, err)
-	}
+	bin := chromiumtest.Bin(t)
 
 	s := storagetest.Open(t, storage.SQLite)
 	srv := httptest.NewUnstartedServer(nil)
@@ -50,43 +40,13 @@ func TestChromiumJourney(t *testing.T) {
 	})
 	srv.Config.Handler = h
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	browserCtx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(cancelCtx)
-	// Start the browser on the long-lived context, so a step's deadline
-	// ends the step but not the browser (which then takes the screenshot).
-	if err := chromedp.Do(browserCtx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancelTimeout := context.WithTimeout(browserCtx, 2*time.Minute)
-	t.Cleanup(cancelTimeout)
+	browserCtx, ctx := chromiumtest.Start(t, bin, 2*time.Minute)
 
 	fail := func(name string, err error) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(browserCtx, 10*time.Second)
 		defer cancel()
-		if shot, serr := chromedp.Run(sctx, chromedp.FullScreenshot(100)); serr == nil {
-			dir := os.Getenv("ENCLAVE_TEST_ARTIFACTS")
-			if dir == "" {
-				dir = os.TempDir()
-			}
-			path := filepath.Join(dir, "enclave-chromium-"+strings.ReplaceAll(name, " ", "-")+".png")
-			if os.WriteFile(path, shot, 0o644) == nil {
-				t.Logf("screenshot: %s", path)
-			}
-		}
+		chromiumtest.Screenshot(t, sctx, strings.ReplaceAll(name, " ", "-"))
 		t.Fatalf("%s: %v", name, err)
 	}
 	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {

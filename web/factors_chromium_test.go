@@ -4,9 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +11,8 @@ import (
 
 	cdpwebauthn "github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
+
+	"github.com/enclave-mcp/enclave/internal/chromiumtest"
 	"github.com/pquerna/otp/totp"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -53,42 +52,13 @@ func (c *stepClock) next(t *testing.T, secret string) string {
 // ENCLAVE_TEST_CHROMIUM=1 and Chromium is missing.
 func chromiumBrowser(t *testing.T) (ctx context.Context, fail func(name string, err error)) {
 	t.Helper()
-	if os.Getenv(ChromiumEnv) != "1" {
-		t.Skipf("set %s=1 to run the headless Chromium test", ChromiumEnv)
-	}
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("%s=1 but chromium is not installed: %v", ChromiumEnv, err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	browserCtx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(cancelCtx)
-	if err := chromedp.Do(browserCtx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(browserCtx, 2*time.Minute)
-	t.Cleanup(cancel)
+	bin := chromiumtest.Bin(t)
+	browserCtx, ctx := chromiumtest.Start(t, bin, 2*time.Minute)
 	fail = func(name string, err error) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(browserCtx, 10*time.Second)
 		defer cancel()
-		if shot, serr := chromedp.Run(sctx, chromedp.FullScreenshot(100)); serr == nil {
-			dir := os.Getenv("ENCLAVE_TEST_ARTIFACTS")
-			if dir == "" {
-				dir = os.TempDir()
-			}
-			path := filepath.Join(dir, "enclave-chromium-"+strings.ReplaceAll(name, " ", "-")+".png")
-			if os.WriteFile(path, shot, 0o644) == nil {
-				t.Logf("screenshot: %s", path)
-			}
-		}
+		chromiumtest.Screenshot(t, sctx, strings.ReplaceAll(name, " ", "-"))
 		if html, herr := chromedp.Run(sctx, chromedp.OuterHTML(chromedp.CSS("main"))); herr == nil {
 			t.Logf("page: %s", html)
 		}

@@ -1,15 +1,13 @@
 package workspaces_test
 
 import (
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/enclave-mcp/enclave/internal/chromiumtest"
 
 	"github.com/enclave-mcp/enclave/enclavetest"
 )
@@ -18,42 +16,15 @@ import (
 // creates a workspace, creates an API key (shown once) and deletes the
 // workspace in two steps, through the pages' forms under their CSP.
 func TestChromiumWorkspacePages(t *testing.T) {
-	if os.Getenv("ENCLAVE_TEST_CHROMIUM") != "1" {
-		t.Skip("set ENCLAVE_TEST_CHROMIUM=1 to run the headless Chromium test")
-	}
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed: %v", err)
-	}
+	bin := chromiumtest.Bin(t)
 	s := enclavetest.Start(t, workspaceServer())
 	u := s.CreateUser(t, "pat")
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	browserCtx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(cancelCtx)
-	if err := chromedp.Do(browserCtx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(browserCtx, 2*time.Minute)
-	t.Cleanup(cancel)
+	browserCtx, ctx := chromiumtest.Start(t, bin, 2*time.Minute)
 	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, actions...); err != nil {
-			sctx, c := context.WithTimeout(browserCtx, 10*time.Second)
-			defer c()
-			if shot, serr := chromedp.Run(sctx, chromedp.FullScreenshot(100)); serr == nil {
-				path := filepath.Join(os.TempDir(), "enclave-chromium-workspaces-"+strings.ReplaceAll(name, " ", "-")+".png")
-				if os.WriteFile(path, shot, 0o644) == nil {
-					t.Logf("screenshot: %s", path)
-				}
-			}
+			chromiumtest.Screenshot(t, browserCtx, "workspaces-"+name)
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
