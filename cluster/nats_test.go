@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -19,8 +20,11 @@ import (
 func natsServer(t *testing.T, port int) (string, func()) {
 	t.Helper()
 	bin, err := exec.LookPath("nats-server")
+	if err != nil && os.Getenv("ENCLAVE_TEST_NATS") == "1" {
+		t.Fatalf("ENCLAVE_TEST_NATS=1 but nats-server is not installed: %v", err)
+	}
 	if err != nil {
-		t.Skip("nats-server not installed")
+		t.Skip("nats-server not installed (set ENCLAVE_TEST_NATS=1 to require it)")
 	}
 	if port == 0 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

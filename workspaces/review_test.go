@@ -144,11 +144,9 @@ func TestRemovedMembersKeysStayDead(t *testing.T) {
 
 // TestDeletedWorkspaceFileStaysGone: on SQLite, a late purge job or a
 // store call for a deleted workspace does not create its file again.
+// (SQLite only: per-workspace files are SQLite's.)
 func TestDeletedWorkspaceFileStaysGone(t *testing.T) {
-	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
-		if st.Dialect() != storage.SQLite {
-			t.Skip("per-workspace files are SQLite's")
-		}
+	func(t *testing.T, st *storage.Store) {
 		e := newEnv(t, st, 0)
 		ann := e.user("ann")
 		ws := e.create(ann, "Files")
@@ -172,7 +170,7 @@ func TestDeletedWorkspaceFileStaysGone(t *testing.T) {
 		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("a deleted workspace's file came back: %v", err)
 		}
-	})
+	}(t, storagetest.Open(t, storage.SQLite))
 }
 
 // TestMainTablesAreNotWorkspaceState: on PostgreSQL the workspace state
