@@ -81,8 +81,12 @@ func (p *Proxy) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Body.Close()
 	}
 	var lastErr error
-	for range len(p.backends) {
-		i := int(p.next.Add(1) % uint64(len(p.backends)))
+	// Try each backend once, from the next in turn: taking a fresh turn
+	// per attempt could land on the same dead backend again while other
+	// requests move the counter.
+	start := p.next.Add(1)
+	for k := range uint64(len(p.backends)) {
+		i := int((start + k) % uint64(len(p.backends)))
 		out := r.Clone(r.Context())
 		out.URL.Host = p.backends[i].Host
 		out.Body = io.NopCloser(bytes.NewReader(body))

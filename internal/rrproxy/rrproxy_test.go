@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/enclave-mcp/enclave/internal/rrproxy"
@@ -54,5 +56,46 @@ func TestRoundRobinSkipsDeadBackendAndKeepsForwardedFor(t *testing.T) {
 	}
 	if h := p.Hits(); h[1] != 0 || h[0]+h[2] != 4 {
 		t.Fatalf("hits %v", h)
+	}
+}
+
+// Under concurrent requests every request still reaches a live backend:
+// each one tries the backends in turn from its own start, so the counter
+// moving under it cannot send it to the dead one twice.
+func TestConcurrentRequestsNeverFailOnADeadBackend(t *testing.T) {
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer live.Close()
+	var dead []string
+	for range 3 {
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		dead = append(dead, "http://"+ln.Addr().String())
+		ln.Close()
+	}
+	p, err := rrproxy.New(append(dead, live.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	defer front.Close()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for range 50 {
+				resp, err := http.Post(front.URL, "text/plain", strings.NewReader("x"))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d of 800 requests failed with one live backend", n)
 	}
 }
