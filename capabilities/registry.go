@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -137,6 +139,7 @@ type Registry struct {
 	templates []*Resource
 	prompts   map[string]*Prompt
 	version   uint64
+	flagged   bool // a registered capability requires a feature flag
 }
 
 // NewRegistry returns a registry with the built-in capabilities registered.
@@ -187,6 +190,7 @@ func (r *Registry) register(names *regexp.Regexp, caps ...Capability) error {
 	}
 	for _, c := range staged {
 		r.caps[c.Name] = c
+		r.flagged = r.flagged || c.Requires.Feature != ""
 	}
 	r.sorted = slices.SortedFunc(maps.Values(r.caps), func(a, b *Capability) int { return cmp.Compare(a.Name, b.Name) })
 	r.version++
@@ -255,6 +259,48 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 		}
 	}
 	return out
+}
+
+// VisibilityKey returns a key that is the same for two calls only if
+// VisibleNames would answer them the same: the registry's version and
+// every field of caller that the state and requirement checks read. ok is
+// false when a registered capability depends on a feature flag, whose
+// answers can change at any time; there is then no such key. A transport
+// uses it to skip working out a caller's visible set again when nothing
+// it depends on changed.
+func (r *Registry) VisibilityKey(caller Caller) (key string, ok bool) {
+	r.mu.RLock()
+	version, flagged := r.version, r.flagged
+	r.mu.RUnlock()
+	if flagged {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(64)
+	put := func(v string) { // length-prefixed: no two lists write the same bytes
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+	}
+	put(strconv.FormatUint(version, 36))
+	put(caller.UserID)
+	put(strconv.Itoa(int(caller.State)))
+	put(strconv.FormatBool(caller.Interactive))
+	put(strconv.FormatBool(caller.Session))
+	put(strconv.FormatBool(caller.Only != nil))
+	put(strconv.Itoa(len(caller.Roles)))
+	for _, v := range caller.Roles {
+		put(v)
+	}
+	put(strconv.Itoa(len(caller.Permissions)))
+	for _, v := range caller.Permissions {
+		put(string(v))
+	}
+	put(strconv.Itoa(len(caller.Only)))
+	for _, v := range caller.Only {
+		put(v)
+	}
+	return b.String(), true
 }
 
 // IsVisible reports whether Visible would include the named capability.

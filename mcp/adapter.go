@@ -308,6 +308,13 @@ func (c *client) notify(ctx context.Context, method string, params map[string]an
 	if c.task != nil && c.task.isTask.Load() {
 		return nil // the request it belonged to has been answered
 	}
+	if c.st.direct {
+		// Written to the request's stream here and now: nothing to settle.
+		if err := c.st.out.send(notification(method, params)); err != nil {
+			return fmt.Errorf("mcp: notify %s: %w", method, err)
+		}
+		return nil
+	}
 	if err := c.s.mcp.SendNotificationToClient(ctx, method, params); err != nil {
 		return fmt.Errorf("mcp: notify %s: %w", method, err)
 	}

@@ -359,12 +359,18 @@ func (c *client) askAgain(qs []capabilities.Question) ([]capabilities.Answer, er
 // event stream, and waits for the answer a POST of the same session
 // brings.
 func (c *client) askStream(ctx context.Context, q mcpgo.InputRequest) (json.RawMessage, error) {
-	sess, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithStreamableHTTPConfig)
-	if !ok || c.st.sessionID == "" || c.st.out == nil || !c.st.out.streams() {
+	if c.st.sessionID == "" || c.st.out == nil || !c.st.out.streams() {
 		return nil, capabilities.ErrUnsupported
 	}
-	// The final response must follow on the same event stream.
-	sess.UpgradeToSSEWhenReceiveNotification()
+	if !c.st.direct {
+		sess, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithStreamableHTTPConfig)
+		if !ok {
+			return nil, capabilities.ErrUnsupported
+		}
+		// The final response must follow on the same event stream (the
+		// direct path sends it there once the stream is open).
+		sess.UpgradeToSSEWhenReceiveNotification()
+	}
 	id, answer, done := c.s.pending.add(c.st.sessionID)
 	defer done()
 	msg := map[string]any{"jsonrpc": "2.0", "id": id, "method": q.Method}

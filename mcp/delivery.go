@@ -39,6 +39,11 @@ type deliveryWriter struct {
 	// replaceStatus is the HTTP status of a replacement error on a plain
 	// JSON response (400 unless replaceErrorStatus says otherwise).
 	replaceStatus int
+
+	// record, when set, records an event of the stream for resumption and
+	// returns its id ("" when it could not be recorded): set by the direct
+	// path for sessions whose streams are resumable.
+	record func(data []byte) string
 }
 
 var notificationMark = []byte(`"method":"notifications/`)
@@ -150,6 +155,11 @@ func (d *deliveryWriter) send(msg any) error {
 	if err != nil {
 		return fmt.Errorf("mcp: encode message: %w", err)
 	}
+	return d.sendRaw(b)
+}
+
+// sendRaw is send for a message already encoded.
+func (d *deliveryWriter) sendRaw(b []byte) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.started {
@@ -161,13 +171,42 @@ func (d *deliveryWriter) send(msg any) error {
 	} else if !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
 		return errNotStreaming
 	}
-	if _, err := fmt.Fprintf(d.w, "event: message\ndata: %s\n\n", b); err != nil {
+	var id string
+	if d.record != nil {
+		id = d.record(b)
+	}
+	var err error
+	if id != "" && !strings.ContainsAny(id, "\r\n") {
+		_, err = fmt.Fprintf(d.w, "id: %s\nevent: message\ndata: %s\n\n", id, b)
+	} else {
+		_, err = fmt.Fprintf(d.w, "event: message\ndata: %s\n\n", b)
+	}
+	if err != nil {
 		return fmt.Errorf("mcp: write event: %w", err)
 	}
 	if f, ok := d.w.(http.Flusher); ok {
 		f.Flush()
 	}
 	return nil
+}
+
+// streaming reports whether the response has become an event stream.
+func (d *deliveryWriter) streaming() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.started && strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream")
+}
+
+// replacementFor returns the response to send in place of body: the
+// replacement set for this request (see replaceError), or body itself.
+func (d *deliveryWriter) replacementFor(body []byte) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.replacement != nil && !d.replaced && (d.replaceAny || bytes.Contains(body, []byte(`"error"`))) {
+		d.replaced = true
+		return d.replacement
+	}
+	return body
 }
 
 // settle waits until the request's sent notifications are written, or ctx

@@ -392,6 +392,8 @@ type reqState struct {
 	evicted   []string
 	out       *deliveryWriter
 	sent      atomic.Int64 // notifications sent to this request's stream
+	internal  string       // the per-request id standing for sessionID (see sessionStore.begin)
+	direct    bool         // served by the direct path (direct.go), not by mcp-go
 }
 
 type stateKey struct{}
@@ -402,16 +404,22 @@ func stateFrom(ctx context.Context) *reqState {
 }
 
 // envelope is the part of a JSON-RPC message the transport looks at.
+// It is decoded once, and for a session's tools/call it is all the
+// direct path needs (direct.go).
 type envelope struct {
-	Method string          `json:"method"`
-	ID     json.RawMessage `json:"id"`
-	Result json.RawMessage `json:"result"`
-	Error  json.RawMessage `json:"error"`
-	Params struct {
+	JSONRPC string          `json:"jsonrpc"`
+	Method  string          `json:"method"`
+	ID      json.RawMessage `json:"id"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+	Params  struct {
 		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"` // tools/call
+		Task      json.RawMessage `json:"task"`      // tools/call
 		Meta      *mcpgo.Meta     `json:"_meta"`
 		RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
 	} `json:"params"`
+	decoded bool // the body is a JSON object that decoded without error
 }
 
 func (e envelope) isResponse() bool {
@@ -492,14 +500,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	direct := s.directToolCall(r, st, &msg)
 	if st.sessionID != "" {
 		if r.Method == http.MethodPost && msg.isResponse() {
 			s.routeResponse(w, r, st.sessionID, body)
 			return
 		}
 		var done func()
-		r, done = s.withinSession(r, st, msg)
+		r, done = s.withinSession(r, st, msg, direct)
 		defer done()
+	}
+	if direct {
+		s.serveToolCall(w, r, st, &msg)
+		s.syncRegistry() // a call may have changed the registry
+		return
 	}
 
 	if st.sessionID == "" && r.Method == http.MethodPost && strings.HasPrefix(msg.Method, "tasks/") && s.isModern(r, msg) {
@@ -562,7 +576,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 		writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
 		return nil, msg, false
 	}
-	_ = json.Unmarshal(body, &msg)
+	msg.decoded = json.Unmarshal(body, &msg) == nil
 	return body, msg, true
 }
 
@@ -627,7 +641,10 @@ func (s *Server) isModern(r *http.Request, msg envelope) bool {
 
 // withinSession prepares a GET stream or a POST request of a session for
 // mcp-go, and returns what to run when it is served.
-func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*http.Request, func()) {
+//
+// A request for the direct path (direct.go) never reaches mcp-go, which
+// then has nothing to release for it.
+func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, direct bool) (*http.Request, func()) {
 	sid := st.sessionID
 	var cleanup []func()
 	done := func() {
@@ -660,6 +677,7 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 		// reach another request, and the session's own channel is read only
 		// by the session's GET stream.
 		internal, end := s.sessions.begin(sid)
+		st.internal = internal
 		cleanup = append(cleanup, end)
 		r.Header.Set(sessionHeader, internal)
 		switch {
@@ -668,7 +686,7 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope) (*ht
 		case len(msg.ID) > 0:
 			cleanup = append(cleanup, s.sessions.track(sid, bytes.TrimSpace(msg.ID), withCancel()))
 		}
-		if msg.Method == string(mcpgo.MethodSetLogLevel) || s.events != nil {
+		if !direct && (msg.Method == string(mcpgo.MethodSetLogLevel) || s.events != nil) {
 			// mcp-go keeps the level under the per-request id; the transport
 			// has its own copy (afterSetLevel), so release mcp-go's. With
 			// resumable streams it also tracks the request's stream under
@@ -882,8 +900,16 @@ func (s *Server) visibleFingerprint(ctx context.Context, caller capabilities.Cal
 
 // notifyToolsChanged tells a session that listed tools before that its
 // user's visible set changed since.
+// The visible set is worked out again only when the session listed tools
+// and something it depends on may have changed since (the registry, the
+// caller's roles, permissions, state or confinement, or any feature flag
+// when flags are configured).
 func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
-	if s.sessions.swapToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller)) {
+	key, keyOK := s.reg.VisibilityKey(st.caller)
+	if !s.sessions.toolsCheckDue(st.sessionID, key, keyOK) {
+		return
+	}
+	if s.sessions.swapToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller), key) {
 		_ = s.mcp.SendNotificationToSpecificClient(st.sessionID, string(mcpgo.MethodNotificationToolsListChanged), nil)
 		s.toolsChangedElsewhere(ctx, st.sessionID) // the session's stream may be on another replica
 	}
@@ -930,7 +956,8 @@ func (s *Server) beforeCallTool(ctx context.Context, _ any, req *mcpgo.CallToolR
 
 func (s *Server) afterListTools(ctx context.Context, _ any, _ *mcpgo.ListToolsRequest, _ *mcpgo.ListToolsResult) {
 	if st := stateFrom(ctx); st != nil && st.sessionID != "" {
-		s.sessions.setToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller))
+		key, _ := s.reg.VisibilityKey(st.caller)
+		s.sessions.setToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller), key)
 	}
 }
 

@@ -26,6 +26,7 @@ type session struct {
 	lastSeen time.Time
 	busy     int    // requests and GET streams in progress
 	toolsFP  string // fingerprint of the tool names the client last listed
+	toolsKey string // the caller's Registry.VisibilityKey when toolsFP was last worked out
 	logLevel string // level set with logging/setLevel; "" sends everything
 	streams  map[int]func()
 	nextID   int
@@ -249,18 +250,30 @@ func (s *sessionStore) len() int {
 	return len(s.byID)
 }
 
-// setToolsFP records the fingerprint of the tools a session listed.
-func (s *sessionStore) setToolsFP(id, fp string) {
+// setToolsFP records the fingerprint of the tools a session listed, and
+// the visibility key it was worked out under ("" for none).
+func (s *sessionStore) setToolsFP(id, fp, key string) {
 	s.mu.Lock()
 	se, ok := s.byID[id]
 	changed := ok && se.toolsFP != fp
 	if ok {
-		se.toolsFP = fp
+		se.toolsFP, se.toolsKey = fp, key
 	}
 	s.mu.Unlock()
 	if changed {
 		s.changed(id)
 	}
+}
+
+// toolsCheckDue reports whether a request of session id should work out
+// its caller's visible tools again: the session listed tools, and the
+// caller's visibility key (keyOK false: there is none) is not the one the
+// listed set was last worked out under.
+func (s *sessionStore) toolsCheckDue(id, key string, keyOK bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.byID[id]
+	return ok && se.toolsFP != "" && (!keyOK || se.toolsKey != key)
 }
 
 func (s *sessionStore) changed(id string) {
@@ -269,12 +282,18 @@ func (s *sessionStore) changed(id string) {
 	}
 }
 
-// swapToolsFP replaces a listed fingerprint with fp and reports whether the
-// session had listed tools before and they differ.
-func (s *sessionStore) swapToolsFP(id, fp string) bool {
+// swapToolsFP replaces a listed fingerprint with fp, worked out under
+// the visibility key key, and reports whether the session had listed
+// tools before and they differ.
+func (s *sessionStore) swapToolsFP(id, fp, key string) bool {
 	s.mu.Lock()
 	se, ok := s.byID[id]
-	if !ok || se.toolsFP == "" || se.toolsFP == fp {
+	if !ok || se.toolsFP == "" {
+		s.mu.Unlock()
+		return false
+	}
+	se.toolsKey = key
+	if se.toolsFP == fp {
 		s.mu.Unlock()
 		return false
 	}

@@ -395,7 +395,8 @@ func (s *Server) notifyListChangedLocal(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if s.sessions.swapToolsFP(sid, s.visibleFingerprint(ctx, caller)) {
+		key, _ := s.reg.VisibilityKey(caller)
+		if s.sessions.swapToolsFP(sid, s.visibleFingerprint(ctx, caller), key) {
 			_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationToolsListChanged), nil)
 		}
 	}
