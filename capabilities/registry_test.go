@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -502,5 +503,77 @@ func TestAdmitMatchesInvokeWhileDeleting(t *testing.T) {
 		if codeOrEmpty(invokeErr) != codeOrEmpty(admitErr) {
 			t.Errorf("%s: Invoke %v, Admit %v", name, invokeErr, admitErr)
 		}
+	}
+}
+
+// TestVisibilityKey: two callers share a key only when VisibleNames
+// answers them the same for the same registry, and there is no key once a
+// capability depends on a feature flag.
+func TestVisibilityKey(t *testing.T) {
+	reg := capabilities.NewRegistry(capabilities.Options{Auditor: &capabilitiestest.Auditor{}})
+	s := &spy{}
+	if err := reg.Register(
+		s.echo("readAny", read, capabilities.Requirement{}),
+		s.echo("writeOwn", write, capabilities.Requirement{Permissions: []capabilities.Permission{capabilities.UpdateUserOwn}}),
+		s.echo("adminWrite", write, capabilities.Requirement{Role: capabilities.RoleAdmin}),
+		s.echo("interactive", write, capabilities.Requirement{InteractiveOnly: true}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	base := capabilitiestest.User("u")
+	variants := map[string]func(*capabilities.Caller){
+		"same":             func(*capabilities.Caller) {},
+		"role":             func(c *capabilities.Caller) { c.Roles = append(c.Roles, capabilities.RoleAdmin) },
+		"no roles":         func(c *capabilities.Caller) { c.Roles = nil },
+		"permission":       func(c *capabilities.Caller) { c.Permissions = nil },
+		"suspended":        func(c *capabilities.Caller) { c.State = capabilities.AccountSuspended },
+		"deleting":         func(c *capabilities.Caller) { c.State = capabilities.AccountDeleting },
+		"background":       func(c *capabilities.Caller) { c.Interactive = false },
+		"web session":      func(c *capabilities.Caller) { c.Session = true },
+		"confined":         func(c *capabilities.Caller) { c.Only = []string{"readAny"} },
+		"confined to none": func(c *capabilities.Caller) { c.Only = []string{} },
+		"other user":       func(c *capabilities.Caller) { c.UserID = "v" },
+		// two roles, and one role whose name reads like those two joined
+		"two roles":   func(c *capabilities.Caller) { c.Roles = append(c.Roles, "x") },
+		"joined role": func(c *capabilities.Caller) { c.Roles = []string{strings.Join(append(c.Roles, "x"), "\x00")} },
+	}
+	keyOf := func(c capabilities.Caller) string {
+		k, ok := reg.VisibilityKey(c)
+		if !ok {
+			t.Fatal("no key without flagged capabilities")
+		}
+		return k
+	}
+	baseKey := keyOf(base)
+	seenKeys := map[string]string{}
+	for label, change := range variants {
+		c := base
+		c.Roles = slices.Clone(base.Roles)
+		c.Permissions = slices.Clone(base.Permissions)
+		change(&c)
+		k := keyOf(c)
+		if (k == baseKey) != (label == "same") {
+			t.Errorf("%s: key equal to the base caller's = %v", label, k == baseKey)
+		}
+		if other, dup := seenKeys[k]; dup {
+			t.Errorf("%s and %s share a key", label, other)
+		}
+		seenKeys[k] = label
+	}
+
+	// Registering changes every key.
+	if err := reg.Register(s.echo("later", read, capabilities.Requirement{})); err != nil {
+		t.Fatal(err)
+	}
+	if keyOf(base) == baseKey {
+		t.Error("key unchanged after a registration")
+	}
+	// A capability behind a feature flag: the visible set can change at
+	// any time, so there is no key.
+	if err := reg.Register(s.echo("flagged", read, capabilities.Requirement{Feature: "alpha"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := reg.VisibilityKey(base); ok {
+		t.Error("a key although a capability depends on a feature flag")
 	}
 }

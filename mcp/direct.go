@@ -34,7 +34,7 @@ import (
 
 // directToolCall reports whether the request can take the direct path.
 func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bool {
-	if st.sessionID == "" || r.Method != http.MethodPost || !msg.decoded ||
+	if s.opts.noDirect || st.sessionID == "" || r.Method != http.MethodPost || !msg.decoded ||
 		msg.Method != string(mcpgo.MethodToolsCall) || msg.JSONRPC != mcpgo.JSONRPC_VERSION ||
 		len(msg.Params.Task) > 0 || !plainID(msg.ID) || s.isModern(r, *msg) {
 		return false
