@@ -44,6 +44,10 @@ type deliveryWriter struct {
 	// returns its id ("" when it could not be recorded): set by the direct
 	// path for sessions whose streams are resumable.
 	record func(data []byte) string
+	// done is set once the request has been answered: a handler's
+	// goroutine that sends later gets errStreamDone, never a write to a
+	// response that is over.
+	done bool
 }
 
 var notificationMark = []byte(`"method":"notifications/`)
@@ -146,7 +150,17 @@ func (d *deliveryWriter) streams() bool {
 	return ok
 }
 
-var errNotStreaming = errors.New("mcp: the response is not an event stream")
+var (
+	errNotStreaming = errors.New("mcp: the response is not an event stream")
+	errStreamDone   = errors.New("mcp: the request has been answered")
+)
+
+// finish marks the request answered (see done).
+func (d *deliveryWriter) finish() {
+	d.mu.Lock()
+	d.done = true
+	d.mu.Unlock()
+}
 
 // send writes one JSON-RPC message as an event of the request's stream,
 // opening the stream if nothing was written yet.
@@ -162,6 +176,9 @@ func (d *deliveryWriter) send(msg any) error {
 func (d *deliveryWriter) sendRaw(b []byte) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.done {
+		return errStreamDone
+	}
 	if !d.started {
 		h := d.w.Header()
 		h.Set("Content-Type", "text/event-stream")

@@ -7,36 +7,42 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
 
-// The direct path: a session's tools/call (protocol 2025-11-25 and
-// earlier), the call agents make most, is answered here from the envelope
-// the transport already decoded, instead of being handed to mcp-go's
-// transport, which reads the body again, decodes it four more times (the
-// envelope, the protocol era, the message, the arguments into a map), makes
-// a session object and a forwarding goroutine per request, and encodes the
-// answer through reflection. Everything else about the request is the same
-// as on mcp-go's path: the session was bound to the caller, the request is
-// tracked for notifications/cancelled, tools/call goes through the same
-// screen (a hidden tool answers exactly like an unknown one) and the same
-// callTool. Its notifications (progress, log messages) and the questions
-// it asks the client are written to the response as they are sent,
-// turning it into an event stream, with event ids recorded when the
-// session's streams are resumable; the answer follows on the same stream.
+// The direct path: tools/call, the call agents make most, is answered
+// here from the envelope the transport already decoded, instead of being
+// handed to mcp-go's transport, which reads the body again, decodes it
+// four more times (the envelope, the protocol era, the message, the
+// arguments into a map), makes a session object and a forwarding
+// goroutine per request, and encodes the answer through reflection.
+// Everything else about the request is the same as on mcp-go's path: the
+// caller was authenticated and, for protocol 2025-11-25 and earlier, the
+// session bound to them and the request tracked for
+// notifications/cancelled; tools/call goes through the same screen (a
+// hidden tool answers exactly like an unknown one) and the same callTool.
+// Its notifications (progress, log messages) and the questions it asks a
+// session's client are written to the response as they are sent, turning
+// it into an event stream, with event ids recorded when the session's
+// streams are resumable; the answer follows on the same stream.
 //
-// Anything the direct path does not cover (another method, protocol
-// 2026-07-28, a task-augmented call, a body that is not a well-formed
-// JSON-RPC request) still goes to mcp-go, which answers its errors.
+// The direct path takes only requests mcp-go would accept as they are;
+// anything else (another method, a task-augmented call, a body that is
+// not a well-formed JSON-RPC request, arguments that are not an object, a
+// 2026-07-28 request whose version, headers or client capabilities do not
+// check out, a tool with x-mcp-header parameters) still goes to mcp-go,
+// which answers it, errors included, as before. TestDirectPathAnswersLikeMCPGo
+// holds the two paths to the same answers.
 
 // directToolCall reports whether the request can take the direct path.
 func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bool {
-	if s.opts.noDirect || st.sessionID == "" || r.Method != http.MethodPost || !msg.decoded ||
+	if s.opts.noDirect || r.Method != http.MethodPost || !msg.decoded ||
 		msg.Method != string(mcpgo.MethodToolsCall) || msg.JSONRPC != mcpgo.JSONRPC_VERSION ||
-		len(msg.Params.Task) > 0 || !plainID(msg.ID) || s.isModern(r, *msg) {
+		len(msg.Params.Task) > 0 || !plainID(msg.ID) {
 		return false
 	}
 	switch a := firstByte(msg.Params.Arguments); a {
@@ -48,7 +54,37 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
-	return strings.EqualFold(strings.TrimSpace(ct), "application/json")
+	if !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
+		return false
+	}
+	if st.sessionID != "" {
+		return true // a session's request (bindSession refuses modern ones a session)
+	}
+	return s.modernDirect(r, msg)
+}
+
+// modernDirect reports whether a protocol 2026-07-28 tools/call passes the
+// checks mcp-go makes before the handler: the version in the header and in
+// _meta agree and are served, no Last-Event-ID, client capabilities
+// declared, the standard headers match the body, and the tool has no
+// parameters mirrored in headers (x-mcp-header), which mcp-go checks.
+func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
+	meta := msg.Params.Meta
+	v := meta.ProtocolVersion()
+	if !mcpgo.IsModernProtocol(v) || r.Header.Get(versionHeader) != v || !slices.Contains(ProtocolVersions, v) ||
+		r.Header.Get(mcpgo.HeaderLastEventID) != "" || meta.ClientCapabilities() == nil {
+		return false
+	}
+	name, err := json.Marshal(struct {
+		Name string `json:"name"`
+	}{msg.Params.Name})
+	if err != nil || mcpgo.ValidateStandardHeaders(r.Header.Get, v, mcpgo.MethodToolsCall, name) != nil {
+		return false
+	}
+	if m := s.headerParams.Load(); m != nil && (*m)[msg.Params.Name] {
+		return false
+	}
+	return true
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a
@@ -107,6 +143,17 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 			return id
 		}
 	}
+	defer d.finish()
+	modern := st.sessionID == ""
+	if modern {
+		// What mcp-go derives from _meta for the handlers (IsModernRequest,
+		// the log level, the client's capabilities).
+		meta := msg.Params.Meta
+		ctx = mcpserver.WithRequestProtocolInfo(ctx, &mcpserver.RequestProtocolInfo{
+			Modern: true, ProtocolVersion: meta.ProtocolVersion(), ClientInfo: meta.ClientInfo(),
+			ClientCapabilities: meta.ClientCapabilities(), LogLevel: meta.LogLevel(),
+		})
+	}
 	id := msg.ID
 	name := msg.Params.Name
 	var resp rpcResponse
@@ -119,6 +166,7 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		req := mcpgo.CallToolRequest{Request: mcpgo.Request{Method: string(mcpgo.MethodToolsCall)}}
 		req.Params.Name = name
 		req.Params.Meta = msg.Params.Meta
+		req.Params.MultiRoundTripParams = msg.Params.MultiRoundTripParams
 		if firstByte(msg.Params.Arguments) == '{' {
 			req.Params.RawArguments = msg.Params.Arguments
 		}
@@ -127,6 +175,15 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		case err != nil:
 			resp = rpcResponse{ID: id, Error: &rpcError{Code: mcpgo.INTERNAL_ERROR, Message: err.Error()}}
 		default:
+			if modern {
+				// 2026-07-28 results say what they are and who answered.
+				if res.GetResultType() == "" {
+					res.SetResultType(mcpgo.ResultTypeComplete)
+				}
+				if meta := res.EnsureResultMeta(); meta != nil && meta.ServerInfo() == nil {
+					meta.SetServerInfo(s.info)
+				}
+			}
 			resp = rpcResponse{ID: id, Result: res}
 		}
 	}
@@ -153,8 +210,12 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		}
 		return
 	}
+	status := http.StatusOK
+	if modern && resp.Error != nil {
+		status = modernErrorStatus(resp.Error.Code) // 2026-07-28 maps error codes onto HTTP statuses
+	}
 	w.Header().Set("Content-Type", "application/json")
-	d.WriteHeader(http.StatusOK)
+	d.WriteHeader(status)
 	_, _ = d.Write(append(body, '\n'))
 }
 
@@ -189,4 +250,17 @@ func notification(method string, params map[string]any) mcpgo.JSONRPCNotificatio
 			Params: mcpgo.NotificationParams{AdditionalFields: params},
 		},
 	}
+}
+
+// modernErrorStatus is the HTTP status protocol 2026-07-28 prescribes for
+// a JSON-RPC error code (as mcp-go maps it).
+func modernErrorStatus(code int) int {
+	switch code {
+	case mcpgo.METHOD_NOT_FOUND:
+		return http.StatusNotFound
+	case mcpgo.HEADER_MISMATCH, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, mcpgo.UNSUPPORTED_PROTOCOL_VERSION,
+		mcpgo.INVALID_REQUEST, mcpgo.INVALID_PARAMS, mcpgo.PARSE_ERROR:
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
 }

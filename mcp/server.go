@@ -152,23 +152,28 @@ type Options struct {
 
 // Server is an http.Handler serving MCP at Path.
 type Server struct {
-	opts        Options
-	reg         *capabilities.Registry
-	log         *slog.Logger
-	mcp         *mcpserver.MCPServer
-	http        *mcpserver.StreamableHTTPServer
-	sessions    *sessionStore
-	resource    string
-	publicHost  string // BaseURL's host, accepted in Host on loopback
-	origin      string // BaseURL's origin
-	origins     map[string]bool
-	recheck     time.Duration
-	stateKey    []byte
-	tasks       TaskStore
-	taskModes   atomic.Pointer[map[string]capabilities.TaskSupport]
-	metadataURL string
-	maxBody     int64
-	now         func() time.Time
+	opts       Options
+	reg        *capabilities.Registry
+	log        *slog.Logger
+	mcp        *mcpserver.MCPServer
+	info       mcpgo.Implementation // the server as it names itself to clients
+	http       *mcpserver.StreamableHTTPServer
+	sessions   *sessionStore
+	resource   string
+	publicHost string // BaseURL's host, accepted in Host on loopback
+	origin     string // BaseURL's origin
+	origins    map[string]bool
+	recheck    time.Duration
+	stateKey   []byte
+	tasks      TaskStore
+	taskModes  atomic.Pointer[map[string]capabilities.TaskSupport]
+	// headerParams names the tools whose input schema mirrors parameters
+	// in headers (x-mcp-header): their 2026-07-28 calls go to mcp-go, which
+	// checks the headers against the body.
+	headerParams atomic.Pointer[map[string]bool]
+	metadataURL  string
+	maxBody      int64
+	now          func() time.Time
 
 	syncMu    sync.Mutex
 	synced    atomic.Uint64 // registry version mirrored into mcp-go, plus one
@@ -275,7 +280,8 @@ func New(opts Options) (*Server, error) {
 	if opts.Instructions != "" {
 		serverOpts = append(serverOpts, mcpserver.WithInstructions(opts.Instructions))
 	}
-	s.mcp = mcpserver.NewMCPServer(cmp.Or(opts.Name, "enclave"), cmp.Or(opts.Version, "dev"), serverOpts...)
+	s.info = mcpgo.Implementation{Name: cmp.Or(opts.Name, "enclave"), Version: cmp.Or(opts.Version, "dev")}
+	s.mcp = mcpserver.NewMCPServer(s.info.Name, s.info.Version, serverOpts...)
 	// One catch-all template sends every resources/read to the registry, so
 	// hidden and unknown resources get the same answer from the same code.
 	s.mcp.AddResourceTemplate(mcpgo.NewResourceTemplate("{+uri}", "resource"), s.readResource)
@@ -414,11 +420,12 @@ type envelope struct {
 	Result  json.RawMessage `json:"result"`
 	Error   json.RawMessage `json:"error"`
 	Params  struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"` // tools/call
-		Task      json.RawMessage `json:"task"`      // tools/call
-		Meta      *mcpgo.Meta     `json:"_meta"`
-		RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
+		Name                       string          `json:"name"`
+		Arguments                  json.RawMessage `json:"arguments"` // tools/call
+		Task                       json.RawMessage `json:"task"`      // tools/call
+		mcpgo.MultiRoundTripParams                 // tools/call, protocol 2026-07-28
+		Meta                       *mcpgo.Meta     `json:"_meta"`
+		RequestID                  json.RawMessage `json:"requestId"` // notifications/cancelled
 	} `json:"params"`
 	decoded bool // the body is a JSON object that decoded without error
 }
@@ -552,6 +559,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.out = newDeliveryWriter(w)
 	s.http.ServeHTTP(st.out, r)
+	st.out.finish()
 	s.syncRegistry() // a request may have changed the registry
 	for _, id := range st.evicted {
 		s.terminate(id)
@@ -831,13 +839,18 @@ func (s *Server) syncRegistry() {
 	}
 	var tools []mcpserver.ServerTool
 	modes := map[string]capabilities.TaskSupport{}
+	headers := map[string]bool{}
 	for _, c := range s.reg.All() {
 		tools = append(tools, mcpserver.ServerTool{Tool: toolOf(c), Handler: s.callTool})
 		if c.Task != capabilities.TaskNever {
 			modes[c.Name] = c.Task
 		}
+		if bytes.Contains(c.InputSchema, []byte("x-mcp-header")) {
+			headers[c.Name] = true
+		}
 	}
 	s.taskModes.Store(&modes)
+	s.headerParams.Store(&headers)
 	s.mcp.SetTools(tools...)
 	var prompts []mcpserver.ServerPrompt
 	for _, p := range s.reg.AllPrompts() {
