@@ -247,8 +247,20 @@ func (c *client) initialize(ctx context.Context) error {
 	if c.session == "" {
 		return errors.New("initialize: no session id")
 	}
-	_, _, err = c.post(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), 0)
-	return err
+	if _, _, err = c.post(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), 0); err != nil {
+		return err
+	}
+	// Like an agent, list the tools before calling one: the servers then
+	// keep the session's listed set, which tools/list_changed is judged by.
+	c.id++
+	_, raw, err = c.post(ctx, fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, c.id), c.id)
+	if err != nil {
+		return fmt.Errorf("tools/list: %w", err)
+	}
+	if !bytes.Contains(raw, []byte(`"name":"echo"`)) {
+		return fmt.Errorf("tools/list has no echo: %.200s", raw)
+	}
+	return nil
 }
 
 // call runs tools/call echo once and checks the echoed text.
