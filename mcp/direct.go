@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"net/http"
-	"strings"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -34,7 +34,7 @@ import (
 
 // directToolCall reports whether the request can take the direct path.
 func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bool {
-	if st.sessionID == "" || r.Method != http.MethodPost || !msg.decoded ||
+	if s.opts.noDirect || st.sessionID == "" || r.Method != http.MethodPost || !msg.decoded ||
 		msg.Method != string(mcpgo.MethodToolsCall) || msg.JSONRPC != mcpgo.JSONRPC_VERSION ||
 		len(msg.Params.Task) > 0 || !plainID(msg.ID) || s.isModern(r, *msg) {
 		return false
@@ -44,11 +44,9 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 	default:
 		return false // mcp-go's answer to arguments that are not an object
 	}
-	ct := r.Header.Get("Content-Type")
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	return strings.EqualFold(strings.TrimSpace(ct), "application/json")
+	// mcp-go's own test: a type it cannot parse is refused (400) there.
+	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mediaType == "application/json"
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a
@@ -119,7 +117,9 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		req := mcpgo.CallToolRequest{Request: mcpgo.Request{Method: string(mcpgo.MethodToolsCall)}}
 		req.Params.Name = name
 		req.Params.Meta = msg.Params.Meta
-		if firstByte(msg.Params.Arguments) == '{' {
+		// As mcp-go hands them on: an explicit null stays "null" (a
+		// handler may decode it; absent arguments are nil).
+		if len(msg.Params.Arguments) > 0 {
 			req.Params.RawArguments = msg.Params.Arguments
 		}
 		res, err := s.callToolSafely(ctx, st, req)

@@ -145,8 +145,9 @@ type Options struct {
 	// sessions live in this process.
 	Sessions SessionStore
 
-	now     func() time.Time // tests
-	recheck time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
+	now      func() time.Time // tests
+	recheck  time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
+	noDirect bool             // tests: every request goes to mcp-go, none takes the direct path
 }
 
 // Server is an http.Handler serving MCP at Path.

@@ -1,0 +1,162 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+// directCaps are capabilities that tell the direct path and mcp-go's apart
+// where they could differ.
+func directCaps(t *testing.T, reg *capabilities.Registry) {
+	t.Helper()
+	must(t, reg.Register(
+		capabilities.Capability{
+			Name: "rawArgs", Domain: "test", Description: "Shows the raw arguments it got.", Annotations: readOnly,
+			Handler: func(_ context.Context, _ *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
+				return capabilities.TextResult(fmt.Sprintf("%q", string(args))), nil
+			},
+		},
+		capabilities.Define(capabilities.Spec[struct{}, errorOut]{
+			Name: "saysError", Domain: "test", Description: "Succeeds with a field named error.", Annotations: readOnly,
+			Handler: func(context.Context, *capabilities.Call, struct{}) (errorOut, error) {
+				return errorOut{Error: "none, all fine"}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "streamThenLimit", Domain: "test", Description: "Reports progress, then is rate limited.", Annotations: readOnly,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				if err := call.Progress(ctx, 1, 2, "working"); err != nil {
+					return capabilities.Result{}, err
+				}
+				return capabilities.Result{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "slow down",
+					RetryAfter: time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)}
+			},
+		}),
+	))
+}
+
+type errorOut struct {
+	Error string `json:"error"`
+}
+
+// rawRequest sends a POST with the given body and content type.
+func (f *fixture) rawRequest(token, sid, contentType, body string) *http.Response {
+	f.t.Helper()
+	req, err := http.NewRequestWithContext(f.t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+	must(f.t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set(sessionHeader, sid)
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(versionHeader, testProtocol)
+	resp, err := http.DefaultClient.Do(req)
+	must(f.t, err)
+	f.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+var requestIDs = regexp.MustCompile(`request id [^)"]+|"requestId":"[^"]*"`)
+
+// seenAnswer is what a client sees of a response, with the request ids that
+// differ from server to server blanked.
+func seenAnswer(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	kind := "json"
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		kind = "sse"
+	}
+	body := readAll(resp)
+	var msgs []string
+	if kind == "sse" {
+		for line := range strings.SplitSeq(body, "\n") {
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				msgs = append(msgs, canonical(data))
+			}
+		}
+	} else if strings.TrimSpace(body) != "" {
+		msgs = append(msgs, canonical(body))
+	}
+	return requestIDs.ReplaceAllString(fmt.Sprintf("%d %s %s", resp.StatusCode, kind, strings.Join(msgs, " | ")), "request id X")
+}
+
+func canonical(s string) string {
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return "not JSON: " + s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// Every tools/call of a session is answered the same by the direct path
+// as by mcp-go's transport: status, content type, messages and ids.
+func TestDirectPathAnswersLikeMCPGo(t *testing.T) {
+	direct := newFixture(t)
+	viaMCPGo := newFixture(t, func(o *Options) { o.noDirect = true })
+	directCaps(t, direct.reg)
+	directCaps(t, viaMCPGo.reg)
+	const token = "alice-notes-token"
+	sids := map[*fixture]string{direct: direct.initialize(token), viaMCPGo: viaMCPGo.initialize(token)}
+
+	call := func(id, params string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":` + params + `}`
+	}
+	const jsonType = "application/json"
+	cases := []struct {
+		name, contentType, body string
+	}{
+		{"number id", jsonType, call("1", `{"name":"echo","arguments":{"text":"hi"}}`)},
+		{"string id", jsonType, call(`"a-b"`, `{"name":"echo","arguments":{"text":"hi"}}`)},
+		{"escaped string id", jsonType, call(`"\u0041\n"`, `{"name":"echo","arguments":{"text":"hi"}}`)},
+		{"spaced id", jsonType, `{"jsonrpc":"2.0", "id" :  7 , "method":"tools/call","params":{"name":"echo"}}`},
+		{"negative id", jsonType, call("-3", `{"name":"echo"}`)},
+		{"zero id", jsonType, call("0", `{"name":"echo"}`)},
+		{"null id", jsonType, call("null", `{"name":"echo"}`)},
+		{"object id", jsonType, call(`{"a":1}`, `{"name":"echo"}`)},
+		{"no jsonrpc", jsonType, `{"id":1,"method":"tools/call","params":{"name":"echo"}}`},
+		{"jsonrpc 1.0", jsonType, `{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"echo"}}`},
+		{"arguments absent", jsonType, call("2", `{"name":"rawArgs"}`)},
+		{"arguments null", jsonType, call("2", `{"name":"rawArgs","arguments":null}`)},
+		{"arguments object", jsonType, call("2", `{"name":"rawArgs","arguments":{ "a" : [1, 2] }}`)},
+		{"arguments array", jsonType, call("2", `{"name":"rawArgs","arguments":[1]}`)},
+		{"arguments string", jsonType, call("2", `{"name":"rawArgs","arguments":"x"}`)},
+		{"arguments wrong for schema", jsonType, call("2", `{"name":"echo","arguments":{"text":5}}`)},
+		{"unknown tool", jsonType, call("3", `{"name":"nope"}`)},
+		{"empty name", jsonType, call("3", `{"name":""}`)},
+		{"no params", jsonType, `{"jsonrpc":"2.0","id":3,"method":"tools/call"}`},
+		{"hidden tool", jsonType, call("3", `{"name":"adminOnly","arguments":{"text":"x"}}`)},
+		{"internal failure", jsonType, call("4", `{"name":"fail"}`)},
+		{"panic", jsonType, call("4", `{"name":"boom"}`)},
+		{"result with a field named error", jsonType, call("4", `{"name":"saysError"}`)},
+		{"progress", jsonType, call("5", `{"name":"progress","arguments":{"tag":"t"},"_meta":{"progressToken":"p"}}`)},
+		{"numeric progress token", jsonType, call("5", `{"name":"progress","arguments":{"tag":"t"},"_meta":{"progressToken":9}}`)},
+		{"progress without token", jsonType, call("5", `{"name":"progress","arguments":{"tag":"t"}}`)},
+		{"rate limited after progress", jsonType, call("6", `{"name":"streamThenLimit","_meta":{"progressToken":"p"}}`)},
+		{"rate limited", jsonType, call("6", `{"name":"streamThenLimit"}`)},
+		{"bad idempotency key", jsonType, call("6", `{"name":"scoped","_meta":{"enclave/idempotencyKey":"\u0001"}}`)},
+		{"good idempotency key", jsonType, call("6", `{"name":"scoped","_meta":{"enclave/idempotencyKey":"k-1"}}`)},
+		{"task", jsonType, call("8", `{"name":"echo","task":{"ttl":1000}}`)},
+		{"charset", "application/json; charset=utf-8", call("9", `{"name":"echo"}`)},
+		{"upper case type", "Application/JSON", call("9", `{"name":"echo"}`)},
+		{"malformed type parameter", "application/json; charset", call("9", `{"name":"echo"}`)},
+		{"text type", "text/plain", call("9", `{"name":"echo"}`)},
+		{"trailing garbage", jsonType, call("9", `{"name":"echo"}`) + " x"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want := seenAnswer(t, viaMCPGo.rawRequest(token, sids[viaMCPGo], tc.contentType, tc.body))
+			got := seenAnswer(t, direct.rawRequest(token, sids[direct], tc.contentType, tc.body))
+			if got != want {
+				t.Errorf("direct path answered\n  %s\nmcp-go answered\n  %s", got, want)
+			}
+		})
+	}
+}
