@@ -44,6 +44,9 @@ type deliveryWriter struct {
 	// returns its id ("" when it could not be recorded): set by the direct
 	// path for sessions whose streams are resumable.
 	record func(data []byte) string
+	// answered is set once the direct path has answered the request (or
+	// given up on it): nothing is sent after that.
+	answered bool
 }
 
 var notificationMark = []byte(`"method":"notifications/`)
@@ -162,6 +165,13 @@ func (d *deliveryWriter) send(msg any) error {
 func (d *deliveryWriter) sendRaw(b []byte) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.answered {
+		return errAnswered
+	}
+	return d.sendLocked(b)
+}
+
+func (d *deliveryWriter) sendLocked(b []byte) error {
 	if !d.started {
 		h := d.w.Header()
 		h.Set("Content-Type", "text/event-stream")
@@ -190,23 +200,46 @@ func (d *deliveryWriter) sendRaw(b []byte) error {
 	return nil
 }
 
-// streaming reports whether the response has become an event stream.
-func (d *deliveryWriter) streaming() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.started && strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream")
-}
+// errAnswered is what sending on a request's stream returns once the
+// request was answered (or abandoned): nothing may follow the answer, and
+// nothing may be written once the handler has returned (a handler's
+// goroutine that outlives it would otherwise write to a response net/http
+// has already finished and recycled).
+var errAnswered = errors.New("mcp: the request has been answered")
 
-// replacementFor returns the response to send in place of body: the
-// replacement set for this request (see replaceError), or body itself.
-func (d *deliveryWriter) replacementFor(body []byte) []byte {
+// finish ends a direct-path request with its answer body (see direct.go):
+// from now on send refuses. If the response became an event stream, the
+// answer (or the replacement set for it) is recorded for resumption and,
+// when write is true, written as the stream's last event; streamed reports
+// whether it did. Otherwise the caller writes the plain JSON answer.
+func (d *deliveryWriter) finish(body []byte, write bool) (streamed bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.answered {
+		return false, errAnswered
+	}
+	d.answered = true
+	if !d.started || !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
+		return false, nil
+	}
 	if d.replacement != nil && !d.replaced && (d.replaceAny || bytes.Contains(body, []byte(`"error"`))) {
 		d.replaced = true
-		return d.replacement
+		body = d.replacement
 	}
-	return body
+	if !write {
+		if d.record != nil {
+			d.record(body)
+		}
+		return true, nil
+	}
+	return true, d.sendLocked(body)
+}
+
+// abandon makes every later send refuse, without an answer.
+func (d *deliveryWriter) abandon() {
+	d.mu.Lock()
+	d.answered = true
+	d.mu.Unlock()
 }
 
 // settle waits until the request's sent notifications are written, or ctx

@@ -89,6 +89,9 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 	ctx := r.Context()
 	d := newDeliveryWriter(w)
 	st.out, st.direct = d, true
+	// However this ends (a panic included), nothing is sent on the
+	// response once it has: a handler's goroutine may still hold the client.
+	defer d.abandon()
 	if s.events != nil && st.internal != "" {
 		// The session's streams are resumable: every event of this
 		// request's stream is recorded under the request's own stream id,
@@ -141,17 +144,15 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		// The client has gone, or cancelled the call: no answer is sent.
 		// A stream's answer is still recorded, for a client that lost
 		// its connection to resume.
-		if d.streaming() && d.record != nil {
-			d.record(d.replacementFor(body))
-		}
+		_, _ = d.finish(body, false)
 		return
 	}
-	if d.streaming() {
-		// The answer follows the request's events on its stream.
-		if err := d.sendRaw(d.replacementFor(body)); err != nil {
-			s.log.DebugContext(ctx, "mcp: write tools/call answer", "err", err, "request_id", st.requestID)
-		}
-		return
+	streamed, err := d.finish(body, true)
+	if err != nil {
+		s.log.DebugContext(ctx, "mcp: write tools/call answer", "err", err, "request_id", st.requestID)
+	}
+	if streamed || err != nil {
+		return // the answer followed the request's events on its stream
 	}
 	w.Header().Set("Content-Type", "application/json")
 	d.WriteHeader(http.StatusOK)

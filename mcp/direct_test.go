@@ -160,3 +160,54 @@ func TestDirectPathAnswersLikeMCPGo(t *testing.T) {
 		})
 	}
 }
+
+// A notification or question a handler's goroutine sends after the call
+// was answered is refused, never written: the response is finished
+// (net/http recycles its buffers once the handler returns: writing then
+// crashed the process), and nothing may follow the answer on the stream.
+// On mcp-go's path notifications go through its channel, which nobody
+// reads any more; a question is written by the transport, and refused.
+func TestNothingIsWrittenAfterTheAnswer(t *testing.T) {
+	for _, viaMCPGo := range []bool{false, true} {
+		t.Run(fmt.Sprint("mcp-go=", viaMCPGo), func(t *testing.T) {
+			f := newFixture(t, func(o *Options) { o.noDirect = viaMCPGo })
+			release := make(chan struct{})
+			type lateErr struct {
+				what string
+				err  error
+			}
+			late := make(chan lateErr, 3)
+			must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+				Name: "lingering", Domain: "test", Description: "Leaves a goroutine behind.", Annotations: readOnly,
+				Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+					if err := call.Progress(ctx, 1, 2, "first"); err != nil {
+						return capabilities.Result{}, err
+					}
+					go func() {
+						<-release
+						late <- lateErr{"progress", call.Progress(ctx, 2, 2, "late")}
+						late <- lateErr{"log", call.Log(ctx, capabilities.LogInfo, "test", "late")}
+						_, err := call.Elicit(ctx, capabilities.ElicitRequest{Message: "late?", Schema: json.RawMessage(`{"type":"object"}`)})
+						late <- lateErr{"elicit", err}
+					}()
+					return capabilities.TextResult("done"), nil
+				},
+			})))
+			sid := f.initialize("alice-token")
+			resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{
+				"name": "lingering", "_meta": map[string]any{"progressToken": "p"},
+			}))
+			msgs := messages(t, resp) // the whole stream: the handler has returned
+			if len(msgs) != 2 || msgs[0]["method"] != "notifications/progress" || msgs[1]["result"] == nil {
+				t.Fatalf("stream = %v", msgs)
+			}
+			close(release)
+			for range 3 {
+				l := <-late
+				if l.err == nil && (!viaMCPGo || l.what == "elicit") {
+					t.Errorf("%s after the answer was accepted", l.what)
+				}
+			}
+		})
+	}
+}

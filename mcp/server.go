@@ -552,6 +552,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.out = newDeliveryWriter(w)
 	s.http.ServeHTTP(st.out, r)
+	st.out.abandon() // a handler's goroutine must not write to the finished response
 	s.syncRegistry() // a request may have changed the registry
 	for _, id := range st.evicted {
 		s.terminate(id)
