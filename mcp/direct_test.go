@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,6 +210,58 @@ func TestNothingIsWrittenAfterTheAnswer(t *testing.T) {
 				if l.err == nil && (!viaMCPGo || l.what == "elicit") {
 					t.Errorf("%s after the answer was accepted", l.what)
 				}
+			}
+		})
+	}
+}
+
+// flagHook is a feature flag set whose answer runs a hook first: a test
+// uses it to act between the moment a request's session is bound and the
+// moment it is served (the scope check asks the flags in between).
+type flagHook struct {
+	mu   sync.Mutex
+	hook func()
+}
+
+func (h *flagHook) Enabled(context.Context, capabilities.Caller, string) bool {
+	h.mu.Lock()
+	hook := h.hook
+	h.hook = nil
+	h.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return true
+}
+
+// A session that ends after its request was bound to it but before the
+// call is served (its DELETE racing the call) is not served: 404, as
+// mcp-go answers, and the handler does not run.
+func TestDirectPathRefusesSessionEndedMeanwhile(t *testing.T) {
+	for _, viaMCPGo := range []bool{false, true} {
+		t.Run(fmt.Sprint("mcp-go=", viaMCPGo), func(t *testing.T) {
+			flags := &flagHook{}
+			var ran atomic.Bool
+			f := newFixture(t, func(o *Options) {
+				o.noDirect = viaMCPGo
+				reg := capabilities.NewRegistry(capabilities.Options{Features: flags, Logger: slog.New(slog.DiscardHandler)})
+				must(t, reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+					Name: "flagged", Domain: "test", Description: "Behind a flag.", Annotations: writes,
+					Requires: capabilities.Requirement{Feature: "f"},
+					Handler: func(context.Context, *capabilities.Call, struct{}) (capabilities.Result, error) {
+						ran.Store(true)
+						return capabilities.TextResult("ran"), nil
+					},
+				})))
+				o.Registry = reg
+			})
+			sid := f.initialize("alice-token")
+			flags.mu.Lock()
+			flags.hook = func() { f.srv.sessions.remove(sid) }
+			flags.mu.Unlock()
+			resp := f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/call", map[string]any{"name": "flagged"}))
+			if body := readAll(resp); resp.StatusCode != http.StatusNotFound || ran.Load() {
+				t.Fatalf("status %d (handler ran: %v): %s", resp.StatusCode, ran.Load(), body)
 			}
 		})
 	}

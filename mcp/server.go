@@ -512,6 +512,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer done()
 	}
 	if direct {
+		if st.internal == "" {
+			// The session ended since it was bound (a DELETE, eviction or
+			// expiry in between): mcp-go would refuse the request id it
+			// then gets, and so does the direct path.
+			writeHTTPError(w, http.StatusNotFound, "session not found", requestID)
+			return
+		}
 		s.serveToolCall(w, r, st, &msg)
 		s.syncRegistry() // a call may have changed the registry
 		return
