@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/cluster"
 )
 
 // directCaps are capabilities that tell the direct path and mcp-go's apart
@@ -262,6 +263,72 @@ func TestDirectPathRefusesSessionEndedMeanwhile(t *testing.T) {
 			resp := f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/call", map[string]any{"name": "flagged"}))
 			if body := readAll(resp); resp.StatusCode != http.StatusNotFound || ran.Load() {
 				t.Fatalf("status %d (handler ran: %v): %s", resp.StatusCode, ran.Load(), body)
+			}
+		})
+	}
+}
+
+// A tools/call's stream on a resumable shared session carries an event id
+// on every event, on either path; a client that lost it replays the rest
+// with Last-Event-ID on any replica, within the same session only: the
+// same user's other session and another user's session are refused like
+// an unknown id.
+func TestCallStreamResumesOnlyInItsSession(t *testing.T) {
+	for _, viaMCPGo := range []bool{false, true} {
+		t.Run(fmt.Sprint("mcp-go=", viaMCPGo), func(t *testing.T) {
+			group := cluster.NewLoopback()
+			store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
+			a := newFixture(t, func(o *Options) { o.Bus, o.Sessions, o.noDirect = group.Join(), store, viaMCPGo })
+			b := newFixture(t, func(o *Options) { o.Bus, o.Sessions, o.noDirect = group.Join(), store, viaMCPGo })
+			alice, alice2, bob := a.initialize("alice-token"), a.initialize("alice-token"), a.initialize("bob-token")
+
+			next := sseEvents(a.request(http.MethodPost, "alice-token", alice, rpc(5, "tools/call", map[string]any{
+				"name": "progress", "arguments": map[string]any{"tag": "t"}, "_meta": map[string]any{"progressToken": "p"},
+			})))
+			var ids []string
+			var msgs []string
+			for id, m := next(); m != nil; id, m = next() {
+				if id == "" {
+					t.Fatalf("event without an id: %v", m)
+				}
+				b, _ := json.Marshal(m)
+				ids, msgs = append(ids, id), append(msgs, string(b))
+			}
+			if len(msgs) != 5 || !strings.Contains(msgs[4], `"result"`) {
+				t.Fatalf("stream = %v", msgs)
+			}
+
+			resume := func(f *fixture, token, sid string) *http.Response {
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+				req.Header.Set("Authorization", "Bearer "+token)
+				req.Header.Set(sessionHeader, sid)
+				req.Header.Set(versionHeader, testProtocol)
+				req.Header.Set("Accept", "text/event-stream")
+				req.Header.Set("Last-Event-ID", ids[0])
+				resp, err := http.DefaultClient.Do(req)
+				must(t, err)
+				t.Cleanup(func() { resp.Body.Close() })
+				return resp
+			}
+			for _, other := range []struct{ token, sid string }{{"alice-token", alice2}, {"bob-token", bob}} {
+				if r := resume(b, other.token, other.sid); r.StatusCode != http.StatusBadRequest {
+					t.Fatalf("%s resuming alice's call stream: %d %s", other.token, r.StatusCode, readAll(r))
+				}
+			}
+			r := resume(b, "alice-token", alice)
+			if r.StatusCode != http.StatusOK {
+				t.Fatalf("resume on B: %d %s", r.StatusCode, readAll(r))
+			}
+			next = sseEvents(r)
+			for i := 1; i < len(msgs); i++ {
+				id, m := next()
+				got, _ := json.Marshal(m)
+				if id != ids[i] || string(got) != msgs[i] {
+					t.Fatalf("replayed %q %s, want %q %s", id, got, ids[i], msgs[i])
+				}
+			}
+			if _, m := next(); m != nil {
+				t.Fatalf("replayed more: %v", m)
 			}
 		})
 	}
