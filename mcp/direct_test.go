@@ -333,3 +333,77 @@ func TestCallStreamResumesOnlyInItsSession(t *testing.T) {
 		})
 	}
 }
+
+// toggle is a feature flag set whose one flag can be switched while
+// serving.
+type toggle struct{ on atomic.Bool }
+
+func (f *toggle) Enabled(context.Context, capabilities.Caller, string) bool { return f.on.Load() }
+
+// The visible-tools check a session's requests make is skipped only while
+// nothing it depends on changed: a feature flag switched on shows a tool,
+// and the session that listed tools is told on its next request (of
+// either kind); so is a change of the account's state.
+func TestListChangedFollowsFlagsAndState(t *testing.T) {
+	flags := &toggle{}
+	f := newFixture(t, func(o *Options) {
+		reg := capabilities.NewRegistry(capabilities.Options{Features: flags, Logger: slog.New(slog.DiscardHandler)})
+		must(t, reg.Register(
+			capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+				Name: "echo", Domain: "test", Description: "Echoes text.", Annotations: readOnly,
+				Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+					return echoOut{Echo: in.Text}, nil
+				},
+			}),
+			capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+				Name: "flagged", Domain: "test", Description: "Behind a flag.", Annotations: writes,
+				Requires: capabilities.Requirement{Feature: "f"},
+				Handler: func(context.Context, *capabilities.Call, struct{}) (capabilities.Result, error) {
+					return capabilities.TextResult("ran"), nil
+				},
+			}),
+		))
+		o.Registry = reg
+	})
+	sid := f.initialize("alice-token")
+	stream := f.request(http.MethodGet, "alice-token", sid, "")
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %d", stream.StatusCode)
+	}
+	call := func() {
+		resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}}))
+		if m := result(t, resp); m["result"] == nil {
+			t.Fatalf("echo: %v", m)
+		}
+	}
+	sentinel := func(n int) {
+		must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", map[string]any{"n": n}))
+	}
+	f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil))
+	call() // nothing changed
+	sentinel(1)
+	flags.on.Store(true)
+	call() // the flag shows "flagged"
+	sentinel(2)
+	call() // nothing changed since
+	sentinel(3)
+	c, _ := f.loader.LoadCaller(t.Context(), "alice")
+	c.State = capabilities.AccountDeleting
+	f.loader.Set(c)
+	call() // an account being deleted sees only reads: "flagged" goes
+	sentinel(4)
+
+	var got []string
+	next := sseReader(stream)
+	for len(got) < 6 {
+		m := next()
+		if m == nil {
+			t.Fatalf("stream ended after %v", got)
+		}
+		got = append(got, fmt.Sprint(m["method"]))
+	}
+	want := []string{"test/sentinel", "notifications/tools/list_changed", "test/sentinel", "test/sentinel", "notifications/tools/list_changed", "test/sentinel"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("stream carried %v, want %v", got, want)
+	}
+}
