@@ -156,10 +156,21 @@ func TestDirectPathAnswersLikeMCPGo(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			denials := func(f *fixture, since int) string {
+				var out []string
+				for _, d := range f.audit.Denials()[since:] {
+					out = append(out, d.Surface+" "+d.Name+" "+string(d.Reason))
+				}
+				return strings.Join(out, ", ")
+			}
+			wasMCPGo, wasDirect := len(viaMCPGo.audit.Denials()), len(direct.audit.Denials())
 			want := seenAnswer(t, viaMCPGo.rawRequest(token, sids[viaMCPGo], tc.contentType, tc.body))
 			got := seenAnswer(t, direct.rawRequest(token, sids[direct], tc.contentType, tc.body))
 			if got != want {
 				t.Errorf("direct path answered\n  %s\nmcp-go answered\n  %s", got, want)
+			}
+			if got, want := denials(direct, wasDirect), denials(viaMCPGo, wasMCPGo); got != want {
+				t.Errorf("direct path audited [%s], mcp-go [%s]", got, want)
 			}
 		})
 	}
@@ -405,5 +416,21 @@ func TestListChangedFollowsFlagsAndState(t *testing.T) {
 	want := []string{"test/sentinel", "notifications/tools/list_changed", "test/sentinel", "test/sentinel", "notifications/tools/list_changed", "test/sentinel"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("stream carried %v, want %v", got, want)
+	}
+}
+
+// The direct path echoes a request id byte for byte (compacted), so an
+// integer id beyond 2^53 comes back exactly as sent, as JSON-RPC requires
+// (mcp-go's transport rounds it through float64).
+func TestDirectPathEchoesLargeIDs(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	for _, id := range []string{"12345678901234567890", "-9007199254740993", `"x\"y"`} {
+		resp := f.rawRequest("alice-token", sid, "application/json",
+			`{"jsonrpc":"2.0","id": `+id+` ,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`)
+		body := readAll(resp)
+		if !strings.HasPrefix(body, `{"jsonrpc":"2.0","id":`+id+`,"result":`) {
+			t.Errorf("id %s answered %s", id, body)
+		}
 	}
 }
