@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // deliveryWriter is the response writer mcp-go gets for each request. It
@@ -47,12 +48,14 @@ type deliveryWriter struct {
 	// answered is set once the direct path has answered the request (or
 	// given up on it): nothing is sent after that.
 	answered bool
+	// writeTimeout bounds the write of an event sent with send.
+	writeTimeout time.Duration
 }
 
 var notificationMark = []byte(`"method":"notifications/`)
 
 func newDeliveryWriter(w http.ResponseWriter) *deliveryWriter {
-	return &deliveryWriter{w: w, wrote: make(chan struct{}, 1)}
+	return &deliveryWriter{w: w, wrote: make(chan struct{}, 1), writeTimeout: eventWriteTimeout}
 }
 
 func (d *deliveryWriter) Header() http.Header { return d.w.Header() }
@@ -185,6 +188,15 @@ func (d *deliveryWriter) sendLocked(b []byte) error {
 	if d.record != nil {
 		id = d.record(b)
 	}
+	// The writer is the handler itself (a progress report, a log message,
+	// a question): a client that stops reading must not hold it, and
+	// whatever it holds, for longer than eventWriteTimeout. The server
+	// sets no write timeout of its own (streams are long), so none is
+	// lost by clearing the deadline after the event.
+	rc := http.NewResponseController(d.w)
+	if d.writeTimeout > 0 && rc.SetWriteDeadline(time.Now().Add(d.writeTimeout)) == nil {
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	}
 	var err error
 	if id != "" && !strings.ContainsAny(id, "\r\n") {
 		_, err = fmt.Fprintf(d.w, "id: %s\nevent: message\ndata: %s\n\n", id, b)
@@ -194,11 +206,15 @@ func (d *deliveryWriter) sendLocked(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("mcp: write event: %w", err)
 	}
-	if f, ok := d.w.(http.Flusher); ok {
-		f.Flush()
+	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("mcp: write event: %w", err)
 	}
 	return nil
 }
+
+// eventWriteTimeout bounds how long writing one event that a handler sends
+// (send) may block on a client that does not read.
+const eventWriteTimeout = 30 * time.Second
 
 // errAnswered is what sending on a request's stream returns once the
 // request was answered (or abandoned): nothing may follow the answer, and

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -88,6 +89,7 @@ type rpcError struct {
 func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqState, msg *envelope) {
 	ctx := r.Context()
 	d := newDeliveryWriter(w)
+	d.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
 	st.out, st.direct = d, true
 	// However this ends (a panic included), nothing is sent on the
 	// response once it has: a handler's goroutine may still hold the client.

@@ -434,3 +434,40 @@ func TestDirectPathEchoesLargeIDs(t *testing.T) {
 		}
 	}
 }
+
+// A client that stops reading a call's stream holds the handler that
+// writes to it (a progress report, a log message) for a bounded time
+// only: the write fails, and the handler goes on (and lets go of what it
+// holds), instead of waiting for the client forever.
+func TestStalledClientDoesNotHoldTheHandler(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.eventWrite = 200 * time.Millisecond })
+	failed := make(chan error, 1)
+	big := strings.Repeat("x", 64<<10)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "chatty", Domain: "test", Description: "Logs a lot.", Annotations: readOnly,
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			for range 4000 { // far more than the socket buffers hold
+				if err := call.Log(ctx, capabilities.LogInfo, "test", big); err != nil {
+					failed <- err
+					return capabilities.Result{}, err
+				}
+			}
+			failed <- nil
+			return capabilities.TextResult("done"), nil
+		},
+	})))
+	sid := f.initialize("alice-token")
+	resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "chatty"}))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatal(resp.Status)
+	}
+	// The body is never read.
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Fatal("every log message was written to a client that reads nothing")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the handler is still held by a client that reads nothing")
+	}
+}

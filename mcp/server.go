@@ -145,9 +145,10 @@ type Options struct {
 	// sessions live in this process.
 	Sessions SessionStore
 
-	now      func() time.Time // tests
-	recheck  time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
-	noDirect bool             // tests: every request goes to mcp-go, none takes the direct path
+	now        func() time.Time // tests
+	recheck    time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
+	noDirect   bool             // tests: every request goes to mcp-go, none takes the direct path
+	eventWrite time.Duration    // tests: bound of a handler's event write; 0 means eventWriteTimeout
 }
 
 // Server is an http.Handler serving MCP at Path.
@@ -558,6 +559,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.out = newDeliveryWriter(w)
+	st.out.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
 	s.http.ServeHTTP(st.out, r)
 	st.out.abandon() // a handler's goroutine must not write to the finished response
 	s.syncRegistry() // a request may have changed the registry
