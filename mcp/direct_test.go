@@ -153,6 +153,9 @@ func TestDirectPathAnswersLikeMCPGo(t *testing.T) {
 		{"malformed type parameter", "application/json; charset", call("9", `{"name":"echo"}`)},
 		{"text type", "text/plain", call("9", `{"name":"echo"}`)},
 		{"trailing garbage", jsonType, call("9", `{"name":"echo"}`) + " x"},
+		{"params twice", jsonType, `{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"echo","arguments":{"tag":"t"},"_meta":{"progressToken":"p"}},"params":{"name":"progress"}}`},
+		{"arguments twice", jsonType, call("10", `{"name":"rawArgs","arguments":{"a":1},"arguments":{"b":2}}`)},
+		{"name in other case", jsonType, call("10", `{"NAME":"rawArgs","Arguments":{"a":1}}`)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

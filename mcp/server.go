@@ -414,14 +414,35 @@ type envelope struct {
 	ID      json.RawMessage `json:"id"`
 	Result  json.RawMessage `json:"result"`
 	Error   json.RawMessage `json:"error"`
-	Params  struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"` // tools/call
-		Task      json.RawMessage `json:"task"`      // tools/call
-		Meta      *mcpgo.Meta     `json:"_meta"`
-		RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
-	} `json:"params"`
-	decoded bool // the body is a JSON object that decoded without error
+	Params  envelopeParams  `json:"params"`
+	decoded bool            // the body is a JSON object that decoded without error
+}
+
+type envelopeParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"` // tools/call
+	Task      json.RawMessage `json:"task"`      // tools/call
+	Meta      *mcpgo.Meta     `json:"_meta"`
+	RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
+}
+
+// UnmarshalJSON decodes params as mcp-go decodes a tools/call's, also
+// when a body names params twice: the last one replaces the name, _meta
+// and task of the first (encoding/json would merge them, carrying a
+// progress token or an idempotency key over from the first), and only
+// arguments it lacks are kept.
+func (p *envelopeParams) UnmarshalJSON(b []byte) error {
+	type plain envelopeParams
+	var v plain
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	args := p.Arguments
+	*p = envelopeParams(v)
+	if len(p.Arguments) == 0 {
+		p.Arguments = args
+	}
+	return nil
 }
 
 func (e envelope) isResponse() bool {
