@@ -474,3 +474,56 @@ func TestStalledClientDoesNotHoldTheHandler(t *testing.T) {
 		t.Fatal("the handler is still held by a client that reads nothing")
 	}
 }
+
+// A client whose connection to a call's stream broke finds the call's
+// answer when it resumes the stream (resumable shared sessions), on
+// either path.
+func TestBrokenCallStreamKeepsItsAnswer(t *testing.T) {
+	for _, viaMCPGo := range []bool{false, true} {
+		t.Run(fmt.Sprint("mcp-go=", viaMCPGo), func(t *testing.T) {
+			group := cluster.NewLoopback()
+			store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
+			a := newFixture(t, func(o *Options) { o.Bus, o.Sessions, o.noDirect = group.Join(), store, viaMCPGo })
+			a.gate = newBarrier(2) // never reached by a second call: the first waits until it is cancelled
+			alice := a.initialize("alice-token")
+
+			ctx, cancel := context.WithCancel(t.Context())
+			body := rpc(5, "tools/call", map[string]any{"name": "progress", "arguments": map[string]any{"tag": "t"}, "_meta": map[string]any{"progressToken": "p"}})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.url, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer alice-token")
+			req.Header.Set(sessionHeader, alice)
+			req.Header.Set(versionHeader, testProtocol)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			must(t, err)
+			first, m := sseEvents(resp)()
+			if first == "" || m["method"] != "notifications/progress" {
+				t.Fatalf("first event %q %v", first, m)
+			}
+			cancel() // the connection breaks while the call waits
+			resp.Body.Close()
+
+			eventually(t, "the answer to be recorded", func() bool {
+				store.emu.Lock()
+				n := len(store.events[SessionHash(alice)])
+				store.emu.Unlock()
+				return n >= 2
+			})
+			req, _ = http.NewRequestWithContext(t.Context(), http.MethodGet, a.url, nil)
+			req.Header.Set("Authorization", "Bearer alice-token")
+			req.Header.Set(sessionHeader, alice)
+			req.Header.Set(versionHeader, testProtocol)
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("Last-Event-ID", first)
+			r, err := http.DefaultClient.Do(req)
+			must(t, err)
+			defer r.Body.Close()
+			next := sseEvents(r)
+			id, m := next()
+			if id == "" || m["id"] != float64(5) || m["result"] == nil {
+				t.Fatalf("replayed %q %v, want the answer to call 5", id, m)
+			}
+		})
+	}
+}
