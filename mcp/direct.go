@@ -28,6 +28,12 @@ import (
 // it asks the client are written to the response as they are sent,
 // turning it into an event stream, with event ids recorded when the
 // session's streams are resumable; the answer follows on the same stream.
+// Because the handler writes them itself, each write is bounded
+// (eventWriteTimeout: a client that stops reading does not hold the
+// handler), and nothing is written once the answer was (a handler's
+// goroutine that outlives the call gets errAnswered, never the response
+// net/http has finished). The direct path's answers are checked against
+// mcp-go's, request by request, in direct_test.go (Options.noDirect).
 //
 // Anything the direct path does not cover (another method, protocol
 // 2026-07-28, a task-augmented call, a body that is not a well-formed
