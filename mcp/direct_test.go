@@ -156,6 +156,8 @@ func TestDirectPathAnswersLikeMCPGo(t *testing.T) {
 		{"params twice", jsonType, `{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"echo","arguments":{"tag":"t"},"_meta":{"progressToken":"p"}},"params":{"name":"progress"}}`},
 		{"arguments twice", jsonType, call("10", `{"name":"rawArgs","arguments":{"a":1},"arguments":{"b":2}}`)},
 		{"name in other case", jsonType, call("10", `{"NAME":"rawArgs","Arguments":{"a":1}}`)},
+		{"mistyped name first", jsonType, `{"params":{"name":5},"jsonrpc":"2.0","id":11,"method":"tools/call"}`},
+		{"mistyped meta first", jsonType, `{"params":{"name":"echo","_meta":[]},"jsonrpc":"2.0","id":11,"method":"tools/call"}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -525,5 +527,18 @@ func TestBrokenCallStreamKeepsItsAnswer(t *testing.T) {
 				t.Fatalf("replayed %q %v, want the answer to call 5", id, m)
 			}
 		})
+	}
+}
+
+// The envelope is read to its end past a params member of the wrong type
+// (a type error in a struct does not stop encoding/json, and the params'
+// own decoding must not either): an initialize whose params come first
+// with an extra member of another type still opens a session.
+func TestEnvelopeReadPastMistypedParams(t *testing.T) {
+	f := newFixture(t)
+	resp := f.request(http.MethodPost, "alice-token", "", `{"params":{"name":5,"protocolVersion":"`+testProtocol+
+		`","capabilities":{},"clientInfo":{"name":"t","version":"1"}},"jsonrpc":"2.0","id":1,"method":"initialize"}`)
+	if body := readAll(resp); resp.StatusCode != http.StatusOK || resp.Header.Get(sessionHeader) == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
 	}
 }

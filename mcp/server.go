@@ -424,6 +424,11 @@ type envelopeParams struct {
 	Task      json.RawMessage `json:"task"`      // tools/call
 	Meta      *mcpgo.Meta     `json:"_meta"`
 	RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
+	// mistyped: a member has the wrong type (name not a string, say).
+	// Recorded rather than returned: an error from here would stop
+	// encoding/json decoding the rest of the envelope (its method, its
+	// id), where a type error inside a plain struct does not.
+	mistyped bool
 }
 
 // UnmarshalJSON decodes params as mcp-go decodes a tools/call's, also
@@ -434,14 +439,13 @@ type envelopeParams struct {
 func (p *envelopeParams) UnmarshalJSON(b []byte) error {
 	type plain envelopeParams
 	var v plain
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	args := p.Arguments
+	err := json.Unmarshal(b, &v) // the syntax was checked already: only type errors
+	args, mistyped := p.Arguments, p.mistyped
 	*p = envelopeParams(v)
 	if len(p.Arguments) == 0 {
 		p.Arguments = args
 	}
+	p.mistyped = mistyped || err != nil
 	return nil
 }
 
@@ -608,7 +612,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 		writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
 		return nil, msg, false
 	}
-	msg.decoded = json.Unmarshal(body, &msg) == nil
+	msg.decoded = json.Unmarshal(body, &msg) == nil && !msg.Params.mistyped
 	return body, msg, true
 }
 
