@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"strings"
@@ -158,6 +159,9 @@ func TestDirectPathAnswersLikeMCPGo(t *testing.T) {
 		{"name in other case", jsonType, call("10", `{"NAME":"rawArgs","Arguments":{"a":1}}`)},
 		{"mistyped name first", jsonType, `{"params":{"name":5},"jsonrpc":"2.0","id":11,"method":"tools/call"}`},
 		{"mistyped meta first", jsonType, `{"params":{"name":"echo","_meta":[]},"jsonrpc":"2.0","id":11,"method":"tools/call"}`},
+		{"mistyped requestState", jsonType, call("12", `{"name":"echo","requestState":5}`)},
+		{"mistyped inputResponses", jsonType, call("12", `{"name":"echo","inputResponses":"x"}`)},
+		{"mistyped task in earlier params", jsonType, `{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo","task":5},"params":{"name":"echo"}}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -540,5 +544,64 @@ func TestEnvelopeReadPastMistypedParams(t *testing.T) {
 		`","capabilities":{},"clientInfo":{"name":"t","version":"1"}},"jsonrpc":"2.0","id":1,"method":"initialize"}`)
 	if body := readAll(resp); resp.StatusCode != http.StatusOK || resp.Header.Get(sessionHeader) == "" {
 		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Generated tools/call bodies (members of every type, repeated, in other
+// cases, escaped; content types) are answered alike by both paths.
+func TestDirectPathAnswersLikeMCPGoOnGeneratedBodies(t *testing.T) {
+	direct := newFixture(t)
+	viaMCPGo := newFixture(t, func(o *Options) { o.noDirect = true })
+	directCaps(t, direct.reg)
+	directCaps(t, viaMCPGo.reg)
+	const token = "alice-notes-token"
+	sids := map[*fixture]string{direct: direct.initialize(token), viaMCPGo: viaMCPGo.initialize(token)}
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
+	top := func() string {
+		var parts []string
+		n := 2 + r.IntN(5)
+		for range n {
+			switch r.IntN(6) {
+			case 0:
+				parts = append(parts, `"jsonrpc":`+pick(`"2.0"`, `"1.0"`, `2`, `null`, `"2.0 "`))
+			case 1:
+				parts = append(parts, pick(`"id"`, `"ID"`, `"Id"`, `"\u0069d"`)+`:`+pick(`12345678901234567890`, ` 7 `, `"1"`, `1`, `"a"`, `null`, `1.5`, `-0`, `1e3`, `[]`, `{}`, `true`, `"\u00e9"`))
+			case 2:
+				parts = append(parts, pick(`"method"`, `"Method"`)+`:`+pick(`"tools/call"`, `"tools/list"`, `"TOOLS/CALL"`, `5`))
+			default:
+				var ps []string
+				m := r.IntN(5)
+				for range m {
+					switch r.IntN(5) {
+					case 0:
+						ps = append(ps, pick(`"name"`, `"Name"`, `"\u006eame"`, `"NAME"`, `"name "`)+`:`+pick(`"echo"`, `"rawArgs"`, `"adminOnly"`, `"nope"`, `"progress"`, `""`, `5`, `null`, `"saysError"`, `"streamThenLimit"`, `"scoped"`))
+					case 1:
+						ps = append(ps, pick(`"arguments"`, `"Arguments"`)+`:`+pick(`{}`, `null`, `[]`, `"x"`, `{"text":"a"}`, `{"tag":"t"}`, `{"text":5}`, `1`, `{"text":"a","text":"b"}`, `{"tag":"\u0000"}`))
+					case 2:
+						ps = append(ps, `"_meta":`+pick(`{}`, `null`, `{"progressToken":"p"}`, `{"progressToken":3}`, `[]`, `{"enclave/idempotencyKey":"k"}`, `{"enclave/idempotencyKey":5}`, `{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`, `{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}`))
+					case 3:
+						ps = append(ps, `"task":`+pick(`{}`, `null`, `{"ttl":5}`, `5`))
+					case 4:
+						ps = append(ps, pick(`"requestState":5`, `"inputResponses":"x"`, `"extra":1`))
+					}
+				}
+				parts = append(parts, `"params":`+pick(`{`+strings.Join(ps, ",")+`}`, `null`, `[]`))
+			}
+		}
+		return `{` + strings.Join(parts, ",") + `}`
+	}
+	diffs := 0
+	for i := range 1500 {
+		body := top()
+		ct := pick("application/json", "application/json; charset=utf-8", "application/json;", "application/json; x=\"y\"", "application/jsonx", "")
+		want := seenAnswer(t, viaMCPGo.rawRequest(token, sids[viaMCPGo], ct, body))
+		got := seenAnswer(t, direct.rawRequest(token, sids[direct], ct, body))
+		if got != want {
+			diffs++
+			if diffs < 15 {
+				t.Errorf("%d: %s\n direct %s\n mcp-go %s", i, body, got, want)
+			}
+		}
 	}
 }

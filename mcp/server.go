@@ -424,6 +424,12 @@ type envelopeParams struct {
 	Task      json.RawMessage `json:"task"`      // tools/call
 	Meta      *mcpgo.Meta     `json:"_meta"`
 	RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
+	// Members of mcp-go's tools/call params that the transport does not
+	// read (2026-07-28 retries), decoded only for their types: mcp-go
+	// refuses a tools/call whose members have the wrong type, so the
+	// direct path must not serve it.
+	InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	RequestState   string                     `json:"requestState"`
 	// mistyped: a member has the wrong type (name not a string, say).
 	// Recorded rather than returned: an error from here would stop
 	// encoding/json decoding the rest of the envelope (its method, its
@@ -440,10 +446,15 @@ func (p *envelopeParams) UnmarshalJSON(b []byte) error {
 	type plain envelopeParams
 	var v plain
 	err := json.Unmarshal(b, &v) // the syntax was checked already: only type errors
-	args, mistyped := p.Arguments, p.mistyped
+	args, task, mistyped := p.Arguments, p.Task, p.mistyped
 	*p = envelopeParams(v)
 	if len(p.Arguments) == 0 {
 		p.Arguments = args
+	}
+	if len(p.Task) == 0 {
+		// Kept, unlike mcp-go: a task named anywhere sends the call to
+		// mcp-go (whose answer to a malformed one is the reference).
+		p.Task = task
 	}
 	p.mistyped = mistyped || err != nil
 	return nil
