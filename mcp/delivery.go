@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // deliveryWriter is the response writer mcp-go gets for each request. It
@@ -44,16 +45,17 @@ type deliveryWriter struct {
 	// returns its id ("" when it could not be recorded): set by the direct
 	// path for sessions whose streams are resumable.
 	record func(data []byte) string
-	// done is set once the request has been answered: a handler's
-	// goroutine that sends later gets errStreamDone, never a write to a
-	// response that is over.
-	done bool
+	// answered is set once the direct path has answered the request (or
+	// given up on it): nothing is sent after that.
+	answered bool
+	// writeTimeout bounds the write of an event sent with send.
+	writeTimeout time.Duration
 }
 
 var notificationMark = []byte(`"method":"notifications/`)
 
 func newDeliveryWriter(w http.ResponseWriter) *deliveryWriter {
-	return &deliveryWriter{w: w, wrote: make(chan struct{}, 1)}
+	return &deliveryWriter{w: w, wrote: make(chan struct{}, 1), writeTimeout: eventWriteTimeout}
 }
 
 func (d *deliveryWriter) Header() http.Header { return d.w.Header() }
@@ -150,17 +152,7 @@ func (d *deliveryWriter) streams() bool {
 	return ok
 }
 
-var (
-	errNotStreaming = errors.New("mcp: the response is not an event stream")
-	errStreamDone   = errors.New("mcp: the request has been answered")
-)
-
-// finish marks the request answered (see done).
-func (d *deliveryWriter) finish() {
-	d.mu.Lock()
-	d.done = true
-	d.mu.Unlock()
-}
+var errNotStreaming = errors.New("mcp: the response is not an event stream")
 
 // send writes one JSON-RPC message as an event of the request's stream,
 // opening the stream if nothing was written yet.
@@ -176,9 +168,13 @@ func (d *deliveryWriter) send(msg any) error {
 func (d *deliveryWriter) sendRaw(b []byte) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.done {
-		return errStreamDone
+	if d.answered {
+		return errAnswered
 	}
+	return d.sendLocked(b)
+}
+
+func (d *deliveryWriter) sendLocked(b []byte) error {
 	if !d.started {
 		h := d.w.Header()
 		h.Set("Content-Type", "text/event-stream")
@@ -192,6 +188,15 @@ func (d *deliveryWriter) sendRaw(b []byte) error {
 	if d.record != nil {
 		id = d.record(b)
 	}
+	// The writer is the handler itself (a progress report, a log message,
+	// a question): a client that stops reading must not hold it, and
+	// whatever it holds, for longer than eventWriteTimeout. The server
+	// sets no write timeout of its own (streams are long), so none is
+	// lost by clearing the deadline after the event.
+	rc := http.NewResponseController(d.w)
+	if d.writeTimeout > 0 && rc.SetWriteDeadline(time.Now().Add(d.writeTimeout)) == nil {
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	}
 	var err error
 	if id != "" && !strings.ContainsAny(id, "\r\n") {
 		_, err = fmt.Fprintf(d.w, "id: %s\nevent: message\ndata: %s\n\n", id, b)
@@ -201,29 +206,56 @@ func (d *deliveryWriter) sendRaw(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("mcp: write event: %w", err)
 	}
-	if f, ok := d.w.(http.Flusher); ok {
-		f.Flush()
+	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("mcp: write event: %w", err)
 	}
 	return nil
 }
 
-// streaming reports whether the response has become an event stream.
-func (d *deliveryWriter) streaming() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.started && strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream")
-}
+// eventWriteTimeout bounds how long writing one event that a handler sends
+// (send) may block on a client that does not read.
+const eventWriteTimeout = 30 * time.Second
 
-// replacementFor returns the response to send in place of body: the
-// replacement set for this request (see replaceError), or body itself.
-func (d *deliveryWriter) replacementFor(body []byte) []byte {
+// errAnswered is what sending on a request's stream returns once the
+// request was answered (or abandoned): nothing may follow the answer, and
+// nothing may be written once the handler has returned (a handler's
+// goroutine that outlives it would otherwise write to a response net/http
+// has already finished and recycled).
+var errAnswered = errors.New("mcp: the request has been answered")
+
+// finish ends a direct-path request with its answer body (see direct.go):
+// from now on send refuses. If the response became an event stream, the
+// answer (or the replacement set for it) is recorded for resumption and,
+// when write is true, written as the stream's last event; streamed reports
+// whether it did. Otherwise the caller writes the plain JSON answer.
+func (d *deliveryWriter) finish(body []byte, write bool) (streamed bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.answered {
+		return false, errAnswered
+	}
+	d.answered = true
+	if !d.started || !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
+		return false, nil
+	}
 	if d.replacement != nil && !d.replaced && (d.replaceAny || bytes.Contains(body, []byte(`"error"`))) {
 		d.replaced = true
-		return d.replacement
+		body = d.replacement
 	}
-	return body
+	if !write {
+		if d.record != nil {
+			d.record(body)
+		}
+		return true, nil
+	}
+	return true, d.sendLocked(body)
+}
+
+// abandon makes every later send refuse, without an answer.
+func (d *deliveryWriter) abandon() {
+	d.mu.Lock()
+	d.answered = true
+	d.mu.Unlock()
 }
 
 // settle waits until the request's sent notifications are written, or ctx

@@ -1,14 +1,15 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"net/http"
 	"slices"
-	"strings"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -28,15 +29,21 @@ import (
 // Its notifications (progress, log messages) and the questions it asks a
 // session's client are written to the response as they are sent, turning
 // it into an event stream, with event ids recorded when the session's
-// streams are resumable; the answer follows on the same stream.
+// streams are resumable; the answer follows on the same stream. Because
+// the handler writes them itself, each write is bounded
+// (eventWriteTimeout: a client that stops reading does not hold the
+// handler), and nothing is written once the answer was (a handler's
+// goroutine that outlives the call gets errAnswered, never the response
+// net/http has finished).
 //
 // The direct path takes only requests mcp-go would accept as they are;
 // anything else (another method, a task-augmented call, a body that is
-// not a well-formed JSON-RPC request, arguments that are not an object, a
-// 2026-07-28 request whose version, headers or client capabilities do not
-// check out, a tool with x-mcp-header parameters) still goes to mcp-go,
-// which answers it, errors included, as before. TestDirectPathAnswersLikeMCPGo
-// holds the two paths to the same answers.
+// not a well-formed JSON-RPC request or has members of the wrong type,
+// arguments that are not an object, a 2026-07-28 request whose version,
+// headers or client capabilities do not check out, a tool with
+// x-mcp-header parameters) still goes to mcp-go, which answers it, errors
+// included. The two paths' answers are compared request by request in
+// direct_test.go (Options.noDirect turns the direct path off).
 
 // directToolCall reports whether the request can take the direct path.
 func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bool {
@@ -50,15 +57,12 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 	default:
 		return false // mcp-go's answer to arguments that are not an object
 	}
-	ct := r.Header.Get("Content-Type")
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	if !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
+	// mcp-go's own test: a type it cannot parse is refused (400) there.
+	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
 		return false
 	}
 	if st.sessionID != "" {
-		return true // a session's request (bindSession refuses modern ones a session)
+		return true // a session's request (bindSession gives 2026-07-28 requests none)
 	}
 	return s.modernDirect(r, msg)
 }
@@ -122,11 +126,15 @@ type rpcError struct {
 	Message string `json:"message"`
 }
 
-// serveToolCall answers a session's tools/call on the direct path.
+// serveToolCall answers a tools/call on the direct path.
 func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqState, msg *envelope) {
 	ctx := r.Context()
 	d := newDeliveryWriter(w)
+	d.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
 	st.out, st.direct = d, true
+	// However this ends (a panic included), nothing is sent on the
+	// response once it has: a handler's goroutine may still hold the client.
+	defer d.abandon()
 	if s.events != nil && st.internal != "" {
 		// The session's streams are resumable: every event of this
 		// request's stream is recorded under the request's own stream id,
@@ -143,7 +151,6 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 			return id
 		}
 	}
-	defer d.finish()
 	modern := st.sessionID == ""
 	if modern {
 		// What mcp-go derives from _meta for the handlers (IsModernRequest,
@@ -167,7 +174,9 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		req.Params.Name = name
 		req.Params.Meta = msg.Params.Meta
 		req.Params.MultiRoundTripParams = msg.Params.MultiRoundTripParams
-		if firstByte(msg.Params.Arguments) == '{' {
+		// As mcp-go hands them on: an explicit null stays "null" (a
+		// handler may decode it; absent arguments are nil).
+		if len(msg.Params.Arguments) > 0 {
 			req.Params.RawArguments = msg.Params.Arguments
 		}
 		res, err := s.callToolSafely(ctx, st, req)
@@ -198,17 +207,15 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		// The client has gone, or cancelled the call: no answer is sent.
 		// A stream's answer is still recorded, for a client that lost
 		// its connection to resume.
-		if d.streaming() && d.record != nil {
-			d.record(d.replacementFor(body))
-		}
+		_, _ = d.finish(body, false)
 		return
 	}
-	if d.streaming() {
-		// The answer follows the request's events on its stream.
-		if err := d.sendRaw(d.replacementFor(body)); err != nil {
-			s.log.DebugContext(ctx, "mcp: write tools/call answer", "err", err, "request_id", st.requestID)
-		}
-		return
+	streamed, err := d.finish(body, true)
+	if err != nil {
+		s.log.DebugContext(ctx, "mcp: write tools/call answer", "err", err, "request_id", st.requestID)
+	}
+	if streamed || err != nil {
+		return // the answer followed the request's events on its stream
 	}
 	status := http.StatusOK
 	if modern && resp.Error != nil {

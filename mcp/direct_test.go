@@ -1,307 +1,607 @@
 package mcp
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
+	"log/slog"
+	"math/rand/v2"
 	"net/http"
-	"reflect"
 	"regexp"
-	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/cluster"
 )
 
-// answer is what a client sees of one POST: status, media type and the
-// messages of the body.
-type seen struct {
-	Status   int
-	Media    string
-	Messages []map[string]any
-}
-
-var (
-	requestIDText = regexp.MustCompile(`request id [0-9A-Za-z_-]+`)
-	// a requestState is signed with each server's own key
-	requestStateText = regexp.MustCompile(`"requestState":"[^"]*"`)
-)
-
-func masked(s string) string {
-	return requestStateText.ReplaceAllString(requestIDText.ReplaceAllString(s, "request id R"), `"requestState":"S"`)
-}
-
-// answerOf reads resp; request ids (different on every request) are
-// masked so that two answers can be compared.
-func answerOf(t *testing.T, resp *http.Response) seen {
+// directCaps are capabilities that tell the direct path and mcp-go's apart
+// where they could differ.
+func directCaps(t *testing.T, reg *capabilities.Registry) {
 	t.Helper()
-	media, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
-	a := seen{Status: resp.StatusCode, Media: media}
+	must(t, reg.Register(
+		capabilities.Capability{
+			Name: "rawArgs", Domain: "test", Description: "Shows the raw arguments it got.", Annotations: readOnly,
+			Handler: func(_ context.Context, _ *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
+				return capabilities.TextResult(fmt.Sprintf("%q", string(args))), nil
+			},
+		},
+		capabilities.Define(capabilities.Spec[struct{}, errorOut]{
+			Name: "saysError", Domain: "test", Description: "Succeeds with a field named error.", Annotations: readOnly,
+			Handler: func(context.Context, *capabilities.Call, struct{}) (errorOut, error) {
+				return errorOut{Error: "none, all fine"}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "streamThenLimit", Domain: "test", Description: "Reports progress, then is rate limited.", Annotations: readOnly,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				if err := call.Progress(ctx, 1, 2, "working"); err != nil {
+					return capabilities.Result{}, err
+				}
+				return capabilities.Result{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "slow down",
+					RetryAfter: time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)}
+			},
+		}),
+	))
+}
+
+type errorOut struct {
+	Error string `json:"error"`
+}
+
+// rawRequest sends a POST with the given body and content type.
+func (f *fixture) rawRequest(token, sid, contentType, body string) *http.Response {
+	f.t.Helper()
+	req, err := http.NewRequestWithContext(f.t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+	must(f.t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set(sessionHeader, sid)
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(versionHeader, testProtocol)
+	resp, err := http.DefaultClient.Do(req)
+	must(f.t, err)
+	f.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+var requestIDs = regexp.MustCompile(`request id [^)"]+|"requestId":"[^"]*"`)
+
+// seenAnswer is what a client sees of a response, with the request ids that
+// differ from server to server blanked.
+func seenAnswer(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	kind := "json"
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		kind = "sse"
+	}
 	body := readAll(resp)
-	if media == "text/event-stream" {
-		for line := range strings.Lines(body) {
-			if data, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), "data: "); ok {
-				var m map[string]any
-				must(t, json.Unmarshal([]byte(masked(data)), &m))
-				a.Messages = append(a.Messages, m)
+	var msgs []string
+	if kind == "sse" {
+		for line := range strings.SplitSeq(body, "\n") {
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				msgs = append(msgs, canonical(data))
 			}
 		}
-		return a
+	} else if strings.TrimSpace(body) != "" {
+		msgs = append(msgs, canonical(body))
 	}
-	if strings.TrimSpace(body) != "" {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(masked(body)), &m); err != nil {
-			m = map[string]any{"text": body} // mcp-go answers some errors in plain text
-		}
-		if e, ok := m["error"].(map[string]any); ok {
-			delete(e, "data") // transport errors carry the request id here
-		}
-		a.Messages = append(a.Messages, m)
-	}
-	return a
+	return requestIDs.ReplaceAllString(fmt.Sprintf("%d %s %s", resp.StatusCode, kind, strings.Join(msgs, " | ")), "request id X")
 }
 
-// TestDirectPathAnswersLikeMCPGo sends the same tools/call requests to a
-// server with the direct path and to one that hands everything to
-// mcp-go's transport, and compares what the client gets: status, media
-// type and every message, including the notifications of a streamed call
-// and the answers to bad requests that the direct path leaves to mcp-go.
+func canonical(s string) string {
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return "not JSON: " + s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// Every tools/call of a session is answered the same by the direct path
+// as by mcp-go's transport: status, content type, messages and ids.
 func TestDirectPathAnswersLikeMCPGo(t *testing.T) {
 	direct := newFixture(t)
 	viaMCPGo := newFixture(t, func(o *Options) { o.noDirect = true })
-	type req struct {
-		name, token, contentType, body string
-		modern                         bool              // protocol 2026-07-28: no session
-		headers                        map[string]string // on top of the usual ones
+	directCaps(t, direct.reg)
+	directCaps(t, viaMCPGo.reg)
+	const token = "alice-notes-token"
+	sids := map[*fixture]string{direct: direct.initialize(token), viaMCPGo: viaMCPGo.initialize(token)}
+
+	call := func(id, params string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":` + params + `}`
 	}
-	// modern is a 2026-07-28 tools/call of tool with params, its _meta
-	// carrying the protocol version, client info and caps (nil: no caps).
-	modern := func(label, tool string, params map[string]any, caps any, headers map[string]string) req {
-		meta := map[string]any{
-			"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-			"io.modelcontextprotocol/clientInfo":      map[string]any{"name": "t", "version": "1"},
-		}
-		if caps != nil {
-			meta["io.modelcontextprotocol/clientCapabilities"] = caps
-		}
-		p := map[string]any{"name": tool, "_meta": meta}
-		for k, v := range params {
-			if k == "_meta" {
-				for mk, mv := range v.(map[string]any) {
-					meta[mk] = mv
+	const jsonType = "application/json"
+	cases := []struct {
+		name, contentType, body string
+	}{
+		{"number id", jsonType, call("1", `{"name":"echo","arguments":{"text":"hi"}}`)},
+		{"string id", jsonType, call(`"a-b"`, `{"name":"echo","arguments":{"text":"hi"}}`)},
+		{"escaped string id", jsonType, call(`"\u0041\n"`, `{"name":"echo","arguments":{"text":"hi"}}`)},
+		{"spaced id", jsonType, `{"jsonrpc":"2.0", "id" :  7 , "method":"tools/call","params":{"name":"echo"}}`},
+		{"negative id", jsonType, call("-3", `{"name":"echo"}`)},
+		{"zero id", jsonType, call("0", `{"name":"echo"}`)},
+		{"null id", jsonType, call("null", `{"name":"echo"}`)},
+		{"object id", jsonType, call(`{"a":1}`, `{"name":"echo"}`)},
+		{"no jsonrpc", jsonType, `{"id":1,"method":"tools/call","params":{"name":"echo"}}`},
+		{"jsonrpc 1.0", jsonType, `{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"echo"}}`},
+		{"arguments absent", jsonType, call("2", `{"name":"rawArgs"}`)},
+		{"arguments null", jsonType, call("2", `{"name":"rawArgs","arguments":null}`)},
+		{"arguments object", jsonType, call("2", `{"name":"rawArgs","arguments":{ "a" : [1, 2] }}`)},
+		{"arguments array", jsonType, call("2", `{"name":"rawArgs","arguments":[1]}`)},
+		{"arguments string", jsonType, call("2", `{"name":"rawArgs","arguments":"x"}`)},
+		{"arguments wrong for schema", jsonType, call("2", `{"name":"echo","arguments":{"text":5}}`)},
+		{"unknown tool", jsonType, call("3", `{"name":"nope"}`)},
+		{"empty name", jsonType, call("3", `{"name":""}`)},
+		{"no params", jsonType, `{"jsonrpc":"2.0","id":3,"method":"tools/call"}`},
+		{"hidden tool", jsonType, call("3", `{"name":"adminOnly","arguments":{"text":"x"}}`)},
+		{"internal failure", jsonType, call("4", `{"name":"fail"}`)},
+		{"panic", jsonType, call("4", `{"name":"boom"}`)},
+		{"result with a field named error", jsonType, call("4", `{"name":"saysError"}`)},
+		{"progress", jsonType, call("5", `{"name":"progress","arguments":{"tag":"t"},"_meta":{"progressToken":"p"}}`)},
+		{"numeric progress token", jsonType, call("5", `{"name":"progress","arguments":{"tag":"t"},"_meta":{"progressToken":9}}`)},
+		{"progress without token", jsonType, call("5", `{"name":"progress","arguments":{"tag":"t"}}`)},
+		{"rate limited after progress", jsonType, call("6", `{"name":"streamThenLimit","_meta":{"progressToken":"p"}}`)},
+		{"rate limited", jsonType, call("6", `{"name":"streamThenLimit"}`)},
+		{"bad idempotency key", jsonType, call("6", `{"name":"scoped","_meta":{"enclave/idempotencyKey":"\u0001"}}`)},
+		{"good idempotency key", jsonType, call("6", `{"name":"scoped","_meta":{"enclave/idempotencyKey":"k-1"}}`)},
+		{"task", jsonType, call("8", `{"name":"echo","task":{"ttl":1000}}`)},
+		{"charset", "application/json; charset=utf-8", call("9", `{"name":"echo"}`)},
+		{"upper case type", "Application/JSON", call("9", `{"name":"echo"}`)},
+		{"malformed type parameter", "application/json; charset", call("9", `{"name":"echo"}`)},
+		{"text type", "text/plain", call("9", `{"name":"echo"}`)},
+		{"trailing garbage", jsonType, call("9", `{"name":"echo"}`) + " x"},
+		{"params twice", jsonType, `{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"echo","arguments":{"tag":"t"},"_meta":{"progressToken":"p"}},"params":{"name":"progress"}}`},
+		{"arguments twice", jsonType, call("10", `{"name":"rawArgs","arguments":{"a":1},"arguments":{"b":2}}`)},
+		{"name in other case", jsonType, call("10", `{"NAME":"rawArgs","Arguments":{"a":1}}`)},
+		{"mistyped name first", jsonType, `{"params":{"name":5},"jsonrpc":"2.0","id":11,"method":"tools/call"}`},
+		{"mistyped meta first", jsonType, `{"params":{"name":"echo","_meta":[]},"jsonrpc":"2.0","id":11,"method":"tools/call"}`},
+		{"mistyped requestState", jsonType, call("12", `{"name":"echo","requestState":5}`)},
+		{"mistyped inputResponses", jsonType, call("12", `{"name":"echo","inputResponses":"x"}`)},
+		{"mistyped task in earlier params", jsonType, `{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo","task":5},"params":{"name":"echo"}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			denials := func(f *fixture, since int) string {
+				var out []string
+				for _, d := range f.audit.Denials()[since:] {
+					out = append(out, d.Surface+" "+d.Name+" "+string(d.Reason))
 				}
-				continue
+				return strings.Join(out, ", ")
 			}
-			p[k] = v
-		}
-		h := map[string]string{versionHeader: "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool}
-		for k, v := range headers {
-			if v == "" {
-				delete(h, k)
-			} else {
-				h[k] = v
+			wasMCPGo, wasDirect := len(viaMCPGo.audit.Denials()), len(direct.audit.Denials())
+			want := seenAnswer(t, viaMCPGo.rawRequest(token, sids[viaMCPGo], tc.contentType, tc.body))
+			got := seenAnswer(t, direct.rawRequest(token, sids[direct], tc.contentType, tc.body))
+			if got != want {
+				t.Errorf("direct path answered\n  %s\nmcp-go answered\n  %s", got, want)
 			}
-		}
-		return req{name: "2026-07-28 " + label, modern: true, headers: h, body: rpc(7, "tools/call", p)}
-	}
-	noCaps := map[string]any{}
-	elicit := map[string]any{"elicitation": map[string]any{}}
-	text := map[string]any{"arguments": map[string]any{"text": "hi"}}
-	call := func(id any, params string) string {
-		b, _ := json.Marshal(id)
-		return `{"jsonrpc":"2.0","id":` + string(b) + `,"method":"tools/call","params":` + params + `}`
-	}
-	cases := []req{
-		{name: "echo", body: call(7, `{"name":"echo","arguments":{"text":"hi"}}`)},
-		{name: "string id", body: call("a-1", `{"name":"echo","arguments":{"text":"hi"}}`)},
-		{name: "charset", contentType: "application/json; charset=utf-8", body: call(7, `{"name":"echo","arguments":{"text":"hi"}}`)},
-		{name: "no arguments", body: call(7, `{"name":"echo"}`)},
-		{name: "null arguments", body: call(7, `{"name":"echo","arguments":null}`)},
-		{name: "wrong argument type", body: call(7, `{"name":"echo","arguments":{"text":5}}`)},
-		{name: "unknown argument", body: call(7, `{"name":"echo","arguments":{"text":"a","x":1}}`)},
-		{name: "array arguments", body: call(7, `{"name":"echo","arguments":[1]}`)},
-		{name: "string arguments", body: call(7, `{"name":"echo","arguments":"x"}`)},
-		{name: "unknown tool", body: call(7, `{"name":"nope","arguments":{}}`)},
-		{name: "hidden tool", body: call(7, `{"name":"adminOnly","arguments":{"text":"x"}}`)},
-		{name: "another user", token: "bob-token", body: call(7, `{"name":"progress","arguments":{"tag":"b"},"_meta":{"progressToken":1}}`)},
-		{name: "scope missing", body: call(7, `{"name":"scoped","arguments":{}}`)},
-		{name: "internal failure", body: call(7, `{"name":"fail","arguments":{}}`)},
-		{name: "panic", body: call(7, `{"name":"boom","arguments":{}}`)},
-		{name: "progress and log", body: call(7, `{"name":"progress","arguments":{"tag":"t"},"_meta":{"progressToken":"p"}}`)},
-		{name: "progress without token", body: call(7, `{"name":"progress","arguments":{"tag":"t"}}`)},
-		{name: "task param", body: call(7, `{"name":"echo","arguments":{"text":"hi"},"task":{"ttl":1000}}`)},
-		{name: "jsonrpc 1.0", body: `{"jsonrpc":"1.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`},
-		{name: "no jsonrpc", body: `{"id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`},
-		{name: "null id", body: `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`},
-		{name: "object id", body: `{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`},
-		{name: "not json", body: `{"jsonrpc":"2.0","id":7,"method":"tools/call",`},
-		{name: "text/plain", contentType: "text/plain", body: call(7, `{"name":"echo","arguments":{"text":"hi"}}`)},
-		modern("echo", "echo", text, noCaps, nil),
-		modern("unknown tool", "nope", text, noCaps, nil),
-		modern("hidden tool", "adminOnly", text, noCaps, nil),
-		modern("internal failure", "fail", nil, noCaps, nil),
-		modern("bad arguments", "echo", map[string]any{"arguments": map[string]any{"text": 1}}, noCaps, nil),
-		modern("progress, no log level", "progress", map[string]any{"arguments": map[string]any{"tag": "m"},
-			"_meta": map[string]any{"progressToken": "p"}}, noCaps, nil),
-		modern("progress and log", "progress", map[string]any{"arguments": map[string]any{"tag": "m"},
-			"_meta": map[string]any{"progressToken": "p", "io.modelcontextprotocol/logLevel": "info"}}, noCaps, nil),
-		modern("ask, elicitation declared", "ask", nil, elicit, nil),
-		modern("ask, elicitation not declared", "ask", nil, noCaps, nil),
-		modern("ask, bad request state", "ask", map[string]any{"requestState": "forged"}, elicit, nil),
-		modern("no client capabilities", "echo", text, nil, nil),
-		modern("no Mcp-Name", "echo", text, noCaps, map[string]string{"Mcp-Name": ""}),
-		modern("wrong Mcp-Name", "echo", text, noCaps, map[string]string{"Mcp-Name": "fail"}),
-		modern("wrong Mcp-Method", "echo", text, noCaps, map[string]string{"Mcp-Method": "tools/list"}),
-		modern("header version differs", "echo", text, noCaps, map[string]string{versionHeader: "2025-11-25"}),
-		modern("no version header", "echo", text, noCaps, map[string]string{versionHeader: ""}),
-		modern("Last-Event-ID", "echo", text, noCaps, map[string]string{"Last-Event-ID": "1"}),
-	}
-	send := func(f *fixture, sid string, c req) seen {
-		t.Helper()
-		r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(c.body))
-		must(t, err)
-		r.Header.Set("Authorization", "Bearer "+c.token)
-		r.Header.Set("Content-Type", c.contentType)
-		r.Header.Set("Accept", "application/json, text/event-stream")
-		if !c.modern {
-			r.Header.Set(sessionHeader, sid)
-			r.Header.Set(versionHeader, testProtocol)
-		}
-		for k, v := range c.headers {
-			r.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(r)
-		must(t, err)
-		defer resp.Body.Close()
-		return answerOf(t, resp)
-	}
-	sessions := map[*fixture]map[string]string{direct: {}, viaMCPGo: {}}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if c.token == "" {
-				c.token = "alice-token"
-			}
-			if c.contentType == "" {
-				c.contentType = "application/json"
-			}
-			var got [2]seen
-			for i, f := range []*fixture{direct, viaMCPGo} {
-				sid, ok := sessions[f][c.token]
-				if !ok && !c.modern {
-					sid = f.initialize(c.token)
-					sessions[f][c.token] = sid
-				}
-				got[i] = send(f, sid, c)
-			}
-			if !reflect.DeepEqual(got[0], got[1]) {
-				t.Fatalf("direct path answered\n  %+v\nmcp-go answered\n  %+v", got[0], got[1])
-			}
-			if len(got[0].Messages) == 0 && got[0].Status == http.StatusOK {
-				t.Fatalf("empty answer: %+v", got[0])
+			if got, want := denials(direct, wasDirect), denials(viaMCPGo, wasMCPGo); got != want {
+				t.Errorf("direct path audited [%s], mcp-go [%s]", got, want)
 			}
 		})
 	}
 }
 
-// TestDirectPathEchoesIDExactly: the id of a request is echoed byte for
-// byte, also where a float64 would change it (mcp-go decodes ids into
-// interface values).
-func TestDirectPathEchoesIDExactly(t *testing.T) {
+// A notification or question a handler's goroutine sends after the call
+// was answered is refused, never written: the response is finished
+// (net/http recycles its buffers once the handler returns: writing then
+// crashed the process), and nothing may follow the answer on the stream.
+// On mcp-go's path notifications go through its channel, which nobody
+// reads any more; a question is written by the transport, and refused.
+func TestNothingIsWrittenAfterTheAnswer(t *testing.T) {
+	for _, viaMCPGo := range []bool{false, true} {
+		t.Run(fmt.Sprint("mcp-go=", viaMCPGo), func(t *testing.T) {
+			f := newFixture(t, func(o *Options) { o.noDirect = viaMCPGo })
+			release := make(chan struct{})
+			type lateErr struct {
+				what string
+				err  error
+			}
+			late := make(chan lateErr, 3)
+			must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+				Name: "lingering", Domain: "test", Description: "Leaves a goroutine behind.", Annotations: readOnly,
+				Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+					if err := call.Progress(ctx, 1, 2, "first"); err != nil {
+						return capabilities.Result{}, err
+					}
+					go func() {
+						<-release
+						late <- lateErr{"progress", call.Progress(ctx, 2, 2, "late")}
+						late <- lateErr{"log", call.Log(ctx, capabilities.LogInfo, "test", "late")}
+						_, err := call.Elicit(ctx, capabilities.ElicitRequest{Message: "late?", Schema: json.RawMessage(`{"type":"object"}`)})
+						late <- lateErr{"elicit", err}
+					}()
+					return capabilities.TextResult("done"), nil
+				},
+			})))
+			sid := f.initialize("alice-token")
+			resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{
+				"name": "lingering", "_meta": map[string]any{"progressToken": "p"},
+			}))
+			msgs := messages(t, resp) // the whole stream: the handler has returned
+			if len(msgs) != 2 || msgs[0]["method"] != "notifications/progress" || msgs[1]["result"] == nil {
+				t.Fatalf("stream = %v", msgs)
+			}
+			close(release)
+			for range 3 {
+				l := <-late
+				if l.err == nil && (!viaMCPGo || l.what == "elicit") {
+					t.Errorf("%s after the answer was accepted", l.what)
+				}
+			}
+		})
+	}
+}
+
+// flagHook is a feature flag set whose answer runs a hook first: a test
+// uses it to act between the moment a request's session is bound and the
+// moment it is served (the scope check asks the flags in between).
+type flagHook struct {
+	mu   sync.Mutex
+	hook func()
+}
+
+func (h *flagHook) Enabled(context.Context, capabilities.Caller, string) bool {
+	h.mu.Lock()
+	hook := h.hook
+	h.hook = nil
+	h.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return true
+}
+
+// A session that ends after its request was bound to it but before the
+// call is served (its DELETE racing the call) is not served: 404, as
+// mcp-go answers, and the handler does not run.
+func TestDirectPathRefusesSessionEndedMeanwhile(t *testing.T) {
+	for _, viaMCPGo := range []bool{false, true} {
+		t.Run(fmt.Sprint("mcp-go=", viaMCPGo), func(t *testing.T) {
+			flags := &flagHook{}
+			var ran atomic.Bool
+			f := newFixture(t, func(o *Options) {
+				o.noDirect = viaMCPGo
+				reg := capabilities.NewRegistry(capabilities.Options{Features: flags, Logger: slog.New(slog.DiscardHandler)})
+				must(t, reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+					Name: "flagged", Domain: "test", Description: "Behind a flag.", Annotations: writes,
+					Requires: capabilities.Requirement{Feature: "f"},
+					Handler: func(context.Context, *capabilities.Call, struct{}) (capabilities.Result, error) {
+						ran.Store(true)
+						return capabilities.TextResult("ran"), nil
+					},
+				})))
+				o.Registry = reg
+			})
+			sid := f.initialize("alice-token")
+			flags.mu.Lock()
+			flags.hook = func() { f.srv.sessions.remove(sid) }
+			flags.mu.Unlock()
+			resp := f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/call", map[string]any{"name": "flagged"}))
+			if body := readAll(resp); resp.StatusCode != http.StatusNotFound || ran.Load() {
+				t.Fatalf("status %d (handler ran: %v): %s", resp.StatusCode, ran.Load(), body)
+			}
+		})
+	}
+}
+
+// A tools/call's stream on a resumable shared session carries an event id
+// on every event, on either path; a client that lost it replays the rest
+// with Last-Event-ID on any replica, within the same session only: the
+// same user's other session and another user's session are refused like
+// an unknown id.
+func TestCallStreamResumesOnlyInItsSession(t *testing.T) {
+	for _, viaMCPGo := range []bool{false, true} {
+		t.Run(fmt.Sprint("mcp-go=", viaMCPGo), func(t *testing.T) {
+			group := cluster.NewLoopback()
+			store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
+			a := newFixture(t, func(o *Options) { o.Bus, o.Sessions, o.noDirect = group.Join(), store, viaMCPGo })
+			b := newFixture(t, func(o *Options) { o.Bus, o.Sessions, o.noDirect = group.Join(), store, viaMCPGo })
+			alice, alice2, bob := a.initialize("alice-token"), a.initialize("alice-token"), a.initialize("bob-token")
+
+			next := sseEvents(a.request(http.MethodPost, "alice-token", alice, rpc(5, "tools/call", map[string]any{
+				"name": "progress", "arguments": map[string]any{"tag": "t"}, "_meta": map[string]any{"progressToken": "p"},
+			})))
+			var ids []string
+			var msgs []string
+			for id, m := next(); m != nil; id, m = next() {
+				if id == "" {
+					t.Fatalf("event without an id: %v", m)
+				}
+				b, _ := json.Marshal(m)
+				ids, msgs = append(ids, id), append(msgs, string(b))
+			}
+			if len(msgs) != 5 || !strings.Contains(msgs[4], `"result"`) {
+				t.Fatalf("stream = %v", msgs)
+			}
+
+			resume := func(f *fixture, token, sid string) *http.Response {
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+				req.Header.Set("Authorization", "Bearer "+token)
+				req.Header.Set(sessionHeader, sid)
+				req.Header.Set(versionHeader, testProtocol)
+				req.Header.Set("Accept", "text/event-stream")
+				req.Header.Set("Last-Event-ID", ids[0])
+				resp, err := http.DefaultClient.Do(req)
+				must(t, err)
+				t.Cleanup(func() { resp.Body.Close() })
+				return resp
+			}
+			for _, other := range []struct{ token, sid string }{{"alice-token", alice2}, {"bob-token", bob}} {
+				if r := resume(b, other.token, other.sid); r.StatusCode != http.StatusBadRequest {
+					t.Fatalf("%s resuming alice's call stream: %d %s", other.token, r.StatusCode, readAll(r))
+				}
+			}
+			r := resume(b, "alice-token", alice)
+			if r.StatusCode != http.StatusOK {
+				t.Fatalf("resume on B: %d %s", r.StatusCode, readAll(r))
+			}
+			next = sseEvents(r)
+			for i := 1; i < len(msgs); i++ {
+				id, m := next()
+				got, _ := json.Marshal(m)
+				if id != ids[i] || string(got) != msgs[i] {
+					t.Fatalf("replayed %q %s, want %q %s", id, got, ids[i], msgs[i])
+				}
+			}
+			if _, m := next(); m != nil {
+				t.Fatalf("replayed more: %v", m)
+			}
+		})
+	}
+}
+
+// toggle is a feature flag set whose one flag can be switched while
+// serving.
+type toggle struct{ on atomic.Bool }
+
+func (f *toggle) Enabled(context.Context, capabilities.Caller, string) bool { return f.on.Load() }
+
+// The visible-tools check a session's requests make is skipped only while
+// nothing it depends on changed: a feature flag switched on shows a tool,
+// and the session that listed tools is told on its next request (of
+// either kind); so is a change of the account's state.
+func TestListChangedFollowsFlagsAndState(t *testing.T) {
+	flags := &toggle{}
+	f := newFixture(t, func(o *Options) {
+		reg := capabilities.NewRegistry(capabilities.Options{Features: flags, Logger: slog.New(slog.DiscardHandler)})
+		must(t, reg.Register(
+			capabilities.Define(capabilities.Spec[echoIn, echoOut]{
+				Name: "echo", Domain: "test", Description: "Echoes text.", Annotations: readOnly,
+				Handler: func(_ context.Context, _ *capabilities.Call, in echoIn) (echoOut, error) {
+					return echoOut{Echo: in.Text}, nil
+				},
+			}),
+			capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+				Name: "flagged", Domain: "test", Description: "Behind a flag.", Annotations: writes,
+				Requires: capabilities.Requirement{Feature: "f"},
+				Handler: func(context.Context, *capabilities.Call, struct{}) (capabilities.Result, error) {
+					return capabilities.TextResult("ran"), nil
+				},
+			}),
+		))
+		o.Registry = reg
+	})
+	sid := f.initialize("alice-token")
+	stream := f.request(http.MethodGet, "alice-token", sid, "")
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %d", stream.StatusCode)
+	}
+	call := func() {
+		resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}}))
+		if m := result(t, resp); m["result"] == nil {
+			t.Fatalf("echo: %v", m)
+		}
+	}
+	sentinel := func(n int) {
+		must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", map[string]any{"n": n}))
+	}
+	f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil))
+	call() // nothing changed
+	sentinel(1)
+	flags.on.Store(true)
+	call() // the flag shows "flagged"
+	sentinel(2)
+	call() // nothing changed since
+	sentinel(3)
+	c, _ := f.loader.LoadCaller(t.Context(), "alice")
+	c.State = capabilities.AccountDeleting
+	f.loader.Set(c)
+	call() // an account being deleted sees only reads: "flagged" goes
+	sentinel(4)
+
+	var got []string
+	next := sseReader(stream)
+	for len(got) < 6 {
+		m := next()
+		if m == nil {
+			t.Fatalf("stream ended after %v", got)
+		}
+		got = append(got, fmt.Sprint(m["method"]))
+	}
+	want := []string{"test/sentinel", "notifications/tools/list_changed", "test/sentinel", "test/sentinel", "notifications/tools/list_changed", "test/sentinel"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("stream carried %v, want %v", got, want)
+	}
+}
+
+// The direct path echoes a request id byte for byte (compacted), so an
+// integer id beyond 2^53 comes back exactly as sent, as JSON-RPC requires
+// (mcp-go's transport rounds it through float64).
+func TestDirectPathEchoesLargeIDs(t *testing.T) {
 	f := newFixture(t)
 	sid := f.initialize("alice-token")
-	for _, id := range []string{`12345678901234567891`, `-3`, `"x\"y"`, `"ü"`} {
-		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`
-		resp := f.request(http.MethodPost, "alice-token", sid, body)
-		var got struct {
-			ID     json.RawMessage `json:"id"`
-			Result json.RawMessage `json:"result"`
-		}
-		must(t, json.NewDecoder(resp.Body).Decode(&got))
-		if string(got.ID) != id || !strings.Contains(string(got.Result), `"echo":"hi"`) {
-			t.Fatalf("id %s: answered id %s, result %s", id, got.ID, got.Result)
+	for _, id := range []string{"12345678901234567890", "-9007199254740993", `"x\"y"`} {
+		resp := f.rawRequest("alice-token", sid, "application/json",
+			`{"jsonrpc":"2.0","id": `+id+` ,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}`)
+		body := readAll(resp)
+		if !strings.HasPrefix(body, `{"jsonrpc":"2.0","id":`+id+`,"result":`) {
+			t.Errorf("id %s answered %s", id, body)
 		}
 	}
 }
 
-// TestDirectPathStreamResumesOnlyForItsSession: with resumable shared
-// sessions, the events of a streamed tools/call carry ids and are
-// recorded; the client that lost its connection replays the rest of the
-// stream (the answer included) on another replica with Last-Event-ID,
-// and another user's session cannot.
-func TestDirectPathStreamResumesOnlyForItsSession(t *testing.T) {
-	group := cluster.NewLoopback()
-	store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
-	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
-	b := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
-	alice := a.initialize("alice-token")
-	bob := a.initialize("bob-token")
-
-	resp := a.request(http.MethodPost, "alice-token", alice, rpc(9, "tools/call", map[string]any{
-		"name": "progress", "arguments": map[string]any{"tag": "r"}, "_meta": map[string]any{"progressToken": "p"},
-	}))
-	next := sseEvents(resp)
-	var ids []string
-	var last map[string]any
-	for id, m := next(); m != nil; id, m = next() {
-		if id == "" {
-			t.Fatalf("event without an id: %v", m)
+// A client that stops reading a call's stream holds the handler that
+// writes to it (a progress report, a log message) for a bounded time
+// only: the write fails, and the handler goes on (and lets go of what it
+// holds), instead of waiting for the client forever.
+func TestStalledClientDoesNotHoldTheHandler(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.eventWrite = 200 * time.Millisecond })
+	failed := make(chan error, 1)
+	big := strings.Repeat("x", 64<<10)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "chatty", Domain: "test", Description: "Logs a lot.", Annotations: readOnly,
+		Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+			for range 4000 { // far more than the socket buffers hold
+				if err := call.Log(ctx, capabilities.LogInfo, "test", big); err != nil {
+					failed <- err
+					return capabilities.Result{}, err
+				}
+			}
+			failed <- nil
+			return capabilities.TextResult("done"), nil
+		},
+	})))
+	sid := f.initialize("alice-token")
+	resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "tools/call", map[string]any{"name": "chatty"}))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatal(resp.Status)
+	}
+	// The body is never read.
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Fatal("every log message was written to a client that reads nothing")
 		}
-		ids = append(ids, id)
-		last = m
-	}
-	if len(ids) != 5 || last["result"] == nil { // three progress notices, a log message, the answer
-		t.Fatalf("%d events, last %v", len(ids), last)
-	}
-
-	resume := func(token, sid string) *http.Response {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, b.url, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set(sessionHeader, sid)
-		req.Header.Set(versionHeader, testProtocol)
-		req.Header.Set("Accept", "text/event-stream")
-		req.Header.Set("Last-Event-ID", ids[0])
-		resp, err := http.DefaultClient.Do(req)
-		must(t, err)
-		t.Cleanup(func() { resp.Body.Close() })
-		return resp
-	}
-	if r := resume("bob-token", bob); r.StatusCode != http.StatusBadRequest {
-		t.Fatalf("bob resuming alice's call stream: %d", r.StatusCode)
-	}
-	r := resume("alice-token", alice)
-	if r.StatusCode != http.StatusOK {
-		t.Fatalf("resume on B: %d %s", r.StatusCode, readAll(r))
-	}
-	next = sseEvents(r)
-	var replayed []string
-	for id, m := next(); m != nil; id, m = next() {
-		replayed = append(replayed, id)
-		last = m
-	}
-	if !reflect.DeepEqual(replayed, ids[1:]) || last["result"] == nil {
-		t.Fatalf("replayed %v (last %v), want %v ending with the answer", replayed, last, ids[1:])
+	case <-time.After(15 * time.Second):
+		t.Fatal("the handler is still held by a client that reads nothing")
 	}
 }
 
-// TestDirectPathTaskCreatedLikeMCPGo: a 2026-07-28 call that continues as
-// a task answers with the same CreateTaskResult shape on both paths (the
-// task id and times differ by nature), and the task runs to its question.
-func TestDirectPathTaskCreatedLikeMCPGo(t *testing.T) {
-	var shapes [2]string
-	for i, noDirect := range []bool{false, true} {
-		f := taskFixture(t, func(o *Options) { o.noDirect = noDirect })
-		status, m := f.modernCall("alice-token", "tools/call", "longJob", map[string]any{"name": "longJob", "arguments": map[string]any{}}, taskCaps)
-		res, _ := m["result"].(map[string]any)
-		id, _ := res["taskId"].(string)
-		if status != http.StatusOK || id == "" {
-			t.Fatalf("noDirect=%v: %d %v", noDirect, status, m)
-		}
-		keys := slices.Sorted(maps.Keys(res))
-		shapes[i] = fmt.Sprint(status, keys, res["resultType"], res["status"], m["id"])
-		f.waitStatus("alice-token", id, "input_required")
+// A client whose connection to a call's stream broke finds the call's
+// answer when it resumes the stream (resumable shared sessions), on
+// either path.
+func TestBrokenCallStreamKeepsItsAnswer(t *testing.T) {
+	for _, viaMCPGo := range []bool{false, true} {
+		t.Run(fmt.Sprint("mcp-go=", viaMCPGo), func(t *testing.T) {
+			group := cluster.NewLoopback()
+			store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
+			a := newFixture(t, func(o *Options) { o.Bus, o.Sessions, o.noDirect = group.Join(), store, viaMCPGo })
+			a.gate = newBarrier(2) // never reached by a second call: the first waits until it is cancelled
+			alice := a.initialize("alice-token")
+
+			ctx, cancel := context.WithCancel(t.Context())
+			body := rpc(5, "tools/call", map[string]any{"name": "progress", "arguments": map[string]any{"tag": "t"}, "_meta": map[string]any{"progressToken": "p"}})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.url, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer alice-token")
+			req.Header.Set(sessionHeader, alice)
+			req.Header.Set(versionHeader, testProtocol)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			must(t, err)
+			first, m := sseEvents(resp)()
+			if first == "" || m["method"] != "notifications/progress" {
+				t.Fatalf("first event %q %v", first, m)
+			}
+			cancel() // the connection breaks while the call waits
+			resp.Body.Close()
+
+			eventually(t, "the answer to be recorded", func() bool {
+				store.emu.Lock()
+				n := len(store.events[SessionHash(alice)])
+				store.emu.Unlock()
+				return n >= 2
+			})
+			req, _ = http.NewRequestWithContext(t.Context(), http.MethodGet, a.url, nil)
+			req.Header.Set("Authorization", "Bearer alice-token")
+			req.Header.Set(sessionHeader, alice)
+			req.Header.Set(versionHeader, testProtocol)
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("Last-Event-ID", first)
+			r, err := http.DefaultClient.Do(req)
+			must(t, err)
+			defer r.Body.Close()
+			next := sseEvents(r)
+			id, m := next()
+			if id == "" || m["id"] != float64(5) || m["result"] == nil {
+				t.Fatalf("replayed %q %v, want the answer to call 5", id, m)
+			}
+		})
 	}
-	if shapes[0] != shapes[1] {
-		t.Fatalf("direct path: %s\nmcp-go:      %s", shapes[0], shapes[1])
+}
+
+// The envelope is read to its end past a params member of the wrong type
+// (a type error in a struct does not stop encoding/json, and the params'
+// own decoding must not either): an initialize whose params come first
+// with an extra member of another type still opens a session.
+func TestEnvelopeReadPastMistypedParams(t *testing.T) {
+	f := newFixture(t)
+	resp := f.request(http.MethodPost, "alice-token", "", `{"params":{"name":5,"protocolVersion":"`+testProtocol+
+		`","capabilities":{},"clientInfo":{"name":"t","version":"1"}},"jsonrpc":"2.0","id":1,"method":"initialize"}`)
+	if body := readAll(resp); resp.StatusCode != http.StatusOK || resp.Header.Get(sessionHeader) == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Generated tools/call bodies (members of every type, repeated, in other
+// cases, escaped; content types) are answered alike by both paths.
+func TestDirectPathAnswersLikeMCPGoOnGeneratedBodies(t *testing.T) {
+	direct := newFixture(t)
+	viaMCPGo := newFixture(t, func(o *Options) { o.noDirect = true })
+	directCaps(t, direct.reg)
+	directCaps(t, viaMCPGo.reg)
+	const token = "alice-notes-token"
+	sids := map[*fixture]string{direct: direct.initialize(token), viaMCPGo: viaMCPGo.initialize(token)}
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
+	top := func() string {
+		var parts []string
+		n := 2 + r.IntN(5)
+		for range n {
+			switch r.IntN(6) {
+			case 0:
+				parts = append(parts, `"jsonrpc":`+pick(`"2.0"`, `"1.0"`, `2`, `null`, `"2.0 "`))
+			case 1:
+				parts = append(parts, pick(`"id"`, `"ID"`, `"Id"`, `"\u0069d"`)+`:`+pick(`12345678901234567890`, ` 7 `, `"1"`, `1`, `"a"`, `null`, `1.5`, `-0`, `1e3`, `[]`, `{}`, `true`, `"\u00e9"`))
+			case 2:
+				parts = append(parts, pick(`"method"`, `"Method"`)+`:`+pick(`"tools/call"`, `"tools/list"`, `"TOOLS/CALL"`, `5`))
+			default:
+				var ps []string
+				m := r.IntN(5)
+				for range m {
+					switch r.IntN(5) {
+					case 0:
+						ps = append(ps, pick(`"name"`, `"Name"`, `"\u006eame"`, `"NAME"`, `"name "`)+`:`+pick(`"echo"`, `"rawArgs"`, `"adminOnly"`, `"nope"`, `"progress"`, `""`, `5`, `null`, `"saysError"`, `"streamThenLimit"`, `"scoped"`))
+					case 1:
+						ps = append(ps, pick(`"arguments"`, `"Arguments"`)+`:`+pick(`{}`, `null`, `[]`, `"x"`, `{"text":"a"}`, `{"tag":"t"}`, `{"text":5}`, `1`, `{"text":"a","text":"b"}`, `{"tag":"\u0000"}`))
+					case 2:
+						ps = append(ps, `"_meta":`+pick(`{}`, `null`, `{"progressToken":"p"}`, `{"progressToken":3}`, `[]`, `{"enclave/idempotencyKey":"k"}`, `{"enclave/idempotencyKey":5}`, `{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`, `{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}`))
+					case 3:
+						ps = append(ps, `"task":`+pick(`{}`, `null`, `{"ttl":5}`, `5`))
+					case 4:
+						ps = append(ps, pick(`"requestState":5`, `"inputResponses":"x"`, `"extra":1`))
+					}
+				}
+				parts = append(parts, `"params":`+pick(`{`+strings.Join(ps, ",")+`}`, `null`, `[]`))
+			}
+		}
+		return `{` + strings.Join(parts, ",") + `}`
+	}
+	diffs := 0
+	for i := range 1500 {
+		body := top()
+		ct := pick("application/json", "application/json; charset=utf-8", "application/json;", "application/json; x=\"y\"", "application/jsonx", "")
+		want := seenAnswer(t, viaMCPGo.rawRequest(token, sids[viaMCPGo], ct, body))
+		got := seenAnswer(t, direct.rawRequest(token, sids[direct], ct, body))
+		if got != want {
+			diffs++
+			if diffs < 15 {
+				t.Errorf("%d: %s\n direct %s\n mcp-go %s", i, body, got, want)
+			}
+		}
 	}
 }

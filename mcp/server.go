@@ -145,9 +145,10 @@ type Options struct {
 	// sessions live in this process.
 	Sessions SessionStore
 
-	now      func() time.Time // tests
-	recheck  time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
-	noDirect bool             // tests: hand every request to mcp-go (no direct path), to compare
+	now        func() time.Time // tests
+	recheck    time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
+	noDirect   bool             // tests: every request goes to mcp-go, none takes the direct path
+	eventWrite time.Duration    // tests: bound of a handler's event write; 0 means eventWriteTimeout
 }
 
 // Server is an http.Handler serving MCP at Path.
@@ -419,15 +420,48 @@ type envelope struct {
 	ID      json.RawMessage `json:"id"`
 	Result  json.RawMessage `json:"result"`
 	Error   json.RawMessage `json:"error"`
-	Params  struct {
-		Name                       string          `json:"name"`
-		Arguments                  json.RawMessage `json:"arguments"` // tools/call
-		Task                       json.RawMessage `json:"task"`      // tools/call
-		mcpgo.MultiRoundTripParams                 // tools/call, protocol 2026-07-28
-		Meta                       *mcpgo.Meta     `json:"_meta"`
-		RequestID                  json.RawMessage `json:"requestId"` // notifications/cancelled
-	} `json:"params"`
-	decoded bool // the body is a JSON object that decoded without error
+	Params  envelopeParams  `json:"params"`
+	decoded bool            // the body is a JSON object that decoded without error
+}
+
+type envelopeParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"` // tools/call
+	Task      json.RawMessage `json:"task"`      // tools/call
+	Meta      *mcpgo.Meta     `json:"_meta"`
+	RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
+	// The answers and state of a 2026-07-28 retry (tools/call), decoded
+	// into mcp-go's types: mcp-go refuses a tools/call whose members have
+	// the wrong type, so the direct path must not serve it.
+	mcpgo.MultiRoundTripParams
+	// mistyped: a member has the wrong type (name not a string, say).
+	// Recorded rather than returned: an error from here would stop
+	// encoding/json decoding the rest of the envelope (its method, its
+	// id), where a type error inside a plain struct does not.
+	mistyped bool
+}
+
+// UnmarshalJSON decodes params as mcp-go decodes a tools/call's, also
+// when a body names params twice: the last one replaces the name, _meta
+// and task of the first (encoding/json would merge them, carrying a
+// progress token or an idempotency key over from the first), and only
+// arguments it lacks are kept.
+func (p *envelopeParams) UnmarshalJSON(b []byte) error {
+	type plain envelopeParams
+	var v plain
+	err := json.Unmarshal(b, &v) // the syntax was checked already: only type errors
+	args, task, mistyped := p.Arguments, p.Task, p.mistyped
+	*p = envelopeParams(v)
+	if len(p.Arguments) == 0 {
+		p.Arguments = args
+	}
+	if len(p.Task) == 0 {
+		// Kept, unlike mcp-go: a task named anywhere sends the call to
+		// mcp-go (whose answer to a malformed one is the reference).
+		p.Task = task
+	}
+	p.mistyped = mistyped || err != nil
+	return nil
 }
 
 func (e envelope) isResponse() bool {
@@ -519,6 +553,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer done()
 	}
 	if direct {
+		if st.sessionID != "" && st.internal == "" {
+			// The session ended since it was bound (a DELETE, eviction or
+			// expiry in between): mcp-go would refuse the request id it
+			// then gets, and so does the direct path.
+			writeHTTPError(w, http.StatusNotFound, "session not found", requestID)
+			return
+		}
 		s.serveToolCall(w, r, st, &msg)
 		s.syncRegistry() // a call may have changed the registry
 		return
@@ -558,8 +599,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.out = newDeliveryWriter(w)
+	st.out.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
 	s.http.ServeHTTP(st.out, r)
-	st.out.finish()
+	st.out.abandon() // a handler's goroutine must not write to the finished response
 	s.syncRegistry() // a request may have changed the registry
 	for _, id := range st.evicted {
 		s.terminate(id)
@@ -585,7 +627,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 		writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
 		return nil, msg, false
 	}
-	msg.decoded = json.Unmarshal(body, &msg) == nil
+	msg.decoded = json.Unmarshal(body, &msg) == nil && !msg.Params.mistyped
 	return body, msg, true
 }
 
