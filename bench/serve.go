@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ func serveMain(args []string) error {
 	logLevel := fs.String("log-level", "warn", "server log level (info turns on enclave's per-request access log)")
 	maxLife := fs.Duration("max-lifetime", 10*time.Minute, "exit by itself after this long")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole serving time to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile (with every allocation sampled since start: pprof -sample_index=alloc_space) to this file at exit")
 	cacheTTL := fs.Duration("caller-cache-ttl", 30*time.Second, "enclave's --caller-cache-ttl (b, c); 0 turns the caller cache off (every call runs the SQL bearer check)")
 	stateOut := fs.String("state-out", "", "write the data directory, database URL and base URL to this file, for a second replica to -join (c)")
 	join := fs.String("join", "", "serve as a second replica of the server that wrote this -state-out file: same database, data directory and base URL; no users are made (c)")
@@ -58,6 +60,15 @@ func serveMain(args []string) error {
 	ttl := *cacheTTL
 	if ttl == 0 {
 		ttl = -1 // enclave.Config: negative is off
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

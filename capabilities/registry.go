@@ -5,17 +5,17 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"maps"
 	"regexp"
 	"runtime/debug"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -262,46 +262,61 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 }
 
 // VisibilityKey returns a key that is the same for two calls only if
-// VisibleNames would answer them the same: the registry's version and
-// every field of caller that the state and requirement checks read. ok is
-// false when a registered capability depends on a feature flag, whose
-// answers can change at any time; there is then no such key. A transport
-// uses it to skip working out a caller's visible set again when nothing
-// it depends on changed.
-func (r *Registry) VisibilityKey(caller Caller) (key string, ok bool) {
+// VisibleNames would answer them the same: a hash, under a seed chosen at
+// random per process, of the registry's version and every field of caller
+// that the state and requirement checks read (so two different inputs
+// share a key with odds of 2^-64, and nobody can aim for it). ok is false
+// when a registered capability depends on a feature flag, whose answers
+// can change at any time; there is then no such key. A transport uses it
+// to skip working out a caller's visible set again when nothing it
+// depends on changed. It allocates nothing.
+func (r *Registry) VisibilityKey(caller Caller) (key uint64, ok bool) {
 	r.mu.RLock()
 	version, flagged := r.version, r.flagged
 	r.mu.RUnlock()
 	if flagged {
-		return "", false
+		return 0, false
 	}
-	var b strings.Builder
-	b.Grow(64)
-	put := func(v string) { // length-prefixed: no two lists write the same bytes
-		b.WriteString(strconv.Itoa(len(v)))
-		b.WriteByte(':')
-		b.WriteString(v)
+	var h maphash.Hash
+	h.SetSeed(visibilitySeed)
+	var n [8]byte
+	num := func(v uint64) {
+		binary.LittleEndian.PutUint64(n[:], v)
+		h.Write(n[:])
 	}
-	put(strconv.FormatUint(version, 36))
-	put(caller.UserID)
-	put(strconv.Itoa(int(caller.State)))
-	put(strconv.FormatBool(caller.Interactive))
-	put(strconv.FormatBool(caller.Session))
-	put(strconv.FormatBool(caller.Only != nil))
-	put(strconv.Itoa(len(caller.Roles)))
+	str := func(v string) { // length-prefixed: no two lists hash the same bytes
+		num(uint64(len(v)))
+		h.WriteString(v)
+	}
+	flag := func(b bool) {
+		if b {
+			num(1)
+		} else {
+			num(0)
+		}
+	}
+	num(version)
+	str(caller.UserID)
+	num(uint64(caller.State))
+	flag(caller.Interactive)
+	flag(caller.Session)
+	flag(caller.Only != nil)
+	num(uint64(len(caller.Roles)))
 	for _, v := range caller.Roles {
-		put(v)
+		str(v)
 	}
-	put(strconv.Itoa(len(caller.Permissions)))
+	num(uint64(len(caller.Permissions)))
 	for _, v := range caller.Permissions {
-		put(string(v))
+		str(string(v))
 	}
-	put(strconv.Itoa(len(caller.Only)))
+	num(uint64(len(caller.Only)))
 	for _, v := range caller.Only {
-		put(v)
+		str(v)
 	}
-	return b.String(), true
+	return h.Sum64(), true
 }
+
+var visibilitySeed = maphash.MakeSeed()
 
 // IsVisible reports whether Visible would include the named capability.
 func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bool {

@@ -537,7 +537,7 @@ func TestVisibilityKey(t *testing.T) {
 		"two roles":   func(c *capabilities.Caller) { c.Roles = append(c.Roles, "x") },
 		"joined role": func(c *capabilities.Caller) { c.Roles = []string{strings.Join(append(c.Roles, "x"), "\x00")} },
 	}
-	keyOf := func(c capabilities.Caller) string {
+	keyOf := func(c capabilities.Caller) uint64 {
 		k, ok := reg.VisibilityKey(c)
 		if !ok {
 			t.Fatal("no key without flagged capabilities")
@@ -545,7 +545,7 @@ func TestVisibilityKey(t *testing.T) {
 		return k
 	}
 	baseKey := keyOf(base)
-	seenKeys := map[string]string{}
+	seenKeys := map[uint64]string{}
 	for label, change := range variants {
 		c := base
 		c.Roles = slices.Clone(base.Roles)

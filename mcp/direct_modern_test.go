@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"regexp"
 	"slices"
@@ -202,5 +203,34 @@ func TestDirectPathTaskCreatedLikeMCPGo(t *testing.T) {
 	}
 	if shapes[0] != shapes[1] {
 		t.Fatalf("direct path: %s\nmcp-go:      %s", shapes[0], shapes[1])
+	}
+}
+
+// TestCallersRequestHeaderUntouched: the transport no longer clones each
+// request; what it changes for mcp-go (the session header of a session's
+// request, a 2026-07-28 request's stray session header) it changes on a
+// copy of its own, so middleware around it sees the request as it came.
+func TestCallersRequestHeaderUntouched(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	for _, body := range []string{
+		rpc(2, "tools/list", nil), // mcp-go's path
+		rpc(3, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}}), // the direct path
+	} {
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+Path, strings.NewReader(body))
+		req.RemoteAddr = "127.0.0.1:1234"
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(sessionHeader, sid)
+		req.Header.Set(versionHeader, testProtocol)
+		rec := httptest.NewRecorder()
+		f.srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", body, rec.Code, rec.Body)
+		}
+		if got := req.Header.Get(sessionHeader); got != sid {
+			t.Fatalf("%s: the caller's request now names session %q, sent %q", body, got, sid)
+		}
 	}
 }

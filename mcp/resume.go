@@ -125,6 +125,7 @@ func (s *Server) resumeElsewhere(w http.ResponseWriter, r *http.Request, sid str
 	if err != nil {
 		return true
 	}
+	ownHeader(r)
 	r.Header.Del("Last-Event-ID")
 	s.http.ServeHTTP(&continuedStream{ResponseWriter: w, flusher: flusher}, r)
 	return true

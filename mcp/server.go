@@ -530,7 +530,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st := &reqState{caller: caller, requestID: requestID, method: msg.Method, expires: info.ExpiresAt, rpcID: bytes.TrimSpace(msg.ID)}
 	st.token, _ = bearer(r)
-	r = r.Clone(context.WithValue(r.Context(), stateKey{}, st))
+	// A shallow copy: its Header is still the caller's map, so whatever
+	// changes a header for mcp-go clones it first (ownHeader); the direct
+	// path changes none and copies none.
+	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	if !s.bindSession(w, r, st, msg) {
@@ -619,7 +622,16 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 		writeHTTPError(w, http.StatusRequestEntityTooLarge, "request body too large", requestID)
 		return nil, msg, false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	var body []byte
+	var err error
+	if n := r.ContentLength; n > 0 {
+		// Announced (and within the limit): read it into a buffer of its
+		// size; net/http ends the body there and reports a shorter one.
+		body = make([]byte, n)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	}
 	if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
 		writeHTTPError(w, http.StatusRequestEntityTooLarge, "request body too large", requestID)
 		return nil, msg, false
@@ -638,7 +650,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqState, msg envelope) bool {
 	switch {
 	case s.isModern(r, msg):
-		r.Header.Del(sessionHeader) // 2026-07-28 has no sessions: each request stands alone
+		if r.Header.Get(sessionHeader) != "" {
+			ownHeader(r)
+			r.Header.Del(sessionHeader) // 2026-07-28 has no sessions: each request stands alone
+		}
 		return true
 	case r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize):
 		if s.sessions.len() >= s.sessions.total && s.sharedSessions() {
@@ -730,7 +745,10 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, dire
 		internal, end := s.sessions.begin(sid)
 		st.internal = internal
 		cleanup = append(cleanup, end)
-		r.Header.Set(sessionHeader, internal)
+		if !direct {
+			ownHeader(r)
+			r.Header.Set(sessionHeader, internal)
+		}
 		switch {
 		case msg.Method == string(mcpgo.MethodNotificationCancelled):
 			s.sessions.cancel(sid, bytes.TrimSpace(msg.Params.RequestID))
@@ -862,9 +880,17 @@ func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid strin
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	ownHeader(r)
 	r.Header.Set(sessionHeader, sid)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.http.ServeHTTP(w, r)
+}
+
+// ownHeader gives r (the transport's own shallow copy of the request) a
+// header map of its own, so that changing it for mcp-go leaves the
+// caller's request as it was.
+func ownHeader(r *http.Request) {
+	r.Header = r.Header.Clone()
 }
 
 // syncRegistry mirrors the registry's definitions into mcp-go when they
@@ -950,6 +976,11 @@ func (s *Server) filterPrompts(ctx context.Context, prompts []mcpgo.Prompt) []mc
 }
 
 // visibleFingerprint identifies the set of tools caller can see.
+func (s *Server) visibilityKey(caller capabilities.Caller) visKey {
+	k, ok := s.reg.VisibilityKey(caller)
+	return visKey{k, ok}
+}
+
 func (s *Server) visibleFingerprint(ctx context.Context, caller capabilities.Caller) string {
 	return fingerprint(s.reg.VisibleNames(ctx, caller))
 }
@@ -961,8 +992,8 @@ func (s *Server) visibleFingerprint(ctx context.Context, caller capabilities.Cal
 // caller's roles, permissions, state or confinement, or any feature flag
 // when flags are configured).
 func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
-	key, keyOK := s.reg.VisibilityKey(st.caller)
-	if !s.sessions.toolsCheckDue(st.sessionID, key, keyOK) {
+	key := s.visibilityKey(st.caller)
+	if !s.sessions.toolsCheckDue(st.sessionID, key) {
 		return
 	}
 	if s.sessions.swapToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller), key) {
@@ -1012,8 +1043,7 @@ func (s *Server) beforeCallTool(ctx context.Context, _ any, req *mcpgo.CallToolR
 
 func (s *Server) afterListTools(ctx context.Context, _ any, _ *mcpgo.ListToolsRequest, _ *mcpgo.ListToolsResult) {
 	if st := stateFrom(ctx); st != nil && st.sessionID != "" {
-		key, _ := s.reg.VisibilityKey(st.caller)
-		s.sessions.setToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller), key)
+		s.sessions.setToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller), s.visibilityKey(st.caller))
 	}
 }
 

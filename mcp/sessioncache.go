@@ -41,7 +41,7 @@ func (s *sessionStore) adopt(rec SessionRecord) {
 	se.version, se.info = rec.ProtocolVersion, rec.ClientInfo
 	se.canSample, se.canElicit, se.canRoots = rec.CanSample, rec.CanElicit, rec.CanRoots
 	if se.toolsFP != rec.ToolsFP {
-		se.toolsKey = "" // listed elsewhere: work the set out again here
+		se.toolsKey = visKey{} // listed elsewhere: work the set out again here
 	}
 	se.logLevel, se.toolsFP = rec.LogLevel, rec.ToolsFP
 	se.subs = map[string]bool{}

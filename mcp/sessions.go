@@ -26,7 +26,7 @@ type session struct {
 	lastSeen time.Time
 	busy     int    // requests and GET streams in progress
 	toolsFP  string // fingerprint of the tool names the client last listed
-	toolsKey string // the caller's Registry.VisibilityKey when toolsFP was last worked out
+	toolsKey visKey // the caller's visibility key when toolsFP was last worked out
 	logLevel string // level set with logging/setLevel; "" sends everything
 	streams  map[int]func()
 	nextID   int
@@ -252,7 +252,7 @@ func (s *sessionStore) len() int {
 
 // setToolsFP records the fingerprint of the tools a session listed, and
 // the visibility key it was worked out under ("" for none).
-func (s *sessionStore) setToolsFP(id, fp, key string) {
+func (s *sessionStore) setToolsFP(id, fp string, key visKey) {
 	s.mu.Lock()
 	se, ok := s.byID[id]
 	changed := ok && se.toolsFP != fp
@@ -267,13 +267,20 @@ func (s *sessionStore) setToolsFP(id, fp, key string) {
 
 // toolsCheckDue reports whether a request of session id should work out
 // its caller's visible tools again: the session listed tools, and the
-// caller's visibility key (keyOK false: there is none) is not the one the
-// listed set was last worked out under.
-func (s *sessionStore) toolsCheckDue(id, key string, keyOK bool) bool {
+// caller has no visibility key or not the one the listed set was last
+// worked out under.
+func (s *sessionStore) toolsCheckDue(id string, key visKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se, ok := s.byID[id]
-	return ok && se.toolsFP != "" && (!keyOK || se.toolsKey != key)
+	return ok && se.toolsFP != "" && (!key.ok || se.toolsKey != key)
+}
+
+// visKey is a caller's capabilities.Registry.VisibilityKey; the zero
+// value is none.
+type visKey struct {
+	key uint64
+	ok  bool
 }
 
 func (s *sessionStore) changed(id string) {
@@ -285,7 +292,7 @@ func (s *sessionStore) changed(id string) {
 // swapToolsFP replaces a listed fingerprint with fp, worked out under
 // the visibility key key, and reports whether the session had listed
 // tools before and they differ.
-func (s *sessionStore) swapToolsFP(id, fp, key string) bool {
+func (s *sessionStore) swapToolsFP(id, fp string, key visKey) bool {
 	s.mu.Lock()
 	se, ok := s.byID[id]
 	if !ok || se.toolsFP == "" {

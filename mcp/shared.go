@@ -395,8 +395,7 @@ func (s *Server) notifyListChangedLocal(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		key, _ := s.reg.VisibilityKey(caller)
-		if s.sessions.swapToolsFP(sid, s.visibleFingerprint(ctx, caller), key) {
+		if s.sessions.swapToolsFP(sid, s.visibleFingerprint(ctx, caller), s.visibilityKey(caller)) {
 			_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationToolsListChanged), nil)
 		}
 	}
