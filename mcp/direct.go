@@ -71,7 +71,9 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 // checks mcp-go makes before the handler: the version in the header and in
 // _meta agree and are served, no Last-Event-ID, client capabilities
 // declared, the standard headers match the body, and the tool has no
-// parameters mirrored in headers (x-mcp-header), which mcp-go checks.
+// parameters mirrored in headers (x-mcp-header), which mcp-go checks. A
+// name the last sync did not mirror (unknown, or registered since) is
+// mcp-go's to answer, as it would be without the direct path.
 func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
 	meta := msg.Params.Meta
 	v := meta.ProtocolVersion()
@@ -85,10 +87,12 @@ func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
 	if err != nil || mcpgo.ValidateStandardHeaders(r.Header.Get, v, mcpgo.MethodToolsCall, name) != nil {
 		return false
 	}
-	if m := s.headerParams.Load(); m != nil && (*m)[msg.Params.Name] {
+	m := s.headerParams.Load()
+	if m == nil {
 		return false
 	}
-	return true
+	headers, known := (*m)[msg.Params.Name]
+	return known && !headers
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a

@@ -168,9 +168,11 @@ type Server struct {
 	stateKey   []byte
 	tasks      TaskStore
 	taskModes  atomic.Pointer[map[string]capabilities.TaskSupport]
-	// headerParams names the tools whose input schema mirrors parameters
-	// in headers (x-mcp-header): their 2026-07-28 calls go to mcp-go, which
-	// checks the headers against the body.
+	// headerParams has every tool mirrored into mcp-go, true for those
+	// whose input schema mirrors parameters in headers (x-mcp-header, as
+	// mcp-go reads the schema): their 2026-07-28 calls go to mcp-go, which
+	// checks the headers against the body. A name it lacks (registered
+	// since the last sync) goes to mcp-go too.
 	headerParams atomic.Pointer[map[string]bool]
 	metadataURL  string
 	maxBody      int64
@@ -883,13 +885,14 @@ func (s *Server) syncRegistry() {
 	modes := map[string]capabilities.TaskSupport{}
 	headers := map[string]bool{}
 	for _, c := range s.reg.All() {
-		tools = append(tools, mcpserver.ServerTool{Tool: toolOf(c), Handler: s.callTool})
+		tool := toolOf(c)
+		tools = append(tools, mcpserver.ServerTool{Tool: tool, Handler: s.callTool})
 		if c.Task != capabilities.TaskNever {
 			modes[c.Name] = c.Task
 		}
-		if bytes.Contains(c.InputSchema, []byte("x-mcp-header")) {
-			headers[c.Name] = true
-		}
+		// mcp-go's own reading of the schema (any nesting, any case or
+		// escaping of the keyword), not a search of its text.
+		headers[c.Name] = len(mcpgo.ExtractParamHeaderBindings(&tool)) > 0
 	}
 	s.taskModes.Store(&modes)
 	s.headerParams.Store(&headers)

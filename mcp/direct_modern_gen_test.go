@@ -1,0 +1,238 @@
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+
+	"math/rand/v2"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+)
+
+// modernCaps are capabilities for the 2026-07-28 differential tests: a
+// tool that runs only as a task, and tools whose input schema mirrors a
+// parameter in a header (x-mcp-header), spelled as mcp-go reads it.
+func modernCaps(t *testing.T, reg *capabilities.Registry) {
+	t.Helper()
+	text := func(context.Context, *capabilities.Call, json.RawMessage) (capabilities.Result, error) {
+		return capabilities.TextResult("ran"), nil
+	}
+	must(t, reg.Register(
+		capabilities.Capability{Name: "onlyTask", Domain: "test", Description: "Runs only as a task.", Annotations: readOnly,
+			Task: capabilities.TaskRequired, Handler: text},
+		capabilities.Capability{Name: "region", Domain: "test", Description: "Mirrors region in a header.", Annotations: readOnly,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`), Handler: text},
+		capabilities.Capability{Name: "regionUpper", Domain: "test", Description: "Mirrors region in a header.", Annotations: readOnly,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","X-MCP-Header":"Region"}}}`), Handler: text},
+		capabilities.Capability{Name: "regionEscaped", Domain: "test", Description: "Mirrors region in a header.", Annotations: readOnly,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x\u002dmcp-header":"Region"}}}`), Handler: text},
+		capabilities.Capability{Name: "regionNested", Domain: "test", Description: "Mirrors a nested region in a header.", Annotations: readOnly,
+			InputSchema: json.RawMessage(`{"type":"object","Properties":{"where":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}}`), Handler: text},
+	))
+}
+
+// Generated 2026-07-28 tools/call requests (_meta members of every shape,
+// standard headers right, wrong, encoded, missing; tools that mirror
+// parameters in headers, run only as tasks, ask, stream) are answered
+// alike by the direct path and by mcp-go's transport.
+func TestDirectPath2026AnswersLikeMCPGoOnGeneratedRequests(t *testing.T) {
+	direct := taskFixture(t)
+	viaMCPGo := taskFixture(t, func(o *Options) { o.noDirect = true })
+	for _, f := range []*fixture{direct, viaMCPGo} {
+		directCaps(t, f.reg)
+		modernCaps(t, f.reg)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
+	tools := []string{"echo", "progress", "ask", "fail", "adminOnly", "nope", "rawArgs", "saysError", "streamThenLimit",
+		"onlyTask", "longJob", "region", "regionUpper", "regionEscaped", "regionNested", "scoped"}
+	type request struct {
+		body    string
+		headers map[string]string
+	}
+	gen := func() request {
+		tool := tools[r.IntN(len(tools))]
+		var meta []string
+		if r.IntN(16) > 0 {
+			meta = append(meta, `"io.modelcontextprotocol/protocolVersion":`+pick(`"2026-07-28"`, `"2026-07-28"`, `"2026-07-28"`, `"2026-07-28"`, `"2026-07-28"`, `"2026-07-28"`, `"2025-11-25"`, `"2099-01-01"`, `5`))
+		}
+		if r.IntN(6) > 0 {
+			meta = append(meta, `"io.modelcontextprotocol/clientCapabilities":`+pick(`{}`, `{}`, `null`, `[]`, `5`, `{"elicitation":{}}`,
+				`{"elicitation":5}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, `{"extensions":5}`, `{"sampling":{},"roots":{}}`))
+		}
+		if r.IntN(3) > 0 {
+			meta = append(meta, `"io.modelcontextprotocol/clientInfo":`+pick(`{"name":"t","version":"1"}`, `5`, `null`, `{}`, `{"name":5}`))
+		}
+		if r.IntN(3) == 0 {
+			meta = append(meta, `"io.modelcontextprotocol/logLevel":`+pick(`"info"`, `"debug"`, `"bogus"`, `5`, `null`))
+		}
+		if r.IntN(3) == 0 {
+			meta = append(meta, `"progressToken":`+pick(`"p"`, `3`, `null`))
+		}
+		var ps []string
+		name := tool
+		if r.IntN(10) == 0 {
+			name = pick("", "x")
+		}
+		ps = append(ps, `"name":`+strconvQuote(name))
+		if r.IntN(5) > 0 {
+			ps = append(ps, `"arguments":`+pick(`{}`, `{"text":"a"}`, `{"tag":"t"}`, `{"region":"eu"}`, `{"region":""}`, `{"region":null}`,
+				`{"region":5}`, `{"where":{"region":"eu"}}`, `null`, `{"Region":"eu"}`))
+		}
+		if r.IntN(4) == 0 {
+			ps = append(ps, `"_meta":{`+strings.Join(meta, ",")+`}`)
+		}
+		ps = append(ps, `"_meta":{`+strings.Join(meta, ",")+`}`)
+		if r.IntN(8) == 0 {
+			ps = append(ps, pick(`"requestState":"forged"`, `"inputResponses":{}`, `"inputResponses":{"k":{}}`))
+		}
+		r.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+		h := map[string]string{}
+		if r.IntN(8) > 0 {
+			h[versionHeader] = pick("2026-07-28", "2026-07-28", "2026-07-28", "2026-07-28", "2026-07-28", "2026-07-28", "2025-11-25", "2099-01-01")
+		}
+		if r.IntN(8) > 0 {
+			h["Mcp-Method"] = pick("tools/call", "tools/call", "tools/call", "tools/call", "tools/call", "tools/call", "tools/list", "TOOLS/CALL")
+		}
+		if r.IntN(8) > 0 {
+			switch r.IntN(12) {
+			case 0:
+				h["Mcp-Name"] = "=?base64?" + base64.StdEncoding.EncodeToString([]byte(name)) + "?="
+			case 1:
+				h["Mcp-Name"] = pick("=?base64?!!?=", "other", "=?base64?"+base64.StdEncoding.EncodeToString([]byte("echo"))+"?=")
+			default:
+				h["Mcp-Name"] = name
+			}
+		}
+		if r.IntN(3) == 0 {
+			h["Mcp-Param-Region"] = pick("eu", "us", "", "=?base64?ZXU=?=", "=?base64?!?=")
+		}
+		if r.IntN(20) == 0 {
+			h["Last-Event-ID"] = "1"
+		}
+		return request{body: `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{` + strings.Join(ps, ",") + `}}`, headers: h}
+	}
+	send := func(f *fixture, c request) seen {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(c.body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range c.headers {
+			req.Header[http.CanonicalHeaderKey(k)] = []string{v}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		a := answerOf(t, resp)
+		for _, m := range a.Messages {
+			if res, ok := m["result"].(map[string]any); ok {
+				delete(res, "taskId") // a task's id and times differ by nature
+				delete(res, "createdAt")
+				delete(res, "lastUpdatedAt")
+				if task, ok := res["task"].(map[string]any); ok {
+					delete(task, "taskId")
+					delete(task, "createdAt")
+					delete(task, "lastUpdatedAt")
+				}
+			}
+		}
+		return a
+	}
+	diffs := 0
+	for i := range 2500 {
+		c := gen()
+		want := send(viaMCPGo, c)
+		got := send(direct, c)
+		if !reflect.DeepEqual(got, want) {
+			diffs++
+			if diffs < 15 {
+				t.Errorf("%d: %s %v\n direct %+v\n mcp-go %+v", i, c.body, c.headers, got, want)
+			}
+		}
+	}
+	if diffs > 0 {
+		t.Errorf("%d requests answered differently", diffs)
+	}
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// A tool whose schema mirrors a parameter in a header, however the
+// keyword is spelled (case, escapes, a nested "Properties") as long as
+// mcp-go reads it so, has its 2026-07-28 calls checked against the
+// headers: the direct path used to find such tools by searching the
+// schema's text for "x-mcp-header" and ran them unchecked.
+func TestDirectPath2026ChecksHeaderParamsAsMCPGoReadsThem(t *testing.T) {
+	f := newFixture(t)
+	modernCaps(t, f.reg)
+	for _, tool := range []string{"region", "regionUpper", "regionEscaped", "regionNested"} {
+		args := map[string]any{"region": "eu"}
+		if tool == "regionNested" {
+			args = map[string]any{"where": map[string]any{"region": "eu"}}
+		}
+		body := rpc(7, "tools/call", map[string]any{"name": tool, "arguments": args, "_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+		}})
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", tool)
+		req.Header.Set("Mcp-Param-Region", "us") // the body says eu
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		got := readAll(resp)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(got, `"code":-32020`) || strings.Contains(got, "ran") {
+			t.Errorf("%s: %d %s", tool, resp.StatusCode, got)
+		}
+	}
+}
+
+// A tool registered after the last sync of mcp-go's mirror (between the
+// sync at the top of ServeHTTP and the direct path's decision) is not
+// known to have no header parameters: its call goes to mcp-go, as it
+// would without the direct path, rather than run with its headers
+// unchecked.
+func TestDirectPath2026LeavesUnsyncedToolsToMCPGo(t *testing.T) {
+	f := newFixture(t)
+	req := func(tool string) (*http.Request, *envelope) {
+		body := rpc(7, "tools/call", map[string]any{"name": tool, "arguments": map[string]any{"region": "eu"}, "_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+		}})
+		r, err := http.NewRequest(http.MethodPost, f.url, strings.NewReader(body))
+		must(t, err)
+		r.Header.Set(versionHeader, "2026-07-28")
+		r.Header.Set("Mcp-Method", "tools/call")
+		r.Header.Set("Mcp-Name", tool)
+		var msg envelope
+		must(t, json.Unmarshal([]byte(body), &msg))
+		return r, &msg
+	}
+	if !f.srv.modernDirect(req("echo")) {
+		t.Fatal("a synced tool without header parameters should take the direct path")
+	}
+	modernCaps(t, f.reg) // registered; not synced until the next request
+	if f.srv.modernDirect(req("region")) {
+		t.Fatal("a tool registered since the last sync took the direct path")
+	}
+	f.srv.syncRegistry()
+	if f.srv.modernDirect(req("region")) {
+		t.Fatal("a tool with header parameters took the direct path")
+	}
+}
