@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,18 +51,26 @@ func TestDirectPath2026AnswersLikeMCPGoOnGeneratedRequests(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	tools := []string{"echo", "progress", "ask", "fail", "adminOnly", "nope", "rawArgs", "saysError", "streamThenLimit",
-		"onlyTask", "longJob", "region", "regionUpper", "regionEscaped", "regionNested", "scoped"}
+		"onlyTask", "longJob", "region", "regionUpper", "regionEscaped", "regionNested", "scoped", "boom"}
 	type request struct {
+		token   string
 		body    string
 		headers map[string]string
 	}
 	gen := func() request {
 		tool := tools[r.IntN(len(tools))]
+		// Half the requests pass every check of the transport, so that
+		// the handlers' side (results, streams, rounds, tasks) is compared.
+		valid := r.IntN(2) == 0
 		var meta []string
-		if r.IntN(16) > 0 {
+		if valid {
+			meta = append(meta, `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`,
+				`"io.modelcontextprotocol/clientCapabilities":`+pick(`{}`, `{"elicitation":{}}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`,
+					`{"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}`, `{"sampling":{},"roots":{}}`))
+		} else if r.IntN(16) > 0 {
 			meta = append(meta, `"io.modelcontextprotocol/protocolVersion":`+pick(`"2026-07-28"`, `"2026-07-28"`, `"2026-07-28"`, `"2026-07-28"`, `"2026-07-28"`, `"2026-07-28"`, `"2025-11-25"`, `"2099-01-01"`, `5`))
 		}
-		if r.IntN(6) > 0 {
+		if !valid && r.IntN(6) > 0 {
 			meta = append(meta, `"io.modelcontextprotocol/clientCapabilities":`+pick(`{}`, `{}`, `null`, `[]`, `5`, `{"elicitation":{}}`,
 				`{"elicitation":5}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, `{"extensions":5}`, `{"sampling":{},"roots":{}}`))
 		}
@@ -76,7 +85,7 @@ func TestDirectPath2026AnswersLikeMCPGoOnGeneratedRequests(t *testing.T) {
 		}
 		var ps []string
 		name := tool
-		if r.IntN(10) == 0 {
+		if !valid && r.IntN(10) == 0 {
 			name = pick("", "x")
 		}
 		ps = append(ps, `"name":`+strconvQuote(name))
@@ -85,9 +94,18 @@ func TestDirectPath2026AnswersLikeMCPGoOnGeneratedRequests(t *testing.T) {
 				`{"region":5}`, `{"where":{"region":"eu"}}`, `null`, `{"Region":"eu"}`))
 		}
 		if r.IntN(4) == 0 {
-			ps = append(ps, `"_meta":{`+strings.Join(meta, ",")+`}`)
+			// _meta twice: the same, or another that lacks or changes a member
+			other := slices.Clone(meta)
+			if len(other) > 0 && r.IntN(2) == 0 {
+				k := r.IntN(len(other))
+				other = slices.Delete(other, k, k+1)
+				if r.IntN(2) == 0 {
+					other = append(other, pick(`"io.modelcontextprotocol/protocolVersion":"2025-11-25"`, `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, `"progressToken":"q"`))
+				}
+			}
+			ps = append(ps, pick(`"_meta"`, `"_META"`, `"_Meta"`)+`:{`+strings.Join(other, ",")+`}`)
 		}
-		ps = append(ps, `"_meta":{`+strings.Join(meta, ",")+`}`)
+		ps = append(ps, pick(`"_meta"`, `"_meta"`, `"_meta"`, `"_META"`, `"\u005fmeta"`)+`:{`+strings.Join(meta, ",")+`}`)
 		if r.IntN(8) == 0 {
 			ps = append(ps, pick(`"requestState":"forged"`, `"inputResponses":{}`, `"inputResponses":{"k":{}}`))
 		}
@@ -115,13 +133,28 @@ func TestDirectPath2026AnswersLikeMCPGoOnGeneratedRequests(t *testing.T) {
 		if r.IntN(20) == 0 {
 			h["Last-Event-ID"] = "1"
 		}
-		return request{body: `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{` + strings.Join(ps, ",") + `}}`, headers: h}
+		if valid {
+			h[versionHeader], h["Mcp-Method"], h["Mcp-Name"] = "2026-07-28", "tools/call", name
+			delete(h, "Last-Event-ID")
+		}
+		params := `"params":{` + strings.Join(ps, ",") + `}`
+		switch r.IntN(10) {
+		case 0: // params twice: an earlier one with other members
+			params = pick(`"params":{"name":"fail"},`, `"params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}},`,
+				`"params":{"arguments":{"text":"x"},"task":{}},`, `"PARAMS":{"name":"adminOnly"},`) + params
+		case 1: // and a later one
+			params += pick(`,"params":{"name":"echo"}`, `,"Params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},"name":"echo"}`)
+		case 2:
+			params = strings.Replace(params, `"params"`, pick(`"Params"`, `"PARAMS"`, `"\u0070arams"`), 1)
+		}
+		id := pick(`7`, `7`, `"7"`, `-1`, `1e2`, `"x"`)
+		return request{token: pick("alice-token", "alice-token", "alice-notes-token", "bob-token", "admin-token"), body: `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call",` + params + `}`, headers: h}
 	}
 	send := func(f *fixture, c request) seen {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(c.body))
 		must(t, err)
-		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Authorization", "Bearer "+c.token)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		for k, v := range c.headers {
