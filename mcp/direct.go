@@ -38,11 +38,11 @@ import (
 //
 // The direct path takes only requests mcp-go would accept as they are;
 // anything else (another method, a task-augmented call, a body that is
-// not a well-formed JSON-RPC request or has members of the wrong type,
-// arguments that are not an object, a 2026-07-28 request whose version,
-// headers or client capabilities do not check out, a tool with
-// x-mcp-header parameters) still goes to mcp-go, which answers it, errors
-// included. The two paths' answers are compared request by request in
+// not a well-formed JSON-RPC request, has members of the wrong type or
+// carries a result besides its method, arguments that are not an object,
+// a 2026-07-28 request whose version, headers or client capabilities do
+// not check out, a tool with x-mcp-header parameters or not yet mirrored
+// into mcp-go) still goes to mcp-go, which answers it, errors included. The two paths' answers are compared request by request in
 // direct_test.go (Options.noDirect turns the direct path off).
 
 // directToolCall reports whether the request can take the direct path.
@@ -50,6 +50,11 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 	if s.opts.noDirect || r.Method != http.MethodPost || !msg.decoded ||
 		msg.Method != string(mcpgo.MethodToolsCall) || msg.JSONRPC != mcpgo.JSONRPC_VERSION ||
 		len(msg.Params.Task) > 0 || !plainID(msg.ID) {
+		return false
+	}
+	if len(msg.Result) > 0 && firstByte(msg.Result) != 'n' {
+		// mcp-go takes a request that also carries a result for a response
+		// to one of its own requests: it runs nothing and answers 202.
 		return false
 	}
 	switch a := firstByte(msg.Params.Arguments); a {

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
 
 	"math/rand/v2"
 	"net/http"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -148,6 +152,9 @@ func TestDirectPath2026AnswersLikeMCPGoOnGeneratedRequests(t *testing.T) {
 			params = strings.Replace(params, `"params"`, pick(`"Params"`, `"PARAMS"`, `"\u0070arams"`), 1)
 		}
 		id := pick(`7`, `7`, `"7"`, `-1`, `1e2`, `"x"`)
+		if r.IntN(8) == 0 { // a request that also carries a result or an error
+			params += pick(`,"result":{}`, `,"result":null`, `,"result":5`, `,"error":{"code":1,"message":"x"}`, `,"Result":[]`)
+		}
 		return request{token: pick("alice-token", "alice-token", "alice-notes-token", "bob-token", "admin-token"), body: `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call",` + params + `}`, headers: h}
 	}
 	send := func(f *fixture, c request) seen {
@@ -267,5 +274,191 @@ func TestDirectPath2026LeavesUnsyncedToolsToMCPGo(t *testing.T) {
 	f.srv.syncRegistry()
 	if f.srv.modernDirect(req("region")) {
 		t.Fatal("a tool with header parameters took the direct path")
+	}
+}
+
+// The rounds of a 2026-07-28 input-required call, the state of one round
+// replayed by another user, for another tool or other arguments, and
+// answers to questions never asked, are answered alike by both paths.
+func TestDirectPath2026RoundsLikeMCPGo(t *testing.T) {
+	direct := newFixture(t)
+	viaMCPGo := newFixture(t, func(o *Options) { o.noDirect = true })
+	for _, f := range []*fixture{direct, viaMCPGo} {
+		askTwice(f)
+	}
+	elicit := map[string]any{"elicitation": map[string]any{}}
+	accept := func(v string) map[string]any {
+		return map[string]any{"action": "accept", "content": map[string]any{"name": v, "v": v}}
+	}
+	// state is the requestState each server gave for the named step.
+	states := map[*fixture]map[string]string{direct: {}, viaMCPGo: {}}
+	type step struct {
+		label, token, tool string
+		args               map[string]any
+		state              string // the step whose state is sent back
+		answers            map[string]any
+	}
+	steps := []step{
+		{label: "ask", token: "alice-token", tool: "ask"},
+		{label: "ask answered", token: "alice-token", tool: "ask", state: "ask", answers: map[string]any{"elicitation/create-1": accept("x")}},
+		{label: "ask answered by bob", token: "bob-token", tool: "ask", state: "ask", answers: map[string]any{"elicitation/create-1": accept("x")}},
+		{label: "ask answered, other key", token: "alice-token", tool: "ask", state: "ask", answers: map[string]any{"other": accept("x")}},
+		{label: "ask's state for askTwice", token: "alice-token", tool: "askTwice", args: map[string]any{"text": "a"}, state: "ask",
+			answers: map[string]any{"first": accept("x")}},
+		{label: "answers without state", token: "alice-token", tool: "askTwice", args: map[string]any{"text": "a"}, answers: map[string]any{"first": accept("x")}},
+		{label: "askTwice", token: "alice-token", tool: "askTwice", args: map[string]any{"text": "a"}},
+		{label: "askTwice first", token: "alice-token", tool: "askTwice", args: map[string]any{"text": "a"}, state: "askTwice",
+			answers: map[string]any{"first": accept("1"), "second": accept("early")}},
+		{label: "askTwice other arguments", token: "alice-token", tool: "askTwice", args: map[string]any{"text": "b"}, state: "askTwice first",
+			answers: map[string]any{"second": accept("2")}},
+		{label: "askTwice second", token: "alice-token", tool: "askTwice", args: map[string]any{"text": "a"}, state: "askTwice first",
+			answers: map[string]any{"second": accept("2"), "first": accept("changed")}},
+		{label: "askTwice second, no answers", token: "alice-token", tool: "askTwice", args: map[string]any{"text": "a"}, state: "askTwice first"},
+		{label: "askTwice second, bad answer", token: "alice-token", tool: "askTwice", args: map[string]any{"text": "a"}, state: "askTwice first",
+			answers: map[string]any{"second": map[string]any{"action": 5}}},
+	}
+	for _, s := range steps {
+		t.Run(s.label, func(t *testing.T) {
+			var got [2]seen
+			for i, f := range []*fixture{direct, viaMCPGo} {
+				p := map[string]any{"name": s.tool, "arguments": s.args}
+				if s.args == nil {
+					delete(p, "arguments")
+				}
+				if s.state != "" {
+					p["requestState"] = states[f][s.state]
+				}
+				if s.answers != nil {
+					p["inputResponses"] = s.answers
+				}
+				body := rpc(7, "tools/call", map[string]any{})
+				var msg map[string]any
+				must(t, json.Unmarshal([]byte(body), &msg))
+				p["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": elicit}
+				msg["params"] = p
+				b, _ := json.Marshal(msg)
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(string(b)))
+				must(t, err)
+				req.Header.Set("Authorization", "Bearer "+s.token)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				req.Header.Set(versionHeader, "2026-07-28")
+				req.Header.Set("Mcp-Method", "tools/call")
+				req.Header.Set("Mcp-Name", s.tool)
+				resp, err := http.DefaultClient.Do(req)
+				must(t, err)
+				raw := readAll(resp)
+				resp.Body.Close()
+				var m map[string]any
+				if json.Unmarshal([]byte(raw), &m) == nil {
+					if res, ok := m["result"].(map[string]any); ok {
+						if st, ok := res["requestState"].(string); ok {
+							states[f][s.label] = st
+						}
+					}
+				}
+				resp.Body = io.NopCloser(strings.NewReader(raw))
+				got[i] = answerOf(t, resp)
+			}
+			if !reflect.DeepEqual(got[0], got[1]) {
+				t.Fatalf("direct path answered\n  %+v\nmcp-go answered\n  %+v", got[0], got[1])
+			}
+
+		})
+	}
+}
+
+// Concurrent 2026-07-28 calls on the direct path, of several users, each
+// get their own progress, log messages and answer, nothing of another's.
+func TestDirectPath2026ConcurrentCallsStayApart(t *testing.T) {
+	f := newFixture(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := []string{"alice", "bob", "admin"}[i%3]
+			tag := fmt.Sprintf("t%d", i)
+			body := rpc(i, "tools/call", map[string]any{"name": "progress", "arguments": map[string]any{"tag": tag}, "_meta": map[string]any{
+				"progressToken": tag,
+				"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+				"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+				"io.modelcontextprotocol/logLevel":           "info",
+			}})
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+			if err != nil {
+				errs <- err
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+user+"-token")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set(versionHeader, "2026-07-28")
+			req.Header.Set("Mcp-Method", "tools/call")
+			req.Header.Set("Mcp-Name", "progress")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			got := readAll(resp)
+			resp.Body.Close()
+			mark := user + "/" + tag
+			events := strings.Count(got, "data: ")
+			if resp.StatusCode != http.StatusOK || events != 5 || strings.Count(got, mark+`"`) != 5 ||
+				!strings.Contains(got, fmt.Sprintf(`"id":%d,`, i)) || !strings.Contains(got, `"progressToken":"`+tag+`"`) {
+				errs <- fmt.Errorf("%s: %d %s", mark, resp.StatusCode, got)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A tools/call that also carries a result is, to mcp-go, a response to
+// one of its own requests: it runs nothing and answers 202. The direct
+// path ran the tool and answered it, for sessions and 2026-07-28 alike.
+func TestDirectPathLeavesRequestsWithAResultToMCPGo(t *testing.T) {
+	f := newFixture(t)
+	var runs atomic.Int64
+	must(t, f.reg.Register(capabilities.Capability{Name: "count", Domain: "test", Description: "Counts its runs.", Annotations: readOnly,
+		Handler: func(context.Context, *capabilities.Call, json.RawMessage) (capabilities.Result, error) {
+			runs.Add(1)
+			return capabilities.TextResult("ran"), nil
+		}}))
+	sid := f.initialize("alice-token")
+	for _, extra := range []string{`"result":{}`, `"Result":5`, `"result":[]`} {
+		resp := f.rawRequest("alice-token", sid, "application/json", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"count"},`+extra+`}`)
+		if body := readAll(resp); resp.StatusCode != http.StatusAccepted || strings.TrimSpace(body) != "" {
+			t.Errorf("session, %s: %d %s", extra, resp.StatusCode, body)
+		}
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"count","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+			`"io.modelcontextprotocol/clientCapabilities":{}}},` + extra + `}`
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "count")
+		resp, err = http.DefaultClient.Do(req)
+		must(t, err)
+		if got := readAll(resp); resp.StatusCode != http.StatusAccepted || strings.TrimSpace(got) != "" {
+			t.Errorf("2026-07-28, %s: %d %s", extra, resp.StatusCode, got)
+		}
+		resp.Body.Close()
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+	// A null result is no result: the call runs.
+	resp := f.rawRequest("alice-token", sid, "application/json", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"count"},"result":null}`)
+	if body := readAll(resp); resp.StatusCode != http.StatusOK || !strings.Contains(body, "ran") || runs.Load() != 1 {
+		t.Errorf("null result: %d %s", resp.StatusCode, body)
 	}
 }

@@ -562,7 +562,9 @@ func TestDirectPathAnswersLikeMCPGoOnGeneratedBodies(t *testing.T) {
 		var parts []string
 		n := 2 + r.IntN(5)
 		for range n {
-			switch r.IntN(6) {
+			switch r.IntN(7) {
+			case 5:
+				parts = append(parts, pick(`"result"`, `"Result"`, `"error"`)+`:`+pick(`{}`, `null`, `5`, `[]`, `{"code":1,"message":"x"}`))
 			case 0:
 				parts = append(parts, `"jsonrpc":`+pick(`"2.0"`, `"1.0"`, `2`, `null`, `"2.0 "`))
 			case 1:
