@@ -66,10 +66,25 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
 		return false
 	}
+	headers, mirrored := s.mirrored(msg.Params.Name)
+	if !mirrored {
+		// Not a tool mcp-go knows (unknown, registered since the last
+		// sync, or refused by mcp-go): mcp-go answers it.
+		return false
+	}
 	if st.sessionID != "" {
 		return true // a session's request (bindSession gives 2026-07-28 requests none)
 	}
-	return s.modernDirect(r, msg)
+	return !headers && s.modernDirect(r, msg)
+}
+
+// mirrored reports whether the named tool is mirrored into mcp-go, and
+// whether its input schema mirrors parameters in headers (x-mcp-header).
+func (s *Server) mirrored(name string) (headers, ok bool) {
+	if m := s.headerParams.Load(); m != nil {
+		headers, ok = (*m)[name]
+	}
+	return headers, ok
 }
 
 // modernDirect reports whether a protocol 2026-07-28 tools/call passes the
@@ -92,11 +107,7 @@ func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
 	if err != nil || mcpgo.ValidateStandardHeaders(r.Header.Get, v, mcpgo.MethodToolsCall, name) != nil {
 		return false
 	}
-	m := s.headerParams.Load()
-	if m == nil {
-		return false
-	}
-	headers, known := (*m)[msg.Params.Name]
+	headers, known := s.mirrored(msg.Params.Name)
 	return known && !headers
 }
 

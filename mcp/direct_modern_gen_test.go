@@ -46,13 +46,20 @@ func modernCaps(t *testing.T, reg *capabilities.Registry) {
 // parameters in headers, run only as tasks, ask, stream) are answered
 // alike by the direct path and by mcp-go's transport.
 func TestDirectPath2026AnswersLikeMCPGoOnGeneratedRequests(t *testing.T) {
-	direct := taskFixture(t)
-	viaMCPGo := taskFixture(t, func(o *Options) { o.noDirect = true })
+	t.Run("tasks", func(t *testing.T) {
+		generated2026(t, taskFixture(t), taskFixture(t, func(o *Options) { o.noDirect = true }), 5)
+	})
+	t.Run("no task store", func(t *testing.T) {
+		generated2026(t, newFixture(t), newFixture(t, func(o *Options) { o.noDirect = true }), 6)
+	})
+}
+
+func generated2026(t *testing.T, direct, viaMCPGo *fixture, seed uint64) {
 	for _, f := range []*fixture{direct, viaMCPGo} {
 		directCaps(t, f.reg)
 		modernCaps(t, f.reg)
 	}
-	r := rand.New(rand.NewPCG(3, 4))
+	r := rand.New(rand.NewPCG(3, seed))
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	tools := []string{"echo", "progress", "ask", "fail", "adminOnly", "nope", "rawArgs", "saysError", "streamThenLimit",
 		"onlyTask", "longJob", "region", "regionUpper", "regionEscaped", "regionNested", "scoped", "boom"}
@@ -460,5 +467,35 @@ func TestDirectPathLeavesRequestsWithAResultToMCPGo(t *testing.T) {
 	resp := f.rawRequest("alice-token", sid, "application/json", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"count"},"result":null}`)
 	if body := readAll(resp); resp.StatusCode != http.StatusOK || !strings.Contains(body, "ran") || runs.Load() != 1 {
 		t.Errorf("null result: %d %s", resp.StatusCode, body)
+	}
+}
+
+// A capability whose x-mcp-header annotations mcp-go refuses (here on an
+// object) made mcp-go's SetTools panic at every sync: every request of
+// every user failed with 500 from then on. It is now not served (logged),
+// answered like an unknown tool on both paths, and the rest works.
+func TestRefusedHeaderAnnotationsDoNotFailTheServer(t *testing.T) {
+	var answers [2]string
+	for i, noDirect := range []bool{false, true} {
+		f := newFixture(t, func(o *Options) { o.noDirect = noDirect })
+		must(t, f.reg.Register(capabilities.Capability{Name: "badHeader", Domain: "test", Description: "Mirrors an object in a header.", Annotations: readOnly,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"object","x-mcp-header":"A"}}}`),
+			Handler: func(context.Context, *capabilities.Call, json.RawMessage) (capabilities.Result, error) {
+				return capabilities.TextResult("ran"), nil
+			}}))
+		sid := f.initialize("alice-token")
+		if got := seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(7, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "hi"}}))); !strings.Contains(got, "hi") {
+			t.Fatalf("noDirect=%v: echo: %s", noDirect, got)
+		}
+		if got := seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(8, "tools/list", map[string]any{}))); !strings.HasPrefix(got, "200") || strings.Contains(got, "badHeader") {
+			t.Fatalf("noDirect=%v: tools/list: %s", noDirect, got)
+		}
+		answers[i] = seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(9, "tools/call", map[string]any{"name": "badHeader", "arguments": map[string]any{}})))
+		if !strings.Contains(f.logs.String(), "invalid x-mcp-header annotations") {
+			t.Errorf("noDirect=%v: the refused capability was not logged", noDirect)
+		}
+	}
+	if answers[0] != answers[1] || strings.Contains(answers[0], "ran") || !strings.Contains(answers[0], "not found") {
+		t.Fatalf("direct path: %s\nmcp-go:      %s", answers[0], answers[1])
 	}
 }

@@ -171,8 +171,9 @@ type Server struct {
 	// headerParams has every tool mirrored into mcp-go, true for those
 	// whose input schema mirrors parameters in headers (x-mcp-header, as
 	// mcp-go reads the schema): their 2026-07-28 calls go to mcp-go, which
-	// checks the headers against the body. A name it lacks (registered
-	// since the last sync) goes to mcp-go too.
+	// checks the headers against the body. A call of a name it lacks
+	// (unknown, registered since the last sync, or a definition mcp-go
+	// refuses) goes to mcp-go too, on every protocol.
 	headerParams atomic.Pointer[map[string]bool]
 	metadataURL  string
 	maxBody      int64
@@ -886,6 +887,13 @@ func (s *Server) syncRegistry() {
 	headers := map[string]bool{}
 	for _, c := range s.reg.All() {
 		tool := toolOf(c)
+		if err := mcpgo.ValidateParamHeaderAnnotations(&tool); err != nil {
+			// mcp-go refuses such a definition by panicking in SetTools,
+			// which would fail every request from here on: the tool is
+			// not served (unknown to mcp-go, and so to the direct path).
+			s.log.Error("mcp: capability not served: invalid x-mcp-header annotations", "capability", c.Name, "err", err)
+			continue
+		}
 		tools = append(tools, mcpserver.ServerTool{Tool: tool, Handler: s.callTool})
 		if c.Task != capabilities.TaskNever {
 			modes[c.Name] = c.Task
