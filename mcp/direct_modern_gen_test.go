@@ -499,3 +499,35 @@ func TestRefusedHeaderAnnotationsDoNotFailTheServer(t *testing.T) {
 		t.Fatalf("direct path: %s\nmcp-go:      %s", answers[0], answers[1])
 	}
 }
+
+// mcp-go judges a request's protocol era by the last _meta of any params
+// (it decodes every params of the body into one struct): a body whose
+// earlier params says 2026-07-28 and whose later params has no _meta is
+// a 2026-07-28 request to it, refused here for its 2025-11-25 header. The
+// transport read the era from the later params alone, bound the request
+// to the session, and the direct path ran the tool.
+func TestEraJudgedAsMCPGoJudgesIt(t *testing.T) {
+	const modernMeta = `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`
+	cases := []struct {
+		label, body, want string
+	}{
+		{"later params without _meta",
+			`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":` + modernMeta + `,"params":{"name":"echo","arguments":{"text":"hi"}}}`, `400 json {"error":{"code":-32020`},
+		{"later params with a null _meta",
+			`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":` + modernMeta + `,"params":{"name":"echo","arguments":{"text":"hi"},"_meta":null}}`, `200 json {"id":7,"jsonrpc":"2.0","result"`},
+		{"later params with a 2025-11-25 _meta",
+			`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":` + modernMeta + `,"params":{"name":"echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}`, `200 json {"id":7,"jsonrpc":"2.0","result"`},
+	}
+	direct := newFixture(t)
+	viaMCPGo := newFixture(t, func(o *Options) { o.noDirect = true })
+	sids := map[*fixture]string{direct: direct.initialize("alice-token"), viaMCPGo: viaMCPGo.initialize("alice-token")}
+	for _, c := range cases {
+		var got [2]string
+		for i, f := range []*fixture{direct, viaMCPGo} {
+			got[i] = seenAnswer(t, f.rawRequest("alice-token", sids[f], "application/json", c.body))
+		}
+		if got[0] != got[1] || !strings.HasPrefix(got[0], c.want) {
+			t.Errorf("%s:\n direct %s\n mcp-go %s", c.label, got[0], got[1])
+		}
+	}
+}

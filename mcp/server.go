@@ -442,6 +442,11 @@ type envelopeParams struct {
 	// encoding/json decoding the rest of the envelope (its method, its
 	// id), where a type error inside a plain struct does not.
 	mistyped bool
+	// eraMeta is the _meta mcp-go decides the protocol era by (see
+	// isModern): the last _meta of any params, also when a later params
+	// has none (mcp-go decodes every params into one struct for it).
+	eraMeta *mcpgo.Meta
+	again   bool // params was decoded before (the body names it twice)
 }
 
 // UnmarshalJSON decodes params as mcp-go decodes a tools/call's, also
@@ -454,7 +459,19 @@ func (p *envelopeParams) UnmarshalJSON(b []byte) error {
 	var v plain
 	err := json.Unmarshal(b, &v) // the syntax was checked already: only type errors
 	args, task, mistyped := p.Arguments, p.Task, p.mistyped
+	eraMeta, again := p.eraMeta, p.again
 	*p = envelopeParams(v)
+	p.eraMeta, p.again = p.Meta, true
+	if again && p.Meta == nil {
+		// A params without _meta (not even null) leaves mcp-go the
+		// earlier one to judge the era by.
+		var m struct {
+			Meta json.RawMessage `json:"_meta"`
+		}
+		if json.Unmarshal(b, &m) == nil && len(m.Meta) == 0 {
+			p.eraMeta = eraMeta
+		}
+	}
 	if len(p.Arguments) == 0 {
 		p.Arguments = args
 	}
@@ -690,7 +707,7 @@ func (s *Server) taskSupportOf(name string) capabilities.TaskSupport {
 
 // isModern reports whether r is a protocol 2026-07-28 request.
 func (s *Server) isModern(r *http.Request, msg envelope) bool {
-	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion())
+	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.eraMeta.ProtocolVersion())
 }
 
 // withinSession prepares a GET stream or a POST request of a session for
