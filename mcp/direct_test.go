@@ -581,7 +581,7 @@ func TestDirectPathAnswersLikeMCPGoOnGeneratedBodies(t *testing.T) {
 					case 1:
 						ps = append(ps, pick(`"arguments"`, `"Arguments"`)+`:`+pick(`{}`, `null`, `[]`, `"x"`, `{"text":"a"}`, `{"tag":"t"}`, `{"text":5}`, `1`, `{"text":"a","text":"b"}`, `{"tag":"\u0000"}`))
 					case 2:
-						ps = append(ps, `"_meta":`+pick(`{}`, `null`, `{"progressToken":"p"}`, `{"progressToken":3}`, `[]`, `{"enclave/idempotencyKey":"k"}`, `{"enclave/idempotencyKey":5}`, `{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`, `{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}`))
+						ps = append(ps, `"_meta":`+pick(`{}`, `null`, `{"progressToken":"p"}`, `{"progressToken":3}`, `[]`, `{"enclave/idempotencyKey":"k"}`, `{"enclave/idempotencyKey":5}`, `{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`, `{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}`, `{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`))
 					case 3:
 						ps = append(ps, `"task":`+pick(`{}`, `null`, `{"ttl":5}`, `5`))
 					case 4:
