@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 )
@@ -529,5 +530,96 @@ func TestEraJudgedAsMCPGoJudgesIt(t *testing.T) {
 		if got[0] != got[1] || !strings.HasPrefix(got[0], c.want) {
 			t.Errorf("%s:\n direct %s\n mcp-go %s", c.label, got[0], got[1])
 		}
+	}
+}
+
+// On the 2026-07-28 direct path too, nothing is written once the call was
+// answered (a handler's goroutine sending late gets an error, the process
+// does not crash), and a client that closes its connection ends the
+// handler's context.
+func TestDirectPath2026LateWritesAndHangUps(t *testing.T) {
+	f := newFixture(t)
+	release := make(chan struct{})
+	late := make(chan error, 3)
+	stopped := make(chan error, 1)
+	must(t, f.reg.Register(
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "lingering", Domain: "test", Description: "Leaves a goroutine behind.", Annotations: readOnly,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				if err := call.Progress(ctx, 1, 2, "first"); err != nil {
+					return capabilities.Result{}, err
+				}
+				go func() {
+					<-release
+					late <- call.Progress(ctx, 2, 2, "late")
+					late <- call.Log(ctx, capabilities.LogInfo, "test", "late")
+					_, err := call.Elicit(ctx, capabilities.ElicitRequest{Message: "late?", Schema: json.RawMessage(`{"type":"object"}`)})
+					late <- err
+				}()
+				return capabilities.TextResult("done"), nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "waits", Domain: "test", Description: "Waits for its client to go.", Annotations: readOnly,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				if err := call.Progress(ctx, 1, 2, "waiting"); err != nil {
+					return capabilities.Result{}, err
+				}
+				select {
+				case <-ctx.Done():
+					stopped <- ctx.Err()
+				case <-time.After(10 * time.Second):
+					stopped <- nil
+				}
+				return capabilities.Result{}, ctx.Err()
+			},
+		}),
+	))
+	call := func(ctx context.Context, tool string) *http.Response {
+		body := rpc(3, "tools/call", map[string]any{"name": tool, "_meta": map[string]any{
+			"progressToken": "p",
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{}},
+			"io.modelcontextprotocol/logLevel":           "debug",
+		}})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, strings.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", tool)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		return resp
+	}
+	resp := call(t.Context(), "lingering")
+	msgs := messages(t, resp)
+	if len(msgs) != 2 || msgs[0]["method"] != "notifications/progress" || msgs[1]["result"] == nil {
+		t.Fatalf("stream = %v", msgs)
+	}
+	close(release)
+	for range 3 {
+		if err := <-late; err == nil {
+			t.Error("a write after the answer was accepted")
+		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	resp = call(ctx, "waits")
+	line := make([]byte, 64)
+	if _, err := resp.Body.Read(line); err != nil { // the first event: the handler runs
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Fatal("the handler's context did not end with the connection")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler still runs after its client hung up")
 	}
 }
