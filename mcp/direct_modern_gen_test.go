@@ -623,3 +623,77 @@ func TestDirectPath2026LateWritesAndHangUps(t *testing.T) {
 		t.Fatal("the handler still runs after its client hung up")
 	}
 }
+
+// A 2026-07-28 notifications/cancelled cancels only its caller's requests
+// with that id. mcp-go keys sessionless requests by id alone: handed the
+// notification as it came, bob's cancelled alice's request with the same
+// id (here one mcp-go serves: the tool mirrors a header).
+func TestCancelled2026OnlyCancelsTheCallersOwn(t *testing.T) {
+	f := newFixture(t)
+	started := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	slow := func(ctx context.Context, _ *capabilities.Call, _ json.RawMessage) (capabilities.Result, error) {
+		started <- struct{}{}
+		select {
+		case <-ctx.Done():
+			ended <- ctx.Err()
+		case <-time.After(10 * time.Second):
+			ended <- nil
+		}
+		return capabilities.TextResult("x"), nil
+	}
+	must(t, f.reg.Register(
+		capabilities.Capability{Name: "slowRegion", Domain: "test", Description: "Waits; mirrors region in a header.", Annotations: readOnly,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`), Handler: slow},
+		capabilities.Capability{Name: "slow", Domain: "test", Description: "Waits.", Annotations: readOnly, Handler: slow},
+	))
+	post := func(ctx context.Context, token, method, name string, params map[string]any) (*http.Response, error) {
+		params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{}}
+		msg := map[string]any{"jsonrpc": "2.0", "method": method, "params": params}
+		if method != "notifications/cancelled" {
+			msg["id"] = 7
+		}
+		b, _ := json.Marshal(msg)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, strings.NewReader(string(b)))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", method)
+		if name != "" {
+			req.Header.Set("Mcp-Name", name)
+		}
+		return http.DefaultClient.Do(req)
+	}
+	for _, tool := range []string{"slowRegion", "slow"} {
+		go func() {
+			if resp, err := post(t.Context(), "alice-token", "tools/call", tool, map[string]any{"name": tool, "arguments": map[string]any{}}); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-started
+		resp, err := post(t.Context(), "bob-token", "notifications/cancelled", "", map[string]any{"requestId": 7})
+		must(t, err)
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("%s: bob's notification: %d %s", tool, resp.StatusCode, readAll(resp))
+		}
+		resp.Body.Close()
+		select {
+		case err := <-ended:
+			t.Fatalf("%s: bob's notifications/cancelled ended alice's call: %v", tool, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		resp, err = post(t.Context(), "alice-token", "notifications/cancelled", "", map[string]any{"requestId": 7})
+		must(t, err)
+		resp.Body.Close()
+		select {
+		case err := <-ended:
+			if err == nil {
+				t.Fatalf("%s: alice's call was not cancelled", tool)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: alice's notifications/cancelled did not end her call", tool)
+		}
+	}
+}

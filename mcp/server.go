@@ -186,14 +186,17 @@ type Server struct {
 	cluster   *sharedState
 	events    *eventAdapter // resumable streams of shared sessions
 
-	draining  atomic.Bool // CloseStreams was called: no new GET streams
-	listenMu  sync.Mutex
-	listens   map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
-	taskMu    sync.Mutex
-	running   map[string]int // running tasks per user id
-	stop      chan struct{}
-	closeOnce sync.Once
-	wg        sync.WaitGroup
+	draining atomic.Bool // CloseStreams was called: no new GET streams
+	// modernCalls are the 2026-07-28 requests in flight, for their
+	// callers' notifications/cancelled (cancel.go).
+	modernCalls modernCalls
+	listenMu    sync.Mutex
+	listens     map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
+	taskMu      sync.Mutex
+	running     map[string]int // running tasks per user id
+	stop        chan struct{}
+	closeOnce   sync.Once
+	wg          sync.WaitGroup
 }
 
 // New builds a Server. Call Close when done with it.
@@ -560,6 +563,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e := s.reg.CheckScope(r.Context(), caller, msg.Params.Name); e != nil {
 			s.insufficientScope(w, e.Scopes, requestID)
 			return
+		}
+	}
+	if st.sessionID == "" && r.Method == http.MethodPost && s.isModern(r, msg) {
+		switch {
+		case msg.Method == string(mcpgo.MethodNotificationCancelled):
+			s.cancelModern(w, r, st, msg)
+			return
+		case len(msg.ID) > 0 && !msg.isResponse():
+			var done func()
+			r, done = s.modernCalls.track(r, st.caller.UserID, msg.ID)
+			defer done()
 		}
 	}
 	direct := s.directToolCall(r, st, &msg)
