@@ -24,7 +24,8 @@ import (
 // Everything else about the request is the same as on mcp-go's path: the
 // caller was authenticated and, for protocol 2025-11-25 and earlier, the
 // session bound to them and the request tracked for
-// notifications/cancelled; tools/call goes through the same screen (a
+// notifications/cancelled (for 2026-07-28, tracked by caller and id:
+// cancel.go); tools/call goes through the same screen (a
 // hidden tool answers exactly like an unknown one) and the same callTool.
 // Its notifications (progress, log messages) and the questions it asks a
 // session's client are written to the response as they are sent, turning
