@@ -196,8 +196,14 @@ func generated2026(t *testing.T, direct, viaMCPGo *fixture, seed uint64) {
 	diffs := 0
 	for i := range 2500 {
 		c := gen()
+		before := [2]int{len(direct.audit.Denials()), len(viaMCPGo.audit.Denials())}
 		want := send(viaMCPGo, c)
 		got := send(direct, c)
+		d, m := len(direct.audit.Denials())-before[0], len(viaMCPGo.audit.Denials())-before[1]
+		if d != m { // the same refusals audited
+			diffs++
+			t.Errorf("%d: %s %v: %d denials audited on the direct path, %d on mcp-go's", i, c.body, c.headers, d, m)
+		}
 		if !reflect.DeepEqual(got, want) {
 			diffs++
 			if diffs < 15 {
