@@ -24,7 +24,8 @@ import (
 // Everything else about the request is the same as on mcp-go's path: the
 // caller was authenticated and, for protocol 2025-11-25 and earlier, the
 // session bound to them and the request tracked for
-// notifications/cancelled; tools/call goes through the same screen (a
+// notifications/cancelled (for 2026-07-28, tracked by caller and id:
+// cancel.go); tools/call goes through the same screen (a
 // hidden tool answers exactly like an unknown one) and the same callTool.
 // Its notifications (progress, log messages) and the questions it asks a
 // session's client are written to the response as they are sent, turning
@@ -38,11 +39,11 @@ import (
 //
 // The direct path takes only requests mcp-go would accept as they are;
 // anything else (another method, a task-augmented call, a body that is
-// not a well-formed JSON-RPC request or has members of the wrong type,
-// arguments that are not an object, a 2026-07-28 request whose version,
-// headers or client capabilities do not check out, a tool with
-// x-mcp-header parameters) still goes to mcp-go, which answers it, errors
-// included. The two paths' answers are compared request by request in
+// not a well-formed JSON-RPC request, has members of the wrong type or
+// carries a result besides its method, arguments that are not an object,
+// a 2026-07-28 request whose version, headers or client capabilities do
+// not check out, a tool with x-mcp-header parameters or not yet mirrored
+// into mcp-go) still goes to mcp-go, which answers it, errors included. The two paths' answers are compared request by request in
 // direct_test.go (Options.noDirect turns the direct path off).
 
 // directToolCall reports whether the request can take the direct path.
@@ -50,6 +51,11 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 	if s.opts.noDirect || r.Method != http.MethodPost || !msg.decoded ||
 		msg.Method != string(mcpgo.MethodToolsCall) || msg.JSONRPC != mcpgo.JSONRPC_VERSION ||
 		len(msg.Params.Task) > 0 || !plainID(msg.ID) {
+		return false
+	}
+	if len(msg.Result) > 0 && firstByte(msg.Result) != 'n' {
+		// mcp-go takes a request that also carries a result for a response
+		// to one of its own requests: it runs nothing and answers 202.
 		return false
 	}
 	switch a := firstByte(msg.Params.Arguments); a {
@@ -61,17 +67,34 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
 		return false
 	}
+	headers, mirrored := s.mirrored(msg.Params.Name)
+	if !mirrored {
+		// Not a tool mcp-go knows (unknown, registered since the last
+		// sync, or refused by mcp-go): mcp-go answers it.
+		return false
+	}
 	if st.sessionID != "" {
 		return true // a session's request (bindSession gives 2026-07-28 requests none)
 	}
-	return s.modernDirect(r, msg)
+	return !headers && s.modernDirect(r, msg)
+}
+
+// mirrored reports whether the named tool is mirrored into mcp-go, and
+// whether its input schema mirrors parameters in headers (x-mcp-header).
+func (s *Server) mirrored(name string) (headers, ok bool) {
+	if m := s.headerParams.Load(); m != nil {
+		headers, ok = (*m)[name]
+	}
+	return headers, ok
 }
 
 // modernDirect reports whether a protocol 2026-07-28 tools/call passes the
 // checks mcp-go makes before the handler: the version in the header and in
 // _meta agree and are served, no Last-Event-ID, client capabilities
 // declared, the standard headers match the body, and the tool has no
-// parameters mirrored in headers (x-mcp-header), which mcp-go checks.
+// parameters mirrored in headers (x-mcp-header), which mcp-go checks. A
+// name the last sync did not mirror (unknown, or registered since) is
+// mcp-go's to answer, as it would be without the direct path.
 func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
 	meta := msg.Params.Meta
 	v := meta.ProtocolVersion()
@@ -85,10 +108,8 @@ func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
 	if err != nil || mcpgo.ValidateStandardHeaders(r.Header.Get, v, mcpgo.MethodToolsCall, name) != nil {
 		return false
 	}
-	if m := s.headerParams.Load(); m != nil && (*m)[msg.Params.Name] {
-		return false
-	}
-	return true
+	headers, known := s.mirrored(msg.Params.Name)
+	return known && !headers
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a

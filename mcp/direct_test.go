@@ -562,7 +562,9 @@ func TestDirectPathAnswersLikeMCPGoOnGeneratedBodies(t *testing.T) {
 		var parts []string
 		n := 2 + r.IntN(5)
 		for range n {
-			switch r.IntN(6) {
+			switch r.IntN(7) {
+			case 5:
+				parts = append(parts, pick(`"result"`, `"Result"`, `"error"`)+`:`+pick(`{}`, `null`, `5`, `[]`, `{"code":1,"message":"x"}`))
 			case 0:
 				parts = append(parts, `"jsonrpc":`+pick(`"2.0"`, `"1.0"`, `2`, `null`, `"2.0 "`))
 			case 1:
@@ -579,7 +581,7 @@ func TestDirectPathAnswersLikeMCPGoOnGeneratedBodies(t *testing.T) {
 					case 1:
 						ps = append(ps, pick(`"arguments"`, `"Arguments"`)+`:`+pick(`{}`, `null`, `[]`, `"x"`, `{"text":"a"}`, `{"tag":"t"}`, `{"text":5}`, `1`, `{"text":"a","text":"b"}`, `{"tag":"\u0000"}`))
 					case 2:
-						ps = append(ps, `"_meta":`+pick(`{}`, `null`, `{"progressToken":"p"}`, `{"progressToken":3}`, `[]`, `{"enclave/idempotencyKey":"k"}`, `{"enclave/idempotencyKey":5}`, `{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`, `{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}`))
+						ps = append(ps, `"_meta":`+pick(`{}`, `null`, `{"progressToken":"p"}`, `{"progressToken":3}`, `[]`, `{"enclave/idempotencyKey":"k"}`, `{"enclave/idempotencyKey":5}`, `{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`, `{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}`, `{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`))
 					case 3:
 						ps = append(ps, `"task":`+pick(`{}`, `null`, `{"ttl":5}`, `5`))
 					case 4:

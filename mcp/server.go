@@ -168,9 +168,12 @@ type Server struct {
 	stateKey   []byte
 	tasks      TaskStore
 	taskModes  atomic.Pointer[map[string]capabilities.TaskSupport]
-	// headerParams names the tools whose input schema mirrors parameters
-	// in headers (x-mcp-header): their 2026-07-28 calls go to mcp-go, which
-	// checks the headers against the body.
+	// headerParams has every tool mirrored into mcp-go, true for those
+	// whose input schema mirrors parameters in headers (x-mcp-header, as
+	// mcp-go reads the schema): their 2026-07-28 calls go to mcp-go, which
+	// checks the headers against the body. A call of a name it lacks
+	// (unknown, registered since the last sync, or a definition mcp-go
+	// refuses) goes to mcp-go too, on every protocol.
 	headerParams atomic.Pointer[map[string]bool]
 	metadataURL  string
 	maxBody      int64
@@ -183,14 +186,17 @@ type Server struct {
 	cluster   *sharedState
 	events    *eventAdapter // resumable streams of shared sessions
 
-	draining  atomic.Bool // CloseStreams was called: no new GET streams
-	listenMu  sync.Mutex
-	listens   map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
-	taskMu    sync.Mutex
-	running   map[string]int // running tasks per user id
-	stop      chan struct{}
-	closeOnce sync.Once
-	wg        sync.WaitGroup
+	draining atomic.Bool // CloseStreams was called: no new GET streams
+	// modernCalls are the 2026-07-28 requests in flight, for their
+	// callers' notifications/cancelled (cancel.go).
+	modernCalls modernCalls
+	listenMu    sync.Mutex
+	listens     map[*context.CancelFunc]struct{} // open subscriptions/listen streams (2026-07-28)
+	taskMu      sync.Mutex
+	running     map[string]int // running tasks per user id
+	stop        chan struct{}
+	closeOnce   sync.Once
+	wg          sync.WaitGroup
 }
 
 // New builds a Server. Call Close when done with it.
@@ -439,6 +445,11 @@ type envelopeParams struct {
 	// encoding/json decoding the rest of the envelope (its method, its
 	// id), where a type error inside a plain struct does not.
 	mistyped bool
+	// eraMeta is the _meta mcp-go decides the protocol era by (see
+	// isModern): the last _meta of any params, also when a later params
+	// has none (mcp-go decodes every params into one struct for it).
+	eraMeta *mcpgo.Meta
+	again   bool // params was decoded before (the body names it twice)
 }
 
 // UnmarshalJSON decodes params as mcp-go decodes a tools/call's, also
@@ -451,7 +462,19 @@ func (p *envelopeParams) UnmarshalJSON(b []byte) error {
 	var v plain
 	err := json.Unmarshal(b, &v) // the syntax was checked already: only type errors
 	args, task, mistyped := p.Arguments, p.Task, p.mistyped
+	eraMeta, again := p.eraMeta, p.again
 	*p = envelopeParams(v)
+	p.eraMeta, p.again = p.Meta, true
+	if again && p.Meta == nil {
+		// A params without _meta (not even null) leaves mcp-go the
+		// earlier one to judge the era by.
+		var m struct {
+			Meta json.RawMessage `json:"_meta"`
+		}
+		if json.Unmarshal(b, &m) == nil && len(m.Meta) == 0 {
+			p.eraMeta = eraMeta
+		}
+	}
 	if len(p.Arguments) == 0 {
 		p.Arguments = args
 	}
@@ -543,6 +566,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e := s.reg.CheckScope(r.Context(), caller, msg.Params.Name); e != nil {
 			s.insufficientScope(w, e.Scopes, requestID)
 			return
+		}
+	}
+	if st.sessionID == "" && r.Method == http.MethodPost && s.isModern(r, msg) {
+		switch {
+		case msg.Method == string(mcpgo.MethodNotificationCancelled):
+			s.cancelModern(w, r, st, msg)
+			return
+		case len(msg.ID) > 0 && !msg.isResponse():
+			var done func()
+			r, done = s.modernCalls.track(r, st.caller.UserID, msg.ID)
+			defer done()
 		}
 	}
 	direct := s.directToolCall(r, st, &msg)
@@ -702,7 +736,7 @@ func (s *Server) taskSupportOf(name string) capabilities.TaskSupport {
 
 // isModern reports whether r is a protocol 2026-07-28 request.
 func (s *Server) isModern(r *http.Request, msg envelope) bool {
-	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion())
+	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.eraMeta.ProtocolVersion())
 }
 
 // withinSession prepares a GET stream or a POST request of a session for
@@ -909,13 +943,21 @@ func (s *Server) syncRegistry() {
 	modes := map[string]capabilities.TaskSupport{}
 	headers := map[string]bool{}
 	for _, c := range s.reg.All() {
-		tools = append(tools, mcpserver.ServerTool{Tool: toolOf(c), Handler: s.callTool})
+		tool := toolOf(c)
+		if err := mcpgo.ValidateParamHeaderAnnotations(&tool); err != nil {
+			// mcp-go refuses such a definition by panicking in SetTools,
+			// which would fail every request from here on: the tool is
+			// not served (unknown to mcp-go, and so to the direct path).
+			s.log.Error("mcp: capability not served: invalid x-mcp-header annotations", "capability", c.Name, "err", err)
+			continue
+		}
+		tools = append(tools, mcpserver.ServerTool{Tool: tool, Handler: s.callTool})
 		if c.Task != capabilities.TaskNever {
 			modes[c.Name] = c.Task
 		}
-		if bytes.Contains(c.InputSchema, []byte("x-mcp-header")) {
-			headers[c.Name] = true
-		}
+		// mcp-go's own reading of the schema (any nesting, any case or
+		// escaping of the keyword), not a search of its text.
+		headers[c.Name] = len(mcpgo.ExtractParamHeaderBindings(&tool)) > 0
 	}
 	s.taskModes.Store(&modes)
 	s.headerParams.Store(&headers)

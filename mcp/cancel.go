@@ -1,0 +1,114 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
+)
+
+// Cancelling a 2026-07-28 request.
+//
+// A 2026-07-28 request has no session, and mcp-go keys the requests it
+// serves for notifications/cancelled by session and JSON-RPC id: every
+// sessionless request under the same key. Handed to mcp-go as it came, a
+// notifications/cancelled naming id 7 would cancel whichever 2026-07-28
+// request with id 7 mcp-go was serving, another user's included. So mcp-go
+// gets the notification without its requestId (it validates the request
+// and answers it as before, and cancels nothing), and the transport
+// cancels the caller's own requests with that id, which it tracks for
+// both paths (modernCalls).
+
+// modernCalls are the 2026-07-28 requests in flight, by caller and id.
+type modernCalls struct {
+	mu sync.Mutex
+	m  map[string]map[*context.CancelFunc]struct{}
+}
+
+func modernCallKey(userID string, rpcID []byte) string {
+	return userID + "\x00" + string(bytes.TrimSpace(rpcID))
+}
+
+// track makes r cancellable by its caller's notifications/cancelled; the
+// returned func ends the tracking.
+func (c *modernCalls) track(r *http.Request, userID string, rpcID []byte) (*http.Request, func()) {
+	ctx, cancel := context.WithCancel(r.Context())
+	key := modernCallKey(userID, rpcID)
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]map[*context.CancelFunc]struct{}{}
+	}
+	if c.m[key] == nil {
+		c.m[key] = map[*context.CancelFunc]struct{}{}
+	}
+	c.m[key][&cancel] = struct{}{}
+	c.mu.Unlock()
+	return r.WithContext(ctx), func() {
+		c.mu.Lock()
+		delete(c.m[key], &cancel)
+		if len(c.m[key]) == 0 {
+			delete(c.m, key)
+		}
+		c.mu.Unlock()
+		cancel()
+	}
+}
+
+// cancel cancels the caller's requests with the id.
+func (c *modernCalls) cancel(userID string, rpcID []byte) {
+	key := modernCallKey(userID, rpcID)
+	c.mu.Lock()
+	var cancels []context.CancelFunc
+	for f := range c.m[key] {
+		cancels = append(cancels, *f)
+	}
+	c.mu.Unlock()
+	for _, f := range cancels {
+		f()
+	}
+}
+
+// statusWriter records the status of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// cancelModern serves a 2026-07-28 notifications/cancelled: mcp-go judges
+// the request (headers, versions) from a copy without the requestId, and
+// once it accepted it, the caller's own requests with that id are
+// cancelled.
+func (s *Server) cancelModern(w http.ResponseWriter, r *http.Request, st *reqState, msg envelope) {
+	params := map[string]any{}
+	if msg.Params.eraMeta != nil {
+		params["_meta"] = msg.Params.eraMeta
+	}
+	body, err := json.Marshal(map[string]any{"jsonrpc": msg.JSONRPC, "method": msg.Method, "params": params})
+	if err != nil {
+		writeHTTPError(w, http.StatusBadRequest, "invalid request", st.requestID)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	sw := &statusWriter{ResponseWriter: w}
+	s.http.ServeHTTP(sw, r)
+	if sw.status == http.StatusAccepted && msg.decoded && len(msg.Params.RequestID) > 0 {
+		s.modernCalls.cancel(st.caller.UserID, msg.Params.RequestID)
+	}
+}
