@@ -1,5 +1,8 @@
 // Package mcp serves a capabilities.Registry over MCP's streamable HTTP
-// transport, built on mark3labs/mcp-go.
+// transport, built on mark3labs/mcp-go. tools/call, the call agents repeat,
+// is answered by the package itself from the JSON-RPC envelope it decodes
+// once (direct.go); every other method goes through mcp-go's transport, and
+// so does any request the direct path cannot take exactly as mcp-go would.
 //
 // tools/list is Registry.Visible and tools/call is Registry.Invoke;
 // resources and prompts go through the registry's guard the same way. The
