@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -399,6 +400,34 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": rpcIDOrNull(st.rpcID), "error": e})
+	}
+	// First the checks mcp-go's transport makes of every 2026-07-28
+	// request (these never reach it), with its codes and words.
+	var probe struct {
+		Params struct {
+			Meta *mcpgo.Meta `json:"_meta"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal(body, &probe)
+	header, meta := r.Header.Get(versionHeader), probe.Params.Meta.ProtocolVersion()
+	switch {
+	case r.Header.Get(mcpgo.HeaderLastEventID) != "":
+		fail(http.StatusBadRequest, mcpgo.HEADER_MISMATCH, "Last-Event-ID is not supported in protocol version "+mcpgo.ProtocolVersion20260728+
+			": streams are not resumable, re-issue the request with a new ID", nil)
+		return
+	case header == "":
+		fail(http.StatusBadRequest, mcpgo.HEADER_MISMATCH, versionHeader+" header is required for requests carrying "+mcpgo.MetaKeyProtocolVersion, nil)
+		return
+	case meta == "":
+		fail(http.StatusBadRequest, mcpgo.INVALID_PARAMS, "missing or invalid _meta field "+mcpgo.MetaKeyProtocolVersion, nil)
+		return
+	case header != meta:
+		fail(http.StatusBadRequest, mcpgo.HEADER_MISMATCH, versionHeader+" header "+header+" does not match request "+mcpgo.MetaKeyProtocolVersion+" "+meta, nil)
+		return
+	case !slices.Contains(ProtocolVersions, meta):
+		e := mcpgo.UnsupportedProtocolVersionError{Version: meta, Supported: ProtocolVersions}.JSONRPCError().Error
+		fail(http.StatusBadRequest, e.Code, e.Message, e.Data)
+		return
 	}
 	switch method {
 	case "tasks/get", "tasks/update", "tasks/cancel":

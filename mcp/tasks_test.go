@@ -421,3 +421,58 @@ func TestDetachAfterCancelLeavesNothingRunning(t *testing.T) {
 		t.Fatal("the server does not close: a task runner waits forever")
 	}
 }
+
+// TestTasks2026TransportChecks: tasks/get, tasks/update and tasks/cancel
+// never reach mcp-go, so the checks its transport makes of every
+// 2026-07-28 request (Last-Event-ID refused, the version in the header and
+// in _meta both present and equal) are made for them too, with the same
+// status, code and message mcp-go gives a tools/call.
+func TestTasks2026TransportChecks(t *testing.T) {
+	f := taskFixture(t, func(o *Options) { o.noDirect = true })
+	send := func(method, name string, params map[string]any, metaVersion string, headers map[string]string) (int, map[string]any) {
+		meta := map[string]any{
+			"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "t", "version": "1"},
+			"io.modelcontextprotocol/clientCapabilities": taskCaps,
+		}
+		if metaVersion != "" {
+			meta["io.modelcontextprotocol/protocolVersion"] = metaVersion
+		}
+		params["_meta"] = meta
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(rpc(7, method, params)))
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Method", method)
+		req.Header.Set("Mcp-Name", name)
+		req.Header.Set(versionHeader, "2026-07-28")
+		for k, v := range headers {
+			if v == "" {
+				req.Header.Del(k)
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		var m map[string]any
+		must(t, json.NewDecoder(resp.Body).Decode(&m))
+		return resp.StatusCode, m
+	}
+	for _, c := range []struct {
+		name        string
+		metaVersion string
+		headers     map[string]string
+	}{
+		{"Last-Event-ID", "2026-07-28", map[string]string{"Last-Event-ID": "1"}},
+		{"no version header", "2026-07-28", map[string]string{versionHeader: ""}},
+		{"no _meta version", "", nil},
+		{"versions differ", "2025-11-25", nil},
+	} {
+		gotStatus, got := send("tasks/get", "t-1", map[string]any{"taskId": "t-1"}, c.metaVersion, c.headers)
+		wantStatus, want := send("tools/call", "echo", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}}, c.metaVersion, c.headers)
+		if gotStatus != wantStatus || gotStatus != http.StatusBadRequest || fmt.Sprint(got["error"]) != fmt.Sprint(want["error"]) {
+			t.Errorf("%s: tasks/get answered %d %v; mcp-go answers a tools/call %d %v", c.name, gotStatus, got["error"], wantStatus, want["error"])
+		}
+	}
+}
