@@ -1,7 +1,9 @@
 package mcp
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -11,9 +13,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/cluster"
 )
 
-// answer is what a client sees of one POST: status, media type and the
+// seen is what a client sees of one POST: status, media type and the
 // messages of the body.
 type seen struct {
 	Status   int
@@ -232,5 +237,60 @@ func TestCallersRequestHeaderUntouched(t *testing.T) {
 		if got := req.Header.Get(sessionHeader); got != sid {
 			t.Fatalf("%s: the caller's request now names session %q, sent %q", body, got, sid)
 		}
+	}
+}
+
+// stallingEvents is an event log whose appends hang until their context
+// ends (a database that stopped answering), or the test does.
+type stallingEvents struct {
+	*memEvents
+	release chan struct{}
+}
+
+func (s stallingEvents) AppendEvent(ctx context.Context, _, _, _ string, _ json.RawMessage) (string, error) {
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-s.release:
+		return "", errors.New("test over")
+	}
+}
+
+// TestStalledEventLogDoesNotHoldTheCall: recording an event of a
+// resumable stream is bounded, so a stalled event log delays a streamed
+// call but does not hold it (or the handler) forever; the events are
+// delivered without ids.
+func TestStalledEventLogDoesNotHoldTheCall(t *testing.T) {
+	defer func(d time.Duration) { storeEventTimeout = d }(storeEventTimeout)
+	storeEventTimeout = 20 * time.Millisecond
+	store := stallingEvents{&memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}, make(chan struct{})}
+	f := newFixture(t, func(o *Options) { o.Bus, o.Sessions = cluster.NewLoopback().Join(), store })
+	t.Cleanup(func() { close(store.release) }) // before the server's own cleanup: nothing hangs past the test
+	sid := f.initialize("alice-token")
+	body := rpc(9, "tools/call", map[string]any{
+		"name": "progress", "arguments": map[string]any{"tag": "s"}, "_meta": map[string]any{"progressToken": "p"},
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(sessionHeader, sid)
+	req.Header.Set(versionHeader, testProtocol)
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	next := sseEvents(resp)
+	var last map[string]any
+	n := 0
+	for id, m := next(); m != nil; id, m = next() {
+		if id != "" {
+			t.Fatalf("event %v has id %q though it could not be recorded", m, id)
+		}
+		last, n = m, n+1
+	}
+	if n != 5 || last["result"] == nil {
+		t.Fatalf("%d events, last %v (ctx %v)", n, last, ctx.Err())
 	}
 }

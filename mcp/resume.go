@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
@@ -57,8 +58,17 @@ func (e *eventAdapter) StoreEvent(ctx context.Context, sessionID, streamID strin
 		e.listen[base] = streamID
 		e.mu.Unlock()
 	}
+	// Recording runs on the path of the event itself (a handler's progress
+	// report, the answer): a stalled database must not hold it for longer
+	// than this. An event that could not be recorded is still delivered,
+	// without an id.
+	ctx, cancel := context.WithTimeout(ctx, storeEventTimeout)
+	defer cancel()
 	return e.log.AppendEvent(ctx, SessionHash(base), userID, stored, message)
 }
+
+// storeEventTimeout bounds the recording of one stream event.
+var storeEventTimeout = 5 * time.Second // a variable for tests
 
 func (e *eventAdapter) ReplayEventsAfter(ctx context.Context, sessionID, lastEventID string, send func(string, json.RawMessage) error) (string, error) {
 	base, _ := baseSessionID(sessionID)
