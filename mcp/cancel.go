@@ -96,8 +96,8 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 // cancelled.
 func (s *Server) cancelModern(w http.ResponseWriter, r *http.Request, st *reqState, msg envelope) {
 	params := map[string]any{}
-	if msg.Params.eraMeta != nil {
-		params["_meta"] = msg.Params.eraMeta
+	if msg.Params.Meta != nil {
+		params["_meta"] = msg.Params.Meta
 	}
 	body, err := json.Marshal(map[string]any{"jsonrpc": msg.JSONRPC, "method": msg.Method, "params": params})
 	if err != nil {

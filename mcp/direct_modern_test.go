@@ -294,3 +294,23 @@ func TestStalledEventLogDoesNotHoldTheCall(t *testing.T) {
 		t.Fatalf("%d events, last %v (ctx %v)", n, last, ctx.Err())
 	}
 }
+
+func TestOneParams(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`: true,
+		`{"method":"tools/call"}`: true,
+		`{"params":{"params":{"params":1}},"arguments":"params","x":["params",{"params":2}]}`: true,
+		`{"id":"a\"params\"","params":{}}`:                                             true,
+		`{"params":{},"params":{}}`:                                                    false,
+		`{"params":{} , "PARAMS":{}}`:                                                  false,
+		`{"Params":{},"x":{"y":[{},{}]},"pArAmS":null}`:                                false,
+		`{"params":{},"par\u0061ms":{}}`:                                               false,
+		"{\"params\":{},\"param\u017f\":{}}":                                           false,
+		`{"id":1,"params":{"name":"a\\"},"method":"tools/call","params":{"name":"b"}}`: false,
+		`{"x":"\\\\","params":{}}`:                                                     true,
+	} {
+		if got := oneParams([]byte(body)); got != want {
+			t.Errorf("oneParams(%s) = %v, want %v", body, got, want)
+		}
+	}
+}

@@ -430,64 +430,65 @@ type envelope struct {
 	Result  json.RawMessage `json:"result"`
 	Error   json.RawMessage `json:"error"`
 	Params  envelopeParams  `json:"params"`
-	decoded bool            // the body is a JSON object that decoded without error
+	decoded bool            // the body is a JSON object that decoded without error (tools/call: naming params once)
 }
 
 type envelopeParams struct {
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"` // tools/call
 	Task      json.RawMessage `json:"task"`      // tools/call
+	// Meta is also what mcp-go decides the protocol era by (isModern): it
+	// decodes params into a plain struct too, so that a body naming params
+	// twice gets the same _meta here and there.
 	Meta      *mcpgo.Meta     `json:"_meta"`
 	RequestID json.RawMessage `json:"requestId"` // notifications/cancelled
 	// The answers and state of a 2026-07-28 retry (tools/call), decoded
-	// into mcp-go's types: mcp-go refuses a tools/call whose members have
-	// the wrong type, so the direct path must not serve it.
+	// into mcp-go's types: a member of the wrong type is a decoding error,
+	// as it is for mcp-go, and the request is not the direct path's.
 	mcpgo.MultiRoundTripParams
-	// mistyped: a member has the wrong type (name not a string, say).
-	// Recorded rather than returned: an error from here would stop
-	// encoding/json decoding the rest of the envelope (its method, its
-	// id), where a type error inside a plain struct does not.
-	mistyped bool
-	// eraMeta is the _meta mcp-go decides the protocol era by (see
-	// isModern): the last _meta of any params, also when a later params
-	// has none (mcp-go decodes every params into one struct for it).
-	eraMeta *mcpgo.Meta
-	again   bool // params was decoded before (the body names it twice)
 }
 
-// UnmarshalJSON decodes params as mcp-go decodes a tools/call's, also
-// when a body names params twice: the last one replaces the name, _meta
-// and task of the first (encoding/json would merge them, carrying a
-// progress token or an idempotency key over from the first), and only
-// arguments it lacks are kept.
-func (p *envelopeParams) UnmarshalJSON(b []byte) error {
-	type plain envelopeParams
-	var v plain
-	err := json.Unmarshal(b, &v) // the syntax was checked already: only type errors
-	args, task, mistyped := p.Arguments, p.Task, p.mistyped
-	eraMeta, again := p.eraMeta, p.again
-	*p = envelopeParams(v)
-	p.eraMeta, p.again = p.Meta, true
-	if again && p.Meta == nil {
-		// A params without _meta (not even null) leaves mcp-go the
-		// earlier one to judge the era by.
-		var m struct {
-			Meta json.RawMessage `json:"_meta"`
+// oneParams reports whether the JSON object b (valid JSON) names params at
+// most once at its top level. encoding/json merges a second params into
+// the first, where mcp-go's tools/call decoding replaces the first, so
+// such a body is left to mcp-go. A top-level key that is escaped or not
+// ASCII could also decode as params (keys match case-insensitively, with
+// Unicode folding) and counts as a second one. One pass over the bytes,
+// no allocation.
+func oneParams(b []byte) bool {
+	seen, depth, key := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			j, plain := i+1, true
+			for ; j < len(b) && b[j] != '"'; j++ {
+				switch {
+				case b[j] == '\\':
+					plain = false
+					j++ // the escaped byte
+				case b[j] >= 0x80:
+					plain = false
+				}
+			}
+			if depth == 1 && key {
+				if !plain {
+					seen++ // might read as params
+				} else if bytes.EqualFold(b[i+1:j], []byte("params")) {
+					seen++
+				}
+				key = false
+			}
+			i = j
+		case '{', '[':
+			depth++
+			key = depth == 1 && c == '{'
+		case '}', ']':
+			depth--
+		case ',':
+			key = depth == 1
 		}
-		if json.Unmarshal(b, &m) == nil && len(m.Meta) == 0 {
-			p.eraMeta = eraMeta
-		}
 	}
-	if len(p.Arguments) == 0 {
-		p.Arguments = args
-	}
-	if len(p.Task) == 0 {
-		// Kept, unlike mcp-go: a task named anywhere sends the call to
-		// mcp-go (whose answer to a malformed one is the reference).
-		p.Task = task
-	}
-	p.mistyped = mistyped || err != nil
-	return nil
+	return seen <= 1
 }
 
 func (e envelope) isResponse() bool {
@@ -676,7 +677,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 		writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
 		return nil, msg, false
 	}
-	msg.decoded = json.Unmarshal(body, &msg) == nil && !msg.Params.mistyped
+	msg.decoded = json.Unmarshal(body, &msg) == nil
+	if msg.Method == string(mcpgo.MethodToolsCall) && !oneParams(body) {
+		msg.decoded = false // mcp-go reads it otherwise (see oneParams)
+	}
 	return body, msg, true
 }
 
@@ -739,7 +743,7 @@ func (s *Server) taskSupportOf(name string) capabilities.TaskSupport {
 
 // isModern reports whether r is a protocol 2026-07-28 request.
 func (s *Server) isModern(r *http.Request, msg envelope) bool {
-	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.eraMeta.ProtocolVersion())
+	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion())
 }
 
 // withinSession prepares a GET stream or a POST request of a session for
