@@ -3,8 +3,6 @@ package mcp
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -13,6 +11,8 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/enclave-mcp/enclave/internal/requestid"
 )
 
 // The direct path: tools/call, the call agents make most, is answered
@@ -161,7 +161,7 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		// request's stream is recorded under the request's own stream id,
 		// so a client that lost the connection replays it with
 		// Last-Event-ID on any replica.
-		stream := newStreamID()
+		stream := requestid.New() // random, like a request id
 		store := context.WithoutCancel(ctx)
 		d.record = func(data []byte) string {
 			id, err := s.events.StoreEvent(store, st.internal, stream, data)
@@ -261,12 +261,6 @@ func (s *Server) callToolSafely(ctx context.Context, st *reqState, req mcpgo.Cal
 		}
 	}()
 	return s.callTool(ctx, req)
-}
-
-func newStreamID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // notification is a JSON-RPC notification as the direct path writes it.

@@ -401,15 +401,18 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": rpcIDOrNull(st.rpcID), "error": e})
 	}
-	// First the checks mcp-go's transport makes of every 2026-07-28
-	// request (these never reach it), with its codes and words.
-	var probe struct {
+	var req struct {
 		Params struct {
-			Meta *mcpgo.Meta `json:"_meta"`
+			TaskID         string                     `json:"taskId"`
+			InputResponses map[string]json.RawMessage `json:"inputResponses"`
+			Meta           *mcpgo.Meta                `json:"_meta"`
 		} `json:"params"`
 	}
-	_ = json.Unmarshal(body, &probe)
-	header, meta := r.Header.Get(versionHeader), probe.Params.Meta.ProtocolVersion()
+	_ = json.Unmarshal(body, &req)
+	p := req.Params
+	// First the checks mcp-go's transport makes of every 2026-07-28
+	// request (these never reach it), with its codes and words.
+	header, meta := r.Header.Get(versionHeader), p.Meta.ProtocolVersion()
 	switch {
 	case r.Header.Get(mcpgo.HeaderLastEventID) != "":
 		fail(http.StatusBadRequest, mcpgo.HEADER_MISMATCH, "Last-Event-ID is not supported in protocol version "+mcpgo.ProtocolVersion20260728+
@@ -439,15 +442,6 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 		fail(http.StatusNotFound, mcpgo.METHOD_NOT_FOUND, "tasks are not supported", nil)
 		return
 	}
-	var req struct {
-		Params struct {
-			TaskID         string                     `json:"taskId"`
-			InputResponses map[string]json.RawMessage `json:"inputResponses"`
-			Meta           *mcpgo.Meta                `json:"_meta"`
-		} `json:"params"`
-	}
-	_ = json.Unmarshal(body, &req)
-	p := req.Params
 	caps := map[string]any{}
 	if p.Meta != nil {
 		if c, ok := p.Meta.AdditionalFields[mcpgo.MetaKeyClientCapabilities].(map[string]any); ok {
