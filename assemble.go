@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
@@ -137,6 +139,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		s.features = features.New(s.store, s.log)
 		flags = s.features
 	}
+	if !s.cfg.CodeMode.Disabled {
+		s.cfg.QuotaLimits = codeModeQuota(s.cfg.QuotaLimits)
+	}
 	if q == nil && s.cfg.QuotaLimits.Enabled() {
 		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 		q = s.meter
@@ -198,6 +203,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
+	}
+	if err := s.assembleCodeMode(owners); err != nil {
+		return err
 	}
 
 	// Workspaces come before the web shell, whose pages for them exist
@@ -413,6 +421,7 @@ func registerInventory(inv *storage.Inventory) error {
 		registerEventInventory(inv),
 		addTables(inv, sqlsessions.Tables),
 		workspaces.RegisterInventory(inv),
+		codemode.RegisterInventory(inv),
 	)
 }
 
@@ -555,4 +564,51 @@ type workspaceMail struct{ s *Server }
 
 func (m workspaceMail) MailWorkspaceInvitation(ctx context.Context, tx bun.IDB, inv workspaces.InvitationMail) error {
 	return m.s.web.MailWorkspaceInvitation(ctx, tx, inv)
+}
+
+// assembleCodeMode builds code mode unless it is turned off: its
+// capabilities, the provider of package exports, and the job lane.
+func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) error {
+	if s.cfg.CodeMode.Disabled {
+		return nil
+	}
+	svc, err := codemode.New(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: owners, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	if err := s.registry.AddProvider(codemode.ExportPrefix, svc.Provider()); err != nil {
+		return err
+	}
+	if err := s.registry.Register(svc.Capabilities()...); err != nil {
+		return fmt.Errorf("register code mode: %w", err)
+	}
+	if err := s.schedules.Add(svc.Schedule()); err != nil {
+		return err
+	}
+	s.codemode = svc
+	return nil
+}
+
+// codeModeQuota puts execute, packageRun and every package export in the
+// quota class of code runs, limited to codemode.DefaultDailyRuns a day
+// unless the operator set that class's limit (--quota execute=N/day).
+func codeModeQuota(l quota.Limits) quota.Limits {
+	classes := maps.Clone(l.Classes)
+	if classes == nil {
+		classes = map[string]string{}
+	}
+	for _, name := range []string{"execute", "packageRun", codemode.ExportPrefix + "*"} {
+		if _, set := classes[name]; !set {
+			classes[name] = codemode.QuotaClass
+		}
+	}
+	daily := maps.Clone(l.Daily)
+	if daily == nil {
+		daily = map[string]int64{}
+	}
+	if _, set := daily[codemode.QuotaClass]; !set {
+		daily[codemode.QuotaClass] = codemode.DefaultDailyRuns
+	}
+	l.Classes, l.Daily = classes, daily
+	return l
 }

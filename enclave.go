@@ -23,6 +23,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/feedback"
@@ -220,6 +221,13 @@ type Config struct {
 	// workspaces): their capabilities, and Server.Workspaces for
 	// registering workspace operations. Nil leaves them off.
 	Workspaces *workspaces.Options
+	// CodeMode tunes code mode (package codemode): execute, saved
+	// packages whose exports become their owner's own capabilities,
+	// package jobs and run records. On by default; CodeMode.Disabled turns
+	// it off. Its calls are quota class codemode.QuotaClass ("execute"):
+	// codemode.DefaultDailyRuns per user per day unless QuotaLimits names
+	// that class.
+	CodeMode codemode.Options
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.
@@ -301,6 +309,8 @@ type Server struct {
 
 	// workspaces is nil unless Config.Workspaces is set.
 	workspaces *workspaces.Service
+	// codemode is nil when Config.CodeMode.Disabled is set.
+	codemode *codemode.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -411,6 +421,10 @@ func (s *Server) Features() *features.Store { return s.features }
 // operations with workspaces.Register), or nil when Config.Workspaces is
 // nil.
 func (s *Server) Workspaces() *workspaces.Service { return s.workspaces }
+
+// CodeMode returns the code mode service, or nil when
+// Config.CodeMode.Disabled turned it off.
+func (s *Server) CodeMode() *codemode.Service { return s.codemode }
 
 // Quota returns the SQL quota meter: it counts the outbound gateway's
 // requests, and capability calls unless Config.Quota replaced it.

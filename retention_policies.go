@@ -10,6 +10,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
@@ -129,6 +130,10 @@ func (s *Server) workspaceRetention() []retention.Policy {
 func (s *Server) newRetention() (*retention.Set, error) {
 	set := retention.NewSet()
 	if err := set.Add(s.retentionPolicies()...); err != nil {
+		return nil, err
+	}
+	// Code mode's tables exist whether or not it is on.
+	if err := set.Add(codemode.RetentionPolicies(s.store.Bucket, s.cfg.CodeMode.Retention())...); err != nil {
 		return nil, err
 	}
 	return set, nil

@@ -74,6 +74,12 @@ type Capability struct {
 	// Task says whether the capability may run as a task (see Call.Detach):
 	// TaskNever (the default), TaskOptional or TaskRequired.
 	Task TaskSupport
+	// Describe, when set, returns the description one caller is shown in
+	// a listing instead of Description (see Registry.DescriptionFor): for
+	// text that depends on what the caller may do, such as code mode's
+	// declarations of the caller's capabilities. It must be quick and
+	// fall back to Description itself when it has nothing better.
+	Describe func(ctx context.Context, caller Caller) string
 
 	input *jsonschema.Resolved
 	err   error // a definition error found by Define, reported by Register

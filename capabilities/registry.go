@@ -140,6 +140,7 @@ type Registry struct {
 	prompts   map[string]*Prompt
 	version   uint64
 	flagged   bool // a registered capability requires a feature flag
+	providers []providerEntry
 }
 
 // NewRegistry returns a registry with the built-in capabilities registered.
@@ -187,6 +188,9 @@ func (r *Registry) register(names *regexp.Regexp, caps ...Capability) error {
 		if _, ok := r.caps[c.Name]; ok {
 			return fmt.Errorf("capabilities: register %q: already registered", c.Name)
 		}
+		if r.reservedByProvider(c.Name) {
+			return fmt.Errorf("capabilities: register %q: the name is under a provider's prefix", c.Name)
+		}
 	}
 	for _, c := range staged {
 		r.caps[c.Name] = c
@@ -231,6 +235,15 @@ func (r *Registry) lookup(name string) (*Capability, bool) {
 	return c, ok
 }
 
+// lookupFor finds name among the registered capabilities, then among
+// caller's own (from a provider). An error is a provider's failure.
+func (r *Registry) lookupFor(ctx context.Context, caller Caller, name string) (*Capability, bool, error) {
+	if c, ok := r.lookup(name); ok {
+		return c, true, nil
+	}
+	return r.lookupOwn(ctx, caller, name)
+}
+
 // Visible returns the capabilities caller may call, sorted by name. It makes
 // the same decision as Invoke, except that a capability whose only missing
 // condition is a token scope stays visible (the client can obtain the scope).
@@ -243,6 +256,10 @@ func (r *Registry) Visible(ctx context.Context, caller Caller) []Capability {
 		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == "" {
 			out = append(out, *c)
 		}
+	}
+	if own := r.VisibleOwn(ctx, caller); len(own) > 0 {
+		out = append(out, own...)
+		slices.SortFunc(out, func(a, b Capability) int { return cmp.Compare(a.Name, b.Name) })
 	}
 	return out
 }
@@ -257,6 +274,12 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == "" {
 			out = append(out, c.Name)
 		}
+	}
+	if own := r.VisibleOwn(ctx, caller); len(own) > 0 {
+		for _, c := range own {
+			out = append(out, c.Name)
+		}
+		slices.Sort(out)
 	}
 	return out
 }
@@ -313,6 +336,7 @@ func (r *Registry) VisibilityKey(caller Caller) (key uint64, ok bool) {
 	for _, v := range caller.Only {
 		str(v)
 	}
+	r.providerGenerations(caller.UserID, num)
 	return h.Sum64(), true
 }
 
@@ -320,8 +344,8 @@ var visibilitySeed = maphash.MakeSeed()
 
 // IsVisible reports whether Visible would include the named capability.
 func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bool {
-	c, ok := r.lookup(name)
-	return ok && r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == ""
+	c, ok, err := r.lookupFor(ctx, caller, name)
+	return err == nil && ok && r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == ""
 }
 
 // Invoke runs a capability for caller: the only way one runs. The checks run
@@ -333,7 +357,11 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 // with panics recovered. A denial is recorded with the Auditor. A capability
 // hidden from caller answers exactly like an unknown one.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
-	c, ok := r.lookup(name)
+	c, ok, err := r.lookupFor(ctx, caller, name)
+	if err != nil {
+		r.log.ErrorContext(ctx, "capabilities: looking up a caller's own capability failed", "capability", name, "err", err)
+		return Result{}, &Error{Code: CodeInternal, Message: "internal error", Err: err}
+	}
 	if !ok {
 		r.deny(ctx, caller, "tool", name, ReasonUnknown)
 		return Result{}, errNotFound("capability", name)
@@ -382,7 +410,10 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 // uses it to decide again, later, whether work it started for caller (a
 // task) may go on.
 func (r *Registry) Admit(ctx context.Context, caller Caller, name string) error {
-	c, ok := r.lookup(name)
+	c, ok, err := r.lookupFor(ctx, caller, name)
+	if err != nil {
+		return &Error{Code: CodeInternal, Message: "internal error", Err: err}
+	}
 	if !ok {
 		r.deny(ctx, caller, "tool", name, ReasonUnknown)
 		return errNotFound("capability", name)
@@ -395,8 +426,8 @@ func (r *Registry) Admit(ctx context.Context, caller Caller, name string) error 
 // returns nil in every other case (including unknown and hidden names, which
 // Invoke answers). A scope denial is recorded with the Auditor.
 func (r *Registry) CheckScope(ctx context.Context, caller Caller, name string) *Error {
-	c, ok := r.lookup(name)
-	if !ok || r.stateDenial(caller, c.runsWhileDeleting()) != "" || r.hiddenBy(ctx, caller, c.Name, c.Requires) != "" {
+	c, ok, err := r.lookupFor(ctx, caller, name)
+	if err != nil || !ok || r.stateDenial(caller, c.runsWhileDeleting()) != "" || r.hiddenBy(ctx, caller, c.Name, c.Requires) != "" {
 		return nil
 	}
 	if missing := missingScopes(caller, c.Requires.Scopes); len(missing) > 0 {
@@ -578,8 +609,8 @@ func (r *Registry) HashSubject(userID string) string {
 // themselves use it to keep hidden and unknown identical; everything Screen
 // lets through is still decided (and audited) by Invoke.
 func (r *Registry) Screen(ctx context.Context, caller Caller, name string) bool {
-	c, ok := r.lookup(name)
-	if !ok {
+	c, ok, err := r.lookupFor(ctx, caller, name)
+	if err != nil || !ok {
 		r.deny(ctx, caller, "tool", name, ReasonUnknown)
 		return true
 	}

@@ -68,15 +68,20 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 		return false
 	}
 	headers, mirrored := s.mirrored(msg.Params.Name)
+	own := false
 	if !mirrored {
 		// Not a tool mcp-go knows (unknown, registered since the last
-		// sync, or refused by mcp-go): mcp-go answers it.
-		return false
+		// sync, or refused by mcp-go): mcp-go answers it, unless it is
+		// one of the caller's own capabilities (a provider's, never
+		// mirrored), which only this path serves.
+		if own = s.reg.IsOwn(r.Context(), st.caller, msg.Params.Name); !own {
+			return false
+		}
 	}
 	if st.sessionID != "" {
 		return true // a session's request (bindSession gives 2026-07-28 requests none)
 	}
-	return !headers && s.modernDirect(r, msg)
+	return !headers && s.modernDirect(r, msg, own)
 }
 
 // mirrored reports whether the named tool is mirrored into mcp-go, and
@@ -95,7 +100,7 @@ func (s *Server) mirrored(name string) (headers, ok bool) {
 // parameters mirrored in headers (x-mcp-header), which mcp-go checks. A
 // name the last sync did not mirror (unknown, or registered since) is
 // mcp-go's to answer, as it would be without the direct path.
-func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
+func (s *Server) modernDirect(r *http.Request, msg *envelope, own bool) bool {
 	meta := msg.Params.Meta
 	v := meta.ProtocolVersion()
 	if !mcpgo.IsModernProtocol(v) || r.Header.Get(versionHeader) != v || !slices.Contains(ProtocolVersions, v) ||
@@ -107,6 +112,9 @@ func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
 	}{msg.Params.Name})
 	if err != nil || mcpgo.ValidateStandardHeaders(r.Header.Get, v, mcpgo.MethodToolsCall, name) != nil {
 		return false
+	}
+	if own {
+		return true // a caller's own capability has no header parameters
 	}
 	headers, known := s.mirrored(msg.Params.Name)
 	return known && !headers

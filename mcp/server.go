@@ -1001,6 +1001,23 @@ func (s *Server) filterTools(ctx context.Context, tools []mcpgo.Tool) []mcpgo.To
 			out = append(out, t)
 		}
 	}
+	if st.method == string(mcpgo.MethodToolsCall) {
+		return out
+	}
+	for i := range out {
+		if d, ok := s.reg.DescriptionFor(ctx, st.caller, out[i].Name); ok {
+			out[i].Description = d
+		}
+	}
+	// The caller's own capabilities (a provider's: saved packages'
+	// exports) are listed with the registered ones; the direct path
+	// serves their calls.
+	if own := s.reg.VisibleOwn(ctx, st.caller); len(own) > 0 {
+		for _, c := range own {
+			out = append(out, toolOf(c))
+		}
+		slices.SortFunc(out, func(a, b mcpgo.Tool) int { return strings.Compare(a.Name, b.Name) })
+	}
 	return out
 }
 

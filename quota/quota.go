@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,8 +50,8 @@ type Limits struct {
 	// Daily maps a class to the calls a user may make per UTC day to the
 	// capabilities of that class. A class not listed is unlimited.
 	Daily map[string]int64
-	// Classes maps a capability name to its class; every other capability
-	// is in DefaultClass.
+	// Classes maps a capability name to its class (a name ending in "*"
+	// is a prefix: "pkg_*"); every other capability is in DefaultClass.
 	Classes map[string]string
 	// Flush is how often counts go to SQL and totals come back. Default 1 s.
 	Flush time.Duration
@@ -59,12 +60,21 @@ type Limits struct {
 // Enabled reports whether any class has a limit.
 func (l Limits) Enabled() bool { return len(l.Daily) > 0 }
 
-// ClassOf returns the class of a capability.
+// ClassOf returns the class of a capability: its entry in Classes, else
+// the class of the longest entry ending in "*" that prefixes its name
+// ("pkg_*" names every package export), else DefaultClass.
 func (l Limits) ClassOf(capability string) string {
 	if c, ok := l.Classes[capability]; ok {
 		return c
 	}
-	return DefaultClass
+	class, best := DefaultClass, 0
+	for pattern, c := range l.Classes {
+		prefix, wild := strings.CutSuffix(pattern, "*")
+		if wild && len(prefix) >= best && strings.HasPrefix(capability, prefix) {
+			class, best = c, len(prefix)
+		}
+	}
+	return class
 }
 
 // Meter counts calls and refuses those over the limit. It implements

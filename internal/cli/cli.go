@@ -167,12 +167,15 @@ type options struct {
 	trustedProxies string
 	callerCacheTTL time.Duration
 	workspaces     bool
+	codeMode       bool
+	codeMemoryMiB  int
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
 var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "production", "log-format",
 	"log-level", "metrics-addr", "shutdown-timeout", "caller-cache-ttl", "no-migrate", "signup", "require-admin-2fa", "workspaces", "allowed-origins",
-	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security"}
+	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security",
+	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -199,6 +202,16 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.signup, "signup", "open", "who may create an account: open, invite (an admin's invite code) or closed (CLI only)")
 	fs.BoolVar(&o.cfg.RequireAdmin2FA, "require-admin-2fa", false, "require admins to have a second factor (authenticator app or passkey): admin pages send them to enrolment and admin capabilities refuse until they have one")
 	fs.BoolVar(&o.workspaces, "workspaces", false, "turn on shared workspaces: their capabilities (workspaceCreate, members, invitations, files, API keys) and the /workspaces pages")
+	fs.BoolVar(&o.codeMode, "code-mode", true, "code mode: the execute capability (JavaScript in a sandbox, calling capabilities with the caller's authority), saved packages whose exports become their owner's tools, package jobs; --code-mode=false turns it off")
+	fs.IntVar(&o.codeMemoryMiB, "code-memory-mib", 64, "memory of one code run, in MiB")
+	fs.DurationVar(&o.cfg.CodeMode.Limits.Timeout, "code-timeout", 30*time.Second, "wall time of one code run")
+	fs.IntVar(&o.cfg.CodeMode.Limits.Stack, "code-stack", 0, "JavaScript stack depth of one code run, in engine stack slots (0: the sandbox's default)")
+	fs.IntVar(&o.cfg.CodeMode.Limits.Result, "code-result-bytes", 1<<20, "largest JSON result of one code run, in bytes")
+	fs.IntVar(&o.cfg.CodeMode.Limits.Logs, "code-log-bytes", 64<<10, "console output of one code run kept, in bytes (the rest is dropped)")
+	fs.IntVar(&o.cfg.CodeMode.Limits.HostCalls, "code-host-calls", 1000, "capability, fetch and storage calls one code run may make")
+	fs.IntVar(&o.cfg.CodeMode.PerUser, "code-runs-per-user", 4, "code runs of one user at once (more wait, then are refused as busy)")
+	fs.IntVar(&o.cfg.CodeMode.Total, "code-runs-total", 0, "code runs of this process at once (0: twice the CPUs, at least 2)")
+	fs.IntVar(&o.cfg.CodeMode.MaxJobs, "code-max-jobs", 10, "scheduled package jobs per user, across their packages")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
 	fs.StringVar(&o.quota, "quota", "", "comma-separated daily call limits per user per capability class, CLASS=N/day (UTC days), e.g. default=5000/day,search=200/day (default unlimited)")
@@ -277,6 +290,21 @@ func (o *options) finish(stderr io.Writer) error {
 	}
 	if o.workspaces && o.cfg.Workspaces == nil {
 		o.cfg.Workspaces = &workspaces.Options{}
+	}
+	o.cfg.CodeMode.Disabled = !o.codeMode
+	if o.codeMemoryMiB < 1 || o.codeMemoryMiB > 4096 {
+		return fmt.Errorf("--code-memory-mib %d: want 1 to 4096", o.codeMemoryMiB)
+	}
+	o.cfg.CodeMode.Limits.Memory = int64(o.codeMemoryMiB) << 20
+	for name, v := range map[string]int{"--code-stack": o.cfg.CodeMode.Limits.Stack, "--code-result-bytes": o.cfg.CodeMode.Limits.Result,
+		"--code-log-bytes": o.cfg.CodeMode.Limits.Logs, "--code-host-calls": o.cfg.CodeMode.Limits.HostCalls,
+		"--code-runs-per-user": o.cfg.CodeMode.PerUser, "--code-runs-total": o.cfg.CodeMode.Total, "--code-max-jobs": o.cfg.CodeMode.MaxJobs} {
+		if v < 0 {
+			return fmt.Errorf("%s %d: want a positive number", name, v)
+		}
+	}
+	if o.cfg.CodeMode.Limits.Timeout < 0 {
+		return fmt.Errorf("--code-timeout %s: want a positive duration", o.cfg.CodeMode.Limits.Timeout)
 	}
 	mode, err := accounts.ParseSignupMode(o.signup)
 	if err != nil {

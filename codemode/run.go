@@ -1,0 +1,388 @@
+package codemode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/codemode/sandbox"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Output is what a run returns to its caller: execute, packageRun and
+// every export answer with it.
+type Output struct {
+	Result        any           `json:"result" jsonschema:"the value the program returned (JSON); null when it failed"`
+	Logs          []sandbox.Log `json:"logs" jsonschema:"console output, in order"`
+	LogsTruncated bool          `json:"logsTruncated,omitempty" jsonschema:"true when console output went past the limit and the rest was dropped"`
+	RunID         string        `json:"runId" jsonschema:"the run's record (runGet)"`
+	DurationMs    int64         `json:"durationMs"`
+	Error         *RunFailure   `json:"error,omitempty" jsonschema:"why the run failed, when it did"`
+}
+
+// Failed reports whether the run failed.
+func (o Output) Failed() bool { return o.Error != nil }
+
+// bindingExcluded reports whether a visible capability is left out of a
+// program's codemode object: the ones that start runs themselves.
+func bindingExcluded(name string) bool {
+	return name == "execute" || name == "packageRun" || strings.HasPrefix(name, ExportPrefix)
+}
+
+// inner is the caller a program acts as: the same user, scopes and
+// confinement, but never interactive and never a web session, so a
+// capability that needs a person in the loop is refused with its normal
+// error.
+func inner(c capabilities.Caller) capabilities.Caller {
+	c.Interactive, c.Session = false, false
+	return c
+}
+
+// Execute runs code (the body of an async function) for caller.
+func (s *Service) Execute(ctx context.Context, caller capabilities.Caller, code string, timeout time.Duration) (Output, error) {
+	if strings.TrimSpace(code) == "" {
+		return Output{}, invalid("code is empty: send the body of an async function, e.g. \"return await codemode.whoami({})\"")
+	}
+	if len(code) > MaxPackageBytes {
+		return Output{}, invalid("code is larger than %d KiB: save it as a package instead", MaxPackageBytes>>10)
+	}
+	return s.run(ctx, caller, runInfo{kind: KindExecute}, sandbox.Program{Code: code}, timeout)
+}
+
+// RunExport calls an export of the caller's package (version 0: the
+// latest) with args, as kind (KindExport or KindJob).
+func (s *Service) RunExport(ctx context.Context, caller capabilities.Caller, pkg string, version int, export string, args json.RawMessage, kind string) (Output, error) {
+	o, err := s.owner(ctx, caller)
+	if err != nil {
+		return Output{}, err
+	}
+	_, v, err := s.lookup(ctx, s.store.Reader, o, pkg, version)
+	if err != nil {
+		return Output{}, err
+	}
+	m, _, err := v.decode()
+	if err != nil {
+		return Output{}, err
+	}
+	if _, ok := m.Exports[export]; !ok {
+		return Output{}, capabilities.Errorf(capabilities.CodeNotFound, "package %q (version %d) has no export %q", pkg, v.Version, export)
+	}
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage(`{}`)
+	}
+	info := runInfo{kind: kind, pkg: pkg, version: v.Version, export: export}
+	prog := sandbox.Program{Module: moduleName(pkg, v.Version, m.Main), Export: export, Args: args}
+	return s.run(ctx, caller, info, prog, 0)
+}
+
+// run evaluates prog for caller within the concurrency gate and records it.
+func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runInfo, prog sandbox.Program, timeout time.Duration) (Output, error) {
+	if inRun(ctx) {
+		return Output{}, errNested
+	}
+	o, err := s.owner(ctx, caller)
+	if err != nil {
+		return Output{}, err
+	}
+	release, err := s.gate.Acquire(ctx, caller.UserID)
+	if err != nil {
+		if busy, ok := errors.AsType[*sandbox.BusyError](err); ok {
+			return Output{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, RetryAfter: time.Now().Add(busy.RetryAfter),
+				Message: fmt.Sprintf("code mode is busy (too many runs at once): retry in %s", busy.RetryAfter.Round(time.Second)), Err: err}
+		}
+		return Output{}, err
+	}
+	defer release()
+
+	ctx = context.WithValue(ctx, inRunKey{}, true)
+	acting := inner(caller)
+	h := &host{s: s, caller: acting, calls: map[string]int{}, storage: map[string]json.RawMessage{}}
+	for _, name := range s.reg.VisibleNames(ctx, acting) {
+		if !bindingExcluded(name) {
+			prog.Capabilities = append(prog.Capabilities, name)
+		}
+	}
+	prog.Resolver = &resolver{s: s, o: o, versions: map[string]versionRow{}}
+	prog.Host = h
+	prog.Limits = s.cfg.Limits
+	if timeout > 0 && timeout < prog.Limits.Timeout {
+		prog.Limits.Timeout = timeout
+	}
+	info.started = time.Now().UTC()
+	info.id = newRunID(info.started)
+	out, err := sandbox.Run(ctx, prog)
+	if err != nil {
+		return Output{}, fmt.Errorf("codemode: run: %w", err)
+	}
+	s.record(ctx, o, info, out, h.calls)
+	res := Output{Logs: out.Logs, LogsTruncated: out.LogsTruncated, RunID: info.id, DurationMs: out.Duration.Milliseconds()}
+	if res.Logs == nil {
+		res.Logs = []sandbox.Log{}
+	}
+	if out.Err != nil {
+		res.Error = &RunFailure{Kind: out.Err.Kind, Limit: out.Err.Limit, Message: out.Err.Message}
+	} else if len(out.Result) > 0 {
+		res.Result = out.Result
+	}
+	return res, nil
+}
+
+func (s *Service) owner(ctx context.Context, c capabilities.Caller) (storage.Owner, error) {
+	o, err := s.owners(ctx, c)
+	return storage.Owner(o), err
+}
+
+// host is the world as one program sees it: every capability call, fetch
+// and storage operation goes through Registry.Invoke as the program's
+// caller. It is used by the run's goroutine only.
+type host struct {
+	s       *Service
+	caller  capabilities.Caller
+	calls   map[string]int
+	storage map[string]json.RawMessage
+	stored  int
+}
+
+// Bounds of a run's storage map (until storage buckets back it).
+const (
+	maxStorageValue = 1 << 20
+	maxStorageBytes = 8 << 20
+)
+
+func (h *host) Call(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, error) {
+	h.calls[name]++
+	if bindingExcluded(name) {
+		return nil, hostError(errNested)
+	}
+	res, err := h.s.reg.Invoke(ctx, h.caller, name, args)
+	return resultJSON(res, err)
+}
+
+func (h *host) Fetch(ctx context.Context, req json.RawMessage) (json.RawMessage, error) {
+	h.calls["httpRequest"]++
+	res, err := h.s.reg.Invoke(ctx, h.caller, "httpRequest", req)
+	return resultJSON(res, err)
+}
+
+func (h *host) Storage(_ context.Context, op string, args json.RawMessage) (json.RawMessage, error) {
+	var in struct {
+		Key    string          `json:"key"`
+		Value  json.RawMessage `json:"value"`
+		Prefix string          `json:"prefix"`
+		Cursor string          `json:"cursor"`
+		Limit  int             `json:"limit"`
+	}
+	if err := json.Unmarshal(args, &in); err != nil {
+		return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: arguments are not valid"}
+	}
+	if op != "list" && (in.Key == "" || len(in.Key) > 512) {
+		return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: a key is 1 to 512 bytes"}
+	}
+	switch op {
+	case "get":
+		if v, ok := h.storage[in.Key]; ok {
+			return v, nil
+		}
+		return json.RawMessage("null"), nil
+	case "set":
+		if len(in.Value) == 0 {
+			in.Value = json.RawMessage("null")
+		}
+		if len(in.Value) > maxStorageValue {
+			return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: a value is at most 1 MiB of JSON"}
+		}
+		grow := len(in.Value) + len(in.Key) - len(h.storage[in.Key])
+		if _, ok := h.storage[in.Key]; ok {
+			grow -= len(in.Key)
+		}
+		if h.stored+grow > maxStorageBytes {
+			return nil, &sandbox.HostError{Code: string(capabilities.CodeQuotaExceeded), Message: "storage: a run keeps at most 8 MiB"}
+		}
+		h.storage[in.Key] = in.Value
+		h.stored += grow
+		return json.RawMessage("null"), nil
+	case "delete":
+		v, ok := h.storage[in.Key]
+		if ok {
+			h.stored -= len(v) + len(in.Key)
+			delete(h.storage, in.Key)
+		}
+		return json.Marshal(ok)
+	case "list":
+		limit := in.Limit
+		if limit <= 0 || limit > 1000 {
+			limit = 100
+		}
+		keys := make([]string, 0, len(h.storage))
+		for k := range h.storage {
+			if strings.HasPrefix(k, in.Prefix) && k > in.Cursor {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		out := struct {
+			Keys   []string `json:"keys"`
+			Cursor string   `json:"cursor,omitempty"`
+		}{Keys: keys}
+		if len(keys) > limit {
+			out.Keys, out.Cursor = keys[:limit], keys[limit-1]
+		}
+		return json.Marshal(out)
+	}
+	return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: unknown operation " + strconv.Quote(op)}
+}
+
+// resultJSON turns what Invoke returned into what a program receives: the
+// structured result (or the text, parsed when it is JSON), or an error it
+// may catch, carrying the domain code and the message safe to show.
+func resultJSON(res capabilities.Result, err error) (json.RawMessage, error) {
+	if err != nil {
+		return nil, hostError(err)
+	}
+	text := ""
+	for _, c := range res.Content {
+		if t, ok := c.(capabilities.Text); ok {
+			text += t.Text
+		}
+	}
+	if res.IsError {
+		return nil, &sandbox.HostError{Code: "tool_error", Message: cmpOr(text, "the capability failed")}
+	}
+	if res.Structured != nil {
+		b, err := json.Marshal(res.Structured)
+		if err != nil {
+			return nil, &sandbox.HostError{Code: string(capabilities.CodeInternal), Message: "internal error"}
+		}
+		return b, nil
+	}
+	if json.Valid([]byte(text)) && text != "" {
+		return json.RawMessage(text), nil
+	}
+	return json.Marshal(text)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func hostError(err error) error {
+	if e, ok := errors.AsType[*capabilities.Error](err); ok && e.Code != capabilities.CodeInternal {
+		return &sandbox.HostError{Code: string(e.Code), Message: e.Message}
+	}
+	return &sandbox.HostError{Code: string(capabilities.CodeInternal), Message: "internal error"}
+}
+
+// moduleName is the canonical name of a module of a package version.
+func moduleName(pkg string, version int, file string) string {
+	return fmt.Sprintf("pkg:%s@%d/%s", pkg, version, file)
+}
+
+// parseModule splits a canonical module name.
+func parseModule(name string) (pkg string, version int, file string, ok bool) {
+	rest, ok := strings.CutPrefix(name, "pkg:")
+	if !ok {
+		return "", 0, "", false
+	}
+	head, file, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", 0, "", false
+	}
+	pkg, v, ok := strings.Cut(head, "@")
+	if !ok {
+		return "", 0, "", false
+	}
+	version, err := strconv.Atoi(v)
+	if err != nil || version < 1 || !packageName.MatchString(pkg) {
+		return "", 0, "", false
+	}
+	return pkg, version, file, true
+}
+
+// resolver resolves a program's imports among its owner's packages only:
+// every lookup carries the owner filter, so another user's package of the
+// same name is simply not found.
+type resolver struct {
+	s        *Service
+	o        storage.Owner
+	versions map[string]versionRow // "name@version" (0: latest) → row, for this run
+}
+
+func (r *resolver) version(ctx context.Context, pkg string, version int) (versionRow, Manifest, map[string]string, error) {
+	key := pkg + "@" + strconv.Itoa(version)
+	v, ok := r.versions[key]
+	if !ok {
+		var err error
+		if _, v, err = r.s.lookup(ctx, r.s.store.Reader, r.o, pkg, version); err != nil {
+			return v, Manifest{}, nil, err
+		}
+		r.versions[key] = v
+	}
+	m, files, err := v.decode()
+	return v, m, files, err
+}
+
+func moduleNotFound(spec string) error {
+	return &sandbox.HostError{Code: string(capabilities.CodeNotFound), Message: "module not found: " + spec}
+}
+
+func (r *resolver) Resolve(ctx context.Context, referrer, spec string) (string, error) {
+	if pkg, version, file, ok := parseModule(spec); ok { // already canonical
+		if _, _, files, err := r.version(ctx, pkg, version); err != nil || files[file] == "" {
+			return "", moduleNotFound(spec)
+		}
+		return spec, nil
+	}
+	if rest, ok := strings.CutPrefix(spec, "pkg:"); ok {
+		pkg, v, hasVersion := strings.Cut(rest, "@")
+		version := 0
+		if hasVersion {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return "", moduleNotFound(spec)
+			}
+			version = n
+		}
+		row, m, _, err := r.version(ctx, pkg, version)
+		if err != nil {
+			return "", moduleNotFound(spec)
+		}
+		return moduleName(pkg, row.Version, m.Main), nil
+	}
+	if strings.HasPrefix(spec, "./") || strings.HasPrefix(spec, "../") {
+		pkg, version, file, ok := parseModule(referrer)
+		if !ok {
+			return "", &sandbox.HostError{Code: string(capabilities.CodeNotFound), Message: "module not found: " + spec + " (relative imports work inside a package; import a package as \"pkg:name\")"}
+		}
+		joined := path.Join(path.Dir(file), spec)
+		if strings.HasPrefix(joined, "../") || joined == ".." {
+			return "", moduleNotFound(spec)
+		}
+		if _, _, files, err := r.version(ctx, pkg, version); err != nil || files[joined] == "" {
+			return "", moduleNotFound(spec)
+		}
+		return moduleName(pkg, version, joined), nil
+	}
+	return "", moduleNotFound(spec)
+}
+
+func (r *resolver) Load(ctx context.Context, name string) (string, error) {
+	pkg, version, file, ok := parseModule(name)
+	if !ok {
+		return "", moduleNotFound(name)
+	}
+	_, _, files, err := r.version(ctx, pkg, version)
+	if err != nil || files[file] == "" {
+		return "", moduleNotFound(name)
+	}
+	return r.s.source(ctx, r.o, files[file])
+}

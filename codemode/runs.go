@@ -1,0 +1,201 @@
+package codemode
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/codemode/sandbox"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Run kinds and statuses.
+const (
+	KindExecute = "execute"
+	KindExport  = "export"
+	KindJob     = "job"
+
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// storedLogBytes bounds the logs a run record keeps.
+const storedLogBytes = 16 << 10
+
+// Run is the record of one run.
+type Run struct {
+	ID             string         `json:"runId"`
+	Kind           string         `json:"kind" jsonschema:"execute, export or job"`
+	PackageName    string         `json:"packageName,omitempty"`
+	PackageVersion int            `json:"packageVersion,omitempty"`
+	ExportName     string         `json:"exportName,omitempty"`
+	Status         string         `json:"status" jsonschema:"succeeded or failed"`
+	StartedAt      time.Time      `json:"startedAt"`
+	DurationMs     int64          `json:"durationMs"`
+	Error          *RunFailure    `json:"error,omitempty"`
+	Logs           []sandbox.Log  `json:"logs,omitempty" jsonschema:"console output (runGet only), truncated"`
+	LogsTruncated  bool           `json:"logsTruncated,omitempty"`
+	Calls          map[string]int `json:"calls,omitempty" jsonschema:"the capabilities the run called, with how often (runGet only)"`
+	HostCalls      int            `json:"hostCalls"`
+}
+
+// RunFailure says why a run failed.
+type RunFailure struct {
+	Kind    string `json:"kind" jsonschema:"limit, exception, syntax, cancelled or busy"`
+	Limit   string `json:"limit,omitempty" jsonschema:"the limit hit: memory, timeout, stack, result or hostCalls"`
+	Message string `json:"message"`
+}
+
+type runRow struct {
+	bun.BaseModel  `bun:"table:code_runs"`
+	ID             string    `bun:"id,pk"`
+	UserID         int64     `bun:"user_id"`
+	Kind           string    `bun:"kind"`
+	PackageName    string    `bun:"package_name"`
+	PackageVersion int       `bun:"package_version"`
+	ExportName     string    `bun:"export_name"`
+	Status         string    `bun:"status"`
+	StartedAt      time.Time `bun:"started_at"`
+	DurationMs     int64     `bun:"duration_ms"`
+	ErrorKind      string    `bun:"error_kind"`
+	ErrorLimit     string    `bun:"error_limit"`
+	Error          string    `bun:"error"`
+	Logs           string    `bun:"logs"`
+	LogsTruncated  bool      `bun:"logs_truncated"`
+	Calls          string    `bun:"calls"`
+	HostCalls      int       `bun:"host_calls"`
+}
+
+func (r runRow) public(full bool) Run {
+	out := Run{ID: r.ID, Kind: r.Kind, PackageName: r.PackageName, PackageVersion: r.PackageVersion, ExportName: r.ExportName,
+		Status: r.Status, StartedAt: r.StartedAt, DurationMs: r.DurationMs, HostCalls: r.HostCalls, LogsTruncated: r.LogsTruncated}
+	if r.ErrorKind != "" {
+		out.Error = &RunFailure{Kind: r.ErrorKind, Limit: r.ErrorLimit, Message: r.Error}
+	}
+	if full {
+		_ = json.Unmarshal([]byte(r.Logs), &out.Logs)
+		_ = json.Unmarshal([]byte(r.Calls), &out.Calls)
+	}
+	return out
+}
+
+var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{28}$`)
+
+// newRunID returns "run_" and 28 hex digits: the start time in
+// nanoseconds (so ids sort by start) and 48 random bits.
+func newRunID(at time.Time) string {
+	var b [14]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(at.UnixNano()))
+	_, _ = rand.Read(b[8:])
+	return "run_" + hex.EncodeToString(b[:])
+}
+
+// runInfo is what a run is, besides its outcome.
+type runInfo struct {
+	id, kind, pkg, export string
+	version               int
+	started               time.Time
+}
+
+// record writes a finished run. A failure to record is logged: the run
+// itself already happened and its answer goes back to the caller.
+func (s *Service) record(ctx context.Context, o storage.Owner, info runInfo, out sandbox.Outcome, calls map[string]int) {
+	r := runRow{ID: info.id, UserID: o.ID, Kind: info.kind, PackageName: info.pkg, PackageVersion: info.version, ExportName: info.export,
+		Status: StatusSucceeded, StartedAt: info.started, DurationMs: out.Duration.Milliseconds(), HostCalls: out.HostCalls,
+		Logs: "[]", Calls: "{}", LogsTruncated: out.LogsTruncated}
+	if out.Err != nil {
+		r.Status, r.ErrorKind, r.ErrorLimit, r.Error = StatusFailed, out.Err.Kind, out.Err.Limit, truncate(out.Err.Message, 2000)
+	}
+	logs, truncated := boundLogs(out.Logs, storedLogBytes)
+	r.LogsTruncated = r.LogsTruncated || truncated
+	if b, err := json.Marshal(logs); err == nil {
+		r.Logs = string(b)
+	}
+	if len(calls) > 0 {
+		if b, err := json.Marshal(calls); err == nil {
+			r.Calls = string(b)
+		}
+	}
+	// The run's own context may be what ended it: the record still goes in.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.store.DB.NewInsert().Model(&r).Returning("NULL").Exec(ctx); err != nil {
+		s.log.WarnContext(ctx, "codemode: recording a run failed", "run", r.ID, "err", err)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && (s[n]&0xC0) == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// boundLogs keeps the first log lines that fit in max bytes of messages.
+func boundLogs(logs []sandbox.Log, max int) ([]sandbox.Log, bool) {
+	total := 0
+	for i, l := range logs {
+		total += len(l.Message)
+		if total > max {
+			return logs[:i], true
+		}
+	}
+	return logs, false
+}
+
+// RunFilter narrows ListRuns.
+type RunFilter struct {
+	PackageName string
+	Status      string
+}
+
+// ListRuns pages through the owner's runs, newest first.
+func (s *Service) ListRuns(ctx context.Context, o storage.Owner, f RunFilter, req storage.PageRequest) (storage.Page[Run], error) {
+	q := s.store.Reader.NewSelect().Model((*runRow)(nil)).
+		ExcludeColumn("logs", "calls").Where("user_id = ?", o.ID)
+	if f.PackageName != "" {
+		q = q.Where("package_name = ?", f.PackageName)
+	}
+	if f.Status != "" {
+		q = q.Where("status = ?", f.Status)
+	}
+	page, err := storage.Paginate(ctx, q, storage.Keyset[runRow]{Kind: "runs", Column: "id", Desc: true, Key: func(r *runRow) any { return r.ID }}, req)
+	if err != nil {
+		return storage.Page[Run]{}, err
+	}
+	out := storage.Page[Run]{Next: page.Next, Items: make([]Run, len(page.Items))}
+	for i, r := range page.Items {
+		out.Items[i] = r.public(false)
+	}
+	return out, nil
+}
+
+// GetRun returns one of the owner's runs with its logs and calls.
+func (s *Service) GetRun(ctx context.Context, o storage.Owner, id string) (Run, error) {
+	missing := capabilities.Errorf(capabilities.CodeNotFound, "run %q not found", id)
+	if !runIDPattern.MatchString(id) {
+		return Run{}, missing
+	}
+	var r runRow
+	err := s.store.Reader.NewSelect().Model(&r).Where("user_id = ? AND id = ?", o.ID, id).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Run{}, missing
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("codemode: run %s: %w", id, err)
+	}
+	return r.public(true), nil
+}
