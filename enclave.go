@@ -635,6 +635,9 @@ func (s *Server) Close() error {
 			}
 			cancel()
 		}
+		if s.codemode != nil {
+			s.codemode.Close() // run records not yet written
+		}
 		if s.workspaces != nil {
 			if err := s.workspaces.Close(); err != nil {
 				s.log.Warn("close workspace files", "err", err)

@@ -330,10 +330,17 @@ func (s *Service) declarations(ctx context.Context, caller capabilities.Caller, 
 		if bindingExcluded(c.Name) {
 			continue
 		}
-		funcs = append(funcs, tsdecl.Func{Name: c.Name, Description: c.Description, Input: c.InputSchema, Output: c.OutputSchema})
+		f := tsdecl.Func{Name: c.Name, Input: c.InputSchema, Output: c.OutputSchema}
+		if max == 0 { // in execute's description, each tool's own description is listed beside it already
+			f.Description = c.Description
+		}
+		funcs = append(funcs, f)
 		names = append(names, c.Name)
 	}
 	out := tsdecl.Declare("codemode", funcs) + "\n" + tsdecl.Globals
+	if max > 0 {
+		out = withoutCommentLines(out)
+	}
 	if max > 0 && len(out) > max {
 		return "codemode has: " + strings.Join(names, ", ") + ". (Call codemodeTypes for their TypeScript declarations.)"
 	}
@@ -344,4 +351,19 @@ func (s *Service) declarations(ctx context.Context, caller capabilities.Caller, 
 func describeLimits(l sandbox.Limits) string {
 	return fmt.Sprintf("%s wall time, %d MiB memory, %d capability/fetch/storage calls, a %d KiB result, %d KiB of console output",
 		l.Timeout, l.Memory>>20, l.HostCalls, l.Result>>10, l.Logs>>10)
+}
+
+// withoutCommentLines drops the lines that hold nothing but a /** … */
+// comment: execute's description lists signatures only.
+func withoutCommentLines(decl string) string {
+	lines := strings.Split(decl, "\n")
+	kept := lines[:0]
+	for _, l := range lines {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "/**") && strings.HasSuffix(t, "*/") {
+			continue
+		}
+		kept = append(kept, l)
+	}
+	return strings.Join(kept, "\n")
 }

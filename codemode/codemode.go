@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,9 @@ type Options struct {
 	Limits sandbox.Limits
 	// PerUser and Total bound concurrent runs per user and per process;
 	// further runs wait up to QueueWait, first come first served, then
-	// are refused as busy. Defaults: 4, 2×GOMAXPROCS (at least 2), 10 s.
+	// are refused as busy. Defaults: 4, 4×GOMAXPROCS (at least 4), 10 s.
+	// Runs mostly compute, but a run waiting on a host call (a fetch, a
+	// slow capability) holds its slot without using a core.
 	PerUser, Total int
 	QueueWait      time.Duration
 	// MaxPackages and MaxJobs bound a user's packages and the jobs of all
@@ -85,6 +88,8 @@ type Service struct {
 	generations sync.Map // string → *atomic.Uint64
 	exports     exportCache
 	sources     sourceCache
+	recorder    recorder
+	bindings    bindingCache
 }
 
 // New returns the service. Register its capabilities with Capabilities and
@@ -104,10 +109,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, store: cfg.Store, reg: cfg.Registry, owners: cfg.Owners, log: cfg.Logger,
-		gate: sandbox.NewGate(cfg.PerUser, cfg.Total, cfg.QueueWait),
+		gate: sandbox.NewGate(cfg.PerUser, cmp.Or(cfg.Total, max(4, 4*runtime.GOMAXPROCS(0))), cfg.QueueWait),
 	}
 	s.exports.init()
 	s.sources.init()
+	s.recorder.s = s
+	s.bindings.m = map[uint64][]string{}
 	return s, nil
 }
 

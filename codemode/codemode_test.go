@@ -468,3 +468,49 @@ func TestExportAndDeletion(t *testing.T) {
 		}
 	})
 }
+
+// TestExecuteDeclaresTheCallersCapabilities checks that execute's
+// description, as tools/list shows it, declares the capabilities that
+// caller's programs may call, and only those.
+func TestExecuteDeclaresTheCallersCapabilities(t *testing.T) {
+	s := enclavetest.Start(t, enclavetest.Options{})
+	describe := func(c *enclavetest.Client) string {
+		raw, err := c.Request("tools/list", map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			Tools []struct{ Name, Description string }
+		}
+		_ = json.Unmarshal(raw, &res)
+		for _, tl := range res.Tools {
+			if tl.Name == "execute" {
+				return tl.Description
+			}
+		}
+		t.Fatal("execute is not listed")
+		return ""
+	}
+	user := describe(s.CreateUser(t, "alice").MCP(t))
+	for _, want := range []string{"declare const codemode", "whoami(", "secretList(", "declare function fetch"} {
+		if !strings.Contains(user, want) {
+			t.Errorf("a user's execute description lacks %q:\n%s", want, user)
+		}
+	}
+	for _, not := range []string{"adminUserList", "execute(", "feedbackSubmit("} {
+		if strings.Contains(user, not) {
+			t.Errorf("a user's execute description declares %q", not)
+		}
+	}
+	t.Logf("a user's execute description: %d bytes", len(user))
+	admin := describe(s.CreateUser(t, "dana", capabilities.RoleAdmin).MCP(t))
+	t.Logf("an admin's execute description: %d bytes", len(admin))
+	if !strings.Contains(admin, "adminUserList") {
+		t.Errorf("an admin's execute description does not mention adminUserList:\n%s", admin)
+	}
+	// codemodeTypes always has the whole declaration.
+	res, err := s.Registry().Invoke(context.Background(), s.CreateUser(t, "carol").Caller(t), "codemodeTypes", nil)
+	if err != nil || !strings.Contains(res.Structured.(codemode.TypesOutput).Declarations, "whoami(") {
+		t.Fatalf("codemodeTypes: %v %+v", err, res)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -104,11 +105,7 @@ func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runI
 	ctx = context.WithValue(ctx, inRunKey{}, true)
 	acting := inner(caller)
 	h := &host{s: s, caller: acting, calls: map[string]int{}, storage: map[string]json.RawMessage{}}
-	for _, name := range s.reg.VisibleNames(ctx, acting) {
-		if !bindingExcluded(name) {
-			prog.Capabilities = append(prog.Capabilities, name)
-		}
-	}
+	prog.Capabilities = s.bindable(ctx, acting)
 	prog.Resolver = &resolver{s: s, o: o, versions: map[string]versionRow{}}
 	prog.Host = h
 	prog.Limits = s.cfg.Limits
@@ -385,4 +382,50 @@ func (r *resolver) Load(ctx context.Context, name string) (string, error) {
 		return "", moduleNotFound(name)
 	}
 	return r.s.source(ctx, r.o, files[file])
+}
+
+// bindable returns the names a program of caller gets on codemode: the
+// capabilities visible to it but those that start runs. The answer is kept
+// per Registry.VisibilityKey, which changes whenever it could.
+func (s *Service) bindable(ctx context.Context, caller capabilities.Caller) []string {
+	key, ok := s.reg.VisibilityKey(caller)
+	if ok {
+		if names, hit := s.bindings.get(key); hit {
+			return names
+		}
+	}
+	var names []string
+	for _, name := range s.reg.VisibleNames(ctx, caller) {
+		if !bindingExcluded(name) {
+			names = append(names, name)
+		}
+	}
+	if ok {
+		s.bindings.put(key, names)
+	}
+	return names
+}
+
+// bindingCache keeps bindable's answers, bounded.
+type bindingCache struct {
+	mu sync.Mutex
+	m  map[uint64][]string
+}
+
+const bindingCacheEntries = 4096
+
+func (c *bindingCache) get(key uint64) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[key]
+	return v, ok
+}
+
+func (c *bindingCache) put(key uint64, names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= bindingCacheEntries {
+		clear(c.m)
+	}
+	c.m[key] = names
 }

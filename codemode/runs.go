@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -126,13 +127,68 @@ func (s *Service) record(ctx context.Context, o storage.Owner, info runInfo, out
 			r.Calls = string(b)
 		}
 	}
-	// The run's own context may be what ended it: the record still goes in.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := s.store.DB.NewInsert().Model(&r).Returning("NULL").Exec(ctx); err != nil {
-		s.log.WarnContext(ctx, "codemode: recording a run failed", "run", r.ID, "err", err)
+	s.recorder.add(r)
+}
+
+// recorder writes run records in batches: runs that end together (a busy
+// server) share one INSERT and one transaction instead of one each. A
+// record waits at most recordDelay; ListRuns, GetRun and Close flush first,
+// so this replica's reads see its own runs. A process killed between a
+// run's end and the flush loses that record (the run's answer was sent).
+type recorder struct {
+	s       *Service
+	mu      sync.Mutex
+	pending []runRow
+	timer   *time.Timer
+	// writing serialises flushes, so Flush returns only once every record
+	// taken before it is in SQL.
+	writing sync.Mutex
+}
+
+const (
+	recordDelay = 20 * time.Millisecond
+	recordBatch = 256
+)
+
+func (rc *recorder) add(r runRow) {
+	rc.mu.Lock()
+	rc.pending = append(rc.pending, r)
+	full := len(rc.pending) >= recordBatch
+	if !full && rc.timer == nil {
+		rc.timer = time.AfterFunc(recordDelay, func() { rc.flush(context.Background()) })
+	}
+	rc.mu.Unlock()
+	if full {
+		rc.flush(context.Background())
 	}
 }
+
+// flush writes every pending record.
+func (rc *recorder) flush(ctx context.Context) {
+	rc.writing.Lock()
+	defer rc.writing.Unlock()
+	rc.mu.Lock()
+	batch := rc.pending
+	rc.pending = nil
+	if rc.timer != nil {
+		rc.timer.Stop()
+		rc.timer = nil
+	}
+	rc.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	// The record goes in even when the caller's context has ended.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := rc.s.store.DB.NewInsert().Model(&batch).Returning("NULL").Exec(ctx); err != nil {
+		rc.s.log.WarnContext(ctx, "codemode: recording runs failed", "runs", len(batch), "err", err)
+	}
+}
+
+// Close writes the run records not yet written. The server calls it when
+// it stops.
+func (s *Service) Close() { s.recorder.flush(context.Background()) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -164,6 +220,7 @@ type RunFilter struct {
 
 // ListRuns pages through the owner's runs, newest first.
 func (s *Service) ListRuns(ctx context.Context, o storage.Owner, f RunFilter, req storage.PageRequest) (storage.Page[Run], error) {
+	s.recorder.flush(ctx)
 	q := s.store.Reader.NewSelect().Model((*runRow)(nil)).
 		ExcludeColumn("logs", "calls").Where("user_id = ?", o.ID)
 	if f.PackageName != "" {
@@ -189,6 +246,7 @@ func (s *Service) GetRun(ctx context.Context, o storage.Owner, id string) (Run, 
 	if !runIDPattern.MatchString(id) {
 		return Run{}, missing
 	}
+	s.recorder.flush(ctx)
 	var r runRow
 	err := s.store.Reader.NewSelect().Model(&r).Where("user_id = ? AND id = ?", o.ID, id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {

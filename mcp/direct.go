@@ -81,7 +81,10 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 	if st.sessionID != "" {
 		return true // a session's request (bindSession gives 2026-07-28 requests none)
 	}
-	return !headers && s.modernDirect(r, msg, own)
+	if own {
+		return s.modernChecks(r, msg) // a caller's own capability has no header parameters
+	}
+	return !headers && s.modernDirect(r, msg)
 }
 
 // mirrored reports whether the named tool is mirrored into mcp-go, and
@@ -100,7 +103,18 @@ func (s *Server) mirrored(name string) (headers, ok bool) {
 // parameters mirrored in headers (x-mcp-header), which mcp-go checks. A
 // name the last sync did not mirror (unknown, or registered since) is
 // mcp-go's to answer, as it would be without the direct path.
-func (s *Server) modernDirect(r *http.Request, msg *envelope, own bool) bool {
+func (s *Server) modernDirect(r *http.Request, msg *envelope) bool {
+	if !s.modernChecks(r, msg) {
+		return false
+	}
+	headers, known := s.mirrored(msg.Params.Name)
+	return known && !headers
+}
+
+// modernChecks is modernDirect without the tool's own part: the version,
+// header and client-capability checks mcp-go makes of every 2026-07-28
+// tools/call.
+func (s *Server) modernChecks(r *http.Request, msg *envelope) bool {
 	meta := msg.Params.Meta
 	v := meta.ProtocolVersion()
 	if !mcpgo.IsModernProtocol(v) || r.Header.Get(versionHeader) != v || !slices.Contains(ProtocolVersions, v) ||
@@ -113,11 +127,7 @@ func (s *Server) modernDirect(r *http.Request, msg *envelope, own bool) bool {
 	if err != nil || mcpgo.ValidateStandardHeaders(r.Header.Get, v, mcpgo.MethodToolsCall, name) != nil {
 		return false
 	}
-	if own {
-		return true // a caller's own capability has no header parameters
-	}
-	headers, known := s.mirrored(msg.Params.Name)
-	return known && !headers
+	return true
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a

@@ -146,6 +146,7 @@ func (a *Access) Caller() capabilities.Caller {
 	}
 	return capabilities.Caller{
 		UserID:      a.StableUserID,
+		OwnerID:     a.UserID, // from the same row as the stable id
 		Username:    a.Username,
 		Roles:       slices.Clone(a.Roles),
 		Permissions: perms,
