@@ -231,6 +231,7 @@ func (s *Server) assemble(ctx context.Context) error {
 
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
+		CodeMode: s.codemode,
 		Outbox:   s.outbox,
 		Registry: s.registry,
 		BaseURL:  s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,

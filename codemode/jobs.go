@@ -97,8 +97,10 @@ func (s *Service) RunDueJobs(ctx context.Context, now time.Time, invoke InvokeAs
 func (s *Service) runJob(ctx context.Context, invoke InvokeAs, userID, pkg, job, export string) (status, runID string) {
 	var args map[string]any
 	if o, err := s.ownerByStableID(ctx, userID); err == nil {
-		if v, err := s.Get(ctx, o, pkg, 0); err == nil {
-			args = v.Manifest.Jobs[job].Args
+		if _, v, err := s.lookup(ctx, s.store.Reader, o, pkg, 0); err == nil {
+			if m, _, err := v.decode(); err == nil {
+				args = m.Jobs[job].Args
+			}
 		}
 	}
 	res, err := invoke(context.WithValue(ctx, jobKey{}, true), userID, "packageRun",

@@ -64,6 +64,7 @@ func (h *Handler) routes() http.Handler {
 	h.factorRoutes(handle)
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
+	h.packageRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
 	h.workspaceRoutes(handle)

@@ -62,6 +62,13 @@ type Options struct {
 	// person sees the value of a secret they stored (agents never can).
 	Secrets *secrets.Service
 
+	// CodeMode, when set and the registry holds code mode's capabilities
+	// (packageList, packageHistory, packageDelete, runList), adds the
+	// packages page: the person's saved packages, their jobs' live state
+	// (read here) and recent code runs. Pass the *codemode.Service; a nil
+	// one (code mode off) counts as none.
+	CodeMode PackageJobs
+
 	// MinPasswordLength is shown to people choosing a password (the
 	// accounts service enforces its own policy). Default
 	// accounts.DefaultMinPasswordLength.
