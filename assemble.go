@@ -216,9 +216,11 @@ func (s *Server) assemble(ctx context.Context) error {
 			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
 			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
 			Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
+			Reauthenticate: s.reauthenticateKeyMaker,
 		}); err != nil {
 			return err
 		}
+		s.wireWorkspaceKeys()
 		if err := s.workspaces.Inventory(s.inventory); err != nil {
 			return err
 		}

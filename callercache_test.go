@@ -158,11 +158,11 @@ func TestCallerCacheDroppedByFactorChanges(t *testing.T) {
 			})
 			t.Run("recovery codes reset", func(t *testing.T) {
 				assertChangeDropsCache(t, s, "recovery", func(u *enclavetest.User) error {
-					acct, _, err := enrolTOTP(ctx, s, u)
+					acct, codes, err := enrolTOTP(ctx, s, u)
 					if err != nil {
 						return err
 					}
-					_, err = s.Accounts().RegenerateRecoveryCodes(ctx, acct, u.Password)
+					_, err = s.Accounts().RegenerateRecoveryCodes(ctx, acct, u.Password, accounts.FactorProof{Code: codes[0]})
 					return err
 				})
 			})

@@ -168,6 +168,8 @@ func oauthSecondFactors(t *testing.T, d storage.Dialect, bin string) {
 		chromedp.Navigate(base+"/account/security"),
 		chromedp.SendKeys(chromedp.ID("passkey-name"), "Browser key"),
 		chromedp.SendKeys(chromedp.ID("passkey-password"), e.password),
+		// The app is on: a new factor takes a code from it too.
+		chromedp.SendKeys(chromedp.ID("passkey-code"), clk.next(t, enrol.Secret)),
 		chromedp.Click(chromedp.ID("passkey-add")),
 		chromedp.WaitVisible(chromedp.CSS(`tr.passkey input[value="Browser key"]`)),
 	)

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/mcp"
@@ -18,7 +21,10 @@ import (
 // deleting account is refused as for a token), confined to the workspace
 // capabilities (Caller.Only) and carrying the key (Caller.Credential),
 // which the workspaces service looks up again on every call: a revoked
-// key stops at once, and a key never reaches another workspace.
+// key stops at once, and a key never reaches another workspace. Keys are
+// never held in the caller cache: each request reads the key in SQL, so a
+// key revoked on one replica (by its owner, or with the password, see
+// wireWorkspaceKeys) is refused at its next request on every replica.
 type workspaceKeyVerifier struct {
 	next mcp.TokenVerifier
 	s    *Server
@@ -71,4 +77,27 @@ func (s *Server) invitationLimit(perDay int) func(ctx context.Context, c capabil
 	return func(ctx context.Context, c capabilities.Caller) error {
 		return s.meter.AllowClass(ctx, c, workspaces.InvitationQuotaClass, int64(perDay))
 	}
+}
+
+// wireWorkspaceKeys makes workspace API keys die with the password: a
+// password change or reset, and every change of second factors that signs
+// the account out everywhere (turning off the app, removing a passkey, new
+// recovery codes), revokes the account's keys in its own transaction, as
+// it revokes OAuth grants and sessions.
+func (s *Server) wireWorkspaceKeys() {
+	s.accounts.OnPasswordChange(s.workspaces.RevokeUserKeysInTx)
+}
+
+// reauthenticateKeyMaker is workspaces.Config.Reauthenticate: making a key
+// takes the current password and, when the account has a second factor, a
+// fresh proof of one (a code or a passkey assertion).
+func (s *Server) reauthenticateKeyMaker(ctx context.Context, c capabilities.Caller, p workspaces.KeyProof) error {
+	return s.accounts.ReauthenticateCaller(ctx, c, p.Password,
+		accounts.FactorProof{Code: p.Code, PasskeyToken: p.PasskeyToken, PasskeyCredential: p.PasskeyCredential})
+}
+
+// MailWorkspaceKeyCreated tells the account that a workspace API key was
+// made with it, through the web shell's outbox mail (workspaces.KeyMailer).
+func (m workspaceMail) MailWorkspaceKeyCreated(ctx context.Context, tx bun.IDB, km workspaces.KeyMail) error {
+	return m.s.web.MailWorkspaceKeyCreated(ctx, tx, km)
 }

@@ -265,6 +265,7 @@ var capabilityCodes = map[Code]capabilities.Code{
 	CodePendingLoginInvalid:       capabilities.CodeInvalidInput,
 	CodePasskeyInvalid:            capabilities.CodeInvalidInput,
 	CodeAdminSecondFactorRequired: capabilities.CodeSecondFactorRequired,
+	CodeFactorProofRequired:       capabilities.CodeInvalidInput,
 }
 
 // AdminCapabilities returns the account-administration capabilities, for

@@ -67,6 +67,10 @@ var (
 	// ErrPasskeyName: a passkey name is too long or holds control
 	// characters.
 	ErrPasskeyName = newError(CodeFactorInvalidInput, "Passkey names are at most 64 characters, without control characters.")
+	// ErrFactorProofRequired: the action changes or relies on the account's
+	// sign-in security and the account has a second factor: it needs a
+	// fresh proof of one (a code or a passkey), not only the password.
+	ErrFactorProofRequired = newError(CodeFactorProofRequired, "Confirm it is you with a code from your authenticator app, a recovery code or one of your passkeys.")
 	// ErrAdminSecondFactorRequired: the server requires admins to have a
 	// second factor and this admin has none.
 	ErrAdminSecondFactorRequired = newError(CodeAdminSecondFactorRequired, AdminSecondFactorMessage)
@@ -119,6 +123,7 @@ const (
 	CodePendingLoginInvalid       Code = "pending_login_invalid"
 	CodePasskeyInvalid            Code = "passkey_invalid"
 	CodeAdminSecondFactorRequired Code = "admin_second_factor_required"
+	CodeFactorProofRequired       Code = "factor_proof_required"
 )
 
 // Error is a domain error: a code and a message fit for the person who made

@@ -47,9 +47,25 @@ type TOTPDisableInput struct {
 	Code     string `json:"code" jsonschema:"a code from the authenticator app, or a recovery code"`
 }
 
-// PasswordInput is an input holding only the current password.
+// PasswordInput is the input of the capabilities that add to an account's
+// sign-in security (accountTOTPBegin, accountPasskeyRegisterBegin,
+// accountRecoveryCodesReset): the current password and, when the account
+// already has a second factor, a fresh proof of one (see FactorProof):
+// Code, or PasskeyToken with PasskeyCredential.
 type PasswordInput struct {
-	Password string `json:"password" jsonschema:"the current password"`
+	Password          string         `json:"password" jsonschema:"the current password"`
+	Code              string         `json:"code,omitempty" jsonschema:"when the account has a second factor: a code from the authenticator app, or a recovery code"`
+	PasskeyToken      string         `json:"passkeyToken,omitempty" jsonschema:"instead of code: the token of accountPasskeyProofBegin"`
+	PasskeyCredential map[string]any `json:"passkeyCredential,omitempty" jsonschema:"with passkeyToken: the PublicKeyCredential the browser returned, as JSON"`
+}
+
+// Proof returns the factor proof in.
+func (in PasswordInput) Proof() FactorProof {
+	p := FactorProof{Code: in.Code, PasskeyToken: in.PasskeyToken}
+	if in.PasskeyCredential != nil {
+		p.PasskeyCredential, _ = json.Marshal(in.PasskeyCredential)
+	}
+	return p
 }
 
 // PasskeyRegisterInput is the input of accountPasskeyRegister.
@@ -82,7 +98,9 @@ type DoneOutput struct {
 // person's second factors: reading them, setting up and turning off an
 // authenticator app, resetting recovery codes, and registering, renaming
 // and removing passkeys. They are session-only (a person at the web
-// shell; never an agent). Removing a factor and resetting recovery codes
+// shell; never an agent). Adding a factor and resetting recovery codes
+// take the password and, when the account has a second factor, a fresh
+// proof of one (FactorProof; accountPasskeyProofBegin starts a passkey's). Removing a factor and resetting recovery codes
 // end every other browser session and OAuth grant, as a password change
 // does. notify, when set, is told of every change.
 func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []capabilities.Capability {
@@ -111,7 +129,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 		}),
 		capabilities.Define(capabilities.Spec[PasswordInput, TOTPBeginOutput]{
 			Name: "accountTOTPBegin", Domain: "account", Title: "Start setting up an authenticator app",
-			Description: "Makes a new authenticator-app secret for the signed-in person after checking the password (replacing an unfinished set-up). It works only after accountTOTPConfirm with a code from the app.",
+			Description: "Makes a new authenticator-app secret for the signed-in person after checking the password and, when the account has a passkey, a proof of it (replacing an unfinished set-up). It works only after accountTOTPConfirm with a code from the app.",
 			Annotations: &capabilities.Annotations{},
 			Requires:    own,
 			Handler: func(ctx context.Context, call *capabilities.Call, in PasswordInput) (TOTPBeginOutput, error) {
@@ -119,9 +137,11 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return TOTPBeginOutput{}, err
 				}
-				// A borrowed session must not be able to add a factor.
-				if _, err := s.VerifyPassword(ctx, u.ID, in.Password); err != nil {
-					return TOTPBeginOutput{}, capabilityError(err)
+				// A borrowed session or a phished password must not be able to
+				// add a factor: the password, and a proof of a factor the
+				// account has (a passkey) when it has one.
+				if err := s.Reauthenticate(ctx, u, in.Password, in.Proof()); err != nil {
+					return TOTPBeginOutput{}, reauthError(err)
 				}
 				e, err := s.BeginTOTP(ctx, u, issuer)
 				return e, capabilityError(err)
@@ -164,7 +184,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 		}),
 		capabilities.Define(capabilities.Spec[PasswordInput, RecoveryCodesOutput]{
 			Name: "accountRecoveryCodesReset", Domain: "account", Title: "Make new recovery codes",
-			Description: "Replaces the recovery codes after checking the password and returns the new ones (shown once). Every other browser session and connected app is signed out.",
+			Description: "Replaces the recovery codes after checking the password and a proof of a second factor (a code from the app, a recovery code, or a passkey), and returns the new ones (shown once). Every other browser session and connected app is signed out.",
 			Annotations: &capabilities.Annotations{Destructive: true},
 			Requires:    own,
 			Handler: func(ctx context.Context, call *capabilities.Call, in PasswordInput) (RecoveryCodesOutput, error) {
@@ -172,9 +192,9 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return RecoveryCodesOutput{}, err
 				}
-				codes, err := s.RegenerateRecoveryCodes(ctx, u, in.Password)
+				codes, err := s.RegenerateRecoveryCodes(ctx, u, in.Password, in.Proof())
 				if err != nil {
-					return RecoveryCodesOutput{}, capabilityError(err)
+					return RecoveryCodesOutput{}, reauthError(err)
 				}
 				tell(ctx, u, FactorRecoveryCodesReset)
 				return RecoveryCodesOutput{RecoveryCodes: codes}, nil
@@ -182,7 +202,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 		}),
 		capabilities.Define(capabilities.Spec[PasswordInput, PasskeyCeremony]{
 			Name: "accountPasskeyRegisterBegin", Domain: "account", Title: "Start registering a passkey",
-			Description: "Checks the password and returns the options for the browser to create a passkey, and the token accountPasskeyRegister takes (single use, expires in five minutes).",
+			Description: "Checks the password and, when the account has a second factor, a proof of it (a code from the app, a recovery code, or a passkey); returns the options for the browser to create a passkey, and the token accountPasskeyRegister takes (single use, expires in five minutes).",
 			Annotations: &capabilities.Annotations{},
 			Requires:    own,
 			Handler: func(ctx context.Context, call *capabilities.Call, in PasswordInput) (PasskeyCeremony, error) {
@@ -190,11 +210,27 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return PasskeyCeremony{}, err
 				}
-				// A borrowed session must not be able to add a factor.
-				if _, err := s.VerifyPassword(ctx, u.ID, in.Password); err != nil {
-					return PasskeyCeremony{}, capabilityError(err)
+				// A borrowed session or a phished password must not be able to
+				// add a factor: the password, and a proof of a factor the
+				// account has when it has one.
+				if err := s.Reauthenticate(ctx, u, in.Password, in.Proof()); err != nil {
+					return PasskeyCeremony{}, reauthError(err)
 				}
 				c, err := s.BeginPasskeyRegistration(ctx, u)
+				return c, capabilityError(err)
+			},
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, PasskeyCeremony]{
+			Name: "accountPasskeyProofBegin", Domain: "account", Title: "Start confirming with a passkey",
+			Description: "Returns the options for the browser to sign with one of the signed-in person's passkeys, and the token (single use, expires in five minutes) that, with the browser's answer, proves the factor to an action that asks for one (passkeyToken and passkeyCredential).",
+			Annotations: &capabilities.Annotations{},
+			Requires:    own,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (PasskeyCeremony, error) {
+				u, err := s.callerUser(ctx, call.Caller)
+				if err != nil {
+					return PasskeyCeremony{}, err
+				}
+				c, err := s.BeginPasskeyProof(ctx, u)
 				return c, capabilityError(err)
 			},
 		}),

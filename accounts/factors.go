@@ -526,10 +526,12 @@ func (s *Service) DisableTOTP(ctx context.Context, u User, password, code string
 }
 
 // RegenerateRecoveryCodes replaces u's recovery codes after checking the
-// password, and returns the new set (shown once). It needs a second
-// factor (ErrNoSecondFactor). Like removing a factor, it ends every other
-// session and OAuth grant.
-func (s *Service) RegenerateRecoveryCodes(ctx context.Context, u User, password string) ([]string, error) {
+// password and a fresh proof of a second factor (ProveFactor: a code from
+// the app, a recovery code, or a passkey assertion), and returns the new
+// set (shown once): new codes are a factor, and the password alone must
+// not mint one. It needs a second factor (ErrNoSecondFactor). Like
+// removing a factor, it ends every other session and OAuth grant.
+func (s *Service) RegenerateRecoveryCodes(ctx context.Context, u User, password string, proof FactorProof) ([]string, error) {
 	defer s.callerChanged(ctx, u.ID) // cached callers of revoked tokens
 	if _, err := s.VerifyPassword(ctx, u.ID, password); err != nil {
 		return nil, fmt.Errorf("accounts: recovery codes: %w", err)
@@ -540,6 +542,9 @@ func (s *Service) RegenerateRecoveryCodes(ctx context.Context, u User, password 
 	}
 	if !has {
 		return nil, fmt.Errorf("accounts: recovery codes: %w", ErrNoSecondFactor)
+	}
+	if err := s.ProveFactor(ctx, u, proof); err != nil {
+		return nil, fmt.Errorf("accounts: recovery codes: %w", err)
 	}
 	codes := newRecoveryCodes()
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {

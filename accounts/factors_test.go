@@ -220,11 +220,14 @@ func TestFactorChangesRevoke(t *testing.T) {
 		c.Advance(time.Second)
 		before, _ := svc.UserByID(ctx, u.ID)
 
-		c.Advance(time.Second)
-		if _, err := svc.RegenerateRecoveryCodes(ctx, u, "wrong password"); !errors.Is(err, accounts.ErrInvalidCredentials) {
+		c.Advance(30 * time.Second) // the next code of the app
+		if _, err := svc.RegenerateRecoveryCodes(ctx, u, goodPassword, accounts.FactorProof{}); !errors.Is(err, accounts.ErrFactorProofRequired) {
+			t.Fatalf("new recovery codes with the password alone: %v", err)
+		}
+		if _, err := svc.RegenerateRecoveryCodes(ctx, u, "wrong password", accounts.FactorProof{Code: codeAt(t, secret, c.Now())}); !errors.Is(err, accounts.ErrInvalidCredentials) {
 			t.Fatalf("wrong password: %v", err)
 		}
-		codes, err := svc.RegenerateRecoveryCodes(ctx, u, goodPassword)
+		codes, err := svc.RegenerateRecoveryCodes(ctx, u, goodPassword, accounts.FactorProof{Code: codeAt(t, secret, c.Now())})
 		if err != nil || len(codes) != accounts.RecoveryCodeCount {
 			t.Fatal(err)
 		}

@@ -63,6 +63,7 @@ var notices = map[string]string{
 	"passkey-added":            "The passkey is added.",
 	"passkey-renamed":          "The passkey is renamed.",
 	"passkey-removed":          "The passkey is removed. Every other browser and connected app was signed out.",
+	"workspace-key-revoked":    "The workspace API key is revoked. It no longer works.",
 	secondFactorRequiredNotice: secondFactorRequiredMessage,
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 type capabilityFailure struct {
@@ -54,6 +55,8 @@ const (
 	pathSecurityRecovery        = "/account/security/recovery-codes"
 	pathSecurityPasskeys        = "/account/security/passkeys"
 	pathSecurityPasskeyOptions  = "/account/security/passkeys/options"
+	pathSecurityPasskeyProof    = "/account/security/passkey-proof/options"
+	pathSecurityWorkspaceKeys   = "/account/security/workspace-keys"
 	maxPasskeyJSONBody          = 64 << 10
 	passkeyScriptPath           = "/static/passkey.js"
 	secondFactorRequiredNotice  = "admin-2fa"
@@ -100,6 +103,10 @@ type securityView struct {
 	Enrolment *accounts.TOTPEnrolment
 	NewCodes  []string
 	Error     string
+	// Keys lists the person's live workspace API keys; ShowKeys is set
+	// when the server has workspaces.
+	Keys     []workspaces.OwnKey
+	ShowKeys bool
 }
 
 func (h *Handler) factorRoutes(handle func(string, http.HandlerFunc)) {
@@ -121,6 +128,8 @@ func (h *Handler) factorRoutes(handle func(string, http.HandlerFunc)) {
 	handle("POST "+pathSecurityPasskeys, user(h.passkeyRegister))
 	handle("POST "+pathSecurityPasskeys+"/{id}/rename", user(h.passkeyRename))
 	handle("POST "+pathSecurityPasskeys+"/{id}/remove", limit(user(h.passkeyRemove)))
+	handle("POST "+pathSecurityPasskeyProof, limit(user(h.passkeyProofOptions)))
+	handle("POST "+pathSecurityWorkspaceKeys+"/{kid}/revoke", user(h.ownWorkspaceKeyRevoke))
 }
 
 // ---- sign-in, second step ----
@@ -407,6 +416,14 @@ func (h *Handler) renderSecurity(w http.ResponseWriter, r *http.Request, status 
 			v.Enrolment = &e
 		}
 	}
+	if h.opts.Registry.Has("workspaceKeyListOwn") {
+		var out workspaces.OwnKeysOutput
+		if err := h.invoke(r, "workspaceKeyListOwn", struct{}{}, &out); err != nil {
+			h.renderCapabilityError(w, r, err)
+			return
+		}
+		v.Keys, v.ShowKeys = out.Keys, true
+	}
 	p := h.withNotice(r, h.page(r, "Sign-in security"))
 	p.Script = true
 	h.render(w, r, status, securityPage(p, v))
@@ -447,8 +464,106 @@ func (h *Handler) factorAction(w http.ResponseWriter, r *http.Request, name, act
 		h.renderSecurity(w, r, statusOf(err), securityView{Error: msg})
 		return false
 	}
+	if status, ok := factorProofStatus(err); ok {
+		h.renderSecurity(w, r, status, securityView{Error: accounts.MessageOf(err)})
+		return false
+	}
 	h.renderCapabilityError(w, r, err)
 	return false
+}
+
+// factorProofStatus is the status of a refused second factor (a wrong or
+// used code, a passkey that did not verify, a proof that was asked for and
+// missing), answered on the page that asked for it.
+func factorProofStatus(err error) (int, bool) {
+	switch accounts.CodeOf(err) {
+	case accounts.CodeSecondFactorInvalid, accounts.CodePasskeyInvalid, accounts.CodeFactorProofRequired:
+		return http.StatusUnauthorized, true
+	}
+	return 0, false
+}
+
+// passwordInput reads the current password and a factor proof from a
+// posted form: code, or passkeyToken with passkeyCredential (the
+// assertion's JSON, which the passkey script puts in a hidden field).
+func passwordInput(r *http.Request) accounts.PasswordInput {
+	in := accounts.PasswordInput{Password: r.PostFormValue("password"), Code: strings.TrimSpace(r.PostFormValue("code"))}
+	in.PasskeyToken, in.PasskeyCredential = passkeyProofOf(r)
+	return in
+}
+
+// passkeyProofOf reads the passkey proof fields of a posted form. An
+// unreadable assertion is kept as an empty one (it does not verify).
+func passkeyProofOf(r *http.Request) (string, map[string]any) {
+	token := strings.TrimSpace(r.PostFormValue("passkeyToken"))
+	if token == "" {
+		return "", nil
+	}
+	cred := map[string]any{}
+	if raw := r.PostFormValue("passkeyCredential"); len(raw) <= maxPasskeyJSONBody {
+		_ = json.Unmarshal([]byte(raw), &cred)
+	}
+	return token, cred
+}
+
+// allowFactorCode counts a second-factor code typed for an action of the
+// signed-in person in the account's bucket of second-factor attempts (the
+// one pending sign-ins count in): whoever holds a session and the
+// password must not guess the app's codes from many addresses. It returns
+// 0 when the action may go on (always when no code was given), else the
+// status (429, or 503 when the limiter fails: fail closed) with a message,
+// and sets Retry-After.
+func (h *Handler) allowFactorCode(w http.ResponseWriter, r *http.Request, code string) (int, string) {
+	if code == "" {
+		return 0, ""
+	}
+	p := PrincipalFrom(r.Context())
+	d, err := h.limiter.Allow(r.Context(), secondFactorBucketPrefix+strconv.FormatInt(p.Session.User.ID, 10),
+		Limit{Requests: SecondFactorAccountRequests, Window: SecondFactorAccountWindow})
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "web: second-factor rate limit check failed", "err", err)
+		w.Header().Set("Retry-After", "5")
+		return http.StatusServiceUnavailable, "The service is briefly unavailable. Please try again in a moment."
+	}
+	if !d.Allowed {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10))
+		h.audit(r, audit.CategoryAccount, "second_factor_proof", audit.ResultFailure, "account_rate_limited", &p.Session.User)
+		return http.StatusTooManyRequests, secondFactorLockedMessage
+	}
+	return 0, ""
+}
+
+// passkeyProofOptions starts a passkey assertion that proves the factor to
+// an action of the signed-in person (accountPasskeyProofBegin).
+func (h *Handler) passkeyProofOptions(w http.ResponseWriter, r *http.Request) {
+	var c accounts.PasskeyCeremony
+	if err := h.invoke(r, "accountPasskeyProofBegin", struct{}{}, &c); err != nil {
+		h.jsonFail(w, r, "passkey proof options", err)
+		return
+	}
+	h.writeJSON(w, r, http.StatusOK, c)
+}
+
+// ownWorkspaceKeyRevoke revokes one of the person's workspace API keys
+// from the security page.
+func (h *Handler) ownWorkspaceKeyRevoke(w http.ResponseWriter, r *http.Request) {
+	if !h.opts.Registry.Has("workspaceKeyRevoke") {
+		h.notFound(w, r)
+		return
+	}
+	if !h.parseForm(w, r) {
+		return
+	}
+	kid, err := strconv.ParseInt(r.PathValue("kid"), 10, 64)
+	if err != nil || kid <= 0 {
+		h.notFound(w, r)
+		return
+	}
+	if err := h.invoke(r, "workspaceKeyRevoke", map[string]any{"workspaceId": r.PostFormValue("workspaceId"), "keyId": kid}, nil); err != nil {
+		h.renderCapabilityError(w, r, err)
+		return
+	}
+	h.redirect(w, r, pathSecurity+"?notice=workspace-key-revoked")
 }
 
 // renewSession gives this browser a new session after a change that ended
@@ -471,7 +586,12 @@ func (h *Handler) totpBegin(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
 	}
-	if h.factorAction(w, r, "accountTOTPBegin", "totp_begin", accounts.PasswordInput{Password: r.PostFormValue("password")}, nil) {
+	in := passwordInput(r)
+	if status, msg := h.allowFactorCode(w, r, in.Code); status != 0 {
+		h.renderSecurity(w, r, status, securityView{Error: msg})
+		return
+	}
+	if h.factorAction(w, r, "accountTOTPBegin", "totp_begin", in, nil) {
 		h.redirect(w, r, pathSecurity+"?notice=totp-started")
 	}
 }
@@ -494,6 +614,10 @@ func (h *Handler) totpDisable(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in := accounts.TOTPDisableInput{Password: r.PostFormValue("password"), Code: r.PostFormValue("code")}
+	if status, msg := h.allowFactorCode(w, r, strings.TrimSpace(in.Code)); status != 0 {
+		h.renderSecurity(w, r, status, securityView{Error: msg})
+		return
+	}
 	if h.factorAction(w, r, "accountTOTPDisable", "totp_disable", in, nil) && h.renewSession(w, r) {
 		h.redirect(w, r, pathSecurity+"?notice=totp-disabled")
 	}
@@ -503,8 +627,13 @@ func (h *Handler) recoveryReset(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
 	}
+	in := passwordInput(r)
+	if status, msg := h.allowFactorCode(w, r, in.Code); status != 0 {
+		h.renderSecurity(w, r, status, securityView{Error: msg})
+		return
+	}
 	var out accounts.RecoveryCodesOutput
-	if !h.factorAction(w, r, "accountRecoveryCodesReset", "recovery_codes_reset", accounts.PasswordInput{Password: r.PostFormValue("password")}, &out) {
+	if !h.factorAction(w, r, "accountRecoveryCodesReset", "recovery_codes_reset", in, &out) {
 		return
 	}
 	if !h.renewSession(w, r) {
@@ -519,10 +648,19 @@ func (h *Handler) passkeyRegisterOptions(w http.ResponseWriter, r *http.Request)
 	if !h.readJSON(w, r, &in) {
 		return
 	}
+	in.Code = strings.TrimSpace(in.Code)
+	if status, msg := h.allowFactorCode(w, r, in.Code); status != 0 {
+		h.writeJSON(w, r, status, jsonError{Error: "second_factor_failed", Message: msg})
+		return
+	}
 	var c accounts.PasskeyCeremony
 	if err := h.invoke(r, "accountPasskeyRegisterBegin", in, &c); err != nil {
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
 			h.writeJSON(w, r, http.StatusUnauthorized, jsonError{Error: "invalid_credentials", Message: "Your current password is not correct."})
+			return
+		}
+		if status, ok := factorProofStatus(err); ok {
+			h.writeJSON(w, r, status, jsonError{Error: string(accounts.CodeOf(err)), Message: accounts.MessageOf(err)})
 			return
 		}
 		h.jsonFail(w, r, "passkey registration options", err)

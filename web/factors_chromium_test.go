@@ -209,10 +209,12 @@ func TestChromiumSecondFactors(t *testing.T) {
 	if err := addPasskeyAuthenticator(ctx); err != nil {
 		fail("add a virtual authenticator", err)
 	}
+	// With the app on, a passkey takes a code from it besides the password.
 	step("register a passkey",
 		chromedp.Navigate(base+"/account/security"),
 		chromedp.SendKeys(chromedp.ID("passkey-name"), "Test key"),
 		chromedp.SendKeys(chromedp.ID("passkey-password"), password),
+		chromedp.SendKeys(chromedp.ID("passkey-code"), clk.next(t, secret)),
 		chromedp.Click(chromedp.ID("passkey-add")),
 		xpath(`//p[contains(., "The passkey is added.")]`),
 		chromedp.WaitVisible(chromedp.CSS(`tr.passkey input[value="Test key"]`)),
@@ -232,6 +234,18 @@ func TestChromiumSecondFactors(t *testing.T) {
 		chromedp.Click(chromedp.ID("passkey-second-factor")),
 		chromedp.WaitVisible(chromedp.ID("verification")),
 	)
+	// New recovery codes take a proof of a factor: here the passkey, whose
+	// assertion the page puts in the form.
+	step("new recovery codes, confirmed with the passkey",
+		chromedp.Navigate(base+"/account/security"),
+		chromedp.SendKeys(chromedp.ID("recovery-password"), password),
+		chromedp.Click(chromedp.ID("recovery-passkey")),
+		chromedp.WaitVisible(chromedp.ID("recovery-codes")),
+	)
+	fresh, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("recovery-codes")))
+	if err != nil || len(strings.Fields(fresh)) != accounts.RecoveryCodeCount || fresh == codes {
+		fail("read the new recovery codes", err)
+	}
 	u, _ := acc.UserByEmail(t.Context(), email)
 	ks, err := acc.Passkeys(t.Context(), u.ID)
 	if err != nil || len(ks) != 1 || ks[0].LastUsedAt == nil {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
@@ -30,7 +31,9 @@ func (h *Handler) workspaceRoutes(handle func(string, http.HandlerFunc)) {
 	handle("POST /workspaces/{id}/members/{uid}/remove", user(h.workspaceRemove))
 	handle("POST /workspaces/{id}/leave", user(h.workspaceLeave))
 	handle("POST /workspaces/{id}/delete", user(h.workspaceDelete))
-	handle("POST /workspaces/{id}/keys", user(h.workspaceKeyCreate))
+	// Making a key takes the password (and a second factor): it counts in
+	// the credential bucket, like every endpoint that checks one.
+	handle("POST /workspaces/{id}/keys", h.LimitCredentials(user(h.workspaceKeyCreate)).ServeHTTP)
 	handle("POST /workspaces/{id}/keys/{kid}/revoke", user(h.workspaceKeyRevoke))
 }
 
@@ -41,9 +44,12 @@ type wsView struct {
 	Invitations []workspaces.Invitation
 	Keys        []workspaces.APIKey
 	NewKey      string
-	Notice      string
-	Error       string
-	Self        string // the viewer's stable id
+	// Factors are the owner's own second factors: the key form asks for a
+	// proof of one when there is one.
+	Factors accounts.Factors
+	Notice  string
+	Error   string
+	Self    string // the viewer's stable id
 }
 
 func (v wsView) admin() bool {
@@ -114,11 +120,17 @@ func (h *Handler) renderWorkspace(w http.ResponseWriter, r *http.Request, status
 			return
 		}
 		v.Keys = k.Keys
+		if err := h.invoke(r, "accountFactors", struct{}{}, &v.Factors); err != nil {
+			h.invokeFailed(w, r, "list factors", err)
+			return
+		}
 	}
 	if p := PrincipalFrom(r.Context()); p != nil {
 		v.Self = p.Session.User.StableID
 	}
-	h.render(w, r, status, workspacePage(h.page(r, v.Details.Name), v))
+	pg := h.page(r, v.Details.Name)
+	pg.Script = len(v.Factors.Passkeys) > 0 // the key form's passkey proof
+	h.render(w, r, status, workspacePage(pg, v))
 }
 
 // act runs one workspace capability from a form and re-renders the
@@ -197,8 +209,18 @@ func (h *Handler) workspaceKeyCreate(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
 	}
+	code := strings.TrimSpace(r.PostFormValue("code"))
+	if status, msg := h.allowFactorCode(w, r, code); status != 0 {
+		h.renderWorkspace(w, r, status, wsView{Error: msg})
+		return
+	}
+	args := map[string]any{"workspaceId": r.PathValue("id"), "name": r.PostFormValue("name"), "maxRole": r.PostFormValue("maxRole"),
+		"currentPassword": r.PostFormValue("currentPassword"), "code": code}
+	if token, cred := passkeyProofOf(r); token != "" {
+		args["passkeyToken"], args["passkeyCredential"] = token, cred
+	}
 	var k workspaces.NewKey
-	err := h.invoke(r, "workspaceKeyCreate", map[string]any{"workspaceId": r.PathValue("id"), "name": r.PostFormValue("name"), "maxRole": r.PostFormValue("maxRole")}, &k)
+	err := h.invoke(r, "workspaceKeyCreate", args, &k)
 	if msg, ok := inputError(err); ok {
 		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
 		return

@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -47,12 +48,19 @@ type (
 		ConfirmationToken string `json:"confirmationToken,omitempty" jsonschema:"leave out to get a token; pass it back to delete"`
 	}
 	KeyCreateInput struct {
-		WorkspaceID string `json:"workspaceId"`
-		Name        string `json:"name" jsonschema:"what the key is for"`
-		MaxRole     Role   `json:"maxRole" jsonschema:"the most the key may do: owner, admin or viewer"`
+		WorkspaceID       string         `json:"workspaceId"`
+		Name              string         `json:"name" jsonschema:"what the key is for"`
+		MaxRole           Role           `json:"maxRole" jsonschema:"the most the key may do: owner, admin or viewer"`
+		CurrentPassword   string         `json:"currentPassword" jsonschema:"your account's current password"`
+		Code              string         `json:"code,omitempty" jsonschema:"when your account has a second factor: a code from the authenticator app, or a recovery code"`
+		PasskeyToken      string         `json:"passkeyToken,omitempty" jsonschema:"instead of code: the token of accountPasskeyProofBegin"`
+		PasskeyCredential map[string]any `json:"passkeyCredential,omitempty" jsonschema:"with passkeyToken: the PublicKeyCredential the browser returned, as JSON"`
 	}
 	KeysOutput struct {
 		Keys []APIKey `json:"keys"`
+	}
+	OwnKeysOutput struct {
+		Keys []OwnKey `json:"keys"`
 	}
 	KeyRevokeInput struct {
 		WorkspaceID string `json:"workspaceId"`
@@ -158,11 +166,28 @@ func (s *Service) capabilities() []capabilities.Capability {
 		}),
 		capabilities.Define(capabilities.Spec[KeyCreateInput, NewKey]{
 			Name: "workspaceKeyCreate", Domain: "workspace", Title: "Create a workspace API key",
-			Description: "Creates an API key for one workspace with a maximum role; the key is shown once. Owners only, from the web shell.",
+			Description: "Creates an API key for one workspace with a maximum role; the key is shown once and the account is told by mail. " +
+				"Owners only, from the web shell, with the current password and, when the account has a second factor, a fresh proof of it.",
 			Annotations: write,
 			Requires:    capabilities.Requirement{SessionOnly: true},
 			Handler: func(ctx context.Context, call *capabilities.Call, in KeyCreateInput) (NewKey, error) {
-				return s.CreateKey(ctx, call.Caller, in.WorkspaceID, in.Name, in.MaxRole)
+				p := KeyProof{Password: in.CurrentPassword, Code: in.Code, PasskeyToken: in.PasskeyToken}
+				if in.PasskeyCredential != nil {
+					p.PasskeyCredential, _ = json.Marshal(in.PasskeyCredential)
+				}
+				return s.CreateKey(ctx, call.Caller, in.WorkspaceID, in.Name, in.MaxRole, p)
+			},
+		}),
+		capabilities.Define(capabilities.Spec[struct{}, OwnKeysOutput]{
+			Name: "workspaceKeyListOwn", Domain: "workspace", Title: "List your workspace API keys",
+			Description: "Lists the live API keys you made, in every workspace: workspace, name, maximum role, when made and last used (never the keys themselves).",
+			Annotations: read,
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (OwnKeysOutput, error) {
+				keys, err := s.OwnKeys(ctx, call.Caller)
+				if keys == nil {
+					keys = []OwnKey{}
+				}
+				return OwnKeysOutput{Keys: keys}, err
 			},
 		}),
 		capabilities.Define(capabilities.Spec[IDInput, KeysOutput]{
@@ -176,7 +201,7 @@ func (s *Service) capabilities() []capabilities.Capability {
 		}),
 		capabilities.Define(capabilities.Spec[KeyRevokeInput, DoneOutput]{
 			Name: "workspaceKeyRevoke", Domain: "workspace", Title: "Revoke a workspace API key",
-			Description: "Revokes a workspace API key at once. Owners only.",
+			Description: "Revokes a workspace API key at once. Owners revoke any key of the workspace; members the keys they made.",
 			Annotations: destructive,
 			Handler: func(ctx context.Context, call *capabilities.Call, in KeyRevokeInput) (DoneOutput, error) {
 				err := s.RevokeKey(ctx, call.Caller, in.WorkspaceID, in.KeyID)

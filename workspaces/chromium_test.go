@@ -50,6 +50,7 @@ func TestChromiumWorkspacePages(t *testing.T) {
 	}
 	step("create an API key",
 		chromedp.SendKeys(chromedp.ID("key-name"), "agent"),
+		chromedp.SendKeys(chromedp.ID("key-password"), u.Password),
 		submit("/keys"),
 		chromedp.WaitVisible(chromedp.ID("workspace-key")),
 	)
@@ -57,6 +58,25 @@ func TestChromiumWorkspacePages(t *testing.T) {
 	if err != nil || !strings.HasPrefix(key, "ewk_") {
 		t.Fatalf("key %q, %v", key, err)
 	}
+	// The account's security page lists the live key and revokes it.
+	step("see the key on the security page",
+		chromedp.Navigate(s.URL+"/account/security"),
+		chromedp.WaitVisible(chromedp.CSS(`tr.workspace-key`)),
+	)
+	row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`tr.workspace-key`)))
+	if err != nil || !strings.Contains(row, "Browser fest") || !strings.Contains(row, "agent") {
+		t.Fatalf("key row %q, %v", row, err)
+	}
+	step("revoke it there",
+		chromedp.Click(chromedp.CSS(`tr.workspace-key button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//p[contains(., "The workspace API key is revoked")]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`tr.workspace-key`)),
+	)
+	step("back to the workspace",
+		chromedp.Navigate(s.URL+"/workspaces"),
+		chromedp.Click(chromedp.Search(`//a[contains(., "Browser fest")]`)),
+		chromedp.WaitVisible(chromedp.ID("role")),
+	)
 	step("delete, step one", submit("/delete"), chromedp.WaitVisible(chromedp.ID("confirm-delete")))
 	step("delete, step two", chromedp.Click(chromedp.ID("confirm-delete")), chromedp.WaitVisible(chromedp.ID("name")))
 	html, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("main")))

@@ -122,7 +122,7 @@ func TestWorkspacesOverMCP(t *testing.T) {
 		// A key, made from a web session (the secret goes to its owner only).
 		sess := annU.Caller(t)
 		sess.Session = true
-		raw, _ := json.Marshal(map[string]any{"workspaceId": w.ID, "name": "agent", "maxRole": "admin"})
+		raw, _ := json.Marshal(map[string]any{"workspaceId": w.ID, "name": "agent", "maxRole": "admin", "currentPassword": annU.Password})
 		res, err := s.Registry().Invoke(ctx, sess, "workspaceKeyCreate", raw)
 		if err != nil {
 			t.Fatal(err)
@@ -132,7 +132,7 @@ func TestWorkspacesOverMCP(t *testing.T) {
 		if err := json.Unmarshal(b, &key); err != nil || key.Key == "" {
 			t.Fatalf("key: %s %v", b, err)
 		}
-		if !refused(ann, "workspaceKeyCreate", map[string]any{"workspaceId": w.ID, "name": "x", "maxRole": "admin"}) {
+		if !refused(ann, "workspaceKeyCreate", map[string]any{"workspaceId": w.ID, "name": "x", "maxRole": "admin", "currentPassword": annU.Password}) {
 			t.Fatal("an access token created a workspace key")
 		}
 

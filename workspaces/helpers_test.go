@@ -43,9 +43,31 @@ type env struct {
 	// dataDir holds the workspace files (under workspaces/).
 	dataDir string
 
-	mu    sync.Mutex
-	mails []workspaces.InvitationMail
-	n     int
+	mu       sync.Mutex
+	mails    []workspaces.InvitationMail
+	keyMails []workspaces.KeyMail
+	n        int
+}
+
+// keyPassword is every test account's password, as the env's
+// Reauthenticate checks it before a key is made.
+const keyPassword = "correct horse battery staple"
+
+// envMailer records the env's invitations and key notices.
+type envMailer struct{ e *env }
+
+func (m envMailer) MailWorkspaceInvitation(_ context.Context, _ bun.IDB, inv workspaces.InvitationMail) error {
+	m.e.mu.Lock()
+	m.e.mails = append(m.e.mails, inv)
+	m.e.mu.Unlock()
+	return nil
+}
+
+func (m envMailer) MailWorkspaceKeyCreated(_ context.Context, _ bun.IDB, km workspaces.KeyMail) error {
+	m.e.mu.Lock()
+	m.e.keyMails = append(m.e.keyMails, km)
+	m.e.mu.Unlock()
+	return nil
 }
 
 type clock struct {
@@ -128,12 +150,13 @@ func newEnv(t testing.TB, st *storage.Store, maxOpen int) *env {
 	e.svc, err = workspaces.New(ctx, workspaces.Config{
 		Store: st, Registry: e.reg, Jobs: e.queue, DataDir: e.dataDir, MaxOpen: maxOpen, MaxFileSize: 64 << 10,
 		Schema: []migrations.Source{counterSchema}, BaseURL: "https://example.test",
-		Mailer: workspaces.MailerFunc(func(_ context.Context, _ bun.IDB, m workspaces.InvitationMail) error {
-			e.mu.Lock()
-			e.mails = append(e.mails, m)
-			e.mu.Unlock()
+		Mailer: envMailer{e},
+		Reauthenticate: func(_ context.Context, _ capabilities.Caller, p workspaces.KeyProof) error {
+			if p.Password != keyPassword {
+				return capabilities.Errorf(capabilities.CodeInvalidInput, "Your current password is not correct.")
+			}
 			return nil
-		}),
+		},
 		Now: e.clock.now,
 	})
 	if err != nil {

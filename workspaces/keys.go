@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -49,6 +50,25 @@ type APIKey struct {
 	CreatedAt  time.Time  `json:"createdAt"`
 	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
 	RevokedAt  *time.Time `json:"revokedAt,omitempty"`
+}
+
+// OwnKey is one of the live keys an account made, as workspaceKeyListOwn
+// shows it to that account.
+type OwnKey struct {
+	APIKey
+	WorkspaceID   string `json:"workspaceId"`
+	WorkspaceName string `json:"workspaceName"`
+}
+
+// KeyProof is what the person making a workspace API key proves besides
+// their session (see Config.Reauthenticate): the account's current
+// password and, when it has a second factor, a fresh proof of one, a code
+// (authenticator app or recovery code) or a passkey assertion.
+type KeyProof struct {
+	Password          string
+	Code              string
+	PasskeyToken      string
+	PasskeyCredential json.RawMessage
 }
 
 // NewKey is workspaceKeyCreate's answer: the key, shown this once.
@@ -147,8 +167,10 @@ func (s *Service) VerifyKey(ctx context.Context, key string) (KeyGrant, error) {
 }
 
 // CreateKey makes a workspace API key with at most maxRole. Owners only,
-// from the web shell (the key is a secret shown once, to its owner).
-func (s *Service) CreateKey(ctx context.Context, c capabilities.Caller, id, name string, maxRole Role) (NewKey, error) {
+// from the web shell (the key is a secret shown once, to its owner), after
+// Config.Reauthenticate accepted proof; the account is told by mail
+// (KeyMailer) in the same transaction.
+func (s *Service) CreateKey(ctx context.Context, c capabilities.Caller, id, name string, maxRole Role, proof KeyProof) (NewKey, error) {
 	a, err := s.Access(ctx, c, id)
 	if err != nil {
 		return NewKey{}, err
@@ -157,16 +179,41 @@ func (s *Service) CreateKey(ctx context.Context, c capabilities.Caller, id, name
 		return NewKey{}, errRole(a.Role, "managing API keys")
 	}
 	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 100 || strings.ContainsRune(name, 0) {
-		return NewKey{}, capabilities.Errorf(capabilities.CodeInvalidInput, "a key name has 1 to 100 characters")
+	if name == "" || len(name) > 100 || !oneLine(name) {
+		// One line: the name goes into the mail that tells the owner.
+		return NewKey{}, capabilities.Errorf(capabilities.CodeInvalidInput, "a key name has 1 to 100 characters on one line, with no control characters")
 	}
 	if !maxRole.Valid() {
 		return NewKey{}, capabilities.Errorf(capabilities.CodeInvalidInput, "maxRole must be owner, admin or viewer")
 	}
+	// Checked last, once the request is otherwise good: a code is spent.
+	if s.cfg.Reauthenticate == nil {
+		return NewKey{}, capabilities.Errorf(capabilities.CodeUnsupported, "workspace API keys cannot be made on this server")
+	}
+	if err := s.cfg.Reauthenticate(ctx, c, proof); err != nil {
+		return NewKey{}, err
+	}
 	key := KeyPrefix + rand.Text()
 	k := keyRow{WorkspaceID: id, UserID: a.UserID, Name: name, MaxRole: maxRole, KeyHash: hashToken(key), CreatedAt: s.now()}
-	if _, err := s.main.DB.NewInsert().Model(&k).Exec(ctx); err != nil {
-		return NewKey{}, fmt.Errorf("workspaces: create key: %w", err)
+	err = s.main.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(&k).Exec(ctx); err != nil {
+			return fmt.Errorf("workspaces: create key: %w", err)
+		}
+		km, ok := s.cfg.Mailer.(KeyMailer)
+		if !ok {
+			return nil
+		}
+		m := KeyMail{KeyName: k.Name, MaxRole: k.MaxRole, CreatedAt: k.CreatedAt}
+		err := tx.NewSelect().TableExpr("users AS u").ColumnExpr("u.email, u.username, w.name").
+			Join("JOIN workspaces AS w ON w.id = ?", id).Where("u.id = ?", a.UserID).
+			Scan(ctx, &m.To, &m.Username, &m.WorkspaceName)
+		if err != nil {
+			return fmt.Errorf("workspaces: create key: read owner: %w", err)
+		}
+		return km.MailWorkspaceKeyCreated(ctx, tx, m)
+	})
+	if err != nil {
+		return NewKey{}, err
 	}
 	s.audit(ctx, "workspace_key_create", c.UserID, id+" key "+strconv.FormatInt(k.ID, 10)+" "+string(maxRole))
 	return NewKey{APIKey: APIKey{ID: k.ID, Name: k.Name, MaxRole: k.MaxRole, CreatedAt: k.CreatedAt}, Key: key}, nil
@@ -192,17 +239,23 @@ func (s *Service) Keys(ctx context.Context, c capabilities.Caller, id string) ([
 	return out, nil
 }
 
-// RevokeKey revokes a workspace API key at once. Owners only.
+// RevokeKey revokes a workspace API key at once. Owners revoke any key of
+// the workspace; any member revokes the keys they made (an owner since
+// demoted still can: their keys work with what role they have left).
 func (s *Service) RevokeKey(ctx context.Context, c capabilities.Caller, id string, keyID int64) error {
 	a, err := s.Access(ctx, c, id)
 	if err != nil {
 		return err
 	}
-	if a.Role != RoleOwner || a.KeyID != 0 {
+	if a.KeyID != 0 {
 		return errRole(a.Role, "managing API keys")
 	}
-	res, err := s.main.DB.NewUpdate().Model((*keyRow)(nil)).Set("revoked_at = ?", s.now()).
-		Where("id = ?", keyID).Where("workspace_id = ?", id).Where("revoked_at IS NULL").Exec(ctx)
+	q := s.main.DB.NewUpdate().Model((*keyRow)(nil)).Set("revoked_at = ?", s.now()).
+		Where("id = ?", keyID).Where("workspace_id = ?", id).Where("revoked_at IS NULL")
+	if a.Role != RoleOwner {
+		q = q.Where("user_id = ?", a.UserID)
+	}
+	res, err := q.Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("workspaces: revoke key: %w", err)
 	}
@@ -217,4 +270,51 @@ func (s *Service) audit(ctx context.Context, action, userID, detail string) {
 	if s.cfg.Audit != nil {
 		s.cfg.Audit(ctx, action, userID, detail)
 	}
+}
+
+// OwnKeys lists the live workspace API keys the caller made, in every
+// workspace, newest last (never the keys themselves). A caller confined to
+// a credential (a workspace key) gets none.
+func (s *Service) OwnKeys(ctx context.Context, c capabilities.Caller) ([]OwnKey, error) {
+	if confined(c) {
+		return nil, capabilities.Errorf(capabilities.CodeNotFound, "API keys cannot be listed with this credential")
+	}
+	uid, err := s.userOf(ctx, s.main.Reader, c)
+	if err != nil {
+		return nil, err
+	}
+	var rows []struct {
+		keyRow        `bun:",extend"`
+		WorkspaceName string `bun:"workspace_name"`
+	}
+	err = s.main.Reader.NewSelect().TableExpr("workspace_api_keys AS k").
+		ColumnExpr("k.id, k.workspace_id, k.name, k.max_role, k.created_at, k.last_used_at, w.name AS workspace_name").
+		Join("JOIN workspaces AS w ON w.id = k.workspace_id").
+		Where("k.user_id = ?", uid).Where("k.revoked_at IS NULL").OrderExpr("k.id").Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("workspaces: list own keys: %w", err)
+	}
+	out := make([]OwnKey, len(rows))
+	for i, r := range rows {
+		out[i] = OwnKey{APIKey: APIKey{ID: r.ID, Name: r.Name, MaxRole: r.MaxRole, CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt},
+			WorkspaceID: r.WorkspaceID, WorkspaceName: r.WorkspaceName}
+	}
+	return out, nil
+}
+
+// RevokeUserKeysInTx revokes, inside tx, every live workspace API key made
+// by the account userID (users.id). It has the shape of an
+// accounts.PasswordChangeHook: registered with
+// accounts.Service.OnPasswordChange, keys die with the password as
+// sessions and OAuth grants do, in the same transaction as a password
+// change or reset and as every change of second factors that signs the
+// account out everywhere. An enclave server registers it. Keys are checked
+// in SQL on every call, so a revoked key is refused at its next request
+// on every replica.
+func (s *Service) RevokeUserKeysInTx(ctx context.Context, tx bun.Tx, userID int64) error {
+	if _, err := tx.NewUpdate().Model((*keyRow)(nil)).Set("revoked_at = ?", s.now()).
+		Where("user_id = ?", userID).Where("revoked_at IS NULL").Exec(ctx); err != nil {
+		return fmt.Errorf("workspaces: revoke the account's keys: %w", err)
+	}
+	return nil
 }

@@ -8,8 +8,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/enclavetest"
+	"github.com/enclave-mcp/enclave/web"
 )
 
 type browser struct {
@@ -109,13 +111,39 @@ func TestWorkspacePages(t *testing.T) {
 	if rec := ann.do("POST", page+"/leave", url.Values{}); rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "at least one owner") {
 		t.Fatalf("last owner leaving: %d", rec.Code)
 	}
-	// An API key is shown once.
-	rec = ann.do("POST", page+"/keys", url.Values{"name": {"agent"}, "maxRole": {"viewer"}})
+	// An API key takes the current password, and is shown once.
+	rec = ann.do("POST", page+"/keys", url.Values{"name": {"agent"}, "maxRole": {"viewer"}, "currentPassword": {"not the password"}})
+	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "current password is not correct") || strings.Contains(rec.Body.String(), "ewk_") {
+		t.Fatalf("key with a wrong password: %d", rec.Code)
+	}
+	rec = ann.do("POST", page+"/keys", url.Values{"name": {"agent"}, "maxRole": {"viewer"}, "currentPassword": {annU.Password}})
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "ewk_") {
 		t.Fatalf("key: %d", rec.Code)
 	}
 	if rec := ann.do("GET", page, nil); strings.Contains(rec.Body.String(), "ewk_") {
 		t.Fatal("a key is shown twice")
+	}
+	// The owner is told by mail, and the account's security page lists
+	// the live key with its workspace, and revokes it.
+	box.wait(t, annU.Email, "A workspace API key was created")
+	rec = ann.do("GET", "/account/security", nil)
+	sec := rec.Body.String()
+	keyRow := regexp.MustCompile(`(?s)<tr class="workspace-key">.*?Festival.*?<td>agent</td>.*?action="(/account/security/workspace-keys/\d+/revoke)"`).FindStringSubmatch(sec)
+	if rec.Code != 200 || keyRow == nil || strings.Contains(sec, "ewk_") {
+		t.Fatalf("security page: %d, key listed %v", rec.Code, keyRow != nil)
+	}
+	if rec := bob.do("GET", "/account/security", nil); strings.Contains(rec.Body.String(), `class="workspace-key"`) {
+		t.Fatal("bob's security page lists ann's key")
+	}
+	wsID := strings.TrimPrefix(page, "/workspaces/")
+	if rec := bob.do("POST", keyRow[1], url.Values{"workspaceId": {wsID}}); rec.Code != http.StatusNotFound {
+		t.Fatalf("bob revokes ann's key: %d", rec.Code)
+	}
+	if rec := ann.do("POST", keyRow[1], url.Values{"workspaceId": {wsID}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("revoke from the security page: %d %s", rec.Code, rec.Body)
+	}
+	if rec := ann.do("GET", "/account/security?notice=workspace-key-revoked", nil); strings.Contains(rec.Body.String(), `class="workspace-key"`) || !strings.Contains(rec.Body.String(), "key is revoked") {
+		t.Fatal("the revoked key is still listed")
 	}
 	// Delete in two steps; bob loses the page.
 	rec = ann.do("POST", page+"/delete", url.Values{})
@@ -131,5 +159,47 @@ func TestWorkspacePages(t *testing.T) {
 	}
 	if rec := bob.do("GET", page, nil); rec.Code != 404 {
 		t.Fatalf("after delete: %d", rec.Code)
+	}
+}
+
+// wait waits for a message to addr whose subject holds subject.
+func (m *mailbox) wait(t *testing.T, addr, subject string) web.Message {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		m.mu.Lock()
+		for _, msg := range m.msgs {
+			if msg.To == addr && strings.Contains(msg.Subject, subject) {
+				m.mu.Unlock()
+				return msg
+			}
+		}
+		m.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no message %q reached %s", subject, addr)
+	return web.Message{}
+}
+
+// Making a key checks the password: the form counts in the per-client
+// credential bucket the sign-in form uses, so it is no password oracle.
+func TestWorkspaceKeyFormRateLimited(t *testing.T) {
+	s := enclavetest.Start(t, workspaceServer())
+	annU := s.CreateUser(t, "ann")
+	ann := signIn(t, s, annU)
+	rec := ann.do("POST", "/workspaces", url.Values{"name": {"Limits"}})
+	page := rec.Header().Get("Location")
+	wrong := url.Values{"name": {"agent"}, "maxRole": {"viewer"}, "currentPassword": {"a guess"}}
+	for i := range web.DefaultCredentialRequests {
+		if rec := ann.do("POST", page+"/keys", wrong); rec.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("guess %d: %d", i, rec.Code)
+		}
+	}
+	rec = ann.do("POST", page+"/keys", url.Values{"name": {"agent"}, "maxRole": {"viewer"}, "currentPassword": {annU.Password}})
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || strings.Contains(rec.Body.String(), "ewk_") {
+		t.Fatalf("past the bucket: %d", rec.Code)
+	}
+	if rec := ann.do("POST", "/login", url.Values{"email": {annU.Email}, "password": {annU.Password}}); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("sign-in after the key guesses: %d", rec.Code)
 	}
 }

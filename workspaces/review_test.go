@@ -116,7 +116,7 @@ func TestRemovedMembersKeysStayDead(t *testing.T) {
 		bobSession := bob
 		bobSession.Session = true
 		var k workspaces.NewKey
-		e.must(bobSession, "workspaceKeyCreate", map[string]any{"workspaceId": ws, "name": "bob", "maxRole": "admin"}, &k)
+		e.must(bobSession, "workspaceKeyCreate", map[string]any{"workspaceId": ws, "name": "bob", "maxRole": "admin", "currentPassword": keyPassword}, &k)
 		kc := e.keyCaller(k.Key)
 		e.must(kc, "counterAdd", map[string]any{"workspaceId": ws, "counter": "c", "by": 1}, nil)
 
@@ -131,7 +131,7 @@ func TestRemovedMembersKeysStayDead(t *testing.T) {
 		// Deleting the workspace deletes its key rows.
 		annSession := ann
 		annSession.Session = true
-		e.must(annSession, "workspaceKeyCreate", map[string]any{"workspaceId": ws, "name": "ann", "maxRole": "viewer"}, nil)
+		e.must(annSession, "workspaceKeyCreate", map[string]any{"workspaceId": ws, "name": "ann", "maxRole": "viewer", "currentPassword": keyPassword}, nil)
 		var del workspaces.DeleteOutput
 		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws}, &del)
 		e.must(ann, "workspaceDelete", map[string]any{"workspaceId": ws, "confirmationToken": del.ConfirmationToken}, nil)

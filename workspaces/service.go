@@ -91,6 +91,25 @@ type Mailer interface {
 	MailWorkspaceInvitation(ctx context.Context, tx bun.IDB, m InvitationMail) error
 }
 
+// KeyMail tells an account that a workspace API key was made with it.
+type KeyMail struct {
+	To            string // the account's address
+	Username      string
+	WorkspaceName string
+	KeyName       string
+	MaxRole       Role
+	CreatedAt     time.Time
+}
+
+// KeyMailer is implemented by a Mailer that also tells owners of the keys
+// made with their accounts. It is called inside the transaction that
+// records the key (a mailer writing to the outbox sends the message
+// exactly when the key exists); its error refuses the key. enclave's web
+// shell implements it.
+type KeyMailer interface {
+	MailWorkspaceKeyCreated(ctx context.Context, tx bun.IDB, m KeyMail) error
+}
+
 // MailerFunc adapts a function to Mailer.
 type MailerFunc func(ctx context.Context, tx bun.IDB, m InvitationMail) error
 
@@ -149,6 +168,14 @@ type Config struct {
 	// acting user's stable id, a detail naming workspace and key). Nil
 	// records nothing.
 	Audit func(ctx context.Context, action, userID, detail string)
+	// Reauthenticate is asked before a workspace API key is made: it
+	// checks that the person making it knows the account's current
+	// password and, when the account has a second factor, has just proved
+	// one (KeyProof); its error refuses the key and is shown to them. A key
+	// is a credential of the account: a borrowed session alone must not
+	// mint one. Nil refuses workspaceKeyCreate. An enclave server checks
+	// both with its accounts service.
+	Reauthenticate func(ctx context.Context, c capabilities.Caller, p KeyProof) error
 }
 
 // InvitationQuotaClass is the quota class an enclave server counts

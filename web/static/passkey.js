@@ -59,32 +59,73 @@
       });
     });
   }
-  function showError(msg) {
-    var el = document.getElementById("passkey-error");
+  // errorFor is where a button's failure is shown: the error line next
+  // to it (a proof button in a form), else the page's passkey error.
+  function errorFor(b) {
+    var el = b && b.parentNode && b.parentNode.querySelector(".passkey-proof-error");
+    return el || document.getElementById("passkey-error");
+  }
+  function showError(b, msg) {
+    var el = errorFor(b);
     if (el) { el.textContent = msg; el.hidden = false; }
   }
   function go(url) { window.location.assign(url); }
 
-  function bind(id, run) {
-    var b = document.getElementById(id);
-    if (!b) return;
-    if (!window.PublicKeyCredential) { b.disabled = true; showError("This browser does not support passkeys."); return; }
+  function bindButton(b, run) {
+    if (!window.PublicKeyCredential) { b.disabled = true; showError(b, "This browser does not support passkeys."); return; }
     b.addEventListener("click", function () {
       b.disabled = true;
-      run(b).catch(function (e) { showError(e && e.message ? e.message : "The passkey did not work."); })
+      run(b).catch(function (e) { showError(b, e && e.message ? e.message : "The passkey did not work."); })
         .finally(function () { b.disabled = false; });
     });
   }
+  function bind(id, run) {
+    var b = document.getElementById(id);
+    if (b) bindButton(b, run);
+  }
 
-  // Register a new passkey (account security page).
+  // proveWithPasskey signs the server's challenge with one of the
+  // account's passkeys: the proof of a factor an action asks for.
+  function proveWithPasskey(optionsURL) {
+    return post(optionsURL, {}).then(function (c) {
+      return navigator.credentials.get(requestOptions(c.options)).then(function (cred) {
+        return { passkeyToken: c.token, passkeyCredential: credentialJSON(cred) };
+      });
+    });
+  }
+
+  // Register a new passkey (account security page). With a second factor
+  // on the account it takes a code, or (left empty, when the account has
+  // passkeys) one of the account's passkeys first.
   bind("passkey-add", function (b) {
     var name = (document.getElementById("passkey-name") || {}).value || "";
     var password = (document.getElementById("passkey-password") || {}).value || "";
-    return post(b.dataset.options, { password: password }).then(function (c) {
+    var code = ((document.getElementById("passkey-code") || {}).value || "").trim();
+    var proof = (!code && b.dataset.proof) ? proveWithPasskey(b.dataset.proof) : Promise.resolve(code ? { code: code } : {});
+    return proof.then(function (p) {
+      p.password = password;
+      return post(b.dataset.options, p);
+    }).then(function (c) {
       return navigator.credentials.create(creationOptions(c.options)).then(function (cred) {
         return post(b.dataset.finish, { token: c.token, name: name, credential: credentialJSON(cred) });
       });
     }).then(function () { go(b.dataset.redirect); });
+  });
+
+  // A form that asks for a proof of a factor (new recovery codes, an
+  // authenticator app beside a passkey, a workspace API key): its button
+  // signs with a passkey, puts the assertion in the form's hidden fields
+  // and submits the form.
+  Array.prototype.forEach.call(document.querySelectorAll("button.passkey-proof"), function (b) {
+    bindButton(b, function (b) {
+      var form = b.form;
+      if (!form.reportValidity()) return Promise.resolve();
+      return proveWithPasskey(b.dataset.options).then(function (p) {
+        form.elements.passkeyToken.value = p.passkeyToken;
+        form.elements.passkeyCredential.value = JSON.stringify(p.passkeyCredential);
+        form.submit();
+      });
+    });
   });
 
   // Sign in with a passkey instead of a password.
