@@ -575,7 +575,8 @@ func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) error {
 	if s.cfg.CodeMode.Disabled {
 		return nil
 	}
-	svc, err := codemode.New(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: owners, Logger: s.log})
+	svc, err := codemode.New(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: owners,
+		Loader: s.accounts, Bus: s.bus, Logger: s.log})
 	if err != nil {
 		return err
 	}
@@ -592,7 +593,7 @@ func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) error {
 	return nil
 }
 
-// codeModeQuota puts execute, packageRun and every package export in the
+// codeModeQuota puts execute and every package export in the
 // quota class of code runs, limited to codemode.DefaultDailyRuns a day
 // unless the operator set that class's limit (--quota execute=N/day).
 func codeModeQuota(l quota.Limits) quota.Limits {
@@ -600,7 +601,8 @@ func codeModeQuota(l quota.Limits) quota.Limits {
 	if classes == nil {
 		classes = map[string]string{}
 	}
-	for _, name := range []string{"execute", "packageRun", codemode.ExportPrefix + "*"} {
+	// packageRun calls the export's own capability, which counts.
+	for _, name := range []string{"execute", codemode.ExportPrefix + "*"} {
 		if _, set := classes[name]; !set {
 			classes[name] = codemode.QuotaClass
 		}

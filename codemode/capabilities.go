@@ -139,7 +139,7 @@ func (s *Service) Capabilities() []capabilities.Capability {
 			if err != nil {
 				return Output{}, invalid("args must be a JSON object")
 			}
-			return s.RunExport(ctx, call.Caller, in.Name, 0, in.Export, args, runKind(ctx))
+			return s.runPackage(ctx, call.Caller, in.Name, in.Export, args)
 		},
 	})
 	run.Handler = failedAsError(run.Handler)
@@ -166,7 +166,7 @@ func (s *Service) Capabilities() []capabilities.Capability {
 				if err != nil {
 					return Version{}, err
 				}
-				return s.Save(ctx, o, in.Name, in.Files, in.Manifest)
+				return s.Save(ctx, call.Caller, o, in.Name, in.Files, in.Manifest)
 			},
 		}),
 		capabilities.Define(capabilities.Spec[ListInput, PackageListOutput]{
@@ -366,4 +366,24 @@ func withoutCommentLines(decl string) string {
 		kept = append(kept, l)
 	}
 	return strings.Join(kept, "\n")
+}
+
+// runPackage is packageRun: the export's own capability, called through
+// the registry as the same caller, so its input schema, annotations and
+// requirement apply exactly as when it is called by name.
+func (s *Service) runPackage(ctx context.Context, caller capabilities.Caller, pkg, export string, args json.RawMessage) (Output, error) {
+	if !packageName.MatchString(pkg) || !exportName.MatchString(export) {
+		return Output{}, capabilities.Errorf(capabilities.CodeNotFound, "package %q has no export %q", pkg, export)
+	}
+	res, err := s.reg.Invoke(ctx, caller, ExportCapabilityName(pkg, export), args)
+	if capabilities.CodeOf(err) == capabilities.CodeNotFound {
+		return Output{}, capabilities.Errorf(capabilities.CodeNotFound, "package %q has no export %q", pkg, export)
+	}
+	if err != nil {
+		return Output{}, err
+	}
+	if out, ok := res.Structured.(Output); ok {
+		return out, nil
+	}
+	return Output{}, fmt.Errorf("codemode: packageRun: the export answered %T", res.Structured)
 }

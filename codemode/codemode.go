@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode/sandbox"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -66,7 +67,16 @@ type Config struct {
 	Store    *storage.Store
 	Registry *capabilities.Registry
 	Owners   capabilities.OwnerOf
-	Logger   *slog.Logger
+	// Loader loads a caller afresh: a run re-reads its caller's account
+	// state, roles and permissions as it goes (a suspension or deletion
+	// stops its writes within refreshEvery), and package jobs load their
+	// owner. Nil: runs keep the caller they started with, and jobs fail.
+	Loader capabilities.CallerLoader
+	// Bus, when set, tells the other replicas that a user's exports
+	// changed, so their tools/list_changed notices and visibility keys
+	// follow at once. Nil: this process only.
+	Bus    cluster.Bus
+	Logger *slog.Logger
 }
 
 // Retention returns the retention windows of these options.
@@ -85,7 +95,9 @@ type Service struct {
 
 	// generations counts, per stable user id, the changes to that user's
 	// set of exports seen by this process (see Provider.Generation).
-	generations sync.Map // string → *atomic.Uint64
+	generations sync.Map      // string → *atomic.Uint64
+	epoch       atomic.Uint64 // bus gaps seen
+	unfollow    func()
 	exports     exportCache
 	sources     sourceCache
 	recorder    recorder
@@ -115,23 +127,54 @@ func New(cfg Config) (*Service, error) {
 	s.sources.init()
 	s.recorder.s = s
 	s.bindings.m = map[uint64][]string{}
+	s.follow()
 	return s, nil
 }
 
 // Limits returns the limits each run has.
 func (s *Service) Limits() sandbox.Limits { return s.cfg.Limits }
 
-// changed records that userID's set of exports changed.
-func (s *Service) changed(userID string) {
+// exportsTopic carries, on the cluster bus, the stable id of a user whose
+// exports changed.
+const exportsTopic = "codemode.exports"
+
+// changed records that userID's set of exports changed, here and, through
+// the bus, on every replica.
+func (s *Service) changed(ctx context.Context, userID string) {
+	if s.cfg.Bus == nil {
+		s.bump(userID)
+		return
+	}
+	// The bus delivers to this replica's subscriber too, even when it fails.
+	if err := s.cfg.Bus.Publish(ctx, exportsTopic, []byte(userID)); err != nil {
+		s.epoch.Add(1) // the others may not hear of it: treat it as a gap here too
+		s.log.WarnContext(ctx, "codemode: telling the other replicas of changed exports failed", "err", err)
+	}
+}
+
+func (s *Service) bump(userID string) {
 	g, _ := s.generations.LoadOrStore(userID, new(atomic.Uint64))
 	g.(*atomic.Uint64).Add(1)
 }
 
+// generation is userID's count of changes seen here, plus the count of bus
+// gaps (after a gap, any user's exports may have changed unseen).
 func (s *Service) generation(userID string) uint64 {
+	n := s.epoch.Load()
 	if g, ok := s.generations.Load(userID); ok {
-		return g.(*atomic.Uint64).Load()
+		n += g.(*atomic.Uint64).Load()
 	}
-	return 0
+	return n
+}
+
+// follow listens to the other replicas' export changes until Close.
+func (s *Service) follow() {
+	if s.cfg.Bus == nil {
+		return
+	}
+	stopSub := s.cfg.Bus.Subscribe(exportsTopic, func(_ string, payload []byte) { s.bump(string(payload)) })
+	stopGap := s.cfg.Bus.OnGap(func() { s.epoch.Add(1) })
+	s.unfollow = func() { stopSub(); stopGap() }
 }
 
 // inRunKey marks a context inside a run: code cannot start another run.

@@ -382,16 +382,13 @@ func TestPackageJobs(t *testing.T) {
 		if err != nil || res.IsError {
 			t.Fatalf("save: %v %+v", err, res)
 		}
-		invoke := func(ctx context.Context, userID, name string, args any) (capabilities.Result, error) {
-			return s.InvokeBackground(ctx, userID, name, mustJSON(args))
-		}
 		// Not due yet: nothing runs.
 		now := time.Now().UTC()
 		next := now.Truncate(24 * time.Hour).Add(7 * time.Hour)
 		if !next.After(now) {
 			next = next.Add(24 * time.Hour)
 		}
-		if n, err := s.CodeMode().RunDueJobs(ctx, next.Add(-time.Minute), invoke); err != nil || n != 0 {
+		if n, err := s.CodeMode().RunDueJobs(ctx, next.Add(-time.Minute)); err != nil || n != 0 {
 			t.Fatalf("ran %d before due (%v)", n, err)
 		}
 		// Due: two ticks at once run it once.
@@ -399,7 +396,7 @@ func TestPackageJobs(t *testing.T) {
 		ran := make([]int, 2)
 		for i := range ran {
 			wg.Add(1)
-			go func() { defer wg.Done(); ran[i], _ = s.CodeMode().RunDueJobs(ctx, next, invoke) }()
+			go func() { defer wg.Done(); ran[i], _ = s.CodeMode().RunDueJobs(ctx, next) }()
 		}
 		wg.Wait()
 		if ran[0]+ran[1] != 1 {
@@ -436,6 +433,7 @@ func TestExportAndDeletion(t *testing.T) {
 				t.Fatalf("execute: %v %+v", err, res)
 			}
 		}
+		s.CodeMode().Flush(ctx) // run records are written in batches
 		var buf bytes.Buffer
 		if err := s.Lifecycle().WriteExport(ctx, alice.Owner(), &buf); err != nil {
 			t.Fatal(err)

@@ -2,10 +2,10 @@ package codemode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -28,17 +28,14 @@ type jobKey struct{}
 // recorded as a run of kind "job"; a job is never run twice at once.
 func (s *Service) Schedule() schedules.Schedule {
 	return schedules.Schedule{Name: JobLane, Every: time.Minute, Run: func(ctx context.Context, t schedules.Tick) error {
-		_, err := s.RunDueJobs(ctx, t.At, t.Invoke)
+		_, err := s.RunDueJobs(ctx, t.At)
 		return err
 	}}
 }
 
-// InvokeAs runs a capability as a user (by stable id), non-interactive.
-type InvokeAs func(ctx context.Context, userID, capability string, args any) (capabilities.Result, error)
-
 // RunDueJobs starts the jobs due at now, each claimed first so that no
 // other tick runs it meanwhile, and returns how many it ran.
-func (s *Service) RunDueJobs(ctx context.Context, now time.Time, invoke InvokeAs) (int, error) {
+func (s *Service) RunDueJobs(ctx context.Context, now time.Time) (int, error) {
 	now = now.UTC()
 	var due []struct {
 		ID        int64     `bun:"id"`
@@ -48,11 +45,13 @@ func (s *Service) RunDueJobs(ctx context.Context, now time.Time, invoke InvokeAs
 		NextRunAt time.Time `bun:"next_run_at"`
 		Package   string    `bun:"package"`
 		StableID  string    `bun:"stable_user_id"`
+		Scopes    string    `bun:"scopes"`
+		Confined  *string   `bun:"confined"`
 	}
 	err := s.store.DB.NewSelect().TableExpr("code_package_jobs AS j").
 		Join("JOIN code_packages AS p ON p.id = j.package_id AND p.user_id = j.user_id").
 		Join("JOIN users AS u ON u.id = j.user_id").
-		ColumnExpr("j.id, j.name, j.export_name, j.schedule, j.next_run_at, p.name AS package, u.stable_user_id").
+		ColumnExpr("j.id, j.name, j.export_name, j.schedule, j.next_run_at, j.scopes, j.confined, p.name AS package, u.stable_user_id").
 		Where("j.next_run_at <= ?", now).
 		Where("(j.running_since IS NULL OR j.running_since < ?)", now.Add(-staleRun)).
 		Where("u.deleting_at IS NULL AND u.suspended_at IS NULL").
@@ -82,7 +81,7 @@ func (s *Service) RunDueJobs(ctx context.Context, now time.Time, invoke InvokeAs
 		if n, _ := res.RowsAffected(); n != 1 {
 			continue
 		}
-		status, runID := s.runJob(ctx, invoke, j.StableID, j.Package, j.Name, j.Export)
+		status, runID := s.runJob(ctx, authority{scopes: j.Scopes, confined: j.Confined}, j.StableID, j.Package, j.Name, j.Export)
 		if _, err := s.store.DB.NewUpdate().Table("code_package_jobs").
 			Set("running_since = NULL").Set("last_status = ?", status).Set("last_run_id = ?", runID).
 			Where("id = ?", j.ID).Exec(context.WithoutCancel(ctx)); err != nil {
@@ -93,18 +92,28 @@ func (s *Service) RunDueJobs(ctx context.Context, now time.Time, invoke InvokeAs
 	return ran, nil
 }
 
-// runJob runs one job through the registry and says how it ended.
-func (s *Service) runJob(ctx context.Context, invoke InvokeAs, userID, pkg, job, export string) (status, runID string) {
+// runJob runs one job through the registry and says how it ended: as the
+// package's owner, loaded fresh, non-interactive, and with no more
+// authority than the credential that saved the job.
+func (s *Service) runJob(ctx context.Context, a authority, userID, pkg, job, export string) (status, runID string) {
+	if s.cfg.Loader == nil {
+		return StatusFailed, ""
+	}
+	caller, err := s.cfg.Loader.LoadCaller(ctx, userID)
+	if err != nil {
+		s.log.InfoContext(ctx, "codemode: a package job's owner could not be loaded", "package", pkg, "job", job, "err", err)
+		return StatusFailed, ""
+	}
+	caller.Interactive, caller.Session = false, false
+	caller = a.apply(caller)
 	var args map[string]any
-	if o, err := s.ownerByStableID(ctx, userID); err == nil {
-		if _, v, err := s.lookup(ctx, s.store.Reader, o, pkg, 0); err == nil {
-			if m, _, err := v.decode(); err == nil {
-				args = m.Jobs[job].Args
-			}
+	if _, v, err := s.lookup(ctx, s.store.Reader, storage.Owner{ID: caller.OwnerID, StableID: userID}, pkg, 0); err == nil && caller.OwnerID != 0 {
+		if m, _, err := v.decode(); err == nil {
+			args = m.Jobs[job].Args
 		}
 	}
-	res, err := invoke(context.WithValue(ctx, jobKey{}, true), userID, "packageRun",
-		RunInput{Name: pkg, Export: export, Args: args})
+	raw, _ := json.Marshal(RunInput{Name: pkg, Export: export, Args: args})
+	res, err := s.reg.Invoke(context.WithValue(ctx, jobKey{}, true), caller, "packageRun", raw)
 	if err != nil {
 		s.log.InfoContext(ctx, "codemode: a package job was refused", "package", pkg, "job", job, "err", err)
 		return StatusFailed, ""
@@ -128,12 +137,6 @@ type JobState struct {
 	Running    bool      `json:"running"`
 	LastStatus string    `json:"lastStatus,omitempty"`
 	LastRunID  string    `json:"lastRunId,omitempty"`
-}
-
-func (s *Service) ownerByStableID(ctx context.Context, stableID string) (storage.Owner, error) {
-	o := storage.Owner{StableID: stableID}
-	err := s.store.Reader.NewSelect().Table("users").Column("id").Where("stable_user_id = ?", stableID).Scan(ctx, &o.ID)
-	return o, err
 }
 
 // ListJobs returns the owner's package jobs, by package and name.

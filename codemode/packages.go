@@ -142,6 +142,45 @@ type jobRow struct {
 	RunningSince  *time.Time `bun:"running_since"`
 	LastRunID     string     `bun:"last_run_id"`
 	LastStatus    string     `bun:"last_status"`
+	Scopes        string     `bun:"scopes"`
+	Confined      *string    `bun:"confined"`
+}
+
+// authority is what a job may do, from the credential that saved it: its
+// token scopes ("*": all) and its confinement (nil: none), as stored.
+type authority struct {
+	scopes   string
+	confined *string
+}
+
+func authorityOf(c capabilities.Caller) authority {
+	a := authority{scopes: "*"}
+	if !c.AllScopes {
+		b, _ := json.Marshal(nonNil(c.Scopes))
+		a.scopes = string(b)
+	}
+	if c.Only != nil {
+		b, _ := json.Marshal(c.Only)
+		only := string(b)
+		a.confined = &only
+	}
+	return a
+}
+
+// apply narrows a job's caller to the authority it was saved with.
+func (a authority) apply(c capabilities.Caller) capabilities.Caller {
+	c.AllScopes, c.Scopes = a.scopes == "*", nil
+	if !c.AllScopes {
+		if err := json.Unmarshal([]byte(a.scopes), &c.Scopes); err != nil {
+			c.Scopes = []string{} // unreadable: no scope at all
+		}
+	}
+	c.Only = nil
+	if a.confined != nil {
+		c.Only = []string{}
+		_ = json.Unmarshal([]byte(*a.confined), &c.Only)
+	}
+	return c
 }
 
 func invalid(format string, args ...any) error {
@@ -219,6 +258,9 @@ func (s *Service) validate(name string, files map[string]string, m Manifest) (Ma
 			return m, invalid("export %q cannot be both readOnly and destructive", e)
 		}
 		if len(x.InputSchema) > 0 {
+			if err := plainSchema(x.InputSchema); err != nil {
+				return m, invalid("export %q: inputSchema: %v", e, err)
+			}
 			if _, err := s.reg.Compile(s.exportCapability("u", name, 1, e, x)); err != nil {
 				return m, invalid("export %q: inputSchema must be a JSON Schema object of type \"object\"", e)
 			}
@@ -295,11 +337,15 @@ func digest(src string) string {
 // new) and returns it. Sources go to blobs first (content-addressed, so a
 // retried or repeated save writes nothing twice), then the rows in one
 // transaction.
-func (s *Service) Save(ctx context.Context, o storage.Owner, name string, files map[string]string, m Manifest) (Version, error) {
+//
+// by is the credential saving it: the package's jobs run with no more
+// authority than it has (its scopes and confinement are kept with them).
+func (s *Service) Save(ctx context.Context, by capabilities.Caller, o storage.Owner, name string, files map[string]string, m Manifest) (Version, error) {
 	m, err := s.validate(name, files, m)
 	if err != nil {
 		return Version{}, err
 	}
+	var written []string // source blobs this save wrote, removed again if it fails
 	digests := make(map[string]string, len(files))
 	var total int64
 	for p, src := range files {
@@ -313,6 +359,7 @@ func (s *Service) Save(ctx context.Context, o storage.Owner, name string, files 
 			if err := s.store.Bucket.WriteAll(ctx, key, []byte(src), nil); err != nil {
 				return Version{}, fmt.Errorf("codemode: save: %w", err)
 			}
+			written = append(written, d)
 		}
 	}
 	manifestJSON, _ := json.Marshal(m)
@@ -320,6 +367,18 @@ func (s *Service) Save(ctx context.Context, o storage.Owner, name string, files 
 	now := time.Now().UTC()
 	v := versionRow{UserID: o.ID, Manifest: string(manifestJSON), Files: string(filesJSON), SourceBytes: total, CreatedAt: now}
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		// Fencing: an account marked for deletion after this save passed
+		// the registry's checks gets no new rows, and the sources written
+		// above are removed below (its deletion may already have swept
+		// the blobs).
+		var live int
+		if err := tx.NewSelect().Table("users").ColumnExpr("COUNT(*)").
+			Where("id = ? AND deleting_at IS NULL AND suspended_at IS NULL", o.ID).Scan(ctx, &live); err != nil {
+			return err
+		}
+		if live != 1 {
+			return capabilities.Errorf(capabilities.CodeAccountDeleting, "this account is suspended or being deleted: nothing is saved")
+		}
 		var p packageRow
 		err := tx.NewSelect().Model(&p).Where("user_id = ? AND name = ?", o.ID, name).Scan(ctx)
 		switch {
@@ -349,22 +408,23 @@ func (s *Service) Save(ctx context.Context, o storage.Owner, name string, files 
 		if _, err := tx.NewInsert().Model(&v).Returning("NULL").Exec(ctx); err != nil {
 			return err
 		}
-		return s.syncJobs(ctx, tx, o, p.ID, m, now)
+		return s.syncJobs(ctx, tx, o, p.ID, m, now, authorityOf(by))
 	})
 	if err != nil {
+		s.dropUnreferenced(context.WithoutCancel(ctx), o, written)
 		if _, ok := errors.AsType[*capabilities.Error](err); ok {
 			return Version{}, err
 		}
 		return Version{}, fmt.Errorf("codemode: save %s: %w", name, err)
 	}
-	s.changed(o.StableID)
+	s.changed(ctx, o.StableID)
 	return Version{Package: name, Version: v.Version, Manifest: m, SourceBytes: total, CreatedAt: now}, nil
 }
 
 // syncJobs makes the package's job rows those of manifest m, keeping the
 // schedule state of jobs whose schedule did not change, within the
 // owner's job budget.
-func (s *Service) syncJobs(ctx context.Context, tx bun.Tx, o storage.Owner, packageID int64, m Manifest, now time.Time) error {
+func (s *Service) syncJobs(ctx context.Context, tx bun.Tx, o storage.Owner, packageID int64, m Manifest, now time.Time, a authority) error {
 	others, err := tx.NewSelect().Model((*jobRow)(nil)).Where("user_id = ? AND package_id <> ?", o.ID, packageID).Count(ctx)
 	if err != nil {
 		return err
@@ -381,6 +441,11 @@ func (s *Service) syncJobs(ctx context.Context, tx bun.Tx, o storage.Owner, pack
 		nj, ok := m.Jobs[j.Name]
 		if ok && nj.Schedule == j.Schedule && nj.Export == j.ExportName {
 			kept[j.Name] = true
+			// The latest saver's authority governs every job of the package.
+			if _, err := tx.NewUpdate().Model((*jobRow)(nil)).Set("scopes = ?", a.scopes).Set("confined = ?", a.confined).
+				Where("id = ? AND user_id = ?", j.ID, o.ID).Exec(ctx); err != nil {
+				return err
+			}
 			continue
 		}
 		if _, err := tx.NewDelete().Model((*jobRow)(nil)).Where("id = ? AND user_id = ?", j.ID, o.ID).Exec(ctx); err != nil {
@@ -398,7 +463,8 @@ func (s *Service) syncJobs(ctx context.Context, tx bun.Tx, o storage.Owner, pack
 		}
 		j := m.Jobs[n]
 		sched, _ := ParseSchedule(j.Schedule)
-		row := jobRow{UserID: o.ID, PackageID: packageID, Name: n, ExportName: j.Export, Schedule: j.Schedule, NextRunAt: sched.Next(now)}
+		row := jobRow{UserID: o.ID, PackageID: packageID, Name: n, ExportName: j.Export, Schedule: j.Schedule, NextRunAt: sched.Next(now),
+			Scopes: a.scopes, Confined: a.confined}
 		if _, err := tx.NewInsert().Model(&row).Returning("NULL").Exec(ctx); err != nil {
 			return err
 		}
@@ -534,7 +600,7 @@ func (s *Service) Delete(ctx context.Context, o storage.Owner, name string) (boo
 	if !found {
 		return false, nil
 	}
-	s.changed(o.StableID)
+	s.changed(ctx, o.StableID)
 	return true, s.dropUnreferenced(ctx, o, digests)
 }
 
@@ -632,4 +698,46 @@ func (c *sourceCache) forget(owner, d string) {
 		c.bytes -= len(s)
 		delete(c.m, owner+"/"+d)
 	}
+}
+
+// Bounds of an export's input schema.
+const (
+	maxSchemaBytes = 16 << 10
+	maxSchemaDepth = 16
+)
+
+// plainSchema refuses what an export's input schema may not use: any
+// reference ($ref and its kin: a schema referring to itself would recurse
+// without end in validation), and more than maxSchemaBytes or
+// maxSchemaDepth levels of nesting.
+func plainSchema(schema map[string]any) error {
+	if b, err := json.Marshal(schema); err != nil || len(b) > maxSchemaBytes {
+		return fmt.Errorf("at most %d KiB of JSON", maxSchemaBytes>>10)
+	}
+	var walk func(v any, depth int) error
+	walk = func(v any, depth int) error {
+		if depth > maxSchemaDepth {
+			return fmt.Errorf("at most %d levels deep", maxSchemaDepth)
+		}
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				switch k {
+				case "$ref", "$dynamicRef", "$recursiveRef", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$id", "$schema":
+					return fmt.Errorf("%s is not supported: write the schema out in full", k)
+				}
+				if err := walk(x, depth+1); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for _, x := range v {
+				if err := walk(x, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(schema, 0)
 }

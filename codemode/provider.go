@@ -2,6 +2,7 @@ package codemode
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -40,13 +41,14 @@ func (p provider) Own(ctx context.Context, caller capabilities.Caller) ([]capabi
 		return nil, err
 	}
 	var rows []struct {
-		Name     string `bun:"name"`
-		Version  int    `bun:"version"`
-		Manifest string `bun:"manifest"`
+		Name      string `bun:"name"`
+		VersionID int64  `bun:"id"`
+		Version   int    `bun:"version"`
+		Manifest  string `bun:"manifest"`
 	}
 	err = p.s.store.Reader.NewSelect().TableExpr("code_packages AS p").
 		Join("JOIN code_package_versions AS v ON v.package_id = p.id AND v.version = p.latest_version").
-		ColumnExpr("p.name, v.version, v.manifest").
+		ColumnExpr("p.name, v.id, v.version, v.manifest").
 		Where("p.user_id = ? AND v.user_id = ?", o.ID, o.ID).OrderExpr("p.name").Scan(ctx, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("codemode: exports: %w", err)
@@ -63,7 +65,7 @@ func (p provider) Own(ctx context.Context, caller capabilities.Caller) ([]capabi
 		}
 		sort.Strings(names)
 		for _, e := range names {
-			if c, ok := p.s.compiled(o.StableID, r.Name, r.Version, e, m.Exports[e]); ok {
+			if c, ok := p.s.compiled(o.StableID, r.VersionID, r.Manifest, r.Name, r.Version, e, m.Exports[e]); ok {
 				out = append(out, c)
 			}
 		}
@@ -95,14 +97,17 @@ func (p provider) LookupOwn(ctx context.Context, caller capabilities.Caller, nam
 	if !ok {
 		return capabilities.Capability{}, false, nil
 	}
-	c, ok := p.s.compiled(o.StableID, pkg, v.Version, export, x)
+	c, ok := p.s.compiled(o.StableID, v.ID, v.Manifest, pkg, v.Version, export, x)
 	return c, ok, nil
 }
 
 // compiled returns the export's capability, compiled once per owner,
-// package version and export.
-func (s *Service) compiled(stableID, pkg string, version int, export string, x Export) (capabilities.Capability, bool) {
-	key := fmt.Sprintf("%s/%s@%d/%s", stableID, pkg, version, export)
+// saved version and export. A version is known by its row id and its
+// manifest's digest: a package deleted and saved again starts at version 1
+// again, and SQLite may even give its row the id of the deleted one.
+func (s *Service) compiled(stableID string, versionID int64, manifest, pkg string, version int, export string, x Export) (capabilities.Capability, bool) {
+	sum := sha256.Sum256([]byte(manifest))
+	key := fmt.Sprintf("%s/%d/%x/%s", stableID, versionID, sum[:12], export)
 	if c, ok := s.exports.get(key); ok {
 		return c, true
 	}
@@ -138,7 +143,7 @@ func (s *Service) exportCapability(_ string, pkg string, version int, export str
 		Requires:    req,
 		InputSchema: input, OutputSchema: c.OutputSchema,
 		Handler: func(ctx context.Context, call *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
-			out, err := s.RunExport(ctx, call.Caller, pkg, version, export, args, KindExport)
+			out, err := s.RunExport(ctx, call.Caller, pkg, version, export, args, runKind(ctx))
 			return runResult(out, err)
 		},
 	}

@@ -104,7 +104,7 @@ func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runI
 
 	ctx = context.WithValue(ctx, inRunKey{}, true)
 	acting := inner(caller)
-	h := &host{s: s, caller: acting, calls: map[string]int{}, storage: map[string]json.RawMessage{}}
+	h := &host{s: s, caller: acting, calls: map[string]int{}, storage: map[string]json.RawMessage{}, checked: time.Now()}
 	prog.Capabilities = s.bindable(ctx, acting)
 	prog.Resolver = &resolver{s: s, o: o, versions: map[string]versionRow{}}
 	prog.Host = h
@@ -145,6 +145,32 @@ type host struct {
 	calls   map[string]int
 	storage map[string]json.RawMessage
 	stored  int
+	checked time.Time // when the caller's account was last read
+}
+
+// refreshEvery bounds how long a run acts on what it knew of its caller's
+// account: a suspension, deletion or role change reaches a running program
+// within this time.
+const refreshEvery = 100 * time.Millisecond
+
+// refresh reads the caller's account state, roles and permissions again
+// when the last read is older than refreshEvery, keeping everything the
+// credential itself decided (scopes, confinement, non-interactive). A
+// failed read leaves the caller with no roles and an unknown state: reads
+// only (fail closed).
+func (h *host) refresh(ctx context.Context) {
+	if h.s.cfg.Loader == nil || time.Since(h.checked) < refreshEvery {
+		return
+	}
+	h.checked = time.Now()
+	fresh, err := h.s.cfg.Loader.LoadCaller(ctx, h.caller.UserID)
+	c := h.caller
+	if err != nil || fresh.UserID != c.UserID {
+		c.State, c.Roles, c.Permissions = capabilities.AccountUnknown, nil, nil
+	} else {
+		c.State, c.Roles, c.Permissions = fresh.State, fresh.Roles, fresh.Permissions
+	}
+	h.caller = c
 }
 
 // Bounds of a run's storage map (until storage buckets back it).
@@ -158,12 +184,14 @@ func (h *host) Call(ctx context.Context, name string, args json.RawMessage) (jso
 	if bindingExcluded(name) {
 		return nil, hostError(errNested)
 	}
+	h.refresh(ctx)
 	res, err := h.s.reg.Invoke(ctx, h.caller, name, args)
 	return resultJSON(res, err)
 }
 
 func (h *host) Fetch(ctx context.Context, req json.RawMessage) (json.RawMessage, error) {
 	h.calls["httpRequest"]++
+	h.refresh(ctx)
 	res, err := h.s.reg.Invoke(ctx, h.caller, "httpRequest", req)
 	return resultJSON(res, err)
 }

@@ -186,9 +186,19 @@ func (rc *recorder) flush(ctx context.Context) {
 	}
 }
 
+// Flush writes the run records not yet written (they wait at most a few
+// milliseconds): for a reader on another replica, or a test, that must see
+// this process's last runs.
+func (s *Service) Flush(ctx context.Context) { s.recorder.flush(ctx) }
+
 // Close writes the run records not yet written. The server calls it when
 // it stops.
-func (s *Service) Close() { s.recorder.flush(context.Background()) }
+func (s *Service) Close() {
+	if s.unfollow != nil {
+		s.unfollow()
+	}
+	s.recorder.flush(context.Background())
+}
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

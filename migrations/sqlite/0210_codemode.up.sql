@@ -39,6 +39,11 @@ CREATE TABLE code_package_jobs (
     running_since TIMESTAMP,
     last_run_id   TEXT NOT NULL DEFAULT '',
     last_status   TEXT NOT NULL DEFAULT '',
+    -- The authority of the credential that saved the job, which its runs
+    -- never exceed: its token scopes ('*' for all) and, for a confined
+    -- credential, the capabilities it is confined to (NULL: none).
+    scopes        TEXT NOT NULL DEFAULT '',
+    confined      TEXT,
     UNIQUE (package_id, name)
 );
 CREATE INDEX code_package_jobs_due ON code_package_jobs (next_run_at);
