@@ -4,6 +4,10 @@
 # oauth/internal/e2eserver/oauth-client.mjs, against a complete enclave
 # server (oauth/internal/e2eserver). Node 22 and the SDK are installed into a
 # temporary prefix; the machine's own node is left alone.
+# Besides the OAuth flow, the client checks code mode through the SDK: an
+# execute program calling two capabilities, a saved package whose exports
+# become the user's own tools, and a second user (its own OAuth flow) who
+# can neither list, call nor import them.
 # OAUTH_CLIENT_CLUSTER=1 (with ENCLAVE_TEST_POSTGRES) runs the same client
 # against three replicas on PostgreSQL behind a round-robin proxy.
 set -euo pipefail
@@ -35,6 +39,8 @@ echo "node $(node --version)"
 # A built binary (rather than go run) so that stopping it stops the server.
 go build -o "$work/e2eserver" ./oauth/internal/e2eserver
 mkfifo "$work/stdin"
+# One data directory for every replica, as they share the database: its
+# file:// blob bucket holds the saved packages' sources.
 server_args=(-data "$work/data")
 if [ "${OAUTH_CLIENT_CLUSTER:-0}" = 1 ]; then
   # Three replicas on a fresh PostgreSQL schema behind a round-robin proxy.

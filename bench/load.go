@@ -39,10 +39,12 @@ type LoadResult struct {
 }
 
 // loadMain runs N clients, each with its own token (when given), its own
-// connection and its own MCP session, calling tools/call echo in a closed
-// loop: warm-up, then the measured window. It prints "MEASURE_START" and
-// "MEASURE_END" when the window opens and closes (the orchestrator samples
-// the server's CPU time then), and the result as a JSON line.
+// connection and its own MCP session, calling tools/call echo (or, with
+// -mode, code mode's execute) in a closed loop: warm-up, then the measured
+// window. It prints "MEASURE_START" and "MEASURE_END" when the window opens
+// and closes (the orchestrator samples the server's CPU time then), and the
+// result as a JSON line. -mode bomb runs a fixed number of memory bombs
+// instead (runBombs).
 func loadMain(args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	target := fs.String("url", "", "MCP endpoint, http://127.0.0.1:PORT/mcp; several, comma-separated, are replicas the clients are spread over")
@@ -51,8 +53,18 @@ func loadMain(args []string) error {
 	warmup := fs.Duration("warmup", 3*time.Second, "unmeasured warm-up")
 	duration := fs.Duration("duration", 15*time.Second, "measured window")
 	rate := fs.Float64("rate", 0, "total calls per second, spread evenly over the clients (0: each client calls again as soon as it has its answer)")
+	mode := fs.String("mode", modeEcho, "what the clients call: echo, exec (execute `return 1+1`), exec-echo (execute calling echo once) or bomb (execute -code, -calls times in all; -duration bounds it)")
+	calls := fs.Int("calls", 1000, "bomb: executes in all, over the clients")
+	code := fs.String("code", codeBomb, "bomb: the program")
+	settle := fs.Duration("settle", 2*time.Second, "bomb: pause before and after the bombs, for the server's RSS readings")
+	warm := fs.Int("warm", 3, "bomb: trivial executes per client before the first reading")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	switch *mode {
+	case modeEcho, modeExec, modeExecEcho, modeBomb:
+	default:
+		return fmt.Errorf("unknown -mode %q", *mode)
 	}
 	targets := strings.Split(*target, ",") // replicas: client i calls targets[i % n]
 	for _, t := range targets {
@@ -74,12 +86,12 @@ func loadMain(args []string) error {
 	// Bounded in time whatever happens: warm-up + window + setup slack.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *warmup+*duration+60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, *warmup+*duration+2**settle+60*time.Second)
 	defer cancel()
 
 	cs := make([]*client, *clients)
 	for i := range cs {
-		c := &client{url: targets[i%len(targets)], n: i, http: &http.Client{
+		c := &client{url: targets[i%len(targets)], n: i, mode: *mode, code: *code, http: &http.Client{
 			Timeout:   30 * time.Second,
 			Transport: &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableCompression: true},
 		}}
@@ -90,6 +102,9 @@ func loadMain(args []string) error {
 			return fmt.Errorf("client %d: %w", i, err)
 		}
 		cs[i] = c
+	}
+	if *mode == modeBomb {
+		return runBombs(ctx, cs, *calls, *warm, *settle, *duration)
 	}
 	start := time.Now()
 	measureFrom := start.Add(*warmup)
@@ -161,6 +176,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 type client struct {
 	url, token, session string
+	mode, code          string // what it calls (modeEcho…); the bomb's program
 	n                   int
 	http                *http.Client
 	id                  int
@@ -257,40 +273,26 @@ func (c *client) initialize(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tools/list: %w", err)
 	}
-	if !bytes.Contains(raw, []byte(`"name":"echo"`)) {
-		return fmt.Errorf("tools/list has no echo: %.200s", raw)
+	tool := "echo"
+	if c.mode != modeEcho && c.mode != "" {
+		tool = "execute"
+	}
+	if !bytes.Contains(raw, []byte(`"name":"`+tool+`"`)) {
+		return fmt.Errorf("tools/list has no %s: %.200s", tool, raw)
 	}
 	return nil
 }
 
-// call runs tools/call echo once and checks the echoed text.
+// call runs one tools/call of the client's mode (echo by default) and
+// checks the answer.
 func (c *client) call(ctx context.Context) error {
 	c.id++
-	text := fmt.Sprintf("client %d call %d", c.n, c.id)
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":%q}}}`, c.id, text)
-	_, raw, err := c.post(ctx, []byte(body), c.id)
+	body, check := c.request(c.id)
+	_, raw, err := c.post(ctx, body, c.id)
 	if err != nil {
 		return err
 	}
-	var m struct {
-		Result *struct {
-			IsError bool `json:"isError"`
-			Content []struct {
-				Text string `json:"text"`
-			} `json:"content"`
-		} `json:"result"`
-		Error json.RawMessage `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return err
-	}
-	switch {
-	case m.Result == nil:
-		return fmt.Errorf("error: %s", m.Error)
-	case m.Result.IsError || len(m.Result.Content) != 1 || m.Result.Content[0].Text != text:
-		return fmt.Errorf("unexpected result: %s", raw)
-	}
-	return nil
+	return check(raw)
 }
 
 func (c *client) run(ctx context.Context, from, to time.Time) {

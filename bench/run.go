@@ -22,6 +22,7 @@ import (
 // ServerResult is one server's row.
 type ServerResult struct {
 	Key         string      `json:"key"`
+	Mode        string      `json:"load_mode,omitempty"` // what the clients called (echo when empty; see loadMode)
 	Round       int         `json:"round"`
 	Clients     int         `json:"clients"`
 	Name        string      `json:"name"`
@@ -45,6 +46,8 @@ type Report struct {
 	Scaling   []ScaleResult  `json:"scaling"`
 	// Revocation is the propagation of a revocation to another replica.
 	Revocation *RevocationResult `json:"revocation,omitempty"`
+	// CodeModeBombs is the server's RSS around code mode memory bombs.
+	CodeModeBombs *BombResult `json:"codemode_memory_bombs,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -88,8 +91,20 @@ func runMain(args []string) error {
 	scaleDB := fs.String("scale-db", "sqlite", "scaling run database: sqlite, postgres or both")
 	pin := fs.Bool("pin", true, "pin the server to core 0 and the load generator to core 1 (taskset)")
 	outDir := fs.String("out", "bench/results", "directory for the JSON report and process logs")
+	codeMode := fs.Bool("codemode", true, "add the code mode rows after (b) and (c) (execute of a trivial program and of one calling echo) and the memory-bomb run")
+	cmWarmup := fs.Duration("codemode-warmup", 1*time.Second, "warm-up of each code mode row, not measured")
+	cmDuration := fs.Duration("codemode-duration", 5*time.Second, "measured window of each code mode row and round")
+	bombs := fs.Int("codemode-bombs", defaultBombs, "memory bombs (executes exhausting the VM's memory) sent to a fresh (b), with its RSS read before and after (0: skip); run when (b) is measured or when this flag is given")
+	bombCode := fs.String("codemode-bomb-code", codeBomb, "the memory bomb's program")
+	bombSettle := fs.Duration("codemode-settle", 2*time.Second, "pause before and after the bombs, before each RSS reading")
+	bombBound := fs.Duration("codemode-bomb-max", 0, "the most time the bombs may take (0: 3 s a bomb, at least 2 min)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	bombsGiven := false
+	fs.Visit(func(f *flag.Flag) { bombsGiven = bombsGiven || f.Name == "codemode-bombs" })
+	if *bombBound <= 0 {
+		*bombBound = max(2*time.Minute, time.Duration(*bombs)*3*time.Second)
 	}
 	var levels []int
 	for _, f := range strings.Split(*clientList, ",") {
@@ -133,6 +148,7 @@ func runMain(args []string) error {
 	}
 	rep := Report{When: time.Now().UTC(), Machine: machine(pinned), Flags: map[string]any{
 		"clients": *clientList, "warmup": warmup.String(), "duration": duration.String(), "rounds": *nRounds, "rate": *rate, "quota": *quota, "log_level": *logLevel,
+		"codemode": *codeMode, "codemode_warmup": cmWarmup.String(), "codemode_duration": cmDuration.String(), "codemode_bombs": *bombs,
 	}}
 	fmt.Printf("enclave bench: %s clients, %s warm-up + %s measured per server; %s, %d cores, pinned=%v\n",
 		*clientList, *warmup, *duration, rep.Machine.CPU, rep.Machine.Cores, pinned)
@@ -140,7 +156,12 @@ func runMain(args []string) error {
 	pg := os.Getenv("ENCLAVE_TEST_POSTGRES")
 	var keys []string
 	if *servers != "" {
-		keys = strings.Split(*servers, ",")
+		for _, k := range strings.Split(*servers, ",") {
+			keys = append(keys, strings.TrimSpace(k))
+		}
+	}
+	if *codeMode {
+		keys = withCodeMode(keys)
 	}
 	skipped := map[string]string{}
 	for _, key := range keys {
@@ -149,7 +170,7 @@ func runMain(args []string) error {
 			return fmt.Errorf("unknown server %q", key)
 		}
 		switch {
-		case (key == "c" || key == "c0" || key == "c2") && pg == "":
+		case strings.HasPrefix(key, "c") && pg == "":
 			skipped[key] = "ENCLAVE_TEST_POSTGRES not set"
 		case key == "d":
 			if err := nodeReady(); err != nil {
@@ -168,8 +189,12 @@ func runMain(args []string) error {
 				if skipped[key] != "" {
 					continue
 				}
+				wu, du := *warmup, *duration
+				if isCodeMode(key) {
+					r.Mode, wu, du = loadMode(key), *cmWarmup, *cmDuration
+				}
 				fmt.Printf("%d clients, round %d/%d, %s: running…\n", clients, round, *nRounds, r.Name)
-				if err := measureServer(&r, self, logDir, serverCore, loadCore, clients, *rate, *warmup, *duration, *quota, *logLevel, pg); err != nil {
+				if err := measureServer(&r, self, logDir, serverCore, loadCore, clients, *rate, wu, du, *quota, *logLevel, pg); err != nil {
 					return fmt.Errorf("%s: %w", r.Name, err)
 				}
 				rounds[key] = append(rounds[key], r)
@@ -193,6 +218,14 @@ func runMain(args []string) error {
 			}
 			rep.Servers = append(rep.Servers, best)
 		}
+	}
+	if *codeMode && *bombs > 0 && (bombsGiven || slices.Contains(keys, "b") || slices.Contains(keys, "bx") || slices.Contains(keys, "bxe")) {
+		fmt.Printf("code mode: %d memory bombs over %d clients against (b)…\n", *bombs, levels[0])
+		br, err := measureBombs(self, logDir, serverCore, loadCore, levels[0], *bombs, *bombCode, *bombSettle, *bombBound, *quota, *logLevel)
+		if err != nil {
+			return fmt.Errorf("memory bombs: %w", err)
+		}
+		rep.CodeModeBombs = br
 	}
 	if *revocations > 0 && pg != "" {
 		fmt.Printf("revocation propagation: %d revocations between two replicas on PostgreSQL…\n", *revocations)
@@ -285,7 +318,7 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 	case "a":
 		argv = []string{self, "serve", "-kind", "a", "-max-lifetime", life.String()}
 		tokens = ""
-	case "b", "c", "b0", "c0", "c2", "bsql", "bmeter":
+	case "b", "c", "b0", "c0", "c2", "bsql", "bmeter", "bx", "bxe", "cx", "cxe":
 		kind, ttl := r.Key[:1], "30s"
 		switch r.Key {
 		case "bsql":
@@ -297,8 +330,10 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 		}
 		argv = []string{self, "serve", "-kind", kind, "-users", strconv.Itoa(clients), "-tokens-out", tokens,
 			"-quota", quota, "-log-level", logLevel, "-max-lifetime", life.String(), "-caller-cache-ttl", ttl}
-		trace = filepath.Join(logDir, fmt.Sprintf("sql-%s-%d.json", r.Key, clients))
-		argv = append(argv, "-trace-out", trace)
+		if !isCodeMode(r.Key) { // (b)'s trace is of echo: the same server
+			trace = filepath.Join(logDir, fmt.Sprintf("sql-%s-%d.json", r.Key, clients))
+			argv = append(argv, "-trace-out", trace)
+		}
 		if kind == "c" {
 			argv = append(argv, "-pg", pg)
 		}
@@ -349,6 +384,9 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 		"-warmup", warmup.String(), "-duration", duration.String(), "-rate", strconv.FormatFloat(rate, 'f', -1, 64)}
 	if tokens != "" {
 		largv = append(largv, "-tokens", tokens)
+	}
+	if r.Mode != "" {
+		largv = append(largv, "-mode", r.Mode)
 	}
 	ld, err := startProc("load-"+r.Key, loadCore, logDir, "", largv...)
 	if err != nil {
@@ -471,6 +509,7 @@ func statusKiBFile(path, key string) (int64, error) {
 
 func printReport(w io.Writer, rep Report) {
 	if len(rep.Servers) == 0 {
+		printBombs(w, rep.CodeModeBombs)
 		if len(rep.Scaling) > 0 {
 			printScaling(w, rep.Scaling)
 		}
@@ -490,17 +529,24 @@ func printReport(w io.Writer, rep Report) {
 		}
 	}
 	for _, n := range levels {
-		var servers []ServerResult
+		var servers, plain []ServerResult
 		for _, s := range rep.Servers {
 			if s.Clients == n {
 				servers = append(servers, s)
+				if !isCodeMode(s.Key) {
+					plain = append(plain, s)
+				}
 			}
 		}
-		printLevel(w, rep, n, load, servers)
-		if !paced {
-			printTargets(w, n, servers)
+		if len(plain) > 0 {
+			printLevel(w, rep, n, load, plain)
+			if !paced {
+				printTargets(w, n, plain)
+			}
 		}
+		printCodeMode(w, rep, n, servers, paced)
 	}
+	printBombs(w, rep.CodeModeBombs)
 	if paced {
 		fmt.Fprintf(w, "\n(paced run: every server carried the same offered load, so the targets are judged on a closed-loop run)\n")
 	}

@@ -2,8 +2,8 @@
 // tests with clients written elsewhere (.ci/oauth-client.sh drives it with
 // the official TypeScript SDK).
 //
-// It listens on a loopback port, creates one verified account and prints
-// one JSON line with the base URL and the account's credentials. It serves
+// It listens on a loopback port, creates two verified accounts and prints
+// one JSON line with the base URL and the accounts' credentials. It serves
 // until stdin closes or it gets SIGINT/SIGTERM.
 //
 // Login and consent are the web shell's own pages (fields email and
@@ -74,28 +74,43 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := ready(ctx, srv, base); err != nil {
+	if err := ready(ctx, srv, base, 1); err != nil {
 		return err
 	}
 	return srv.Serve(ctx, ln)
 }
 
-// ready creates the account and prints the line the driving script waits for.
-func ready(ctx context.Context, srv *enclave.Server, base string) error {
-	const email, password = "agent-owner@example.test", "correct horse battery staple"
-	if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{
-		Email: email, Username: "agentowner", Password: password, Verified: true,
-	}); err != nil {
-		return err
+// ready creates the accounts and prints the line the driving script waits
+// for: the first account as email and password, a second one (to check
+// that what the first saves stays its own) as email2 and password2, and
+// the number of replicas behind baseURL.
+func ready(ctx context.Context, srv *enclave.Server, base string, replicas int) error {
+	users := []struct{ email, username, password string }{
+		{"agent-owner@example.test", "agentowner", "correct horse battery staple"},
+		{"second-user@example.test", "seconduser", "another horse battery staple"},
 	}
-	line, _ := json.Marshal(map[string]string{"baseURL": base, "email": email, "password": password})
+	for _, u := range users {
+		if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{
+			Email: u.email, Username: u.username, Password: u.password, Verified: true,
+		}); err != nil {
+			return err
+		}
+	}
+	line, _ := json.Marshal(map[string]any{
+		"baseURL": base,
+		"email":   users[0].email, "password": users[0].password,
+		"email2": users[1].email, "password2": users[1].password,
+		"replicas": replicas,
+	})
 	fmt.Println(string(line))
 	return nil
 }
 
 // runReplicas serves n replicas of one configuration, each on a port of its
 // own, behind a round-robin proxy on ln (no stickiness): every step of the
-// OAuth flow and every MCP request may land on a different replica.
+// OAuth flow and every MCP request may land on a different replica. They
+// share cfg, so the data directory as well as the database: the blob
+// bucket (package sources) and the keeper key are the same for all.
 func runReplicas(ctx context.Context, ln net.Listener, cfg enclave.Config, n int) error {
 	var backends []string
 	var servers []*enclave.Server
@@ -130,7 +145,7 @@ func runReplicas(ctx context.Context, ln net.Listener, cfg enclave.Config, n int
 	for i, srv := range servers {
 		go func() { errc <- srv.Serve(ctx, listeners[i]) }()
 	}
-	if err := ready(ctx, servers[0], cfg.BaseURL); err != nil {
+	if err := ready(ctx, servers[0], cfg.BaseURL, n); err != nil {
 		return err
 	}
 	var first error
