@@ -371,12 +371,18 @@ func (s *Service) Save(ctx context.Context, by capabilities.Caller, o storage.Ow
 		// the registry's checks gets no new rows, and the sources written
 		// above are removed below (its deletion may already have swept
 		// the blobs).
-		var live int
-		if err := tx.NewSelect().Table("users").ColumnExpr("COUNT(*)").
-			Where("id = ? AND deleting_at IS NULL AND suspended_at IS NULL", o.ID).Scan(ctx, &live); err != nil {
+		// On PostgreSQL the owner's row is locked too, so that concurrent
+		// saves take turns counting packages and jobs against the limits
+		// (SQLite runs one write transaction at a time anyway).
+		var live []int64
+		q := tx.NewSelect().Table("users").Column("id").Where("id = ? AND deleting_at IS NULL AND suspended_at IS NULL", o.ID)
+		if s.store.Dialect() == storage.Postgres {
+			q = q.For("UPDATE")
+		}
+		if err := q.Scan(ctx, &live); err != nil {
 			return err
 		}
-		if live != 1 {
+		if len(live) != 1 {
 			return capabilities.Errorf(capabilities.CodeAccountDeleting, "this account is suspended or being deleted: nothing is saved")
 		}
 		var p packageRow

@@ -124,7 +124,9 @@ func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runI
 		res.Logs = []sandbox.Log{}
 	}
 	if out.Err != nil {
-		res.Error = &RunFailure{Kind: out.Err.Kind, Limit: out.Err.Limit, Message: out.Err.Message}
+		// A program chooses its error's message: it gets no more room in
+		// the answer than in the run record.
+		res.Error = &RunFailure{Kind: out.Err.Kind, Limit: out.Err.Limit, Message: truncate(out.Err.Message, maxErrorBytes)}
 	} else if len(out.Result) > 0 {
 		res.Result = out.Result
 	}

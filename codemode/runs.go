@@ -30,8 +30,12 @@ const (
 	StatusFailed    = "failed"
 )
 
-// storedLogBytes bounds the logs a run record keeps.
-const storedLogBytes = 16 << 10
+// storedLogBytes bounds the logs a run record keeps; maxErrorBytes a run
+// error's message, in the answer and in the record.
+const (
+	storedLogBytes = 16 << 10
+	maxErrorBytes  = 4 << 10
+)
 
 // Run is the record of one run.
 type Run struct {
@@ -115,7 +119,7 @@ func (s *Service) record(ctx context.Context, o storage.Owner, info runInfo, out
 		Status: StatusSucceeded, StartedAt: info.started, DurationMs: out.Duration.Milliseconds(), HostCalls: out.HostCalls,
 		Logs: "[]", Calls: "{}", LogsTruncated: out.LogsTruncated}
 	if out.Err != nil {
-		r.Status, r.ErrorKind, r.ErrorLimit, r.Error = StatusFailed, out.Err.Kind, out.Err.Limit, truncate(out.Err.Message, 2000)
+		r.Status, r.ErrorKind, r.ErrorLimit, r.Error = StatusFailed, out.Err.Kind, out.Err.Limit, truncate(out.Err.Message, maxErrorBytes)
 	}
 	logs, truncated := boundLogs(out.Logs, storedLogBytes)
 	r.LogsTruncated = r.LogsTruncated || truncated
