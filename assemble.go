@@ -593,7 +593,7 @@ func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) error {
 	return nil
 }
 
-// codeModeQuota puts execute and every package export in the
+// codeModeQuota puts execute, packageSave and every package export in the
 // quota class of code runs, limited to codemode.DefaultDailyRuns a day
 // unless the operator set that class's limit (--quota execute=N/day).
 func codeModeQuota(l quota.Limits) quota.Limits {
@@ -601,8 +601,9 @@ func codeModeQuota(l quota.Limits) quota.Limits {
 	if classes == nil {
 		classes = map[string]string{}
 	}
-	// packageRun calls the export's own capability, which counts.
-	for _, name := range []string{"execute", codemode.ExportPrefix + "*"} {
+	// packageRun calls the export's own capability, which counts; a save
+	// counts too (each stores up to 1 MiB of sources).
+	for _, name := range []string{"execute", "packageSave", codemode.ExportPrefix + "*"} {
 		if _, set := classes[name]; !set {
 			classes[name] = codemode.QuotaClass
 		}

@@ -2,11 +2,14 @@ package capabilities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
 )
 
 // Provider supplies capabilities that belong to one caller alone: a saved
@@ -87,7 +90,61 @@ func (r *Registry) Compile(c Capability) (Capability, error) {
 	if c.Task != TaskNever {
 		return Capability{}, fmt.Errorf("capabilities: compile %q: a provider's capability cannot run as a task", c.Name)
 	}
+	for _, schema := range []json.RawMessage{c.InputSchema, c.OutputSchema} {
+		if err := withoutReferences(schema); err != nil {
+			return Capability{}, fmt.Errorf("capabilities: compile %q: %w", c.Name, err)
+		}
+	}
 	return c, nil
+}
+
+// withoutReferences refuses a schema holding a reference ($ref,
+// $dynamicRef, $recursiveRef) anywhere. A provider's schemas come from its
+// users (a package's manifest, a remote server's tool list), and a
+// reference cycle that consumes no input ({"$ref": "#"}) makes validation
+// recurse until the process dies, which no recover stops. The check reads
+// the schema as validation does: decoded (encoding/json matches names
+// without regard to case: "$REF" is "$ref"), then written out again in
+// its canonical spelling and walked.
+func withoutReferences(raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	canonical, err := json.Marshal(&s)
+	if err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	var tree any
+	if err := json.Unmarshal(canonical, &tree); err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	var walk func(v any) error
+	walk = func(v any) error {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				switch strings.ToLower(k) {
+				case "$ref", "$dynamicref", "$recursiveref":
+					return fmt.Errorf("schema: %s is not supported in a provider's schema: write the schema out in full", k)
+				}
+				if err := walk(x); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for _, x := range v {
+				if err := walk(x); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(tree)
 }
 
 // providerOf returns the provider whose prefix name starts with.

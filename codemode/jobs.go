@@ -13,8 +13,14 @@ import (
 // JobLane is the name of the schedule that runs due package jobs.
 const JobLane = "codemode-jobs"
 
-// jobsPerTick bounds the jobs one tick starts; the rest wait a minute.
-const jobsPerTick = 50
+// jobsPerTick bounds the jobs one tick starts, jobsPerUserPerTick those of
+// one account, and tickBudget how long a tick keeps starting jobs; the
+// rest wait for the next minute.
+const (
+	jobsPerTick        = 50
+	jobsPerUserPerTick = 2
+	tickBudget         = 45 * time.Second
+)
 
 // staleRun is how long a job may look running before another tick may
 // take it again (its replica died): past any run's wall-time limit.
@@ -60,7 +66,15 @@ func (s *Service) RunDueJobs(ctx context.Context, now time.Time) (int, error) {
 		return 0, fmt.Errorf("codemode: due jobs: %w", err)
 	}
 	ran := 0
+	perUser := map[string]int{}
+	started := time.Now()
 	for _, j := range due {
+		// Fairness: a few accounts with slow jobs cannot hold the lane.
+		// What is left waits for the next tick, its claim untouched.
+		if perUser[j.StableID] >= jobsPerUserPerTick || time.Since(started) > tickBudget {
+			continue
+		}
+		perUser[j.StableID]++
 		sched, err := ParseSchedule(j.Schedule)
 		if err != nil {
 			continue
