@@ -100,14 +100,15 @@ func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runI
 		}
 		return Output{}, err
 	}
-	defer release()
-
+	// The sandbox releases the slot once the engine has ended (later than
+	// the answer for an engine caught in a built-in past its deadline).
 	ctx = context.WithValue(ctx, inRunKey{}, true)
 	acting := inner(caller)
 	h := &host{s: s, caller: acting, calls: map[string]int{}, storage: map[string]json.RawMessage{}, checked: time.Now()}
 	prog.Capabilities = s.bindable(ctx, acting)
 	prog.Resolver = &resolver{s: s, o: o, versions: map[string]versionRow{}}
 	prog.Host = h
+	prog.Release = release
 	prog.Limits = s.cfg.Limits
 	if timeout > 0 && timeout < prog.Limits.Timeout {
 		prog.Limits.Timeout = timeout
@@ -115,7 +116,8 @@ func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runI
 	info.started = time.Now().UTC()
 	info.id = newRunID(info.started)
 	out, err := sandbox.Run(ctx, prog)
-	if err != nil {
+	if err != nil { // refused before it started: the slot was never handed over
+		release()
 		return Output{}, fmt.Errorf("codemode: run: %w", err)
 	}
 	s.record(ctx, o, info, out, h.calls)

@@ -113,15 +113,13 @@ func (r *run) storage(op, args string) any {
 	})
 }
 
-// hostCall counts one host call against Limits.HostCalls and makes it.
+// hostCall counts one host call and makes it.
 // Going past the limit, or past the deadline during the call, ends the run
 // with an interrupt, which no try/catch of the program can hold back.
 func (r *run) hostCall(do func(context.Context) (json.RawMessage, error)) any {
-	if r.hostCalls >= r.limits.HostCalls {
-		r.halt(limitError(LimitHostCalls, fmt.Sprintf("the program made more host calls than its limit of %d", r.limits.HostCalls)))
+	if !r.countHostCall() {
 		return nil
 	}
-	r.hostCalls++
 	value, err := do(r.ctx)
 	if r.ctx.Err() != nil {
 		r.vm.Interrupt()
@@ -137,6 +135,18 @@ func (r *run) hostCall(do func(context.Context) (json.RawMessage, error)) any {
 		return errorReply(errors.New("sandbox: the host returned invalid JSON"))
 	}
 	return `{"value":` + string(value) + `}`
+}
+
+// countHostCall counts one host call, or a module lookup, against
+// Limits.HostCalls. Past the limit it ends the run and reports false.
+func (r *run) countHostCall() bool {
+	if r.hostCalls >= r.limits.HostCalls {
+		r.halt(limitError(LimitHostCalls, fmt.Sprintf(
+			"the program made more host calls (capabilities, fetch, storage and module lookups) than its limit of %d", r.limits.HostCalls)))
+		return false
+	}
+	r.hostCalls++
+	return true
 }
 
 // errorReply is the reply for a failed host call. Only a HostError shows
@@ -235,31 +245,39 @@ func (r *run) resultTooBig(atLeast int) *RunError {
 		byteSize(int64(atLeast)), byteSize(int64(r.limits.Result))))
 }
 
-// preludeConfig is the CONFIG constant of prelude.js.
+// preludeConfig is the CONFIG of prelude.js: the function the prelude
+// evaluates to takes it as JSON.
 type preludeConfig struct {
 	Bridge       string   `json:"bridge"`
 	Capabilities []string `json:"capabilities"`
 	LogLimit     int      `json:"logLimit"`
+	MaxLength    int64    `json:"maxLength"`
+	MaxMessage   int      `json:"maxMessage"`
 	ResultLimit  int      `json:"resultLimit"`
-	Module       string   `json:"module"`
-	Export       string   `json:"export"`
-	Args         *string  `json:"args,omitempty"`
+	// Module is set when the program is a module, run through the driver:
+	// run then calls its export Export, with Args, and the prelude hands
+	// run to the module "<sandbox>" (HandOff).
+	Module  string  `json:"module,omitempty"`
+	Export  string  `json:"export,omitempty"`
+	Args    *string `json:"args,omitempty"`
+	HandOff bool    `json:"handOff,omitempty"`
 }
 
-func (r *run) preludeSource() string {
+func (r *run) preludeConfig() string {
 	c := preludeConfig{
 		Bridge:       bridgeName,
 		Capabilities: r.p.Capabilities,
 		LogLimit:     r.limits.Logs,
+		MaxLength:    r.limits.Memory / 16, // bytes per element of a dense array
+		MaxMessage:   maxMessage,
 		ResultLimit:  r.limits.Result,
-		Module:       programModule,
-		Export:       "default",
 	}
 	if c.Capabilities == nil {
 		c.Capabilities = []string{}
 	}
-	if r.prog == nil {
-		c.Module = r.p.Module
+	switch {
+	case r.prog == nil:
+		c.Module, c.Export, c.HandOff = r.p.Module, "default", true
 		if r.p.Export != "" {
 			c.Export = r.p.Export
 		}
@@ -267,14 +285,14 @@ func (r *run) preludeSource() string {
 			args := string(r.p.Args)
 			c.Args = &args
 		}
+	case r.prog.module:
+		c.Module, c.Export, c.HandOff = programModule, "default", true
 	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		panic(err) // strings and ints only
 	}
-	// On the line of the first statement, so the prelude's own line numbers
-	// are those of prelude.js.
-	return "const CONFIG = " + string(b) + "; " + preludeJS
+	return string(b)
 }
 
 // errStopped is what normalize and load return once the run is over; the
@@ -283,7 +301,7 @@ var errStopped = errors.New("the run is over")
 
 // normalize resolves a specifier. The driver's imports are the sandbox's
 // own modules; every other import goes to the Resolver, with the program
-// as referrer "".
+// (a module, or a script: see program) as referrer "".
 func (r *run) normalize(_ *quickjs.VM, base, specifier string) (name string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -295,7 +313,7 @@ func (r *run) normalize(_ *quickjs.VM, base, specifier string) (name string, err
 		r.vm.Interrupt()
 		return "", errStopped
 	}
-	if base == driverModule {
+	if base == driverModule && r.driven() {
 		switch {
 		case specifier == preludeModule:
 			return preludeModule, nil
@@ -305,15 +323,32 @@ func (r *run) normalize(_ *quickjs.VM, base, specifier string) (name string, err
 			return r.resolve("", r.p.Module)
 		}
 	}
-	if base == programModule {
+	if r.prog != nil && base == r.prog.file {
 		base = ""
 	}
 	return r.resolve(base, specifier)
 }
 
+// resolved is what the Resolver answered for one referrer and specifier.
+type resolved struct {
+	name string
+	err  error
+}
+
+// resolve asks the Resolver, once per referrer and specifier in a run: the
+// engine asks again each time import() runs. Each lookup counts as a host
+// call, so that a loop of import() is bounded like a loop of capability
+// calls.
 func (r *run) resolve(referrer, specifier string) (string, error) {
 	if r.p.Resolver == nil {
 		return "", fmt.Errorf("cannot import %q: imports are not available", specifier)
+	}
+	key := [2]string{referrer, specifier}
+	if res, ok := r.resolved[key]; ok {
+		return res.name, res.err
+	}
+	if !r.countHostCall() {
+		return "", errStopped
 	}
 	name, err := r.p.Resolver.Resolve(r.ctx, referrer, specifier)
 	switch {
@@ -321,11 +356,15 @@ func (r *run) resolve(referrer, specifier string) (string, error) {
 		r.vm.Interrupt()
 		return "", errStopped
 	case err != nil:
-		return "", moduleError(err, "module not found: "+specifier)
+		err = moduleError(err, "module not found: "+specifier)
 	case name == "" || strings.HasPrefix(name, "<"):
-		return "", errors.New("module not found: " + specifier)
+		name, err = "", errors.New("module not found: "+specifier)
 	}
-	return name, nil
+	if r.resolved == nil {
+		r.resolved = map[[2]string]resolved{}
+	}
+	r.resolved[key] = resolved{name, err}
+	return name, err
 }
 
 // load returns the source of a module normalize named.
@@ -340,12 +379,15 @@ func (r *run) load(_ *quickjs.VM, name string) (source string, err error) {
 	case r.ended():
 		r.vm.Interrupt()
 		return "", errStopped
-	case name == preludeModule:
-		return r.preludeSource(), nil
-	case name == programModule && r.prog != nil:
+	case name == preludeModule && r.driven():
+		return handOffSource, nil
+	case name == programModule && r.prog != nil && r.prog.module:
 		return r.prog.source, nil
 	case r.p.Resolver == nil:
 		return "", errors.New("imports are not available")
+	}
+	if !r.countHostCall() {
+		return "", errStopped
 	}
 	source, err = r.p.Resolver.Load(r.ctx, name)
 	switch {

@@ -27,10 +27,27 @@
 //     calls. A program may catch the engine's out-of-memory and stack
 //     overflow errors and go on, still within the same caps; it cannot catch
 //     the end of its time or of its host calls, which interrupt the VM.
+//   - Run returns by the deadline (plus a grace of 2 s) even when the engine
+//     cannot be interrupted: inside a Host call that ignores its context, or
+//     a built-in function that never checks for interrupts. Such an engine
+//     goes on until it is done, then closes its VM; Stuck counts them and
+//     every Gate gives their cores no new runs. The built-ins known to loop
+//     without checking, Array.prototype's methods that walk every index of
+//     a long (sparse or array-like) length, are guarded by the prelude: past
+//     Limits.Memory/16 elements, more than any dense array can have, they
+//     throw a RangeError instead of walking 2**53 indexes.
 //   - A panic in the engine, a Host or a Resolver ends the run with a
 //     RunError of Kind "internal" and does not crash the process.
 //   - Errors the program sees and reports never carry Go error text: a Host
-//     shows the program what went wrong only through a *HostError.
+//     shows the program what went wrong only through a *HostError. A
+//     RunError's Message and Stack are at most 16 KiB each.
+//
+// Most of what a run costs is the engine's own: making the VM and freeing
+// it. What the sandbox adds is kept small: the prelude (prelude.js, the
+// bindings) is compiled to bytecode once per process and only loaded in each
+// VM; a program without static imports is evaluated as a script, which costs
+// less than the modules a program with imports needs; and the goroutines
+// that run engines are kept for the next run (BenchmarkRunTrivial).
 //
 // Gate bounds how many runs go at once, per key (a user) and in total.
 package sandbox

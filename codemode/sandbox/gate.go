@@ -14,6 +14,10 @@ import (
 //
 // First come first served holds among the waiters that could run: a waiter
 // whose key is at its perUser bound does not hold up waiters for other keys.
+// A run holds its slot until its engine has ended: give the release
+// function to Run as Program.Release, and an engine still running after
+// its Run returned (see Stuck) keeps its user's slot, so one user's stuck
+// engines never take more than that user's bound.
 type Gate struct {
 	perUser, total int
 	wait           time.Duration
@@ -32,13 +36,14 @@ type waiter struct {
 }
 
 // NewGate returns a gate. Zero or negative arguments take the defaults:
-// perUser 4, total 2*GOMAXPROCS (at least 2), wait 10 s.
+// total 2*GOMAXPROCS (at least 2), perUser 4 but at most half of total (at
+// least 1), so that one key never holds every slot, and wait 10 s.
 func NewGate(perUser, total int, wait time.Duration) *Gate {
-	if perUser <= 0 {
-		perUser = 4
-	}
 	if total <= 0 {
 		total = max(2, 2*runtime.GOMAXPROCS(0))
+	}
+	if perUser <= 0 {
+		perUser = min(4, max(1, total/2))
 	}
 	if wait <= 0 {
 		wait = 10 * time.Second

@@ -11,6 +11,8 @@ type Limits struct {
 	// Memory is the most memory, in bytes, the VM may allocate; default
 	// 64 MiB. The engine refuses an allocation past it with an "out of
 	// memory" error; uncaught, it ends the run with the "memory" limit.
+	// It also bounds the length Array methods accept (Memory/16, the most
+	// elements a dense array can have), see doc.go.
 	Memory int64
 	// Timeout is the wall time of the whole run, host calls included;
 	// default 30 s.
@@ -29,7 +31,8 @@ type Limits struct {
 	// and Outcome.LogsTruncated is set; it never fails the run.
 	Logs int
 	// HostCalls is the most host calls (capability calls, fetch and storage
-	// operations together) a run may make; default 1000.
+	// operations together, and the Resolver's lookups and loads, once per
+	// distinct import) a run may make; default 1000.
 	HostCalls int
 }
 

@@ -1,16 +1,23 @@
-// The module "<sandbox>": the bindings of a program, evaluated before any of
-// its code. Go prepends `const CONFIG = {...};` (see preludeConfig) and the
-// driver imports its default export, run.
+// The prelude: the bindings of a program, set up before any of its code
+// runs. It is compiled once per process, to bytecode named "<sandbox>" (see
+// preludeBytecode), and every run evaluates that bytecode in its fresh VM:
+// the value is the function below, which Go calls with the run's
+// configuration, as JSON (see preludeConfig), and which returns run.
 //
 // Everything here reaches Go through one host function, the bridge, which
 // takes strings and returns a JSON string (or a number for "log"). The
-// bridge is a global only until the first statement below deletes it: from
-// then on it lives in this module's scope, out of the program's reach. Go
+// bridge is a global only until the first statements below delete it: from
+// then on it lives in this function's scope, out of the program's reach. Go
 // checks every call on its side all the same (capability names, limits).
 //
 // The built-ins used are captured first, so that a program replacing
-// JSON.parse, say, breaks only its own view of them.
+// JSON.parse, say, breaks only its own view of them. No program code has run
+// when this function is called.
 
+(function (configJSON) {
+"use strict";
+
+const CONFIG = JSON.parse(configJSON);
 const bridge = globalThis[CONFIG.bridge];
 delete globalThis[CONFIG.bridge];
 
@@ -22,8 +29,112 @@ const defineProperty = Object.defineProperty;
 const freeze = Object.freeze;
 const create = Object.create;
 const keys = Object.keys;
+const assign = Object.assign;
 const isArray = Array.isArray;
 const toString = String;
+const ObjectClass = Object;
+const apply = Reflect.apply;
+const RangeErrorClass = RangeError;
+const isConcatSpreadable = Symbol.isConcatSpreadable;
+
+// The engine's Array methods walk every index up to length in one call
+// without checking for interrupts, so a call on a long array-like, such as
+// [].includes.call({length: 2 ** 53}, 1), held the run past its time limit.
+// These wrappers refuse lengths over CONFIG.maxLength, the most elements a
+// dense array can have in the VM's memory: no array that exists is refused.
+// Methods that call a function for every index are interruptible, but skip
+// holes without calling it, so they are wrapped too.
+function lengthOf(o) {
+	if (o === null || o === undefined) return 0;
+	const n = +ObjectClass(o).length;
+	return n > 0 ? n : 0;
+}
+
+function checkLength(name, o) {
+	const n = lengthOf(o);
+	if (n > CONFIG.maxLength) {
+		throw new RangeErrorClass("Array.prototype." + name + ": length " + n + " is over the sandbox's limit of " + CONFIG.maxLength);
+	}
+}
+
+const AP = Array.prototype;
+const original = {
+	concat: AP.concat, copyWithin: AP.copyWithin, every: AP.every, fill: AP.fill, filter: AP.filter,
+	forEach: AP.forEach, includes: AP.includes, indexOf: AP.indexOf, join: AP.join, lastIndexOf: AP.lastIndexOf,
+	map: AP.map, reduce: AP.reduce, reduceRight: AP.reduceRight, reverse: AP.reverse, shift: AP.shift,
+	slice: AP.slice, some: AP.some, sort: AP.sort, splice: AP.splice, toLocaleString: AP.toLocaleString,
+	toReversed: AP.toReversed, toSorted: AP.toSorted, toSpliced: AP.toSpliced, toString: AP.toString,
+	unshift: AP.unshift, with: AP.with,
+};
+
+// flat and flatMap walk nested arrays natively too, whose lengths no
+// wrapper sees: they are done here in JS, where the engine checks for
+// interrupts, with every level's length checked.
+function flatten(target, source, depth, name) {
+	checkLength(name, source);
+	const n = lengthOf(source);
+	for (let i = 0; i < n; i++) {
+		if (!(i in source)) continue;
+		const v = source[i];
+		if (depth > 0 && isArray(v)) flatten(target, v, depth - 1, name);
+		else target.push(v);
+	}
+	return target;
+}
+
+// Each wrapper has the name and length of the method it wraps, and calls it
+// with the arguments it got. They are written out, rather than made in a
+// loop, because every run makes them again: a method of an object literal
+// costs less than a function made, then given a name and a length.
+// The wrappers replace the methods by assignment, which keeps the
+// attributes the engine gave them (writable, configurable, not enumerable).
+// The engine has every one of these methods (TestGuardedMethods checks).
+const guarded = {
+	concat(value) {
+		checkLength("concat", this);
+		for (let i = 0; i < arguments.length; i++) {
+			const a = arguments[i];
+			if (a !== null && typeof a === "object" && (isArray(a) || a[isConcatSpreadable])) checkLength("concat", a);
+		}
+		return apply(original.concat, this, arguments);
+	},
+	copyWithin(target, start) { checkLength("copyWithin", this); return apply(original.copyWithin, this, arguments); },
+	every(callback) { checkLength("every", this); return apply(original.every, this, arguments); },
+	fill(value) { checkLength("fill", this); return apply(original.fill, this, arguments); },
+	filter(callback) { checkLength("filter", this); return apply(original.filter, this, arguments); },
+	forEach(callback) { checkLength("forEach", this); return apply(original.forEach, this, arguments); },
+	includes(value) { checkLength("includes", this); return apply(original.includes, this, arguments); },
+	indexOf(value) { checkLength("indexOf", this); return apply(original.indexOf, this, arguments); },
+	join(separator) { checkLength("join", this); return apply(original.join, this, arguments); },
+	lastIndexOf(value) { checkLength("lastIndexOf", this); return apply(original.lastIndexOf, this, arguments); },
+	map(callback) { checkLength("map", this); return apply(original.map, this, arguments); },
+	reduce(callback) { checkLength("reduce", this); return apply(original.reduce, this, arguments); },
+	reduceRight(callback) { checkLength("reduceRight", this); return apply(original.reduceRight, this, arguments); },
+	reverse() { checkLength("reverse", this); return apply(original.reverse, this, arguments); },
+	shift() { checkLength("shift", this); return apply(original.shift, this, arguments); },
+	slice(start, end) { checkLength("slice", this); return apply(original.slice, this, arguments); },
+	some(callback) { checkLength("some", this); return apply(original.some, this, arguments); },
+	sort(compare) { checkLength("sort", this); return apply(original.sort, this, arguments); },
+	splice(start, count) { checkLength("splice", this); return apply(original.splice, this, arguments); },
+	toLocaleString() { checkLength("toLocaleString", this); return apply(original.toLocaleString, this, arguments); },
+	toReversed() { checkLength("toReversed", this); return apply(original.toReversed, this, arguments); },
+	toSorted(compare) { checkLength("toSorted", this); return apply(original.toSorted, this, arguments); },
+	toSpliced(start, count) { checkLength("toSpliced", this); return apply(original.toSpliced, this, arguments); },
+	toString() { checkLength("toString", this); return apply(original.toString, this, arguments); },
+	unshift(value) { checkLength("unshift", this); return apply(original.unshift, this, arguments); },
+	with(index, value) { checkLength("with", this); return apply(original.with, this, arguments); },
+	flat() {
+		const depth = arguments[0];
+		const d = depth === undefined ? 1 : +depth;
+		return flatten([], ObjectClass(this), d > 0 ? d : 0, "flat");
+	},
+	flatMap(callback) {
+		checkLength("flatMap", this); // before map walks it
+		if (typeof callback !== "function") throw new TypeErrorClass("Array.prototype.flatMap: not a function");
+		return flatten([], apply(original.map, ObjectClass(this), [callback, arguments[1]]), 1, "flatMap");
+	},
+};
+assign(AP, guarded);
 
 // host sends one host operation and returns its parsed value, or throws the
 // error the host returned: an Error with .code.
@@ -49,14 +160,15 @@ function json(value, what) {
 
 // codemode has exactly the capabilities of the program, and no prototype,
 // so that codemode.toString is as undefined as any other name.
+// Its properties are made by assignment, which freeze then makes read-only.
 const codemode = create(null);
-for (const name of CONFIG.capabilities) {
-	const call = {
+for (let i = 0; i < CONFIG.capabilities.length; i++) {
+	const name = CONFIG.capabilities[i];
+	codemode[name] = {
 		async [name](args) {
 			return host("call", name, args === undefined ? "{}" : json(args, "the arguments of codemode." + name));
 		},
 	}[name];
-	defineProperty(codemode, name, { value: call, enumerable: true });
 }
 freeze(codemode);
 
@@ -200,19 +312,18 @@ const console = {
 	debug: logger("debug"),
 };
 
-for (const [name, value] of [
-	["codemode", codemode],
-	["fetch", fetch],
-	["storage", storage],
-	["console", console],
-]) {
-	defineProperty(globalThis, name, { value, writable: true, configurable: true });
-}
+defineProperty(globalThis, "codemode", { value: codemode, writable: true, configurable: true });
+defineProperty(globalThis, "fetch", { value: fetch, writable: true, configurable: true });
+defineProperty(globalThis, "storage", { value: storage, writable: true, configurable: true });
+defineProperty(globalThis, "console", { value: console, writable: true, configurable: true });
 
 // report sends the fields of a thrown value to Go with op ("throw" or
 // "resultError"). It reads properties only and allocates as little as
 // possible: the error may be the engine's "out of memory".
+// Each field is cut to CONFIG.maxMessage characters: Go keeps no more, and
+// an error is no way around Limits.Result.
 function report(op, e) {
+	const cut = (s) => (s.length > CONFIG.maxMessage ? s.slice(0, CONFIG.maxMessage + 1) : s);
 	try {
 		if (e instanceof ErrorClass) {
 			const name = e.name;
@@ -220,14 +331,14 @@ function report(op, e) {
 			const stack = e.stack;
 			bridge(
 				op,
-				typeof name === "string" ? name : "Error",
-				typeof message === "string" ? message : show(message),
-				typeof stack === "string" ? stack : "",
+				typeof name === "string" ? cut(name) : "Error",
+				cut(typeof message === "string" ? message : show(message)),
+				typeof stack === "string" ? cut(stack) : "",
 			);
 		} else {
 			// The engine throws null when it runs out of memory while making
 			// its "out of memory" error: Go needs to know it was null.
-			bridge(op, "", show(e), "", e === null);
+			bridge(op, "", cut(show(e)), "", e === null);
 		}
 	} catch (_) {
 		bridge(op, "", "", "");
@@ -252,16 +363,21 @@ function reportResult(value) {
 
 let started = false;
 
-// run calls the export of the program (its body, for code) and reports its
-// awaited value or what it threw. It runs once: a second call does nothing.
-export default async function run(namespace) {
+// run calls the program and reports its awaited value or what it threw. Its
+// argument is the function the program's code was made into, or, when
+// CONFIG.module is set, the namespace of that module, whose export
+// CONFIG.export it calls with CONFIG.args. It runs once: a second call does
+// nothing.
+async function run(main) {
 	if (started) return;
 	started = true;
 	let value;
 	try {
-		const f = namespace[CONFIG.export];
+		const f = CONFIG.module === undefined ? main : main[CONFIG.export];
 		if (typeof f !== "function") {
-			throw new TypeErrorClass("module " + CONFIG.module + " has no exported function " + CONFIG.export);
+			throw new TypeErrorClass(CONFIG.module === undefined
+				? "the program's code did not make a function"
+				: "module " + CONFIG.module + " has no exported function " + CONFIG.export);
 		}
 		value = await f(CONFIG.args === undefined ? undefined : parse(CONFIG.args));
 	} catch (e) {
@@ -270,3 +386,12 @@ export default async function run(namespace) {
 	}
 	reportResult(value);
 }
+
+// For a program that is a module, the bridge's global hands run on to the
+// module "<sandbox>", the first the driver imports, which deletes it again
+// before any module of the program is evaluated.
+if (CONFIG.handOff) {
+	defineProperty(globalThis, CONFIG.bridge, { value: run, configurable: true });
+}
+return run;
+})

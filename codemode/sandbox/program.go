@@ -11,8 +11,8 @@ import (
 // when the driver (the module "<eval>") imports them; the program asking
 // for them goes to its Resolver like any other import.
 const (
-	driverModule  = "<eval>"    // the name the engine gives the module Go evaluates
-	preludeModule = "<sandbox>" // prelude.js: the bindings and run
+	driverModule  = "<eval>"    // the name the engine gives the code Go evaluates
+	preludeModule = "<sandbox>" // the file name of the prelude, and the module that hands its run to the driver
 	programModule = "<program>" // Program.Code, wrapped in a function
 	entryModule   = "<entry>"   // stands for Program.Module
 )
@@ -27,42 +27,91 @@ const (
 	programCloser = "\n}\n"
 )
 
-// program is Program.Code made into the module "<program>".
+// scriptOpener and scriptCloser make the body of a Program.Code without
+// static imports into a script whose value is the body as a function, named
+// "default" like the module's: a script costs less to evaluate than the
+// modules the other way needs. Go evaluates it in strict mode, as module
+// code is, under the engine's name "<eval>".
+const (
+	scriptOpener = "({default: async function () {"
+	scriptCloser = "\n}}).default"
+)
+
+// program is Program.Code made into the module "<program>", or a script.
 type program struct {
 	source string
+	// module tells which: a module when the code has static imports (or
+	// uses import.meta, which only modules have).
+	module bool
+	// file is the name the engine gives source in stack traces and errors:
+	// programModule or driverModule.
+	file   string
+	opener string
 	// line and column (1-based, in characters as the engine counts them) of
-	// the point where programOpener was inserted.
+	// the point where opener was inserted.
 	line, column int
 	code         string
 }
 
 func newProgram(code string) program {
 	at := importsEnd(code)
+	if at == 0 && !hasImportMeta(code) {
+		return program{
+			source: scriptOpener + code + scriptCloser,
+			file:   driverModule,
+			opener: scriptOpener,
+			line:   1,
+			column: 1,
+			code:   code,
+		}
+	}
 	before := code[:at]
 	line := 1 + strings.Count(before, "\n")
 	column := 1 + utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:])
 	return program{
 		source: before + programOpener + code[at:] + programCloser,
+		module: true,
+		file:   programModule,
+		opener: programOpener,
 		line:   line,
 		column: column,
 		code:   code,
 	}
 }
 
-// position maps a line and column the engine reported in "<program>" to the
-// same place in the program's own code.
+// hasImportMeta reports whether code may use import.meta: "import" followed
+// by a dot, after spaces maybe. Comments in between are taken for not, and
+// fail as a syntax error.
+func hasImportMeta(code string) bool {
+	for {
+		i := strings.Index(code, "import")
+		if i < 0 {
+			return false
+		}
+		code = strings.TrimLeft(code[i+len("import"):], " \t\r\n")
+		if strings.HasPrefix(code, ".") {
+			return true
+		}
+	}
+}
+
+// position maps a line and column the engine reported in the program's
+// source to the same place in the program's own code.
 func (p *program) position(line, column int) (int, int) {
 	if line != p.line || column < p.column {
 		return line, column
 	}
-	n := len(programOpener)
+	n := len(p.opener)
 	if column < p.column+n {
 		return line, p.column // inside the opener: the start of the body
 	}
 	return line, column - n
 }
 
-var programPosition = regexp.MustCompile(regexp.QuoteMeta(programModule) + `:(\d+):(\d+)`)
+var (
+	modulePosition = regexp.MustCompile(regexp.QuoteMeta(programModule) + `:(\d+):(\d+)`)
+	scriptPosition = regexp.MustCompile(regexp.QuoteMeta(driverModule) + `:(\d+):(\d+)`)
+)
 
 // fixStack rewrites a JS stack for the program's author (see fixFrames).
 func (p *program) fixStack(stack string) string {
@@ -74,9 +123,11 @@ func (p *program) fixStack(stack string) string {
 }
 
 // fixFrames rewrites the stack frames in text, as an Error's stack or a
-// console message showing one: the sandbox's own frames go, positions in
-// "<program>" are mapped back to the code, and the frame of the wrapper
-// function, named "default", is shown as the program's. Other lines stay.
+// console message showing one: the sandbox's own frames go (the prelude's,
+// and the driver's if there is one), positions in the program's source are
+// mapped back to the code and shown in "<program>", and the frame of the
+// wrapper function, named "default", is shown as the program's. Other lines
+// stay.
 func (p *program) fixFrames(text string) string {
 	if !strings.Contains(text, "    at ") {
 		return text
@@ -88,13 +139,17 @@ func (p *program) fixFrames(text string) string {
 			out = append(out, line)
 			continue
 		}
-		if strings.Contains(line, preludeModule) || strings.Contains(line, driverModule) {
+		if strings.Contains(line, preludeModule) || (p == nil || p.module) && strings.Contains(line, driverModule) {
 			continue
 		}
 		if p != nil {
-			line = strings.Replace(line, "at default ("+programModule, "at ("+programModule, 1)
-			line = programPosition.ReplaceAllStringFunc(line, func(s string) string {
-				m := programPosition.FindStringSubmatch(s)
+			position := modulePosition
+			if !p.module {
+				position = scriptPosition
+			}
+			line = strings.Replace(line, "at default ("+p.file, "at ("+p.file, 1)
+			line = position.ReplaceAllStringFunc(line, func(s string) string {
+				m := position.FindStringSubmatch(s)
 				n, _ := strconv.Atoi(m[1])
 				column, _ := strconv.Atoi(m[2])
 				n, column = p.position(n, column)

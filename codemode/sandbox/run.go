@@ -2,23 +2,22 @@ package sandbox
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	lib "modernc.org/libquickjs"
 	"modernc.org/quickjs"
 )
 
-//go:embed prelude.js
-var preludeJS string
-
 // bridgeName is the global the host function has until the prelude, the
-// first code to run, takes it into its own scope and deletes it.
+// first code to run, takes it into its own scope and deletes it. For a
+// program run through the driver, it then holds the prelude's run until the
+// module "<sandbox>" takes that, before any module of the program runs.
 const bridgeName = "__sandbox_bridge"
 
 // watchInterval is how often the watcher interrupts a VM once the run's
@@ -30,7 +29,7 @@ const watchInterval = 10 * time.Millisecond
 var null = json.RawMessage("null")
 
 // run is the state of one Run. Everything but the watcher goroutine, which
-// only calls VM.Interrupt, runs on the goroutine that called Run.
+// only calls VM.Interrupt, runs on the run's goroutine (see start).
 type run struct {
 	parent context.Context
 	ctx    context.Context // parent, bounded by Limits.Timeout: what the Host and Resolver get
@@ -41,6 +40,7 @@ type run struct {
 	vm     *quickjs.VM
 
 	hostCalls     int
+	resolved      map[[2]string]resolved // see resolve
 	logs          []Log
 	logBytes      int
 	logsTruncated bool
@@ -57,9 +57,8 @@ type run struct {
 	jobErr      error // the first error a job threw past its promise
 }
 
-func newRun(ctx context.Context, p Program) *run {
+func newRun(p Program) *run {
 	r := &run{
-		parent: ctx,
 		p:      p,
 		limits: p.Limits.WithDefaults(),
 		caps:   make(map[string]bool, len(p.Capabilities)),
@@ -74,11 +73,109 @@ func newRun(ctx context.Context, p Program) *run {
 	return r
 }
 
-func (r *run) run() Outcome {
-	ctx, cancel := context.WithTimeout(r.parent, r.limits.Timeout)
-	defer cancel()
-	r.ctx = ctx
+// stuckGrace is how long Run waits, once the run's time is up, for the
+// engine to stop, before it returns without it. The watcher interrupts the
+// VM at once, but a built-in function the engine is in may not check for
+// interrupts until it is done.
+var stuckGrace = 2 * time.Second
 
+var stuck atomic.Int64
+
+// Stuck returns how many engines are still running after their Run
+// returned: programs caught in a built-in function that does not check for
+// interrupts, each burning a core until it is done. It is for metrics and
+// alerts; the sandbox already guards the built-ins known to do it.
+func Stuck() int { return int(stuck.Load()) }
+
+// start runs the program on a goroutine of its own (see goEngine), so that
+// Run returns at the deadline, or little after, even when the engine does
+// not stop.
+func (r *run) start(parent context.Context) Outcome {
+	ctx, cancel := context.WithTimeout(parent, r.limits.Timeout)
+	defer cancel()
+	r.parent, r.ctx = parent, ctx
+
+	done := make(chan Outcome, 1)
+	goEngine(func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- Outcome{Result: null, Err: internalError(fmt.Errorf("sandbox: panic: %v\n%s", p, debug.Stack()))}
+			}
+		}()
+		done <- r.run()
+	})
+	release := r.p.Release
+	if release == nil {
+		release = func() {}
+	}
+	select {
+	case out := <-done:
+		release()
+		return out
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(stuckGrace)
+	defer grace.Stop()
+	select {
+	case out := <-done:
+		release()
+		return out
+	case <-grace.C:
+	}
+
+	// The engine goes on, and closes its VM, once the built-in returns.
+	// Until then r belongs to it: the outcome here uses none of its state,
+	// and the run's slot stays taken.
+	stuck.Add(1)
+	go func() {
+		<-done
+		stuck.Add(-1)
+		release()
+	}()
+	out := Outcome{Result: null, Err: limitError(LimitTimeout, fmt.Sprintf(
+		"the program ran longer than its time limit of %s, in a built-in function that could not be stopped", r.limits.Timeout))}
+	if parent.Err() != nil {
+		out.Err = &RunError{Kind: KindCancelled, Message: "the run was cancelled before the program finished"}
+	}
+	return out
+}
+
+// idleEngines holds the goroutines that ran an engine and wait for the
+// next, each as the channel it takes its work from. An engine runs deep in
+// the goroutine's stack: a new goroutine grows its stack, copying it, again
+// and again in each run, which a goroutine that ran one before has done
+// already (until the garbage collector shrinks it back, while it is idle).
+var idleEngines = make(chan chan func(), 16)
+
+// goEngine runs f, which must not panic, on a goroutine other than the
+// caller's: an idle one of idleEngines, or a new one.
+func goEngine(f func()) {
+	select {
+	case work := <-idleEngines:
+		work <- f
+	default:
+		work := make(chan func(), 1)
+		work <- f
+		go engine(work)
+	}
+}
+
+// engine runs the functions it gets from work, one after the other, and
+// waits in idleEngines between them, unless idleEngines is full. One that
+// never returns (a stuck engine, see start) keeps its goroutine.
+func engine(work chan func()) {
+	for f := range work {
+		f()
+		select {
+		case idleEngines <- work:
+		default:
+			return
+		}
+	}
+}
+
+// run evaluates the program in a new VM and closes it.
+func (r *run) run() Outcome {
 	vm, err := quickjs.NewVM()
 	if err != nil {
 		r.halt(internalError(fmt.Errorf("sandbox: new VM: %w", err)))
@@ -94,17 +191,14 @@ func (r *run) run() Outcome {
 
 // watch interrupts the VM from another goroutine once the run's context is
 // done, the only way to stop JS that never calls the host, until the
-// returned function is called.
+// returned function is called. That goroutine starts only if the context
+// ends while the VM runs.
 func (r *run) watch() (stop func()) {
 	done := make(chan struct{})
-	var wg sync.WaitGroup
-	vm, ctx := r.vm, r.ctx
-	wg.Go(func() {
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-		}
+	exited := make(chan struct{})
+	vm := r.vm
+	stopAfter := context.AfterFunc(r.ctx, func() {
+		defer close(exited)
 		tick := time.NewTicker(watchInterval)
 		defer tick.Stop()
 		for {
@@ -117,14 +211,23 @@ func (r *run) watch() (stop func()) {
 		}
 	})
 	return func() {
-		close(done)
-		wg.Wait()
+		if !stopAfter() { // the watcher started
+			close(done)
+			<-exited
+		}
 	}
 }
 
-// evaluate runs the driver, a module importing the prelude and the program
-// and calling the program through the prelude's run, then the jobs its
-// promises queue until the program settles.
+// evaluate sets up the VM, runs the prelude and then the program, and runs
+// the jobs its promises queue until the program settles.
+//
+// The prelude is evaluated from bytecode (see preludeBytecode) and called
+// with the run's configuration; it returns its function run. A program
+// without static imports is then evaluated as a script, which makes its
+// body into a function, and run calls that. Any other program, and an
+// Entry, is evaluated through a driver module, which imports run (from the
+// module "<sandbox>", see handOffSource) and the program, and calls run with
+// the program's namespace.
 func (r *run) evaluate() {
 	defer r.recoverPanic()
 	vm := r.vm
@@ -136,23 +239,62 @@ func (r *run) evaluate() {
 		return
 	}
 	vm.SetModuleLoader(r.load, r.normalize)
+	bytecode, err := preludeBytecode()
+	if err != nil {
+		r.halt(internalError(err))
+		return
+	}
 	if r.ended() {
 		return
 	}
 
-	promise, err := vm.EvalValue(r.driver(), quickjs.EvalModule)
+	// Values are freed before Close (deferred calls run first): the engine
+	// must find none alive when it frees the runtime.
+	prelude, err := vm.EvalBytecodeValue(bytecode)
 	if err != nil {
 		r.evalFailed(err)
 		return
 	}
-	// Values are freed before Close (deferred calls run first): the engine
-	// must find none alive when it frees the runtime.
+	defer prelude.Free()
+	runJS, err := prelude.CallValue(quickjs.UndefinedValue, r.preludeConfig())
+	if err != nil {
+		r.evalFailed(err)
+		return
+	}
+	defer runJS.Free()
+	if r.ended() {
+		return
+	}
+
+	var promise quickjs.Value
+	if !r.driven() {
+		f, err := vm.EvalValue(r.prog.source, quickjs.EvalGlobal|lib.MJS_EVAL_FLAG_STRICT)
+		if err != nil {
+			r.evalFailed(err)
+			return
+		}
+		defer f.Free()
+		if r.ended() {
+			return
+		}
+		promise, err = runJS.CallValue(quickjs.UndefinedValue, f)
+		if err != nil {
+			r.evalFailed(err)
+			return
+		}
+	} else {
+		promise, err = vm.EvalValue(r.driver(), quickjs.EvalModule)
+		if err != nil {
+			r.evalFailed(err)
+			return
+		}
+	}
 	defer promise.Free()
 	if r.ended() {
 		return
 	}
-	// The driver's promise rejects when a module throws as it is evaluated,
-	// before the program runs, or when the prelude itself fails.
+	// The promise rejects when the prelude itself fails, or, for a module,
+	// when a module throws as it is evaluated, before the program runs.
 	next, err := promise.Then(nil, r.rejected)
 	if err != nil {
 		r.evalFailed(err)
@@ -162,6 +304,13 @@ func (r *run) evaluate() {
 	r.drain()
 }
 
+// driven reports whether the run goes through the driver: an Entry, or a
+// program that is a module.
+func (r *run) driven() bool {
+	return r.prog == nil || r.prog.module
+}
+
+// driver is the module that runs a program that is a module, or an Entry.
 func (r *run) driver() string {
 	main := entryModule
 	if r.prog != nil {
@@ -169,6 +318,11 @@ func (r *run) driver() string {
 	}
 	return `import run from "` + preludeModule + `"; import * as main from "` + main + `"; await run(main);`
 }
+
+// handOffSource is the module "<sandbox>", which only the driver imports,
+// first: it takes run from the global the prelude left it in, before any
+// module of the program is evaluated (see prelude.js).
+const handOffSource = `const run = globalThis["` + bridgeName + `"]; delete globalThis["` + bridgeName + `"]; export default run;`
 
 // drain runs pending jobs until the run ends. Host calls are synchronous and
 // there are no timers, so once the queue is empty and the program has not
@@ -264,8 +418,8 @@ func isInterrupt(e *quickjs.Error) bool {
 	return e.Name == "InternalError" && e.Message == "interrupted"
 }
 
-// evalFailed handles an error of evaluating the driver: a syntax error, an
-// import that failed, or an interrupt.
+// evalFailed handles an error of evaluating the prelude or the program (or
+// its driver): a syntax error, an import that failed, or an interrupt.
 func (r *run) evalFailed(err error) {
 	if r.ended() {
 		return
@@ -284,7 +438,8 @@ func (r *run) evalFailed(err error) {
 	}
 }
 
-// rejected is called when the driver's promise rejects.
+// rejected is called when the promise of the program's run (or of its
+// driver) rejects.
 func (r *run) rejected(v quickjs.Value) {
 	defer r.recoverPanic()
 	if r.ended() {
@@ -337,14 +492,18 @@ func (r *run) thrown(name, message, stack string, isNull bool) *RunError {
 	case name != "" && name != "Error":
 		message = name + ": " + message
 	}
-	return &RunError{Kind: KindException, Message: message, Stack: r.prog.fixStack(stack)}
+	return &RunError{Kind: KindException, Message: truncate(message, maxMessage), Stack: truncate(r.prog.fixStack(stack), maxMessage)}
 }
 
+// maxMessage bounds the Message and the Stack of a RunError, in bytes: what
+// a program throws is no way around Limits.Result.
+const maxMessage = 16 << 10
+
 func (r *run) syntaxError(e *quickjs.Error) *RunError {
-	if e.FileName != programModule || r.prog == nil {
+	if r.prog == nil || e.FileName != r.prog.file {
 		return &RunError{
 			Kind:    KindSyntax,
-			Message: fmt.Sprintf("syntax error in module %s at line %d, column %d: %s", e.FileName, e.LineNumber, e.ColumnNumber, e.Message),
+			Message: truncate(fmt.Sprintf("syntax error in module %s at line %d, column %d: %s", e.FileName, e.LineNumber, e.ColumnNumber, e.Message), maxMessage),
 		}
 	}
 	line, column := r.prog.position(e.LineNumber, e.ColumnNumber)
@@ -352,7 +511,7 @@ func (r *run) syntaxError(e *quickjs.Error) *RunError {
 		// The engine reached the closing brace of the wrapper.
 		return &RunError{Kind: KindSyntax, Message: "syntax error at the end of the program: " + e.Message, Line: lines}
 	}
-	message := fmt.Sprintf("syntax error at line %d, column %d: %s", line, column, e.Message)
+	message := fmt.Sprintf("syntax error at line %d, column %d: %s", line, column, truncate(e.Message, maxMessage))
 	if strings.HasPrefix(strings.TrimSpace(r.prog.lineText(line)), "import ") {
 		message += " (static imports must come first, before any other statement)"
 	}

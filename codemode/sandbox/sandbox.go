@@ -9,7 +9,8 @@ import (
 
 // Host is how a program reaches the world. Every method runs on the run's
 // goroutine, with the run's context (cancelled at the deadline); a method
-// that ignores its context holds the run past its timeout.
+// that ignores its context holds the run's engine past its timeout (Run
+// itself returns at the deadline, see Stuck).
 type Host interface {
 	// Call runs the named capability with JSON arguments and returns its
 	// JSON result.
@@ -58,6 +59,11 @@ type Program struct {
 	Resolver     Resolver
 	Host         Host
 	Limits       Limits
+	// Release, when set, is called once the run's engine has ended: as Run
+	// returns, or later for an engine still caught in a built-in function
+	// past the deadline (see Stuck). Pass a Gate's release here so that a
+	// slot is free only when its engine no longer burns a core.
+	Release func()
 }
 
 // Outcome is what a run produced. Err is set when the run failed; Result is
@@ -87,7 +93,7 @@ func Run(ctx context.Context, p Program) (Outcome, error) {
 		return Outcome{}, err
 	}
 	start := time.Now()
-	out := newRun(ctx, p).run()
+	out := newRun(p).start(ctx)
 	out.Duration = time.Since(start)
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestMisuse(t *testing.T) {
@@ -410,4 +411,20 @@ func TestPanics(t *testing.T) {
 type panicResolver struct{}
 
 func (panicResolver) Resolve(context.Context, string, string) (string, error) { panic("resolver bug") }
-func (panicResolver) Load(context.Context, string) (string, error)           { panic("resolver bug") }
+func (panicResolver) Load(context.Context, string) (string, error)            { panic("resolver bug") }
+
+// TestErrorsAreBounded: what a program throws is cut, so that an error is no
+// way around Limits.Result.
+func TestErrorsAreBounded(t *testing.T) {
+	for _, code := range []string{
+		`throw new Error("x".repeat(4 << 20))`,
+		`throw "é".repeat(4 << 20)`,
+		`const e = new Error("x"); e.stack = "y".repeat(4 << 20); throw e`,
+		`import x from "` + strings.Repeat("m", 100000) + `"`,
+	} {
+		out := runCode(t, code, Program{Resolver: newResolver(), Limits: Limits{Timeout: time.Minute}})
+		if out.Err == nil || len(out.Err.Message) > maxMessage || len(out.Err.Stack) > maxMessage {
+			t.Errorf("%.40s: %d bytes of message, %d of stack", code, len(out.Err.Message), len(out.Err.Stack))
+		}
+	}
+}
