@@ -150,7 +150,7 @@ func TestConfigValidation(t *testing.T) {
 
 // The smallest program: every store on its embedded default under DataDir.
 func Example() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir, _ := os.MkdirTemp("", "enclave-example-")
 	defer os.RemoveAll(dir)

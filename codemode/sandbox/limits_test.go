@@ -233,7 +233,7 @@ func TestStuckEngine(t *testing.T) {
 	}
 	start := time.Now()
 	out := runCode(t, `await codemode.stubborn({}); for (;;) {}`,
-		Program{Capabilities: []string{"stubborn"}, Host: host, Limits: Limits{Timeout: 20 * time.Millisecond}, Release: slot})
+		Program{Capabilities: []string{"stubborn"}, Host: host, Limits: Limits{Timeout: 300 * time.Millisecond}, Release: slot})
 	wantErr(t, out, KindLimit, LimitTimeout, "in a built-in function that could not be stopped")
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Run returned after %v", took)
