@@ -261,7 +261,7 @@ func (s *Service) validate(name string, files map[string]string, m Manifest) (Ma
 			if err := plainSchema(x.InputSchema); err != nil {
 				return m, invalid("export %q: inputSchema: %v", e, err)
 			}
-			if _, err := s.reg.Compile(s.exportCapability("u", name, 1, e, x)); err != nil {
+			if _, err := s.reg.Compile(s.exportCapability(name, 1, e, x)); err != nil {
 				return m, invalid("export %q: inputSchema must be a JSON Schema object of type \"object\"", e)
 			}
 		}

@@ -111,7 +111,7 @@ func (s *Service) compiled(stableID string, versionID int64, manifest, pkg strin
 	if c, ok := s.exports.get(key); ok {
 		return c, true
 	}
-	c, err := s.reg.Compile(s.exportCapability(stableID, pkg, version, export, x))
+	c, err := s.reg.Compile(s.exportCapability(pkg, version, export, x))
 	if err != nil {
 		s.log.Warn("codemode: an export cannot be offered as a capability", "package", pkg, "version", version, "export", export, "err", err)
 		return capabilities.Capability{}, false
@@ -122,8 +122,7 @@ func (s *Service) compiled(stableID string, versionID int64, manifest, pkg strin
 
 // exportCapability describes an export as its owner's capability: it runs
 // that version of the package in the sandbox as the caller.
-func (s *Service) exportCapability(_ string, pkg string, version int, export string, x Export) capabilities.Capability {
-	c := capabilities.Define(capabilities.Spec[struct{}, Output]{})
+func (s *Service) exportCapability(pkg string, version int, export string, x Export) capabilities.Capability {
 	input := json.RawMessage(`{"type":"object"}`)
 	if len(x.InputSchema) > 0 {
 		if b, err := json.Marshal(x.InputSchema); err == nil {
@@ -141,7 +140,7 @@ func (s *Service) exportCapability(_ string, pkg string, version int, export str
 		Description: fmt.Sprintf("%s (Your package %s, version %d; runs its code in the sandbox.)", x.Description, pkg, version),
 		Annotations: &capabilities.Annotations{ReadOnly: x.ReadOnly, Destructive: x.Destructive && !x.ReadOnly, Idempotent: x.Idempotent, OpenWorld: x.OpenWorld},
 		Requires:    req,
-		InputSchema: input, OutputSchema: c.OutputSchema,
+		InputSchema: input, OutputSchema: outputSchema,
 		Handler: func(ctx context.Context, call *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
 			out, err := s.RunExport(ctx, call.Caller, pkg, version, export, args, runKind(ctx))
 			return runResult(out, err)
@@ -174,3 +173,6 @@ func (c *exportCache) put(key string, v capabilities.Capability) {
 	}
 	c.m[key] = v
 }
+
+// outputSchema is the output schema of every export: a run's Output.
+var outputSchema = capabilities.Define(capabilities.Spec[struct{}, Output]{}).OutputSchema

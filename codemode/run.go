@@ -1,6 +1,7 @@
 package codemode
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -282,7 +283,7 @@ func resultJSON(res capabilities.Result, err error) (json.RawMessage, error) {
 		}
 	}
 	if res.IsError {
-		return nil, &sandbox.HostError{Code: "tool_error", Message: cmpOr(text, "the capability failed")}
+		return nil, &sandbox.HostError{Code: "tool_error", Message: cmp.Or(text, "the capability failed")}
 	}
 	if res.Structured != nil {
 		b, err := json.Marshal(res.Structured)
@@ -295,13 +296,6 @@ func resultJSON(res capabilities.Result, err error) (json.RawMessage, error) {
 		return json.RawMessage(text), nil
 	}
 	return json.Marshal(text)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func hostError(err error) error {
