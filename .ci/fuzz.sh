@@ -18,9 +18,21 @@ while read -r pkg target; do
   n=$((n + 1))
   printf '%-26s %-28s ' "$pkg" "$target"
   log=$(mktemp /tmp/enclave-fuzz.XXXXXX)
-  if ! go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime="$fuzztime" -parallel 2 >"$log" 2>&1; then
+  before=$(git status --porcelain --untracked-files=all -- "$pkg/testdata/fuzz" 2>/dev/null)
+  if ! go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime="$fuzztime" -fuzzminimizetime=5s -parallel 2 >"$log" 2>&1; then
+    after=$(git status --porcelain --untracked-files=all -- "$pkg/testdata/fuzz" 2>/dev/null)
+    # Go before 1.27 has a race in its fuzzing coordinator (go.dev/issue/75804):
+    # when -fuzztime ends it may report "context deadline exceeded" and fail the
+    # target having found nothing. A real crasher always writes its input, so a
+    # failure that wrote none and says only that is the race, not a finding.
+    if [ "$before" = "$after" ] && grep -q '^    context deadline exceeded$' "$log" &&
+      ! grep -qE 'Failing input written|panic:|--- FAIL: .*/' "$log"; then
+      echo "ok (fuzz coordinator's deadline race at the end of -fuzztime, no input written)"
+      rm -f "$log"
+      continue
+    fi
     echo "FAIL"; tail -40 "$log"
-    git status --short -- "$pkg/testdata/fuzz" || true
+    echo "$after"
     exit 1
   fi
   { grep -oE 'execs: [0-9]+' "$log" || echo ok; } | tail -1
