@@ -35,7 +35,13 @@
 //     without checking, Array.prototype's methods that walk every index of
 //     a long (sparse or array-like) length, are guarded by the prelude: past
 //     Limits.Memory/16 elements, more than any dense array can have, they
-//     throw a RangeError instead of walking 2**53 indexes.
+//     throw a RangeError instead of walking 2**53 indexes. Only a genuine
+//     array reaches them as it is; an array-like, a Proxy (programs' proxies
+//     are recorded when made) or a primitive reaches them through a view
+//     whose length is the one checked and whose every access runs code, so
+//     a length getter cannot answer the engine differently and the walk
+//     stops at the time limit. A callback's third argument is then that
+//     view, not the array-like itself.
 //   - A panic in the engine, a Host or a Resolver ends the run with a
 //     RunError of Kind "internal" and does not crash the process.
 //   - Errors the program sees and reports never carry Go error text: a Host

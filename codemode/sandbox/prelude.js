@@ -40,10 +40,50 @@ const isConcatSpreadable = Symbol.isConcatSpreadable;
 // The engine's Array methods walk every index up to length in one call
 // without checking for interrupts, so a call on a long array-like, such as
 // [].includes.call({length: 2 ** 53}, 1), held the run past its time limit.
-// These wrappers refuse lengths over CONFIG.maxLength, the most elements a
-// dense array can have in the VM's memory: no array that exists is refused.
+// The wrappers below refuse lengths over CONFIG.maxLength, the most elements
+// a dense array can have in the VM's memory: no array that exists is refused.
 // Methods that call a function for every index are interruptible, but skip
 // holes without calling it, so they are wrapped too.
+//
+// Reading the length once is not enough: an array-like's length may be a
+// getter that answers 0 to the check and 2 ** 28 to the engine, and a Proxy
+// (of an array, too) may do the same from its get trap, with its other
+// operations forwarded natively. So only a genuine array, whose length is a
+// data property the engine reads without running code, goes to the native
+// method as it is. Anything else goes through a view: a Proxy whose length
+// is the one checked and whose every operation is a function here, so each
+// index the engine visits runs code, where the engine does check for
+// interrupts, and the time limit ends the walk. Programs create proxies
+// through the Proxy below, which records them: isArray alone cannot tell a
+// Proxy of an array from an array.
+const ProxyClass = Proxy;
+const WeakSetClass = WeakSet;
+const weakAdd = WeakSetClass.prototype.add;
+const weakHas = WeakSetClass.prototype.has;
+const proxies = new WeakSetClass();
+const reflect = {
+	get: Reflect.get, set: Reflect.set, has: Reflect.has, deleteProperty: Reflect.deleteProperty,
+	defineProperty: Reflect.defineProperty, getOwnPropertyDescriptor: Reflect.getOwnPropertyDescriptor,
+	ownKeys: Reflect.ownKeys,
+};
+
+function RecordedProxy(target, handler) {
+	if (new.target === undefined) throw new TypeErrorClass("Proxy: must be called with new");
+	const p = new ProxyClass(target, handler);
+	apply(weakAdd, proxies, [p]);
+	return p;
+}
+defineProperty(RecordedProxy, "name", { value: "Proxy" });
+defineProperty(RecordedProxy, "revocable", {
+	value: function revocable(target, handler) {
+		const r = ProxyClass.revocable(target, handler);
+		apply(weakAdd, proxies, [r.proxy]);
+		return r;
+	},
+	writable: true, configurable: true,
+});
+defineProperty(globalThis, "Proxy", { value: RecordedProxy, writable: true, configurable: true });
+
 function lengthOf(o) {
 	if (o === null || o === undefined) return 0;
 	const n = +ObjectClass(o).length;
@@ -55,6 +95,36 @@ function checkLength(name, o) {
 	if (n > CONFIG.maxLength) {
 		throw new RangeErrorClass("Array.prototype." + name + ": length " + n + " is over the sandbox's limit of " + CONFIG.maxLength);
 	}
+	return n;
+}
+
+function genuineArray(o) {
+	return isArray(o) && !apply(weakHas, proxies, [o]);
+}
+
+// view returns what a native method may be given for o: o itself when it
+// is a genuine array, else the view described above, fixed at length n.
+function view(o, n) {
+	if (genuineArray(o)) return o;
+	return new ProxyClass(ObjectClass(o), {
+		get(t, k) { return k === "length" ? n : reflect.get(t, k); },
+		set(t, k, v) { return reflect.set(t, k, v); },
+		has(t, k) { return reflect.has(t, k); },
+		deleteProperty(t, k) { return reflect.deleteProperty(t, k); },
+		defineProperty(t, k, d) { return reflect.defineProperty(t, k, d); },
+		getOwnPropertyDescriptor(t, k) { return reflect.getOwnPropertyDescriptor(t, k); },
+		ownKeys(t) { return reflect.ownKeys(t); },
+	});
+}
+
+// guardedCall checks the receiver's length and calls the native method on
+// it (or its view); a method that returns its receiver returns the object
+// it was called on, not the view.
+function guardedCall(name, self, args) {
+	const n = checkLength(name, self);
+	const v = view(self, n);
+	const r = apply(original[name], v, args);
+	return r === v && v !== self ? ObjectClass(self) : r;
 }
 
 const AP = Array.prototype;
@@ -71,8 +141,7 @@ const original = {
 // wrapper sees: they are done here in JS, where the engine checks for
 // interrupts, with every level's length checked.
 function flatten(target, source, depth, name) {
-	checkLength(name, source);
-	const n = lengthOf(source);
+	const n = checkLength(name, source);
 	for (let i = 0; i < n; i++) {
 		if (!(i in source)) continue;
 		const v = source[i];
@@ -91,47 +160,49 @@ function flatten(target, source, depth, name) {
 // The engine has every one of these methods (TestGuardedMethods checks).
 const guarded = {
 	concat(value) {
-		checkLength("concat", this);
+		const self = view(this, checkLength("concat", this));
+		const args = [];
 		for (let i = 0; i < arguments.length; i++) {
 			const a = arguments[i];
-			if (a !== null && typeof a === "object" && (isArray(a) || a[isConcatSpreadable])) checkLength("concat", a);
+			const spread = a !== null && typeof a === "object" && (isArray(a) || a[isConcatSpreadable]);
+			args[i] = spread ? view(a, checkLength("concat", a)) : a;
 		}
-		return apply(original.concat, this, arguments);
+		return apply(original.concat, self, args);
 	},
-	copyWithin(target, start) { checkLength("copyWithin", this); return apply(original.copyWithin, this, arguments); },
-	every(callback) { checkLength("every", this); return apply(original.every, this, arguments); },
-	fill(value) { checkLength("fill", this); return apply(original.fill, this, arguments); },
-	filter(callback) { checkLength("filter", this); return apply(original.filter, this, arguments); },
-	forEach(callback) { checkLength("forEach", this); return apply(original.forEach, this, arguments); },
-	includes(value) { checkLength("includes", this); return apply(original.includes, this, arguments); },
-	indexOf(value) { checkLength("indexOf", this); return apply(original.indexOf, this, arguments); },
-	join(separator) { checkLength("join", this); return apply(original.join, this, arguments); },
-	lastIndexOf(value) { checkLength("lastIndexOf", this); return apply(original.lastIndexOf, this, arguments); },
-	map(callback) { checkLength("map", this); return apply(original.map, this, arguments); },
-	reduce(callback) { checkLength("reduce", this); return apply(original.reduce, this, arguments); },
-	reduceRight(callback) { checkLength("reduceRight", this); return apply(original.reduceRight, this, arguments); },
-	reverse() { checkLength("reverse", this); return apply(original.reverse, this, arguments); },
-	shift() { checkLength("shift", this); return apply(original.shift, this, arguments); },
-	slice(start, end) { checkLength("slice", this); return apply(original.slice, this, arguments); },
-	some(callback) { checkLength("some", this); return apply(original.some, this, arguments); },
-	sort(compare) { checkLength("sort", this); return apply(original.sort, this, arguments); },
-	splice(start, count) { checkLength("splice", this); return apply(original.splice, this, arguments); },
-	toLocaleString() { checkLength("toLocaleString", this); return apply(original.toLocaleString, this, arguments); },
-	toReversed() { checkLength("toReversed", this); return apply(original.toReversed, this, arguments); },
-	toSorted(compare) { checkLength("toSorted", this); return apply(original.toSorted, this, arguments); },
-	toSpliced(start, count) { checkLength("toSpliced", this); return apply(original.toSpliced, this, arguments); },
-	toString() { checkLength("toString", this); return apply(original.toString, this, arguments); },
-	unshift(value) { checkLength("unshift", this); return apply(original.unshift, this, arguments); },
-	with(index, value) { checkLength("with", this); return apply(original.with, this, arguments); },
+	copyWithin(target, start) { return guardedCall("copyWithin", this, arguments); },
+	every(callback) { return guardedCall("every", this, arguments); },
+	fill(value) { return guardedCall("fill", this, arguments); },
+	filter(callback) { return guardedCall("filter", this, arguments); },
+	forEach(callback) { return guardedCall("forEach", this, arguments); },
+	includes(value) { return guardedCall("includes", this, arguments); },
+	indexOf(value) { return guardedCall("indexOf", this, arguments); },
+	join(separator) { return guardedCall("join", this, arguments); },
+	lastIndexOf(value) { return guardedCall("lastIndexOf", this, arguments); },
+	map(callback) { return guardedCall("map", this, arguments); },
+	reduce(callback) { return guardedCall("reduce", this, arguments); },
+	reduceRight(callback) { return guardedCall("reduceRight", this, arguments); },
+	reverse() { return guardedCall("reverse", this, arguments); },
+	shift() { return guardedCall("shift", this, arguments); },
+	slice(start, end) { return guardedCall("slice", this, arguments); },
+	some(callback) { return guardedCall("some", this, arguments); },
+	sort(compare) { return guardedCall("sort", this, arguments); },
+	splice(start, count) { return guardedCall("splice", this, arguments); },
+	toLocaleString() { return guardedCall("toLocaleString", this, arguments); },
+	toReversed() { return guardedCall("toReversed", this, arguments); },
+	toSorted(compare) { return guardedCall("toSorted", this, arguments); },
+	toSpliced(start, count) { return guardedCall("toSpliced", this, arguments); },
+	toString() { return guardedCall("toString", this, arguments); },
+	unshift(value) { return guardedCall("unshift", this, arguments); },
+	with(index, value) { return guardedCall("with", this, arguments); },
 	flat() {
 		const depth = arguments[0];
 		const d = depth === undefined ? 1 : +depth;
 		return flatten([], ObjectClass(this), d > 0 ? d : 0, "flat");
 	},
 	flatMap(callback) {
-		checkLength("flatMap", this); // before map walks it
+		const self = view(this, checkLength("flatMap", this)); // before map walks it
 		if (typeof callback !== "function") throw new TypeErrorClass("Array.prototype.flatMap: not a function");
-		return flatten([], apply(original.map, ObjectClass(this), [callback, arguments[1]]), 1, "flatMap");
+		return flatten([], apply(original.map, self, [callback, arguments[1]]), 1, "flatMap");
 	},
 };
 assign(AP, guarded);
