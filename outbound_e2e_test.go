@@ -27,7 +27,7 @@ func TestOutboundOverMCP(t *testing.T) {
 	enclavetest.Each(t, enclavetest.Options{Config: enclave.Config{Outbound: outbound.Limits{DailyRequests: 2}}}, func(t *testing.T, s *enclavetest.Server) {
 		ctx := context.Background()
 		alice := s.CreateUser(t, "alice")
-		if _, _, err := s.Secrets().Put(ctx, alice.Owner(), "api", "", []byte("sk-e2e-value"), &secrets.Policy{AllowedHosts: []string{"127.0.0.1"}}); err != nil {
+		if _, _, err := s.Secrets().Put(ctx, alice.Owner(), "api", "", []byte("sk-e2e-value"), &secrets.Policy{AllowedHosts: []string{strings.TrimPrefix(target.URL, "https://")}}); err != nil {
 			t.Fatal(err)
 		}
 		c := alice.MCP(t)

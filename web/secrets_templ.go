@@ -373,7 +373,7 @@ func secretsPage(p page, v secretsView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 31, "\" id=\"secret-set\"><label>Name <input name=\"name\" required maxlength=\"64\" autocomplete=\"off\"></label> <label>Value <input type=\"password\" name=\"value\" required autocomplete=\"off\"></label> <label>Description <input name=\"description\" maxlength=\"500\"></label> <label>Allowed hosts, one per line (<code>api.example.com</code>, or <code>*.example.com</code>: every name under example.com) <textarea name=\"allowedHosts\" rows=\"3\"></textarea></label> <label>Expires (UTC, empty: never) <input type=\"datetime-local\" name=\"expiresAt\"></label> <button type=\"submit\">Save secret</button></form></section>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 31, "\" id=\"secret-set\"><label>Name <input name=\"name\" required maxlength=\"64\" autocomplete=\"off\"></label> <label>Value <input type=\"password\" name=\"value\" required autocomplete=\"off\"></label> <label>Description <input name=\"description\" maxlength=\"500\"></label> <label>Allowed hosts, one per line (<code>api.example.com</code>, or <code>*.example.com</code>: every name under example.com; port 443 unless one is named, as in <code>api.example.com:8443</code>) <textarea name=\"allowedHosts\" rows=\"3\"></textarea></label> <label>Expires (UTC, empty: never) <input type=\"datetime-local\" name=\"expiresAt\"></label> <button type=\"submit\">Save secret</button></form></section>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

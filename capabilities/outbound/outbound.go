@@ -39,6 +39,9 @@ package outbound
 
 import (
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -224,7 +227,10 @@ var (
 	// inside it passes the scrubber unseen (the agent just decompresses
 	// it). The transport asks for gzip itself and decompresses before the
 	// scrubber reads the body.
-	reserved = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer", "Proxy-Authorization", "Proxy-Connection", "Accept-Encoding"}
+	// Range and If-Range among them: an agent asking for a reflected
+	// secret a few bytes at a time would get pieces too short for the
+	// scrubber to recognise.
+	reserved = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer", "Proxy-Authorization", "Proxy-Connection", "Accept-Encoding", "Range", "If-Range"}
 )
 
 func refuse(format string, args ...any) error {
@@ -253,7 +259,7 @@ func checkRedirect(req *http.Request, _ []*http.Request) error {
 		return &redirectRefused{host: req.URL.Hostname(), secret: us[0].name}
 	}
 	for _, u := range us {
-		if !secrets.HostAllowed(u.hosts, host) {
+		if !secrets.HostAllowed(u.hosts, host, req.URL.Port()) {
 			return &redirectRefused{host: host, secret: u.name}
 		}
 	}
@@ -365,7 +371,7 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 			case err != nil:
 				return Response{}, fmt.Errorf("outbound: %w", err)
 			}
-			if !secrets.HostAllowed(s.AllowedHosts, host) {
+			if !secrets.HostAllowed(s.AllowedHosts, host, u.Port()) {
 				g.audit(ctx, caller, audit.ResultDenied, name, host, "host not approved")
 				return Response{}, refuse("Secret %q is not approved for host %s; its owner can approve the host on the account's Secrets page.", name, host)
 			}
@@ -444,6 +450,30 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 		g.auditAll(ctx, caller, us, audit.ResultFailure, host, fmt.Sprintf("status=%d body unread", resp.StatusCode))
 		return Response{}, g.failure(host, err, scrub)
 	}
+	if len(us) > 0 && resp.StatusCode == http.StatusPartialContent {
+		// A piece of a body may hold a piece of a secret, which the
+		// scrubber cannot recognise.
+		g.auditAll(ctx, caller, us, audit.ResultDenied, host, "partial response")
+		return Response{}, &capabilities.Error{Code: capabilities.CodeConflict,
+			Message: fmt.Sprintf("%s answered a request carrying secrets with part of a body (206); the gateway returns only whole answers to such requests.", host)}
+	}
+	if len(us) > 0 {
+		// net/http decodes the gzip it asked for itself; a server may
+		// still send an encoding nobody asked for, which would carry an
+		// echoed secret past the scrubber.
+		plain, err := decodeBody(raw, resp.Header.Values("Content-Encoding"), g.lim.MaxResponseBytes)
+		if err != nil {
+			// The coding's name is the server's and may echo a secret.
+			msg := scrub.string(err.Error())
+			g.auditAll(ctx, caller, us, audit.ResultDenied, host, fmt.Sprintf("status=%d %s", resp.StatusCode, msg))
+			return Response{}, &capabilities.Error{Code: capabilities.CodeConflict, Message: fmt.Sprintf("The response from %s: %s.", host, msg)}
+		}
+		if plain != nil {
+			raw = plain
+			resp.Header.Del("Content-Encoding")
+			resp.Header.Del("Content-Length")
+		}
+	}
 	g.auditAll(ctx, caller, us, audit.ResultSuccess, host, fmt.Sprintf("status=%d", resp.StatusCode))
 
 	out := Response{Status: resp.StatusCode, URL: scrub.string(resp.Request.URL.String()), Headers: map[string][]string{}}
@@ -470,6 +500,55 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 		out.SecretsUsed = append(out.SecretsUsed, u.name)
 	}
 	return out, nil
+}
+
+// decodeBody undoes the content codings of a response body (the header's
+// values, applied in order, so undone last first): gzip and deflate, the
+// result bounded by max. It returns nil when the body is not encoded, and
+// an error that may be shown for an encoding it cannot read (br, zstd,
+// compress), a corrupt body or a result over max.
+func decodeBody(body []byte, header []string, max int64) ([]byte, error) {
+	var codings []string
+	for _, h := range header {
+		for c := range strings.SplitSeq(h, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	if len(codings) == 0 {
+		return nil, nil
+	}
+	if len(codings) > 2 {
+		return nil, fmt.Errorf("it is encoded %d times over (Content-Encoding %.80q), which the gateway does not undo", len(codings), strings.Join(codings, ", "))
+	}
+	for i := len(codings) - 1; i >= 0; i-- {
+		var r io.Reader
+		var err error
+		switch codings[i] {
+		case "gzip", "x-gzip":
+			r, err = gzip.NewReader(bytes.NewReader(body))
+		case "deflate":
+			// RFC 9110: zlib-wrapped; some servers send the raw stream.
+			if r, err = zlib.NewReader(bytes.NewReader(body)); err != nil {
+				r, err = flate.NewReader(bytes.NewReader(body)), nil
+			}
+		default:
+			return nil, fmt.Errorf("it is encoded as %.40q, which the gateway cannot read to remove the secrets it may echo", codings[i])
+		}
+		if err != nil {
+			return nil, errors.New("its compressed body is not valid")
+		}
+		out, err := io.ReadAll(io.LimitReader(r, max+1))
+		if err != nil {
+			return nil, errors.New("its compressed body is not valid")
+		}
+		if int64(len(out)) > max {
+			return nil, fmt.Errorf("decompressed, it is larger than %d bytes", max)
+		}
+		body = out
+	}
+	return body, nil
 }
 
 // enter counts a request of user in flight, or reports false when the

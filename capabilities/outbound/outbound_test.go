@@ -2,7 +2,9 @@ package outbound_test
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -136,11 +138,11 @@ func TestGateway(t *testing.T) {
 		f := setup(t, st)
 		srv := newServer(t, echo)
 		const aliceKey = "sk-alice>>>???~~~v1 &="
-		f.secret(t, f.alice, "api", aliceKey, []string{"127.0.0.1"}, nil)
+		f.secret(t, f.alice, "api", aliceKey, []string{"127.0.0.1:" + srv.port()}, nil)
 		f.secret(t, f.alice, "elsewhere", "sk-elsewhere", []string{"api.example.com", "*.example.org"}, nil)
 		past := time.Now().Add(-time.Minute)
-		f.secret(t, f.alice, "old", "sk-old", []string{"127.0.0.1"}, &past)
-		f.secret(t, f.bob, "api", "sk-bob", []string{"127.0.0.1"}, nil)
+		f.secret(t, f.alice, "old", "sk-old", []string{"127.0.0.1:" + srv.port()}, &past)
+		f.secret(t, f.bob, "api", "sk-bob", []string{"127.0.0.1:" + srv.port()}, nil)
 		g := f.gateway(srv, outbound.Options{AllowPrivate: true})
 
 		t.Run("placeholder filled for an approved host, echo scrubbed", func(t *testing.T) {
@@ -204,7 +206,7 @@ func TestGateway(t *testing.T) {
 			}
 			// A secret that expires later is refused once the clock passes it.
 			soon := time.Now().Add(time.Hour)
-			f.secret(t, f.alice, "soon", "sk-soon", []string{"127.0.0.1"}, &soon)
+			f.secret(t, f.alice, "soon", "sk-soon", []string{"127.0.0.1:" + srv.port()}, &soon)
 			later := f.gateway(srv, outbound.Options{AllowPrivate: true, Now: func() time.Time { return soon.Add(time.Second) }})
 			if _, err := later.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Body: "{{secret:soon}}"}); codeOf(err) != capabilities.CodeInvalidInput {
 				t.Fatalf("after expiry: %v", err)
@@ -302,7 +304,7 @@ func TestGatewayRedirects(t *testing.T) {
 			echo(s, w, r)
 		}
 	})
-	f.secret(t, f.alice, "api", "sk-redirected", []string{"127.0.0.1"}, nil)
+	f.secret(t, f.alice, "api", "sk-redirected", []string{"127.0.0.1:" + srv.port()}, nil)
 	// Every httptest server has the same certificate, which does not name
 	// localhost: trust it whatever name was dialled.
 	roots := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
@@ -359,7 +361,7 @@ func TestGatewayPrivateAddressRefused(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t, st)
 	srv := newServer(t, echo)
-	f.secret(t, f.alice, "api", "sk-private", []string{"127.0.0.1", "localhost"}, nil)
+	f.secret(t, f.alice, "api", "sk-private", []string{"127.0.0.1:" + srv.port(), "localhost:" + srv.port()}, nil)
 	// Trusting the test certificate, but without the test-only AllowPrivate.
 	g := f.gateway(srv, outbound.Options{})
 	for _, r := range []outbound.Request{
@@ -420,7 +422,7 @@ func TestHTTPRequestCapability(t *testing.T) {
 	ctx := context.Background()
 	f := setup(t, st)
 	srv := newServer(t, echo)
-	f.secret(t, f.alice, "api", "sk-cap-value", []string{"127.0.0.1"}, nil)
+	f.secret(t, f.alice, "api", "sk-cap-value", []string{"127.0.0.1:" + srv.port()}, nil)
 	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
 	reg := capabilities.NewRegistry(capabilities.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := reg.Register(g.Capability()); err != nil {
@@ -473,7 +475,7 @@ func TestGatewayApprovesTheSentHostName(t *testing.T) {
 			echo(s, w, r)
 		}
 	})
-	f.secret(t, f.alice, "api", "sk-idna-value", []string{"api.example.com", "127.0.0.1", "localhost", "i.localhost"}, nil)
+	f.secret(t, f.alice, "api", "sk-idna-value", []string{"api.example.com", "127.0.0.1:" + srv.port(), "localhost:" + other.port(), "i.localhost:" + other.port()}, nil)
 	g := f.gateway(srv, outbound.Options{AllowPrivate: true, TLSConfig: anyNameTLS(srv), Limits: outbound.Limits{Timeout: 3 * time.Second}})
 
 	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: "https://APİ.example.com/", Headers: map[string]string{"X-Key": "{{secret:api}}"}})
@@ -502,7 +504,7 @@ func TestGatewayBoundsTheFilledRequest(t *testing.T) {
 		ctx := context.Background()
 		f := setup(t, st)
 		srv := newServer(t, echo)
-		f.secret(t, f.alice, "big", strings.Repeat("k", secrets.MaxValueBytes), []string{"127.0.0.1"}, nil)
+		f.secret(t, f.alice, "big", strings.Repeat("k", secrets.MaxValueBytes), []string{"127.0.0.1:" + srv.port()}, nil)
 		g := f.gateway(srv, outbound.Options{AllowPrivate: true})
 		body := strings.Repeat("{{secret:big}}", 20) // 280 bytes; 1.3 MB filled
 		if _, err := g.Do(ctx, f.aliceC, outbound.Request{Method: "POST", URL: srv.URL, Body: body}); codeOf(err) != capabilities.CodeInvalidInput ||
@@ -548,7 +550,7 @@ func TestGatewayScrubsCompressedEcho(t *testing.T) {
 		}
 		fmt.Fprintf(w, "key=%s", k)
 	})
-	f.secret(t, f.alice, "api", key, []string{"127.0.0.1"}, nil)
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1:" + srv.port()}, nil)
 	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
 
 	leaks := func(resp outbound.Response) bool {
@@ -589,7 +591,7 @@ func TestGatewayAuditOfRefusedRedirectIsScrubbed(t *testing.T) {
 	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "https://"+r.Header.Get("X-Key")+".invalid/", http.StatusFound)
 	})
-	f.secret(t, f.alice, "api", key, []string{"127.0.0.1"}, nil)
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1:" + srv.port()}, nil)
 	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
 	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
 	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "refused") || strings.Contains(err.Error(), key) {
@@ -628,7 +630,7 @@ func TestGatewayScrubsCommonEchoShapes(t *testing.T) {
 		}
 		io.WriteString(w, strings.Join(shapes, "\n"))
 	})
-	f.secret(t, f.alice, "aws", key, []string{"127.0.0.1"}, nil)
+	f.secret(t, f.alice, "aws", key, []string{"127.0.0.1:" + srv.port()}, nil)
 	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
 	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:aws}}"}})
 	if err != nil || resp.Status != 200 {
@@ -701,8 +703,7 @@ func TestGatewayBoundsTheScrubbedBody(t *testing.T) {
 	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, strings.Repeat(r.Header.Get("X-Key"), 64<<10))
 	})
-	f.secret(t, f.alice, "s", "a", []string{"127.0.0.1"}, nil)
-	f.secret(t, f.alice, "long", "sk-a-long-enough-value", []string{"127.0.0.1"}, nil)
+	f.secret(t, f.alice, "s", "a", []string{"127.0.0.1:" + srv.port()}, nil)
 	g := f.gateway(srv, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxResponseBytes: 64 << 10}})
 	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:s}}"}})
 	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "replaced by placeholders, is larger than") {
@@ -712,9 +713,140 @@ func TestGatewayBoundsTheScrubbedBody(t *testing.T) {
 	srv2 := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, strings.Repeat(r.Header.Get("X-Key")+" ", 100))
 	})
+	f.secret(t, f.alice, "long", "sk-a-long-enough-value", []string{"127.0.0.1:" + srv2.port()}, nil)
 	g2 := f.gateway(srv2, outbound.Options{AllowPrivate: true, Limits: outbound.Limits{MaxResponseBytes: 64 << 10}})
 	resp, err = g2.Do(ctx, f.aliceC, outbound.Request{URL: srv2.URL, Headers: map[string]string{"X-Key": "{{secret:long}}"}})
 	if err != nil || resp.Body != strings.Repeat("{{secret:long}} ", 100) {
 		t.Fatalf("%q %v", resp.Body, err)
+	}
+}
+
+// A reflected secret must not come back in pieces: Range and If-Range
+// are the gateway's, and a 206 to a request carrying secrets is refused
+// (a server may send one unasked).
+func TestGatewayRefusesPartialAnswers(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "sk-partial-secret-value"
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("X-Key")
+		if len(k) >= 4 {
+			k = k[:4] // a piece too short to be recognised
+		}
+		w.Header().Set("Content-Range", "bytes 0-3/"+fmt.Sprint(len(r.Header.Get("X-Key"))))
+		w.WriteHeader(http.StatusPartialContent)
+		io.WriteString(w, k)
+	})
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1:" + srv.port()}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+	for _, h := range []string{"Range", "range", "If-Range"} {
+		before := srv.hits.Load()
+		_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}", h: "bytes=0-3"}})
+		if codeOf(err) != capabilities.CodeInvalidInput || srv.hits.Load() != before {
+			t.Fatalf("%s from the caller: %v", h, err)
+		}
+	}
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "(206)") || strings.Contains(err.Error(), "sk-p") || resp.Body != "" {
+		t.Fatalf("206 to a secret-bearing request: %+v %v", resp, err)
+	}
+	// Without secrets, a 206 is an answer like any other.
+	if resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL}); err != nil || resp.Status != http.StatusPartialContent {
+		t.Fatalf("206 without secrets: %+v %v", resp, err)
+	}
+}
+
+// A server may compress its answer in a coding nobody asked for; the
+// gateway decodes gzip and deflate (bounded) before scrubbing and refuses
+// what it cannot read.
+func TestGatewayScrubsUnaskedEncodings(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "sk-encoded-secret-value"
+	compress := func(coding string, b []byte) []byte {
+		var buf bytes.Buffer
+		var w io.WriteCloser
+		switch coding {
+		case "gzip":
+			w = gzip.NewWriter(&buf)
+		case "deflate":
+			w = zlib.NewWriter(&buf)
+		case "raw-deflate":
+			w, _ = flate.NewWriter(&buf, flate.BestSpeed)
+		}
+		w.Write(b)
+		w.Close()
+		return buf.Bytes()
+	}
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		body := []byte("key=" + r.Header.Get("X-Key"))
+		switch mode := r.URL.Query().Get("mode"); mode {
+		case "gzip", "deflate":
+			w.Header().Set("Content-Encoding", mode)
+			w.Write(compress(mode, body))
+		case "raw-deflate":
+			w.Header().Set("Content-Encoding", "deflate")
+			w.Write(compress(mode, body))
+		case "stacked":
+			w.Header().Set("Content-Encoding", "deflate, gzip")
+			w.Write(compress("gzip", compress("deflate", body)))
+		case "br":
+			w.Header().Set("Content-Encoding", "br")
+			w.Write(body) // whatever the bytes, the gateway cannot read br
+		case "named":
+			w.Header().Set("Content-Encoding", r.Header.Get("X-Key"))
+			w.Write(body)
+		case "bomb":
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write(compress("gzip", bytes.Repeat([]byte("0"), 8<<20)))
+		case "corrupt":
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write([]byte("not gzip at all"))
+		}
+	})
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1:" + srv.port()}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+	call := func(mode string) (outbound.Response, error) {
+		return g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL + "/?mode=" + mode, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	}
+	for _, mode := range []string{"gzip", "deflate", "raw-deflate", "stacked"} {
+		resp, err := call(mode)
+		if err != nil || resp.Body != "key={{secret:api}}" || resp.Headers["Content-Encoding"] != nil {
+			t.Fatalf("%s: %+v %v", mode, resp, err)
+		}
+	}
+	for mode, want := range map[string]string{"br": `encoded as "br"`, "named": "encoded as", "bomb": "larger than", "corrupt": ""} {
+		resp, err := call(mode)
+		if codeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), key) || resp.Body != "" {
+			t.Fatalf("%s: %+v %v", mode, resp, err)
+		}
+	}
+	var leaked, refused int
+	if err := st.DB.NewSelect().Table("audit_events").ColumnExpr("COUNT(*)").Where("reason LIKE ?", "%"+key+"%").Scan(ctx, &leaked); err != nil || leaked != 0 {
+		t.Fatalf("the secret reached the audit log %d times (%v)", leaked, err)
+	}
+	if err := st.DB.NewSelect().Table("audit_events").ColumnExpr("COUNT(*)").Where("result = ? AND reason LIKE ?", audit.ResultDenied, "%encoded as%").Scan(ctx, &refused); err != nil || refused != 2 {
+		t.Fatalf("refused encodings audited: %d (%v)", refused, err)
+	}
+}
+
+// Approving a host without a port approves port 443 only: a secret for
+// 127.0.0.1 does not go to 127.0.0.1 on the test server's port.
+func TestGatewayHostApprovalNamesThePort(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	srv := newServer(t, echo)
+	f.secret(t, f.alice, "api", "sk-port-value", []string{"127.0.0.1"}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+	_, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if codeOf(err) != capabilities.CodeInvalidInput || !strings.Contains(err.Error(), "not approved") || srv.hits.Load() != 0 {
+		t.Fatalf("a secret approved for port 443 sent to port %s: %v", srv.port(), err)
+	}
+	f.secret(t, f.alice, "api", "sk-port-value", []string{"127.0.0.1:" + srv.port()}, nil)
+	if resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}}); err != nil || srv.hits.Load() != 1 || !strings.Contains(resp.Body, "{{secret:api}}") {
+		t.Fatalf("with the port approved: %+v %v", resp, err)
 	}
 }

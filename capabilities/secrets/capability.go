@@ -28,7 +28,7 @@ type SetInput struct {
 // PolicyInput is the input of secretPolicySet.
 type PolicyInput struct {
 	Name         string   `json:"name" jsonschema:"the secret's name"`
-	AllowedHosts []string `json:"allowedHosts" jsonschema:"hosts this secret may be sent to: exact names (api.example.com) or subdomain forms (*.example.com)"`
+	AllowedHosts []string `json:"allowedHosts" jsonschema:"hosts this secret may be sent to: exact names (api.example.com) or subdomain forms (*.example.com), port 443 unless one is named (api.example.com:8443)"`
 	ExpiresAt    string   `json:"expiresAt,omitempty" jsonschema:"RFC 3339 time after which the secret is never used; empty: never expires"`
 }
 

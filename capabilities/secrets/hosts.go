@@ -3,6 +3,7 @@ package secrets
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/idna"
@@ -17,18 +18,57 @@ const MaxAllowedHosts = 32
 // form ("*.example.com": every name under example.com, not example.com
 // itself), or an IPv4 address. Names are lowercased and internationalized
 // names are converted to their ASCII (punycode) form; a trailing dot is
-// dropped. Schemes, ports, paths, user info, IPv6 literals and a '*'
-// anywhere but a leading "*." are refused, as is a subdomain form over a
-// single label ("*.com") or over a public suffix ("*.co.uk",
-// "*.github.io"), whose names belong to many unrelated owners.
+// dropped. A port may follow (":8443"); without one the pattern approves
+// port 443 only, the https default, and ":443" is dropped as redundant.
+// Schemes, paths, user info, IPv6 literals and a '*' anywhere but a
+// leading "*." are refused, as is a subdomain form over a single label
+// ("*.com") or over a public suffix ("*.co.uk", "*.github.io"), whose
+// names belong to many unrelated owners.
 func NormalizeHost(pattern string) (string, error) {
 	p := strings.TrimSpace(pattern)
 	if p == "" {
 		return "", fmt.Errorf("%w: an allowed host is empty", ErrInvalid)
 	}
-	if strings.ContainsAny(p, "/:@?#[]\\ \t") {
-		return "", fmt.Errorf("%w: allowed host %q must be a bare host name, without scheme, port or path", ErrInvalid, pattern)
+	p, port, err := cutPort(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: allowed host %q: %v", ErrInvalid, pattern, err)
 	}
+	if strings.ContainsAny(p, "/:@?#[]\\ \t") {
+		return "", fmt.Errorf("%w: allowed host %q must be a host name with an optional port, without scheme or path", ErrInvalid, pattern)
+	}
+	h, err := normalizeName(p, pattern)
+	if err != nil {
+		return "", err
+	}
+	if port != "" {
+		return h + ":" + port, nil
+	}
+	return h, nil
+}
+
+// DefaultPort is the port a pattern without one approves: https's.
+const DefaultPort = "443"
+
+// cutPort splits a trailing ":port" off a pattern: a decimal 1-65535
+// without leading zeros. The default port is returned as "".
+func cutPort(p string) (host, port string, err error) {
+	i := strings.LastIndexByte(p, ':')
+	if i < 0 || strings.Count(p, ":") > 1 || strings.ContainsAny(p, "/@?#[]") {
+		return p, "", nil // none, or a URL or IPv6 literal (refused by the caller)
+	}
+	host, port = p[:i], p[i+1:]
+	n, convErr := strconv.Atoi(port)
+	if convErr != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+		return "", "", fmt.Errorf("the port must be a number from 1 to 65535")
+	}
+	if port == DefaultPort {
+		port = ""
+	}
+	return host, port, nil
+}
+
+// normalizeName is NormalizeHost for the name part of a pattern.
+func normalizeName(p, pattern string) (string, error) {
 	wildcard := strings.HasPrefix(p, "*.")
 	if wildcard {
 		p = p[2:]
@@ -135,16 +175,30 @@ func numericTail(name string) bool {
 	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
-// HostAllowed reports whether host (in CanonicalRequestHost form) is
-// approved by one of the normalized patterns: an exact match, or a name
+// HostAllowed reports whether host (in CanonicalRequestHost form) on port
+// (a URL's port: "" is 443) is approved by one of the normalized patterns:
+// the same port (443 when the pattern names none) and an exact match, or a name
 // strictly under a "*.domain" pattern. A subdomain form never reaches
 // across a public suffix: "*.amazonaws.com" approves sts.amazonaws.com but
 // not anyone.s3.amazonaws.com, whose registrable domain is its own (the
 // public suffix list says so). An IP address only ever matches itself.
-func HostAllowed(patterns []string, host string) bool {
+func HostAllowed(patterns []string, host, port string) bool {
+	if port == "" || port == DefaultPort {
+		port = DefaultPort
+	}
 	numeric := numericTail(host)
 	site, siteErr := publicsuffix.EffectiveTLDPlusOne(host)
 	for _, p := range patterns {
+		p, pport, err := cutPort(p)
+		if err != nil {
+			continue
+		}
+		if pport == "" {
+			pport = DefaultPort
+		}
+		if pport != port {
+			continue
+		}
 		if suffix, ok := strings.CutPrefix(p, "*"); ok {
 			base := suffix[1:]
 			if !numeric && siteErr == nil && (base == site || strings.HasSuffix(base, "."+site)) &&

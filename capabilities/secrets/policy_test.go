@@ -28,6 +28,10 @@ func TestNormalizeHost(t *testing.T) {
 		"xn--bcher-kva.example": "xn--bcher-kva.example",
 		"localhost":             "localhost",
 		"203.0.113.7":           "203.0.113.7",
+		"api.example.com:443":   "api.example.com",
+		"api.example.com:8443":  "api.example.com:8443",
+		"*.example.com:8443":    "*.example.com:8443",
+		"203.0.113.7:8080":      "203.0.113.7:8080",
 	}
 	for in, want := range good {
 		if got, err := secrets.NormalizeHost(in); err != nil || got != want {
@@ -35,7 +39,7 @@ func TestNormalizeHost(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{
-		"", "https://api.example.com", "api.example.com:443", "api.example.com/v1", "user@api.example.com",
+		"", "https://api.example.com", "api.example.com:0", "api.example.com:65536", "api.example.com:08443", "api.example.com:", "api.example.com:https", "api.example.com/v1", "user@api.example.com",
 		"*", "*.com", "a.*.example.com", "*example.com", "api*.example.com", "**.example.com",
 		"-bad.example.com", "bad-.example.com", "under_score.example.com", "a..b", "[::1]", "::1",
 		"*.203.0.113.7", "*.0.113.7", "*.example.123", "*.co.uk", "*.github.io", "*.herokuapp.com", "*.s3.amazonaws.com", "space here.com", strings.Repeat("a", 64) + ".com",
@@ -56,6 +60,28 @@ func TestNormalizeHost(t *testing.T) {
 	}
 }
 
+// TestHostAllowedPort: a pattern without a port approves 443 only (a
+// request to another port of an approved name could reach another
+// service on that host); a pattern with a port approves that port only.
+func TestHostAllowedPort(t *testing.T) {
+	pats, err := secrets.NormalizeHosts([]string{"api.example.com", "*.example.org:8443", "203.0.113.7:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		host, port string
+		want       bool
+	}{
+		{"api.example.com", "", true}, {"api.example.com", "443", true}, {"api.example.com", "8443", false}, {"api.example.com", "80", false},
+		{"a.example.org", "8443", true}, {"a.example.org", "", false}, {"a.example.org", "443", false},
+		{"203.0.113.7", "8080", true}, {"203.0.113.7", "", false},
+	} {
+		if got := secrets.HostAllowed(pats, c.host, c.port); got != c.want {
+			t.Errorf("HostAllowed(%q, port %q) = %v, want %v", c.host, c.port, got, c.want)
+		}
+	}
+}
+
 func TestHostAllowed(t *testing.T) {
 	pats := []string{"api.example.com", "*.corp.example"}
 	for host, want := range map[string]bool{
@@ -69,11 +95,11 @@ func TestHostAllowed(t *testing.T) {
 		"evilcorp.example":     false,
 		"api.example.com.evil": false,
 	} {
-		if got := secrets.HostAllowed(pats, host); got != want {
+		if got := secrets.HostAllowed(pats, host, ""); got != want {
 			t.Errorf("HostAllowed(%q) = %v, want %v", host, got, want)
 		}
 	}
-	if secrets.HostAllowed(nil, "api.example.com") {
+	if secrets.HostAllowed(nil, "api.example.com", "") {
 		t.Error("an empty allowlist approves a host")
 	}
 	if h, err := secrets.CanonicalRequestHost("API.Bücher.Example."); err != nil || h != "api.xn--bcher-kva.example" {
@@ -91,7 +117,7 @@ func TestCanonicalRequestHostIsTheDialledHost(t *testing.T) {
 		if err != nil {
 			continue // refused: fine
 		}
-		if secrets.HostAllowed(pats, h) {
+		if secrets.HostAllowed(pats, h, "") {
 			t.Errorf("CanonicalRequestHost(%q) = %q: approved, but net/http sends it to another domain", host, h)
 		}
 	}
@@ -102,7 +128,7 @@ func TestCanonicalRequestHostIsTheDialledHost(t *testing.T) {
 		}
 	}
 	// A subdomain form never matches an address.
-	if secrets.HostAllowed([]string{"*.0.113.7"}, "203.0.113.7") {
+	if secrets.HostAllowed([]string{"*.0.113.7"}, "203.0.113.7", "") {
 		t.Error("a subdomain form matched an IP address")
 	}
 }
@@ -120,7 +146,7 @@ func TestHostAllowedStopsAtPublicSuffixes(t *testing.T) {
 		"evil.herokuapp.com":        false,
 		"a.b.example.co.uk":         true,
 	} {
-		if got := secrets.HostAllowed([]string{"*.amazonaws.com", "*.herokuapp.com", "*.example.co.uk"}, host); got != want {
+		if got := secrets.HostAllowed([]string{"*.amazonaws.com", "*.herokuapp.com", "*.example.co.uk"}, host, ""); got != want {
 			t.Errorf("HostAllowed(%q) = %v, want %v", host, got, want)
 		}
 	}
