@@ -279,6 +279,10 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Replicas share one database: any of them serves any session.
 		mopts.Sessions = sqlsessions.NewSealed(s.store, s.ring) // events and answers hold user content
 	}
+	if mopts.States == nil {
+		// A requestState is good once, whichever replica sees it.
+		mopts.States = sqlsessions.New(s.store)
+	}
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
 		// of an input-required call.
@@ -398,7 +402,8 @@ func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.Token
 	// The token check loaded the account's state, roles and permissions in
 	// its one query: hand them over instead of loading the account again.
 	caller := a.Caller()
-	info := mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller}
+	info := mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller,
+		Grant: a.GrantID}
 	v.cache.Put(ticket, token, a.UserID, a.GrantID, a.ExpiresAt, cachedToken(info))
 	return info, nil
 }

@@ -77,7 +77,7 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 	cl := &client{s: s, st: st, progressToken: token}
 	if mcpserver.IsModernRequest(ctx) {
 		var err error
-		if cl.round, err = s.newRound(st, binding("tools/call", req.Params.Name, args), req.Params.MultiRoundTripParams); err != nil {
+		if cl.round, err = s.newRound(ctx, st, binding("tools/call", req.Params.Name, args), req.Params.MultiRoundTripParams); err != nil {
 			s.protocolError(ctx, st, err)
 			return nil, safeError{"invalid request state"}
 		}
@@ -103,7 +103,7 @@ func (s *Server) toolResult(ctx context.Context, st *reqState, cl *client, name 
 	if errors.Is(err, errInputRequired) && cl.round != nil && cl.round.question != nil {
 		return &mcpgo.CallToolResult{
 			Result:               mcpgo.Result{ResultType: mcpgo.ResultTypeInputRequired},
-			MultiRoundTripResult: mcpgo.MultiRoundTripResult{InputRequests: cl.round.question, RequestState: s.signState(st.caller.UserID, cl.round)},
+			MultiRoundTripResult: mcpgo.MultiRoundTripResult{InputRequests: cl.round.question, RequestState: s.signState(st, cl.round)},
 		}, nil
 	}
 	if s.protocolError(ctx, st, err) {
@@ -160,7 +160,7 @@ func (s *Server) getPrompt(ctx context.Context, req mcpgo.GetPromptRequest) (*mc
 	if mcpserver.IsModernRequest(ctx) {
 		args, _ := json.Marshal(req.Params.Arguments)
 		var err error
-		if cl.round, err = s.newRound(st, binding("prompts/get", req.Params.Name, args), req.Params.MultiRoundTripParams); err != nil {
+		if cl.round, err = s.newRound(ctx, st, binding("prompts/get", req.Params.Name, args), req.Params.MultiRoundTripParams); err != nil {
 			s.protocolError(ctx, st, err)
 			return nil, safeError{"invalid request state"}
 		}
@@ -171,7 +171,7 @@ func (s *Server) getPrompt(ctx context.Context, req mcpgo.GetPromptRequest) (*mc
 	if errors.Is(err, errInputRequired) && cl.round != nil && cl.round.question != nil {
 		return &mcpgo.GetPromptResult{
 			Result:               mcpgo.Result{ResultType: mcpgo.ResultTypeInputRequired},
-			MultiRoundTripResult: mcpgo.MultiRoundTripResult{InputRequests: cl.round.question, RequestState: s.signState(st.caller.UserID, cl.round)},
+			MultiRoundTripResult: mcpgo.MultiRoundTripResult{InputRequests: cl.round.question, RequestState: s.signState(st, cl.round)},
 			Messages:             []mcpgo.PromptMessage{},
 		}, nil
 	}

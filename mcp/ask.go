@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
@@ -33,10 +35,12 @@ import (
 //     calls again with the answers. The handler runs again from the start
 //     and this time finds its answers. The answers of earlier rounds ride
 //     in the result's requestState, which the server signs (HMAC-SHA256,
-//     Options.RequestStateKey) and binds to the caller, the method and
-//     name, and the arguments, with an expiry: a client cannot alter an
-//     earlier answer, nor replay another user's state, nor reuse it for
-//     another call. The state also names the questions it asked, each
+//     Options.RequestStateKey) and binds to the caller and the credential
+//     that made the call (the OAuth grant, or the workspace key), the
+//     method and name, and the arguments, with an expiry and a random id
+//     spent on its first use (Options.States): a client cannot alter an
+//     earlier answer, nor replay a state (its own, another credential's,
+//     another user's), nor reuse it for another call. The state also names the questions it asked, each
 //     with a digest of its content: an answer is taken only for a question
 //     the previous round asked (a client cannot answer ahead and skip a
 //     question), and only while the handler asks that same question (an
@@ -68,6 +72,8 @@ var errBadState = errors.New("mcp: invalid request state")
 type signedState struct {
 	V       int                        `json:"v"`
 	User    string                     `json:"u"`
+	Cred    string                     `json:"c,omitempty"` // reqState.credential
+	ID      string                     `json:"n"`           // spent on first use
 	Bind    string                     `json:"b"`
 	Exp     int64                      `json:"e"`
 	Answers map[string]json.RawMessage `json:"a,omitempty"`
@@ -76,7 +82,7 @@ type signedState struct {
 }
 
 // stateVersion is the signedState layout; states of another are refused.
-const stateVersion = 2
+const stateVersion = 3
 
 // questionDigest identifies what was asked: the question's key and its
 // content as sent to the client.
@@ -104,16 +110,19 @@ func binding(method, name string, args []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (s *Server) signState(userID string, r *round) string {
-	payload, _ := json.Marshal(signedState{V: stateVersion, User: userID, Bind: r.binding, Exp: s.now().Add(requestStateTTL).Unix(),
-		Answers: r.used, AnswerQ: r.usedQ, Pending: r.pending})
+func (s *Server) signState(st *reqState, r *round) string {
+	id := make([]byte, 16)
+	rand.Read(id)
+	payload, _ := json.Marshal(signedState{V: stateVersion, User: st.caller.UserID, Cred: st.credential, ID: base64.RawURLEncoding.EncodeToString(id),
+		Bind: r.binding, Exp: s.now().Add(requestStateTTL).Unix(), Answers: r.used, AnswerQ: r.usedQ, Pending: r.pending})
 	mac := hmac.New(sha256.New, s.stateKey)
 	mac.Write(payload)
 	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// openState verifies a requestState for userID and the call's binding.
-func (s *Server) openState(userID, bind, state string) (signedState, error) {
+// openState verifies a requestState for the request's caller and
+// credential and the call's binding, and spends it: a state is good once.
+func (s *Server) openState(ctx context.Context, st *reqState, bind, state string) (signedState, error) {
 	p, m, ok := strings.Cut(state, ".")
 	payload, err1 := base64.RawURLEncoding.DecodeString(p)
 	sum, err2 := base64.RawURLEncoding.DecodeString(m)
@@ -125,24 +134,66 @@ func (s *Server) openState(userID, bind, state string) (signedState, error) {
 	if !hmac.Equal(sum, mac.Sum(nil)) {
 		return signedState{}, errBadState
 	}
-	var st signedState
-	if json.Unmarshal(payload, &st) != nil || st.V != stateVersion || st.User != userID || st.Bind != bind || s.now().Unix() > st.Exp {
+	var ss signedState
+	if json.Unmarshal(payload, &ss) != nil || ss.V != stateVersion || ss.User != st.caller.UserID || ss.Cred != st.credential ||
+		ss.Bind != bind || ss.ID == "" || s.now().Unix() > ss.Exp {
 		return signedState{}, errBadState
 	}
-	return st, nil
+	fresh, err := s.states.Spend(ctx, ss.ID, time.Unix(ss.Exp, 0))
+	if err != nil {
+		return signedState{}, fmt.Errorf("mcp: spend request state: %w", err)
+	}
+	if !fresh {
+		return signedState{}, errBadState
+	}
+	return ss, nil
+}
+
+// StateLedger remembers the requestStates (protocol 2026-07-28) that were
+// used, so that each is accepted once. Replicas must share it.
+type StateLedger interface {
+	// Spend records id, which expires at exp, as used; it reports false
+	// when id was used already. After exp the ledger may forget id (the
+	// state's signature refuses it by then).
+	Spend(ctx context.Context, id string, exp time.Time) (fresh bool, err error)
+}
+
+// memoryLedger is the StateLedger of a single process.
+type memoryLedger struct {
+	mu    sync.Mutex
+	spent map[string]time.Time
+	now   func() time.Time
+}
+
+func (l *memoryLedger) Spend(_ context.Context, id string, exp time.Time) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, used := l.spent[id]; used {
+		return false, nil
+	}
+	if len(l.spent) >= 1024 && len(l.spent)&1023 == 0 {
+		now := l.now()
+		for k, e := range l.spent {
+			if now.After(e) {
+				delete(l.spent, k)
+			}
+		}
+	}
+	l.spent[id] = exp
+	return true, nil
 }
 
 // newRound prepares the answers of a 2026-07-28 retry: those signed into
 // requestState by earlier rounds, and this round's inputResponses to the
 // questions that state says were asked (answers to anything else are
 // ignored: without a state, nothing was asked).
-func (s *Server) newRound(st *reqState, bind string, p mcpgo.MultiRoundTripParams) (*round, error) {
+func (s *Server) newRound(ctx context.Context, st *reqState, bind string, p mcpgo.MultiRoundTripParams) (*round, error) {
 	r := &round{binding: bind, answers: map[string]json.RawMessage{}, answerQ: map[string]string{},
 		used: map[string]json.RawMessage{}, usedQ: map[string]string{}, pending: map[string]string{}}
 	if p.RequestState == "" {
 		return r, nil
 	}
-	earlier, err := s.openState(st.caller.UserID, bind, p.RequestState)
+	earlier, err := s.openState(ctx, st, bind, p.RequestState)
 	if err != nil {
 		return nil, err
 	}

@@ -122,6 +122,7 @@ func TestRequestStateRefused(t *testing.T) {
 		{"tampered", "alice-token", state2 + "x", args, 0},
 		{"re-signed payload", "alice-token", forged, args, 0},
 		{"another user's", "bob-token", state2, args, 0},
+		{"another grant's", "alice-grant2-token", state2, args, 0},
 		{"other arguments", "alice-token", state2, map[string]any{"text": "y"}, 0},
 		{"expired", "alice-token", state2, args, requestStateTTL + time.Minute},
 	}
@@ -136,6 +137,26 @@ func TestRequestStateRefused(t *testing.T) {
 		if strings.Contains(fmt.Sprint(m), "x:one") {
 			t.Errorf("%s state completed the call", c.name)
 		}
+	}
+}
+
+// TestRequestStateSpentOnce: a requestState is good for one retry; sent
+// again (a replay by whoever saw it), it is refused and the call does not
+// run again with its answers.
+func TestRequestStateSpentOnce(t *testing.T) {
+	f := newFixture(t)
+	askTwice(f)
+	args := map[string]any{"text": "x"}
+	_, m := f.modernCall("alice-token", "tools/call", "askTwice", map[string]any{"name": "askTwice", "arguments": args}, elicitCaps)
+	state, _ := m["result"].(map[string]any)["requestState"].(string)
+	retry := map[string]any{"name": "askTwice", "arguments": args, "inputResponses": map[string]any{"first": accept("one")}, "requestState": state}
+	_, m = f.modernCall("alice-token", "tools/call", "askTwice", retry, elicitCaps)
+	if r, _ := m["result"].(map[string]any); r["resultType"] != "input_required" {
+		t.Fatalf("first use: %v", m)
+	}
+	status, m := f.modernCall("alice-token", "tools/call", "askTwice", retry, elicitCaps)
+	if e, _ := m["error"].(map[string]any); status != http.StatusBadRequest || e == nil || e["code"] != float64(-32602) {
+		t.Fatalf("second use of one state: %d %v, want 400 and -32602", status, m)
 	}
 }
 

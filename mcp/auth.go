@@ -18,6 +18,12 @@ type TokenInfo struct {
 	Scopes    []string  // granted scopes
 	Audience  []string  // resources the token is for (RFC 8707)
 	ExpiresAt time.Time // zero means the verifier already checked expiry
+	// Grant identifies the authorization behind the token, the same across
+	// its refreshes (enclave's verifier: the OAuth grant). The 2026-07-28
+	// protocol's per-call state (a requestState, notifications/cancelled)
+	// is bound to it, so another credential of the same user can neither
+	// replay nor cancel it. Empty binds that state to the user alone.
+	Grant string
 	// Caller, when set, is the subject's caller loaded by the verifier in
 	// this same request, with fresh roles, permissions and account state
 	// (for example in the query that checked the token). The server then

@@ -21,21 +21,24 @@ import (
 // cancels the caller's own requests with that id, which it tracks for
 // both paths (modernCalls).
 
-// modernCalls are the 2026-07-28 requests in flight, by caller and id.
+// modernCalls are the 2026-07-28 requests in flight, by caller, credential
+// and id: a credential cancels only the requests it sent itself, so
+// another credential of the account (a workspace key, another client's
+// grant) cannot end them by guessing small ids.
 type modernCalls struct {
 	mu sync.Mutex
 	m  map[string]map[*context.CancelFunc]struct{}
 }
 
-func modernCallKey(userID string, rpcID []byte) string {
-	return userID + "\x00" + string(bytes.TrimSpace(rpcID))
+func modernCallKey(userID, credential string, rpcID []byte) string {
+	return userID + "\x00" + credential + "\x00" + string(bytes.TrimSpace(rpcID))
 }
 
 // track makes r cancellable by its caller's notifications/cancelled; the
 // returned func ends the tracking.
-func (c *modernCalls) track(r *http.Request, userID string, rpcID []byte) (*http.Request, func()) {
+func (c *modernCalls) track(r *http.Request, userID, credential string, rpcID []byte) (*http.Request, func()) {
 	ctx, cancel := context.WithCancel(r.Context())
-	key := modernCallKey(userID, rpcID)
+	key := modernCallKey(userID, credential, rpcID)
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[string]map[*context.CancelFunc]struct{}{}
@@ -56,9 +59,10 @@ func (c *modernCalls) track(r *http.Request, userID string, rpcID []byte) (*http
 	}
 }
 
-// cancel cancels the caller's requests with the id.
-func (c *modernCalls) cancel(userID string, rpcID []byte) {
-	key := modernCallKey(userID, rpcID)
+// cancel cancels the requests with the id that the caller sent with the
+// same credential.
+func (c *modernCalls) cancel(userID, credential string, rpcID []byte) {
+	key := modernCallKey(userID, credential, rpcID)
 	c.mu.Lock()
 	var cancels []context.CancelFunc
 	for f := range c.m[key] {
@@ -109,6 +113,6 @@ func (s *Server) cancelModern(w http.ResponseWriter, r *http.Request, st *reqSta
 	sw := &statusWriter{ResponseWriter: w}
 	s.http.ServeHTTP(sw, r)
 	if sw.status == http.StatusAccepted && msg.decoded && len(msg.Params.RequestID) > 0 {
-		s.modernCalls.cancel(st.caller.UserID, msg.Params.RequestID)
+		s.modernCalls.cancel(st.caller.UserID, st.credential, msg.Params.RequestID)
 	}
 }

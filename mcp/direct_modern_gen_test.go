@@ -633,7 +633,8 @@ func TestDirectPath2026LateWritesAndHangUps(t *testing.T) {
 // A 2026-07-28 notifications/cancelled cancels only its caller's requests
 // with that id. mcp-go keys sessionless requests by id alone: handed the
 // notification as it came, bob's cancelled alice's request with the same
-// id (here one mcp-go serves: the tool mirrors a header).
+// id (here one mcp-go serves: the tool mirrors a header). Another
+// credential of the same user does not either.
 func TestCancelled2026OnlyCancelsTheCallersOwn(t *testing.T) {
 	f := newFixture(t)
 	started := make(chan struct{}, 1)
@@ -679,18 +680,22 @@ func TestCancelled2026OnlyCancelsTheCallersOwn(t *testing.T) {
 			}
 		}()
 		<-started
-		resp, err := post(t.Context(), "bob-token", "notifications/cancelled", "", map[string]any{"requestId": 7})
-		must(t, err)
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("%s: bob's notification: %d %s", tool, resp.StatusCode, readAll(resp))
+		// Neither another user nor another credential of alice's (another
+		// client's grant) ends the call.
+		for _, other := range []string{"bob-token", "alice-grant2-token"} {
+			resp, err := post(t.Context(), other, "notifications/cancelled", "", map[string]any{"requestId": 7})
+			must(t, err)
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("%s: %s's notification: %d %s", tool, other, resp.StatusCode, readAll(resp))
+			}
+			resp.Body.Close()
+			select {
+			case err := <-ended:
+				t.Fatalf("%s: %s's notifications/cancelled ended alice's call: %v", tool, other, err)
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
-		resp.Body.Close()
-		select {
-		case err := <-ended:
-			t.Fatalf("%s: bob's notifications/cancelled ended alice's call: %v", tool, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-		resp, err = post(t.Context(), "alice-token", "notifications/cancelled", "", map[string]any{"requestId": 7})
+		resp, err := post(t.Context(), "alice-token", "notifications/cancelled", "", map[string]any{"requestId": 7})
 		must(t, err)
 		resp.Body.Close()
 		select {

@@ -199,7 +199,9 @@ func newFixture(t *testing.T, tweak ...func(*Options)) *fixture {
 		exp := f.clock.Now().Add(time.Hour)
 		switch token {
 		case "alice-token":
-			return TokenInfo{UserID: "alice", Scopes: []string{"mcp"}, Audience: aud, ExpiresAt: exp}, nil
+			return TokenInfo{UserID: "alice", Scopes: []string{"mcp"}, Audience: aud, ExpiresAt: exp, Grant: "g-alice-1"}, nil
+		case "alice-grant2-token": // another client of alice's: another grant
+			return TokenInfo{UserID: "alice", Scopes: []string{"mcp"}, Audience: aud, ExpiresAt: exp, Grant: "g-alice-2"}, nil
 		case "alice-notes-token":
 			return TokenInfo{UserID: "alice", Scopes: []string{"mcp", "notes:write"}, Audience: aud, ExpiresAt: exp}, nil
 		case "bob-token":

@@ -118,6 +118,10 @@ type Options struct {
 	// for this process, so a state is only good on the replica that issued
 	// it. enclave.New derives one from the key ring.
 	RequestStateKey []byte
+	// States remembers spent requestStates, so that each is good once;
+	// replicas must share it. Nil keeps them in this process. enclave.New
+	// sets an SQL ledger (package sqlsessions).
+	States StateLedger
 	// Tasks stores tasks (protocol 2026-07-28 tasks extension); nil turns
 	// tasks off (task-supporting capabilities then run as ordinary calls).
 	// enclave.New sets an SQL store, so any replica can answer for a task.
@@ -169,6 +173,7 @@ type Server struct {
 	origins    map[string]bool
 	recheck    time.Duration
 	stateKey   []byte
+	states     StateLedger
 	tasks      TaskStore
 	taskModes  atomic.Pointer[map[string]capabilities.TaskSupport]
 	// headerParams has every tool mirrored into mcp-go, true for those
@@ -244,6 +249,10 @@ func New(opts Options) (*Server, error) {
 		m.now = opts.now // tests
 	}
 	s.stateKey = opts.RequestStateKey
+	s.states = opts.States
+	if s.states == nil {
+		s.states = &memoryLedger{spent: map[string]time.Time{}, now: s.now}
+	}
 	if len(s.stateKey) == 0 {
 		s.stateKey = make([]byte, 32)
 		rand.Read(s.stateKey)
@@ -411,6 +420,22 @@ type reqState struct {
 	sent      atomic.Int64 // notifications sent to this request's stream
 	internal  string       // the per-request id standing for sessionID (see sessionStore.begin)
 	direct    bool         // served by the direct path (direct.go), not by mcp-go
+	// credential names the credential that authenticated the request
+	// (see credentialOf): the 2026-07-28 per-call state is bound to it.
+	credential string
+}
+
+// credentialOf names the credential behind a request for binding per-call
+// state: a credential narrower than the account (a workspace key) by its
+// own name, an OAuth grant by its id, else "" (the user alone).
+func credentialOf(c capabilities.Caller, info TokenInfo) string {
+	switch {
+	case c.Credential != "":
+		return "c:" + c.Credential
+	case info.Grant != "":
+		return "g:" + info.Grant
+	}
+	return ""
 }
 
 type stateKey struct{}
@@ -555,7 +580,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.syncRegistry()
 
-	st := &reqState{caller: caller, requestID: requestID, method: msg.Method, expires: info.ExpiresAt, rpcID: bytes.TrimSpace(msg.ID)}
+	st := &reqState{caller: caller, requestID: requestID, method: msg.Method, expires: info.ExpiresAt, rpcID: bytes.TrimSpace(msg.ID),
+		credential: credentialOf(caller, info)}
 	st.token, _ = bearer(r)
 	// A shallow copy: its Header is still the caller's map, so whatever
 	// changes a header for mcp-go clones it first (ownHeader); the direct
@@ -579,7 +605,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		case len(msg.ID) > 0 && !msg.isResponse():
 			var done func()
-			r, done = s.modernCalls.track(r, st.caller.UserID, msg.ID)
+			r, done = s.modernCalls.track(r, st.caller.UserID, st.credential, msg.ID)
 			defer done()
 		}
 	}

@@ -3,7 +3,8 @@
 // mcp.SessionStore on table mcp_sessions (owned by users.id through
 // user_id), keyed by the hash of the session id, plus mcp_session_answers,
 // where a client's answer to a server-to-client request waits for the
-// replica that asked.
+// replica that asked. It is also the mcp.StateLedger of spent
+// requestStates (protocol 2026-07-28), in mcp_spent_states.
 package sqlsessions
 
 import (
@@ -41,6 +42,7 @@ type Store struct {
 	now    func() time.Time
 	sealer Sealer
 	seq    atomic.Int64 // orders a stream's events (a stream lives in one process)
+	spends atomic.Int64 // Spend calls, to prune now and then
 }
 
 var _ mcp.SessionStore = (*Store)(nil)
@@ -430,4 +432,26 @@ func randomID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+var _ mcp.StateLedger = (*Store)(nil)
+
+// Spend records a requestState id as used (table mcp_spent_states,
+// migration 0215), reporting false when some replica recorded it before.
+// Now and then it also drops the ids that have expired.
+func (s *Store) Spend(ctx context.Context, id string, exp time.Time) (bool, error) {
+	res, err := s.store.DB.NewRaw("INSERT INTO mcp_spent_states (id, expires_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, exp.UTC()).Exec(ctx)
+	if err != nil {
+		return false, fmt.Errorf("sqlsessions: spend request state: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("sqlsessions: spend request state: %w", err)
+	}
+	if s.spends.Add(1)%256 == 0 {
+		if _, err := s.store.DB.NewRaw("DELETE FROM mcp_spent_states WHERE expires_at < ?", s.now().UTC()).Exec(ctx); err != nil {
+			return n == 1, fmt.Errorf("sqlsessions: drop expired request states: %w", err)
+		}
+	}
+	return n == 1, nil
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,6 +316,48 @@ func TestEventIDsCarryNoCounter(t *testing.T) {
 			return nil
 		}); err != nil || !slices.Equal(got, []string{second}) {
 			t.Fatalf("replay after %q = %v, %v", first, got, err)
+		}
+	})
+}
+
+// TestSpend: a requestState id is fresh once, across Store values on one
+// database (replicas), also when many spend it at once; expired ids are
+// dropped now and then.
+func TestSpend(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		a, b := New(s), New(s)
+		exp := time.Now().Add(15 * time.Minute)
+		if fresh, err := a.Spend(ctx, "state-1", exp); err != nil || !fresh {
+			t.Fatalf("first spend: %v %v", fresh, err)
+		}
+		if fresh, err := b.Spend(ctx, "state-1", exp); err != nil || fresh {
+			t.Fatalf("the other replica spent it again: %v %v", fresh, err)
+		}
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if fresh, err := []*Store{a, b}[i%2].Spend(ctx, "state-2", exp); err == nil && fresh {
+					wins.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("8 concurrent spends of one id: %d fresh", wins.Load())
+		}
+		c := New(s) // its 256th spend prunes
+		for i := 0; i < 256; i++ {
+			if _, err := c.Spend(ctx, "old-"+strconv.Itoa(i), time.Now().Add(-time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var left int
+		if err := s.DB.NewRaw("SELECT count(*) FROM mcp_spent_states WHERE expires_at < ?", time.Now().UTC()).Scan(ctx, &left); err != nil || left != 0 {
+			t.Fatalf("expired ids kept: %d (%v)", left, err)
 		}
 	})
 }
