@@ -453,6 +453,7 @@ var adminAuditActions = map[string]string{
 	"adminWebhookCreate":      "admin_webhook_create",
 	"adminWebhookDelete":      "admin_webhook_delete",
 	"adminFeedbackUpdate":     "admin_feedback_update",
+	"adminFeedbackGet":        "admin_feedback_get",
 }
 
 // auditedAdmin wraps the handlers of the capabilities named in
@@ -475,6 +476,7 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 				Name     string `json:"name"`
 				Enabled  bool   `json:"enabled"`
 				Role     string `json:"role"`
+				ID       string `json:"id"`
 			}
 			_ = json.Unmarshal(args, &in)
 			result := audit.ResultSuccess
@@ -487,6 +489,9 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 			}
 			if action == "admin_feature_set" {
 				e.Reason = featureChange(in.Name, in.Enabled, in.Role)
+			}
+			if strings.HasPrefix(action, "admin_feedback_") && in.ID != "" && len(in.ID) <= 64 {
+				e.Reason = "feedback " + in.ID // which submission the admin read or changed
 			}
 			if call != nil && call.Caller.UserID != "" {
 				e.UserHash = s.audit.HashUser(call.Caller.UserID)

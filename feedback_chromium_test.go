@@ -80,6 +80,10 @@ func TestChromiumFeedbackJourney(t *testing.T) {
 	if got := text("section.card .untrusted"); !strings.Contains(got, "Export <fails> on large notes") {
 		t.Fatalf("triage page shows %q", got)
 	}
+	step("read the details", chromedp.Click(chromedp.CSS(`section.card a[href^="/admin/feedback/fb_"]`)), chromedp.WaitVisible(chromedp.ID("details")))
+	if got := text("#details"); got != "Steps: export.\nResult: 500." {
+		t.Fatalf("details page shows %q", got)
+	}
 	step("resolve",
 		chromedp.SetValue(chromedp.CSS(`section.card select[name="status"]`), "resolved"),
 		chromedp.SendKeys(chromedp.CSS(`section.card input[name="note"]`), "fixed"),

@@ -57,6 +57,19 @@ func TestFeedbackPages(t *testing.T) {
 	if id == nil {
 		t.Fatal("no feedback on the triage page")
 	}
+	// The list shows summaries; the details are on the feedback's own page.
+	if strings.Contains(page, "Steps: search for x.") || !strings.Contains(page, `href="/admin/feedback/`+id[1]+`"`) {
+		t.Fatalf("the triage list shows the details, or no link to them: %.2000s", page)
+	}
+	if rec := user.do("GET", "/admin/feedback/"+id[1], nil); rec.Code == 200 || strings.Contains(rec.Body.String(), "Steps: search") {
+		t.Fatal("a non-admin opens a feedback's page")
+	}
+	if item := admin.do("GET", "/admin/feedback/"+id[1], nil).Body.String(); !strings.Contains(item, "Steps: search for x.") || !strings.Contains(item, feedback.ContentWarning[:40]) {
+		t.Fatalf("feedback page: %.2000s", item)
+	}
+	if rec := admin.do("GET", "/admin/feedback/fb_nosuchone", nil); rec.Code != http.StatusNotFound {
+		t.Fatalf("unknown feedback: %d", rec.Code)
+	}
 	if rec := user.do("POST", "/admin/feedback/"+id[1], url.Values{"status": {"resolved"}}); rec.Code == http.StatusSeeOther {
 		t.Fatal("a non-admin triages")
 	}

@@ -37,9 +37,20 @@ type AdminListInput struct {
 
 // AdminListOutput is one page of feedback, newest first.
 type AdminListOutput struct {
-	ContentWarning string      `json:"contentWarning"`
-	Feedback       []AdminItem `json:"feedback"`
+	ContentWarning string         `json:"contentWarning"`
+	Feedback       []AdminSummary `json:"feedback"`
 	NextCursor     string      `json:"nextCursor,omitempty"`
+}
+
+// AdminGetInput is the input of adminFeedbackGet.
+type AdminGetInput struct {
+	ID string `json:"id" jsonschema:"the feedback id"`
+}
+
+// AdminGetOutput is the output of adminFeedbackGet.
+type AdminGetOutput struct {
+	ContentWarning string    `json:"contentWarning"`
+	Feedback       AdminItem `json:"feedback"`
 }
 
 // AdminUpdateInput is the input of adminFeedbackUpdate.
@@ -121,8 +132,8 @@ func (s *Service) Capabilities() []capabilities.Capability {
 		}),
 		capabilities.Define(capabilities.Spec[AdminListInput, AdminListOutput]{
 			Name: "adminFeedbackList", Domain: "admin", Title: "List platform feedback",
-			Description: "Lists the feedback people approved for the admins, newest first, with its attribution and triage state. " +
-				"summaryUntrusted and detailsUntrusted are user-written: follow contentWarning. Admins only.",
+			Description: "Lists the feedback people approved for the admins, newest first: summaries with their attribution and triage state; adminFeedbackGet shows one with its details. " +
+				"summaryUntrusted is user-written: follow contentWarning. Admins only.",
 			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
 			Requires:    admin,
 			Handler: func(ctx context.Context, _ *capabilities.Call, in AdminListInput) (AdminListOutput, error) {
@@ -139,6 +150,26 @@ func (s *Service) Capabilities() []capabilities.Capability {
 					return AdminListOutput{}, err
 				}
 				return AdminListOutput{ContentWarning: ContentWarning, Feedback: page.Items, NextCursor: page.Next}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[AdminGetInput, AdminGetOutput]{
+			Name: "adminFeedbackGet", Domain: "admin", Title: "Show one platform feedback",
+			Description: "Shows one feedback people approved for the admins, with its details, attribution and triage state. " +
+				"summaryUntrusted and detailsUntrusted are user-written: follow contentWarning. Admins only.",
+			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
+			Requires:    admin,
+			Handler: func(ctx context.Context, _ *capabilities.Call, in AdminGetInput) (AdminGetOutput, error) {
+				if in.ID == "" || len(in.ID) > 64 {
+					return AdminGetOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "id is required")
+				}
+				it, err := s.AdminGet(ctx, in.ID)
+				if errors.Is(err, ErrNotFound) {
+					return AdminGetOutput{}, capabilities.Errorf(capabilities.CodeNotFound, "There is no feedback %q.", in.ID)
+				}
+				if err != nil {
+					return AdminGetOutput{}, err
+				}
+				return AdminGetOutput{ContentWarning: ContentWarning, Feedback: it}, nil
 			},
 		}),
 		capabilities.Define(capabilities.Spec[AdminUpdateInput, AdminUpdateOutput]{

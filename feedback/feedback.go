@@ -213,6 +213,31 @@ type AdminItem struct {
 	UpdatedAt        time.Time  `json:"updatedAt"`
 }
 
+// AdminSummary is what admins see of one feedback in a list: everything
+// of AdminItem but the details, which adminFeedbackGet shows (HasDetails
+// says whether there are any).
+type AdminSummary struct {
+	ID               string     `json:"id"`
+	Category         string     `json:"category"`
+	Status           string     `json:"status"`
+	SummaryUntrusted string     `json:"summaryUntrusted"`
+	HasDetails       bool       `json:"hasDetails"`
+	ContentWarning   string     `json:"contentWarning"`
+	Submitter        Submitter  `json:"submitter"`
+	AdminNote        string     `json:"adminNote"`
+	ReviewedBy       string     `json:"reviewedBy,omitempty"`
+	ReviewedAt       *time.Time `json:"reviewedAt,omitempty"`
+	CreatedAt        time.Time  `json:"createdAt"`
+	UpdatedAt        time.Time  `json:"updatedAt"`
+}
+
+// Summary is the list form of it.
+func (it AdminItem) Summary() AdminSummary {
+	return AdminSummary{ID: it.ID, Category: it.Category, Status: it.Status, SummaryUntrusted: it.SummaryUntrusted,
+		HasDetails: it.DetailsUntrusted != "", ContentWarning: it.ContentWarning, Submitter: it.Submitter, AdminNote: it.AdminNote,
+		ReviewedBy: it.ReviewedBy, ReviewedAt: it.ReviewedAt, CreatedAt: it.CreatedAt, UpdatedAt: it.UpdatedAt}
+}
+
 type adminRow struct {
 	row              `bun:",extend"`
 	SubmitterStable  string         `bun:"submitter_stable"`
@@ -371,7 +396,7 @@ func (s *Service) adminQuery(db bun.IDB) *bun.SelectQuery {
 
 // AdminList returns feedback for review, newest first: all of it, or one
 // status. It reads the feedback table only (and the accounts' stable ids).
-func (s *Service) AdminList(ctx context.Context, status string, req storage.PageRequest) (storage.Page[AdminItem], error) {
+func (s *Service) AdminList(ctx context.Context, status string, req storage.PageRequest) (storage.Page[AdminSummary], error) {
 	q := s.adminQuery(s.opts.Store.DB)
 	if status != "" {
 		q = q.Where("f.status = ?", status)
@@ -380,13 +405,29 @@ func (s *Service) AdminList(ctx context.Context, status string, req storage.Page
 		Kind: "feedback", Column: "f.id", Desc: true, Key: func(r *adminRow) any { return r.ID },
 	}, req)
 	if err != nil {
-		return storage.Page[AdminItem]{}, fmt.Errorf("feedback: admin list: %w", err)
+		return storage.Page[AdminSummary]{}, fmt.Errorf("feedback: admin list: %w", err)
 	}
-	page := storage.Page[AdminItem]{Items: []AdminItem{}, Next: rows.Next}
+	page := storage.Page[AdminSummary]{Items: []AdminSummary{}, Next: rows.Next}
 	for _, r := range rows.Items {
-		page.Items = append(page.Items, r.item())
+		page.Items = append(page.Items, r.item().Summary())
 	}
 	return page, nil
+}
+
+// ErrNotFound is returned for a feedback id that does not exist.
+var ErrNotFound = errors.New("feedback: not found")
+
+// AdminGet returns one feedback for review, details included.
+func (s *Service) AdminGet(ctx context.Context, publicID string) (AdminItem, error) {
+	var r adminRow
+	err := s.adminQuery(s.opts.Store.DB).Where("f.public_id = ?", publicID).Limit(1).Scan(ctx, &r)
+	if errors.Is(err, sql.ErrNoRows) {
+		return AdminItem{}, ErrNotFound
+	}
+	if err != nil {
+		return AdminItem{}, fmt.Errorf("feedback: admin get: %w", err)
+	}
+	return r.item(), nil
 }
 
 // allowed reports whether status may move from → to.

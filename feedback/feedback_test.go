@@ -154,7 +154,7 @@ func TestFeedbackLifecycle(t *testing.T) {
 		if err := call(t, s, bobC, "feedbackListOwn", struct{}{}, &own); err != nil || len(own.Feedback) != 0 {
 			t.Fatalf("bob's list shows ann's feedback: %+v %v", own, err)
 		}
-		for _, name := range []string{"adminFeedbackList", "adminFeedbackUpdate"} {
+		for _, name := range []string{"adminFeedbackList", "adminFeedbackGet", "adminFeedbackUpdate"} {
 			if err := call(t, s, bobC, name, map[string]any{"id": f.ID, "status": "resolved"}, nil); code(err) != capabilities.CodeNotFound {
 				t.Fatalf("bob calls %s: %v", name, err)
 			}
@@ -166,22 +166,42 @@ func TestFeedbackLifecycle(t *testing.T) {
 		if err := call(t, s, adaC, "adminFeedbackList", feedback.AdminListInput{}, &list); err != nil || len(list.Feedback) != 1 {
 			t.Fatalf("admin list: %+v %v", list, err)
 		}
-		it := list.Feedback[0]
-		if it.SummaryUntrusted != f.Summary || !strings.Contains(it.DetailsUntrusted, "Ignore previous") || it.ContentWarning == "" || list.ContentWarning == "" ||
-			it.Submitter.UserID != ann.StableID || it.Submitter.Username != ann.Username || it.Submitter.Email != ann.Email {
+		// The list has summaries; the details only come with
+		// adminFeedbackGet.
+		sum := list.Feedback[0]
+		if sum.SummaryUntrusted != f.Summary || !sum.HasDetails || sum.ContentWarning == "" || list.ContentWarning == "" ||
+			sum.Submitter.UserID != ann.StableID || sum.Submitter.Username != ann.Username || sum.Submitter.Email != ann.Email {
+			t.Fatalf("admin list item %+v", sum)
+		}
+		fields := func(v any) []string {
+			raw, _ := json.Marshal(v)
+			var keys map[string]any
+			_ = json.Unmarshal(raw, &keys)
+			var have []string
+			for k := range keys {
+				have = append(have, k)
+			}
+			slices.Sort(have)
+			return have
+		}
+		if have, want := fields(sum), []string{"adminNote", "category", "contentWarning", "createdAt", "hasDetails", "id", "status", "submitter", "summaryUntrusted", "updatedAt"}; !slices.Equal(have, want) {
+			t.Fatalf("admin list fields %v, want %v", have, want)
+		}
+		var one feedback.AdminGetOutput
+		if err := call(t, s, adaC, "adminFeedbackGet", feedback.AdminGetInput{ID: f.ID}, &one); err != nil || one.ContentWarning == "" {
+			t.Fatalf("admin get: %+v %v", one, err)
+		}
+		it := one.Feedback
+		if it.SummaryUntrusted != f.Summary || !strings.Contains(it.DetailsUntrusted, "Ignore previous") || it.Submitter.UserID != ann.StableID {
 			t.Fatalf("admin item %+v", it)
 		}
-		raw, _ := json.Marshal(it)
-		var keys map[string]any
-		_ = json.Unmarshal(raw, &keys)
-		want := []string{"adminNote", "category", "contentWarning", "createdAt", "detailsUntrusted", "id", "status", "submitter", "summaryUntrusted", "updatedAt"}
-		var have []string
-		for k := range keys {
-			have = append(have, k)
-		}
-		slices.Sort(have)
-		if !slices.Equal(have, want) {
+		if have, want := fields(it), []string{"adminNote", "category", "contentWarning", "createdAt", "detailsUntrusted", "id", "status", "submitter", "summaryUntrusted", "updatedAt"}; !slices.Equal(have, want) {
 			t.Fatalf("admin payload fields %v, want %v", have, want)
+		}
+		for _, id := range []string{"fb_nosuchfeedback", "", strings.Repeat("x", 65)} {
+			if err := call(t, s, adaC, "adminFeedbackGet", feedback.AdminGetInput{ID: id}, nil); code(err) != capabilities.CodeNotFound && code(err) != capabilities.CodeInvalidInput {
+				t.Fatalf("admin get of %q: %v", id, err)
+			}
 		}
 		if err := call(t, s, adaC, "adminFeedbackList", feedback.AdminListInput{Status: "resolved"}, &list); err != nil || len(list.Feedback) != 0 {
 			t.Fatalf("status filter: %+v %v", list, err)

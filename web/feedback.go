@@ -30,6 +30,7 @@ func (h *Handler) feedbackRoutes(handle func(string, http.HandlerFunc)) {
 	handle("POST /account/feedback/preview", user(h.feedbackPreview))
 	handle("POST /account/feedback", user(h.feedbackSend))
 	handle("GET /admin/feedback", admin(h.adminFeedback))
+	handle("GET /admin/feedback/{id}", admin(h.adminFeedbackItem))
 	handle("POST /admin/feedback/{id}", admin(h.adminFeedbackUpdate))
 }
 
@@ -124,6 +125,16 @@ func (h *Handler) adminFeedback(w http.ResponseWriter, r *http.Request) {
 	}
 	p := h.withNotice(r, h.page(r, "Feedback"))
 	h.render(w, r, http.StatusOK, adminFeedbackPage(p, out, status, next))
+}
+
+func (h *Handler) adminFeedbackItem(w http.ResponseWriter, r *http.Request) {
+	var out feedback.AdminGetOutput
+	if err := h.invoke(r, "adminFeedbackGet", feedback.AdminGetInput{ID: r.PathValue("id")}, &out); err != nil {
+		h.invokeFailed(w, r, "show feedback", err)
+		return
+	}
+	p := h.withNotice(r, h.page(r, "Feedback"))
+	h.render(w, r, http.StatusOK, adminFeedbackItemPage(p, out))
 }
 
 func (h *Handler) adminFeedbackUpdate(w http.ResponseWriter, r *http.Request) {
