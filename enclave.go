@@ -471,7 +471,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
-	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(s.withClientIP(s.accessLog(recoverPanics(s.log, s.cors(mux))))))
+	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(s.withClientIP(s.accessLog(recoverPanics(s.log, s.cors(s.canonicalHost(mux)))))))
 }
 
 // Run listens on Config.Addr and serves until ctx ends, then shuts down

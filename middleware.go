@@ -3,11 +3,15 @@ package enclave
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/mcp"
 )
 
 // statusWriter records the status and size of a response. It keeps
@@ -107,4 +111,48 @@ func recoverPanics(log *slog.Logger, next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// canonicalHost, in production, answers 404 (no-store) to a request for the
+// web shell or the authorization server whose Host is not BaseURL's: pages,
+// cookies, consent and OAuth metadata live under one name only, so another
+// name the server happens to answer to (its address, a stale DNS name, a
+// name pointed at it by someone else) is never a second origin holding
+// sessions or issuing redirects. /mcp (which checks the audience of every
+// token and refuses DNS rebinding itself), /healthz and /readyz answer
+// under any name: probes use internal ones.
+func (s *Server) canonicalHost(next http.Handler) http.Handler {
+	if !s.cfg.Production {
+		return next
+	}
+	u, err := url.Parse(s.cfg.BaseURL)
+	if err != nil || u.Host == "" {
+		return next // New refuses such a base URL in production
+	}
+	want := canonicalHostPort(u.Host, u.Scheme)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/healthz", r.URL.Path == "/readyz", r.URL.Path == mcp.Path, strings.HasPrefix(r.URL.Path, mcp.Path+"/"):
+		case canonicalHostPort(r.Host, u.Scheme) != want:
+			w.Header().Set("Cache-Control", "no-store")
+			http.Error(w, "404 page not found", http.StatusNotFound)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// canonicalHostPort lowercases host, drops a trailing dot and the scheme's
+// default port.
+func canonicalHostPort(host, scheme string) string {
+	host = strings.ToLower(host)
+	h, port, err := net.SplitHostPort(host)
+	if err != nil {
+		h, port = host, ""
+	}
+	h = strings.TrimSuffix(h, ".")
+	if port == "" || scheme == "https" && port == "443" || scheme == "http" && port == "80" {
+		return h
+	}
+	return net.JoinHostPort(h, port)
 }
