@@ -68,6 +68,7 @@ func (s *Server) retentionPolicies() []retention.Policy {
 		retention.Age("mcp_session_answers", "created_at", sqlsessions.AnswerTTL).Because("client answers to elicitation or sampling not yet collected by the asking replica"),
 		retention.Age("mcp_session_events", "created_at", sqlsessions.EventTTL).Because("the resumable-stream window"),
 		retention.Age("caller_invalidations", "created_at", time.Hour).Because("caller-cache invalidations for processes without a shared bus (read within seconds)"),
+		retention.Age("mcp_spent_states", "expires_at", time.Minute).Because("ids of used 2026-07-28 requestStates; past its expiry a state's signature refuses it anyway"),
 		retention.Age("outbox", "dead_at", s.cfg.JobRetention).Because("jobs that gave up (Config.JobRetention); delivered jobs are removed when delivered"),
 
 		retention.UntilAccountDeleted("webhook_subscriptions").Because("an admin's webhook subscriptions"),
