@@ -51,6 +51,11 @@ type Config struct {
 	// (BuiltinReservedUsernames). Operators can also reserve and release
 	// names at run time (ReserveUsername, ReleaseUsername), stored in SQL.
 	ReservedUsernames []string
+	// BrandNames are names of the service (its site name, its company)
+	// that no username may contain, besides "enclave": a claim containing
+	// one anywhere, hyphens and underscores aside, is refused, and no
+	// release frees it.
+	BrandNames []string
 
 	// PasswordSetupTTL is how long a password-setup link (for an account
 	// created without a password) stays valid. Default 72 hours.

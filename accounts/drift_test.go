@@ -88,7 +88,7 @@ func TestSyncVocabulary(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		plain, admin := signup(t, svc, "sync-user"), signup(t, svc, "sync-admin")
+		plain, admin := signup(t, svc, "sync-user"), signup(t, svc, "sync-boss")
 		if _, err := svc.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 			t.Fatal(err)
 		}

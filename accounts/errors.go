@@ -20,6 +20,9 @@ var (
 	ErrUsernameTaken = newError(CodeUsernameTaken, "This username is taken.")
 	// ErrUsernameReserved: the username matches a reserved name.
 	ErrUsernameReserved = newError(CodeUsernameReserved, "This username is reserved.")
+	// ErrUsernamePermanent: a release of a name that is reserved for good
+	// (PermanentReservedUsernames).
+	ErrUsernamePermanent = newError(CodeUsernameReserved, "This name is reserved permanently and cannot be released.")
 	// ErrInvalidUsername: not 3–32 lowercase letters, digits and hyphens
 	// with a letter or digit at both ends.
 	ErrInvalidUsername = newError(CodeInvalidUsername, "Usernames are 3–32 lowercase letters, digits and hyphens, starting and ending with a letter or digit.")

@@ -27,7 +27,8 @@ func NormalizeUsername(s string) (string, error) {
 // BuiltinReservedUsernames is the built-in reserved list: names that could
 // impersonate the service, its operators or its infrastructure, or that
 // collide with well-known mailbox and host labels. Config.ReservedUsernames
-// and run-time reservations add to it; run-time releases remove from it.
+// and run-time reservations add to it; run-time releases remove from it,
+// except for the permanent ones (PermanentReservedUsernames).
 func BuiltinReservedUsernames() []string {
 	return []string{
 		"abuse", "account", "accounts", "admin", "administrator", "api", "app", "apps",
@@ -40,6 +41,69 @@ func BuiltinReservedUsernames() []string {
 		"staff", "static", "status", "support", "sysadmin", "system", "team", "terms",
 		"test", "undefined", "user", "users", "webmaster", "well-known", "wpad", "www",
 	}
+}
+
+// PermanentReservedUsernames are the names no run-time release frees:
+// the mailbox names mail standards give a role (RFC 2142 and its kin),
+// the ones that speak for the operator, and the service's own name. A
+// claim is refused when it equals one of them (compared compact, see
+// compact), when one of its hyphen-separated words is one of
+// PermanentReservedWords ("admin-team", "enclave-support"), or when it
+// contains a brand root anywhere (BrandRoots: "myenclave").
+func PermanentReservedUsernames() []string {
+	return []string{
+		"abuse", "admin", "administrator", "enclave", "hostmaster", "mailer-daemon", "moderator",
+		"no-reply", "noc", "noreply", "official", "operator", "postmaster", "root", "security",
+		"staff", "support", "sysadmin", "system", "webmaster",
+	}
+}
+
+// PermanentReservedWords are the words no username may have as one of its
+// hyphen-separated parts: a name built of them ("support-team",
+// "security-desk") reads as the operator's.
+func PermanentReservedWords() []string {
+	return []string{"abuse", "admin", "administrator", "hostmaster", "moderator", "official", "postmaster", "security", "staff", "support", "sysadmin", "webmaster"}
+}
+
+// BrandRoots are the names of the service that no username may contain at
+// all: "enclave" and Config.BrandNames.
+func (s *Service) BrandRoots() []string {
+	roots := []string{"enclave"}
+	for _, b := range s.cfg.BrandNames {
+		// Only letters and digits: "Acme Brand" is the root "acmebrand".
+		c := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+				return r
+			}
+			return -1
+		}, strings.ToLower(b))
+		if len(c) >= 3 && !slices.Contains(roots, c) {
+			roots = append(roots, c)
+		}
+	}
+	return roots
+}
+
+// permanent reports whether username is reserved whatever the run-time
+// list says (see PermanentReservedUsernames).
+func (s *Service) permanent(username string) bool {
+	c := compact(username)
+	for _, n := range PermanentReservedUsernames() {
+		if c == compact(n) {
+			return true
+		}
+	}
+	for word := range strings.SplitSeq(strings.ToLower(username), "-") {
+		if slices.Contains(PermanentReservedWords(), word) {
+			return true
+		}
+	}
+	for _, root := range s.BrandRoots() {
+		if strings.Contains(c, root) {
+			return true
+		}
+	}
+	return false
 }
 
 // compact is the matching form of a name: lowercase, without hyphens and
@@ -88,10 +152,14 @@ func (s *Service) reservedUsernames(ctx context.Context, db bun.IDB) ([]string, 
 	return out, nil
 }
 
-// isReserved reports whether username matches a token of the effective
-// reserved list: equal to it, or equal once hyphens and underscores are
-// removed from both. It fails closed: a read error refuses the claim.
+// isReserved reports whether username is permanently reserved (see
+// PermanentReservedUsernames) or matches a token of the effective reserved
+// list: equal to it, or equal once hyphens and underscores are removed
+// from both. It fails closed: a read error refuses the claim.
 func (s *Service) isReserved(ctx context.Context, db bun.IDB, username string) (bool, error) {
+	if s.permanent(username) {
+		return true, nil
+	}
 	tokens, err := s.reservedUsernames(ctx, db)
 	if err != nil {
 		return true, err
@@ -112,8 +180,13 @@ func (s *Service) ReserveUsername(ctx context.Context, name string) error {
 }
 
 // ReleaseUsername removes name from the reserved list at run time (also a
-// built-in name), so accounts can claim it.
+// built-in name), so accounts can claim it. A permanently reserved name
+// (PermanentReservedUsernames, PermanentReservedWords, BrandRoots) is not
+// released: ErrUsernamePermanent.
 func (s *Service) ReleaseUsername(ctx context.Context, name string) error {
+	if s.permanent(strings.TrimSpace(name)) {
+		return ErrUsernamePermanent
+	}
 	return s.changeReserved(ctx, name, "release")
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -175,11 +177,17 @@ func TestReservedUsernames(t *testing.T) {
 	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
-		svc, _ := newService(t, s, accounts.Config{ReservedUsernames: []string{"Acme-Corp"}})
+		svc, _ := newService(t, s, accounts.Config{ReservedUsernames: []string{"Acme-Corp"}, BrandNames: []string{"Acme Brand"}})
 		if err := svc.ReserveUsername(ctx, "night-owl"); err != nil {
 			t.Fatal(err)
 		}
-		if err := svc.ReleaseUsername(ctx, "support"); err != nil {
+		// Mailbox and operator names are never released.
+		for _, n := range []string{"support", "Postmaster", "enclave", "admin-team", "acme-enclave"} {
+			if err := svc.ReleaseUsername(ctx, n); !errors.Is(err, accounts.ErrUsernamePermanent) {
+				t.Fatalf("release %q: %v, want ErrUsernamePermanent", n, err)
+			}
+		}
+		if err := svc.ReleaseUsername(ctx, "status"); err != nil { // a built-in, not permanent
 			t.Fatal(err)
 		}
 		for i, tc := range []struct {
@@ -202,15 +210,25 @@ func TestReservedUsernames(t *testing.T) {
 			{"acme-corp", true},  // and exact
 			{"night-owl", true},  // run-time reservation
 			{"nightowl", true},   // compact
-			{"support", false},   // run-time release of a built-in
-			{"admins", false},    // neither equal nor compact-equal
-			{"my-admin", false},  // substrings are not matched
-			{"rooted", false},    //
-			{"alice", false},     //
-			{"help-desk", false}, //
+			{"support", true},         // permanent: its release was refused
+			{"sup-port", true},        // compact
+			{"status", false},         // run-time release of a built-in
+			{"enclave-support", true}, // a brand root anywhere
+			{"myenclave", true},       //
+			{"en-clave-fan", true},    // compact
+			{"admin-team", true},      // a reserved word as one part
+			{"my-admin", true},        //
+			{"security-desk", true},   //
+			{"admins", false},         // neither a word nor equal
+			{"badminton", false},      // a word's letters inside another word
+			{"rooted", false},         //
+			{"alice", false},          //
+			{"help-desk", false},      //
+			{"acme-brand", true},      // Config.BrandNames
+			{"myacmebrandfan", true},  //
 		} {
 			_, err := svc.Signup(ctx, accounts.SignupInput{
-				Email: "r" + string(rune('a'+i)) + "@example.com", Username: tc.username, Password: goodPassword,
+				Email: "r" + strconv.Itoa(i) + "@example.com", Username: tc.username, Password: goodPassword,
 			})
 			if tc.reserved {
 				if !errors.Is(err, accounts.ErrUsernameReserved) {
@@ -227,15 +245,22 @@ func TestReservedUsernames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(list, "night-owl") || !slices.Contains(list, "acme-corp") || slices.Contains(list, "support") || !slices.Contains(list, "admin") {
+		if !slices.Contains(list, "night-owl") || !slices.Contains(list, "acme-corp") || slices.Contains(list, "status") || !slices.Contains(list, "admin") {
 			t.Errorf("effective list %v", list)
 		}
 		// Reserving a name again after releasing it works (upsert).
-		if err := svc.ReserveUsername(ctx, "support"); err != nil {
+		if err := svc.ReserveUsername(ctx, "status"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "sup2@example.com", Username: "sup-port", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameReserved) {
+		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "sup2@example.com", Username: "sta-tus", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameReserved) {
 			t.Errorf("re-reserved name: %v", err)
+		}
+		// A release row written before names became permanent frees nothing.
+		if _, err := s.DB.NewRaw("INSERT INTO reserved_usernames (name, action, created_at) VALUES ('abuse', 'release', ?)", time.Now()).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "abuse@example.com", Username: "abuse", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameReserved) {
+			t.Errorf("released permanent name: %v", err)
 		}
 	})
 }
