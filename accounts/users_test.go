@@ -206,10 +206,10 @@ func TestReservedUsernames(t *testing.T) {
 			{"www", true},
 			{"mcp", true},
 			{"o-auth", true},
-			{"acmecorp", true},   // Config addition, compared compact
-			{"acme-corp", true},  // and exact
-			{"night-owl", true},  // run-time reservation
-			{"nightowl", true},   // compact
+			{"acmecorp", true},        // Config addition, compared compact
+			{"acme-corp", true},       // and exact
+			{"night-owl", true},       // run-time reservation
+			{"nightowl", true},        // compact
 			{"support", true},         // permanent: its release was refused
 			{"sup-port", true},        // compact
 			{"status", false},         // run-time release of a built-in
