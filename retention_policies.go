@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
@@ -185,7 +186,7 @@ func (s *Server) purgeUnverified(ctx context.Context, _ bun.IDB, now time.Time, 
 		_, err = s.lifecycle.Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
 		ev := audit.Event{Category: audit.CategoryAccount, Action: "unverified_account_purged", Result: audit.ResultSuccess, UserHash: s.audit.HashUser(u.StableID)}
 		if err != nil {
-			ev.Action, ev.Result, ev.Reason = "unverified_account_purge_failed", audit.ResultFailure, "deletion incomplete; retried by deletion-resume"
+			ev.Action, ev.Result, ev.Reason = "unverified_account_purge_failed", audit.ResultFailure, lifecycle.FailureClass(err)+"; retried by deletion-resume"
 			errs = append(errs, fmt.Errorf("delete unverified account %d: %w", u.ID, err))
 		} else {
 			done++

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -144,7 +145,7 @@ func scaleOneMain(args []string) error {
 		r, err := srv.Lifecycle().Delete(ctx, owner)
 		del = r.Deleted
 		if err == nil && !r.Completed {
-			err = fmt.Errorf("not completed: %v", r.Warnings)
+			err = errors.New("not completed")
 		}
 		return err
 	})

@@ -188,5 +188,5 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 	slices.SortFunc(removed, func(a, b removedItem) int { return strings.Compare(a.Surface, b.Surface) })
 	p := h.page(r, "Account deleted")
 	p.Viewer = nil
-	h.render(w, r, http.StatusOK, deletedPage(p, removed, res.Warnings))
+	h.render(w, r, http.StatusOK, deletedPage(p, removed))
 }

@@ -93,8 +93,35 @@ type DeletionResult struct {
 	// Deleted counts removed items per surface ("sql:notes", "blob:notes",
 	// "kv:notes", "custom:mailbox").
 	Deleted map[string]int64 `json:"deleted"`
-	// Warnings name what could not be cleaned (never user content).
-	Warnings []string `json:"warnings,omitempty"`
+}
+
+// DeleteError is the error of a deletion that stopped before the account
+// was gone: Stage says where ("mark deleting", "hook NAME", "blob DOMAIN",
+// "custom NAME", "kv DOMAIN", "rows"), for the audit log and operators;
+// Err is the cause.
+type DeleteError struct {
+	Stage string
+	Err   error
+}
+
+func (e *DeleteError) Error() string { return "lifecycle: delete: " + e.Stage + ": " + e.Err.Error() }
+func (e *DeleteError) Unwrap() error { return e.Err }
+
+// FailureClass names what stopped a deletion in words fit for an audit
+// row: the stage and, for a deadline or cancellation, that; never the
+// cause's text (which may name hosts, paths or SQL).
+func FailureClass(err error) string {
+	stage := "unknown"
+	if de := (*DeleteError)(nil); errors.As(err, &de) {
+		stage = de.Stage
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return stage + " (timed out)"
+	case errors.Is(err, context.Canceled):
+		return stage + " (cancelled)"
+	}
+	return stage + " (failed)"
 }
 
 // Delete deletes the account of o. It refuses (accounts.ErrLastAdmin) when
@@ -130,35 +157,35 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 	// refused atomically. Roles, like every other row, are removed only by
 	// the final transaction, so a deletion that fails midway leaves them.
 	if _, err := s.accounts.MarkDeleting(ctx, o.ID); err != nil {
-		return res, fmt.Errorf("lifecycle: delete: mark deleting: %w", err)
+		return res, &DeleteError{Stage: "mark deleting", Err: err}
 	}
 	for _, h := range s.opts.Hooks {
 		if err := h.Run(ctx, o); err != nil {
-			return res, fmt.Errorf("lifecycle: delete: %s: %w", h.Name, err)
+			return res, &DeleteError{Stage: "hook " + h.Name, Err: err}
 		}
 	}
 	for _, p := range s.inv.BlobPrefixes() {
 		n, err := storage.DeleteBlobs(ctx, s.store.Bucket, o, p)
 		res.Deleted["blob:"+p.Domain] += n
 		if err != nil {
-			return res, fmt.Errorf("lifecycle: delete: %w", err)
+			return res, &DeleteError{Stage: "blob " + p.Domain, Err: err}
 		}
 	}
 	for _, c := range s.inv.Customs() {
 		n, err := c.Delete(ctx, o)
 		res.Deleted["custom:"+c.Name] += n
 		if err != nil {
-			return res, fmt.Errorf("lifecycle: delete: %s: %w", c.Name, err)
+			return res, &DeleteError{Stage: "custom " + c.Name, Err: err}
 		}
 	}
-	// KV holds caches only: a failure there is a warning, not a reason to
-	// keep the account.
+	// KV entries have no expiry of their own: one left behind would
+	// outlive the account, so a failure keeps the account for a retry like
+	// any other surface.
 	for _, p := range s.inv.KVPrefixes() {
 		n, err := storage.DeleteKV(ctx, s.store.KV, o, p)
 		res.Deleted["kv:"+p.Domain] += n
 		if err != nil {
-			s.opts.Logger.WarnContext(ctx, "lifecycle: KV cleanup failed", "domain", p.Domain, "err", err)
-			res.Warnings = append(res.Warnings, "cached data under "+p.Domain+" could not be removed; it expires on its own")
+			return res, &DeleteError{Stage: "kv " + p.Domain, Err: err}
 		}
 	}
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
@@ -190,7 +217,7 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 		return nil
 	})
 	if err != nil {
-		return res, fmt.Errorf("lifecycle: delete rows: %w", err)
+		return res, &DeleteError{Stage: "rows", Err: err}
 	}
 	res.Completed = true
 	s.opts.Logger.InfoContext(ctx, "lifecycle: account deleted", "user_id", o.ID, "at", time.Now().UTC())

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/docstore/memdocstore"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
@@ -337,4 +338,38 @@ func TestFailedDeletionKeepsRoles(t *testing.T) {
 			t.Fatalf("retry: %+v, %v; want completed with both roles removed", res, err)
 		}
 	})
+}
+
+// KV entries have no expiry of their own: a KV store that fails keeps the
+// account marked deleting with its data, like any other surface, and the
+// error names the stage (FailureClass) without the cause's text.
+func TestDeletionKeepsTheAccountWhenKVFails(t *testing.T) {
+	ctx := context.Background()
+	s := storagetest.Open(t, storage.SQLite)
+	w := setup(t, s)
+	kv := s.KV
+	broken, err := memdocstore.OpenCollection(storage.KVKeyField, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken.Close() // every operation on it fails from now on
+	s.KV = broken
+	res, err := w.svc.Delete(ctx, w.alice)
+	if err == nil || res.Completed {
+		t.Fatalf("deletion with a failing KV store: %+v, %v", res, err)
+	}
+	if got := lifecycle.FailureClass(err); got != "kv notes (failed)" {
+		t.Fatalf("FailureClass = %q", got)
+	}
+	if u, err := w.acc.UserByID(ctx, w.alice.ID); err != nil || u.DeletingAt == nil {
+		t.Fatalf("after the failure alice is %+v, %v; want kept and marked deleting", u, err)
+	}
+	s.KV = kv
+	res, err = w.svc.Delete(ctx, w.alice)
+	if err != nil || !res.Completed || res.Deleted["kv:notes"] != 1 {
+		t.Fatalf("retry: %+v, %v", res, err)
+	}
+	if got := lifecycle.FailureClass(fmt.Errorf("wrapped: %w", &lifecycle.DeleteError{Stage: "rows", Err: context.DeadlineExceeded})); got != "rows (timed out)" {
+		t.Fatalf("FailureClass of a deadline = %q", got)
+	}
 }

@@ -107,9 +107,6 @@ func runUserDelete(ctx context.Context, e *Env, o *options, args []string) error
 		for _, s := range surfaces {
 			fmt.Fprintf(e.Stdout, "  %-28s %d removed\n", s, res.Deleted[s])
 		}
-		for _, w := range res.Warnings {
-			fmt.Fprintf(e.Stdout, "  warning: %s\n", w)
-		}
 		if err != nil {
 			return fmt.Errorf("%w\nthe account is kept, marked deleting (writes refused); run the command again to finish", err)
 		}
