@@ -125,6 +125,28 @@ func TestWorkspaceFiles(t *testing.T) {
 				t.Fatalf("%s sees %d files, want the %d live ones", who, len(theirs.Result.Files), len(list.Result.Files)-1)
 			}
 		}
+		// The export (owners and admins) keeps the tombstone; who deleted
+		// it and why are in the owner's only, as in fileList.
+		for who, c := range map[string]capabilities.Caller{"owner": ann, "admin": bob} {
+			var exp workspaces.Export
+			e.must(c, "workspaceExport", map[string]any{"workspaceId": ws}, &exp)
+			found := false
+			for _, f := range exp.Files {
+				if f.FileID != v1.Result.FileID || f.Version != 1 {
+					continue
+				}
+				found = true
+				if f.DeletedAt == nil {
+					t.Fatalf("%s's export lost the tombstone: %+v", who, f)
+				}
+				if owner := who == "owner"; owner != (f.DeletedBy != "" && f.Reason == "typo") || !owner && (f.DeletedBy != "" || f.Reason != "") {
+					t.Fatalf("%s's export shows deletedBy %q reason %q", who, f.DeletedBy, f.Reason)
+				}
+			}
+			if !found {
+				t.Fatalf("%s's export has no tombstone of v1", who)
+			}
+		}
 		// A retry is an owner's, for a pending cleanup only.
 		wantCode(t, e.call(ann, "fileCleanupRetry", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID, "version": 2}, nil), capabilities.CodeConflict, "retry without pending cleanup")
 		wantCode(t, e.call(bob, "fileCleanupRetry", map[string]any{"workspaceId": ws, "fileId": v1.Result.FileID, "version": 1}, nil), capabilities.CodeNotFound, "admin retry")

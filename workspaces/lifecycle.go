@@ -80,6 +80,12 @@ func (s *Service) Export(ctx context.Context, c capabilities.Caller, id string) 
 		out.Files = make([]FileInfo, len(files))
 		for i, r := range files {
 			out.Files[i] = r.info()
+			if a.Role != RoleOwner {
+				// Who deleted a version and why are the owners' (fileList
+				// shows them to owners alone): an admin's export keeps
+				// the tombstone, not its author and reason.
+				out.Files[i].DeletedBy, out.Files[i].Reason = "", ""
+			}
 		}
 		var tables []string
 		if ps, ok := s.ws.(*PostgresStore); ok {
