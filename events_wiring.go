@@ -69,9 +69,9 @@ func (s *Server) assembleEvents() error {
 // deletionEvent publishes user.deleted in the transaction that deletes the
 // account's rows.
 func (s *Server) deletionEvent() lifecycle.TxHook {
-	return lifecycle.TxHook{Name: "publish user.deleted", Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) error {
+	return lifecycle.TxHook{Name: "publish user.deleted", Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) (int64, error) {
 		_, err := s.events.Publish(ctx, tx, events.UserDeleted, map[string]string{"userId": o.StableID})
-		return err
+		return 0, err
 	}}
 }
 
@@ -97,9 +97,10 @@ func (a burstAuditor) RecordDenial(ctx context.Context, d capabilities.Denial) {
 // user.deleted event, and clearing the account's name as reviewer from
 // other people's feedback (its own feedback goes with its rows).
 func (s *Server) lifecycleTxHooks() []lifecycle.TxHook {
-	return []lifecycle.TxHook{s.deletionEvent(), {Name: "clear feedback reviewer", Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) error {
-		return feedback.ClearReviewer(ctx, tx, o.ID)
-	}}}
+	return []lifecycle.TxHook{s.deletionEvent(), {Name: "clear feedback reviewer", Updated: "sql:platform_feedback.reviewed_by",
+		Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) (int64, error) {
+			return feedback.ClearReviewer(ctx, tx, o.ID)
+		}}}
 }
 
 // eventCapabilities are the webhook and feedback capabilities.

@@ -573,11 +573,12 @@ func (s *Service) mailJob(ctx context.Context, job jobs.Job) error {
 // ClearReviewer removes the attribution of the admin userID from every
 // feedback they reviewed (their account is being deleted): the feedback
 // stays, its submitter's.
-func ClearReviewer(ctx context.Context, tx bun.IDB, userID int64) error {
-	_, err := tx.NewUpdate().Model((*row)(nil)).Set("reviewed_by = NULL").Set("reviewed_at = NULL").
+func ClearReviewer(ctx context.Context, tx bun.IDB, userID int64) (int64, error) {
+	res, err := tx.NewUpdate().Model((*row)(nil)).Set("reviewed_by = NULL").Set("reviewed_at = NULL").
 		Where("reviewed_by = ?", userID).Exec(ctx)
 	if err != nil {
-		return fmt.Errorf("feedback: clear reviewer: %w", err)
+		return 0, fmt.Errorf("feedback: clear reviewer: %w", err)
 	}
-	return nil
+	n, _ := res.RowsAffected()
+	return n, nil
 }

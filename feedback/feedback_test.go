@@ -336,8 +336,13 @@ func TestFeedbackAccountLifecycle(t *testing.T) {
 		if raw, _ := json.Marshal(page); strings.Contains(string(raw), "broken") || !strings.Contains(string(raw), "ada's own") {
 			t.Fatalf("ada's export: %s", raw)
 		}
-		if _, err := s.Lifecycle().Delete(t.Context(), ada.Owner()); err != nil {
+		res, err := s.Lifecycle().Delete(t.Context(), ada.Owner())
+		if err != nil {
 			t.Fatal(err)
+		}
+		// The result says what was cleared, not only what was deleted.
+		if res.Updated["sql:platform_feedback.reviewed_by"] != 1 {
+			t.Fatalf("deletion result updated %v, want the cleared reviewer counted", res.Updated)
 		}
 		var left []struct {
 			Summary    string     `bun:"summary"`

@@ -185,6 +185,10 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 	for surface, n := range res.Deleted {
 		removed = append(removed, removedItem{Surface: surface, Count: strconv.FormatInt(n, 10)})
 	}
+	for surface, n := range res.Updated {
+		// References to the account cleared from rows that stay.
+		removed = append(removed, removedItem{Surface: surface + " (cleared)", Count: strconv.FormatInt(n, 10)})
+	}
 	slices.SortFunc(removed, func(a, b removedItem) int { return strings.Compare(a.Surface, b.Surface) })
 	p := h.page(r, "Account deleted")
 	p.Viewer = nil

@@ -39,7 +39,13 @@ type Hook struct {
 // rows). An error rolls the deletion's rows back, keeping the data.
 type TxHook struct {
 	Name string
-	Run  func(ctx context.Context, tx bun.Tx, o storage.Owner) error
+	// Run does the work and returns how many rows it changed without
+	// deleting them (references to the account cleared from other rows).
+	Run func(ctx context.Context, tx bun.Tx, o storage.Owner) (updated int64, err error)
+	// Updated names the surface Run's count is reported under in
+	// DeletionResult.Updated ("sql:platform_feedback.reviewed_by"); empty
+	// for a hook that changes no rows.
+	Updated string
 }
 
 // Options configure a Service.
@@ -93,6 +99,9 @@ type DeletionResult struct {
 	// Deleted counts removed items per surface ("sql:notes", "blob:notes",
 	// "kv:notes", "custom:mailbox").
 	Deleted map[string]int64 `json:"deleted"`
+	// Updated counts rows kept but changed, per surface: references to the
+	// account cleared from other accounts' rows (TxHook.Updated).
+	Updated map[string]int64 `json:"updated,omitempty"`
 }
 
 // DeleteError is the error of a deletion that stopped before the account
@@ -195,10 +204,18 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 		if err := s.checkAccount(ctx, tx, o.ID, resuming, true); err != nil {
 			return err
 		}
+		updated := map[string]int64{}
 		for _, h := range s.opts.TxHooks {
-			if err := h.Run(ctx, tx, o); err != nil {
+			n, err := h.Run(ctx, tx, o)
+			if err != nil {
 				return fmt.Errorf("%s: %w", h.Name, err)
 			}
+			if h.Updated != "" {
+				updated[h.Updated] += n
+			}
+		}
+		if len(updated) > 0 {
+			res.Updated = updated // dropped below if the transaction fails
 		}
 		counts, err := s.inv.DeleteRows(ctx, tx, o)
 		if err != nil {
@@ -217,6 +234,7 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 		return nil
 	})
 	if err != nil {
+		res.Updated = nil // rolled back with the rows
 		return res, &DeleteError{Stage: "rows", Err: err}
 	}
 	res.Completed = true

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"maps"
 	"slices"
 	"strings"
 
@@ -106,6 +107,10 @@ func runUserDelete(ctx context.Context, e *Env, o *options, args []string) error
 		slices.Sort(surfaces)
 		for _, s := range surfaces {
 			fmt.Fprintf(e.Stdout, "  %-28s %d removed\n", s, res.Deleted[s])
+		}
+		cleared := slices.Sorted(maps.Keys(res.Updated))
+		for _, s := range cleared {
+			fmt.Fprintf(e.Stdout, "  %-28s %d cleared\n", s, res.Updated[s])
 		}
 		if err != nil {
 			return fmt.Errorf("%w\nthe account is kept, marked deleting (writes refused); run the command again to finish", err)
