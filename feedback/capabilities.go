@@ -39,7 +39,7 @@ type AdminListInput struct {
 type AdminListOutput struct {
 	ContentWarning string         `json:"contentWarning"`
 	Feedback       []AdminSummary `json:"feedback"`
-	NextCursor     string      `json:"nextCursor,omitempty"`
+	NextCursor     string         `json:"nextCursor,omitempty"`
 }
 
 // AdminGetInput is the input of adminFeedbackGet.

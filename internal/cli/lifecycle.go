@@ -5,9 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"maps"
 	"slices"
 	"strings"
 
