@@ -88,7 +88,7 @@ func TestChromiumSecretsPolicy(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(add+`input[name="value"]`), "v"),
 		chromedp.SendKeys(chromedp.CSS(add+`textarea[name="allowedHosts"]`), "https://evil.example/path"),
 		chromedp.Click(chromedp.CSS(add+`button[type="submit"]`)),
-		xpath(`//*[contains(., "evil.example") and contains(., "bare host name")]`),
+		xpath(`//*[contains(., "evil.example") and contains(., "without scheme or path")]`),
 	)
 	step("delete",
 		chromedp.Navigate(l.base+"/account/secrets"),
