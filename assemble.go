@@ -16,6 +16,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/idempotency"
@@ -32,6 +33,7 @@ import (
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
+	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -204,7 +206,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
+	if err := s.assembleBuckets(owners); err != nil {
+		return err
+	}
 	if err := s.assembleCodeMode(owners); err != nil {
+		return err
+	}
+	if err := s.assembleMemory(owners); err != nil {
 		return err
 	}
 
@@ -234,6 +242,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
 		CodeMode: s.codemode,
+		Memory:   s.memory != nil,
 		Outbox:   s.outbox,
 		Registry: s.registry,
 		BaseURL:  s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
@@ -430,6 +439,8 @@ func registerInventory(inv *storage.Inventory) error {
 		addTables(inv, sqlsessions.Tables),
 		workspaces.RegisterInventory(inv),
 		codemode.RegisterInventory(inv),
+		buckets.RegisterInventory(inv),
+		memory.RegisterInventory(inv),
 	)
 }
 

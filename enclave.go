@@ -18,6 +18,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
@@ -33,6 +34,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
@@ -228,6 +230,20 @@ type Config struct {
 	// codemode.DefaultDailyRuns per user per day unless QuotaLimits names
 	// that class.
 	CodeMode codemode.Options
+	// Buckets tunes storage buckets (package buckets): each user's JSON
+	// key/value buckets (storageGet, storageSet, storageList, …), which
+	// code mode's storage binding uses, with a per-user budget
+	// (Buckets.MaxBytes, default 100 MiB; Buckets.MaxKeys, default
+	// 100,000). On by default; Buckets.Disabled turns them off (code
+	// mode's storage then answers that storage is off).
+	Buckets buckets.Options
+	// Memory tunes memories (package memory): each user's memories with
+	// full-text search (memorySave, memorySearch, memoryGet, memoryUpdate,
+	// memoryDelete, memoryList), the memory:// resources, the "memories"
+	// prompt and the /account/memory page; semantic search when
+	// Memory.Embeddings names an embeddings API. On by default;
+	// Memory.Disabled turns them off.
+	Memory memory.Options
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.
@@ -311,6 +327,10 @@ type Server struct {
 	workspaces *workspaces.Service
 	// codemode is nil when Config.CodeMode.Disabled is set.
 	codemode *codemode.Service
+	// buckets is nil when Config.Buckets.Disabled is set.
+	buckets *buckets.Service
+	// memory is nil when Config.Memory.Disabled is set.
+	memory *memory.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -425,6 +445,14 @@ func (s *Server) Workspaces() *workspaces.Service { return s.workspaces }
 // CodeMode returns the code mode service, or nil when
 // Config.CodeMode.Disabled turned it off.
 func (s *Server) CodeMode() *codemode.Service { return s.codemode }
+
+// Buckets returns the storage buckets service, or nil when
+// Config.Buckets.Disabled turned it off.
+func (s *Server) Buckets() *buckets.Service { return s.buckets }
+
+// Memory returns the memory service, or nil when Config.Memory.Disabled
+// turned it off.
+func (s *Server) Memory() *memory.Service { return s.memory }
 
 // Quota returns the SQL quota meter: it counts the outbound gateway's
 // requests, and capability calls unless Config.Quota replaced it.

@@ -7,7 +7,8 @@
 # Besides the OAuth flow, the client checks code mode through the SDK: an
 # execute program calling two capabilities, a saved package whose exports
 # become the user's own tools, and a second user (its own OAuth flow) who
-# can neither list, call nor import them.
+# can neither list, call nor import them; storage buckets and memories
+# (the second user finds none of the first's) and the export carrying them.
 # OAUTH_CLIENT_CLUSTER=1 (with ENCLAVE_TEST_POSTGRES) runs the same client
 # against three replicas on PostgreSQL behind a round-robin proxy.
 set -euo pipefail

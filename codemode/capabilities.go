@@ -309,7 +309,7 @@ func executeDescription(lim sandbox.Limits, decls string) string {
 	b.WriteString("Runs a JavaScript program (ES2023, the body of an async function) in a sandbox with your authority, and returns what it returns. ")
 	b.WriteString("Use it to call several capabilities in one step, loop, filter and return only what matters: `const me = await codemode.whoami({}); return me.username;`. ")
 	b.WriteString("Each call goes through the same checks as a direct call; capabilities that need a person (confirmations, session-only pages) are refused inside code. ")
-	b.WriteString("fetch(url, init) sends an https request through the outbound gateway (your secrets as {{secret:NAME}}); storage.get/set/delete/list keep values for this run; console.log output is returned. ")
+	b.WriteString("fetch(url, init) sends an https request through the outbound gateway (your secrets as {{secret:NAME}}); storage.get/set/delete/list keep JSON values in a storage bucket (this run's own, exec:<runId>, which you can read afterwards with storageGet; a package's exports and jobs share package:<name>); console.log output is returned. ")
 	b.WriteString("Limits: " + describeLimits(lim) + ". Import your saved packages with `import {f} from \"pkg:name\"` at the top. ")
 	if decls == "" {
 		b.WriteString("Call codemodeTypes for the TypeScript declarations of every function you may call.")

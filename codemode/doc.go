@@ -12,7 +12,11 @@
 // its normal error), so code can never do more than the agent's token
 // could do with single calls. fetch is the httpRequest capability (the
 // outbound gateway: approved hosts, secret placeholders, the same daily
-// limit); storage is a map that lives for one run.
+// limit); storage is a storage bucket (package buckets) reached through
+// the storage capabilities: an execute run's own bucket "exec:<runId>",
+// which outlives the run as long as its run record, and for a package's
+// exports and jobs the package's bucket "package:<name>", kept from run
+// to run. With buckets turned off the binding answers that storage is off.
 //
 // A package is a set of ES modules with a manifest: its main module, the
 // exports it offers (each with a description and an input schema) and its

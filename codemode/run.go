@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/codemode/sandbox"
 	"github.com/enclave-mcp/enclave/storage"
@@ -105,7 +105,9 @@ func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runI
 	// the answer for an engine caught in a built-in past its deadline).
 	ctx = context.WithValue(ctx, inRunKey{}, true)
 	acting := inner(caller)
-	h := &host{s: s, caller: acting, calls: map[string]int{}, storage: map[string]json.RawMessage{}, checked: time.Now()}
+	info.started = time.Now().UTC()
+	info.id = newRunID(info.started)
+	h := &host{s: s, caller: acting, calls: map[string]int{}, storageID: runStorageID(info), checked: time.Now()}
 	prog.Capabilities = s.bindable(ctx, acting)
 	prog.Resolver = &resolver{s: s, o: o, versions: map[string]versionRow{}}
 	prog.Host = h
@@ -114,8 +116,6 @@ func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runI
 	if timeout > 0 && timeout < prog.Limits.Timeout {
 		prog.Limits.Timeout = timeout
 	}
-	info.started = time.Now().UTC()
-	info.id = newRunID(info.started)
 	out, err := sandbox.Run(ctx, prog)
 	if err != nil { // refused before it started: the slot was never handed over
 		release()
@@ -148,9 +148,19 @@ type host struct {
 	s       *Service
 	caller  capabilities.Caller
 	calls   map[string]int
-	storage map[string]json.RawMessage
-	stored  int
 	checked time.Time // when the caller's account was last read
+	// storageID is the bucket the storage binding uses (runStorageID).
+	storageID string
+}
+
+// runStorageID is the storage bucket of a run: the run's own
+// (exec:<runId>) for execute, the package's (package:<name>) for its
+// exports and jobs, so a package keeps its state from run to run.
+func runStorageID(info runInfo) string {
+	if info.pkg != "" {
+		return buckets.PackageStorageID(info.pkg)
+	}
+	return buckets.ExecStorageID(info.id)
 }
 
 // refreshEvery bounds how long a run acts on what it knew of its caller's
@@ -178,12 +188,6 @@ func (h *host) refresh(ctx context.Context) {
 	h.caller = c
 }
 
-// Bounds of a run's storage map (until storage buckets back it).
-const (
-	maxStorageValue = 1 << 20
-	maxStorageBytes = 8 << 20
-)
-
 func (h *host) Call(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, error) {
 	h.calls[name]++
 	if bindingExcluded(name) {
@@ -201,7 +205,21 @@ func (h *host) Fetch(ctx context.Context, req json.RawMessage) (json.RawMessage,
 	return resultJSON(res, err)
 }
 
-func (h *host) Storage(_ context.Context, op string, args json.RawMessage) (json.RawMessage, error) {
+// storageCapabilities are the capabilities behind the storage binding's
+// operations.
+var storageCapabilities = map[string]string{"get": "storageGet", "set": "storageSet", "delete": "storageDelete", "list": "storageList"}
+
+// Storage runs one operation of the storage binding on the run's bucket
+// through the storage capabilities, as the program's caller: the same
+// checks, limits and budget as when the agent calls them itself.
+func (h *host) Storage(ctx context.Context, op string, args json.RawMessage) (json.RawMessage, error) {
+	name, ok := storageCapabilities[op]
+	if !ok {
+		return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: unknown operation " + strconv.Quote(op)}
+	}
+	if !h.s.reg.Has(name) {
+		return nil, &sandbox.HostError{Code: string(capabilities.CodeUnsupported), Message: "storage: storage buckets are turned off on this server"}
+	}
 	var in struct {
 		Key    string          `json:"key"`
 		Value  json.RawMessage `json:"value"`
@@ -212,61 +230,70 @@ func (h *host) Storage(_ context.Context, op string, args json.RawMessage) (json
 	if err := json.Unmarshal(args, &in); err != nil {
 		return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: arguments are not valid"}
 	}
-	if op != "list" && (in.Key == "" || len(in.Key) > 512) {
-		return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: a key is 1 to 512 bytes"}
-	}
+	req := map[string]any{"storageId": h.storageID}
 	switch op {
-	case "get":
-		if v, ok := h.storage[in.Key]; ok {
-			return v, nil
-		}
-		return json.RawMessage("null"), nil
+	case "get", "delete":
+		req["key"] = in.Key
 	case "set":
 		if len(in.Value) == 0 {
 			in.Value = json.RawMessage("null")
 		}
-		if len(in.Value) > maxStorageValue {
-			return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: a value is at most 1 MiB of JSON"}
+		req["key"], req["value"] = in.Key, in.Value
+	case "list":
+		if in.Prefix != "" {
+			req["prefix"] = in.Prefix
 		}
-		grow := len(in.Value) + len(in.Key) - len(h.storage[in.Key])
-		if _, ok := h.storage[in.Key]; ok {
-			grow -= len(in.Key)
+		if in.Cursor != "" {
+			req["cursor"] = in.Cursor
 		}
-		if h.stored+grow > maxStorageBytes {
-			return nil, &sandbox.HostError{Code: string(capabilities.CodeQuotaExceeded), Message: "storage: a run keeps at most 8 MiB"}
+		if in.Limit > 0 {
+			req["limit"] = min(in.Limit, storage.MaxPageLimit)
 		}
-		h.storage[in.Key] = in.Value
-		h.stored += grow
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: arguments are not valid"}
+	}
+	h.calls[name]++
+	h.refresh(ctx)
+	out, err := resultJSON(h.s.reg.Invoke(ctx, h.caller, name, body))
+	if err != nil {
+		return nil, err
+	}
+	// The binding keeps its own shapes: get answers the value (null when
+	// there is none), set nothing, delete whether the key existed, list
+	// the keys and the next page's cursor.
+	var res struct {
+		Found   bool            `json:"found"`
+		Value   json.RawMessage `json:"value"`
+		Deleted bool            `json:"deleted"`
+		Keys    []struct {
+			Key string `json:"key"`
+		} `json:"keys"`
+		NextCursor string `json:"nextCursor"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, &sandbox.HostError{Code: string(capabilities.CodeInternal), Message: "internal error"}
+	}
+	switch op {
+	case "get":
+		if !res.Found || len(res.Value) == 0 {
+			return json.RawMessage("null"), nil
+		}
+		return res.Value, nil
+	case "set":
 		return json.RawMessage("null"), nil
 	case "delete":
-		v, ok := h.storage[in.Key]
-		if ok {
-			h.stored -= len(v) + len(in.Key)
-			delete(h.storage, in.Key)
-		}
-		return json.Marshal(ok)
-	case "list":
-		limit := in.Limit
-		if limit <= 0 || limit > 1000 {
-			limit = 100
-		}
-		keys := make([]string, 0, len(h.storage))
-		for k := range h.storage {
-			if strings.HasPrefix(k, in.Prefix) && k > in.Cursor {
-				keys = append(keys, k)
-			}
-		}
-		sort.Strings(keys)
-		out := struct {
-			Keys   []string `json:"keys"`
-			Cursor string   `json:"cursor,omitempty"`
-		}{Keys: keys}
-		if len(keys) > limit {
-			out.Keys, out.Cursor = keys[:limit], keys[limit-1]
-		}
-		return json.Marshal(out)
+		return json.Marshal(res.Deleted)
 	}
-	return nil, &sandbox.HostError{Code: string(capabilities.CodeInvalidInput), Message: "storage: unknown operation " + strconv.Quote(op)}
+	page := struct {
+		Keys   []string `json:"keys"`
+		Cursor string   `json:"cursor,omitempty"`
+	}{Keys: make([]string, 0, len(res.Keys)), Cursor: res.NextCursor}
+	for _, k := range res.Keys {
+		page.Keys = append(page.Keys, k.Key)
+	}
+	return json.Marshal(page)
 }
 
 // resultJSON turns what Invoke returned into what a program receives: the

@@ -286,9 +286,11 @@ func liveColumns(ctx context.Context, db bun.IDB) (map[string][]string, error) {
 	}
 	q := `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()`
 	if db.Dialect().Name() == dialect.SQLite {
-		q = `SELECT m.name AS table_name, p.name AS column_name
-			FROM sqlite_master m JOIN pragma_table_info(m.name) p
-			WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'`
+		// Ordinary tables only: a full-text index (an FTS5 virtual table
+		// and its shadow tables) is an index, like PostgreSQL's GIN.
+		q = `SELECT l.name AS table_name, p.name AS column_name
+			FROM pragma_table_list l JOIN pragma_table_info(l.name) p
+			WHERE l.schema = 'main' AND l.type = 'table' AND l.name NOT LIKE 'sqlite_%'`
 	}
 	if err := db.NewRaw(q).Scan(ctx, &rows); err != nil {
 		return nil, fmt.Errorf("retention: read schema: %w", err)

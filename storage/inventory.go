@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -41,7 +42,16 @@ type Table struct {
 	// the account): for rows that are nothing but credentials, such as
 	// one-time token hashes, which have no other unique key to page by.
 	SkipExport bool
+	// SizeColumn, for a table whose rows may be large (stored documents),
+	// names an integer column holding each row's size in bytes: an export
+	// page then ends once its rows reach MaxExportPageBytes (with at least
+	// one row), so that a page of a thousand large rows is never read at
+	// once.
+	SizeColumn string
 }
+
+// MaxExportPageBytes bounds an export page of a table with a SizeColumn.
+const MaxExportPageBytes = 4 << 20
 
 // BlobPrefix registers the blob keys of one domain: every key a user owns
 // in it starts with "<stableID>/<Domain>/" (see BlobKey).
@@ -312,9 +322,11 @@ func liveColumns(ctx context.Context, db *bun.DB) (map[string][]string, error) {
 	var q string
 	switch db.Dialect().Name().String() {
 	case "sqlite":
-		q = `SELECT m.name AS table_name, p.name AS column_name
-			FROM sqlite_master m JOIN pragma_table_info(m.name) p
-			WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'`
+		// Ordinary tables only: a full-text index (an FTS5 virtual table
+		// and its shadow tables) is an index, like PostgreSQL's GIN.
+		q = `SELECT l.name AS table_name, p.name AS column_name
+			FROM pragma_table_list l JOIN pragma_table_info(l.name) p
+			WHERE l.schema = 'main' AND l.type = 'table' AND l.name NOT LIKE 'sqlite_%'`
 	default:
 		q = `SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()`
 	}
@@ -346,13 +358,30 @@ func ExportRows(ctx context.Context, db bun.IDB, t Table, o Owner, req PageReque
 	if t.SkipExport {
 		return Page[map[string]any]{}, fmt.Errorf("storage: table %s is not exported", t.Name)
 	}
-	q := db.NewSelect().TableExpr("?", bun.Ident(t.Name)).Where("? = ?", bun.Ident(t.OwnerColumn), o.ID)
+	owned := func() *bun.SelectQuery {
+		return db.NewSelect().TableExpr("?", bun.Ident(t.Name)).Where("? = ?", bun.Ident(t.OwnerColumn), o.ID)
+	}
 	ks := Keyset[map[string]any]{
 		Kind:   "export:" + t.Name,
 		Column: t.KeyColumn,
 		Key:    func(row *map[string]any) any { return cursorKey((*row)[t.KeyColumn]) },
 	}
-	page, err := Paginate(ctx, q, ks, req)
+	if t.SizeColumn != "" {
+		// Read the sizes of the page's rows first, and shorten the page
+		// to the rows that fit MaxExportPageBytes.
+		sizes, err := Paginate(ctx, owned().Column(t.KeyColumn, t.SizeColumn), ks, req)
+		if err != nil {
+			return Page[map[string]any]{}, err
+		}
+		var total int64
+		for i, row := range sizes.Items {
+			if total += sizeOf(row[t.SizeColumn]); total > MaxExportPageBytes && i > 0 {
+				req.Limit = i
+				break
+			}
+		}
+	}
+	page, err := Paginate(ctx, owned(), ks, req)
 	if err != nil {
 		return page, err
 	}
@@ -369,6 +398,27 @@ func ExportRows(ctx context.Context, db bun.IDB, t Table, o Owner, req PageReque
 		}
 	}
 	return page, nil
+}
+
+// sizeOf reads a size column's value as the driver returned it.
+func sizeOf(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case int32:
+		return int64(n)
+	case int:
+		return int64(n)
+	case float64:
+		return int64(n)
+	case []byte:
+		i, _ := strconv.ParseInt(string(n), 10, 64)
+		return i
+	case string:
+		i, _ := strconv.ParseInt(n, 10, 64)
+		return i
+	}
+	return 0
 }
 
 // credentialColumn says whether a column name suggests a credential.

@@ -31,6 +31,7 @@ type features struct {
 	// Workspaces: the workspace pages (the registry holds workspaceList).
 	Workspaces bool
 	Packages   bool // the packages page (Options.CodeMode with code mode's capabilities)
+	Memory     bool // the memory page (Options.Memory with the memory capabilities)
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -53,7 +54,8 @@ func (h *Handler) page(r *http.Request, title string) page {
 		StyleVersion: styleVersion,
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
 			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
-			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn()},
+			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn(),
+			Memory: h.memoryOn()},
 	}
 	if pr := PrincipalFrom(r.Context()); pr != nil {
 		p.Viewer = &viewer{Username: pr.Session.User.Username, Admin: pr.Grants.HasRole(adminRole)}

@@ -65,6 +65,7 @@ func (h *Handler) routes() http.Handler {
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
 	h.packageRoutes(handle)
+	h.memoryRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
 	h.workspaceRoutes(handle)

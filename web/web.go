@@ -69,6 +69,12 @@ type Options struct {
 	// one (code mode off) counts as none.
 	CodeMode PackageJobs
 
+	// Memory, when set and the registry holds the memory capabilities
+	// (memoryList, memorySearch, memorySave, memoryUpdate, memoryDelete),
+	// adds the memory page, where a person lists, searches, edits and
+	// deletes their memories.
+	Memory bool
+
 	// MinPasswordLength is shown to people choosing a password (the
 	// accounts service enforces its own policy). Default
 	// accounts.DefaultMinPasswordLength.

@@ -75,6 +75,7 @@ const Globals = `declare function fetch(url: string, init?: { method?: string; h
   text(): Promise<string>;
   json(): Promise<any>;
 }>;
+/** A storage bucket: this run's own for execute (exec:<runId>), the package's for its exports and jobs (package:<name>). */
 declare const storage: {
   get(key: string): Promise<any>;
   set(key: string, value: any): Promise<void>;

@@ -23,6 +23,7 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/internal/version"
@@ -169,13 +170,15 @@ type options struct {
 	workspaces     bool
 	codeMode       bool
 	codeMemoryMiB  int
+	storageBytes   byteSize
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
 var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "production", "log-format",
 	"log-level", "metrics-addr", "shutdown-timeout", "caller-cache-ttl", "no-migrate", "signup", "require-admin-2fa", "workspaces", "allowed-origins",
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security",
-	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs"}
+	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
+	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -212,6 +215,12 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.cfg.CodeMode.PerUser, "code-runs-per-user", 4, "code runs of one user at once (more wait, then are refused as busy)")
 	fs.IntVar(&o.cfg.CodeMode.Total, "code-runs-total", 0, "code runs of this process at once (0: twice the CPUs, at least 2)")
 	fs.IntVar(&o.cfg.CodeMode.MaxJobs, "code-max-jobs", 10, "scheduled package jobs per user, across their packages")
+	o.storageBytes = buckets.DefaultMaxBytes
+	fs.Var(&o.storageBytes, "storage-max-bytes", "each user's storage bucket budget: bytes of keys and values across all their buckets, as a number or with KiB, MiB or GiB")
+	fs.Int64Var(&o.cfg.Buckets.MaxKeys, "storage-max-keys", buckets.DefaultMaxKeys, "each user's most storage bucket keys, across all their buckets")
+	fs.StringVar(&o.cfg.Memory.Embeddings.URL, "embeddings-url", "", "base URL of an OpenAI-compatible embeddings API (POST <url>/embeddings), e.g. https://api.openai.com/v1: memory search then ranks by meaning too (default off: full-text search only)")
+	fs.StringVar(&o.cfg.Memory.Embeddings.Model, "embeddings-model", "", "the embedding model, e.g. text-embedding-3-small (required with --embeddings-url); changing it re-embeds every memory in the background")
+	fs.StringVar(&o.cfg.Memory.Embeddings.KeyFile, "embeddings-key-file", "", "file holding the embeddings API key, sent as a Bearer token (default none)")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
 	fs.StringVar(&o.quota, "quota", "", "comma-separated daily call limits per user per capability class, CLASS=N/day (UTC days), e.g. default=5000/day,search=200/day (default unlimited)")
@@ -305,6 +314,13 @@ func (o *options) finish(stderr io.Writer) error {
 	}
 	if o.cfg.CodeMode.Limits.Timeout < 0 {
 		return fmt.Errorf("--code-timeout %s: want a positive duration", o.cfg.CodeMode.Limits.Timeout)
+	}
+	if o.storageBytes < 1 || o.cfg.Buckets.MaxKeys < 1 {
+		return fmt.Errorf("--storage-max-bytes and --storage-max-keys: want positive numbers")
+	}
+	o.cfg.Buckets.MaxBytes = int64(o.storageBytes)
+	if e := o.cfg.Memory.Embeddings; (e.URL == "") != (e.Model == "") || e.KeyFile != "" && e.URL == "" {
+		return fmt.Errorf("--embeddings-url and --embeddings-model go together (and --embeddings-key-file needs them)")
 	}
 	mode, err := accounts.ParseSignupMode(o.signup)
 	if err != nil {

@@ -327,7 +327,67 @@ const second = await authorize({ email: email2, password: password2, label: 'sec
   await client.close();
 }
 
-// 7. Revoke the refresh token; the grant's access token stops working.
+// 7. Agent state: the first user's storage bucket and memories; the
+// second user, with the same bucket id and the same words, finds nothing
+// of them; the first user's export carries both.
+const words = 'the quarterly atlas review moved to thursday';
+{
+  const alice = await first.session();
+  let r = await alice.callTool({ name: 'storageSet', arguments: { storageId: 'notes', key: 'review/day', value: { day: 'thursday', n: 3 } } });
+  assert.ok(!r.isError, show(r));
+  const rev = structured(r).revision;
+  assert.ok(rev > 0, show(r));
+  r = await alice.callTool({ name: 'storageSet', arguments: { storageId: 'notes', key: 'review/day', value: 'stale', ifRevision: 0 } });
+  assert.ok(r.isError, `a compare-and-set on an existing key must fail: ${show(r)}`);
+  r = await alice.callTool({ name: 'storageGet', arguments: { storageId: 'notes', key: 'review/day' } });
+  assert.deepEqual(structured(r).value, { day: 'thursday', n: 3 }, show(r));
+  r = await alice.callTool({ name: 'storageList', arguments: { storageId: 'notes', prefix: 'review/' } });
+  assert.deepEqual(structured(r).keys.map((k) => k.key), ['review/day'], show(r));
+  step('storageSet, compare-and-set, storageGet and storageList on a bucket of the first user');
+
+  r = await alice.callTool({ name: 'memorySave', arguments: { text: words, tags: ['work'], source: 'e2e' } });
+  assert.ok(!r.isError, show(r));
+  const mem = structured(r);
+  assert.match(mem.id, /^mem_/, show(r));
+  r = await alice.callTool({ name: 'memorySearch', arguments: { query: 'atlas review thursday' } });
+  const found = structured(r).memories;
+  assert.equal(found.length, 1, show(r));
+  assert.equal(found[0].id, mem.id, show(r));
+  assert.equal(found[0].text, words, show(r));
+  step('memorySave, then memorySearch finds the memory by its words');
+
+  // The export: the bucket's entries and the memory are in it.
+  const manifest = structured(await alice.callTool({ name: 'accountExportManifest', arguments: {} }));
+  const sections = JSON.stringify(manifest);
+  const dump = async (section) => {
+    let all = '';
+    for (let cursor; ;) {
+      const page = structured(await alice.callTool({ name: 'accountExportSection', arguments: { section, cursor, limit: 1000 } }));
+      all += JSON.stringify(page.rows ?? page.items ?? []);
+      if (!page.nextCursor) return all;
+      cursor = page.nextCursor;
+    }
+  };
+  assert.ok(sections.includes('sql:storage_entries') && sections.includes('sql:memories'), sections.slice(0, 2000));
+  assert.ok((await dump('sql:storage_entries')).includes('thursday'), 'the export has the bucket entry');
+  assert.ok((await dump('sql:memories')).includes(words), 'the export has the memory');
+  step('the first user\'s export has the bucket entry and the memory');
+  await alice.close();
+
+  const bob = await second.session();
+  r = await bob.callTool({ name: 'storageGet', arguments: { storageId: 'notes', key: 'review/day' } });
+  assert.ok(!r.isError && structured(r).found === false, `the second user reads the first user's bucket: ${show(r)}`);
+  r = await bob.callTool({ name: 'storageList', arguments: { storageId: 'notes' } });
+  assert.deepEqual(structured(r).keys, [], show(r));
+  r = await bob.callTool({ name: 'memorySearch', arguments: { query: 'atlas review thursday' } });
+  assert.deepEqual(structured(r).memories, [], show(r));
+  r = await bob.callTool({ name: 'memoryGet', arguments: { id: mem.id } });
+  assert.ok(r.isError, `the second user reads the first user's memory by id: ${show(r)}`);
+  step('the second user finds none of it: same bucket id, same words, the memory\'s id');
+  await bob.close();
+}
+
+// 8. Revoke the refresh token; the grant's access token stops working.
 async function revoke({ saved, suffix }) {
   const meta = await (await fetch(baseURL + '/.well-known/oauth-authorization-server')).json();
   const res = await fetch(meta.revocation_endpoint, {

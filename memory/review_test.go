@@ -1,0 +1,287 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/memory"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// TestSearchScoresIgnoreOtherUsers: the scores and the order of a user's
+// search depend on that user's memories only. A ranking with statistics
+// of the whole index (BM25 over every user's rows) tells a user how many
+// other users' memories hold a word: save one memory holding it, search,
+// and watch the score move.
+func TestSearchScoresIgnoreOtherUsers(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, memory.Config{})
+		alice, bob := e.user("alice"), e.user("bob")
+		rare := e.save(alice, "the launch codename is kumquat")
+		other := e.save(alice, "the budget codename is zanzibar")
+		for i := range 3 {
+			e.save(alice, fmt.Sprintf("filler memory number %d about lunch", i))
+		}
+		before := e.search(alice, map[string]any{"query": "kumquat zanzibar"})
+		if len(before) != 2 {
+			t.Fatalf("found %v, want %s and %s", foundIDs(before), rare.ID, other.ID)
+		}
+		// Bob's memories hold one of the words, many times over.
+		for i := range 20 {
+			e.save(bob, fmt.Sprintf("kumquat harvest report %d", i))
+		}
+		after := e.search(alice, map[string]any{"query": "kumquat zanzibar"})
+		if len(after) != len(before) {
+			t.Fatalf("found %v after bob's saves, %v before", foundIDs(after), foundIDs(before))
+		}
+		t.Logf("before %+v\nafter %+v", before, after)
+		for i := range before {
+			if after[i].ID != before[i].ID || after[i].Score != before[i].Score {
+				t.Fatalf("bob's memories changed alice's ranking: before %+v, after %+v", before, after)
+			}
+		}
+	})
+}
+
+// badEmbedder answers vectors of the configured size, except for texts
+// holding "nan" (a NaN component), "inf" (an infinite one), "long" (one
+// more component than asked) and "empty" (no component).
+type badEmbedder struct{ dims int }
+
+func (b badEmbedder) Model() string   { return "bad" }
+func (b badEmbedder) Dimensions() int { return b.dims }
+func (b badEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		v := make([]float32, b.dims)
+		v[0] = 1
+		switch {
+		case strings.Contains(t, "nan"):
+			v[1] = float32(math.NaN())
+		case strings.Contains(t, "inf"):
+			v[1] = float32(math.Inf(1))
+		case strings.Contains(t, "long"):
+			v = append(v, 1)
+		case strings.Contains(t, "empty"):
+			v = nil
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// TestEmbedderAnswersChecked: a vector that is not finite or not of the
+// size asked is refused, never stored, and ranks nothing.
+func TestEmbedderAnswersChecked(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, memory.Config{Embedder: badEmbedder{dims: 4}})
+		alice := e.user("alice")
+		e.save(alice, "a fine memory")
+		for _, text := range []string{"a nan memory", "an inf memory", "a long memory", "an empty memory"} {
+			e.save(alice, text)
+		}
+		if n := count(t, s.DB, "memory_vectors"); n != 1 {
+			t.Fatalf("%d vectors stored, want 1 (the fine memory's)", n)
+		}
+		rep, err := e.svc.Reindex(t.Context(), 100)
+		if err != nil || rep.Complete {
+			t.Logf("reindex: %+v %v", rep, err)
+		}
+		if n := count(t, s.DB, "memory_vectors"); n != 1 {
+			t.Fatalf("%d vectors after reindex, want 1", n)
+		}
+		// A query whose vector is refused answers by words alone.
+		out, err := call[memory.SearchOutput](e, alice, "memorySearch", map[string]any{"query": "nan zebra"})
+		if err != nil || out.Mode != "fulltext" {
+			t.Fatalf("query with a NaN vector: %+v %v", out, err)
+		}
+	})
+}
+
+// mixedEmbedder embeds with dims components, and fewer for one text, as
+// a model of its own size (Dimensions 0) might after a change.
+type mixedEmbedder struct{}
+
+func (mixedEmbedder) Model() string   { return "mixed" }
+func (mixedEmbedder) Dimensions() int { return 0 }
+func (mixedEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		if strings.Contains(t, "short") {
+			out[i] = []float32{1, 0}
+		} else {
+			out[i] = []float32{1, 0, 0, 0}
+		}
+	}
+	return out, nil
+}
+
+// TestVectorsOfAnotherSizeRankNothing: a stored vector of another size
+// than the query's is not similar to it (it is not ranked at all, rather
+// than ranked with similarity 0 and so returned for any query).
+func TestVectorsOfAnotherSizeRankNothing(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, memory.Config{Embedder: mixedEmbedder{}})
+		alice := e.user("alice")
+		odd := e.save(alice, "a short vector for an unrelated memory")
+		out, err := call[memory.SearchOutput](e, alice, "memorySearch", map[string]any{"query": "zebra"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(foundIDs(out.Memories), odd.ID) {
+			t.Fatalf("a vector of another size ranked for an unrelated query: %+v", out)
+		}
+	})
+}
+
+// TestReindexGoesPastRefusedMemories: memories the embedder refuses (a
+// user can write as many as they like) do not stop the reindex lane from
+// embedding the memories after them.
+func TestReindexGoesPastRefusedMemories(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, memory.Config{Embedder: badEmbedder{dims: 4}})
+		alice, bob := e.user("alice"), e.user("bob")
+		for range 3 {
+			e.save(alice, "a nan memory")
+		}
+		e.save(bob, "a fine memory")
+		if _, err := s.DB.NewDelete().TableExpr("memory_vectors").Where("TRUE").Exec(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		for range 8 {
+			_, _ = e.svc.Reindex(t.Context(), 1)
+		}
+		if n := count(t, s.DB, "memory_vectors"); n != 1 {
+			t.Fatalf("%d vectors after reindexing, want bob's memory's", n)
+		}
+	})
+}
+
+// TestSearchRanksByWordsOnSQLite: a memory holding more of the query's
+// words (and rarer ones among the user's) ranks before a newer memory
+// holding fewer, on every dialect.
+func TestSearchRanksByWords(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, memory.Config{})
+		alice := e.user("alice")
+		best := e.save(alice, "the quarterly report on the kumquat orchard")
+		for i := range 4 {
+			e.save(alice, fmt.Sprintf("orchard note %d", i))
+		}
+		res := e.search(alice, map[string]any{"query": "kumquat orchard"})
+		if len(res) != 5 || res[0].ID != best.ID || res[0].Score <= res[1].Score {
+			t.Fatalf("found %+v, want %s first with the best score", res, best.ID)
+		}
+	})
+}
+
+// TestUpdateRecordsItsWriter: rewriting a memory makes its writer the
+// rewriter. Otherwise an agent (or a background run) could reword what
+// the person wrote on the web page and it would still show "written by
+// web".
+func TestUpdateRecordsItsWriter(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, memory.Config{})
+		agent := e.user("alice")
+		web := agent
+		web.Session = true
+		m, err := call[memory.Memory](e, web, "memorySave", map[string]any{"text": "I am allergic to peanuts"})
+		if err != nil || m.Writer != "web" {
+			t.Fatalf("save: %+v %v", m, err)
+		}
+		background := agent
+		background.Interactive = false
+		u, err := call[memory.Memory](e, background, "memoryUpdate", map[string]any{"id": m.ID, "text": "I love peanuts"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := e.svc.Get(t.Context(), owner(agent), m.ID)
+		if u.Writer != "background" || got.Writer != "background" {
+			t.Fatalf("rewritten by a background run, shown as written by %q (stored %q)", u.Writer, got.Writer)
+		}
+		// Archiving alone rewrites nothing: the writer stays.
+		a, err := call[memory.Memory](e, web, "memoryUpdate", map[string]any{"id": m.ID, "status": "archived"})
+		if err != nil || a.Writer != "background" {
+			t.Fatalf("archive: %+v %v", a, err)
+		}
+	})
+}
+
+// TestOpenAIEmbedderBounds: the client bounds a request by Timeout even
+// with an HTTPClient of its own, follows no redirect (the key and the
+// memories' texts would go where the answer points), refuses an answer
+// larger than a batch's vectors can be, and refuses more dimensions than
+// MaxDimensions.
+func TestOpenAIEmbedderBounds(t *testing.T) {
+	f := newFakeEmbeddings(t)
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(other.Close)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow/embeddings":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		case "/redirect/embeddings":
+			http.Redirect(w, r, other.URL+"/v1/embeddings", http.StatusTemporaryRedirect)
+		case "/huge/embeddings":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"data":[{"index":0,"embedding":[`)
+			chunk := strings.Repeat("0.125,", 1<<16)
+			for range 1 << 10 { // 400 MiB, more than a batch's vectors
+				if _, err := io.WriteString(w, chunk); err != nil {
+					return
+				}
+			}
+			_, _ = io.WriteString(w, `1]}]}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+
+	slow, err := memory.NewOpenAIEmbedder(memory.EmbeddingsOptions{URL: srv.URL + "/slow", Model: "m", KeyFile: f.keyFile,
+		Timeout: 200 * time.Millisecond, HTTPClient: &http.Client{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := slow.Embed(t.Context(), []string{"x"}); err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("a slow embeddings API: %v after %s", err, time.Since(start))
+	}
+
+	redir, err := memory.NewOpenAIEmbedder(memory.EmbeddingsOptions{URL: srv.URL + "/redirect", Model: "m", KeyFile: f.keyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redir.Embed(t.Context(), []string{"a secret memory"}); err == nil || elsewhere.Load() != 0 {
+		t.Fatalf("a redirect was followed (%d requests elsewhere): %v", elsewhere.Load(), err)
+	}
+
+	huge, err := memory.NewOpenAIEmbedder(memory.EmbeddingsOptions{URL: srv.URL + "/huge", Model: "m", KeyFile: f.keyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := huge.Embed(t.Context(), []string{"x"}); err == nil || !strings.Contains(err.Error(), "larger") {
+		t.Fatalf("a huge answer: %v", err)
+	}
+
+	if _, err := memory.NewOpenAIEmbedder(memory.EmbeddingsOptions{URL: srv.URL, Model: "m", Dimensions: memory.MaxDimensions + 1}); err == nil {
+		t.Fatal("more dimensions than MaxDimensions accepted")
+	}
+}
