@@ -126,7 +126,8 @@ func TestChromiumMemoryJourney(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("text-"+teal.ID), "Ann's favourite colour was teal"),
 		chromedp.SetValue(chromedp.ID("status-"+teal.ID), "archived"),
 		chromedp.Click(chromedp.CSS(card(teal)+` form.memory-edit button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.CSS("p.notice")),
+		// The page before had a notice too (the add's): wait for this one.
+		chromedp.WaitVisible(chromedp.Search(`//p[contains(@class, "notice") and contains(., "updated")]`)),
 	)
 	if got := text(card(teal)); !strings.Contains(got, "Ann's favourite colour was teal") || !strings.Contains(got, "archived") {
 		t.Errorf("the edited memory shows %q", got)
@@ -135,7 +136,7 @@ func TestChromiumMemoryJourney(t *testing.T) {
 	step("delete a memory",
 		chromedp.Click(chromedp.CSS(card(cats)+` details.delete summary`)),
 		chromedp.Click(chromedp.CSS(card(cats)+` form[action="/account/memory/delete"] button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.CSS("p.notice")),
+		chromedp.WaitVisible(chromedp.Search(`//p[contains(@class, "notice") and contains(., "deleted")]`)),
 		chromedp.WaitNotPresent(chromedp.CSS(card(cats))),
 	)
 	if got := text("p.notice"); !strings.Contains(got, "deleted") {

@@ -51,9 +51,10 @@ type EmbeddingsOptions struct {
 	KeyFile string
 	// Dimensions, when set, asks the model for vectors of this size.
 	Dimensions int
-	// Timeout bounds one request. Default 30 s.
+	// Timeout bounds one request (with HTTPClient too). Default 30 s.
 	Timeout time.Duration
-	// HTTPClient sends the requests. Default a client with Timeout.
+	// HTTPClient sends the requests. Default a client with Timeout that
+	// follows no redirect.
 	HTTPClient *http.Client
 }
 
@@ -99,6 +100,7 @@ type OpenAIEmbedder struct {
 	model    string
 	key      string
 	dims     int
+	timeout  time.Duration
 	client   *http.Client
 }
 
@@ -127,12 +129,15 @@ func NewOpenAIEmbedder(o EmbeddingsOptions) (*OpenAIEmbedder, error) {
 			return nil, fmt.Errorf("memory: embeddings key file %s is empty", o.KeyFile)
 		}
 	}
+	if e.timeout = o.Timeout; e.timeout <= 0 {
+		e.timeout = 30 * time.Second
+	}
 	if e.client == nil {
-		timeout := o.Timeout
-		if timeout <= 0 {
-			timeout = 30 * time.Second
-		}
-		e.client = &http.Client{Timeout: timeout}
+		// No redirect is followed: the key and the memories' texts go to
+		// the configured URL only.
+		e.client = &http.Client{Timeout: e.timeout, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}
 	}
 	return e, nil
 }
@@ -171,6 +176,8 @@ func (e *OpenAIEmbedder) embed(ctx context.Context, texts []string) ([][]float32
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, e.timeout) // also with an HTTPClient of the caller's
+	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("memory: embeddings: %w", err)

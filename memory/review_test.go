@@ -285,3 +285,38 @@ func TestOpenAIEmbedderBounds(t *testing.T) {
 		t.Fatal("more dimensions than MaxDimensions accepted")
 	}
 }
+
+// TestSearchScopeWordsCannotBeForged: the index's owner and status words
+// ("u<id>", "u<id><status>") in a memory's text or in a query neither
+// put a memory in another user's searches nor show an archived memory
+// as active; search syntax in a query is words.
+func TestSearchScopeWordsCannotBeForged(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, memory.Config{})
+		alice, bob := e.user("alice"), e.user("bob")
+		a, b := fmt.Sprint(alice.OwnerID), fmt.Sprint(bob.OwnerID)
+		planted := e.save(alice, "u"+b+" u"+b+"active u"+b+"archived scope:u"+b+" planted note")
+		archived := e.save(alice, "u"+a+"active archived secret plan")
+		if _, err := call[memory.Memory](e, alice, "memoryUpdate", map[string]any{"id": archived.ID, "status": "archived"}); err != nil {
+			t.Fatal(err)
+		}
+		e.save(bob, "bob's own note")
+		for _, q := range []string{"planted", "u" + b, "u" + b + "active", `scope:u` + b, `"planted" OR *`, "NEAR(planted note) ^planted -note", "user_id:" + a + " planted", "ｕ" + b + " planted"} {
+			for _, st := range []string{"", "all", "archived"} {
+				if res := e.search(bob, map[string]any{"query": q, "status": st, "limit": 100}); slices.Contains(foundIDs(res), planted.ID) || slices.Contains(foundIDs(res), archived.ID) {
+					t.Fatalf("bob's search %q (%s) found alice's memory: %v", q, st, foundIDs(res))
+				}
+			}
+		}
+		for _, q := range []string{"secret plan", "u" + a + "active", "u" + a + "active secret"} {
+			if res := e.search(alice, map[string]any{"query": q}); slices.Contains(foundIDs(res), archived.ID) {
+				t.Fatalf("an archived memory found as active by %q", q)
+			}
+		}
+		// A query word equal to the owner's scope word matches no memory
+		// by itself (it is not in any memory's text or tags).
+		if res := e.search(alice, map[string]any{"query": "u" + a, "status": "all"}); len(res) != 0 {
+			t.Fatalf("the owner's scope word matched %v", foundIDs(res))
+		}
+	})
+}
