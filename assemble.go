@@ -502,7 +502,10 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 				e.Reason = featureChange(in.Name, in.Enabled, in.Role)
 			}
 			if strings.HasPrefix(action, "admin_feedback_") && in.ID != "" && len(in.ID) <= 64 {
-				e.Reason = "feedback " + in.ID // which submission the admin read or changed
+				// Which submission the admin read or changed; the id is not
+				// validated yet (an unknown one is audited too), so it is
+				// quoted unless plain, like a feature flag's name.
+				e.Reason = "feedback " + auditName(in.ID)
 			}
 			if call != nil && call.Caller.UserID != "" {
 				e.UserHash = s.audit.HashUser(call.Caller.UserID)

@@ -1,13 +1,16 @@
 package enclave_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -69,6 +72,18 @@ func TestFeedbackPages(t *testing.T) {
 	}
 	if rec := admin.do("GET", "/admin/feedback/fb_nosuchone", nil); rec.Code != http.StatusNotFound {
 		t.Fatalf("unknown feedback: %d", rec.Code)
+	}
+	// The audit row names the id the admin asked for, which is not
+	// validated: no line break or format character reaches the log as is.
+	admin.do("GET", "/admin/feedback/"+url.PathEscape("fb_x\nadmin_grant result=success\u202e"), nil)
+	events, err := srv.Audit().Query(context.Background(), audit.Filter{Action: "admin_feedback_get"}, storage.PageRequest{Limit: 10})
+	if err != nil || len(events.Items) == 0 {
+		t.Fatalf("audit of admin_feedback_get: %v %v", events, err)
+	}
+	for _, e := range events.Items {
+		if strings.IndexFunc(e.Reason, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }) >= 0 {
+			t.Fatalf("audit reason %q: control characters reach the audit log", e.Reason)
+		}
 	}
 	if rec := user.do("POST", "/admin/feedback/"+id[1], url.Values{"status": {"resolved"}}); rec.Code == http.StatusSeeOther {
 		t.Fatal("a non-admin triages")

@@ -132,7 +132,10 @@ func (s *Server) canonicalHost(next http.Handler) http.Handler {
 	want := canonicalHostPort(u.Host, u.Scheme)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.URL.Path == "/healthz", r.URL.Path == "/readyz", r.URL.Path == mcp.Path, strings.HasPrefix(r.URL.Path, mcp.Path+"/"):
+		// Exact paths only: the mux serves mcp.Path alone, and anything
+		// under "/mcp/" (or an unclean "/mcp/../login") falls through to
+		// the web shell, which must not answer under another name.
+		case r.URL.Path == "/healthz", r.URL.Path == "/readyz", r.URL.Path == mcp.Path:
 		case canonicalHostPort(r.Host, u.Scheme) != want:
 			w.Header().Set("Cache-Control", "no-store")
 			http.Error(w, "404 page not found", http.StatusNotFound)
@@ -150,8 +153,11 @@ func canonicalHostPort(host, scheme string) string {
 	if err != nil {
 		h, port = host, ""
 	}
-	h = strings.TrimSuffix(h, ".")
+	h = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), ".")
 	if port == "" || scheme == "https" && port == "443" || scheme == "http" && port == "80" {
+		if strings.Contains(h, ":") {
+			return "[" + h + "]"
+		}
 		return h
 	}
 	return net.JoinHostPort(h, port)

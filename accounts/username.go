@@ -47,9 +47,10 @@ func BuiltinReservedUsernames() []string {
 // the mailbox names mail standards give a role (RFC 2142 and its kin),
 // the ones that speak for the operator, and the service's own name. A
 // claim is refused when it equals one of them (compared compact, see
-// compact), when one of its hyphen-separated words is one of
-// PermanentReservedWords ("admin-team", "enclave-support"), or when it
-// contains a brand root anywhere (BrandRoots: "myenclave").
+// compact, digits aside too: "noreply2"), when one of its words (runs of
+// letters, or several of them joined: "admin-team", "admin1",
+// "ad-min-team") is one of PermanentReservedWords, or when it contains a
+// brand root anywhere (BrandRoots: "myenclave").
 func PermanentReservedUsernames() []string {
 	return []string{
 		"abuse", "admin", "administrator", "enclave", "hostmaster", "mailer-daemon", "moderator",
@@ -88,18 +89,38 @@ func (s *Service) BrandRoots() []string {
 // list says (see PermanentReservedUsernames).
 func (s *Service) permanent(username string) bool {
 	c := compact(username)
+	// Digits aside too: "noreply2", "root-1" and "sys1tem" read as the
+	// names they contain.
+	l := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, c)
 	for _, n := range PermanentReservedUsernames() {
-		if c == compact(n) {
+		if c == compact(n) || l == compact(n) {
 			return true
 		}
 	}
-	for word := range strings.SplitSeq(strings.ToLower(username), "-") {
-		if slices.Contains(PermanentReservedWords(), word) {
-			return true
+	// The words of a name are its runs of letters (hyphens and digits
+	// separate them: "admin1-desk" has "admin"), and a word split by
+	// hyphens or digits is still that word: every run of consecutive
+	// pieces is compared ("ad-min-team", "team-sup-port").
+	pieces := strings.FieldsFunc(strings.ToLower(username), func(r rune) bool { return r < 'a' || r > 'z' })
+	words := PermanentReservedWords()
+	for i := range pieces {
+		w := ""
+		for _, p := range pieces[i:] {
+			if w += p; len(w) > len("administrator") {
+				break
+			}
+			if slices.Contains(words, w) {
+				return true
+			}
 		}
 	}
 	for _, root := range s.BrandRoots() {
-		if strings.Contains(c, root) {
+		if strings.Contains(c, root) || strings.Contains(l, root) {
 			return true
 		}
 	}

@@ -226,6 +226,16 @@ func TestReservedUsernames(t *testing.T) {
 			{"help-desk", false},      //
 			{"acme-brand", true},      // Config.BrandNames
 			{"myacmebrandfan", true},  //
+			{"admin1", true},          // digits do not separate a word from the name
+			{"support24", true},       //
+			{"9security-desk", true},  //
+			{"noreply2", true},        // nor make another permanent name
+			{"root-1", true},          //
+			{"ad-min-team", true},     // a word split by hyphens is still the word
+			{"team-sup-port", true},   //
+			{"en1clave", true},        // a brand root split by a digit
+			{"badminton-2", false},    //
+			{"route66", false},        //
 		} {
 			_, err := svc.Signup(ctx, accounts.SignupInput{
 				Email: "r" + strconv.Itoa(i) + "@example.com", Username: tc.username, Password: goodPassword,
@@ -236,6 +246,16 @@ func TestReservedUsernames(t *testing.T) {
 				}
 			} else if err != nil {
 				t.Errorf("%s: signup = %v, want success", tc.username, err)
+			}
+		}
+		// ChangeUsername applies the same rules.
+		if u, err := svc.UserByUsername(ctx, "alice"); err != nil {
+			t.Fatal(err)
+		} else {
+			for _, n := range []string{"admin7", "secu-rity-team", "postmaster3"} {
+				if _, err := svc.ChangeUsername(ctx, u.ID, n); !errors.Is(err, accounts.ErrUsernameReserved) {
+					t.Errorf("change username to %s: %v, want ErrUsernameReserved", n, err)
+				}
 			}
 		}
 		if got := accounts.ErrUsernameReserved.Error(); got != "This username is reserved." {

@@ -339,7 +339,10 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 		if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(v) {
 			return Response{}, refuse("Header %q is not a valid header.", name)
 		}
-		if slices.Contains(reserved, http.CanonicalHeaderKey(name)) {
+		// Many servers (CGI, WSGI, PHP) read "If_Range" or
+		// "Accept_Encoding" as the hyphenated header: an underscore does
+		// not make a reserved name the caller's.
+		if slices.Contains(reserved, http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-"))) {
 			return Response{}, refuse("Header %q is set by the gateway, not by the caller.", name)
 		}
 	}
@@ -429,6 +432,14 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	for name, v := range req.Headers {
 		hreq.Header.Set(name, fill(v))
 	}
+	if len(us) > 0 && method != http.MethodHead {
+		// Asked for by the gateway, not left to net/http: the transport
+		// decodes its own gzip only when the first Content-Encoding is
+		// exactly "gzip" and then drops the header whole, so a second
+		// coding ("gzip" twice, "gzip" then "br") would reach the agent
+		// unmarked, an echoed secret inside it. decodeBody sees them all.
+		hreq.Header.Set("Accept-Encoding", "gzip")
+	}
 	if hreq.Header.Get("User-Agent") == "" {
 		hreq.Header.Set("User-Agent", "enclave-outbound/1")
 	}
@@ -516,8 +527,8 @@ func decodeBody(body []byte, header []string, max int64) ([]byte, error) {
 			}
 		}
 	}
-	if len(codings) == 0 {
-		return nil, nil
+	if len(codings) == 0 || len(body) == 0 {
+		return nil, nil // nothing to decode, and no room for an echo
 	}
 	if len(codings) > 2 {
 		return nil, fmt.Errorf("it is encoded %d times over (Content-Encoding %.80q), which the gateway does not undo", len(codings), strings.Join(codings, ", "))

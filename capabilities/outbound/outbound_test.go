@@ -581,6 +581,71 @@ func TestGatewayScrubsCompressedEcho(t *testing.T) {
 	}
 }
 
+// A response naming two codings in two Content-Encoding lines is decoded
+// whole or refused: net/http, left to decode its own gzip, would undo one
+// layer and drop the header, handing the agent a gzip body holding the
+// echo. A reserved header spelled with an underscore is still reserved.
+func TestGatewayScrubsStackedEncodingLines(t *testing.T) {
+	st := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	f := setup(t, st)
+	const key = "Sk-Stacked-Gzip-Secret"
+	gz := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Encoding"] = []string{"gzip", "gzip"}
+		w.Write(gz(gz([]byte("key=" + r.Header.Get("X-Key")))))
+	})
+	f.secret(t, f.alice, "api", key, []string{"127.0.0.1:" + srv.port()}, nil)
+	g := f.gateway(srv, outbound.Options{AllowPrivate: true})
+	resp, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{"X-Key": "{{secret:api}}"}})
+	if err == nil {
+		body := []byte(resp.Body)
+		if resp.BodyEncoding == "base64" {
+			body, _ = base64.StdEncoding.DecodeString(resp.Body)
+		}
+		for range 3 {
+			zr, zerr := gzip.NewReader(bytes.NewReader(body))
+			if zerr != nil {
+				break
+			}
+			body, _ = io.ReadAll(zr)
+		}
+		if strings.Contains(string(body), key) {
+			t.Errorf("the secret came back under a second gzip layer: %+v", resp)
+		} else if resp.Body != "key={{secret:api}}" {
+			t.Errorf("stacked gzip: %+v", resp)
+		}
+	}
+	// An answer without a body holds no echo, whatever coding it names
+	// (a HEAD, a 204).
+	empty := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "br")
+		w.WriteHeader(http.StatusNoContent)
+	})
+	f.secret(t, f.alice, "api2", key, []string{"127.0.0.1:" + empty.port()}, nil)
+	g2 := f.gateway(empty, outbound.Options{AllowPrivate: true})
+	for _, m := range []string{http.MethodHead, http.MethodGet} {
+		if resp, err := g2.Do(ctx, f.aliceC, outbound.Request{Method: m, URL: empty.URL, Headers: map[string]string{"X-Key": "{{secret:api2}}"}}); err != nil || resp.Status != http.StatusNoContent {
+			t.Errorf("%s, no body, Content-Encoding br: %+v %v", m, resp, err)
+		}
+	}
+	before := srv.hits.Load()
+	for _, name := range []string{"If_Range", "accept_encoding", "Transfer_Encoding"} {
+		if _, err := g.Do(ctx, f.aliceC, outbound.Request{URL: srv.URL, Headers: map[string]string{name: "x"}}); codeOf(err) != capabilities.CodeInvalidInput {
+			t.Errorf("header %q: %v, want refused", name, err)
+		}
+	}
+	if srv.hits.Load() != before {
+		t.Fatal("a request with a reserved header was sent")
+	}
+}
+
 // A refused redirect is audited with its host, which the server chose: a
 // Location that echoes the secret must not put the value in the audit log.
 func TestGatewayAuditOfRefusedRedirectIsScrubbed(t *testing.T) {

@@ -449,9 +449,11 @@ func (s *Store) Spend(ctx context.Context, id string, exp time.Time) (bool, erro
 		return false, fmt.Errorf("sqlsessions: spend request state: %w", err)
 	}
 	if s.spends.Add(1)%256 == 0 {
-		if _, err := s.store.DB.NewRaw("DELETE FROM mcp_spent_states WHERE expires_at < ?", s.now().UTC()).Exec(ctx); err != nil {
-			return n == 1, fmt.Errorf("sqlsessions: drop expired request states: %w", err)
-		}
+		// Housekeeping, not part of the answer: the id is spent already,
+		// so failing here would refuse the one retry the state was good
+		// for, and the client could never use it again. The retention
+		// lane drops expired ids as well.
+		_, _ = s.store.DB.NewRaw("DELETE FROM mcp_spent_states WHERE expires_at < ?", s.now().UTC()).Exec(ctx)
 	}
 	return n == 1, nil
 }

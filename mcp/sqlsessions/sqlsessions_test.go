@@ -320,6 +320,28 @@ func TestEventIDsCarryNoCounter(t *testing.T) {
 	})
 }
 
+// TestSpendPruneFailure: the occasional drop of expired ids failing does
+// not fail the spend that triggered it: that id is recorded already, so an
+// error would refuse the state's only retry for good.
+func TestSpendPruneFailure(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	if _, err := s.DB.ExecContext(ctx, "CREATE TRIGGER no_prune BEFORE DELETE ON mcp_spent_states BEGIN SELECT RAISE(ABORT, 'prune refused'); END"); err != nil {
+		t.Fatal(err)
+	}
+	st := New(s)
+	if _, err := st.Spend(ctx, "expired", time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(15 * time.Minute)
+	for i := 1; i < 256; i++ {
+		id := "p-" + strconv.Itoa(i)
+		if fresh, err := st.Spend(ctx, id, exp); err != nil || !fresh {
+			t.Fatalf("spend %d (a prune runs on the 256th): %v %v", i, fresh, err)
+		}
+	}
+}
+
 // TestSpend: a requestState id is fresh once, across Store values on one
 // database (replicas), also when many spend it at once; expired ids are
 // dropped now and then.
