@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -147,7 +148,7 @@ func (s *Service) submittedEvent(ctx context.Context, e events.Event) (json.RawM
 		FeedbackID: r.PublicID, Category: r.Category, Status: StatusOpen, CreatedAt: r.CreatedAt.UTC(),
 		SummaryUntrusted: r.Summary, DetailsUntrusted: r.Details, ContentWarning: ContentWarning,
 		Submitter: Submitter{UserID: r.SubmitterStable, Username: r.SubmitterUsername, Email: r.SubmitterEmail},
-		AdminURL:  s.opts.BaseURL + "/admin/feedback#feedback-" + r.PublicID,
+		AdminURL:  s.opts.BaseURL + "/admin/feedback/" + url.PathEscape(r.PublicID),
 	})
 	return data, err == nil, err
 }

@@ -255,7 +255,7 @@ func TestFeedbackLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		if se.SummaryUntrusted != f.Summary || se.Submitter.Email != ann.Email || se.Submitter.UserID != ann.StableID || se.ContentWarning == "" ||
-			se.Status != "open" || !strings.HasSuffix(se.AdminURL, "/admin/feedback#feedback-"+f.ID) || strings.Contains(string(e.Data), note) {
+			se.Status != "open" || !strings.HasSuffix(se.AdminURL, "/admin/feedback/"+f.ID) || strings.Contains(string(e.Data), note) {
 			t.Fatalf("feedback.submitted data: %s", e.Data)
 		}
 		e, _ = got.find(events.FeedbackUpdated, f.ID)
