@@ -22,12 +22,17 @@ import (
 // be missing messages the cache is flushed and bypassed.
 func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 	c := callercache.New[mcp.TokenInfo](callercache.Options{TTL: s.cfg.CallerCacheTTL})
-	var notices *sqlNotices
+	var notices *cluster.SQLNotices
 	if _, local := s.bus.(*cluster.Local); local {
 		// No bus reaches the other processes on this database (an operator
 		// command runs in one of its own): invalidations go through SQL.
 		// Written even when this process caches nothing, for those that do.
-		notices = newSQLNotices(s.store, s.bus, s.log)
+		var err error
+		notices, err = cluster.NewSQLNotices(cluster.SQLNoticesOptions{DB: s.store.DB, Reader: s.store.Reader,
+			Local: s.bus, Table: "caller_invalidations", Topic: callercache.Topic, Logger: s.log})
+		if err != nil {
+			panic(err) // the options above are complete
+		}
 	}
 	if !c.Enabled() {
 		if notices != nil {
@@ -45,9 +50,9 @@ func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 	}
 	switch {
 	case notices != nil:
-		notices.poll()
-		s.stopNotices = notices.Close
-		c.Attach(notices)
+		notices.Start()
+		s.stopNotices = func() { _ = notices.Close() }
+		c.Attach(cacheBus{notices})
 	case s.bus != nil:
 		c.Attach(cacheBus{s.bus})
 	}

@@ -11,14 +11,17 @@
 // while it is not. A subscriber that must not miss a notice (a cache that
 // would otherwise serve stale data) watches OnGap and Healthy: whenever the
 // bus may have dropped messages (its connection broke, or it reconnected
-// after a break) every gap callback runs and Epoch changes, so the
-// subscriber flushes what it holds and, while Healthy is false, does not
-// trust what it would otherwise cache.
+// after a break; on NATS also when the client dropped messages for slow
+// handlers, or a publication was not confirmed) every gap callback runs
+// and Epoch changes, so the subscriber flushes what it holds and, while
+// Healthy is false, does not trust what it would otherwise cache.
 //
 // Three implementations ship: NewLocal (one process; the default and what
 // an SQLite deployment uses), NewPostgres (LISTEN/NOTIFY on the deployment's
 // PostgreSQL, chosen automatically with a postgres:// database) and NewNATS
-// (a NATS server, by URL). Embedders may supply their own Bus.
+// (a NATS server, by URL). Embedders may supply their own Bus. SQLNotices
+// carries one topic through an SQL table between processes that share a
+// database but no bus (an operator command and the server it acts on).
 package cluster
 
 import (
@@ -56,7 +59,8 @@ type Bus interface {
 	// Publish delivers payload to every subscriber of topic on every
 	// replica, this one included (synchronously, before Publish returns).
 	// It fails for a bad topic, a payload over MaxPayload, a closed bus, or
-	// when the message could not be handed to the transport; the local
+	// when the message could not be handed to the transport (or, on NATS,
+	// the server did not confirm it: ErrUnconfirmed); the local
 	// subscribers have run even then.
 	Publish(ctx context.Context, topic string, payload []byte) error
 	// Subscribe registers h for topic until cancel is called.

@@ -19,6 +19,13 @@ import (
 // that stops it.
 func natsServer(t *testing.T, port int) (string, func()) {
 	t.Helper()
+	url, _, stop := startNATS(t, port)
+	return url, stop
+}
+
+// startNATS is natsServer that also returns the server's process.
+func startNATS(t *testing.T, port int) (string, *exec.Cmd, func()) {
+	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil && os.Getenv("ENCLAVE_TEST_NATS") == "1" {
 		t.Fatalf("ENCLAVE_TEST_NATS=1 but nats-server is not installed: %v", err)
@@ -56,7 +63,7 @@ func natsServer(t *testing.T, port int) (string, func()) {
 			t.Fatal("nats-server did not start")
 		}
 	}
-	return "nats://" + addr, stop
+	return "nats://" + addr, cmd, stop
 }
 
 func TestNATSBus(t *testing.T) {
