@@ -3,7 +3,11 @@
 # enclave container image: a static, CGO-free binary on an empty base.
 #
 #   docker build -t enclave .
+#   docker build --build-arg TAGS=aws -t enclave .    # with the AWS drivers
 #   docker run -p 8080:8080 -v enclave-data:/data enclave
+#
+# A release's image is also an artifact of .ci/release.sh
+# (enclave_VERSION_image_linux_ARCH.tar, for "docker load -i").
 #
 # The final image is FROM scratch: the binary, CA certificates, a passwd
 # entry for the non-root user 65532, and /data (a volume, owned by that
@@ -28,9 +32,12 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 # VERSION, when set, is the release version shown by "enclave version",
-# the MCP serverInfo and /readyz; otherwise the build info's.
+# the MCP serverInfo and /readyz; otherwise the build info's. TAGS links
+# cloud drivers: "aws", "gcp", "azure" (comma-separated) or "full"; the
+# default image has only the file, mem and local-key drivers.
 ARG VERSION=""
-RUN CGO_ENABLED=0 go build -trimpath \
+ARG TAGS=""
+RUN CGO_ENABLED=0 go build -trimpath -tags "${TAGS}" \
       -ldflags "-s -w -X github.com/enclave-mcp/enclave/internal/version.version=${VERSION}" \
       -o /out/rootfs/enclave ./cmd/enclave \
  && mkdir -p /out/rootfs/etc/ssl/certs /out/data \

@@ -96,10 +96,11 @@ func TestSessionOnlyCapabilitiesNotOverMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := map[string]any{
-		"secretReveal":          map[string]any{"name": "key"},
-		"accountPasswordChange": map[string]any{"current": ann.Password, "new": "another long passphrase"},
-		"accountDelete":         map[string]any{"confirm": ann.Username, "password": ann.Password},
-		"accountEmailChange":    map[string]any{"password": ann.Password, "email": "elsewhere@example.com"},
+		"secretReveal":             map[string]any{"name": "key"},
+		"accountPasswordChange":    map[string]any{"current": ann.Password, "new": "another long passphrase"},
+		"accountDelete":            map[string]any{"confirm": ann.Username, "password": ann.Password},
+		"accountEmailChange":       map[string]any{"password": ann.Password, "email": "elsewhere@example.com"},
+		"accountEmailClaimRelease": map[string]any{"email": "former@example.com"},
 	}
 	for name, args := range calls {
 		if slices.Contains(tools, name) {

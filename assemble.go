@@ -72,6 +72,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	if s.cfg.RequireAdmin2FA {
 		acfg.RequireAdminSecondFactor = true
 	}
+	if acfg.Passkeys.RPName == "" {
+		acfg.Passkeys.RPName = s.cfg.SiteName // what the passkey prompt names
+	}
 	acfg.Passkeys = passkeyConfig(acfg.Passkeys, s.cfg.BaseURL)
 	if s.accounts, err = accounts.New(ctx, s.store, acfg); err != nil {
 		return err
@@ -165,6 +168,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Admin capabilities refuse an admin without a second factor when
 		// --require-admin-2fa is set.
 		RoleGate: s.accounts.AdminSecondFactorGate,
+		// Every call that may write holds a write lease on its account,
+		// which the account's deletion waits for before it cleans up.
+		WriteLease: lifecycle.WriteLeases(s.store, lifecycle.Owners(s.accounts)),
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
@@ -186,7 +192,15 @@ func (s *Server) assemble(ctx context.Context) error {
 		Verification: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
 			return s.web.MailVerificationLink(ctx, tx, u, token)
 		},
+		UsernameChange: webMail{s},
+		EmailRelease:   webMail{s},
+		Audit:          s.auditAccount,
 	})...)
+	if !s.cfg.OAuth.AllowUnverifiedEmail {
+		// The purge of unverified sign-ups on demand (also a retention
+		// lane); off, like the lane, when unverified accounts may work.
+		caps = append(caps, s.auditedAdmin([]capabilities.Capability{s.lifecycle.PurgeCapability(s.recordUnverifiedPurge)})...)
+	}
 	// The setup link of an account an admin creates is mailed by the web
 	// shell (built below) through the outbox, in the creating transaction.
 	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{
@@ -194,7 +208,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			return s.web.MailSetupLink(ctx, tx, u, token)
 		},
 	})...)
-	caps = append(caps, s.accounts.FactorCapabilities("enclave", webMail{s})...)
+	caps = append(caps, s.accounts.FactorCapabilities(s.cfg.SiteName, webMail{s})...) // the authenticator-app issuer
 	caps = append(caps, s.overviewCapability())
 	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound
@@ -255,6 +269,10 @@ func (s *Server) assemble(ctx context.Context) error {
 		Mailer:                s.cfg.Mailer,
 		MinPasswordLength:     acfg.MinPasswordLength,
 		Logger:                s.log,
+		SiteName:              s.cfg.SiteName,
+		SiteDescription:       s.cfg.SiteDescription,
+		LogoURL:               s.cfg.LogoURL,
+		AccentColor:           s.cfg.AccentColor,
 	}
 	if s.web, err = web.New(wopts); err != nil {
 		return err
@@ -271,9 +289,15 @@ func (s *Server) assemble(ctx context.Context) error {
 	if s.workspaces != nil {
 		mopts.Verifier = workspaceKeyVerifier{mopts.Verifier, s}
 	}
-	mopts.Verifier = auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}
+	mopts.Verifier = burstVerifier{auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}, s}
 	if mopts.Version == "" {
 		mopts.Version = Version()
+	}
+	if mopts.Name == "" {
+		mopts.Name = s.cfg.SiteName
+	}
+	if mopts.Instructions == "" {
+		mopts.Instructions = s.defaultInstructions(mopts.Name)
 	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
@@ -314,6 +338,16 @@ func (l *loginConsent) Login(w http.ResponseWriter, r *http.Request, req *oauth.
 
 func (l *loginConsent) Consent(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) (bool, bool) {
 	return l.web.Consent(w, r, req, userID)
+}
+
+// ConsentScopes forwards oauth.ScopedConsent (the admin scope's checkbox).
+func (l *loginConsent) ConsentScopes(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) ([]string, bool, bool) {
+	return l.web.ConsentScopes(w, r, req, userID)
+}
+
+// AuthorizeError forwards oauth.ErrorPage: the shell's error page.
+func (l *loginConsent) AuthorizeError(w http.ResponseWriter, r *http.Request, e *oauth.AuthorizeError) {
+	l.web.AuthorizeError(w, r, e)
 }
 
 // auditedVerifier records refused tokens in the audit log, with the hash
@@ -423,6 +457,7 @@ func registerInventory(inv *storage.Inventory) error {
 	return errors.Join(
 		lifecycle.RegisterInventory(inv), // users (first: deleted last), user_roles
 		inv.AddTable(storage.Table{Name: "email_claims", KeyColumn: "email"}),
+		inv.AddTable(accounts.UsernameHoldsTable),
 		inv.AddTable(storage.Table{Name: "password_setup_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
 		addTables(inv, accounts.FactorTables()),
@@ -456,15 +491,16 @@ func addTables(inv *storage.Inventory, tables []storage.Table) error {
 // calls are recorded in the audit log, whatever the transport (MCP, web
 // shell, CLI): who acted, from which address, on which client or flag.
 var adminAuditActions = map[string]string{
-	"adminOAuthClientBlock":   "admin_client_block",
-	"adminOAuthClientUnblock": "admin_client_unblock",
-	"adminInviteCreate":       "admin_invite_create",
-	"adminInviteRevoke":       "admin_invite_revoke",
-	"adminFeatureSet":         "admin_feature_set",
-	"adminWebhookCreate":      "admin_webhook_create",
-	"adminWebhookDelete":      "admin_webhook_delete",
-	"adminFeedbackUpdate":     "admin_feedback_update",
-	"adminFeedbackGet":        "admin_feedback_get",
+	"adminOAuthClientBlock":          "admin_client_block",
+	"adminOAuthClientUnblock":        "admin_client_unblock",
+	"adminInviteCreate":              "admin_invite_create",
+	"adminInviteRevoke":              "admin_invite_revoke",
+	"adminFeatureSet":                "admin_feature_set",
+	"adminWebhookCreate":             "admin_webhook_create",
+	"adminWebhookDelete":             "admin_webhook_delete",
+	"adminFeedbackUpdate":            "admin_feedback_update",
+	"adminFeedbackGet":               "admin_feedback_get",
+	"adminUnverifiedAccountPurgeRun": "admin_unverified_purge_run",
 }
 
 // auditedAdmin wraps the handlers of the capabilities named in
@@ -488,6 +524,7 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 				Enabled  bool   `json:"enabled"`
 				Role     string `json:"role"`
 				ID       string `json:"id"`
+				DryRun   bool   `json:"dryRun"`
 			}
 			_ = json.Unmarshal(args, &in)
 			result := audit.ResultSuccess
@@ -506,6 +543,9 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 				// validated yet (an unknown one is audited too), so it is
 				// quoted unless plain, like a feature flag's name.
 				e.Reason = "feedback " + auditName(in.ID)
+			}
+			if action == "admin_unverified_purge_run" && in.DryRun {
+				e.Reason = "dry run"
 			}
 			if call != nil && call.Caller.UserID != "" {
 				e.UserHash = s.audit.HashUser(call.Caller.UserID)
@@ -583,6 +623,14 @@ func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyCon
 
 func (m webMail) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
 	m.s.web.MailEmailChangeRequested(ctx, u)
+}
+
+func (m webMail) MailUsernameChanged(ctx context.Context, tx bun.IDB, c accounts.UsernameChange) error {
+	return m.s.web.MailUsernameChanged(ctx, tx, c)
+}
+
+func (m webMail) MailEmailReleaseLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
+	return m.s.web.MailEmailReleaseLink(ctx, tx, u, email, token)
 }
 
 // workspaceMail forwards workspace invitations to the web shell (built

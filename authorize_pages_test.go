@@ -32,15 +32,19 @@ type consentEnv struct {
 	password string
 }
 
-func newConsentEnv(t *testing.T, d storage.Dialect) *consentEnv {
+func newConsentEnv(t *testing.T, d storage.Dialect, edits ...func(*enclave.Config)) *consentEnv {
 	t.Helper()
 	ctx := context.Background()
 	sc := storagetest.Config(t, d)
 	ts := httptest.NewUnstartedServer(nil)
 	base := "http://" + ts.Listener.Addr().String()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, Logger: quiet(),
+	cfg := enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, Logger: quiet(),
 		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}},
-		OAuth:    oauth.Options{PrivateURISchemes: []string{"cursor", "vscode"}}})
+		OAuth:    oauth.Options{PrivateURISchemes: []string{"cursor", "vscode"}}}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	srv, err := enclave.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

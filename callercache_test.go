@@ -177,8 +177,14 @@ func TestCallerCacheRoleRevokedRefusedAtNextCall(t *testing.T) {
 	for _, d := range enclavetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) {
 			s := startCached(t, d, enclave.Config{})
-			u := s.CreateUser(t, "rita")
+			// Her agent's token carries the admin scope (granted while she
+			// was an admin), so the admin role alone decides below.
+			s.CreateUser(t, "oscar", capabilities.RoleAdmin)
+			u := s.CreateUser(t, "rita", capabilities.RoleAdmin)
 			c := u.MCP(t)
+			if _, err := s.Accounts().RevokeAdminAsOperator(ctx, u.ID); err != nil {
+				t.Fatal(err)
+			}
 			for range 3 {
 				if ok, err := callOK(c); !ok || err != nil {
 					t.Fatalf("call with the role: %v %v", ok, err)

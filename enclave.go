@@ -133,6 +133,10 @@ type Config struct {
 
 	// MCP tunes the MCP endpoint (session TTL and limits, body limit). Its
 	// Registry, Verifier, Loader, BaseURL and Logger are set by New.
+	// MCP.Instructions is what clients are told about the server at
+	// initialize (hosts put it in the model's context); empty means a short
+	// default naming the site, capabilitiesSearch, and execute and the
+	// other domains that are on.
 	MCP mcp.Options
 
 	// Vocabulary is the permission vocabulary: the built-in entities plus
@@ -244,6 +248,24 @@ type Config struct {
 	// Memory.Embeddings names an embeddings API. On by default;
 	// Memory.Disabled turns them off.
 	Memory memory.Options
+
+	// SiteName is the name of the service people see: every page title
+	// and the pages' header, the start and connect pages, mail subjects
+	// and bodies, the consent page, the authenticator-app issuer, the
+	// passkey relying-party name (unless Accounts.Passkeys.RPName is set)
+	// and the MCP server name (unless MCP.Name is set). At most 64
+	// characters, no control characters. Default "enclave".
+	SiteName string
+	// SiteDescription is the sentence the start page shows under the site
+	// name: what this server is for. Default: a generic sentence.
+	SiteDescription string
+	// LogoURL, when set, is the image shown before the site name in the
+	// pages' header: a path on this server ("/brand/logo.svg") that the
+	// embedder serves (see web.Options.LogoURL). Default none.
+	LogoURL string
+	// AccentColor, when set, is the pages' accent colour (links, buttons):
+	// "#rrggbb" or "#rgb". Default the shell's own.
+	AccentColor string
 }
 
 // DefaultAddr is the listen address used when Config.Addr is empty.
@@ -270,6 +292,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DataDir == "" {
 		c.DataDir = storage.DefaultDataDir
+	}
+	if c.SiteName = strings.TrimSpace(c.SiteName); c.SiteName == "" {
+		c.SiteName = web.DefaultSiteName
 	}
 	if c.RegistrationLimit.Requests <= 0 || c.RegistrationLimit.Window <= 0 {
 		c.RegistrationLimit = web.Limit{Requests: 30, Window: time.Hour}

@@ -14,6 +14,7 @@ import (
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/internal/egress"
+	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -59,11 +60,34 @@ func (s *Server) assembleEvents() error {
 	if err != nil {
 		return err
 	}
+	// Denials are counted in SQL, so every replica on the database adds to
+	// the same counts and one of them publishes each alert; the subjects
+	// are the audit log's hashes (HashIP groups a client by its network),
+	// so an alert's subject is the UserHash or IPHash of its audit rows.
 	s.bursts = &events.BurstPublisher{
-		Bus: bus, Bursts: events.NewDenialBursts(s.cfg.DenialBurst),
+		Bus: bus, Bursts: events.NewSharedDenialBursts(s.store, s.cfg.DenialBurst),
 		HashUser: s.audit.HashUser, HashNetwork: s.audit.HashIP,
 	}
+	if s.retention != nil {
+		if err := s.retention.Add(events.BurstRetention(s.cfg.DenialBurst)); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// burstVerifier counts every /mcp token refusal (made-up, expired, revoked,
+// wrong audience, …) for the denial-burst alert: per client network, and
+// per user when the verifier named the token's user (mcp.RefusalObserver).
+type burstVerifier struct {
+	mcp.TokenVerifier
+	s *Server
+}
+
+func (v burstVerifier) TokenRefused(ctx context.Context, info mcp.TokenInfo, _ error) {
+	if v.s.bursts != nil {
+		v.s.bursts.Observe(ctx, time.Now(), info.UserID, clientIP(ctx))
+	}
 }
 
 // deletionEvent publishes user.deleted in the transaction that deletes the

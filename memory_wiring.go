@@ -5,13 +5,15 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/memory"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // assembleMemory declares the retention of the memory tables (they exist
 // whether or not memories are on) and, unless Config.Memory.Disabled is
 // set, builds memories: their capabilities, the memory:// resources, the
-// "memories" prompt and the reindex lane (which has work only when an
-// embedder is configured).
+// "memories" prompt, the reindex lane (which has work only when an
+// embedder is configured) and, on SQLite, the lane merging the full-text
+// index.
 func (s *Server) assembleMemory(owners capabilities.OwnerOf) error {
 	if err := s.retention.Add(memory.RetentionPolicies()...); err != nil {
 		return err
@@ -34,6 +36,12 @@ func (s *Server) assembleMemory(owners capabilities.OwnerOf) error {
 	}
 	if svc.Semantic() {
 		if err := s.schedules.Add(svc.Schedule()); err != nil {
+			return err
+		}
+	}
+	if s.store.Dialect() == storage.SQLite {
+		// SQLite's full-text index is merged by a lane of its own.
+		if err := s.schedules.Add(svc.IndexSchedule()); err != nil {
 			return err
 		}
 	}

@@ -185,6 +185,7 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			adminCaller.AllScopes = true // no token: as the CLI calls it
 			res, err := srv.Registry().Invoke(ctx, adminCaller, "adminAuditLogQuery", json.RawMessage(`{"userId":"`+u.StableID+`"}`))
 			if err != nil {
 				t.Fatal(err)

@@ -39,7 +39,7 @@ func TestOutboundOverMCP(t *testing.T) {
 			t.Fatalf("tools: %v", tools)
 		}
 		r, err := c.Call("secretSet", map[string]any{"name": "api", "value": "x", "allowedHosts": []string{"evil.example"}})
-		if err != nil || !r.IsError || !strings.Contains(r.Text, "Secrets page") {
+		if err != nil || !r.IsError || !strings.Contains(r.Text, `unknown argument "allowedHosts"`) {
 			t.Fatalf("agent approves a host: %+v %v", r, err)
 		}
 		args := map[string]any{"url": target.URL, "headers": map[string]string{"X-Key": "{{secret:api}}"}}

@@ -10,7 +10,7 @@ import (
 
 // OverviewDay is one day of the admin overview's chart.
 type OverviewDay struct {
-	Day     string `json:"day" jsonschema:"UTC date, YYYY-MM-DD"`
+	Day     string `json:"day" jsonschema:"UTC date, YYYY-MM-DD" schema:"format=date"`
 	Calls   int64  `json:"calls" jsonschema:"capability calls let through"`
 	Denials int64  `json:"denials" jsonschema:"capability calls refused"`
 }

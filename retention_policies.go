@@ -2,13 +2,12 @@ package enclave
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
 
-	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/codemode"
@@ -54,7 +53,9 @@ func (s *Server) retentionPolicies() []retention.Policy {
 		// Accounts and what they own.
 		users,
 		retention.UntilAccountDeleted("user_roles"),
-		retention.UntilAccountDeleted("email_claims").Because("a former address stays claimed until its owner releases it"),
+		retention.Age("account_write_leases", "expires_at", time.Hour).Because("a running call's write lease; a call that ended without releasing it (a crash) leaves one that has expired"),
+		retention.UntilAccountDeleted("email_claims").Because("a former address stays claimed until its owner releases it (a link mailed to it)"),
+		retention.Age("username_holds", "held_until", 0).Because("a username given up is held for its former holder until then"),
 		retention.Age("password_setup_tokens", "expires_at", day).Because("expired setup links"),
 		retention.Age("mail_tokens", "expires_at", day).Because("expired verification, reset and email-change links"),
 		retention.UntilAccountDeleted("user_secrets"),
@@ -158,40 +159,34 @@ func purgeClients(idle time.Duration) retention.PurgeFunc {
 }
 
 // purgeUnverified deletes accounts that never verified an address within
-// accounts.UnverifiedWindow of signing up. Each is claimed first with a
-// conditional UPDATE that loses to a concurrent verification, then deleted
-// through the account lifecycle like any other deletion (every registered
-// surface is cleaned; a failure leaves the claim for the deletion-resume
-// lane). It returns how many accounts it deleted.
+// accounts.UnverifiedWindow of signing up: one pass of
+// lifecycle.Service.PurgeUnverified (never-attempted accounts first,
+// earlier failures waiting for their retry time), each outcome audited.
+// It returns how many accounts it deleted.
 func (s *Server) purgeUnverified(ctx context.Context, _ bun.IDB, now time.Time, limit int) (int64, error) {
-	cutoff := now.Add(-accounts.UnverifiedWindow)
-	users, err := s.accounts.UnverifiedSignups(ctx, cutoff, min(limit, unverifiedPerRun))
+	rep, err := s.lifecycle.PurgeUnverified(ctx, lifecycle.PurgeRequest{Now: now, Limit: min(limit, unverifiedPerRun), Record: s.recordUnverifiedPurge})
 	if err != nil {
 		return 0, err
 	}
-	var done int64
-	var errs []error
-	for _, u := range users {
-		if ctx.Err() != nil {
-			return done, errors.Join(append(errs, ctx.Err())...)
+	return int64(rep.Purged), rep.Errs
+}
+
+// recordUnverifiedPurge audits one account's outcome in a purge pass
+// (the lane's or adminUnverifiedAccountPurgeRun's): purged, or failed
+// with the failure's class and what happens next.
+func (s *Server) recordUnverifiedPurge(ctx context.Context, o storage.Owner, out lifecycle.PurgeOutcome) {
+	ev := audit.Event{Category: audit.CategoryAccount, Action: "unverified_account_purged", Result: audit.ResultSuccess, UserHash: s.audit.HashUser(o.StableID)}
+	switch out.Outcome {
+	case lifecycle.PurgePurged:
+	case lifecycle.PurgeReleased:
+		ev.Action, ev.Result, ev.Reason = "unverified_account_purge_failed", audit.ResultFailure, out.Failure+"; retried after "+out.RetryAt.UTC().Format(time.RFC3339)
+	case lifecycle.PurgeFailed:
+		ev.Action, ev.Result, ev.Reason = "unverified_account_purge_failed", audit.ResultFailure, out.Failure+"; retried by deletion-resume"
+		if strings.HasPrefix(out.Failure, "claim ") {
+			ev.Reason = out.Failure + "; retried by the next pass"
 		}
-		claimed, err := s.accounts.ClaimUnverified(ctx, u.ID, cutoff)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !claimed {
-			continue // verified, suspended or deleted meanwhile
-		}
-		_, err = s.lifecycle.Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
-		ev := audit.Event{Category: audit.CategoryAccount, Action: "unverified_account_purged", Result: audit.ResultSuccess, UserHash: s.audit.HashUser(u.StableID)}
-		if err != nil {
-			ev.Action, ev.Result, ev.Reason = "unverified_account_purge_failed", audit.ResultFailure, lifecycle.FailureClass(err)+"; retried by deletion-resume"
-			errs = append(errs, fmt.Errorf("delete unverified account %d: %w", u.ID, err))
-		} else {
-			done++
-		}
-		_ = s.audit.Record(ctx, ev)
+	default:
+		return
 	}
-	return done, errors.Join(errs...)
+	_ = s.audit.Record(ctx, ev)
 }

@@ -64,6 +64,66 @@ type AccountOptions struct {
 	// Verification sends the link of accountVerificationResend; without
 	// it that capability is not offered.
 	Verification VerificationMailer
+	// UsernameChange tells the account of a change made with
+	// accountUsernameChange; without it that capability is not offered.
+	UsernameChange UsernameChangeMailer
+	// EmailRelease mails the link of accountEmailClaimRelease; without it
+	// that capability is not offered.
+	EmailRelease EmailReleaseMailer
+	// Audit, when set, records the outcome of every call of
+	// accountUsernameChange and accountEmailClaimRelease.
+	Audit AccountAudit
+}
+
+// AccountAudit records the outcome of an account action for the audit
+// log: action names it ("username_change"), reason is "" on success and
+// otherwise the failure's code (never the person's input).
+type AccountAudit func(ctx context.Context, u User, action string, ok bool, reason string)
+
+// UsernameChangeMailer tells an account that its username changed.
+type UsernameChangeMailer interface {
+	// MailUsernameChanged tells c.User's address of the change c. It
+	// runs inside the changing transaction (write the message to the
+	// outbox with tx); its error rolls the change back.
+	MailUsernameChanged(ctx context.Context, tx bun.IDB, c UsernameChange) error
+}
+
+// UsernameChangeInput is the input of accountUsernameChange.
+type UsernameChangeInput struct {
+	Username string `json:"username" jsonschema:"the new username: 3 to 32 letters, digits and hyphens (stored lowercase), a letter or digit at both ends" schema:"minLength=1,maxLength=64"`
+}
+
+// UsernameChangeOutput is the output of accountUsernameChange.
+type UsernameChangeOutput struct {
+	Username string `json:"username"`
+	Previous string `json:"previous"`
+	Changed  bool   `json:"changed"`
+	// HeldUntil: until then the previous username stays held for the
+	// account (nobody else can take it; the account may take it back).
+	HeldUntil *time.Time `json:"heldUntil,omitempty"`
+	// NextChangeAt: the earliest time of the next change.
+	NextChangeAt *time.Time `json:"nextChangeAt,omitempty"`
+}
+
+// EmailClaimReleaseInput is the input of accountEmailClaimRelease.
+type EmailClaimReleaseInput struct {
+	Email string `json:"email" jsonschema:"a former email address of the account, still claimed by it" schema:"minLength=1,maxLength=254"`
+}
+
+// EmailClaimReleaseOutput is the output of accountEmailClaimRelease.
+type EmailClaimReleaseOutput struct {
+	Requested bool `json:"requested"`
+}
+
+// auditReasonOf is the reason an AccountAudit records for err.
+func auditReasonOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	if c := CodeOf(err); c != "" {
+		return string(c)
+	}
+	return "internal"
 }
 
 // PasswordChangeInput is the input of accountPasswordChange.
@@ -78,9 +138,11 @@ type PasswordChangeOutput struct {
 }
 
 // AccountCapabilities returns the capabilities a person uses on their own
-// account from the web shell: accountPasswordChange and (with
-// opts.EmailChange) accountEmailChange. They are session-only
-// (Requirement.SessionOnly): a credential is never handled by an agent.
+// account: accountPasswordChange, and with their options
+// accountEmailChange, accountVerificationResend, accountUsernameChange and
+// accountEmailClaimRelease. Those that handle a credential or an address
+// are session-only (Requirement.SessionOnly): never an agent's.
+// accountUsernameChange is also an agent's, in an interactive call.
 func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capability {
 	own := capabilities.Requirement{
 		Permissions: []capabilities.Permission{capabilities.UpdateUserOwn},
@@ -168,6 +230,64 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 					return VerificationResendOutput{}, err
 				}
 				return VerificationResendOutput{Sent: true}, nil
+			},
+		}))
+	}
+	audited := func(ctx context.Context, u User, action string, err error) {
+		if opts.Audit != nil && u.ID != 0 {
+			opts.Audit(ctx, u, action, err == nil, auditReasonOf(err))
+		}
+	}
+	if m := opts.UsernameChange; m != nil {
+		caps = append(caps, capabilities.Define(capabilities.Spec[UsernameChangeInput, UsernameChangeOutput]{
+			Name: "accountUsernameChange", Domain: "account", Title: "Change the username",
+			Description: "Changes the signed-in person's username. The rules of sign-up apply (3 to 32 lowercase letters, digits and hyphens; reserved names and names in use or held for another account are refused, whatever their case). " +
+				"The previous username stays held for the account for a while, so nobody else can take it; the account is told by mail, and changes are limited to one per cooldown period (the answer says when the next may be made).",
+			Annotations: &capabilities.Annotations{Idempotent: true},
+			Requires: capabilities.Requirement{
+				Permissions:     []capabilities.Permission{capabilities.UpdateUserOwn},
+				InteractiveOnly: true,
+			},
+			Handler: func(ctx context.Context, call *capabilities.Call, in UsernameChangeInput) (UsernameChangeOutput, error) {
+				u, err := s.callerUser(ctx, call.Caller)
+				if err != nil {
+					return UsernameChangeOutput{}, err
+				}
+				c, err := s.ChangeOwnUsername(ctx, u.ID, in.Username, func(ctx context.Context, tx bun.IDB, c UsernameChange) error {
+					return m.MailUsernameChanged(ctx, tx, c)
+				})
+				audited(ctx, u, "username_change", err)
+				if errors.Is(err, ErrUsernameCooldown) && c.NextChangeAt != nil {
+					return UsernameChangeOutput{}, &capabilities.Error{Code: capabilities.CodeConflict, Err: err,
+						Message: "You changed your username recently. You can change it again after " + c.NextChangeAt.UTC().Format("2006-01-02 15:04 UTC") + "."}
+				}
+				if err != nil {
+					return UsernameChangeOutput{}, capabilityError(err)
+				}
+				return UsernameChangeOutput{Username: c.User.Username, Previous: c.Previous, Changed: c.Changed(), HeldUntil: c.HeldUntil, NextChangeAt: c.NextChangeAt}, nil
+			},
+		}))
+	}
+	if m := opts.EmailRelease; m != nil {
+		caps = append(caps, capabilities.Define(capabilities.Spec[EmailClaimReleaseInput, EmailClaimReleaseOutput]{
+			Name: "accountEmailClaimRelease", Domain: "account", Title: "Release a former email address",
+			Description: "Mails a link to a former email address of the signed-in person's account, which the account still claims. Opening it proves the person still controls the address and releases it: it can then open an account again, verifying the address like any sign-up.",
+			Annotations: &capabilities.Annotations{Idempotent: true},
+			Requires:    own,
+			Handler: func(ctx context.Context, call *capabilities.Call, in EmailClaimReleaseInput) (EmailClaimReleaseOutput, error) {
+				u, err := s.callerUser(ctx, call.Caller)
+				if err != nil {
+					return EmailClaimReleaseOutput{}, err
+				}
+				_, err = s.RequestEmailRelease(ctx, u.ID, in.Email, m.MailEmailReleaseLink)
+				audited(ctx, u, "email_claim_release_request", err)
+				if errors.Is(err, ErrNotFound) {
+					return EmailClaimReleaseOutput{}, capabilities.Errorf(capabilities.CodeNotFound, "This is not a former address of your account.")
+				}
+				if err != nil {
+					return EmailClaimReleaseOutput{}, capabilityError(err)
+				}
+				return EmailClaimReleaseOutput{Requested: true}, nil
 			},
 		}))
 	}

@@ -19,15 +19,15 @@ import (
 // credential hashes. Its JSON field set is pinned by a test; widening it is
 // a deliberate decision.
 type AdminUser struct {
-	StableUserID    string     `json:"stableUserId"`
+	StableUserID    string     `json:"stableUserId" jsonschema:"the account's stable user id"`
 	Username        string     `json:"username"`
 	Email           string     `json:"email"`
-	EmailVerified   bool       `json:"email_verified"`
-	EmailVerifiedAt *time.Time `json:"email_verified_at"`
-	SuspendedAt     *time.Time `json:"suspended_at"`
-	DeletingAt      *time.Time `json:"deleting_at"`
-	CreatedAt       time.Time  `json:"created_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
+	EmailVerified   bool       `json:"emailVerified"`
+	EmailVerifiedAt *time.Time `json:"emailVerifiedAt,omitempty" jsonschema:"when the address was verified; absent while it is not"`
+	SuspendedAt     *time.Time `json:"suspendedAt,omitempty" jsonschema:"when the account was suspended; absent unless it is"`
+	DeletingAt      *time.Time `json:"deletingAt,omitempty" jsonschema:"when the account's deletion began; absent unless it has"`
+	CreatedAt       time.Time  `json:"createdAt"`
+	UpdatedAt       time.Time  `json:"updatedAt"`
 	Roles           []string   `json:"roles"`
 }
 
@@ -182,7 +182,7 @@ type AdminRoleInput struct {
 type AdminUserListInput struct {
 	Query  string `json:"query,omitempty" jsonschema:"only accounts whose username or email contains this text"`
 	Role   string `json:"role,omitempty" jsonschema:"only accounts holding this role"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
 }
 
@@ -253,6 +253,7 @@ var capabilityCodes = map[Code]capabilities.Code{
 	CodeEmailTaken:         capabilities.CodeConflict,
 	CodeEmailClaimed:       capabilities.CodeConflict,
 	CodeUsernameTaken:      capabilities.CodeConflict,
+	CodeUsernameCooldown:   capabilities.CodeConflict,
 	CodeLastAdmin:          capabilities.CodeConflict,
 	CodeAdminRoleReserved:  capabilities.CodeConflict,
 	CodeSuspendSelf:        capabilities.CodeConflict,

@@ -57,6 +57,16 @@ type Config struct {
 	// release frees it.
 	BrandNames []string
 
+	// UsernameChangeCooldown is how long an account holder waits between
+	// two changes of their own username (ChangeOwnUsername). Default 7
+	// days; negative: no wait. It also bounds how many names one account
+	// holds at a time (UsernameHold / UsernameChangeCooldown).
+	UsernameChangeCooldown time.Duration
+	// UsernameHold is how long a username its holder gave up stays held
+	// for them: nobody else can claim it (and pass for them), they may take
+	// it back. Default 30 days; negative: freed at once.
+	UsernameHold time.Duration
+
 	// PasswordSetupTTL is how long a password-setup link (for an account
 	// created without a password) stays valid. Default 72 hours.
 	PasswordSetupTTL time.Duration
@@ -103,6 +113,9 @@ const (
 	DefaultRememberMeLifetime = 30 * 24 * time.Hour
 	DefaultPasswordSetupTTL   = 72 * time.Hour
 	DefaultPasswordResetTTL   = time.Hour
+
+	DefaultUsernameChangeCooldown = 7 * 24 * time.Hour
+	DefaultUsernameHold           = 30 * 24 * time.Hour
 )
 
 func (c Config) withDefaults() Config {
@@ -124,6 +137,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PasswordResetTTL <= 0 {
 		c.PasswordResetTTL = DefaultPasswordResetTTL
+	}
+	if c.UsernameChangeCooldown == 0 {
+		c.UsernameChangeCooldown = DefaultUsernameChangeCooldown
+	}
+	if c.UsernameHold == 0 {
+		c.UsernameHold = DefaultUsernameHold
 	}
 	if c.Passkeys.RPID == "" {
 		c.Passkeys.RPID = "localhost"

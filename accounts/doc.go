@@ -11,8 +11,16 @@
 // (table retired_user_ids) and never given to another account, and every
 // credential (session cookie, password-setup or reset link) issued before
 // the account it names was created is refused. Emails are claims: a former
-// verified address stays claimed by its account until released, so it
-// cannot open a second account.
+// verified address stays claimed by its account until its holder releases
+// it by opening a link mailed to it (RequestEmailRelease,
+// ReleaseEmailWithToken), so it cannot open a second account meanwhile.
+//
+// Usernames. A holder changes their own username with ChangeOwnUsername
+// under the sign-up rules (the effective reserved set, case-insensitive
+// uniqueness); the name given up stays held for them for
+// Config.UsernameHold so nobody else can pass for them, and changes wait
+// Config.UsernameChangeCooldown. An operator's ChangeUsername holds
+// nothing and does not wait.
 //
 // Authorization. Roles and their permissions are loaded fresh for every
 // request with RolesAndPermissions (never stored in cookies or tokens); on

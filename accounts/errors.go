@@ -23,6 +23,9 @@ var (
 	// ErrUsernamePermanent: a release of a name that is reserved for good
 	// (PermanentReservedUsernames).
 	ErrUsernamePermanent = newError(CodeUsernameReserved, "This name is reserved permanently and cannot be released.")
+	// ErrUsernameCooldown: the account holder changed their username too
+	// recently (Config.UsernameChangeCooldown).
+	ErrUsernameCooldown = newError(CodeUsernameCooldown, "You changed your username recently. You can change it again later.")
 	// ErrInvalidUsername: not 3–32 lowercase letters, digits and hyphens
 	// with a letter or digit at both ends.
 	ErrInvalidUsername = newError(CodeInvalidUsername, "Usernames are 3–32 lowercase letters, digits and hyphens, starting and ending with a letter or digit.")
@@ -106,6 +109,7 @@ const (
 	CodeUsernameTaken      Code = "username_taken"
 	CodeUsernameReserved   Code = "username_reserved"
 	CodeInvalidUsername    Code = "invalid_username"
+	CodeUsernameCooldown   Code = "username_cooldown"
 	CodeWeakPassword       Code = "weak_password"
 	CodeNotFound           Code = "not_found"
 	CodeSuspended          Code = "suspended"

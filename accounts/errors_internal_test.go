@@ -15,7 +15,7 @@ func TestErrorCodes(t *testing.T) {
 	sentinels := []error{ErrInvalidCredentials, ErrEmailTaken, ErrEmailClaimed, ErrInvalidEmail, ErrUsernameTaken,
 		ErrUsernameReserved, ErrInvalidUsername, ErrWeakPassword, ErrNotFound, ErrSuspended, ErrDeleting, ErrLastAdmin,
 		ErrAdminRoleReserved, ErrSuspendSelf, ErrUnknownRole, ErrNoSession, ErrInvalidToken, ErrEmailUnverified,
-		ErrSignupClosed, ErrInviteInvalid}
+		ErrSignupClosed, ErrInviteInvalid, ErrUsernameCooldown}
 	seen := map[Code]error{}
 	for _, s := range sentinels {
 		code := CodeOf(s)

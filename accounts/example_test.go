@@ -57,3 +57,38 @@ func Example() {
 	// [user] true false
 	// <nil>
 }
+
+// A person changes their own username: the name given up stays held for
+// them, so another account cannot take it, and the next change waits.
+func ExampleService_ChangeOwnUsername() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "enclave-example")
+	defer os.RemoveAll(dir)
+	store, err := storage.Open(ctx, storage.Config{DataDir: filepath.Join(dir, "data")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := migrations.Apply(ctx, store.DB); err != nil {
+		log.Fatal(err)
+	}
+	svc, err := accounts.New(ctx, store, accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ada, _ := svc.Signup(ctx, accounts.SignupInput{Email: "ada@example.com", Username: "ada", Password: "analytical engine"})
+	bob, _ := svc.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob", Password: "difference engine"})
+
+	c, err := svc.ChangeOwnUsername(ctx, ada.ID, "Ada-Lovelace", nil)
+	fmt.Println(c.Previous, "->", c.User.Username, err, c.HeldUntil != nil)
+
+	_, err = svc.ChangeOwnUsername(ctx, bob.ID, "ada", nil)
+	fmt.Println(err)
+	_, err = svc.ChangeOwnUsername(ctx, ada.ID, "ada-again", nil)
+	fmt.Println(err)
+
+	// Output:
+	// ada -> ada-lovelace <nil> true
+	// accounts: change own username: This username is taken.
+	// accounts: change own username: You changed your username recently. You can change it again later.
+}

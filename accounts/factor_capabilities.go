@@ -77,15 +77,15 @@ type PasskeyRegisterInput struct {
 
 // PasskeyRenameInput is the input of accountPasskeyRename.
 type PasskeyRenameInput struct {
-	ID   int64  `json:"id"`
-	Name string `json:"name"`
+	ID   int64  `json:"id" jsonschema:"the passkey's id, from accountFactors"`
+	Name string `json:"name" jsonschema:"the passkey's new name"`
 }
 
 // PasskeyRemoveInput is the input of accountPasskeyRemove: the passkey and
 // the current password (a borrowed session must not strip the account's
 // factors).
 type PasskeyRemoveInput struct {
-	ID       int64  `json:"id"`
+	ID       int64  `json:"id" jsonschema:"the passkey's id, from accountFactors"`
 	Password string `json:"password" jsonschema:"the current password"`
 }
 

@@ -135,7 +135,7 @@ func spendInvite(ctx context.Context, tx bun.Tx, code string, now time.Time) err
 // InviteCreateInput is the input of adminInviteCreate.
 type InviteCreateInput struct {
 	Note          string `json:"note,omitempty" jsonschema:"who the invite is for (shown to admins only)"`
-	ExpiresInDays int    `json:"expiresInDays,omitempty" jsonschema:"days until the code expires, 1 to 90 (default 14)"`
+	ExpiresInDays int    `json:"expiresInDays,omitempty" jsonschema:"days until the code expires, 1 to 90 (default 14)" schema:"minimum=1,maximum=90,default=14"`
 }
 
 // InviteCreateOutput carries the new code, shown this once.

@@ -145,10 +145,12 @@ const (
 	// created, so to an earlier account (identities are never reused).
 	LinkPredatesAccount
 	// LinkAddressLeft: a password-reset link whose account no longer uses
-	// the address it was mailed to.
+	// the address it was mailed to, or a release link whose account no
+	// longer holds that former address.
 	LinkAddressLeft
-	// LinkPredatesPassword: an email-change link issued before the
-	// password last changed; it dies with the password like sessions do.
+	// LinkPredatesPassword: an email-change or email-release link issued
+	// before the password last changed; it dies with the password like
+	// sessions do.
 	LinkPredatesPassword
 )
 
@@ -193,8 +195,8 @@ func (s *Service) PeekMailLink(ctx context.Context, token, purpose string) (Mail
 }
 
 // checkMailLink returns row unless a rule refuses it: it has expired; it
-// was issued before its account was created; it is an email-change link
-// issued before the password last changed; it is a password-reset link
+// was issued before its account was created; it is an email-change or
+// email-release link issued before the password last changed; it is a password-reset link
 // and the account has since left the address it was mailed to (a reset
 // link waiting in a mailbox the person moved away from must not hand the
 // account back).
@@ -209,7 +211,7 @@ func (s *Service) checkMailLink(ctx context.Context, row MailToken) (MailToken, 
 		return MailToken{}, err
 	}
 	switch row.Purpose {
-	case PurposeChangeEmail:
+	case PurposeChangeEmail, PurposeReleaseEmail:
 		if err := s.checkIssuedSincePasswordChange(ctx, row.UserID, row.CreatedAt); err != nil {
 			if errors.Is(err, ErrInvalidToken) {
 				return MailToken{}, &LinkError{Refusal: LinkPredatesPassword}

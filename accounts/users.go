@@ -95,6 +95,7 @@ type userRow struct {
 	PasswordChangedAt *time.Time `bun:"password_changed_at"`
 	SuspendedAt       *time.Time `bun:"suspended_at"`
 	DeletingAt        *time.Time `bun:"deleting_at"`
+	UsernameChangedAt *time.Time `bun:"username_changed_at"`
 	CreatedAt         time.Time  `bun:"created_at,notnull"`
 	UpdatedAt         time.Time  `bun:"updated_at,notnull"`
 }
@@ -265,6 +266,13 @@ func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password st
 		if taken, err := tx.NewSelect().Model((*userRow)(nil)).Where("username = ?", username).Exists(ctx); err != nil {
 			return err
 		} else if taken {
+			return ErrUsernameTaken
+		}
+		// Then a name another account gave up and still holds (see
+		// ChangeOwnUsername for why in this order).
+		if held, err := heldForOther(ctx, tx, username, 0, now); err != nil {
+			return err
+		} else if held {
 			return ErrUsernameTaken
 		}
 		if err := checkEmailFree(ctx, tx, email, 0); err != nil {
@@ -892,48 +900,6 @@ func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email str
 		return fmt.Errorf("accounts: release email: %w", err)
 	}
 	return nil
-}
-
-// ChangeUsername gives userID a new username, under the same rules as
-// signup (shape, reserved list, uniqueness). Errors: ErrInvalidUsername,
-// ErrUsernameReserved, ErrUsernameTaken, ErrDeleting, ErrNotFound.
-func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername string) (User, error) {
-	defer s.callerChanged(ctx, userID)
-	username, err := NormalizeUsername(newUsername)
-	if err != nil {
-		return User{}, fmt.Errorf("accounts: change username: %w", err)
-	}
-	var row userRow
-	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if row, err = writableUser(ctx, tx, userID); err != nil {
-			return err
-		}
-		if row.Username == username {
-			return nil
-		}
-		if reserved, err := s.isReserved(ctx, tx, username); err != nil {
-			return err
-		} else if reserved {
-			return ErrUsernameReserved
-		}
-		row.Username, row.UpdatedAt = username, s.now()
-		res, err := tx.NewRaw("UPDATE users SET username = ?, updated_at = ? WHERE id = ? AND NOT EXISTS (SELECT 1 FROM users AS o WHERE o.username = ?)",
-			username, row.UpdatedAt, userID, username).Exec(ctx)
-		if isUniqueViolation(err) { // a concurrent change took it (PostgreSQL)
-			return ErrUsernameTaken
-		}
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrUsernameTaken
-		}
-		return nil
-	})
-	if err != nil {
-		return User{}, fmt.Errorf("accounts: change username: %w", err)
-	}
-	return row.user(), nil
 }
 
 // DeletingAccounts returns up to limit accounts marked deleting before

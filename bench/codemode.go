@@ -70,6 +70,9 @@ func loadMode(key string) string {
 	if k, ok := codeModeKeys[key]; ok {
 		return k.mode
 	}
+	if k, ok := storageKeys[key]; ok {
+		return k.mode
+	}
 	return modeEcho
 }
 
@@ -98,6 +101,8 @@ func (c *client) request(id int) ([]byte, func(json.RawMessage) error) {
 	case modeExecEcho:
 		want, _ := json.Marshal(text)
 		return executeBody(id, codeEcho(text)), func(raw json.RawMessage) error { return checkRun(raw, string(want)) }
+	case modeStorageGet, modeStorageSet:
+		return c.storageRequest(id)
 	case modeBomb:
 		return executeBody(id, c.code), func(raw json.RawMessage) error {
 			if o, _ := classifyBomb(raw); o != bombMemory {

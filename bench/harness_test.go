@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,6 +64,8 @@ func TestProcReadings(t *testing.T) {
 // limit).
 func fakeMCP(t *testing.T) *httptest.Server {
 	var busy atomic.Bool
+	var mu sync.Mutex
+	stored := map[string]json.RawMessage{} // storageSet's keys (one fake user)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodDelete {
 			return
@@ -71,8 +74,8 @@ func fakeMCP(t *testing.T) *httptest.Server {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 			Params struct {
-				Name      string            `json:"name"`
-				Arguments map[string]string `json:"arguments"`
+				Name      string                     `json:"name"`
+				Arguments map[string]json.RawMessage `json:"arguments"`
 			} `json:"params"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -98,12 +101,33 @@ func fakeMCP(t *testing.T) *httptest.Server {
 		case "notifications/initialized":
 			w.WriteHeader(http.StatusAccepted)
 		case "tools/list":
-			answer(map[string]any{"tools": []any{map[string]any{"name": "echo"}, map[string]any{"name": "execute"}}})
+			answer(map[string]any{"tools": []any{map[string]any{"name": "echo"}, map[string]any{"name": "execute"},
+				map[string]any{"name": "storageGet"}, map[string]any{"name": "storageSet"}}})
 		case "tools/call":
-			code := req.Params.Arguments["code"]
+			arg := func(k string) string {
+				var v string
+				_ = json.Unmarshal(req.Params.Arguments[k], &v)
+				return v
+			}
+			code := arg("code")
+			structured := func(out any) {
+				text, _ := json.Marshal(out)
+				answer(map[string]any{"content": []any{map[string]any{"type": "text", "text": string(text)}}, "structuredContent": out})
+			}
 			switch {
 			case req.Params.Name == "echo":
-				answer(map[string]any{"content": []any{map[string]any{"type": "text", "text": req.Params.Arguments["text"]}}})
+				answer(map[string]any{"content": []any{map[string]any{"type": "text", "text": arg("text")}}})
+			case req.Params.Name == "storageSet":
+				mu.Lock()
+				stored[arg("storageId")+"/"+arg("key")] = req.Params.Arguments["value"]
+				n := len(stored)
+				mu.Unlock()
+				structured(map[string]any{"revision": n})
+			case req.Params.Name == "storageGet":
+				mu.Lock()
+				v, ok := stored[arg("storageId")+"/"+arg("key")]
+				mu.Unlock()
+				structured(map[string]any{"found": ok, "value": v})
 			case code == codeTrivial:
 				run(2, nil)
 			case strings.HasPrefix(code, "return await codemode.echo({text: "):
@@ -159,7 +183,7 @@ func resultLine(t *testing.T, out string, v any) {
 // fake server: each call is checked, none may fail.
 func TestLoadModes(t *testing.T) {
 	srv := fakeMCP(t)
-	for _, mode := range []string{modeEcho, modeExec, modeExecEcho} {
+	for _, mode := range []string{modeEcho, modeExec, modeExecEcho, modeStorageGet, modeStorageSet} {
 		out, err := captureStdout(t, func() error {
 			return loadMain([]string{"-url", srv.URL + "/mcp", "-clients", "2", "-warmup", "0s", "-duration", "150ms", "-mode", mode})
 		})
@@ -283,5 +307,85 @@ func TestCodeModeReport(t *testing.T) {
 	printBombs(&b, rep.CodeModeBombs)
 	if !strings.Contains(b.String(), "NOT reached (+80.0 MiB") {
 		t.Errorf("a grown RSS passed:\n%s", b.String())
+	}
+}
+
+// TestStorageRows: the storage rows follow (b) and (c), their answers are
+// checked, and they get a table of their own with ratios to the same
+// server's echo.
+func TestStorageRows(t *testing.T) {
+	if got := strings.Join(withCodeMode(withStorage([]string{"a", "b", "c", "d"})), ","); got != "a,b,bx,bxe,bsg,bss,c,cx,cxe,csg,css,d" {
+		t.Errorf("withStorage: %s", got)
+	}
+	if got := strings.Join(withStorage([]string{"b", "bss"}), ","); got != "b,bsg,bss" {
+		t.Errorf("withStorage, bss listed: %s", got)
+	}
+	want := storageValue(3, 0)
+	for raw, ok := range map[string]bool{
+		`{"result":{"structuredContent":{"found":true,"value":` + want + `}}}`:                     true,
+		`{"result":{"structuredContent":{"found":true,"value":{"client":3,"call":1,"text":"x"}}}}`: false,
+		`{"result":{"structuredContent":{"found":false}}}`:                                         false,
+		`{"result":{"isError":true,"structuredContent":{"found":true,"value":` + want + `}}}`:      false,
+		`{"error":{"code":-32600,"message":"no"}}`:                                                 false,
+	} {
+		if err := checkRead(json.RawMessage(raw), want); (err == nil) != ok {
+			t.Errorf("checkRead(%s) = %v", raw, err)
+		}
+	}
+	if checkStored(json.RawMessage(`{"result":{"structuredContent":{"revision":0}}}`)) == nil {
+		t.Error("revision 0 passed as stored")
+	}
+	row := func(key string, rps, p50, p99, cpu float64) ServerResult {
+		return ServerResult{Key: key, Name: serverNames[key], Clients: 16, Mode: loadMode(key),
+			Load: LoadResult{RPS: rps, P50ms: p50, P99ms: p99}, CPUPer1k: cpu}
+	}
+	rep := Report{Flags: map[string]any{"duration": "10s", "storage_duration": "5s", "rounds": 2, "rate": 0.0}, Servers: []ServerResult{
+		row("a", 10000, 1, 4, 0.1), row("b", 5000, 2, 8, 0.2), row("bsg", 2500, 4, 16, 0.4), row("bss", 1000, 8, 40, 1),
+	}}
+	var b strings.Builder
+	printReport(&b, rep)
+	out := b.String()
+	main, st, ok := strings.Cut(out, "## Storage buckets")
+	if !ok || strings.Contains(main, "(b-sg)") || !strings.Contains(st, "(b-ss)") {
+		t.Fatalf("storage rows in the wrong table:\n%s", out)
+	}
+	if !strings.Contains(st, "| 0.50             | 2.00      | 2.00      | 2.00               |") {
+		t.Errorf("no ratios to (b)'s echo:\n%s", st)
+	}
+}
+
+// TestAgentStateParts runs the memorySearch and bucket export parts at a
+// small size, and prints their tables with the targets.
+func TestAgentStateParts(t *testing.T) {
+	out, err := captureStdout(t, func() error {
+		return memorySearchMain([]string{"-total", "3000", "-mine", "500,1000", "-queries", "30"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms MemorySearchResult
+	resultLine(t, out, &ms)
+	if ms.Total != 3000 || len(ms.Users) != 2 || ms.Users[1].Memories != 1000 || ms.Users[1].Queries != 30 || ms.Users[1].PerQuery == 0 {
+		t.Fatalf("memory search: %+v", ms)
+	}
+	out, err = captureStdout(t, func() error { return bucketExportMain([]string{"-keys", "1200"}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var be BucketExportResult
+	resultLine(t, out, &be)
+	if be.Exported != 1200 || be.ExportPeakHeap <= 0 || be.ExportMiB <= 0 {
+		t.Fatalf("bucket export: %+v", be)
+	}
+	var b strings.Builder
+	ms.Users[1].Memories, ms.Users[1].P50ms, ms.Users[1].P99ms = targetSearchMine, 8, 60
+	printMemorySearch(&b, []MemorySearchResult{ms})
+	big := be
+	big.Keys, big.ExportPeakHeap = 1_000_000, 1.5*be.ExportPeakHeap
+	printBucketExport(&b, []BucketExportResult{be, big})
+	for _, want := range []string{"p99 ≤ 50 ms: NOT reached (p50 8.00 ms, p99 60.00 ms)", "within 2× that of 1200 keys: REACHED", "| sqlite | 1000000"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, b.String())
+		}
 	}
 }

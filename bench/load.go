@@ -53,7 +53,7 @@ func loadMain(args []string) error {
 	warmup := fs.Duration("warmup", 3*time.Second, "unmeasured warm-up")
 	duration := fs.Duration("duration", 15*time.Second, "measured window")
 	rate := fs.Float64("rate", 0, "total calls per second, spread evenly over the clients (0: each client calls again as soon as it has its answer)")
-	mode := fs.String("mode", modeEcho, "what the clients call: echo, exec (execute `return 1+1`), exec-echo (execute calling echo once) or bomb (execute -code, -calls times in all; -duration bounds it)")
+	mode := fs.String("mode", modeEcho, "what the clients call: echo, exec (execute `return 1+1`), exec-echo (execute calling echo once), storage-get (storageGet of the client's key), storage-set (storageSet of one of 64 keys) or bomb (execute -code, -calls times in all; -duration bounds it)")
 	calls := fs.Int("calls", 1000, "bomb: executes in all, over the clients")
 	code := fs.String("code", codeBomb, "bomb: the program")
 	settle := fs.Duration("settle", 2*time.Second, "bomb: pause before and after the bombs, for the server's RSS readings")
@@ -62,7 +62,7 @@ func loadMain(args []string) error {
 		return err
 	}
 	switch *mode {
-	case modeEcho, modeExec, modeExecEcho, modeBomb:
+	case modeEcho, modeExec, modeExecEcho, modeBomb, modeStorageGet, modeStorageSet:
 	default:
 		return fmt.Errorf("unknown -mode %q", *mode)
 	}
@@ -274,11 +274,26 @@ func (c *client) initialize(ctx context.Context) error {
 		return fmt.Errorf("tools/list: %w", err)
 	}
 	tool := "echo"
-	if c.mode != modeEcho && c.mode != "" {
+	switch c.mode {
+	case modeEcho, "":
+	case modeStorageGet, modeStorageSet:
+		tool = storageTool(c.mode)
+	default:
 		tool = "execute"
 	}
 	if !bytes.Contains(raw, []byte(`"name":"`+tool+`"`)) {
 		return fmt.Errorf("tools/list has no %s: %.200s", tool, raw)
+	}
+	if c.mode == modeStorageGet {
+		// The key every call of this client reads.
+		c.id++
+		_, raw, err := c.post(ctx, storageSetBody(c.id, fmt.Sprintf("k%d", c.n), storageValue(c.n, 0)), c.id)
+		if err == nil {
+			err = checkStored(raw)
+		}
+		if err != nil {
+			return fmt.Errorf("storageSet before reading: %w", err)
+		}
 	}
 	return nil
 }

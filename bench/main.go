@@ -14,6 +14,8 @@
 //	bench scale-one            one export+deletion measurement at one size
 //	bench soak                 the soak: long mixed load, figures at start and end
 //	bench soak-serve           the soak's server (a process of its own)
+//	bench memory-search        memorySearch latency over a corpus of memories
+//	bench bucket-export        the account export of one bucket, its peak heap
 //
 // Every process it starts is stopped when it returns, also on error or
 // interrupt, and each child also exits by itself after -max-lifetime.
@@ -38,6 +40,10 @@ func main() {
 			err = soakMain(os.Args[2:])
 		case "soak-serve":
 			err = soakServeMain(os.Args[2:])
+		case "memory-search":
+			err = memorySearchMain(os.Args[2:])
+		case "bucket-export":
+			err = bucketExportMain(os.Args[2:])
 		default:
 			err = runMain(os.Args[1:])
 		}

@@ -48,6 +48,10 @@ type Report struct {
 	Revocation *RevocationResult `json:"revocation,omitempty"`
 	// CodeModeBombs is the server's RSS around code mode memory bombs.
 	CodeModeBombs *BombResult `json:"codemode_memory_bombs,omitempty"`
+	// MemorySearch is memorySearch's latency over a large corpus.
+	MemorySearch []MemorySearchResult `json:"memory_search,omitempty"`
+	// BucketExport is the account export of one large bucket.
+	BucketExport []BucketExportResult `json:"bucket_export,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -98,6 +102,14 @@ func runMain(args []string) error {
 	bombCode := fs.String("codemode-bomb-code", codeBomb, "the memory bomb's program")
 	bombSettle := fs.Duration("codemode-settle", 2*time.Second, "pause before and after the bombs, before each RSS reading")
 	bombBound := fs.Duration("codemode-bomb-max", 0, "the most time the bombs may take (0: 3 s a bomb, at least 2 min)")
+	withStorageRows := fs.Bool("storage", true, "add the storage rows after (b) and (c): tools/call storageGet and storageSet, against the same server's echo")
+	stWarmup := fs.Duration("storage-warmup", 1*time.Second, "warm-up of each storage row, not measured")
+	stDuration := fs.Duration("storage-duration", 5*time.Second, "measured window of each storage row and round")
+	memSearch := fs.String("memory-search", "10000,100000", "memorySearch latency for users of these many memories among -memory-total in all (empty: skip)")
+	memTotal := fs.Int("memory-total", 1_000_000, "memories of all users in the memorySearch run")
+	memDB := fs.String("memory-db", "both", "memorySearch run database: sqlite, postgres or both (postgres needs ENCLAVE_TEST_POSTGRES)")
+	memCache := fs.String("memory-cache", filepath.Join(os.TempDir(), "enclave-memorybench"), "directory keeping the SQLite corpus of the memorySearch run between runs (empty: build it afresh)")
+	bucketRows := fs.String("bucket-export", "10000,1000000", "keys of one bucket exported with the account, each size in a fresh process, peak heap sampled (empty: skip)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -149,6 +161,8 @@ func runMain(args []string) error {
 	rep := Report{When: time.Now().UTC(), Machine: machine(pinned), Flags: map[string]any{
 		"clients": *clientList, "warmup": warmup.String(), "duration": duration.String(), "rounds": *nRounds, "rate": *rate, "quota": *quota, "log_level": *logLevel,
 		"codemode": *codeMode, "codemode_warmup": cmWarmup.String(), "codemode_duration": cmDuration.String(), "codemode_bombs": *bombs,
+		"storage": *withStorageRows, "storage_warmup": stWarmup.String(), "storage_duration": stDuration.String(),
+		"memory_search": *memSearch, "memory_total": *memTotal, "memory_db": *memDB, "bucket_export": *bucketRows,
 	}}
 	fmt.Printf("enclave bench: %s clients, %s warm-up + %s measured per server; %s, %d cores, pinned=%v\n",
 		*clientList, *warmup, *duration, rep.Machine.CPU, rep.Machine.Cores, pinned)
@@ -159,6 +173,9 @@ func runMain(args []string) error {
 		for _, k := range strings.Split(*servers, ",") {
 			keys = append(keys, strings.TrimSpace(k))
 		}
+	}
+	if *withStorageRows {
+		keys = withStorage(keys)
 	}
 	if *codeMode {
 		keys = withCodeMode(keys)
@@ -190,8 +207,11 @@ func runMain(args []string) error {
 					continue
 				}
 				wu, du := *warmup, *duration
-				if isCodeMode(key) {
+				switch {
+				case isCodeMode(key):
 					r.Mode, wu, du = loadMode(key), *cmWarmup, *cmDuration
+				case isStorage(key):
+					r.Mode, wu, du = loadMode(key), *stWarmup, *stDuration
 				}
 				fmt.Printf("%d clients, round %d/%d, %s: running…\n", clients, round, *nRounds, r.Name)
 				if err := measureServer(&r, self, logDir, serverCore, loadCore, clients, *rate, wu, du, *quota, *logLevel, pg); err != nil {
@@ -267,6 +287,46 @@ func runMain(args []string) error {
 		}
 	}
 
+	dbsOf := func(flag string) []string {
+		if flag == "both" {
+			return []string{"sqlite", "postgres"}
+		}
+		return []string{flag}
+	}
+	if *memSearch != "" {
+		for _, db := range dbsOf(*memDB) {
+			if db == "postgres" && pg == "" {
+				fmt.Println("memorySearch on postgres: skipped (ENCLAVE_TEST_POSTGRES not set)")
+				continue
+			}
+			fmt.Printf("memorySearch: %s, users of %s memories among %d…\n", db, *memSearch, *memTotal)
+			r, err := runMemorySearch(self, logDir, serverCore, db, *memTotal, *memSearch, *memCache)
+			if err != nil {
+				return fmt.Errorf("memorySearch: %w", err)
+			}
+			rep.MemorySearch = append(rep.MemorySearch, r)
+		}
+	}
+	if *bucketRows != "" {
+		for _, db := range dbsOf(*scaleDB) {
+			if db == "postgres" && pg == "" {
+				continue
+			}
+			for _, f := range strings.Split(*bucketRows, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || n < 1 {
+					return fmt.Errorf("-bucket-export %q: want positive counts", *bucketRows)
+				}
+				fmt.Printf("bucket export: %s, %d keys…\n", db, n)
+				r, err := runBucketExport(self, logDir, serverCore, db, n)
+				if err != nil {
+					return fmt.Errorf("bucket export: %w", err)
+				}
+				rep.BucketExport = append(rep.BucketExport, r)
+			}
+		}
+	}
+
 	printReport(os.Stdout, rep)
 	b, _ := json.MarshalIndent(rep, "", "  ")
 	path := filepath.Join(*outDir, "latest.json")
@@ -318,7 +378,7 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 	case "a":
 		argv = []string{self, "serve", "-kind", "a", "-max-lifetime", life.String()}
 		tokens = ""
-	case "b", "c", "b0", "c0", "c2", "bsql", "bmeter", "bx", "bxe", "cx", "cxe":
+	case "b", "c", "b0", "c0", "c2", "bsql", "bmeter", "bx", "bxe", "cx", "cxe", "bsg", "bss", "csg", "css":
 		kind, ttl := r.Key[:1], "30s"
 		switch r.Key {
 		case "bsql":
@@ -330,7 +390,7 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 		}
 		argv = []string{self, "serve", "-kind", kind, "-users", strconv.Itoa(clients), "-tokens-out", tokens,
 			"-quota", quota, "-log-level", logLevel, "-max-lifetime", life.String(), "-caller-cache-ttl", ttl}
-		if !isCodeMode(r.Key) { // (b)'s trace is of echo: the same server
+		if loadMode(r.Key) == modeEcho { // (b)'s trace is of echo: the same server
 			trace = filepath.Join(logDir, fmt.Sprintf("sql-%s-%d.json", r.Key, clients))
 			argv = append(argv, "-trace-out", trace)
 		}
@@ -514,6 +574,8 @@ func printReport(w io.Writer, rep Report) {
 			printScaling(w, rep.Scaling)
 		}
 		printRevocation(w, rep)
+		printMemorySearch(w, rep.MemorySearch)
+		printBucketExport(w, rep.BucketExport)
 		return
 	}
 	load := "closed loop"
@@ -533,7 +595,7 @@ func printReport(w io.Writer, rep Report) {
 		for _, s := range rep.Servers {
 			if s.Clients == n {
 				servers = append(servers, s)
-				if !isCodeMode(s.Key) {
+				if !isCodeMode(s.Key) && !isStorage(s.Key) {
 					plain = append(plain, s)
 				}
 			}
@@ -545,6 +607,7 @@ func printReport(w io.Writer, rep Report) {
 			}
 		}
 		printCodeMode(w, rep, n, servers, paced)
+		printStorage(w, rep, n, servers)
 	}
 	printBombs(w, rep.CodeModeBombs)
 	if paced {
@@ -555,6 +618,8 @@ func printReport(w io.Writer, rep Report) {
 	if len(rep.Scaling) > 0 {
 		printScaling(w, rep.Scaling)
 	}
+	printMemorySearch(w, rep.MemorySearch)
+	printBucketExport(w, rep.BucketExport)
 }
 
 func printLevel(w io.Writer, rep Report, clients int, load string, servers []ServerResult) {

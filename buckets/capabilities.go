@@ -63,7 +63,7 @@ type ListInput struct {
 	StorageID string `json:"storageId" jsonschema:"the bucket"`
 	Prefix    string `json:"prefix,omitempty" jsonschema:"only keys that start with this text"`
 	Cursor    string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
-	Limit     int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Limit     int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 }
 
 // ListOutput is the output of storageList.
@@ -75,7 +75,7 @@ type ListOutput struct {
 // BucketsInput is the input of storageBuckets.
 type BucketsInput struct {
 	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 }
 
 // BucketsOutput is the output of storageBuckets.
@@ -93,12 +93,12 @@ type DropInput struct {
 // TransactInput is the input of storageTransact.
 type TransactInput struct {
 	StorageID string       `json:"storageId" jsonschema:"the bucket (created on first write)"`
-	Ops       []TransactOp `json:"ops" jsonschema:"1 to 100 operations on distinct keys, applied all or none"`
+	Ops       []TransactOp `json:"ops" jsonschema:"1 to 100 operations on distinct keys, applied all or none" schema:"minItems=1,maxItems=100"`
 }
 
 // TransactOp is one operation of storageTransact.
 type TransactOp struct {
-	Op         string `json:"op" jsonschema:"set or delete"`
+	Op         string `json:"op" jsonschema:"what to do with the key" schema:"enum=set|delete"`
 	Key        string `json:"key" jsonschema:"the key"`
 	Value      any    `json:"value,omitempty" jsonschema:"the JSON value to store (set only; at most 1 MiB)"`
 	IfRevision *int64 `json:"ifRevision,omitempty" jsonschema:"apply only if the key has this revision; 0 means only if it does not exist"`
@@ -276,6 +276,7 @@ func withExactValues[R, Out any](c capabilities.Capability, h func(context.Conte
 		if err != nil {
 			return capabilities.Result{}, err
 		}
+		out = capabilities.NormalizeOutput(out) // nil slices go out as [], as the schema says
 		text, err := json.Marshal(out)
 		if err != nil {
 			return capabilities.Result{}, fmt.Errorf("buckets: %s: encode output: %w", c.Name, err)

@@ -35,7 +35,7 @@ type KeyInfo struct {
 // Bucket is one bucket as storageBuckets lists it.
 type Bucket struct {
 	StorageID string    `json:"storageId" bun:"storage_id"`
-	Kind      string    `json:"kind" bun:"kind" jsonschema:"exec, package, job or named"`
+	Kind      string    `json:"kind" bun:"kind" jsonschema:"whose bucket it is: a code run's, a package's, a job's, or one you named" schema:"enum=exec|package|job|named"`
 	Bytes     int64     `json:"bytes" bun:"bytes"`
 	Keys      int64     `json:"keys" bun:"key_count"`
 	CreatedAt time.Time `json:"createdAt" bun:"created_at"`

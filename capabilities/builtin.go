@@ -18,7 +18,7 @@ type WhoamiOutput struct {
 // SearchInput is what capabilitiesSearch accepts.
 type SearchInput struct {
 	Query string `json:"query" jsonschema:"keywords to look for in names, titles, descriptions and domains"`
-	Limit int    `json:"limit,omitempty" jsonschema:"maximum number of matches (default 10, at most 50)"`
+	Limit int    `json:"limit,omitempty" jsonschema:"maximum number of matches (default 10, at most 50)" schema:"minimum=1,maximum=50,default=10"`
 }
 
 // SearchOutput is what capabilitiesSearch returns.

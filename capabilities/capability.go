@@ -111,23 +111,53 @@ type Spec[In, Out any] struct {
 
 // Define builds a capability from a typed spec: the input schema comes from
 // In and the output schema from Out (none when Out is Result). In must be a
-// struct (use struct{} for no arguments); field tags follow encoding/json,
-// a `jsonschema:"…"` tag is the field's description, and fields without
-// omitempty are required. Definition errors surface at Register.
+// struct (use struct{} for no arguments). Definition errors surface at
+// Register. The schemas follow the Go types:
+//
+//   - field names and omission follow encoding/json; fields without
+//     omitempty (or omitzero) are required;
+//   - a `jsonschema:"…"` tag is the field's description (what a model reads:
+//     give every input field one);
+//   - a `schema:"…"` tag (SchemaTag) adds constraints: enum, minimum,
+//     maximum, minLength, maxLength, minItems, maxItems, pattern, format and
+//     default, e.g. `schema:"enum=open|closed"` or
+//     `schema:"minimum=1,maximum=1000,default=50"`;
+//   - a slice is "type":"array", never a union with null: a nil slice in the
+//     output is sent as [] and a nil map as {} (see NormalizeOutput);
+//   - a pointer field is the pointee's type: optional in the input (absent
+//     and null both leave it nil), and in the output omitted when nil if it
+//     has omitempty (without omitempty its schema admits null);
+//   - json.RawMessage is any JSON value and []byte a base64 string.
+//
+// Arguments are validated against the input schema before the handler
+// runs (an enum, a bound or a pattern that does not hold is refused with
+// CodeInvalidInput and a message naming the argument and what it must be);
+// a null optional argument counts as absent, and an absent argument with a
+// default is decoded as that default.
 func Define[In, Out any](s Spec[In, Out]) Capability {
 	c := Capability{
 		Name: s.Name, Domain: s.Domain, Title: s.Title, Description: s.Description,
 		Annotations: s.Annotations, Requires: s.Requires, Task: s.Task,
 	}
-	in, err := schemaFor[In]()
+	inSchema, err := deriveSchema(reflect.TypeFor[In](), useInput)
+	if err != nil {
+		c.err = fmt.Errorf("input schema: %w", err)
+		return c
+	}
+	in, err := json.Marshal(inSchema)
 	if err != nil {
 		c.err = fmt.Errorf("input schema: %w", err)
 		return c
 	}
 	c.InputSchema = in
+	// defaults is the input schema when it declares defaults to apply.
+	var defaults *jsonschema.Schema
+	if hasDefaults(inSchema) {
+		defaults = inSchema
+	}
 	freeForm := reflect.TypeFor[Out]() == reflect.TypeFor[Result]()
 	if !freeForm {
-		out, err := schemaFor[Out]()
+		out, err := schemaFor[Out](useOutput)
 		if err != nil {
 			c.err = fmt.Errorf("output schema: %w", err)
 			return c
@@ -140,6 +170,13 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 	}
 	c.Handler = func(ctx context.Context, call *Call, args json.RawMessage) (Result, error) {
 		var in In
+		if defaults != nil {
+			withDefaults, err := applyInputDefaults(defaults, args)
+			if err != nil {
+				return Result{}, &Error{Code: CodeInvalidInput, Message: "arguments do not match the input schema", Err: err}
+			}
+			args = withDefaults
+		}
 		if !absent(args) {
 			dec := json.NewDecoder(bytes.NewReader(args))
 			if err := dec.Decode(&in); err != nil {
@@ -153,6 +190,7 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 		if r, ok := any(out).(Result); ok {
 			return r, nil
 		}
+		out = NormalizeOutput(out)
 		text, err := json.Marshal(out)
 		if err != nil {
 			return Result{}, fmt.Errorf("capabilities: %s: encode output: %w", s.Name, err)
@@ -162,20 +200,21 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 	return c
 }
 
-// schemaFor infers an object schema for T.
-func schemaFor[T any]() (json.RawMessage, error) {
-	t := reflect.TypeFor[T]()
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
+// applyInputDefaults returns args with the defaults of s set for the
+// properties it leaves out.
+func applyInputDefaults(s *jsonschema.Schema, args json.RawMessage) (json.RawMessage, error) {
+	var v any = map[string]any{}
+	if !absent(args) {
+		t, err := decodeTree(args)
+		if err != nil {
+			return nil, err
+		}
+		v = t
 	}
-	if t.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%s is not a struct", t)
+	if !applyDefaults(s, v) {
+		return args, nil
 	}
-	s, err := jsonschema.ForType(t, &jsonschema.ForOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(s)
+	return json.Marshal(v)
 }
 
 var (
@@ -243,19 +282,33 @@ func resolveObjectSchema(raw json.RawMessage) (*jsonschema.Resolved, error) {
 	return s.Resolve(nil)
 }
 
-// validateInput checks raw arguments against the input schema. Absent
-// arguments are an empty object.
-func (c *Capability) validateInput(args json.RawMessage) error {
+// validateInput checks raw arguments against the input schema and returns
+// the arguments the handler gets: absent arguments are an empty object, and
+// a null given for an optional property that does not admit null is
+// dropped (it means the same as leaving the property out).
+func (c *Capability) validateInput(args json.RawMessage) (json.RawMessage, error) {
 	var v any
 	if absent(args) {
 		v = map[string]any{}
 	} else if err := json.Unmarshal(args, &v); err != nil {
-		return &Error{Code: CodeInvalidInput, Message: "arguments are not valid JSON"}
+		return nil, &Error{Code: CodeInvalidInput, Message: "arguments are not valid JSON"}
+	}
+	schema := c.input.Schema()
+	if dropNulls(schema, v) {
+		// Rewrite from a tree that keeps numbers exactly as written.
+		tree, err := decodeTree(args)
+		if err != nil {
+			return nil, &Error{Code: CodeInvalidInput, Message: "arguments are not valid JSON"}
+		}
+		dropNulls(schema, tree)
+		if args, err = json.Marshal(tree); err != nil {
+			return nil, &Error{Code: CodeInvalidInput, Message: "arguments are not valid JSON"}
+		}
 	}
 	if err := c.input.Validate(v); err != nil {
-		return &Error{Code: CodeInvalidInput, Message: "invalid arguments: " + err.Error()}
+		return nil, &Error{Code: CodeInvalidInput, Message: "invalid arguments: " + describeInvalid(schema, v, err)}
 	}
-	return nil
+	return args, nil
 }
 
 // absent reports whether raw arguments are missing: empty or JSON null.

@@ -14,6 +14,18 @@
 // for it is the same as for a name that does not exist. Resources, resource
 // templates and prompts are served through the same registry and guard.
 //
+// The schemas are written for the models that read them. A field's json tag
+// names it (camelCase, by convention of every built-in capability), its
+// jsonschema tag describes it, and its schema tag ([SchemaTag]) declares its
+// constraints, which Invoke enforces before the handler runs:
+//
+//	Status string `json:"status,omitempty" jsonschema:"only these" schema:"enum=open|closed,default=open"`
+//	Limit  int    `json:"limit,omitempty" jsonschema:"page size" schema:"minimum=1,maximum=1000,default=50"`
+//
+// A closed set of values is an enum rather than prose; slices are plain
+// arrays (a nil slice is sent as []), never a union with null; a field an
+// agent may not set is left out of the input type altogether.
+//
 // Handlers talk back to the client that called them (progress, log messages,
 // elicitation, sampling) through [Call]; a transport supplies the wire side by
 // implementing [Client]. Nothing in this package knows about HTTP or MCP wire
@@ -21,4 +33,10 @@
 //
 // Permissions are "action:entity:access" strings from a typed vocabulary
 // (see Permission and Vocabulary).
+//
+// A caller that arrived with an access token holds its scopes
+// (Caller.Scopes). A missing scope refuses a call with CodeInsufficientScope
+// (step-up) but leaves the capability listed, except the admin scope
+// ([ScopeAdmin]): everything kept to the admin role needs it, and a token
+// without it lists what a user's would.
 package capabilities

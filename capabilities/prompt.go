@@ -80,7 +80,7 @@ func (r *Registry) VisiblePrompts(ctx context.Context, caller Caller) []Prompt {
 	slices.SortFunc(all, func(a, b *Prompt) int { return cmp.Compare(a.Name, b.Name) })
 	var out []Prompt
 	for _, p := range all {
-		if r.stateDenial(caller, true) == "" && r.hiddenBy(ctx, caller, "", p.Requires) == "" {
+		if r.listed(ctx, caller, "", true, p.Requires) {
 			out = append(out, *p)
 		}
 	}

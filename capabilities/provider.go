@@ -239,7 +239,7 @@ func (r *Registry) own(ctx context.Context, caller Caller) []Capability {
 func (r *Registry) VisibleOwn(ctx context.Context, caller Caller) []Capability {
 	var out []Capability
 	for _, c := range r.own(ctx, caller) {
-		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == "" {
+		if r.listed(ctx, caller, c.Name, c.runsWhileDeleting(), c.Requires) {
 			out = append(out, c)
 		}
 	}

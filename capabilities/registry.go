@@ -107,6 +107,18 @@ type Options struct {
 	// Idempotency keeps the results of calls made with an idempotency key
 	// (see MetaIdempotencyKey); nil validates keys but never replays.
 	Idempotency IdempotencyStore
+	// WriteLease, when set, is taken by Invoke for each call of a
+	// capability that may write (neither read-only nor
+	// Requirement.DuringDeletion), after every check and before the
+	// handler runs. It returns the context the handler runs with
+	// (cancelled if the lease ends early) and end, which Invoke calls when
+	// the handler returns, to release the lease: end returns nil, or the
+	// error the call answers instead of the handler's failure when the
+	// lease ended early. An error refuses the call (a *Error as it is,
+	// anything else as internal). enclave's server sets it to
+	// lifecycle.WriteLeases, so that an account's deletion waits for, or
+	// stops, every call that may still write the account's data.
+	WriteLease func(ctx context.Context, caller Caller, capability string) (leased context.Context, end func() error, err error)
 	// RoleGate, when set, is asked after every other check for each call of
 	// a capability (resource, prompt) that requires a role: an error
 	// refuses the call with that error (a *Error keeps its code and
@@ -246,14 +258,16 @@ func (r *Registry) lookupFor(ctx context.Context, caller Caller, name string) (*
 
 // Visible returns the capabilities caller may call, sorted by name. It makes
 // the same decision as Invoke, except that a capability whose only missing
-// condition is a token scope stays visible (the client can obtain the scope).
+// condition is a token scope stays visible (the client can obtain the
+// scope); the admin scope is the exception (see ScopeAdmin): what needs it
+// is left out for a token without it.
 func (r *Registry) Visible(ctx context.Context, caller Caller) []Capability {
 	r.mu.RLock()
 	all := r.sorted // never modified in place: Register replaces it
 	r.mu.RUnlock()
 	var out []Capability
 	for _, c := range all {
-		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == "" {
+		if r.listed(ctx, caller, c.Name, c.runsWhileDeleting(), c.Requires) {
 			out = append(out, *c)
 		}
 	}
@@ -271,7 +285,7 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 	r.mu.RUnlock()
 	var out []string
 	for _, c := range all {
-		if r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == "" {
+		if r.listed(ctx, caller, c.Name, c.runsWhileDeleting(), c.Requires) {
 			out = append(out, c.Name)
 		}
 	}
@@ -286,9 +300,10 @@ func (r *Registry) VisibleNames(ctx context.Context, caller Caller) []string {
 
 // VisibilityKey returns a key that is the same for two calls only if
 // VisibleNames would answer them the same: a hash, under a seed chosen at
-// random per process, of the registry's version and every field of caller
-// that the state and requirement checks read (so two different inputs
-// share a key with odds of 2^-64, and nobody can aim for it). ok is false
+// random per process, of the registry's version, every field of caller
+// that the state and requirement checks read, and whether caller holds the
+// admin scope (so two different inputs share a key with odds of 2^-64, and
+// nobody can aim for it). ok is false
 // when a registered capability depends on a feature flag, whose answers
 // can change at any time; there is then no such key. A transport uses it
 // to skip working out a caller's visible set again when nothing it
@@ -324,6 +339,7 @@ func (r *Registry) VisibilityKey(caller Caller) (key uint64, ok bool) {
 	flag(caller.Interactive)
 	flag(caller.Session)
 	flag(caller.Only != nil)
+	flag(caller.HasScope(ScopeAdmin))
 	num(uint64(len(caller.Roles)))
 	for _, v := range caller.Roles {
 		str(v)
@@ -345,7 +361,7 @@ var visibilitySeed = maphash.MakeSeed()
 // IsVisible reports whether Visible would include the named capability.
 func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bool {
 	c, ok, err := r.lookupFor(ctx, caller, name)
-	return err == nil && ok && r.stateDenial(caller, c.runsWhileDeleting()) == "" && r.hiddenBy(ctx, caller, c.Name, c.Requires) == ""
+	return err == nil && ok && r.listed(ctx, caller, c.Name, c.runsWhileDeleting(), c.Requires)
 }
 
 // Invoke runs a capability for caller: the only way one runs. The checks run
@@ -353,8 +369,9 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 // anything not read-only, and session-only or admin-only reads),
 // requirement (role, permission, feature flag, interactive-only,
 // session-only), token scope, quota, input schema, idempotency key (a
-// keyed repeat gets the stored result; see MetaIdempotencyKey); then the handler,
-// with panics recovered. A denial is recorded with the Auditor. A capability
+// keyed repeat gets the stored result; see MetaIdempotencyKey); for a
+// capability that may write, a write lease (Options.WriteLease); then the
+// handler, with panics recovered. A denial is recorded with the Auditor. A capability
 // hidden from caller answers exactly like an unknown one.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
 	c, ok, err := r.lookupFor(ctx, caller, name)
@@ -382,7 +399,8 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 	if o := r.opts.Observer; o != nil {
 		o.ObserveCall(name, OutcomeAllowed)
 	}
-	if err := c.validateInput(args); err != nil {
+	args, err = c.validateInput(args)
+	if err != nil {
 		return Result{}, err
 	}
 	key, err := idempotencyKeyFrom(ctx)
@@ -393,15 +411,48 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 	// capabilities must not pass its idempotency key on to them.
 	ctx = withoutRequestMeta(ctx)
 	call := &Call{Caller: caller, Capability: name, client: clientFrom(ctx)}
-	// A read has no effect to run once: a key on a read-only capability is
-	// checked but ignored, so a read's result (perhaps a secret, perhaps
-	// since deleted) is never stored and replayed.
-	if key != "" && !c.Annotations.Idempotent && !c.Annotations.ReadOnly && r.opts.Idempotency != nil {
-		return r.invokeOnce(ctx, c, caller, key, args, func(ctx context.Context) (Result, error) {
-			return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
-		})
+	run := func(ctx context.Context) (Result, error) {
+		// A read has no effect to run once: a key on a read-only capability is
+		// checked but ignored, so a read's result (perhaps a secret, perhaps
+		// since deleted) is never stored and replayed.
+		if key != "" && !c.Annotations.Idempotent && !c.Annotations.ReadOnly && r.opts.Idempotency != nil {
+			return r.invokeOnce(ctx, c, caller, key, args, func(ctx context.Context) (Result, error) {
+				return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
+			})
+		}
+		return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
 	}
-	return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
+	if r.opts.WriteLease != nil && c.mayWrite() {
+		return r.withWriteLease(ctx, caller, name, run)
+	}
+	return run(ctx)
+}
+
+// withWriteLease runs fn under a write lease on caller's account
+// (Options.WriteLease).
+func (r *Registry) withWriteLease(ctx context.Context, caller Caller, name string, fn func(context.Context) (Result, error)) (res Result, err error) {
+	leased, end, err := r.opts.WriteLease(ctx, caller, name)
+	if err != nil {
+		if e, ok := errors.AsType[*Error](err); ok {
+			if e.Code == CodeAccountDeleting {
+				r.deny(ctx, caller, "tool", name, ReasonDeleting)
+			}
+			return Result{}, e
+		}
+		r.log.ErrorContext(ctx, "capabilities: taking a write lease failed", "capability", name, "err", err)
+		return Result{}, &Error{Code: CodeInternal, Message: "internal error", Err: err}
+	}
+	defer func() {
+		lost := end()
+		if lost == nil || err == nil {
+			return // a lease that lived to the end, or a call that succeeded before it ended
+		}
+		if _, ok := errors.AsType[*Error](lost); !ok {
+			lost = &Error{Code: CodeInternal, Message: "internal error", Err: lost}
+		}
+		res, err = Result{}, lost
+	}()
+	return fn(leased)
 }
 
 // Admit applies Invoke's account-state, requirement and scope checks to
@@ -430,7 +481,7 @@ func (r *Registry) CheckScope(ctx context.Context, caller Caller, name string) *
 	if err != nil || !ok || r.stateDenial(caller, c.runsWhileDeleting()) != "" || r.hiddenBy(ctx, caller, c.Name, c.Requires) != "" {
 		return nil
 	}
-	if missing := missingScopes(caller, c.Requires.Scopes); len(missing) > 0 {
+	if missing := missingScopes(caller, c.Requires.TokenScopes()); len(missing) > 0 {
 		r.deny(ctx, caller, "tool", name, ReasonScope)
 		return scopeError(missing)
 	}
@@ -453,7 +504,7 @@ func (r *Registry) admit(ctx context.Context, caller Caller, surface, name strin
 			return Errorf(CodeAccountDeleting, "this account is being deleted; only reads are allowed")
 		}
 	}
-	if missing := missingScopes(caller, req.Scopes); len(missing) > 0 {
+	if missing := missingScopes(caller, req.TokenScopes()); len(missing) > 0 {
 		r.deny(ctx, caller, surface, name, ReasonScope)
 		return scopeError(missing)
 	}
@@ -511,6 +562,14 @@ func (c Capability) runsWhileDeleting() bool {
 		return true
 	}
 	return c.Annotations.ReadOnly && !c.Requires.SessionOnly && c.Requires.Role != RoleAdmin
+}
+
+// mayWrite reports whether a call of c may write, and so runs under a
+// write lease (Options.WriteLease): not a read-only capability, nor one
+// that runs during the account's deletion (accountDelete waits for the
+// account's leases; it must not hold one).
+func (c Capability) mayWrite() bool {
+	return !c.Annotations.ReadOnly && !c.Requires.DuringDeletion
 }
 
 // stateDenial is the account-state check.

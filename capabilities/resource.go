@@ -144,7 +144,7 @@ func (r *Registry) VisibleResourceTemplates(ctx context.Context, caller Caller) 
 func (r *Registry) visibleResources(ctx context.Context, caller Caller, all []*Resource) []Resource {
 	var out []Resource
 	for _, res := range all {
-		if r.stateDenial(caller, true) == "" && r.hiddenBy(ctx, caller, "", res.Requires) == "" {
+		if r.listed(ctx, caller, "", true, res.Requires) {
 			out = append(out, *res)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // ExecuteInput is the input of execute.
 type ExecuteInput struct {
 	Code      string `json:"code" jsonschema:"the body of an async JavaScript function: call capabilities as await codemode.<name>(args), use fetch(url, init) and storage, log with console.log, and return the result (JSON)"`
-	TimeoutMs int    `json:"timeoutMs,omitempty" jsonschema:"a wall-time limit in milliseconds, lower than the server's (default: the server's limit, 30000)"`
+	TimeoutMs int    `json:"timeoutMs,omitempty" jsonschema:"a wall-time limit in milliseconds, lower than the server's (default: the server's limit, 30000)" schema:"minimum=1"`
 }
 
 // TypesOutput is the output of codemodeTypes.
@@ -26,7 +26,7 @@ type TypesOutput struct {
 
 // SaveInput is the input of packageSave.
 type SaveInput struct {
-	Name     string            `json:"name" jsonschema:"the package name: 1-40 lowercase letters, digits and '-'"`
+	Name     string            `json:"name" jsonschema:"the package name: a lowercase letter, then up to 39 lowercase letters, digits and '-'" schema:"pattern=^[a-z][a-z0-9-]{0,39}$"`
 	Files    map[string]string `json:"files" jsonschema:"the package's ES modules by path (e.g. main.js, lib/util.js); a module imports its package's files as './util.js' and your other packages as 'pkg:name' or 'pkg:name@3'"`
 	Manifest Manifest          `json:"manifest" jsonschema:"the main module, the exports offered as your own tools, and scheduled jobs"`
 }
@@ -39,7 +39,7 @@ type NameInput struct {
 // GetInput is the input of packageGet.
 type GetInput struct {
 	Name    string `json:"name" jsonschema:"the package name"`
-	Version int    `json:"version,omitempty" jsonschema:"the version (default: the latest)"`
+	Version int    `json:"version,omitempty" jsonschema:"the version (default: the latest)" schema:"minimum=1"`
 }
 
 // RunInput is the input of packageRun.
@@ -52,7 +52,7 @@ type RunInput struct {
 // ListInput is the input of packageList.
 type ListInput struct {
 	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 }
 
 // PackageListOutput is the output of packageList.
@@ -75,8 +75,8 @@ type DeleteOutput struct {
 type RunListInput struct {
 	Cursor      string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
 	PackageName string `json:"packageName,omitempty" jsonschema:"only runs of this package"`
-	Status      string `json:"status,omitempty" jsonschema:"only runs with this status: succeeded or failed"`
-	Limit       int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Status      string `json:"status,omitempty" jsonschema:"only runs that ended so" schema:"enum=succeeded|failed"`
+	Limit       int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 }
 
 // RunListOutput is the output of runList.

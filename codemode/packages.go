@@ -356,6 +356,12 @@ func (s *Service) Save(ctx context.Context, by capabilities.Caller, o storage.Ow
 		if ok, err := s.store.Bucket.Exists(ctx, key); err != nil {
 			return Version{}, fmt.Errorf("codemode: save: %w", err)
 		} else if !ok {
+			// Under the call's write lease: a save whose account's
+			// deletion has begun writes no more sources.
+			if err := storage.CheckWrite(ctx); err != nil {
+				_ = s.dropUnreferenced(context.WithoutCancel(ctx), o, written)
+				return Version{}, fmt.Errorf("codemode: save: %w", err)
+			}
 			if err := s.store.Bucket.WriteAll(ctx, key, []byte(src), nil); err != nil {
 				return Version{}, fmt.Errorf("codemode: save: %w", err)
 			}

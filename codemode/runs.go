@@ -40,11 +40,11 @@ const (
 // Run is the record of one run.
 type Run struct {
 	ID             string         `json:"runId"`
-	Kind           string         `json:"kind" jsonschema:"execute, export or job"`
+	Kind           string         `json:"kind" jsonschema:"what started the run: execute, a call of an export, or a scheduled job" schema:"enum=execute|export|job"`
 	PackageName    string         `json:"packageName,omitempty"`
 	PackageVersion int            `json:"packageVersion,omitempty"`
 	ExportName     string         `json:"exportName,omitempty"`
-	Status         string         `json:"status" jsonschema:"succeeded or failed"`
+	Status         string         `json:"status" jsonschema:"how the run ended" schema:"enum=succeeded|failed"`
 	StartedAt      time.Time      `json:"startedAt"`
 	DurationMs     int64          `json:"durationMs"`
 	Error          *RunFailure    `json:"error,omitempty"`
@@ -56,8 +56,8 @@ type Run struct {
 
 // RunFailure says why a run failed.
 type RunFailure struct {
-	Kind    string `json:"kind" jsonschema:"limit, exception, syntax, cancelled or busy"`
-	Limit   string `json:"limit,omitempty" jsonschema:"the limit hit: memory, timeout, stack, result or hostCalls"`
+	Kind    string `json:"kind" jsonschema:"a limit ended the run, the program threw, it does not parse, it was cancelled, the server was too busy, or the sandbox failed" schema:"enum=limit|exception|syntax|cancelled|busy|internal"`
+	Limit   string `json:"limit,omitempty" jsonschema:"the limit hit, when kind is limit" schema:"enum=memory|timeout|stack|result|hostCalls"`
 	Message string `json:"message"`
 }
 

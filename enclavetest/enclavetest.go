@@ -208,13 +208,17 @@ var formAction = regexp.MustCompile(`<form[^>]*method="post"[^>]*action="([^"]*/
 
 // Token returns an access token for the MCP endpoint, obtained once
 // through the real OAuth flow: dynamic client registration, authorization
-// with PKCE, the sign-in and consent pages, and the code exchange.
+// with PKCE, the sign-in and consent pages, and the code exchange. It asks
+// for the scopes mcp and admin and ticks the admin scope on the consent
+// page, so an admin's token reaches the admin capabilities; a user's
+// carries mcp alone (the server drops admin). TokenWithoutAdmin is an
+// admin's token with the box left unticked.
 func (u *User) Token(t testing.TB) string {
 	t.Helper()
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.token == "" {
-		tok, err := u.s.authorize(u)
+		tok, err := u.s.authorize(u, true)
 		if err != nil {
 			t.Fatalf("enclavetest: OAuth flow for %s: %v", u.Username, err)
 		}
@@ -223,7 +227,20 @@ func (u *User) Token(t testing.TB) string {
 	return u.token
 }
 
-func (s *Server) authorize(u *User) (string, error) {
+// TokenWithoutAdmin returns a new access token from the real OAuth flow
+// whose consent left the admin scope unticked: with it an admin's agent
+// lists and calls only what a user's would (an admin capability answers
+// insufficient_scope).
+func (u *User) TokenWithoutAdmin(t testing.TB) string {
+	t.Helper()
+	tok, err := u.s.authorize(u, false)
+	if err != nil {
+		t.Fatalf("enclavetest: OAuth flow for %s: %v", u.Username, err)
+	}
+	return tok
+}
+
+func (s *Server) authorize(u *User, admin bool) (string, error) {
 	redirect := "http://127.0.0.1:9/callback"
 	resp, err := s.http.Post(s.URL+"/oauth/register", "application/json",
 		strings.NewReader(`{"client_name":"enclavetest","redirect_uris":["`+redirect+`"],"token_endpoint_auth_method":"none"}`))
@@ -244,7 +261,7 @@ func (s *Server) authorize(u *User) (string, error) {
 	q := url.Values{
 		"response_type": {"code"}, "client_id": {client.ClientID}, "redirect_uri": {redirect},
 		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
-		"state": {state}, "scope": {"mcp"}, "resource": {s.URL + "/mcp"},
+		"state": {state}, "scope": {"mcp admin"}, "resource": {s.URL + "/mcp"},
 	}
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -270,7 +287,11 @@ func (s *Server) authorize(u *User) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	resp, err = browser.PostForm(action, url.Values{"decision": {"approve"}})
+	consent := url.Values{"decision": {"approve"}}
+	if admin {
+		consent.Set("grant", "admin")
+	}
+	resp, err = browser.PostForm(action, consent)
 	if err != nil {
 		return "", err
 	}

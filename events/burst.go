@@ -4,9 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"net/netip"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/enclave-mcp/enclave/internal/clientnet"
+	"github.com/enclave-mcp/enclave/retention"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // Defaults of BurstOptions: 50 denials within an hour raise the alert,
@@ -71,11 +75,13 @@ type BurstAlert struct {
 	ObservedAt    time.Time `json:"observedAt"`
 }
 
-// DenialBursts counts denials at the choke point per user and per client
-// network, in memory (each replica counts the calls it serves), and
-// reports a burst once per subject, then holds a cooldown. It is safe for
-// concurrent use.
+// DenialBursts counts denials per user and per client network and reports
+// a burst once per subject, then holds a cooldown. It is safe for
+// concurrent use. NewDenialBursts counts in memory, per process;
+// NewSharedDenialBursts counts in SQL, shared by every replica on the
+// database, so a burst spread over replicas fires once (see Shared).
 //
+// In memory:
 // Users and networks are counted in separate tables of at most
 // maxBurstKeys subjects each, so a flood of networks (an IPv6 sender holds
 // tens of thousands of /64s) never crowds users out. When a table is full,
@@ -88,6 +94,10 @@ type DenialBursts struct {
 	mu    sync.Mutex
 	users burstTable
 	nets  burstTable
+
+	// shared mode: the counters are rows of BurstTable in store.
+	store     *storage.Store
+	nextClaim map[string]time.Time // scope:subject → when to try claiming the alert again
 }
 
 // burstTable is one scope's subjects. The key "" is the untracked subject.
@@ -107,33 +117,29 @@ func NewDenialBursts(opts BurstOptions) *DenialBursts {
 		users: burstTable{keys: map[string]*burstKey{}}, nets: burstTable{keys: map[string]*burstKey{}}}
 }
 
+// NewSharedDenialBursts returns a counter that keeps its counts in the
+// BurstTable of store's database: every replica on that database counts
+// into the same rows, so their denials add up, and the alert of a subject
+// is published by exactly one replica (see CountShared). Count subjects
+// with CountShared (Record counts in memory only).
+func NewSharedDenialBursts(store *storage.Store, opts BurstOptions) *DenialBursts {
+	d := NewDenialBursts(opts)
+	d.store, d.nextClaim = store, map[string]time.Time{}
+	return d
+}
+
+// Shared reports whether d counts in SQL (NewSharedDenialBursts).
+func (d *DenialBursts) Shared() bool { return d.store != nil }
+
 // Options returns the options in force, defaults filled in.
 func (d *DenialBursts) Options() BurstOptions { return d.opts }
 
 // Network returns the client network of an address, as counted: the /24
 // of an IPv4 address, the /64 of an IPv6 one; "" for an unparsable one.
-// A prefix ("2001:db8::/64", as the audit log groups IPv6 clients) counts
-// as its address.
-func Network(ip string) string {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		p, perr := netip.ParsePrefix(ip)
-		if perr != nil {
-			return ""
-		}
-		a = p.Addr()
-	}
-	a = a.Unmap().WithZone("")
-	bits := 64
-	if a.Is4() {
-		bits = 24
-	}
-	p, err := a.Prefix(bits)
-	if err != nil {
-		return ""
-	}
-	return p.String()
-}
+// A prefix ("2001:db8::/64") counts as its address. It is the grouping the
+// audit log hashes a client by (audit.Log.HashIP), so a network alert's
+// subject is the IPHash of that network's audit rows.
+func Network(ip string) string { return clientnet.Network(ip) }
 
 // Burst is a subject that just crossed the threshold.
 type Burst struct {
@@ -211,6 +217,86 @@ func (d *DenialBursts) sweep(t *burstTable, now time.Time) {
 	}
 }
 
+// BurstTable is the SQL table of shared denial counters (migration
+// 0270): one row per scope, subject (the keyed hash an alert names) and
+// fixed window, holding no id or address in clear.
+const BurstTable = "denial_burst_counts"
+
+// BurstRetention is the retention of BurstTable under opts: a window's row
+// is kept for the window and the cooldown (the row that fired starts the
+// cooldown), then removed.
+func BurstRetention(opts BurstOptions) retention.Policy {
+	o := opts.withDefaults()
+	return retention.Age(BurstTable, "window_start", o.Window+o.Cooldown).In(retention.UnixMillis).
+		Because("denial-burst counters shared by the replicas: keyed hashes of users and client networks, per window")
+}
+
+// CountShared counts one denial of subject (a keyed hash, or
+// UntrackedSubject) in scope at now, in SQL, and reports the window's count
+// and whether this call publishes the alert. The count is one atomic upsert
+// of the window's row; at or past the threshold, the replica that marks
+// the row as fired (a conditional update no other replica's can also win,
+// refused while the subject fired within the cooldown) is the one that
+// publishes. Windows are fixed: they start at multiples of Window since
+// the Unix epoch.
+func (d *DenialBursts) CountShared(ctx context.Context, now time.Time, scope, subject string) (int, bool, error) {
+	if d.store == nil {
+		return 0, false, fmt.Errorf("events: count denial: not a shared counter")
+	}
+	win := d.opts.Window.Milliseconds()
+	if win <= 0 {
+		win = 1
+	}
+	ms := now.UnixMilli()
+	start := ms - ms%win
+	var n int
+	err := d.store.DB.NewRaw(`INSERT INTO denial_burst_counts (scope, subject, window_start, count, fired_at) VALUES (?, ?, ?, 1, 0)
+ON CONFLICT (scope, subject, window_start) DO UPDATE SET count = denial_burst_counts.count + 1
+RETURNING count`, scope, subject, start).Scan(ctx, &n)
+	if err != nil {
+		return 0, false, fmt.Errorf("events: count denial: %w", err)
+	}
+	if n < d.opts.Threshold {
+		return n, false, nil
+	}
+	// Past the threshold, each replica tries to claim the alert at most
+	// once a minute per subject (and not at all in a cooldown it won), so
+	// a sustained flood costs one write per denial, not two.
+	key := scope + ":" + subject
+	d.mu.Lock()
+	if next, ok := d.nextClaim[key]; ok && now.Before(next) {
+		d.mu.Unlock()
+		return n, false, nil
+	}
+	d.mu.Unlock()
+	res, err := d.store.DB.NewRaw(`UPDATE denial_burst_counts SET fired_at = ?
+WHERE scope = ? AND subject = ? AND window_start = ? AND fired_at = 0
+AND NOT EXISTS (SELECT 1 FROM denial_burst_counts AS f WHERE f.scope = ? AND f.subject = ? AND f.fired_at > ?)`,
+		ms, scope, subject, start, scope, subject, now.Add(-d.opts.Cooldown).UnixMilli()).Exec(ctx)
+	if err != nil {
+		return n, false, fmt.Errorf("events: claim denial burst: %w", err)
+	}
+	won, _ := res.RowsAffected()
+	next := now.Add(time.Minute)
+	if won == 1 {
+		next = now.Add(d.opts.Cooldown)
+	}
+	d.mu.Lock()
+	if len(d.nextClaim) >= maxBurstKeys {
+		for k, t := range d.nextClaim {
+			if !now.Before(t) {
+				delete(d.nextClaim, k)
+			}
+		}
+		if len(d.nextClaim) >= maxBurstKeys {
+			clear(d.nextClaim) // a claim tried again costs one update, nothing more
+		}
+	}
+	d.nextClaim[key] = next
+	d.mu.Unlock()
+	return n, won == 1, nil
+}
+
 // BurstPublisher turns bursts into security.denial_burst events.
 type BurstPublisher struct {
 	Bus         *Bus
@@ -219,25 +305,56 @@ type BurstPublisher struct {
 	HashNetwork func(string) string
 }
 
-// Observe records one denial and publishes an event for each burst it
-// completes, in the background (a denial answers at once; the event is
-// written after).
+// subject names a subject in an alert: the keyed hash of the user id or of
+// the client network (HashNetwork is given the address; audit.Log.HashIP
+// groups it by network itself), or (without a hasher) a plain SHA-256.
+func (p *BurstPublisher) subject(scope, key string) string {
+	if key == "" {
+		return UntrackedSubject
+	}
+	if scope == "user" && p.HashUser != nil {
+		return p.HashUser(key)
+	}
+	if scope == "network" && p.HashNetwork != nil {
+		return p.HashNetwork(key)
+	}
+	sum := sha256.Sum256([]byte(scope + ":" + key))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Observe records one denial (at the choke point, or a refused /mcp token)
+// of userID (may be "") from client address ip (may be "") and publishes
+// an event for each burst it completes, in the background (a denial
+// answers at once; the event is written after). A shared counter counts
+// each subject with one SQL upsert first; a failure is logged and the
+// denial goes uncounted.
 func (p *BurstPublisher) Observe(ctx context.Context, now time.Time, userID, ip string) {
-	for _, b := range p.Bursts.Record(now, userID, ip) {
-		// Never the id or address itself: a keyed hash, or (without a
-		// hasher) a plain SHA-256.
-		sum := sha256.Sum256([]byte(b.Scope + ":" + b.Key))
-		subject := hex.EncodeToString(sum[:16])
-		if b.Key == "" {
-			subject = UntrackedSubject
-		} else if b.Scope == "user" && p.HashUser != nil {
-			subject = p.HashUser(b.Key)
-		} else if b.Scope == "network" && p.HashNetwork != nil {
-			subject = p.HashNetwork(b.Key)
+	o := p.Bursts.Options()
+	var alerts []BurstAlert
+	if p.Bursts.Shared() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for _, s := range []struct{ scope, key string }{{"user", userID}, {"network", Network(ip)}} {
+			if s.key == "" {
+				continue
+			}
+			subject := p.subject(s.scope, s.key)
+			n, fire, err := p.Bursts.CountShared(cctx, now, s.scope, subject)
+			if err != nil {
+				p.Bus.log.ErrorContext(ctx, "events: count denial", "scope", s.scope, "err", err)
+				continue
+			}
+			if fire {
+				alerts = append(alerts, BurstAlert{Scope: s.scope, Subject: subject, Count: n})
+			}
 		}
-		o := p.Bursts.Options()
-		alert := BurstAlert{Scope: b.Scope, Subject: subject, Count: b.Count, Threshold: o.Threshold,
-			WindowSeconds: int64(o.Window / time.Second), ObservedAt: now.UTC()}
+	} else {
+		for _, b := range p.Bursts.Record(now, userID, ip) {
+			alerts = append(alerts, BurstAlert{Scope: b.Scope, Subject: p.subject(b.Scope, b.Key), Count: b.Count})
+		}
+	}
+	for _, alert := range alerts {
+		alert.Threshold, alert.WindowSeconds, alert.ObservedAt = o.Threshold, int64(o.Window/time.Second), now.UTC()
 		go func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()

@@ -12,8 +12,8 @@ import (
 
 // WebhookCreateInput is the input of adminWebhookCreate.
 type WebhookCreateInput struct {
-	URL         string   `json:"url" jsonschema:"the https URL to POST events to; never a private, loopback or link-local address"`
-	Events      []string `json:"events,omitempty" jsonschema:"the event types to receive (such as user.created); empty means every type"`
+	URL         string   `json:"url" jsonschema:"the https URL to POST events to; never a private, loopback or link-local address" schema:"format=uri"`
+	Events      []string `json:"events,omitempty" jsonschema:"the event types to receive (such as user.created); empty means every type" schema:"maxItems=32"`
 	Description string   `json:"description,omitempty" jsonschema:"a note for admins, at most 200 bytes"`
 }
 

@@ -74,7 +74,7 @@ type Webhook struct {
 	URL                 string     `json:"url"`
 	Events              []string   `json:"events"`
 	Description         string     `json:"description,omitempty"`
-	State               string     `json:"state"` // "active" or "disabled"
+	State               string     `json:"state" jsonschema:"disabled after repeated failed deliveries" schema:"enum=active|disabled"`
 	DisabledReason      string     `json:"disabledReason,omitempty"`
 	DisabledAt          *time.Time `json:"disabledAt,omitempty"`
 	ConsecutiveFailures int        `json:"consecutiveFailures"`

@@ -121,7 +121,7 @@ func (s *Store) Set(ctx context.Context, f Flag) (Flag, error) {
 }
 
 type setIn struct {
-	Name        string `json:"name" jsonschema:"the flag's name: lowercase letters, digits, _ - ."`
+	Name        string `json:"name" jsonschema:"the flag's name: a lowercase letter, then up to 63 lowercase letters, digits, _ - ." schema:"pattern=^[a-z][a-z0-9_.-]{0,63}$"`
 	Enabled     bool   `json:"enabled" jsonschema:"whether the flag is on"`
 	Role        string `json:"role,omitempty" jsonschema:"when set, the flag is on only for holders of this role"`
 	Description string `json:"description,omitempty" jsonschema:"what the flag turns on"`

@@ -12,9 +12,9 @@ import (
 
 // SubmitInput is the input of feedbackSubmit.
 type SubmitInput struct {
-	Category      string `json:"category" jsonschema:"one of bug, idea, question, other"`
-	Summary       string `json:"summary" jsonschema:"one line, at most 200 characters: exactly the text the person approved"`
-	Details       string `json:"details,omitempty" jsonschema:"at most 4000 characters: exactly the text the person approved; no secrets or unrelated private content"`
+	Category      string `json:"category" jsonschema:"what kind of feedback it is" schema:"enum=bug|idea|question|other"`
+	Summary       string `json:"summary" jsonschema:"one line, at most 200 characters: exactly the text the person approved" schema:"minLength=1,maxLength=200"`
+	Details       string `json:"details,omitempty" jsonschema:"at most 4000 characters: exactly the text the person approved; no secrets or unrelated private content" schema:"maxLength=4000"`
 	UserConfirmed bool   `json:"userConfirmed" jsonschema:"true only after showing the person the exact category, summary and details and the person explicitly approved sending them to the platform's admins"`
 }
 
@@ -30,8 +30,8 @@ type ListOwnOutput struct {
 
 // AdminListInput is the input of adminFeedbackList.
 type AdminListInput struct {
-	Status string `json:"status,omitempty" jsonschema:"only feedback with this status: open, triaged, resolved or dismissed"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Status string `json:"status,omitempty" jsonschema:"only feedback with this status" schema:"enum=open|triaged|resolved|dismissed"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
 }
 
@@ -56,8 +56,8 @@ type AdminGetOutput struct {
 // AdminUpdateInput is the input of adminFeedbackUpdate.
 type AdminUpdateInput struct {
 	ID        string  `json:"id" jsonschema:"the feedback id"`
-	Status    string  `json:"status" jsonschema:"triaged, resolved or dismissed (resolved and dismissed are final and mail the submitter once)"`
-	AdminNote *string `json:"adminNote,omitempty" jsonschema:"an internal note for admins, at most 2000 characters; never mailed or shown to the submitter"`
+	Status    string  `json:"status" jsonschema:"the new status: open feedback may become triaged, resolved or dismissed, triaged feedback resolved or dismissed (resolved and dismissed are final and mail the submitter once); the current status keeps it" schema:"enum=open|triaged|resolved|dismissed"`
+	AdminNote *string `json:"adminNote,omitempty" jsonschema:"an internal note for admins, at most 2000 characters; never mailed or shown to the submitter" schema:"maxLength=2000"`
 }
 
 // AdminUpdateOutput is the feedback after the update.

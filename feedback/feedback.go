@@ -177,10 +177,10 @@ type row struct {
 // status, never the internal review fields.
 type Own struct {
 	ID        string    `json:"id"`
-	Category  string    `json:"category"`
+	Category  string    `json:"category" schema:"enum=bug|idea|question|other"`
 	Summary   string    `json:"summary"`
 	Details   string    `json:"details"`
-	Status    string    `json:"status"`
+	Status    string    `json:"status" schema:"enum=open|triaged|resolved|dismissed"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -201,8 +201,8 @@ type Submitter struct {
 // AdminItem is what admins see of one feedback.
 type AdminItem struct {
 	ID               string     `json:"id"`
-	Category         string     `json:"category"`
-	Status           string     `json:"status"`
+	Category         string     `json:"category" schema:"enum=bug|idea|question|other"`
+	Status           string     `json:"status" schema:"enum=open|triaged|resolved|dismissed"`
 	SummaryUntrusted string     `json:"summaryUntrusted"`
 	DetailsUntrusted string     `json:"detailsUntrusted"`
 	ContentWarning   string     `json:"contentWarning"`
@@ -219,8 +219,8 @@ type AdminItem struct {
 // says whether there are any).
 type AdminSummary struct {
 	ID               string     `json:"id"`
-	Category         string     `json:"category"`
-	Status           string     `json:"status"`
+	Category         string     `json:"category" schema:"enum=bug|idea|question|other"`
+	Status           string     `json:"status" schema:"enum=open|triaged|resolved|dismissed"`
 	SummaryUntrusted string     `json:"summaryUntrusted"`
 	HasDetails       bool       `json:"hasDetails"`
 	ContentWarning   string     `json:"contentWarning"`

@@ -72,21 +72,45 @@ func bearer(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
+// RefusalObserver is implemented by a TokenVerifier that wants to hear of
+// every token the server refuses: the verifier's own refusals and the
+// server's checks after it (no subject, wrong audience, expired). info is
+// what the verifier returned (its UserID names the token's user when the
+// verifier knows it, e.g. for a revoked token; "" otherwise). Outages
+// (ErrTokenUnavailable) and cancelled requests are not refusals.
+// TokenRefused runs before the answer is written; keep it short.
+type RefusalObserver interface {
+	TokenRefused(ctx context.Context, info TokenInfo, err error)
+}
+
 // verify checks the token's audience and expiry after the verifier.
 func (s *Server) verify(ctx context.Context, token string) (TokenInfo, error) {
 	info, err := s.opts.Verifier.VerifyToken(ctx, token)
 	if err != nil {
+		s.refused(ctx, info, err)
 		return TokenInfo{}, fmt.Errorf("mcp: verify token: %w", err)
 	}
 	switch {
 	case info.UserID == "":
-		return TokenInfo{}, fmt.Errorf("%w: no subject", ErrInvalidToken)
+		err = fmt.Errorf("%w: no subject", ErrInvalidToken)
 	case !slices.Contains(info.Audience, s.resource):
-		return TokenInfo{}, fmt.Errorf("%w: audience %v is not %s", ErrInvalidToken, info.Audience, s.resource)
+		err = fmt.Errorf("%w: audience %v is not %s", ErrInvalidToken, info.Audience, s.resource)
 	case !info.ExpiresAt.IsZero() && !s.now().Before(info.ExpiresAt):
-		return TokenInfo{}, fmt.Errorf("%w: expired", ErrInvalidToken)
+		err = fmt.Errorf("%w: expired", ErrInvalidToken)
+	default:
+		return info, nil
 	}
-	return info, nil
+	s.refused(ctx, info, err)
+	return TokenInfo{}, err
+}
+
+// refused tells a RefusalObserver verifier of a refusal.
+func (s *Server) refused(ctx context.Context, info TokenInfo, err error) {
+	o, ok := s.opts.Verifier.(RefusalObserver)
+	if !ok || errors.Is(err, ErrTokenUnavailable) || errors.Is(err, context.Canceled) || ctx.Err() != nil {
+		return
+	}
+	o.TokenRefused(ctx, info, err)
 }
 
 // challenge answers 401 with the RFC 9728 pointer to the resource metadata.
@@ -100,9 +124,20 @@ func (s *Server) challenge(w http.ResponseWriter, invalid bool, requestID string
 	writeHTTPError(w, http.StatusUnauthorized, "authentication required", requestID)
 }
 
-// insufficientScope answers 403 naming the scopes to obtain (RFC 6750 §3.1).
-func (s *Server) insufficientScope(w http.ResponseWriter, scopes []string, requestID string) {
+// insufficientScope answers 403 for a token lacking the scopes missing
+// (RFC 6750 §3.1). The challenge's scope is what to ask for next: the
+// token's own scopes and the missing ones, since a client replaces its
+// scope with it on the new authorization and must not lose what it had
+// (asking for "admin" alone would drop "mcp"). The JSON error names only
+// the missing scopes.
+func (s *Server) insufficientScope(w http.ResponseWriter, have, missing []string, requestID string) {
+	want := slices.Clone(have)
+	for _, sc := range missing {
+		if !slices.Contains(want, sc) {
+			want = append(want, sc)
+		}
+	}
 	w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope=%q, resource_metadata=%q`,
-		strings.Join(scopes, " "), s.metadataURL))
-	refuse(w, &capabilities.Error{Code: capabilities.CodeInsufficientScope, Message: "the access token lacks a required scope", Scopes: scopes}, requestID)
+		strings.Join(want, " "), s.metadataURL))
+	refuse(w, &capabilities.Error{Code: capabilities.CodeInsufficientScope, Message: "the access token lacks a required scope", Scopes: missing}, requestID)
 }

@@ -202,11 +202,15 @@ func newFixture(t *testing.T, tweak ...func(*Options)) *fixture {
 			return TokenInfo{UserID: "alice", Scopes: []string{"mcp"}, Audience: aud, ExpiresAt: exp, Grant: "g-alice-1"}, nil
 		case "alice-grant2-token": // another client of alice's: another grant
 			return TokenInfo{UserID: "alice", Scopes: []string{"mcp"}, Audience: aud, ExpiresAt: exp, Grant: "g-alice-2"}, nil
+		case "alice-admin-token": // alice's agent, granted the admin scope
+			return TokenInfo{UserID: "alice", Scopes: []string{"mcp", "admin"}, Audience: aud, ExpiresAt: exp, Grant: "g-alice-3"}, nil
 		case "alice-notes-token":
 			return TokenInfo{UserID: "alice", Scopes: []string{"mcp", "notes:write"}, Audience: aud, ExpiresAt: exp}, nil
 		case "bob-token":
 			return TokenInfo{UserID: "bob", Scopes: []string{"mcp"}, Audience: aud, ExpiresAt: exp}, nil
-		case "admin-token":
+		case "admin-token": // an admin who granted the admin scope
+			return TokenInfo{UserID: "admin", Scopes: []string{"mcp", "admin"}, Audience: aud, ExpiresAt: exp}, nil
+		case "admin-mcp-token": // an admin who did not
 			return TokenInfo{UserID: "admin", Scopes: []string{"mcp"}, Audience: aud, ExpiresAt: exp}, nil
 		case "expired-token":
 			return TokenInfo{UserID: "alice", Audience: aud, ExpiresAt: f.clock.Now().Add(-time.Second)}, nil

@@ -594,7 +594,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if msg.Method == string(mcpgo.MethodToolsCall) {
 		if e := s.reg.CheckScope(r.Context(), caller, msg.Params.Name); e != nil {
-			s.insufficientScope(w, e.Scopes, requestID)
+			s.insufficientScope(w, info.Scopes, e.Scopes, requestID)
 			return
 		}
 	}
@@ -756,6 +756,7 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 		return false
 	}
 	st.sessionID = sid
+	s.sessions.setScopes(sid, st.caller.Scopes, st.caller.AllScopes)
 	return true
 }
 

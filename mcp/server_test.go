@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -69,7 +70,7 @@ func TestInsufficientScope(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d, want 403: %s", resp.StatusCode, readAll(resp))
 	}
-	want := `Bearer error="insufficient_scope", scope="notes:write", resource_metadata="https://mcp.test/.well-known/oauth-protected-resource/mcp"`
+	want := `Bearer error="insufficient_scope", scope="mcp notes:write", resource_metadata="https://mcp.test/.well-known/oauth-protected-resource/mcp"`
 	if got := resp.Header.Get("WWW-Authenticate"); got != want {
 		t.Fatalf("WWW-Authenticate = %s, want %s", got, want)
 	}
@@ -214,6 +215,49 @@ func TestHiddenAnswersLikeUnknownOverHTTP(t *testing.T) {
 	}
 }
 
+// An admin's token without the admin scope lists the tools of a user, and
+// calling an admin tool is the step-up answer: 403 with a challenge naming
+// the scopes to ask for (the token's own plus admin). With the scope the
+// tool is listed and runs.
+func TestAdminScopeStepUp(t *testing.T) {
+	f := newFixture(t)
+	names := func(token string) []string {
+		res := result(t, f.request(http.MethodPost, token, f.initialize(token), rpc(8, "tools/list", nil)))
+		var out []string
+		for _, tool := range res["result"].(map[string]any)["tools"].([]any) {
+			out = append(out, tool.(map[string]any)["name"].(string))
+		}
+		return out
+	}
+	user, admin := names("alice-token"), names("admin-mcp-token")
+	if !slices.Equal(user, admin) || slices.Contains(admin, "adminOnly") {
+		t.Fatalf("an admin without the admin scope lists %v, a user %v", admin, user)
+	}
+	if got := names("admin-token"); !slices.Contains(got, "adminOnly") {
+		t.Fatalf("an admin with the admin scope lists %v", got)
+	}
+
+	sid := f.initialize("admin-mcp-token")
+	resp := f.request(http.MethodPost, "admin-mcp-token", sid, rpc(2, "tools/call", map[string]any{"name": "adminOnly", "arguments": map[string]any{"text": "x"}}))
+	body := readAll(resp)
+	if resp.StatusCode != http.StatusForbidden || strings.Contains(body, `"echo":"x"`) {
+		t.Fatalf("admin tool without the admin scope: status %d %s, want 403", resp.StatusCode, body)
+	}
+	want := `Bearer error="insufficient_scope", scope="mcp admin", resource_metadata="https://mcp.test/.well-known/oauth-protected-resource/mcp"`
+	if got := resp.Header.Get("WWW-Authenticate"); got != want {
+		t.Fatalf("WWW-Authenticate = %s, want %s", got, want)
+	}
+	if !strings.Contains(body, "lacks a required scope") {
+		t.Errorf("body %s does not say a scope is missing", body)
+	}
+
+	sid = f.initialize("admin-token")
+	res := result(t, f.request(http.MethodPost, "admin-token", sid, rpc(3, "tools/call", map[string]any{"name": "adminOnly", "arguments": map[string]any{"text": "x"}})))
+	if !strings.Contains(fmt.Sprint(res["result"]), "x") || res["error"] != nil {
+		t.Fatalf("admin tool with the admin scope = %v", res)
+	}
+}
+
 func TestToolAnnotationsExplicit(t *testing.T) {
 	f := newFixture(t)
 	sid := f.initialize("alice-token")
@@ -319,24 +363,25 @@ func TestSessionLimit(t *testing.T) {
 }
 
 // TestListChangedOnlyWhenVisibleSetChanges reads a session's GET stream:
-// a capability the user cannot see changes nothing; gaining a role does.
+// a capability the user cannot see changes nothing; gaining a role does
+// (the token carries the admin scope, so the admin role opens tools).
 // Sentinels sent by the test mark the points between the two.
 func TestListChangedOnlyWhenVisibleSetChanges(t *testing.T) {
 	f := newFixture(t)
-	sid := f.initialize("alice-token")
-	stream := f.request(http.MethodGet, "alice-token", sid, "")
+	sid := f.initialize("alice-admin-token")
+	stream := f.request(http.MethodGet, "alice-admin-token", sid, "")
 	if stream.StatusCode != http.StatusOK {
 		t.Fatalf("GET stream: %d", stream.StatusCode)
 	}
 	ping := func() {
-		if resp := f.request(http.MethodPost, "alice-token", sid, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
+		if resp := f.request(http.MethodPost, "alice-admin-token", sid, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
 			t.Fatalf("ping: %d", resp.StatusCode)
 		}
 	}
 	sentinel := func(n int) {
 		must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", map[string]any{"n": n}))
 	}
-	f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil))
+	f.request(http.MethodPost, "alice-admin-token", sid, rpc(2, "tools/list", nil))
 
 	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
 		Name: "adminExtra", Domain: "test", Description: "Another admin tool.", Annotations: readOnly,
@@ -365,6 +410,33 @@ func TestListChangedOnlyWhenVisibleSetChanges(t *testing.T) {
 	want := []string{"test/sentinel", "notifications/tools/list_changed", "test/sentinel"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("stream carried %v, want %v", got, want)
+	}
+}
+
+// A broadcast list change works out each streaming session's tools with
+// the scopes of its token: a session holding the admin scope whose tools
+// did not change hears nothing (loaded without scopes, it would lose the
+// admin tools and be told its list changed).
+func TestListChangedBroadcastKeepsScopes(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.loader.LoadCaller(t.Context(), "admin")
+	c.AllScopes = false // as accounts loads a caller: the scopes are the token's
+	f.loader.Set(c)
+	sid := f.initialize("admin-token")
+	if res := result(t, f.request(http.MethodPost, "admin-token", sid, rpc(2, "tools/list", nil))); !strings.Contains(fmt.Sprint(res), "adminOnly") {
+		t.Fatalf("tools/list = %v", res)
+	}
+	stream := f.request(http.MethodGet, "admin-token", sid, "")
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET stream: %d", stream.StatusCode)
+	}
+	if resp := f.request(http.MethodPost, "admin-token", sid, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("ping: %d", resp.StatusCode)
+	}
+	f.srv.NotifyListChanged(t.Context())
+	must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", nil))
+	if m := sseReader(stream)(); m == nil || m["method"] != "test/sentinel" {
+		t.Fatalf("the stream carried %v before the sentinel", m)
 	}
 }
 

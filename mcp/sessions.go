@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,12 @@ type session struct {
 	// what the client declared it can do at initialize
 	canSample, canElicit, canRoots bool
 	subs                           map[string]bool // resource URIs subscribed to
+
+	// the token scopes of the session's latest request: a caller loaded
+	// outside a request (a broadcast list change) carries none, and the
+	// admin scope changes which tools are listed
+	scopes    []string
+	allScopes bool
 }
 
 // maxSubscriptions bounds the resource subscriptions of one session.
@@ -263,6 +270,25 @@ func (s *sessionStore) setToolsFP(id, fp string, key visKey) {
 	if changed {
 		s.changed(id)
 	}
+}
+
+// setScopes records the token scopes of a request of session id.
+func (s *sessionStore) setScopes(id string, scopes []string, all bool) {
+	s.mu.Lock()
+	if se, ok := s.byID[id]; ok && (se.allScopes != all || !slices.Equal(se.scopes, scopes)) {
+		se.scopes, se.allScopes = slices.Clone(scopes), all
+	}
+	s.mu.Unlock()
+}
+
+// scopesOf returns the token scopes of session id's latest request.
+func (s *sessionStore) scopesOf(id string) (scopes []string, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.byID[id]; ok {
+		return slices.Clone(se.scopes), se.allScopes
+	}
+	return nil, false
 }
 
 // toolsCheckDue reports whether a request of session id should work out

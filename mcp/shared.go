@@ -395,6 +395,7 @@ func (s *Server) notifyListChangedLocal(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		caller.Scopes, caller.AllScopes = s.sessions.scopesOf(sid)
 		if s.sessions.swapToolsFP(sid, s.visibleFingerprint(ctx, caller), s.visibilityKey(caller)) {
 			_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationToolsListChanged), nil)
 		}

@@ -240,11 +240,11 @@ func TestSharedSessionAnswerOnOtherReplicaReachesTheCall(t *testing.T) {
 
 func TestListChangedBroadcastReachesOtherReplica(t *testing.T) {
 	a, b, _, _ := replicas(t)
-	alice := a.initialize("alice-token")
-	if resp := a.request(http.MethodPost, "alice-token", alice, rpc(2, "tools/list", nil)); resp.StatusCode != http.StatusOK {
+	alice := a.initialize("alice-admin-token")
+	if resp := a.request(http.MethodPost, "alice-admin-token", alice, rpc(2, "tools/list", nil)); resp.StatusCode != http.StatusOK {
 		t.Fatal(resp.Status)
 	}
-	stream := sseReader(a.request(http.MethodGet, "alice-token", alice, ""))
+	stream := sseReader(a.request(http.MethodGet, "alice-admin-token", alice, ""))
 	streamReady(t, a, alice, stream)
 	// Alice becomes an admin (say, on B) and B broadcasts the change.
 	a.loader.Set(capabilitiestest.Admin("alice"))
@@ -397,24 +397,25 @@ func TestResumeStreamOnAnotherReplica(t *testing.T) {
 
 // TestToolsChangedSeenOnOneReplicaReachesStreamOnAnother: the request that
 // notices a session's tools changed runs on B; the session's GET stream is
-// on A, and carries the notification.
+// on A, and carries the notification. (Her token carries the admin scope,
+// so becoming an admin opens tools.)
 func TestToolsChangedSeenOnOneReplicaReachesStreamOnAnother(t *testing.T) {
 	a, b, _, _ := replicas(t)
-	alice := a.initialize("alice-token")
-	if resp := a.request(http.MethodPost, "alice-token", alice, rpc(2, "tools/list", nil)); resp.StatusCode != http.StatusOK {
+	alice := a.initialize("alice-admin-token")
+	if resp := a.request(http.MethodPost, "alice-admin-token", alice, rpc(2, "tools/list", nil)); resp.StatusCode != http.StatusOK {
 		t.Fatal(resp.Status)
 	}
-	stream := sseReader(a.request(http.MethodGet, "alice-token", alice, ""))
+	stream := sseReader(a.request(http.MethodGet, "alice-admin-token", alice, ""))
 	streamReady(t, a, alice, stream)
 	eventually(t, "B to know the listed tools", func() bool {
-		if resp := b.request(http.MethodPost, "alice-token", alice, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
+		if resp := b.request(http.MethodPost, "alice-admin-token", alice, rpc(3, "ping", nil)); resp.StatusCode != http.StatusOK {
 			t.Fatal(resp.Status)
 		}
 		rec, _ := b.srv.sessions.snapshot(alice)
 		return rec.ToolsFP != ""
 	})
 	b.loader.Set(capabilitiestest.Admin("alice")) // B loads her fresh: an admin now
-	if resp := b.request(http.MethodPost, "alice-token", alice, rpc(4, "ping", nil)); resp.StatusCode != http.StatusOK {
+	if resp := b.request(http.MethodPost, "alice-admin-token", alice, rpc(4, "ping", nil)); resp.StatusCode != http.StatusOK {
 		t.Fatal(resp.Status)
 	}
 	got := make(chan map[string]any, 1)

@@ -1,47 +1,59 @@
-package memory
+package memory_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/memory"
+	"github.com/enclave-mcp/enclave/memory/memorybench"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
-// BenchmarkMemorySearch searches one user's memories among a larger
-// total: ENCLAVE_BENCH_MEMORIES of theirs (default 10,000) and as many
-// again spread over nine other users. Texts are 12 to 40 words drawn with
-// a Zipf distribution from 8,000 words whose most frequent are the
-// English stopwords, as in natural text; a query is a stopword and three
-// other words drawn the same way. It reports the latency percentiles of
-// one search (ms), on SQLite and, when ENCLAVE_TEST_POSTGRES is set,
-// PostgreSQL.
+// BenchmarkMemorySearch searches the memories of one user among many:
+// by default users of 10,000 and of 100,000 memories among 1,000,000 in
+// all (the rest owned by users of 10,000 each; see package memorybench
+// for the corpus), on SQLite and, when ENCLAVE_TEST_POSTGRES is set,
+// PostgreSQL. It reports the latency percentiles of one search (ms).
+//
+//	ENCLAVE_BENCH_MEMORY_TOTAL   memories in all (default 1000000)
+//	ENCLAVE_BENCH_MEMORIES       the measured users' counts (default 10000,100000)
+//	ENCLAVE_BENCH_CACHE          where the SQLite corpus is kept between
+//	                             runs (default $TMPDIR/enclave-memorybench;
+//	                             "off" builds it afresh in the test's
+//	                             temporary directory)
+//
+// The SQLite file is reused only while the layout, the corpus and the
+// migrations are the same; PostgreSQL's corpus is built in a fresh schema
+// each run.
 func BenchmarkMemorySearch(b *testing.B) {
-	n := 10000
+	layout := memorybench.Layout{Total: envInt(b, "ENCLAVE_BENCH_MEMORY_TOTAL", 1_000_000), Targets: []int{10_000, 100_000}}
 	if v := os.Getenv("ENCLAVE_BENCH_MEMORIES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("ENCLAVE_BENCH_MEMORIES=%q: want a positive number", v)
+		layout.Targets = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("ENCLAVE_BENCH_MEMORIES=%q: want positive counts, comma-separated", v)
+			}
+			layout.Targets = append(layout.Targets, n)
 		}
 	}
+	queries := memorybench.NewCorpus(7).Queries(500)
 	for _, d := range storagetest.Dialects() {
-		b.Run(fmt.Sprintf("%s/%d", d, n), func(b *testing.B) {
-			s := storagetest.Open(b, d)
-			svc, err := New(Config{Options: Options{MaxMemories: n}, Store: s, Registry: capabilities.NewRegistry(capabilities.Options{}),
+		b.Run(string(d), func(b *testing.B) {
+			s, built := benchCorpus(b, d, layout)
+			b.Logf("%s: %d memories, built in %.1f s (cached: %v)", d, built.Rows, built.Seconds, built.Cached)
+			svc, err := memory.New(memory.Config{Store: s, Registry: capabilities.NewRegistry(capabilities.Options{}),
 				Owners: func(context.Context, capabilities.Caller) (capabilities.Owner, error) {
 					return capabilities.Owner{}, nil
 				},
@@ -49,113 +61,73 @@ func BenchmarkMemorySearch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			words := vocabulary(8000)
-			rng := rand.New(rand.NewPCG(1, 2))
-			zipf := rand.NewZipf(rng, 1.07, 2, uint64(len(words)-1))
-			text := func(k int) string {
-				ws := make([]string, k)
-				for i := range ws {
-					ws[i] = words[zipf.Uint64()]
-				}
-				return strings.Join(ws, " ")
-			}
-			var target storage.Owner
-			for u := range 10 {
-				o := benchUser(b, s, fmt.Sprintf("user%d", u))
-				count := n
-				if u > 0 {
-					count = n / 9
-				}
-				if u == 0 {
-					target = o
-				}
-				fill(b, s, o, count, func() string { return text(12 + rng.IntN(29)) })
-			}
-			if d == storage.Postgres {
-				if _, err := s.DB.ExecContext(b.Context(), "ANALYZE memories"); err != nil {
-					b.Fatal(err)
-				}
-			}
-			queries := make([]string, 256)
-			for i := range queries {
-				q := []string{words[rng.IntN(20)]}
-				for len(q) < 4 {
-					if w := words[zipf.Uint64()]; !stopwords[w] {
-						q = append(q, w)
+			for i, o := range built.Targets {
+				b.Run(fmt.Sprintf("mine=%d/total=%d", layout.Targets[i], layout.Total), func(b *testing.B) {
+					ctx := context.Background()
+					for _, q := range queries[:20] { // warm the caches
+						if _, err := svc.Search(ctx, o, memory.SearchInput{Query: q}); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
-				queries[i] = strings.Join(q, " ")
+					lat := make([]time.Duration, 0, b.N)
+					found := 0
+					for i := 0; b.Loop(); i++ {
+						start := time.Now()
+						out, err := svc.Search(ctx, o, memory.SearchInput{Query: queries[i%len(queries)]})
+						lat = append(lat, time.Since(start))
+						if err != nil {
+							b.Fatal(err)
+						}
+						found += len(out.Memories)
+					}
+					slices.Sort(lat)
+					pct := func(p float64) float64 {
+						return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+					}
+					b.ReportMetric(pct(0.50), "p50-ms")
+					b.ReportMetric(pct(0.99), "p99-ms")
+					b.ReportMetric(float64(found)/float64(len(lat)), "results/op")
+				})
 			}
-			ctx := context.Background()
-			lat := make([]time.Duration, 0, b.N)
-			found := 0
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				start := time.Now()
-				out, err := svc.Search(ctx, target, SearchInput{Query: queries[i%len(queries)]})
-				lat = append(lat, time.Since(start))
-				if err != nil {
-					b.Fatal(err)
-				}
-				found += len(out.Memories)
-			}
-			b.StopTimer()
-			slices.Sort(lat)
-			pct := func(p float64) float64 {
-				return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-			}
-			b.ReportMetric(pct(0.50), "p50-ms")
-			b.ReportMetric(pct(0.99), "p99-ms")
-			b.ReportMetric(float64(found)/float64(len(lat)), "results/op")
 		})
 	}
 }
 
-// vocabulary makes n distinct words: the stopwords, then pronounceable
-// made-up words.
-func vocabulary(n int) []string {
-	syll := []string{"ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "xe", "zu", "pa", "do", "fi", "ge", "hu", "ja", "qo", "we", "yi", "bo"}
-	out := make([]string, 0, n)
-	for w := range stopwords {
-		out = append(out, w)
-	}
-	slices.Sort(out)
-	for i := 0; len(out) < n; i++ {
-		a, b, c := syll[i%20], syll[(i/20)%20], syll[(i/400)%20]
-		out = append(out, a+b+c+"n")
-	}
-	return out
-}
-
-func benchUser(b *testing.B, s *storage.Store, name string) storage.Owner {
+// benchCorpus returns a store holding layout's corpus on dialect d.
+func benchCorpus(b *testing.B, d storage.Dialect, layout memorybench.Layout) (*storage.Store, memorybench.Built) {
 	b.Helper()
-	sum := sha256.Sum256([]byte(name))
-	stable := hex.EncodeToString(sum[:])
-	now := time.Now().UTC()
-	var id int64
-	if err := s.DB.NewRaw("INSERT INTO users (stable_user_id, email, username, created_at, updated_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
-		stable, name+"@example.com", name, now, now).Scan(context.Background(), &id); err != nil {
-		b.Fatal(err)
-	}
-	return storage.Owner{ID: id, StableID: stable}
-}
-
-// fill inserts count memories of o, 1,000 per transaction.
-func fill(b *testing.B, s *storage.Store, o storage.Owner, count int, text func() string) {
-	b.Helper()
-	now := time.Now().UTC()
-	for done := 0; done < count; {
-		batch := make([]row, 0, min(1000, count-done))
-		for range cap(batch) {
-			batch = append(batch, row{PublicID: newID(), UserID: o.ID, Text: text(), Tags: `["bench"]`, Writer: "agent", Status: StatusActive, CreatedAt: now, UpdatedAt: now})
+	ctx := context.Background()
+	if d == storage.SQLite {
+		dir := os.Getenv("ENCLAVE_BENCH_CACHE")
+		switch dir {
+		case "":
+			dir = filepath.Join(os.TempDir(), "enclave-memorybench")
+		case "off":
+			dir = b.TempDir()
 		}
-		err := s.RunInTx(context.Background(), func(ctx context.Context, tx bun.Tx) error {
-			_, err := tx.NewInsert().Model(&batch).Returning("NULL").Exec(ctx)
-			return err
-		})
+		s, built, err := memorybench.CachedSQLite(ctx, dir, b.TempDir(), layout)
 		if err != nil {
 			b.Fatal(err)
 		}
-		done += len(batch)
+		b.Cleanup(func() { s.Close() })
+		return s, built
 	}
+	s := storagetest.Open(b, d)
+	built, err := memorybench.Build(ctx, s, layout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, built
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
 }

@@ -23,9 +23,9 @@ type DeleteOutput struct {
 // ListInput is the input of memoryList.
 type ListInput struct {
 	Cursor string   `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
-	Limit  int      `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Limit  int      `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 	Tags   []string `json:"tags,omitempty" jsonschema:"only memories holding every one of these tags"`
-	Status string   `json:"status,omitempty" jsonschema:"only memories with this status: active or archived (default: both)"`
+	Status string   `json:"status,omitempty" jsonschema:"only memories with this status (default: both)" schema:"enum=active|archived|all"`
 }
 
 // ListOutput is the output of memoryList.

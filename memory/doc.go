@@ -9,15 +9,24 @@
 // capabilities memorySave, memorySearch, memoryGet, memoryUpdate,
 // memoryDelete and memoryList act on the caller's own memories only: every
 // query carries the owner filter, and another user's memory id answers
-// exactly like an id that does not exist.
+// exactly like an id that does not exist. memoryList's cursors name the
+// last memory shown (its creation time and id), never a row id of the
+// table.
 //
-// Search needs no external service. It ranks with the database's own
-// full-text search: SQLite's FTS5 with BM25, PostgreSQL's tsvector with a
-// GIN index and ts_rank, both filtered by owner inside the same query. The
+// Search needs no external service. It finds words with the database's
+// own full-text index (SQLite's FTS5, PostgreSQL's tsvector with a GIN
+// index) and ranks with statistics of the caller's memories only: each
+// query word scores its rarity among them (an inverse document frequency,
+// from per-user counts the database keeps) in every memory holding it.
+// Every query is bounded to the owner: on SQLite the index's rowids carry
+// the owner and the status, so a search reads only the owner's range of
+// each word's entries; on PostgreSQL the owner column is in the same
+// query; the memories returned are read again with the owner filter. The
 // words of a query are only ever words: each is quoted (FTS5) or passed
 // through plainto_tsquery (PostgreSQL), so no query text is read as search
-// syntax. Matching is any-word, ranked so that memories holding more of the
-// words come first.
+// syntax. Matching is any-word, ranked so that memories holding more (and
+// rarer) of the words come first. On SQLite the IndexSchedule lane keeps
+// the index merged (CompactIndex).
 //
 // With an Embedder configured (OpenAIEmbedder speaks the common
 // OpenAI-compatible embeddings API), each memory's text is also embedded

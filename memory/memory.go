@@ -1,11 +1,13 @@
 package memory
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/base32"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,7 +136,7 @@ type Memory struct {
 	// "agent" (an access token), "web" (the web shell), "background" (a
 	// code run or a job acting for the user) or "credential:<kind>".
 	Writer    string    `json:"writer"`
-	Status    string    `json:"status"`
+	Status    string    `json:"status" schema:"enum=active|archived"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -277,7 +279,7 @@ func (s *Service) owner(ctx context.Context, c capabilities.Caller) (storage.Own
 // SaveInput is the input of memorySave.
 type SaveInput struct {
 	Text   string   `json:"text" jsonschema:"what to remember: a self-contained statement, at most 16 KiB"`
-	Tags   []string `json:"tags,omitempty" jsonschema:"up to 20 short tags (letters, digits, - _ . : /), e.g. preferences or project:atlas"`
+	Tags   []string `json:"tags,omitempty" jsonschema:"up to 20 short tags (letters, digits, - _ . : /), e.g. preferences or project:atlas" schema:"maxItems=20"`
 	Source string   `json:"source,omitempty" jsonschema:"where this comes from, in a few words (a conversation, a document, a URL)"`
 }
 
@@ -305,8 +307,10 @@ func (s *Service) Save(ctx context.Context, o storage.Owner, writer string, in S
 				return fmt.Errorf("memory: lock owner: %w", err)
 			}
 		}
-		n, err := tx.NewSelect().Model((*row)(nil)).Where("user_id = ?", o.ID).Count(ctx)
-		if err != nil {
+		// memory_counts is kept by triggers in the same transactions as
+		// the rows (migration 0250).
+		var n int64
+		if err := tx.NewRaw("SELECT COALESCE((SELECT active + archived FROM memory_counts WHERE user_id = ?), 0)", o.ID).Scan(ctx, &n); err != nil {
 			return fmt.Errorf("memory: count: %w", err)
 		}
 		if n >= int64(s.max) {
@@ -354,8 +358,8 @@ func (s *Service) Get(ctx context.Context, o storage.Owner, id string) (Memory, 
 type UpdateInput struct {
 	ID     string    `json:"id" jsonschema:"the memory's id (mem_…)"`
 	Text   string    `json:"text,omitempty" jsonschema:"the new text (absent: unchanged)"`
-	Tags   *[]string `json:"tags,omitempty" jsonschema:"the new tags, replacing the old ones ([] removes them; absent: unchanged)"`
-	Status string    `json:"status,omitempty" jsonschema:"active or archived (archived memories are left out of searches unless asked for)"`
+	Tags   *[]string `json:"tags,omitempty" jsonschema:"the new tags, replacing the old ones ([] removes them; absent: unchanged)" schema:"maxItems=20"`
+	Status string    `json:"status,omitempty" jsonschema:"archived memories are left out of searches unless asked for" schema:"enum=active|archived"`
 }
 
 // Update changes o's memory in.ID, as writer. A change of the text or the
@@ -500,24 +504,80 @@ func (s *Service) where(f Filter) (string, []any) {
 	return strings.Join(conds, " AND "), args
 }
 
-// List returns one page of o's memories, newest first.
+// List returns one page of o's memories, newest first: by creation time,
+// then by id. Its cursor names the last memory of the page by those two
+// (base64 of a small JSON object), never by a row id of the table, which
+// would tell how many memories every user saved in between.
 func (s *Service) List(ctx context.Context, o storage.Owner, f Filter, req storage.PageRequest) (storage.Page[Memory], error) {
 	f, err := f.check(false)
 	if err != nil {
 		return storage.Page[Memory]{}, err
 	}
+	limit := req.Limit
+	switch {
+	case limit <= 0:
+		limit = storage.DefaultPageLimit
+	case limit > storage.MaxPageLimit:
+		limit = storage.MaxPageLimit
+	}
 	cond, args := s.where(f)
 	q := s.store.Reader.NewSelect().TableExpr("memories AS m").ColumnExpr("m.*").
 		Where("m.user_id = ?", o.ID).Where(cond, args...)
-	page, err := storage.Paginate(ctx, q, storage.Keyset[row]{Kind: "memories", Column: "m.id", Key: func(r *row) any { return r.ID }, Desc: true}, req)
-	if err != nil {
-		return storage.Page[Memory]{}, err
+	if req.Cursor != "" {
+		c, err := decodeListCursor(req.Cursor)
+		if err != nil {
+			return storage.Page[Memory]{}, err
+		}
+		q = q.Where("(m.created_at < ? OR (m.created_at = ? AND m.public_id < ?))", c.Created, c.Created, c.ID)
 	}
-	out := storage.Page[Memory]{Next: page.Next, Items: make([]Memory, 0, len(page.Items))}
-	for _, r := range page.Items {
+	var rows []row
+	if err := q.OrderExpr("m.created_at DESC, m.public_id DESC").Limit(int64(limit+1)).Scan(ctx, &rows); err != nil {
+		return storage.Page[Memory]{}, fmt.Errorf("memory: list: %w", err)
+	}
+	var out storage.Page[Memory]
+	if len(rows) > limit {
+		rows = rows[:limit]
+		last := rows[limit-1]
+		out.Next = encodeListCursor(listCursor{Created: last.CreatedAt.UTC(), ID: last.PublicID})
+	}
+	out.Items = make([]Memory, 0, len(rows))
+	for _, r := range rows {
 		out.Items = append(out.Items, r.memory())
 	}
 	return out, nil
+}
+
+// listCursor is where a memoryList page ended: the last memory's creation
+// time and public id, both of which the caller was just shown.
+type listCursor struct {
+	Kind    string    `json:"k"`
+	Created time.Time `json:"t"`
+	ID      string    `json:"p"`
+}
+
+const listCursorKind = "memories/v2"
+
+func encodeListCursor(c listCursor) string {
+	c.Kind = listCursorKind
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeListCursor reads a cursor List issued; anything else is the
+// caller's mistake (storage.ErrInvalidCursor, answered as invalid input).
+func decodeListCursor(cursor string) (listCursor, error) {
+	var c listCursor
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(raw) > 256 {
+		return c, storage.ErrInvalidCursor
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil || c.Kind != listCursorKind || !plausibleID(c.ID) || c.Created.IsZero() {
+		return listCursor{}, storage.ErrInvalidCursor
+	}
+	c.Created = c.Created.UTC()
+	return c, nil
 }
 
 // byIDs reads o's memories with these row ids, in the order given.

@@ -3,13 +3,19 @@ package memory
 import (
 	"cmp"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -30,8 +36,8 @@ const (
 type SearchInput struct {
 	Query  string   `json:"query" jsonschema:"what to recall, in plain words (no search syntax: every word counts, memories holding more of them rank first)"`
 	Tags   []string `json:"tags,omitempty" jsonschema:"only memories holding every one of these tags"`
-	Limit  int      `json:"limit,omitempty" jsonschema:"how many memories to return, 1 to 100 (default 10)"`
-	Status string   `json:"status,omitempty" jsonschema:"active (default), archived or all"`
+	Limit  int      `json:"limit,omitempty" jsonschema:"how many memories to return, 1 to 100 (default 10)" schema:"minimum=1,maximum=100,default=10"`
+	Status string   `json:"status,omitempty" jsonschema:"which memories to search (default active)" schema:"enum=active|archived|all,default=active"`
 }
 
 // Found is a memory a search found, with its score (higher is better;
@@ -45,7 +51,7 @@ type Found struct {
 type SearchOutput struct {
 	Memories []Found `json:"memories"`
 	// Mode is "fulltext", or "hybrid" when embeddings ranked too.
-	Mode string `json:"mode"`
+	Mode string `json:"mode" jsonschema:"fulltext, or hybrid when embeddings ranked too" schema:"enum=fulltext|hybrid"`
 }
 
 // stopwords are English words too common to say what a memory is about.
@@ -99,25 +105,43 @@ func terms(query string) []string {
 // FTS5 escape), so that it is only ever words to the tokenizer.
 func quote(w string) string { return `"` + strings.ReplaceAll(w, `"`, `""`) + `"` }
 
-// ftsScope is the start of every FTS5 MATCH expression of a search of
-// o: the owner's scope word (with the status, when one is asked for) and
-// each tag's words (a superset of the exact tag, which the query then
-// checks), each quoted. The scope words are in the scope column only, so
-// no text (of a memory or of a query) can put a row in another owner's
-// scope or forge its status.
-func ftsScope(o storage.Owner, f Filter) string {
-	parts := []string{"scope : " + quote("u"+strconv.FormatInt(o.ID, 10)+f.Status)}
-	for _, t := range f.Tags {
-		for _, w := range terms(t) {
-			parts = append(parts, "tags : "+quote(w))
-		}
-	}
-	return strings.Join(parts, " AND ")
-}
-
 // pgVector is the expression of memories_fts, the GIN index: searches use
 // it verbatim so that the index serves them.
 const pgVector = "to_tsvector('english'::regconfig, m.text || ' ' || m.tags)"
+
+// The SQLite full-text index's rowids (migration 0250): the owner, the
+// status and the memory's row id in one integer, so that one owner's
+// entries of one status are a contiguous range of every word's list.
+const (
+	ftsOwnerShift = 33
+	ftsArchived   = int64(1) << 32
+	ftsIDMask     = ftsArchived - 1
+)
+
+// ftsRange is the rowid range of o's index entries with status ("" for
+// every status).
+func ftsRange(o storage.Owner, status string) (lo, hi int64) {
+	lo = o.ID << ftsOwnerShift
+	switch status {
+	case StatusActive:
+		return lo, lo + ftsArchived - 1
+	case StatusArchived:
+		return lo + ftsArchived, lo + 2*ftsArchived - 1
+	}
+	return lo, lo + 2*ftsArchived - 1
+}
+
+// Bounds of the work one search does per word.
+const (
+	// maxHits is how many of a word's memories a search reads, newest
+	// first. A word in more of the caller's memories is common among them
+	// and weighs little; its other memories are only checked among the
+	// best candidates (recheckMin).
+	maxHits = 2000
+	// recheckMin is how many of the best candidates, at least, are
+	// checked for the common words.
+	recheckMin = 200
+)
 
 // ranked is a memory's row id with its score in one ranking.
 type ranked struct {
@@ -125,80 +149,92 @@ type ranked struct {
 	Score float64 `bun:"score"`
 }
 
-// fullText ranks o's memories matching f against words, best first.
+// hits are the memories of the caller holding one query word: how many
+// (docs) and the row ids of the newest maxHits of them (more says
+// whether there are others).
+type hits struct {
+	docs int64
+	ids  []int64
+	more bool
+}
+
+// fullText ranks o's memories matching f by the query's words, best
+// first, with statistics of o's memories only: each word scores its
+// inverse document frequency among them, log(1 + (N − n + ½)/(n + ½))
+// for N memories of which n hold it, in every memory that holds it (in
+// the text or the tags). A ranking with the whole index's statistics (the
+// database's BM25) would weigh words by how many memories of every user
+// hold them and tell a user about other users' memories through scores
+// and order. Every query the ranking runs is bounded to o's memories: on
+// SQLite by o's range of the index's rowids (the index seeks to it and
+// stops after it), on PostgreSQL by the owner column, and the memories
+// returned are read again with the owner filter.
 func (s *Service) fullText(ctx context.Context, o storage.Owner, words []string, f Filter, limit int) ([]ranked, error) {
 	if len(words) == 0 {
 		return nil, nil
 	}
-	cond, args := s.where(f)
-	var out []ranked
-	var err error
-	switch s.store.Dialect() {
-	case storage.Postgres:
-		// Each word through plainto_tsquery (which reads no syntax),
-		// joined with || (or).
-		parts := make([]string, len(words))
-		qargs := make([]any, 0, len(words)+len(args)+2)
-		for i, w := range words {
-			parts[i] = "plainto_tsquery('english'::regconfig, ?)"
-			qargs = append(qargs, w)
-		}
-		qargs = append(qargs, o.ID)
-		qargs = append(qargs, args...)
-		qargs = append(qargs, limit)
-		err = s.store.Reader.NewRaw(`SELECT m.id, ts_rank(`+pgVector+`, q.query) AS score
-			FROM memories AS m, (SELECT `+strings.Join(parts, " || ")+` AS query) AS q
-			WHERE m.user_id = ? AND `+cond+` AND `+pgVector+` @@ q.query
-			ORDER BY score DESC, m.id DESC LIMIT ?`, qargs...).Scan(ctx, &out)
-	default:
-		out, err = s.fts5(ctx, o, f, words, cond, args, limit)
+	total, err := s.countOf(ctx, o, f.Status)
+	if err != nil || total == 0 {
+		return nil, err
+	}
+	var lists []hits
+	if s.store.Dialect() == storage.Postgres {
+		lists, err = s.pgHits(ctx, o, words, f)
+	} else {
+		lists, err = s.ftsHits(ctx, o, words, f)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("memory: search: %w", err)
 	}
-	return out, nil
+	idf := make([]float64, len(words))
+	score := map[int64]float64{}
+	for i, l := range lists {
+		n := float64(l.docs)
+		idf[i] = math.Log(1 + (max(float64(total), n)-n+0.5)/(n+0.5))
+		for _, id := range l.ids {
+			score[id] += idf[i]
+		}
+	}
+	out := sortRanked(score)
+	// A common word's memories were read only in part: check the best
+	// candidates for it, so that a memory holding a rare word and a
+	// common one ranks above one holding the rare word alone.
+	top := out[:min(len(out), max(limit, recheckMin))]
+	rechecked := false
+	for i, l := range lists {
+		if !l.more {
+			continue
+		}
+		have := make(map[int64]bool, len(l.ids))
+		for _, id := range l.ids {
+			have[id] = true
+		}
+		var missing []int64
+		for _, r := range top {
+			if !have[r.ID] {
+				missing = append(missing, r.ID)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		found, err := s.holding(ctx, o, words[i], f, missing)
+		if err != nil {
+			return nil, fmt.Errorf("memory: search: %w", err)
+		}
+		for _, id := range found {
+			score[id] += idf[i]
+			rechecked = true
+		}
+	}
+	if rechecked {
+		out = sortRanked(score)
+	}
+	return out[:min(limit, len(out))], nil
 }
 
-// fts5 ranks o's memories matching f by the query's words with
-// statistics of o's memories only: each word scores its inverse document
-// frequency among them (the text counting twice the tags) in every
-// memory that holds it. The index's own BM25 is not used: it weighs
-// words by how many memories of every user hold them, which would tell a
-// user about other users' memories through scores and order (and with
-// detail=column on a contentless table it scores every row 0 anyway).
-// Each word reads its owner's entries only (scope words), and the join
-// keeps the owner filter and checks status and tags exactly.
-func (s *Service) fts5(ctx context.Context, o storage.Owner, f Filter, words []string, cond string, args []any, limit int) ([]ranked, error) {
-	total, err := s.store.Reader.NewSelect().TableExpr("memories AS m").Where("m.user_id = ?", o.ID).Where(cond, args...).Count(ctx)
-	if err != nil {
-		return nil, err
-	}
-	scope := ftsScope(o, f)
-	score := map[int64]float64{}
-	for _, w := range words {
-		var hits []struct {
-			ID     int64   `bun:"id"`
-			Weight float64 `bun:"weight"`
-		}
-		qargs := append([]any{scope + " AND text : " + quote(w), scope + " AND tags : " + quote(w), o.ID}, args...)
-		err := s.store.Reader.NewRaw(`SELECT m.id, f.weight
-			FROM (SELECT rowid, 2.0 AS weight FROM memory_fts WHERE memory_fts MATCH ?
-				UNION ALL SELECT rowid, 1.0 AS weight FROM memory_fts WHERE memory_fts MATCH ?) AS f
-			JOIN memories AS m ON m.id = f.rowid
-			WHERE m.user_id = ? AND `+cond, qargs...).Scan(ctx, &hits)
-		if err != nil {
-			return nil, err
-		}
-		docs := map[int64]bool{}
-		for _, h := range hits {
-			docs[h.ID] = true
-		}
-		n := float64(len(docs))
-		idf := math.Log(1 + (float64(total)-n+0.5)/(n+0.5))
-		for _, h := range hits {
-			score[h.ID] += idf * h.Weight
-		}
-	}
+// sortRanked is score best first, the newest first among equals.
+func sortRanked(score map[int64]float64) []ranked {
 	out := make([]ranked, 0, len(score))
 	for id, sc := range score {
 		out = append(out, ranked{ID: id, Score: sc})
@@ -209,7 +245,178 @@ func (s *Service) fts5(ctx context.Context, o storage.Owner, f Filter, words []s
 		}
 		return cmp.Compare(b.ID, a.ID)
 	})
-	return out[:min(limit, len(out))], nil
+	return out
+}
+
+// countOf is how many memories o keeps with status ("": every status).
+func (s *Service) countOf(ctx context.Context, o storage.Owner, status string) (int64, error) {
+	var c struct {
+		Active   int64 `bun:"active"`
+		Archived int64 `bun:"archived"`
+	}
+	err := s.store.Reader.NewSelect().Table("memory_counts").Column("active", "archived").Where("user_id = ?", o.ID).Scan(ctx, &c)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("memory: count: %w", err)
+	}
+	switch status {
+	case StatusActive:
+		return c.Active, nil
+	case StatusArchived:
+		return c.Archived, nil
+	}
+	return c.Active + c.Archived, nil
+}
+
+// ftsMatch is the FTS5 expression of word w with f's tags: each tag's
+// words in the tags column (a superset of the exact tag, which
+// exactTags then checks), w in the text or the tags. Every part is
+// quoted: a word is only ever a word.
+func ftsMatch(w string, f Filter) string {
+	var parts []string
+	for _, t := range f.Tags {
+		for _, tw := range terms(t) {
+			parts = append(parts, "tags : "+quote(tw))
+		}
+	}
+	return strings.Join(append(parts, "{text tags} : "+quote(w)), " AND ")
+}
+
+// ftsHits reads, for each word, o's memories holding it from the SQLite
+// index, within o's rowid range.
+func (s *Service) ftsHits(ctx context.Context, o storage.Owner, words []string, f Filter) ([]hits, error) {
+	lo, hi := ftsRange(o, f.Status)
+	out := make([]hits, len(words))
+	for i, w := range words {
+		match := ftsMatch(w, f)
+		var rowids []int64
+		if err := s.store.Reader.NewRaw(`SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? AND rowid BETWEEN ? AND ?
+			ORDER BY rowid DESC LIMIT ?`, match, lo, hi, maxHits+1).Scan(ctx, &rowids); err != nil {
+			return nil, err
+		}
+		h := hits{docs: int64(len(rowids))}
+		if len(rowids) > maxHits {
+			rowids, h.more = rowids[:maxHits], true
+			if err := s.store.Reader.NewRaw(`SELECT COUNT(*) FROM memory_fts WHERE memory_fts MATCH ? AND rowid BETWEEN ? AND ?`,
+				match, lo, hi).Scan(ctx, &h.docs); err != nil {
+				return nil, err
+			}
+		}
+		h.ids = make([]int64, len(rowids))
+		for k, r := range rowids {
+			h.ids[k] = r & ftsIDMask
+		}
+		out[i] = h
+	}
+	if len(f.Tags) == 0 {
+		return out, nil
+	}
+	// The index holds the tags' words; keep the memories with the exact
+	// tags.
+	var all []int64
+	for _, h := range out {
+		all = append(all, h.ids...)
+	}
+	exact, err := s.exactTags(ctx, o, f, all)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		before := len(out[i].ids)
+		out[i].ids = slices.DeleteFunc(out[i].ids, func(id int64) bool { return !exact[id] })
+		if !out[i].more {
+			out[i].docs -= int64(before - len(out[i].ids))
+		}
+	}
+	return out, nil
+}
+
+// exactTags reports which of ids are o's memories matching f exactly.
+func (s *Service) exactTags(ctx context.Context, o storage.Owner, f Filter, ids []int64) (map[int64]bool, error) {
+	cond, args := s.where(f)
+	out := map[int64]bool{}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 1000)]
+		ids = ids[len(chunk):]
+		var ok []int64
+		if err := s.store.Reader.NewSelect().TableExpr("memories AS m").ColumnExpr("m.id").
+			Where("m.user_id = ? AND m.id IN (?)", o.ID, bun.In(chunk)).Where(cond, args...).Scan(ctx, &ok); err != nil {
+			return nil, err
+		}
+		for _, id := range ok {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
+// pgHits reads, for each word, o's memories matching f that hold it, in
+// one statement: per word, the count and the newest maxHits+1.
+func (s *Service) pgHits(ctx context.Context, o storage.Owner, words []string, f Filter) ([]hits, error) {
+	cond, args := s.where(f)
+	parts := make([]string, len(words))
+	var qargs []any
+	for i, w := range words {
+		// plainto_tsquery reads no syntax: a word is only ever a word.
+		parts[i] = `SELECT ` + strconv.Itoa(i) + ` AS w, m.id, COUNT(*) OVER () AS docs, ROW_NUMBER() OVER (ORDER BY m.id DESC) AS r
+			FROM memories AS m WHERE m.user_id = ? AND ` + cond + ` AND ` + pgVector + ` @@ plainto_tsquery('english'::regconfig, ?)`
+		qargs = append(qargs, o.ID)
+		qargs = append(qargs, args...)
+		qargs = append(qargs, w)
+	}
+	qargs = append(qargs, maxHits+1)
+	var rows []struct {
+		W    int   `bun:"w"`
+		ID   int64 `bun:"id"`
+		Docs int64 `bun:"docs"`
+	}
+	if err := s.store.Reader.NewRaw(`SELECT h.w, h.id, h.docs FROM (`+strings.Join(parts, " UNION ALL ")+`) AS h
+		WHERE h.r <= ? ORDER BY h.w, h.id DESC`, qargs...).Scan(ctx, &rows); err != nil {
+		return nil, err
+	}
+	out := make([]hits, len(words))
+	for _, r := range rows {
+		h := &out[r.W]
+		h.docs = r.Docs
+		if len(h.ids) == maxHits {
+			h.more = true
+			continue
+		}
+		h.ids = append(h.ids, r.ID)
+	}
+	return out, nil
+}
+
+// holding returns which of ids (o's candidates) hold word w.
+func (s *Service) holding(ctx context.Context, o storage.Owner, w string, f Filter, ids []int64) ([]int64, error) {
+	var out []int64
+	if s.store.Dialect() == storage.Postgres {
+		err := s.store.Reader.NewRaw(`SELECT m.id FROM memories AS m WHERE m.user_id = ? AND m.id IN (?)
+			AND `+pgVector+` @@ plainto_tsquery('english'::regconfig, ?)`, o.ID, bun.In(ids), w).Scan(ctx, &out)
+		return out, err
+	}
+	lo, hi := ftsRange(o, f.Status)
+	rowids := make([]int64, 0, 2*len(ids))
+	for _, id := range ids {
+		// The candidate's rowid under the status asked for (either, for
+		// every status).
+		if f.Status != StatusArchived {
+			rowids = append(rowids, o.ID<<ftsOwnerShift+id)
+		}
+		if f.Status != StatusActive {
+			rowids = append(rowids, o.ID<<ftsOwnerShift+ftsArchived+id)
+		}
+	}
+	var found []int64
+	if err := s.store.Reader.NewRaw(`SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? AND rowid IN (?) AND rowid BETWEEN ? AND ?`,
+		"{text tags} : "+quote(w), bun.In(rowids), lo, hi).Scan(ctx, &found); err != nil {
+		return nil, err
+	}
+	for _, r := range found {
+		out = append(out, r&ftsIDMask)
+	}
+	return out, nil
 }
 
 // Search returns o's memories most relevant to in.Query: full-text
@@ -293,4 +500,64 @@ func fuse(lists [][]ranked, limit int) []ranked {
 		return cmp.Compare(b.ID, a.ID)
 	})
 	return out[:min(limit, len(out))]
+}
+
+// IndexLane names the schedule that keeps the SQLite full-text index
+// compact (IndexSchedule).
+const IndexLane = "memory-index"
+
+// indexStepPages bounds the pages one merge step writes, in its own short
+// write transaction.
+const indexStepPages = 1000
+
+// CompactIndex merges the segments of the SQLite full-text index of
+// memories, one bounded step at a time (each in its own short write
+// transaction, so that saves wait at most one step), until nothing is
+// left to merge or budget has passed (budget 0: until done). It reports
+// whether the index is fully merged. FTS5 merges a few segments on every
+// write already, but an index grown by many small transactions keeps
+// dozens of them, and every search word seeks into each: merged, a
+// search at 100,000 memories costs about half the CPU. On PostgreSQL
+// there is nothing to do.
+func CompactIndex(ctx context.Context, s *storage.Store, budget time.Duration) (bool, error) {
+	if s.Dialect() != storage.SQLite {
+		return true, nil
+	}
+	start := time.Now()
+	for budget == 0 || time.Since(start) < budget {
+		worked := false
+		err := s.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+			var before, after int64
+			if err := tx.NewRaw("SELECT total_changes()").Scan(ctx, &before); err != nil {
+				return err
+			}
+			// A negative page count merges segments even where fewer than
+			// the automatic merge's share wait on a level.
+			if _, err := tx.ExecContext(ctx, "INSERT INTO memory_fts (memory_fts, rank) VALUES ('merge', ?)", -indexStepPages); err != nil {
+				return err
+			}
+			if err := tx.NewRaw("SELECT total_changes()").Scan(ctx, &after); err != nil {
+				return err
+			}
+			// FTS5: fewer than two changes means the merge found nothing.
+			worked = after-before >= 2
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("memory: compact the full-text index: %w", err)
+		}
+		if !worked {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// IndexSchedule returns the lane that compacts the SQLite full-text index
+// (CompactIndex) for up to two seconds every half hour.
+func (s *Service) IndexSchedule() schedules.Schedule {
+	return schedules.Schedule{Name: IndexLane, Every: 30 * time.Minute, Run: func(ctx context.Context, _ schedules.Tick) error {
+		_, err := CompactIndex(ctx, s.store, 2*time.Second)
+		return err
+	}}
 }

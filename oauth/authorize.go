@@ -3,12 +3,15 @@ package oauth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/ory/fosite"
+
+	"github.com/enclave-mcp/enclave/capabilities"
 )
 
 // AuthorizeRequest is a validated authorization request, as the login and
@@ -20,11 +23,29 @@ type AuthorizeRequest struct {
 	// scheme, for a private-use scheme), to show the user.
 	RedirectURI  string
 	RedirectHost string
-	Scopes       []string
+	// Scopes are what the grant carries when the person approves: the
+	// requested scopes without ScopeAdmin. On the login page they are the
+	// requested scopes as asked.
+	Scopes []string
+	// OptionalScopes are requested scopes the grant carries only when the
+	// person ticks them on the consent page (see ScopedConsent): ScopeAdmin,
+	// when the client asked for it and the account holds the admin role.
+	// A scope the account may not hold is never in it: it was dropped.
+	OptionalScopes []string
 	// FormAction is the URL (path and query) the login and consent forms
 	// must post to: the authorization endpoint with this request's
 	// parameters.
 	FormAction string
+}
+
+// ScopedConsent is implemented by a LoginConsent whose consent page lets
+// the person grant a request's OptionalScopes, each one a checkbox left
+// unticked by default. ConsentScopes is Consent that also returns which of
+// req.OptionalScopes the person ticked (anything else it returns is
+// ignored). A LoginConsent without it never grants an optional scope.
+// package web's Handler implements it.
+type ScopedConsent interface {
+	ConsentScopes(w http.ResponseWriter, r *http.Request, req *AuthorizeRequest, userID int64) (ticked []string, approved, ok bool)
 }
 
 // LoginConsent is implemented by the web shell: it signs the user in and
@@ -65,11 +86,11 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
+		s.writeAuthorizePage(w, r, nil, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
 		return
 	}
 	if s.opts.LoginConsent == nil {
-		s.writeError(w, r, fosite.ErrServerError.WithWrap(errors.New("oauth: no LoginConsent configured")))
+		s.writeAuthorizePage(w, r, nil, fosite.ErrServerError.WithWrap(errors.New("oauth: no LoginConsent configured")))
 		return
 	}
 	// RFC 8707: the audience is always the MCP resource; a resource
@@ -141,26 +162,46 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	remembered, err := s.hasConsent(ctx, userID, client.ID, req.Scopes)
+	if err := s.splitScopes(ctx, req, userID); err != nil {
+		s.writeAuthorizeError(w, r, ar, fosite.ErrServerError.WithWrap(err))
+		return
+	}
+	// Consent is remembered for the scopes it granted: asked for the
+	// admin scope again after leaving it unticked, the person is asked
+	// again (that is how an agent steps up).
+	granted := slices.Concat(req.Scopes, req.OptionalScopes)
+	remembered, err := s.hasConsent(ctx, userID, client.ID, granted)
 	if err != nil {
 		s.writeAuthorizeError(w, r, ar, fosite.ErrServerError.WithWrap(err))
 		return
 	}
 	if !remembered {
-		approved, ok := s.opts.LoginConsent.Consent(w, r, req, userID)
-		if !ok {
+		var approved bool
+		var ticked []string
+		if sc, ok := s.opts.LoginConsent.(ScopedConsent); ok {
+			ticked, approved, ok = sc.ConsentScopes(w, r, req, userID)
+			if !ok {
+				return
+			}
+		} else if approved, ok = s.opts.LoginConsent.Consent(w, r, req, userID); !ok {
 			return
 		}
 		if !approved {
 			s.writeAuthorizeError(w, r, ar, fosite.ErrAccessDenied.WithHint("The user denied the request."))
 			return
 		}
-		if err := s.rememberConsent(ctx, userID, client.ID, req.Scopes); err != nil {
+		granted = slices.Clone(req.Scopes)
+		for _, sc := range req.OptionalScopes {
+			if slices.Contains(ticked, sc) {
+				granted = append(granted, sc)
+			}
+		}
+		if err := s.rememberConsent(ctx, userID, client.ID, granted); err != nil {
 			s.writeAuthorizeError(w, r, ar, fosite.ErrServerError.WithWrap(err))
 			return
 		}
 	}
-	for _, scope := range ar.GetRequestedScopes() {
+	for _, scope := range granted {
 		ar.GrantScope(scope)
 	}
 	ar.GrantAudience(s.resource)
@@ -187,14 +228,50 @@ func authorizeQuery(form url.Values) url.Values {
 	return q
 }
 
+// splitScopes sets the scopes of req for userID, once signed in: the
+// requested scopes without ScopeAdmin (or ScopeMCP, when that leaves none)
+// in Scopes; ScopeAdmin in OptionalScopes when it was requested and the
+// account holds the admin role, and otherwise nowhere (dropped silently:
+// the token response's scope tells the client what it got).
+func (s *Server) splitScopes(ctx context.Context, req *AuthorizeRequest, userID int64) error {
+	asked := slices.Contains(req.Scopes, ScopeAdmin)
+	req.Scopes = slices.DeleteFunc(req.Scopes, func(sc string) bool { return sc == ScopeAdmin })
+	if len(req.Scopes) == 0 {
+		req.Scopes = []string{ScopeMCP}
+	}
+	req.OptionalScopes = nil
+	if !asked {
+		return nil
+	}
+	admin, err := s.holdsRole(ctx, userID, capabilities.RoleAdmin)
+	if err != nil {
+		return err
+	}
+	if admin {
+		req.OptionalScopes = []string{ScopeAdmin}
+	}
+	return nil
+}
+
+// holdsRole reports whether the account holds role now.
+func (s *Server) holdsRole(ctx context.Context, userID int64, role string) (bool, error) {
+	ok, err := s.store.db.Reader.NewSelect().Table("user_roles").
+		Where("user_id = ? AND role_name = ?", userID, role).Exists(ctx)
+	if err != nil {
+		return false, fmt.Errorf("oauth: load roles: %w", err)
+	}
+	return ok, nil
+}
+
 // writeAuthorizeError answers a failed authorization request. When the
 // client and its exact redirect URI are known, the error goes back to the
 // client as a redirect carrying error, error_description, state and iss
-// (RFC 9207); otherwise the user agent gets a JSON error, and nothing is
-// sent to an unverified URI.
+// (RFC 9207); otherwise the person whose browser is on the page gets a
+// page saying what happened and what to do (see ErrorPage), and nothing
+// is sent to an unverified URI.
 func (s *Server) writeAuthorizeError(w http.ResponseWriter, r *http.Request, ar fosite.AuthorizeRequester, err error) {
 	if ar == nil || !ar.IsRedirectURIValid() || !redirectRegistered(ar) {
-		s.writeError(w, r, err)
+		s.writeAuthorizePage(w, r, ar, err)
 		return
 	}
 	rfc := fosite.ErrorToRFC6749Error(err)

@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"slices"
 	"time"
 
 	"github.com/go-jose/go-jose/v3"
@@ -44,8 +45,15 @@ func (c *Client) GetGrantTypes() fosite.Arguments { return c.GrantTypes }
 // GetResponseTypes implements fosite.Client: only the code flow exists.
 func (c *Client) GetResponseTypes() fosite.Arguments { return fosite.Arguments{"code"} }
 
-// GetScopes implements fosite.Client.
-func (c *Client) GetScopes() fosite.Arguments { return c.Scopes }
+// GetScopes implements fosite.Client: the scopes the client registered,
+// and ScopeAdmin, which every client may ask for (clients registered
+// before it existed included): a person decides whether to grant it.
+func (c *Client) GetScopes() fosite.Arguments {
+	if slices.Contains(c.Scopes, ScopeAdmin) {
+		return c.Scopes
+	}
+	return append(slices.Clone(c.Scopes), ScopeAdmin)
+}
 
 // IsPublic implements fosite.Client.
 func (c *Client) IsPublic() bool { return c.AuthMethod == "none" }

@@ -16,6 +16,12 @@
 //   - per-user grants, remembered consent, and revocation of everything a
 //     user holds (password change, reset, deletion).
 //
+// Two scopes always exist: mcp, the default, and admin ([ScopeAdmin]), which
+// the admin capabilities need and which is granted only to an admin who
+// ticks it on the consent page ([ScopedConsent]). An authorization error that
+// cannot go back to the client is shown to the person as a page
+// ([ErrorPage], [AuthorizeError]), never as JSON or a Basic challenge.
+//
 // PKCE is S256-only and checked before the login page is shown. Tokens are
 // opaque: a random key and its HMAC-SHA512/256 signature; only the signature
 // is stored.

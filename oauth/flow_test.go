@@ -32,7 +32,7 @@ func TestMetadata(t *testing.T) {
 			"grant_types_supported":                          []any{"authorization_code", "refresh_token"},
 			"code_challenge_methods_supported":               []any{"S256"},
 			"token_endpoint_auth_methods_supported":          []any{"none", "client_secret_basic", "client_secret_post"},
-			"scopes_supported":                               []any{"mcp", "notes"},
+			"scopes_supported":                               []any{"mcp", "admin", "notes"},
 			"authorization_response_iss_parameter_supported": true,
 		}
 		for k, v := range want {
@@ -47,7 +47,7 @@ func TestMetadata(t *testing.T) {
 				t.Fatal(err)
 			}
 			if pr.Resource != e.ts.URL+"/mcp" || len(pr.AuthorizationServers) != 1 || pr.AuthorizationServers[0] != e.ts.URL ||
-				mustJSON(pr.BearerMethodsSupported) != `["header"]` || mustJSON(pr.ScopesSupported) != `["mcp","notes"]` {
+				mustJSON(pr.BearerMethodsSupported) != `["header"]` || mustJSON(pr.ScopesSupported) != `["mcp","admin","notes"]` {
 				t.Errorf("%s: %+v", path, pr)
 			}
 		}

@@ -78,6 +78,13 @@ func (f *fakeLogin) Consent(w http.ResponseWriter, r *http.Request, req *oauth.A
 	return false, false
 }
 
+// ConsentScopes implements oauth.ScopedConsent: the values of the form's
+// grant field are the scopes ticked.
+func (f *fakeLogin) ConsentScopes(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) ([]string, bool, bool) {
+	approved, ok := f.Consent(w, r, req, userID)
+	return r.PostForm["grant"], approved, ok
+}
+
 func (f *fakeLogin) pages() (logins, consents int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -96,8 +97,8 @@ func TestLoopbackRedirectAnyPort(t *testing.T) {
 				if l, _ := e.login.pages(); l != logins {
 					t.Fatal("the login page was shown")
 				}
-				if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" || !strings.Contains(readAll(resp), `"error":"invalid_request"`) {
-					t.Fatalf("status %d location %q, want 400 invalid_request", resp.StatusCode, resp.Header.Get("Location"))
+				if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" || !strings.Contains(readAll(resp), pageSentences[oauth.ErrorRedirectURI]) {
+					t.Fatalf("status %d location %q, want 400 and the page about the redirect URI", resp.StatusCode, resp.Header.Get("Location"))
 				}
 			})
 		}

@@ -18,7 +18,9 @@ import (
 
 // A bad authorization request never reaches the login page. When the client
 // and its exact redirect URI are known, the error goes back to the client
-// with state and iss; otherwise the user agent gets a JSON error.
+// with state and iss; otherwise the person gets a page (here the plain-text
+// fallback of a LoginConsent without ErrorPage) with status 400, never a
+// Basic challenge or a JSON body.
 func TestAuthorizeRefusedBeforeLogin(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
 		e := newEnv(t, st)
@@ -42,7 +44,8 @@ func TestAuthorizeRefusedBeforeLogin(t *testing.T) {
 			drop      []string
 			redirect  bool // error delivered to the client
 			wantError string
-			wantCode  int // for JSON errors
+			wantCode  int                        // for errors shown to the person
+			reason    oauth.AuthorizeErrorReason // for errors shown to the person
 		}{
 			{name: "plain PKCE", change: url.Values{"code_challenge_method": {"plain"}}, redirect: true, wantError: "invalid_request"},
 			{name: "no PKCE method", drop: []string{"code_challenge_method"}, redirect: true, wantError: "invalid_request"},
@@ -50,13 +53,15 @@ func TestAuthorizeRefusedBeforeLogin(t *testing.T) {
 			{name: "no state", drop: []string{"state"}, redirect: true, wantError: "invalid_state"},
 			{name: "short state", change: url.Values{"state": {"abc"}}, redirect: true, wantError: "invalid_state"},
 			{name: "foreign resource", change: url.Values{"resource": {"https://elsewhere.example/mcp"}}, redirect: true, wantError: "invalid_target"},
-			{name: "unknown scope", change: url.Values{"scope": {"admin"}}, redirect: true, wantError: "invalid_scope"},
+			{name: "unknown scope", change: url.Values{"scope": {"mcp nonesuch"}}, redirect: true, wantError: "invalid_scope"},
 			{name: "form post response mode", change: url.Values{"response_mode": {"form_post"}}, redirect: true, wantError: "unsupported_response_mode"},
 			{name: "token response type", change: url.Values{"response_type": {"token"}}, redirect: true, wantError: "unsupported_response_type"},
-			{name: "unregistered redirect", change: url.Values{"redirect_uri": {"https://attacker.example/cb"}}, wantError: "invalid_request", wantCode: 400},
-			{name: "loopback on another path", change: url.Values{"redirect_uri": {"http://127.0.0.1:9/other"}}, wantError: "invalid_request", wantCode: 400},
-			{name: "loopback on another host", change: url.Values{"redirect_uri": {"http://localhost:9/callback"}}, wantError: "invalid_request", wantCode: 400},
-			{name: "unknown client", change: url.Values{"client_id": {"nobody"}}, wantError: "invalid_client", wantCode: 401},
+			{name: "unregistered redirect", change: url.Values{"redirect_uri": {"https://attacker.example/cb"}}, wantCode: 400, reason: oauth.ErrorRedirectURI},
+			{name: "loopback on another path", change: url.Values{"redirect_uri": {"http://127.0.0.1:9/other"}}, wantCode: 400, reason: oauth.ErrorRedirectURI},
+			{name: "loopback on another host", change: url.Values{"redirect_uri": {"http://localhost:9/callback"}}, wantCode: 400, reason: oauth.ErrorRedirectURI},
+			{name: "unknown client", change: url.Values{"client_id": {"nobody"}}, wantCode: 400, reason: oauth.ErrorUnknownClient},
+			{name: "no client", drop: []string{"client_id"}, wantCode: 400, reason: oauth.ErrorBadRequest},
+			{name: "bad response mode before the redirect is trusted", change: url.Values{"response_mode": {"bogus"}}, wantCode: 400, reason: oauth.ErrorBadRequest},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -93,12 +98,29 @@ func TestAuthorizeRefusedBeforeLogin(t *testing.T) {
 				if resp.StatusCode != tt.wantCode || resp.Header.Get("Location") != "" {
 					t.Fatalf("status %d location %q, want %d without redirect", resp.StatusCode, resp.Header.Get("Location"), tt.wantCode)
 				}
-				if !strings.Contains(readAll(resp), `"error":"`+tt.wantError+`"`) {
-					t.Errorf("want error %s", tt.wantError)
+				body := readAll(resp)
+				if h := resp.Header.Get("WWW-Authenticate"); h != "" {
+					t.Errorf("WWW-Authenticate %q: a browser would ask for a password", h)
+				}
+				if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") || strings.Contains(body, `"error"`) {
+					t.Errorf("Content-Type %q, body %q: want a sentence, not JSON", ct, body)
+				}
+				if want := pageSentences[tt.reason]; want == "" || !strings.Contains(body, want) {
+					t.Errorf("body %q, want it to say %q", body, want)
 				}
 			})
 		}
 	})
+}
+
+// pageSentences are words of the sentence each kind of error that cannot be
+// redirected shows the person.
+var pageSentences = map[oauth.AuthorizeErrorReason]string{
+	oauth.ErrorUnknownClient: "Remove this server from your app and add it again",
+	oauth.ErrorRedirectURI:   "an address it did not register",
+	oauth.ErrorBadRequest:    "Start connecting again from your app",
+	oauth.ErrorBlockedClient: "blocked this app",
+	oauth.ErrorUnavailable:   "Wait a moment",
 }
 
 func readAll(resp *http.Response) string {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -29,6 +30,15 @@ const (
 // ScopeMCP is the scope every client may ask for and every grant carries by
 // default.
 const ScopeMCP = "mcp"
+
+// ScopeAdmin is the scope of the admin capabilities (capabilities.ScopeAdmin):
+// a token without it lists and runs only what a user's would, even for an
+// admin. Every client may ask for it, whatever scope it registered, but it
+// is granted only to an account holding the admin role, and only when the
+// person ticks it on the consent page (see ScopedConsent). For any other
+// account it is dropped from the request silently: the grant carries the
+// rest, and the token response's scope says so.
+const ScopeAdmin = capabilities.ScopeAdmin
 
 // ResourcePath is the path of the protected MCP resource below BaseURL.
 const ResourcePath = "/mcp"
@@ -49,7 +59,7 @@ type Options struct {
 	// authorization endpoint (required to serve /oauth/authorize).
 	LoginConsent LoginConsent
 
-	// Scopes are extra scopes embedders declare, besides "mcp".
+	// Scopes are extra scopes embedders declare, besides "mcp" and "admin".
 	Scopes []string
 
 	// HMACSecret signs tokens (at least 32 bytes). Empty: a random secret is
@@ -136,7 +146,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ReregistrationWindow == 0 {
 		o.ReregistrationWindow = DefaultReregistrationWindow
 	}
-	scopes := []string{ScopeMCP}
+	scopes := []string{ScopeMCP, ScopeAdmin}
 	for _, s := range o.Scopes {
 		if !validScopeToken(s) {
 			return o, fmt.Errorf("oauth: scope %q: want a non-empty token without spaces or quotes", s)

@@ -43,7 +43,7 @@ func TestOptions(t *testing.T) {
 			o.RefreshGracePeriod != DefaultRefreshGracePeriod || o.ClientIdleTTL != DefaultClientIdleTTL || o.ReregistrationWindow != DefaultReregistrationWindow {
 			t.Errorf("defaults: %+v", o)
 		}
-		if !slices.Equal(o.Scopes, []string{"mcp", "notes"}) || !slices.Equal(o.PrivateURISchemes, []string{"cursor"}) {
+		if !slices.Equal(o.Scopes, []string{"mcp", "admin", "notes"}) || !slices.Equal(o.PrivateURISchemes, []string{"cursor"}) {
 			t.Errorf("scopes %v schemes %v", o.Scopes, o.PrivateURISchemes)
 		}
 		if schemes[0] != "Cursor:" {

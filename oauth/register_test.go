@@ -43,7 +43,7 @@ func TestRegister(t *testing.T) {
 			{"client credentials", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "grant_types": []string{"client_credentials"}}, "invalid_client_metadata"},
 			{"token response", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "response_types": []string{"token"}}, "invalid_client_metadata"},
 			{"jwt auth", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "token_endpoint_auth_method": "private_key_jwt"}, "invalid_client_metadata"},
-			{"unknown scope", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "scope": "mcp admin"}, "invalid_client_metadata"},
+			{"unknown scope", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "scope": "mcp nonesuch"}, "invalid_client_metadata"},
 			{"javascript client_uri", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "client_uri": "javascript:alert(1)"}, "invalid_client_metadata"},
 			{"long name", map[string]any{"redirect_uris": []string{"https://a.example/cb"}, "client_name": strings.Repeat("x", 300)}, "invalid_client_metadata"},
 			{"too many redirects", map[string]any{"redirect_uris": manyRedirects(11)}, "invalid_redirect_uri"},

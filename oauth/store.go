@@ -197,8 +197,9 @@ func (s *store) client(ctx context.Context, id string) (*Client, error) {
 		return nil, fosite.ErrNotFound
 	}
 	if row.BlockedAt != nil {
-		// A blocked client can neither authorize nor refresh.
-		return nil, fosite.ErrNotFound
+		// A blocked client can neither authorize nor refresh. The
+		// authorization endpoint's page says why.
+		return nil, fmt.Errorf("%w: %w", fosite.ErrNotFound, errClientBlocked)
 	}
 	if now.Sub(row.LastUsedAt) > clientUseDebounce {
 		if _, err := s.writer(ctx).NewUpdate().Model((*clientRow)(nil)).

@@ -14,8 +14,12 @@
 //     <data-dir>/keeper.key by default, or a cloud KMS.
 //
 // Only the file, mem and local-key drivers are linked by this package. Import
-// package storage/clouddrivers (the enclave binary does) to accept S3, GCS,
-// Azure and the cloud KMS and queue services by URL.
+// package storage/clouddrivers (all three providers) or one of
+// storage/clouddrivers/aws, /gcp, /azure to accept S3, GCS, Azure and the
+// cloud KMS and queue services by URL; the enclave binary links them when
+// built with -tags aws, gcp, azure or full. A URL of a cloud driver the
+// program was built without fails [Open] with a [*DriverError] naming the
+// build tag.
 //
 // Shared helpers: [Store.RunInTx] for transactions and [Paginate] for keyset
 // pagination with opaque cursors.

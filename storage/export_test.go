@@ -7,3 +7,12 @@ func SetDeleteChunk(n int) (restore func()) {
 	deleteChunk = n
 	return func() { deleteChunk = old }
 }
+
+// SetLeaseSharing turns the sharing of write leases by the calls of one
+// account on or off, for tests that need one row per lease; it returns a
+// function restoring sharing.
+func SetLeaseSharing(on bool) (restore func()) {
+	old := leaseSharing
+	leaseSharing = on
+	return func() { leaseSharing = old }
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/uptrace/bun"
 	"gocloud.dev/blob"
@@ -52,6 +53,12 @@ type Config struct {
 	// AES-256 key generated on first start into <DataDir>/keeper.key (mode
 	// 0600) and reused afterwards. "base64key://" with no key means the same.
 	KeeperURL string
+
+	// WriteLeaseTTL is how long an account write lease lasts between
+	// renewals (see Store.WriteLease): an account's deletion waits at most
+	// this long, plus WriteLeaseSkew, for a call that does not stop.
+	// Default DefaultWriteLeaseTTL.
+	WriteLeaseTTL time.Duration
 
 	// Logger receives warnings from opening and closing. Default slog.Default().
 	Logger *slog.Logger
@@ -109,6 +116,10 @@ type Store struct {
 	// readSlots admits hot-path reads to the read pool first come, first
 	// served (see ReadSlot); its capacity is the pool's size.
 	readSlots chan struct{}
+	// leaseTTL is Config.WriteLeaseTTL (see WriteLeaseTTL).
+	leaseTTL time.Duration
+	// leases are the write leases this process holds (see WriteLease).
+	leases leaseSet
 }
 
 // Dialect names the SQL database in use.
@@ -122,7 +133,10 @@ const (
 // Open opens every store named by cfg. On error nothing stays open.
 func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	cfg = cfg.WithDefaults()
-	s := &Store{}
+	if err := cfg.checkDrivers(); err != nil {
+		return nil, err
+	}
+	s := &Store{leaseTTL: cfg.WriteLeaseTTL}
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -132,6 +146,7 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if err := s.openSQL(ctx, cfg); err != nil {
 		return nil, err
 	}
+	s.onClose(s.dropWriteLeases) // before the database closes
 	if s.Bucket, err = openBucket(ctx, cfg.BlobURL); err != nil {
 		return nil, err
 	}

@@ -65,6 +65,11 @@ var notices = map[string]string{
 	"passkey-removed":          "The passkey is removed. Every other browser and connected app was signed out.",
 	"workspace-key-revoked":    "The workspace API key is revoked. It no longer works.",
 	secondFactorRequiredNotice: secondFactorRequiredMessage,
+
+	// Username and former addresses (account_identity.go).
+	"username-changed":   "Your username is changed. The previous one stays held for your account for a while.",
+	"username-unchanged": "That is already your username.",
+	"release-sent":       "We sent a link to that address. The address is released when you open it.",
 }
 
 func (h *Handler) withNotice(r *http.Request, p page) page {
@@ -220,8 +225,7 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, status, signupPage(h.page(r, "Create an account"), f))
 		return
 	}
-	h.render(w, r, http.StatusOK, checkInboxPage(h.page(r, "Check your email"), "Check your email",
-		"We sent a link to "+f.Email+" to verify the address. Open it, then sign in."))
+	h.render(w, r, http.StatusOK, signupSentPage(h.page(r, "Check your email"), "We sent a link to "+f.Email+" to verify the address. Open it, then sign in."))
 }
 
 // sendSignupAttempt tells the owner of a registered address that someone
@@ -591,6 +595,20 @@ func (h *Handler) renderAccount(w http.ResponseWriter, r *http.Request, status i
 		}
 	}
 	slices.Sort(v.FormerEmails)
+	holds, err := h.opts.Accounts.UsernameHolds(r.Context(), v.User.ID)
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "web: username holds", "err", err)
+	}
+	for name, until := range holds {
+		v.HeldUsernames = append(v.HeldUsernames, name+" (until "+until.Format("2006-01-02")+")")
+	}
+	slices.Sort(v.HeldUsernames)
+	v.UsernameRules = usernameRules(h.opts.Accounts.UsernameRules())
+	if next, err := h.opts.Accounts.NextUsernameChange(r.Context(), v.User.ID); err != nil {
+		h.log.ErrorContext(r.Context(), "web: next username change", "err", err)
+	} else if !next.IsZero() {
+		v.NextUsernameChange = next.Format("2006-01-02 15:04 UTC")
+	}
 	h.render(w, r, status, accountPage(h.withNotice(r, h.page(r, "Your account")), v))
 }
 
@@ -711,7 +729,8 @@ func (h *Handler) confirmEmail(w http.ResponseWriter, r *http.Request) {
 			To:      old.Email,
 			Subject: "Your email address on " + h.opts.SiteName + " was changed",
 			Text: "The account " + old.Username + " now uses the address " + u.Email + " instead of this one.\n\n" +
-				"This address stays claimed by the account until you release it. If you did not make this change, reset your password from the sign-in page at once.\n",
+				"This address stays claimed by the account until you release it: on the account page, ask for a link to this address and open it. If you did not make this change, reset your password from the sign-in page at once.\n\n" +
+				h.absURL(pathAccount, nil) + "\n",
 		})
 	}
 	next, text := pathLogin, "Go to sign in"

@@ -72,7 +72,7 @@ func (h *Handler) invokeFailed(w http.ResponseWriter, r *http.Request, what stri
 		case capabilities.CodeAccountSuspended, capabilities.CodeAccountDeleting:
 			status = http.StatusForbidden
 		}
-		h.renderError(w, r, status, ce.Message)
+		h.renderError(w, r, status, sentence(ce.Message))
 		return
 	}
 	h.internalError(w, r, what, err)

@@ -21,8 +21,9 @@ import (
 
 // A person goes through the pages in a real browser, without JavaScript of
 // ours (there is none): sign up, verify through the development mailbox,
-// sign in, change the password (an older session dies), disconnect an app,
-// delete the account. On failure a screenshot is saved and its path logged.
+// sign in, change the password (an older session dies), change the
+// username, disconnect an app, delete the account. On failure a screenshot
+// is saved and its path logged.
 func TestChromiumJourney(t *testing.T) {
 	bin := chromiumtest.Bin(t)
 
@@ -118,6 +119,17 @@ func TestChromiumJourney(t *testing.T) {
 		submit("/account/password"),
 		chromedp.WaitVisible(chromedp.CSS("p.notice")),
 	)
+	step("change username",
+		chromedp.SendKeys(chromedp.ID("new-username"), "Pat-Renamed"),
+		submit("/account/username"),
+		xpath(`//p[contains(@class, "notice") and contains(., "Your username is changed")]`),
+	)
+	if text := text("read the username", "username"); strings.TrimSpace(text) != "pat-renamed" {
+		t.Fatalf("username after the change %q", text)
+	}
+	if text := text("read the held usernames", "held-usernames"); !strings.HasPrefix(strings.TrimSpace(text), "pat (until ") {
+		t.Fatalf("held usernames %q", text)
+	}
 	old, _ := http.NewRequest(http.MethodGet, srv.URL+"/account", nil)
 	for _, c := range cookies {
 		old.AddCookie(c)
@@ -144,7 +156,7 @@ func TestChromiumJourney(t *testing.T) {
 	)
 	step("delete the account",
 		chromedp.Navigate(srv.URL+"/account/delete"),
-		chromedp.SendKeys(chromedp.ID("confirm"), "pat"),
+		chromedp.SendKeys(chromedp.ID("confirm"), "pat-renamed"),
 		chromedp.SendKeys(chromedp.ID("password"), pw2),
 		submit("/account/delete"),
 		xpath(`//h1[text()="Your account is deleted"]`),

@@ -1,8 +1,16 @@
-// Package web is enclave's browser shell: server-rendered account pages
-// (sign-up, sign-in, email verification, password reset, password and
-// email change, connected apps, export, deletion), admin pages (users,
-// roles, suspension, verification, audit log), and the OAuth sign-in and
-// consent pages (Handler implements oauth.LoginConsent).
+// Package web is enclave's browser shell: a public start page and a
+// "Connect an agent" page (the MCP URL and ready-made setups for common
+// hosts), server-rendered account pages (sign-up, sign-in, email
+// verification, password reset, password and email change, connected
+// apps, export, deletion), admin pages (users, roles, suspension,
+// verification, audit log), and the OAuth sign-in and consent pages
+// (Handler implements oauth.LoginConsent).
+//
+// The shell carries the operator's branding (Options.SiteName,
+// SiteDescription, LogoURL, AccentColor), and embedders add pages of
+// their own with Handler.Mount: they render in the same layout, pass the
+// same guards and cross-origin protection, and act through
+// Registry.Invoke as the signed-in person (see Page and PageContext).
 //
 // Every page is a templ component rendered through one function that sets
 // the first-party security headers (a strict Content-Security-Policy with

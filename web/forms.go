@@ -57,6 +57,18 @@ type accountView struct {
 	MinPassword   string
 	PasswordError string
 	EmailError    string
+	// UsernameError and ReleaseError are the refusals of the username
+	// and former-address forms.
+	UsernameError string
+	ReleaseError  string
+	// HeldUsernames are former usernames held for the account, with the
+	// day each hold ends ("alice (until 2026-05-01)").
+	HeldUsernames []string
+	// NextUsernameChange, when set, is when the username may change again.
+	NextUsernameChange string
+	// UsernameRules says how long a previous username is held and how
+	// often it may change.
+	UsernameRules string
 }
 
 // shortHash abbreviates a keyed hash for display.

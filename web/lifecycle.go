@@ -103,13 +103,13 @@ func (h *Handler) exportManifest(w http.ResponseWriter, r *http.Request) {
 		h.internalError(w, r, "export manifest", err)
 		return
 	}
-	h.downloadHeaders(w, r, "enclave-manifest-"+u.Username+".json")
+	h.downloadHeaders(w, r, serverKey(h.opts.SiteName)+"-manifest-"+u.Username+".json")
 	_, _ = w.Write(append(body.Bytes(), '\n'))
 }
 
 func (h *Handler) exportData(w http.ResponseWriter, r *http.Request) {
 	u := PrincipalFrom(r.Context()).Session.User
-	h.downloadHeaders(w, r, "enclave-export-"+u.Username+".json")
+	h.downloadHeaders(w, r, serverKey(h.opts.SiteName)+"-export-"+u.Username+".json")
 	// The export streams: once it has started, a failure can only cut it
 	// short (the document is then invalid JSON, which a reader notices).
 	if err := h.opts.Lifecycle.WriteExport(r.Context(), ownerOf(u), w); err != nil {

@@ -19,6 +19,16 @@ type page struct {
 	// Script loads the first-party passkey script (pages with passkey
 	// buttons).
 	Script bool
+	// ConnectScript loads the copy buttons' script (the connect page).
+	ConnectScript bool
+	// Logo is the path of the header's logo (Options.LogoURL), "" for none.
+	Logo string
+	// Theme is the version of the accent-colour stylesheet, "" for none.
+	Theme string
+	// Home is set on the start page (its heading is the site name).
+	Home bool
+	// Nav lists the embedders' pages in the account navigation.
+	Nav []navLink
 }
 
 // features says which optional account pages exist.
@@ -57,6 +67,11 @@ func (h *Handler) page(r *http.Request, title string) page {
 			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn(),
 			Memory: h.memoryOn()},
 	}
+	p.Logo = h.opts.LogoURL
+	if h.theme != nil {
+		p.Theme = h.themeVersion
+	}
+	p.Nav = h.extraNav()
 	if pr := PrincipalFrom(r.Context()); pr != nil {
 		p.Viewer = &viewer{Username: pr.Session.User.Username, Admin: pr.Grants.HasRole(adminRole)}
 	}

@@ -25,6 +25,7 @@ var devPathPrefixes = []string{"/dev/", "/debug/", "/maintenance/"}
 // before any handler runs.
 func (h *Handler) routes() http.Handler {
 	mux := http.NewServeMux()
+	h.serveMux = mux
 	handle := func(pattern string, fn http.HandlerFunc) {
 		h.patterns = append(h.patterns, pattern)
 		mux.HandleFunc(pattern, fn)
@@ -62,6 +63,7 @@ func (h *Handler) routes() http.Handler {
 	handle("POST "+pathConfirmEmail, limit(h.confirmEmail))
 	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
 	h.factorRoutes(handle)
+	h.accountIdentityRoutes(handle)
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
 	h.packageRoutes(handle)
@@ -69,8 +71,8 @@ func (h *Handler) routes() http.Handler {
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
 	h.workspaceRoutes(handle)
+	h.siteRoutes(handle)
 
-	handle("GET /{$}", h.home)
 	handle("/", h.notFound)
 	return h.csrf.Handler(limitBody(h.identify(mux)))
 }
@@ -94,14 +96,6 @@ func (h *Handler) crossOriginDenied(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
 	h.renderError(w, r, http.StatusNotFound, "There is no page at this address.")
-}
-
-func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
-	if PrincipalFrom(r.Context()) != nil {
-		http.Redirect(w, r, h.prefix+"/account", http.StatusSeeOther)
-		return
-	}
-	http.Redirect(w, r, h.prefix+"/login", http.StatusSeeOther)
 }
 
 // devMailbox lists the kept development mail. The messages hold working

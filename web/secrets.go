@@ -21,7 +21,7 @@ func (h *Handler) secretRoutes(handle func(string, http.HandlerFunc)) {
 	// call.
 	handle("POST /account/secrets/reveal", user(h.revealSecret))
 	// Storing a secret with its policy, changing the policy and deleting
-	// run secretSet, secretPolicySet and secretDelete as the signed-in
+	// run secretSetWithPolicy, secretPolicySet and secretDelete as the signed-in
 	// person (a session caller: the only one that may approve hosts).
 	handle("POST /account/secrets", user(h.setSecret))
 	handle("POST /account/secrets/policy", user(h.setSecretPolicy))
@@ -82,11 +82,11 @@ func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request) {
 	}
 	u := PrincipalFrom(r.Context()).Session.User
 	hosts := hostList(r.PostForm.Get("allowedHosts"))
-	in := secrets.SetInput{
+	in := secrets.SetWithPolicyInput{
 		Name: strings.TrimSpace(r.PostForm.Get("name")), Value: r.PostForm.Get("value"),
 		Description: r.PostForm.Get("description"), AllowedHosts: &hosts, ExpiresAt: r.PostForm.Get("expiresAt"),
 	}
-	if err := h.invoke(r, "secretSet", in, nil); err != nil {
+	if err := h.invoke(r, "secretSetWithPolicy", in, nil); err != nil {
 		h.renderCapabilityError(w, r, err)
 		return
 	}

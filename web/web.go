@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -132,8 +133,32 @@ type Options struct {
 	// a real one.
 	Mailer Mailer
 
-	// SiteName is shown in page titles and mail. Default "enclave".
+	// SiteName is the name of the service: in every page title and the
+	// header, mail subjects and bodies, the start and connect pages, the
+	// authenticator-app issuer (when this handler makes its own registry)
+	// and the server's key in the connect page's setups. At most 64
+	// characters, no control characters. Default DefaultSiteName
+	// ("enclave").
 	SiteName string
+
+	// SiteDescription is the sentence the start page shows under the site
+	// name: what this server is for. At most 500 characters. Default: a
+	// generic sentence about agents acting through tools.
+	SiteDescription string
+
+	// LogoURL, when set, is an image shown before the site name in the
+	// header: a path on this server, under the base URL's path
+	// ("/brand/logo.svg"), served by the embedder (for instance by a Public
+	// Page whose handler writes the file). The pages' policy loads images
+	// from their own origin only, so another host's URL is refused.
+	LogoURL string
+
+	// AccentColor, when set, replaces the accent colour of links, buttons
+	// and focus rings, in light and dark mode: "#rrggbb" or "#rgb", nothing
+	// else (it is served as a small stylesheet of its own, the policy
+	// allowing no inline style). Button text turns black or white,
+	// whichever contrasts better. Default the shell's blue.
+	AccentColor string
 
 	// Logger receives errors and notable events. Default slog.Default().
 	Logger *slog.Logger
@@ -169,6 +194,14 @@ type Handler struct {
 	builtinOnly bool
 	// patterns lists every registered route, for tests that walk them all.
 	patterns []string
+	// serveMux is the router under the middleware, where Mount adds pages.
+	serveMux *http.ServeMux
+	// pagesMu guards patterns and navLinks once Mount may add to them.
+	pagesMu  sync.RWMutex
+	navLinks []navLink // embedders' links in the account navigation
+	// theme is the stylesheet of Options.AccentColor (nil without one).
+	theme        []byte
+	themeVersion string
 }
 
 // New checks opts and builds the web shell.
@@ -196,8 +229,8 @@ func New(opts Options) (*Handler, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.SiteName == "" {
-		opts.SiteName = "enclave"
+	if err := checkBranding(&opts); err != nil {
+		return nil, err
 	}
 	opts.CredentialLimit = opts.CredentialLimit.WithDefaults()
 
@@ -227,7 +260,9 @@ func New(opts Options) (*Handler, error) {
 		ipOf:    opts.ClientIP,
 		mailer:  opts.Mailer,
 		devMail: devMail,
+		theme:   themeCSS(opts.AccentColor),
 	}
+	h.themeVersion = assetVersion(h.theme)
 	if h.limiter == nil {
 		h.limiter = NewLimiter(opts.Store, opts.Now)
 	}
@@ -358,7 +393,8 @@ func (h *Handler) absURL(path string, query url.Values) string {
 func (h *Handler) ownRegistry() error {
 	acc := h.opts.Accounts
 	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log, RoleGate: acc.AdminSecondFactorGate})
-	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: h, Verification: h.MailVerificationLink})
+	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: h, Verification: h.MailVerificationLink,
+		UsernameChange: h, EmailRelease: h, Audit: h.auditAccount})
 	caps = append(caps, acc.AdminCapabilities(accounts.AdminOptions{MailSetupLink: h.MailSetupLink})...)
 	caps = append(caps, acc.FactorCapabilities(h.opts.SiteName, h)...)
 	owners := lifecycle.Owners(acc)

@@ -176,8 +176,8 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 						}
 						checkSecurityHeaders(t, what, w.Header(), strings.HasPrefix(base, "https"))
 						if ct := w.Header().Get("Content-Type"); strings.HasPrefix(ct, "text/html") {
-							// The one script allowed is the first-party passkey
-							// file, loaded by src (no inline code).
+							// The only scripts allowed are first-party files,
+							// loaded by src (no inline code).
 							body := firstPartyScript.ReplaceAllString(w.Body.String(), "")
 							if strings.Contains(body, "<script") || strings.Contains(body, " style=") {
 								t.Errorf("%s: page has an inline script or style", what)
@@ -196,8 +196,9 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 	}
 }
 
-// firstPartyScript matches the tag that loads the passkey script.
-var firstPartyScript = regexp.MustCompile(`<script src="(/[a-z]+)?/static/passkey\.js\?v=[0-9a-f]+" defer></script>`)
+// firstPartyScript matches the tags that load the first-party scripts:
+// passkeys, and the connect page's copy buttons.
+var firstPartyScript = regexp.MustCompile(`<script src="(/[a-z]+)?/static/(passkey|connect)\.js\?v=[0-9a-f]+" defer></script>`)
 
 // A form posted from another site is refused with 403 before any handler
 // runs; the same post from our own origin gets through.

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -92,9 +94,39 @@ func (h *Handler) workspaceCreate(w http.ResponseWriter, r *http.Request) {
 func inputError(err error) (string, bool) {
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && (ce.Code == capabilities.CodeInvalidInput || ce.Code == capabilities.CodeConflict || ce.Code == capabilities.CodeUnsupported) {
-		return ce.Message, true
+		return sentence(ce.Message), true
 	}
 	return "", false
+}
+
+// sentence makes a domain refusal's message, often a lowercase fragment
+// ("a key name has 1 to 100 characters"), read as a sentence on a page: a
+// capital first letter and a full stop. A message that opens with an
+// identifier (a field name such as maxRole, a code) keeps its first word
+// as it is; the domain's error code and text are unchanged.
+func sentence(msg string) string {
+	msg = strings.TrimSpace(msg)
+	if msg == "" {
+		return ""
+	}
+	first, _, _ := strings.Cut(msg, " ")
+	plain := true
+	for _, c := range first {
+		if unicode.IsUpper(c) || unicode.IsDigit(c) || c == '_' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		c, n := utf8.DecodeRuneInString(msg)
+		msg = string(unicode.ToUpper(c)) + msg[n:]
+	}
+	switch last, _ := utf8.DecodeLastRuneInString(msg); last {
+	case '.', '!', '?', '…':
+	default:
+		msg += "."
+	}
+	return msg
 }
 
 func (h *Handler) workspacePage(w http.ResponseWriter, r *http.Request) {

@@ -17,12 +17,12 @@ type (
 		Workspaces []Workspace `json:"workspaces"`
 	}
 	IDInput struct {
-		WorkspaceID string `json:"workspaceId"`
+		WorkspaceID string `json:"workspaceId" jsonschema:"the workspace's id (workspaceId in workspaceList)"`
 	}
 	InviteInput struct {
-		WorkspaceID string `json:"workspaceId"`
+		WorkspaceID string `json:"workspaceId" jsonschema:"the workspace's id (workspaceId in workspaceList)"`
 		Email       string `json:"email" jsonschema:"the address to send the invitation link to"`
-		Role        Role   `json:"role" jsonschema:"owner, admin or viewer"`
+		Role        Role   `json:"role" jsonschema:"the member's role: a viewer reads; an admin also writes and manages admins and viewers; an owner also manages owners" schema:"enum=owner|admin|viewer"`
 	}
 	AcceptInput struct {
 		Token string `json:"token" jsonschema:"the token of the invitation link"`
@@ -32,25 +32,25 @@ type (
 		Invitations []Invitation `json:"invitations" jsonschema:"pending invitations (admins and owners only)"`
 	}
 	RoleSetInput struct {
-		WorkspaceID string `json:"workspaceId"`
+		WorkspaceID string `json:"workspaceId" jsonschema:"the workspace's id (workspaceId in workspaceList)"`
 		UserID      string `json:"userId" jsonschema:"the member's stable user id"`
-		Role        Role   `json:"role" jsonschema:"owner, admin or viewer"`
+		Role        Role   `json:"role" jsonschema:"the member's role: a viewer reads; an admin also writes and manages admins and viewers; an owner also manages owners" schema:"enum=owner|admin|viewer"`
 	}
 	MemberInput struct {
-		WorkspaceID string `json:"workspaceId"`
+		WorkspaceID string `json:"workspaceId" jsonschema:"the workspace's id (workspaceId in workspaceList)"`
 		UserID      string `json:"userId" jsonschema:"the member's stable user id"`
 	}
 	DoneOutput struct {
 		Done bool `json:"done"`
 	}
 	DeleteInput struct {
-		WorkspaceID       string `json:"workspaceId"`
+		WorkspaceID       string `json:"workspaceId" jsonschema:"the workspace's id (workspaceId in workspaceList)"`
 		ConfirmationToken string `json:"confirmationToken,omitempty" jsonschema:"leave out to get a token; pass it back to delete"`
 	}
 	KeyCreateInput struct {
-		WorkspaceID       string         `json:"workspaceId"`
+		WorkspaceID       string         `json:"workspaceId" jsonschema:"the workspace's id (workspaceId in workspaceList)"`
 		Name              string         `json:"name" jsonschema:"what the key is for"`
-		MaxRole           Role           `json:"maxRole" jsonschema:"the most the key may do: owner, admin or viewer"`
+		MaxRole           Role           `json:"maxRole" jsonschema:"the most the key may do (a role)" schema:"enum=owner|admin|viewer"`
 		CurrentPassword   string         `json:"currentPassword" jsonschema:"your account's current password"`
 		Code              string         `json:"code,omitempty" jsonschema:"when your account has a second factor: a code from the authenticator app, or a recovery code"`
 		PasskeyToken      string         `json:"passkeyToken,omitempty" jsonschema:"instead of code: the token of accountPasskeyProofBegin"`
@@ -63,13 +63,13 @@ type (
 		Keys []OwnKey `json:"keys"`
 	}
 	KeyRevokeInput struct {
-		WorkspaceID string `json:"workspaceId"`
-		KeyID       int64  `json:"keyId"`
+		WorkspaceID string `json:"workspaceId" jsonschema:"the workspace's id (workspaceId in workspaceList)"`
+		KeyID       int64  `json:"keyId" jsonschema:"the key's id (keyId in workspaceKeyList)"`
 	}
 	ExportFileInput struct {
-		WorkspaceID string `json:"workspaceId"`
-		FileID      string `json:"fileId"`
-		Version     int64  `json:"version"`
+		WorkspaceID string `json:"workspaceId" jsonschema:"the workspace's id (workspaceId in workspaceList)"`
+		FileID      string `json:"fileId" jsonschema:"the file's id (fileId in the export's files)"`
+		Version     int64  `json:"version" jsonschema:"the file version"`
 		Offset      int64  `json:"offset,omitempty" jsonschema:"where to start; the previous chunk's next"`
 	}
 	DeleteOutput struct {

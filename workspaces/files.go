@@ -21,6 +21,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/jobs"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // File limits and the purge job.
@@ -100,7 +101,7 @@ type (
 		Files []FileInfo `json:"files"`
 	}
 	FileRef struct {
-		FileID  string `json:"fileId"`
+		FileID  string `json:"fileId" jsonschema:"the file's id (fileId in fileList)"`
 		Version int64  `json:"version,omitempty" jsonschema:"the version; default the newest"`
 	}
 	FileContent struct {
@@ -108,9 +109,9 @@ type (
 		Content string `json:"contentBase64" jsonschema:"the bytes, base64-encoded"`
 	}
 	FileDeleteInput struct {
-		FileID  string `json:"fileId"`
+		FileID  string `json:"fileId" jsonschema:"the file's id (fileId in fileList)"`
 		Version int64  `json:"version" jsonschema:"the version to delete"`
-		Reason  string `json:"reason,omitempty"`
+		Reason  string `json:"reason,omitempty" jsonschema:"why it is deleted, kept with the tombstone"`
 	}
 	fileConfirmInput struct {
 		FileID  string `json:"fileId"`
@@ -318,7 +319,12 @@ func (s *Service) upload(ctx context.Context, tx *Tx, in FileUploadInput, maxSiz
 	sum := sha256.Sum256(content)
 	key := fmt.Sprintf("%sfiles/%s/v%d-%s", BlobPrefix(tx.WorkspaceID), fileID, version, strings.ToLower(rand.Text()[:8]))
 	// The bytes go first: a version row never points at missing bytes.
-	// Should the op then roll back, the blob is removed again below.
+	// Should the op then roll back, the blob is removed again below. They
+	// are written under the call's write lease: once the uploader's account
+	// deletion has begun (which may drop the workspace), nothing is.
+	if err := storage.CheckWrite(ctx); err != nil {
+		return FileInfo{}, fmt.Errorf("workspaces: write file: %w", err)
+	}
 	if err := s.bucket().WriteAll(ctx, key, content, &blob.WriterOptions{ContentType: ct}); err != nil {
 		return FileInfo{}, fmt.Errorf("workspaces: write file: %w", err)
 	}

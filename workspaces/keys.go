@@ -46,7 +46,7 @@ type keyRow struct {
 type APIKey struct {
 	ID         int64      `json:"keyId"`
 	Name       string     `json:"name"`
-	MaxRole    Role       `json:"maxRole"`
+	MaxRole    Role       `json:"maxRole" schema:"enum=owner|admin|viewer"`
 	CreatedAt  time.Time  `json:"createdAt"`
 	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
 	RevokedAt  *time.Time `json:"revokedAt,omitempty"`

@@ -26,7 +26,7 @@ var coreTables = []string{"workspace_state", "workspace_events", "workspace_idem
 
 // Export is a workspace's logical export: its portable state.
 type Export struct {
-	Format    string                      `json:"format"`
+	Format    string                      `json:"format" jsonschema:"the export's format and version" schema:"enum=enclave-workspace-export/1"`
 	Workspace Workspace                   `json:"workspace"`
 	Revision  int64                       `json:"revision"`
 	Members   []Member                    `json:"members"`

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"regexp"
 	"time"
 
@@ -191,7 +190,7 @@ func Register[In, Out any](s *Service, op Op[In, Out]) error {
 	if err != nil {
 		return fmt.Errorf("workspaces: op %q: input schema: %w", op.Name, err)
 	}
-	outSchema, err := jsonschema.ForType(reflect.TypeFor[OpResult[Out]](), &jsonschema.ForOptions{})
+	outSchema, err := capabilities.OutputSchema[OpResult[Out]]()
 	if err != nil {
 		return fmt.Errorf("workspaces: op %q: output schema: %w", op.Name, err)
 	}
@@ -234,6 +233,8 @@ func Register[In, Out any](s *Service, op Op[In, Out]) error {
 			if err != nil {
 				return capabilities.Result{}, err
 			}
+			// Nil slices go out as [], as the output schema says.
+			res = capabilities.NormalizeOutput(res)
 			text, err := json.Marshal(res)
 			if err != nil {
 				return capabilities.Result{}, fmt.Errorf("workspaces: %s: encode output: %w", op.Name, err)
@@ -291,14 +292,7 @@ func (s *Service) exists(ctx context.Context, id string) error {
 
 // opInputSchema is In's object schema with the op fields added.
 func opInputSchema[In any](readOnly bool) (json.RawMessage, error) {
-	t := reflect.TypeFor[In]()
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%s is not a struct", t)
-	}
-	sch, err := jsonschema.ForType(t, &jsonschema.ForOptions{})
+	sch, err := capabilities.InputSchema[In]()
 	if err != nil {
 		return nil, err
 	}

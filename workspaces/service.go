@@ -410,7 +410,7 @@ func (s *Service) Access(ctx context.Context, c capabilities.Caller, id string) 
 type Workspace struct {
 	ID        string    `json:"workspaceId"`
 	Name      string    `json:"name"`
-	Role      Role      `json:"role" jsonschema:"the caller's role: owner, admin or viewer"`
+	Role      Role      `json:"role" jsonschema:"the caller's role" schema:"enum=owner|admin|viewer"`
 	CreatedAt time.Time `json:"createdAt"`
 }
 
@@ -590,7 +590,7 @@ const ownerGuard = `(role <> 'owner' OR (SELECT count(*) FROM workspace_members 
 type Member struct {
 	UserID   string    `json:"userId" jsonschema:"the member's stable user id"`
 	Username string    `json:"username"`
-	Role     Role      `json:"role"`
+	Role     Role      `json:"role" schema:"enum=owner|admin|viewer"`
 	Since    time.Time `json:"since"`
 }
 
@@ -598,7 +598,7 @@ type Member struct {
 type Invitation struct {
 	ID        int64     `json:"invitationId"`
 	Email     string    `json:"email"`
-	Role      Role      `json:"role"`
+	Role      Role      `json:"role" schema:"enum=owner|admin|viewer"`
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 

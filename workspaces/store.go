@@ -385,6 +385,12 @@ func (s *SQLiteStore) path(id string) string { return filepath.Join(s.dir, id+".
 // acquire returns the open handle of id, opening its file (and closing the
 // least recently used idle file) when needed.
 func (s *SQLiteStore) acquire(ctx context.Context, id string) (*handle, error) {
+	return s.acquireFile(ctx, id, true)
+}
+
+// acquireFile is acquire; with create false a missing file is not made
+// (the error wraps fs.ErrNotExist).
+func (s *SQLiteStore) acquireFile(ctx context.Context, id string, create bool) (*handle, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -432,7 +438,7 @@ func (s *SQLiteStore) acquire(ctx context.Context, id string) (*handle, error) {
 	s.peak = max(s.peak, len(s.open))
 	s.mu.Unlock()
 
-	h.db, h.err = s.openFile(ctx, id)
+	h.db, h.err = s.openFile(ctx, id, create)
 	close(h.ready)
 	if h.err != nil {
 		s.mu.Lock()
@@ -464,10 +470,13 @@ func (s *SQLiteStore) release(h *handle) {
 	s.mu.Unlock()
 }
 
-// openFile opens (creating if needed) the file of id and brings its schema
-// up to date; a file whose user_version matches the sources is not
-// migrated again.
-func (s *SQLiteStore) openFile(ctx context.Context, id string) (*bun.DB, error) {
+// openFile opens (creating if needed and create is set) the file of id and
+// brings its schema up to date; a file whose user_version matches the
+// sources is not migrated again.
+func (s *SQLiteStore) openFile(ctx context.Context, id string, create bool) (*bun.DB, error) {
+	if !create {
+		return s.openExisting(ctx, s.path(id))
+	}
 	if s.Known != nil {
 		if _, err := os.Stat(s.path(id)); errors.Is(err, fs.ErrNotExist) {
 			ok, err := s.Known(ctx, id)
@@ -486,6 +495,29 @@ func (s *SQLiteStore) openFile(ctx context.Context, id string) (*bun.DB, error) 
 }
 
 func (s *SQLiteStore) openPath(ctx context.Context, path string) (*bun.DB, error) {
+	return s.openDSN(ctx, path+"?"+fileParams().Encode())
+}
+
+// openExisting is openPath for a file that must exist already: SQLite
+// opens it with mode=rw, which never creates it.
+func (s *SQLiteStore) openExisting(ctx context.Context, path string) (*bun.DB, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("workspaces: open workspace file: %w", err)
+	}
+	db, err := s.openDSN(ctx, existingDSN(path, fileParams()))
+	if err != nil && !fileExists(path) {
+		return nil, fmt.Errorf("workspaces: open workspace file: %w", fs.ErrNotExist)
+	}
+	return db, err
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// fileParams are the connection parameters of a workspace file.
+func fileParams() url.Values {
 	params := url.Values{}
 	params.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", storage.SQLiteBusyTimeout.Milliseconds()))
 	params.Add("_pragma", "journal_mode(WAL)")
@@ -493,7 +525,18 @@ func (s *SQLiteStore) openPath(ctx context.Context, path string) (*bun.DB, error
 	params.Add("_pragma", "synchronous(NORMAL)")
 	params.Set("_time_format", "sqlite")
 	params.Set("_txlock", "immediate")
-	sqldb, err := sql.Open("sqlite", path+"?"+params.Encode())
+	return params
+}
+
+// existingDSN is the URI of the SQLite file at path opened read-write
+// without being created.
+func existingDSN(path string, params url.Values) string {
+	params.Set("mode", "rw")
+	return "file:" + (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath() + "?" + params.Encode()
+}
+
+func (s *SQLiteStore) openDSN(ctx context.Context, dsn string) (*bun.DB, error) {
+	sqldb, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("workspaces: open workspace file: %w", err)
 	}

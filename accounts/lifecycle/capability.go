@@ -14,7 +14,7 @@ import (
 type SectionInput struct {
 	Section string `json:"section" jsonschema:"a section name from accountExportManifest, e.g. sql:users or blob:notes"`
 	Cursor  string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page of this section"`
-	Limit   int    `json:"limit,omitempty" jsonschema:"rows per page for SQL and custom sections, 1 to 1000 (default 50)"`
+	Limit   int    `json:"limit,omitempty" jsonschema:"rows per page for SQL and custom sections, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 }
 
 // Capabilities returns accountExportManifest and accountExportSection:

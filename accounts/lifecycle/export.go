@@ -51,7 +51,7 @@ type ManifestUser struct {
 // accountExportSection), kind, item count, and the columns left out.
 type ManifestSection struct {
 	Name            string   `json:"name"`
-	Kind            string   `json:"kind"`
+	Kind            string   `json:"kind" jsonschema:"how the section is fetched: SQL rows, a stored file's chunks, or a custom domain's items" schema:"enum=sql|blob|custom"`
 	Count           int64    `json:"count"`
 	Bytes           int64    `json:"bytes,omitempty"`
 	RedactedColumns []string `json:"redactedColumns,omitempty"`
@@ -140,7 +140,7 @@ func (s *Service) Manifest(ctx context.Context, o storage.Owner) (Manifest, erro
 // Items is set, by the section's kind.
 type SectionPage struct {
 	Section    string           `json:"section"`
-	Kind       string           `json:"kind"`
+	Kind       string           `json:"kind" jsonschema:"the section's kind" schema:"enum=sql|blob|custom"`
 	Rows       []map[string]any `json:"rows,omitempty"`
 	Chunk      *BlobChunk       `json:"chunk,omitempty"`
 	Items      []any            `json:"items,omitempty"`

@@ -5,9 +5,11 @@
 // registers its surfaces is exported and deleted with no further code.
 //
 // Deletion marks the account deleting first (every mutation boundary then
-// refuses writes), runs the hooks (OAuth revocation) and cleans every
-// out-of-SQL surface idempotently, and deletes the SQL rows last in one
-// transaction. A critical failure keeps the marker and the data, so running
+// refuses writes, and no call of the account gets a write lease), waits
+// until the calls already running that may write (their write leases, see
+// WriteLeases) have ended, runs the hooks (OAuth revocation) and cleans
+// every out-of-SQL surface idempotently, and deletes the SQL rows last in
+// one transaction. A critical failure keeps the marker and the data, so running
 // Delete again completes the job.
 package lifecycle
 
@@ -60,6 +62,14 @@ type Options struct {
 	// deletion of o (no one was there to ask for it: record it, as the
 	// account holder's own deletion is recorded).
 	Resumed func(ctx context.Context, o storage.Owner)
+	// WriterWait bounds how long a deletion waits, once the account is
+	// marked, for the calls that may still write its data (their write
+	// leases) to end before it removes anything; when some are still live
+	// after it, the deletion stops with the stage "active writers",
+	// keeping the marker and the data for a retry. Default: the store's
+	// WriteLeaseTTL plus storage.WriteLeaseSkew plus a second, by which
+	// every lease has ended (none is renewed once the account is marked).
+	WriterWait time.Duration
 }
 
 // Service exports and deletes accounts.
@@ -75,6 +85,9 @@ func New(store *storage.Store, inv *storage.Inventory, acc *accounts.Service, op
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.WriterWait <= 0 {
+		opts.WriterWait = store.WriteLeaseTTL() + storage.WriteLeaseSkew + time.Second
+	}
 	return &Service{store: store, inv: inv, accounts: acc, opts: opts}
 }
 
@@ -84,11 +97,13 @@ func New(store *storage.Store, inv *storage.Inventory, acc *accounts.Service, op
 var UsersTable = storage.Table{Name: "users", OwnerColumn: "id", KeyColumn: "id", Redact: []string{"password_hash"}}
 
 // RegisterInventory registers the account tables defined by enclave's own
-// migrations that belong to no other domain.
+// migrations that belong to no other domain: the account's row, its roles
+// and its write leases.
 func RegisterInventory(inv *storage.Inventory) error {
 	return errors.Join(
 		inv.AddTable(UsersTable),
 		inv.AddTable(storage.Table{Name: "user_roles", KeyColumn: "role_name"}),
+		inv.AddTable(WriteLeasesTable),
 	)
 }
 
@@ -105,9 +120,10 @@ type DeletionResult struct {
 }
 
 // DeleteError is the error of a deletion that stopped before the account
-// was gone: Stage says where ("mark deleting", "hook NAME", "blob DOMAIN",
-// "custom NAME", "kv DOMAIN", "rows"), for the audit log and operators;
-// Err is the cause.
+// was gone: Stage says where ("mark deleting", "active writers", "hook
+// NAME", "blob DOMAIN", "custom NAME", "kv DOMAIN", "rows"), for the audit
+// log and operators; Err is the cause. "active writers" (calls that may
+// write still ran after Options.WriterWait) removed nothing.
 type DeleteError struct {
 	Stage string
 	Err   error
@@ -167,6 +183,15 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 	// the final transaction, so a deletion that fails midway leaves them.
 	if _, err := s.accounts.MarkDeleting(ctx, o.ID); err != nil {
 		return res, &DeleteError{Stage: "mark deleting", Err: err}
+	}
+	// Writer fencing: no call of the account gets a write lease from now
+	// on, and those taken before stop renewing. Before anything is removed,
+	// wait until each has been released or has run out, so that nothing a
+	// call writes lands after the clean-up (a call whose lease ran out is
+	// refused its writes). Nothing is removed yet: a failure here keeps
+	// the account, marked, for a retry.
+	if err := s.store.WaitWriters(ctx, o, s.opts.WriterWait); err != nil {
+		return res, &DeleteError{Stage: "active writers", Err: err}
 	}
 	for _, h := range s.opts.Hooks {
 		if err := h.Run(ctx, o); err != nil {

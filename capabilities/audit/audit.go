@@ -22,6 +22,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -50,9 +51,9 @@ type Event struct {
 	bun.BaseModel `bun:"table:audit_events"`
 	ID            int64     `bun:"id,pk,autoincrement" json:"id"`
 	At            time.Time `bun:"at,notnull" json:"at"`
-	Category      string    `bun:"category,notnull" json:"category"`
+	Category      string    `bun:"category,notnull" json:"category" jsonschema:"mcp, capability, auth, account or outbound (an embedder may record its own)"`
 	Action        string    `bun:"action,notnull" json:"action"`
-	Result        string    `bun:"result,notnull" json:"result"`
+	Result        string    `bun:"result,notnull" json:"result" schema:"enum=success|failure|denied"`
 	Reason        string    `bun:"reason,notnull" json:"reason,omitempty"`
 	UserHash      string    `bun:"user_hash,notnull" json:"userHash,omitempty"`
 	IPHash        string    `bun:"ip_hash,notnull" json:"ipHash,omitempty"`
@@ -90,8 +91,18 @@ func (l *Log) hash(kind, v string) string {
 // and the one adminAuditLogQuery applies to its userId.
 func (l *Log) HashUser(stableUserID string) string { return l.hash("user", stableUserID) }
 
-// HashIP hashes a client IP address for the log.
-func (l *Log) HashIP(ip string) string { return l.hash("ip", ip) }
+// HashIP hashes a client's address for the log by its client network
+// (clientnet.Network: the IPv4 /24, the IPv6 /64), so the address itself
+// is never recorded and every row of one network carries the same hash. It
+// is the one network scheme of every row's IPHash and of the denial-burst
+// alert's network subject, so an alert's subject finds the audit rows of
+// its network. A value that is no address is hashed as it is.
+func (l *Log) HashIP(ip string) string {
+	if n := clientnet.Network(ip); n != "" {
+		ip = n
+	}
+	return l.hash("ip", ip)
+}
 
 // Record writes e, stamping the time when e.At is zero. A failure is
 // returned and logged; auditing never blocks the request it describes.

@@ -10,15 +10,15 @@ import (
 
 // QueryInput is the input of adminAuditLogQuery.
 type QueryInput struct {
-	Category string `json:"category,omitempty" jsonschema:"only events of this category: mcp, capability, auth or account"`
+	Category string `json:"category,omitempty" jsonschema:"only events of this category" schema:"enum=mcp|capability|auth|account|outbound"`
 	Action   string `json:"action,omitempty" jsonschema:"only events with exactly this action"`
-	Result   string `json:"result,omitempty" jsonschema:"only events with this result: success, failure or denied"`
+	Result   string `json:"result,omitempty" jsonschema:"only events with this result" schema:"enum=success|failure|denied"`
 	// UserID is hashed with the log's key before matching, so admins can
 	// look up one user without the log holding raw ids.
 	UserID string `json:"userId,omitempty" jsonschema:"only events about the user with this stable user id"`
-	Since  string `json:"since,omitempty" jsonschema:"only events at or after this RFC 3339 time"`
-	Until  string `json:"until,omitempty" jsonschema:"only events before this RFC 3339 time"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Since  string `json:"since,omitempty" jsonschema:"only events at or after this RFC 3339 time" schema:"format=date-time"`
+	Until  string `json:"until,omitempty" jsonschema:"only events before this RFC 3339 time" schema:"format=date-time"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
 }
 

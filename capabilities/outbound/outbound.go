@@ -200,7 +200,7 @@ func New(o Options) *Gateway {
 // Request is one outbound request. Headers and Body may hold
 // {{secret:NAME}} placeholders; URL may not.
 type Request struct {
-	Method  string            `json:"method,omitempty" jsonschema:"GET (default), HEAD, POST, PUT, PATCH, DELETE or OPTIONS"`
+	Method  string            `json:"method,omitempty" jsonschema:"the HTTP method (default GET)" schema:"enum=GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS,default=GET"`
 	URL     string            `json:"url" jsonschema:"an https URL on the public internet; secret placeholders are not allowed here"`
 	Headers map[string]string `json:"headers,omitempty" jsonschema:"request headers; values may contain {{secret:NAME}} placeholders"`
 	Body    string            `json:"body,omitempty" jsonschema:"request body (text); may contain {{secret:NAME}} placeholders"`
@@ -213,7 +213,7 @@ type Response struct {
 	Headers map[string][]string `json:"headers"`
 	Body    string              `json:"body"`
 	// BodyEncoding is "base64" when the body is not UTF-8 text.
-	BodyEncoding string `json:"bodyEncoding,omitempty"`
+	BodyEncoding string `json:"bodyEncoding,omitempty" jsonschema:"base64 when the body is not UTF-8 text" schema:"enum=base64"`
 	// SecretsUsed names the secrets filled into the request.
 	SecretsUsed []string `json:"secretsUsed,omitempty"`
 }

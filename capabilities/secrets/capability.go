@@ -11,18 +11,26 @@ import (
 	"github.com/enclave-mcp/enclave/storage"
 )
 
-// SetInput is the input of secretSet.
+// SetInput is the input of secretSet: a secret without its policy, which
+// no agent may set. A secret an agent stores or replaces has no approved
+// hosts until its owner approves them; one the owner's web session
+// replaces keeps its policy.
 type SetInput struct {
-	Name        string `json:"name" jsonschema:"the secret's name: 1-64 letters, digits, '.', '_' or '-'"`
+	Name        string `json:"name" jsonschema:"the secret's name: 1-64 letters, digits, '.', '_' or '-'" schema:"pattern=^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"`
 	Value       string `json:"value" jsonschema:"the secret value (at most 64 KiB); it can never be read back by an agent"`
 	Description string `json:"description,omitempty" jsonschema:"what the secret is for"`
-	// AllowedHosts and ExpiresAt are the secret's policy; only the
-	// owner's web session may set them. From the web session, absent both,
-	// a replaced secret keeps its policy; given either, the policy is
-	// replaced as a whole. Any other caller that replaces a value clears
-	// the policy: the owner approves hosts for a value they know.
-	AllowedHosts *[]string `json:"allowedHosts,omitempty" jsonschema:"hosts this secret may be sent to: exact names or *.domain; set by the person on their account page only"`
-	ExpiresAt    string    `json:"expiresAt,omitempty" jsonschema:"RFC 3339 time after which the secret is never used; set by the person on their account page only"`
+}
+
+// SetWithPolicyInput is the input of secretSetWithPolicy, which only the
+// owner's web session may call: a secret with its policy. Absent both
+// AllowedHosts and ExpiresAt, a replaced secret keeps its policy; given
+// either, the policy is replaced as a whole.
+type SetWithPolicyInput struct {
+	Name         string    `json:"name" jsonschema:"the secret's name: 1-64 letters, digits, '.', '_' or '-'"`
+	Value        string    `json:"value" jsonschema:"the secret value (at most 64 KiB)"`
+	Description  string    `json:"description,omitempty" jsonschema:"what the secret is for"`
+	AllowedHosts *[]string `json:"allowedHosts,omitempty" jsonschema:"hosts this secret may be sent to: exact names or *.domain"`
+	ExpiresAt    string    `json:"expiresAt,omitempty" jsonschema:"RFC 3339 time after which the secret is never used; empty: never expires"`
 }
 
 // PolicyInput is the input of secretPolicySet.
@@ -36,11 +44,6 @@ type PolicyInput struct {
 type PolicyOutput struct {
 	Secret Secret `json:"secret"`
 }
-
-// ErrPolicyNeedsSession is returned when a caller other than the owner's
-// web session tries to change a secret's policy.
-var ErrPolicyNeedsSession = &capabilities.Error{Code: capabilities.CodeInvalidInput,
-	Message: "A secret's allowed hosts and expiry can only be set by its owner on the account's Secrets page."}
 
 // ParseExpiry parses an expiresAt input: empty means none; otherwise an
 // RFC 3339 time, or a date-time without zone ("2026-12-31T23:59", as a
@@ -74,7 +77,7 @@ type SetOutput struct {
 
 // ListInput is the input of secretList.
 type ListInput struct {
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
 }
 
@@ -107,10 +110,10 @@ type RevealOutput struct {
 
 // Capabilities returns secretSet, secretList and secretDelete, which act on
 // the caller's own secrets only and never return a value, and
-// secretReveal and secretPolicySet, which only a person signed in to the
-// web shell may call (Requirement.SessionOnly): no agent ever sees a value
-// or approves a host. secretSet refuses allowedHosts and expiresAt from
-// any caller but that session.
+// secretReveal, secretPolicySet and secretSetWithPolicy, which only a
+// person signed in to the web shell may call (Requirement.SessionOnly): no
+// agent ever sees a value or approves a host. secretSet's input has no
+// policy fields at all: an agent cannot even name them.
 func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capability {
 	own := func(p capabilities.Permission) capabilities.Requirement {
 		return capabilities.Requirement{Permissions: []capabilities.Permission{p}}
@@ -135,12 +138,30 @@ func (s *Service) Capabilities(owner capabilities.OwnerOf) []capabilities.Capabi
 					// the owner's went.
 					policy = &Policy{}
 				}
+				meta, created, err := s.Put(ctx, o, in.Name, in.Description, []byte(in.Value), policy)
+				if err != nil {
+					return SetOutput{}, invalid(err)
+				}
+				return SetOutput{Secret: meta, Created: created}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[SetWithPolicyInput, SetOutput]{
+			Name: "secretSetWithPolicy", Domain: "secrets", Title: "Store a secret with its approved hosts",
+			Description: "Stores a named secret for the signed-in person together with the hosts it may be sent to and when it expires, on their account page only.",
+			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
+			Requires: capabilities.Requirement{
+				Permissions: []capabilities.Permission{capabilities.UpdateUserOwn},
+				SessionOnly: true, InteractiveOnly: true,
+			},
+			Handler: func(ctx context.Context, call *capabilities.Call, in SetWithPolicyInput) (SetOutput, error) {
+				o, err := owner(ctx, call.Caller)
+				if err != nil {
+					return SetOutput{}, err
+				}
+				// Approving a host is the owner's decision, taken on the
+				// page that shows them the secret.
+				var policy *Policy
 				if in.AllowedHosts != nil || in.ExpiresAt != "" {
-					// Approving a host is the owner's decision: an agent
-					// that could widen it could send the secret anywhere.
-					if !call.Caller.Session {
-						return SetOutput{}, ErrPolicyNeedsSession
-					}
 					exp, err := ParseExpiry(in.ExpiresAt)
 					if err != nil {
 						return SetOutput{}, invalid(err)

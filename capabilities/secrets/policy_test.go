@@ -229,25 +229,38 @@ func TestSecretPolicyCapabilities(t *testing.T) {
 		bobWeb := web
 		bobWeb.UserID = bob.StableID
 
-		// An agent may store a secret but not approve hosts or set expiry.
+		// An agent may store a secret but not approve hosts or set expiry:
+		// secretSet's schema has no such arguments, and the capability that
+		// has them is the web session's alone.
+		for _, c := range reg.Visible(ctx, agent) {
+			if c.Name == "secretSet" && (strings.Contains(string(c.InputSchema), "allowedHosts") || strings.Contains(string(c.InputSchema), "expiresAt")) {
+				t.Fatalf("secretSet advertises the policy to agents: %s", c.InputSchema)
+			}
+		}
 		for _, args := range []string{
 			`{"name":"k","value":"v","allowedHosts":["evil.example"]}`,
 			`{"name":"k","value":"v","allowedHosts":[]}`,
 			`{"name":"k","value":"v","expiresAt":"2099-01-01T00:00:00Z"}`,
 		} {
-			_, err := reg.Invoke(ctx, agent, "secretSet", json.RawMessage(args))
-			if capabilities.CodeOf(err) != capabilities.CodeInvalidInput || !strings.Contains(err.Error(), "Secrets page") {
-				t.Fatalf("agent secretSet %s: %v", args, err)
+			for _, name := range []string{"secretSet", "secretSetWithPolicy"} {
+				_, err := reg.Invoke(ctx, agent, name, json.RawMessage(args))
+				if code := capabilities.CodeOf(err); !(name == "secretSet" && code == capabilities.CodeInvalidInput && strings.Contains(err.Error(), "unknown argument")) &&
+					!(name == "secretSetWithPolicy" && code == capabilities.CodeNotFound) {
+					t.Fatalf("agent %s %s: %v", name, args, err)
+				}
 			}
+		}
+		if _, err := svc.Use(ctx, alice, "k", time.Now()); !errors.Is(err, secrets.ErrNotFound) {
+			t.Fatalf("a refused secretSet stored the secret: %v", err)
 		}
 		if _, err := reg.Invoke(ctx, agent, "secretPolicySet", json.RawMessage(`{"name":"k","allowedHosts":["evil.example"]}`)); capabilities.CodeOf(err) != capabilities.CodeNotFound {
 			t.Fatalf("agent secretPolicySet: %v", err)
 		}
-		if slices.Contains(reg.VisibleNames(ctx, agent), "secretPolicySet") {
-			t.Fatal("an agent sees secretPolicySet")
+		if names := reg.VisibleNames(ctx, agent); slices.Contains(names, "secretPolicySet") || slices.Contains(names, "secretSetWithPolicy") {
+			t.Fatalf("an agent sees the policy capabilities: %v", names)
 		}
 		// The owner's session sets value and policy together.
-		res, err := reg.Invoke(ctx, web, "secretSet", json.RawMessage(`{"name":"k","value":"v","allowedHosts":["Api.Example.com"],"expiresAt":"2099-01-01T00:00"}`))
+		res, err := reg.Invoke(ctx, web, "secretSetWithPolicy", json.RawMessage(`{"name":"k","value":"v","allowedHosts":["Api.Example.com"],"expiresAt":"2099-01-01T00:00"}`))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,11 @@
 //
 // Every flag is also read from an ENCLAVE_* environment variable; run
 // "enclave COMMAND -h" for a command's flags.
+//
+// The default build links no cloud drivers: only file://, mem:// and the
+// local key. Build with -tags aws, gcp, azure (comma-separated) or -tags
+// full to accept s3://, gs://, azblob://, the cloud queues and KMS keepers
+// (see storage/clouddrivers).
 package main
 
 import (
@@ -15,7 +20,6 @@ import (
 	"syscall"
 
 	"github.com/enclave-mcp/enclave/internal/cli"
-	_ "github.com/enclave-mcp/enclave/storage/clouddrivers" // s3://, gs://, azblob://, cloud KMS and queues
 )
 
 func main() {

@@ -79,7 +79,7 @@ type Outcome struct {
 
 // Log is one console call of the program.
 type Log struct {
-	Level   string    `json:"level"`   // "log", "info", "warn", "error", "debug"
+	Level   string    `json:"level" jsonschema:"the console method that wrote it" schema:"enum=log|info|warn|error|debug"`
 	Message string    `json:"message"` // the arguments formatted like a console does (strings as is, others JSON)
 	At      time.Time `json:"at"`
 }

@@ -33,7 +33,7 @@ func TestWriteNotesNeverHoldTheKeeperKey(t *testing.T) {
 	}
 	defer st.Close()
 	var buf bytes.Buffer
-	m, err := Write(ctx, st, cfg, "test", &buf)
+	m, err := Write(ctx, st, cfg, Options{Version: "test"}, &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,13 +131,13 @@ func TestRestoreRefusesHostileArchives(t *testing.T) {
 		"manifest late":    {{name: DatabaseName, body: "db"}, manifest(t, good), {name: KeeperName, body: "key"}},
 		"missing keeper":   {manifest(t, good), {name: DatabaseName, body: "db"}},
 		"missing database": {manifest(t, good), {name: KeeperName, body: "key"}},
-		"bad manifest":     {{name: ManifestName, body: `{"format":2}`}, {name: DatabaseName, body: "db"}},
+		"bad manifest":     {{name: ManifestName, body: `{"format":99}`}, {name: DatabaseName, body: "db"}},
 	}
 	for name, entries := range cases {
 		t.Run(name, func(t *testing.T) {
 			parent := t.TempDir()
 			dir := filepath.Join(parent, "data")
-			if _, err := Restore(bytes.NewReader(archive(t, entries...)), dir); err == nil {
+			if _, err := Restore(bytes.NewReader(archive(t, entries...)), dir, RestoreOptions{}); err == nil {
 				t.Fatal("restored")
 			}
 			left, err := os.ReadDir(dir)
@@ -158,7 +158,7 @@ func TestRestoreRefusesHostileArchives(t *testing.T) {
 
 	// The well-formed archive restores, with 0600 files.
 	dir := filepath.Join(t.TempDir(), "data")
-	if _, err := Restore(bytes.NewReader(archive(t, manifest(t, good), entry{name: DatabaseName, body: "db"}, entry{name: KeeperName, body: "key"}, entry{name: "blobs/u/a.txt", body: "blob"})), dir); err != nil {
+	if _, err := Restore(bytes.NewReader(archive(t, manifest(t, good), entry{name: DatabaseName, body: "db"}, entry{name: KeeperName, body: "key"}, entry{name: "blobs/u/a.txt", body: "blob"})), dir, RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{DatabaseName, KeeperName, "blobs/u/a.txt"} {
@@ -177,7 +177,7 @@ func TestRestoreRefusesNonEmptyDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := Manifest{Format: 1, Database: true}
-	if _, err := Restore(bytes.NewReader(archive(t, manifest(t, good), entry{name: DatabaseName, body: "db"})), dir); err == nil {
+	if _, err := Restore(bytes.NewReader(archive(t, manifest(t, good), entry{name: DatabaseName, body: "db"})), dir, RestoreOptions{}); err == nil {
 		t.Fatal("restored into a non-empty directory")
 	}
 	if _, err := os.Stat(filepath.Join(dir, DatabaseName)); err == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/workspaces"
 )
 
 // signIn signs in on the web shell of base and reports whether it worked.
@@ -48,23 +49,37 @@ func signIn(t *testing.T, base, email, password string) bool {
 
 func serveDir(t *testing.T, dir string) (*enclave.Server, string) {
 	t.Helper()
-	ts := httptest.NewUnstartedServer(nil)
-	base := "http://" + ts.Listener.Addr().String()
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: dir, BaseURL: base, Logger: quietLog(),
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
+	srv, base, err := startDir(t, dir, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return srv, base
+}
+
+// startDir serves the data directory dir (with workspaces when ws is set).
+func startDir(t *testing.T, dir string, ws *workspaces.Options) (*enclave.Server, string, error) {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(nil)
+	base := "http://" + ts.Listener.Addr().String()
+	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: dir, BaseURL: base, Logger: quietLog(), Workspaces: ws,
+		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
+	if err != nil {
+		ts.Close()
+		return nil, "", err
 	}
 	ts.Config.Handler = srv.Handler()
 	ts.Start()
 	t.Cleanup(func() { ts.Close(); srv.Close() })
-	return srv, base
+	return srv, base, nil
 }
 
 // A backup taken while the server is writing restores into a fresh
-// directory where people sign in, their secrets (sealed by the keeper key
-// in the archive) decrypt, and blobs are back.
+// directory where people sign in, their secrets (sealed by the keeper key,
+// which the archive holds encrypted with the operator's passphrase)
+// decrypt, and blobs are back. A restore without the passphrase, or with
+// a wrong one, fails clearly and leaves nothing.
 func TestBackupRestoreUnderWrites(t *testing.T) {
+	lowScrypt(t)
 	ctx := context.Background()
 	live := t.TempDir()
 	srv, _ := serveDir(t, live)
@@ -103,25 +118,37 @@ func TestBackupRestoreUnderWrites(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	archive := filepath.Join(t.TempDir(), "enclave-backup.tar.gz")
-	code, out, errOut := run(t, map[string]string{"ENCLAVE_DATA_DIR": live}, "backup", "--out", archive)
+	phrase := writePassphrase(t, "a long operator passphrase\n")
+	code, out, errOut := run(t, map[string]string{"ENCLAVE_DATA_DIR": live}, "backup", "--out", archive, "--passphrase-file", phrase)
 	close(stop)
 	wg.Wait()
 	if code != 0 {
 		t.Fatalf("backup: %d %s %s", code, out, errOut)
 	}
-	if !strings.Contains(out, "database true, blobs true, keeper key true") {
-		t.Fatalf("backup output: %s", out)
+	if !strings.Contains(out, "database true, workspaces 0, blobs true, keeper key encrypted") || strings.Contains(errOut, "WARNING") {
+		t.Fatalf("backup output: %s %s", out, errOut)
 	}
 	if info, err := os.Stat(archive); err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("archive: %v %v", info, err)
 	}
 
 	fresh := filepath.Join(t.TempDir(), "restored")
-	if code, out, errOut := run(t, nil, "restore", "--from", archive, "--data-dir", fresh); code != 0 {
+	// Without the passphrase, or with another one, nothing is restored.
+	if code, _, errOut := run(t, nil, "restore", "--from", archive, "--data-dir", fresh); code != 1 || !strings.Contains(errOut, "keeper key is encrypted") || !strings.Contains(errOut, "--passphrase-file") {
+		t.Fatalf("restore without the passphrase: %d %s", code, errOut)
+	}
+	wrong := writePassphrase(t, "a long operator passphrase!\n")
+	if code, _, errOut := run(t, nil, "restore", "--from", archive, "--data-dir", fresh, "--passphrase-file", wrong); code != 1 || !strings.Contains(errOut, "passphrase does not decrypt") || !strings.Contains(errOut, "nothing was restored") {
+		t.Fatalf("restore with a wrong passphrase: %d %s", code, errOut)
+	}
+	if _, err := os.Stat(fresh); err == nil {
+		t.Fatal("a refused restore left the directory")
+	}
+	if code, out, errOut := run(t, nil, "restore", "--from", archive, "--data-dir", fresh, "--passphrase-file", phrase); code != 0 || strings.Contains(errOut, "IMPORTANT") {
 		t.Fatalf("restore: %d %s %s", code, out, errOut)
 	}
 	// Never over existing data.
-	if code, _, errOut := run(t, nil, "restore", "--from", archive, "--data-dir", fresh); code == 0 || !strings.Contains(errOut, "not empty") {
+	if code, _, errOut := run(t, nil, "restore", "--from", archive, "--data-dir", fresh, "--passphrase-file", phrase); code == 0 || !strings.Contains(errOut, "not empty") {
 		t.Fatalf("restore over a restored directory: %d %s", code, errOut)
 	}
 	if info, err := os.Stat(filepath.Join(fresh, storage.KeeperKeyFile)); err != nil || info.Mode().Perm() != 0o600 {

@@ -81,6 +81,9 @@ func Main(ctx context.Context, args []string, e *Env) int {
 	if e.Getenv == nil {
 		e.Getenv = os.Getenv
 	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	cmd, rest, ok := lookup(args)
 	if !ok {
 		usage(e.Stderr, args)
@@ -178,7 +181,8 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"log-level", "metrics-addr", "shutdown-timeout", "caller-cache-ttl", "no-migrate", "signup", "require-admin-2fa", "workspaces", "allowed-origins",
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security",
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
-	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file"}
+	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
+	"site-name", "site-description", "site-accent"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -235,6 +239,9 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.smtp.Username, "smtp-username", "", "SMTP user (AUTH PLAIN, only over TLS or to a loopback relay)")
 	fs.StringVar(&o.smtp.Password, "smtp-password", "", "SMTP password (prefer ENCLAVE_SMTP_PASSWORD_FILE)")
 	fs.StringVar(&o.smtpSecurity, "smtp-security", "starttls", "starttls, tls, or plain (loopback relays only)")
+	fs.StringVar(&o.cfg.SiteName, "site-name", "enclave", "the service's name in page titles, mail, the start and connect pages, the consent page and authenticator apps")
+	fs.StringVar(&o.cfg.SiteDescription, "site-description", "", "the sentence the start page shows under the site name: what this server is for (default a generic one)")
+	fs.StringVar(&o.cfg.AccentColor, "site-accent", "", "the pages' accent colour, #rrggbb (default the built-in blue)")
 }
 
 // applyEnv sets each shared flag from ENCLAVE_<NAME> when that variable is
@@ -416,7 +423,7 @@ func runVersion(_ context.Context, e *Env, _ *options, args []string) error {
 	if len(args) > 0 {
 		return fmt.Errorf("%w: version takes no arguments", errUsage)
 	}
-	fmt.Fprintf(e.Stdout, "enclave %s\n", Version())
+	printVersion(e.Stdout)
 	return nil
 }
 

@@ -31,3 +31,29 @@ func TestLinkerOverride(t *testing.T) {
 		t.Fatalf("String() = %q with the link-time value set", got)
 	}
 }
+
+func TestCommitOf(t *testing.T) {
+	rev := "0123456789abcdef0123456789abcdef01234567"
+	for _, tc := range []struct {
+		name string
+		info debug.BuildInfo
+		want string
+	}{
+		{"clean", debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "false"}}}, rev},
+		{"dirty", debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "true"}}}, rev + "+dirty"},
+		{"no VCS", debug.BuildInfo{Main: debug.Module{Version: "v1.0.0"}}, "unknown"},
+	} {
+		if got := commitOf(&tc.info); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestCommitLinkerOverride(t *testing.T) {
+	old := commit
+	t.Cleanup(func() { commit = old })
+	commit = "abcdef"
+	if got := Commit(); got != "abcdef" {
+		t.Fatalf("Commit() = %q with the link-time value set", got)
+	}
+}

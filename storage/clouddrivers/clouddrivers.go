@@ -1,11 +1,15 @@
-// Package clouddrivers links the cloud drivers of gocloud.dev, so that a
-// storage URL is all an operator changes to move a store to a cloud service.
-// Import it for its side effects:
+// Package clouddrivers links every cloud driver of gocloud.dev that enclave
+// supports, so that a storage URL is all an operator changes to move a store
+// to a cloud service. Import it for its side effects:
 //
 //	import _ "github.com/enclave-mcp/enclave/storage/clouddrivers"
 //
-// The enclave binary does. Embedders who only need the embedded defaults can
-// leave it out and keep their binaries small.
+// or import only the provider you use: [github.com/enclave-mcp/enclave/storage/clouddrivers/aws],
+// [github.com/enclave-mcp/enclave/storage/clouddrivers/gcp] or
+// [github.com/enclave-mcp/enclave/storage/clouddrivers/azure]. The drivers
+// roughly double a binary's size, so the default enclave binary links none:
+// build it with -tags aws, gcp, azure (any of them, comma-separated) or
+// -tags full for all three.
 //
 // Linked schemes:
 //   - blob: s3://, gs://, azblob://
@@ -15,14 +19,7 @@
 package clouddrivers
 
 import (
-	_ "gocloud.dev/blob/azureblob"
-	_ "gocloud.dev/blob/gcsblob"
-	_ "gocloud.dev/blob/s3blob"
-	_ "gocloud.dev/docstore/gcpfirestore"
-	_ "gocloud.dev/pubsub/awssnssqs"
-	_ "gocloud.dev/pubsub/azuresb"
-	_ "gocloud.dev/pubsub/gcppubsub"
-	_ "gocloud.dev/secrets/awskms"
-	_ "gocloud.dev/secrets/azurekeyvault"
-	_ "gocloud.dev/secrets/gcpkms"
+	_ "github.com/enclave-mcp/enclave/storage/clouddrivers/aws"
+	_ "github.com/enclave-mcp/enclave/storage/clouddrivers/azure"
+	_ "github.com/enclave-mcp/enclave/storage/clouddrivers/gcp"
 )

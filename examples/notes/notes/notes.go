@@ -277,7 +277,7 @@ type GetOutput struct {
 // ListInput pages through notes.
 type ListInput struct {
 	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
 }
 
 // ListOutput is one page of notes.

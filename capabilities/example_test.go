@@ -1,0 +1,58 @@
+package capabilities_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
+)
+
+// Struct tags give a field its name (json), its description (jsonschema)
+// and its constraints (schema): a closed set as an enum, bounds, a pattern,
+// a format and a default. Invoke refuses arguments that break them.
+func ExampleDefine() {
+	type listIn struct {
+		Status string `json:"status,omitempty" jsonschema:"only tickets with this status" schema:"enum=open|closed,default=open"`
+		Limit  int    `json:"limit,omitempty" jsonschema:"page size" schema:"minimum=1,maximum=100,default=20"`
+		Since  string `json:"since,omitempty" jsonschema:"only tickets opened at or after this time" schema:"format=date-time"`
+		Tag    string `json:"tag,omitempty" jsonschema:"only tickets with this tag" schema:"pattern=^[a-z][a-z0-9-]*$"`
+	}
+	type listOut struct {
+		Tickets []string `json:"tickets" jsonschema:"the matching tickets"`
+	}
+	c := capabilities.Define(capabilities.Spec[listIn, listOut]{
+		Name: "ticketList", Domain: "tickets", Description: "Lists tickets.",
+		Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
+		Handler: func(_ context.Context, _ *capabilities.Call, in listIn) (listOut, error) {
+			fmt.Printf("status=%s limit=%d\n", in.Status, in.Limit)
+			return listOut{}, nil // a nil slice is sent as []
+		},
+	})
+	reg := capabilities.NewRegistry(capabilities.Options{})
+	if err := reg.Register(c); err != nil {
+		panic(err)
+	}
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	_ = json.Unmarshal(c.InputSchema, &schema)
+	fmt.Println(string(schema.Properties["status"]))
+
+	caller := capabilitiestest.User("u1")
+	res, _ := reg.Invoke(context.Background(), caller, "ticketList", nil)
+	fmt.Println(res.Content[0].(capabilities.Text).Text)
+
+	_, err := reg.Invoke(context.Background(), caller, "ticketList", json.RawMessage(`{"status":"pending"}`))
+	var ce *capabilities.Error
+	if errors.As(err, &ce) {
+		fmt.Println(ce.Code, ce.Message)
+	}
+	// Output:
+	// {"type":"string","description":"only tickets with this status","default":"open","enum":["open","closed"]}
+	// status=open limit=20
+	// {"tickets":[]}
+	// invalid_input invalid arguments: status must be one of "open", "closed" (got "pending")
+}
