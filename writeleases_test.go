@@ -10,6 +10,10 @@ import (
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
+type leaseCount struct {
+	N int `json:"n"`
+}
+
 // The server's registry gives every call that may write a write lease on
 // its account (which the account's deletion waits for), and none to a read.
 func TestServerCallsHoldWriteLeases(t *testing.T) {
@@ -22,30 +26,37 @@ func TestServerCallsHoldWriteLeases(t *testing.T) {
 				return int(n), err
 			}
 			probe := func(name string, ann capabilities.Annotations) capabilities.Capability {
-				return capabilities.Define(capabilities.Spec[struct{}, int]{
+				return capabilities.Define(capabilities.Spec[struct{}, leaseCount]{
 					Name: name, Domain: "test", Description: "Counts its caller's write leases.", Annotations: &ann,
-					Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (int, error) {
+					Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (leaseCount, error) {
 						if err := storage.CheckWrite(ctx); err != nil {
-							return 0, err
+							return leaseCount{}, err
 						}
-						return leases(ctx, call.Caller)
+						n, err := leases(ctx, call.Caller)
+						return leaseCount{N: n}, err
 					},
 				})
 			}
 			if err := srv.Registry().Register(probe("probeLeaseWrite", capabilities.Annotations{}), probe("probeLeaseRead", capabilities.Annotations{ReadOnly: true})); err != nil {
 				t.Fatal(err)
 			}
+			// Each its own account: a lease stays a moment after its call.
 			ann, _ := user(t, srv, "ann")
-			if ann.OwnerID == 0 {
+			bea, _ := user(t, srv, "bea")
+			if ann.OwnerID == 0 || bea.OwnerID == 0 {
 				t.Fatal("the caller carries no owner id")
 			}
-			for name, want := range map[string]int{"probeLeaseWrite": 1, "probeLeaseRead": 0} {
-				res, err := srv.Registry().Invoke(ctx, ann, name, nil)
+			for _, c := range []struct {
+				caller capabilities.Caller
+				name   string
+				want   int
+			}{{ann, "probeLeaseWrite", 1}, {bea, "probeLeaseRead", 0}} {
+				res, err := srv.Registry().Invoke(ctx, c.caller, c.name, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := res.Structured.(int); got != want {
-					t.Errorf("%s saw %d write leases of its caller, want %d", name, got, want)
+				if got := res.Structured.(leaseCount).N; got != c.want {
+					t.Errorf("%s saw %d write leases of its caller, want %d", c.name, got, c.want)
 				}
 			}
 		})

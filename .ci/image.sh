@@ -82,7 +82,7 @@ archive() {
 }
 if [ "$arch" != "$host_arch" ]; then
   archive
-  echo "image OK (a $arch binary is not run on this $host_arch machine)"
+  echo "image OK (the $arch binary is not run on this $host_arch machine)"
   exit 0
 fi
 "$mnt/enclave" version

@@ -21,6 +21,8 @@
 // program was built without fails [Open] with a [*DriverError] naming the
 // build tag.
 //
-// Shared helpers: [Store.RunInTx] for transactions and [Paginate] for keyset
-// pagination with opaque cursors.
+// Shared helpers: [Store.RunInTx] for transactions, [Paginate] for keyset
+// pagination with opaque cursors, and account write leases
+// ([Store.WriteLease], [CheckWrite], [Store.FenceWriters]), which keep the
+// writers of an account from writing after its deletion cleaned up.
 package storage

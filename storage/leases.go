@@ -18,11 +18,12 @@ import (
 // that waits for (and then sees) a concurrent marking; while the account
 // is not marked it renews itself, and once it is, renewal is refused and
 // the context of every call holding it is cancelled, so the calls stop.
-// Account deletion marks the account, then waits (Store.WaitWriters)
-// until no row of the account is live before it removes anything. So a
-// write either happens while its lease is live, before the clean-up
-// (which then removes it), or not at all: a writer whose lease ended gets
-// the reason from its context (CheckWrite) and writes nothing.
+// Account deletion marks the account, then stops the writers and waits
+// (Store.FenceWriters) until no row of the account is live before it
+// removes anything. So a write either happens while its lease is live,
+// before the clean-up (which then removes it), or not at all: a writer
+// whose lease ended gets the reason from its context (CheckWrite) and
+// writes nothing.
 //
 // The calls of one account in one process share one row: the first takes
 // it, the others join it, and it stays for a short while (writeLeaseLinger)
@@ -33,7 +34,7 @@ import (
 // the row could expire.
 //
 // The rows are shared through SQL, so the fence holds across replicas.
-// Expiry is judged by each replica's clock: WaitWriters counts a lease
+// Expiry is judged by each replica's clock: FenceWriters counts a lease
 // live until WriteLeaseSkew after its expiry, so clocks must agree to
 // within that (NTP does far better).
 
@@ -43,7 +44,7 @@ import (
 const DefaultWriteLeaseTTL = 20 * time.Second
 
 // WriteLeaseSkew is how long after its expiry a write lease still counts as
-// live for WaitWriters: the largest difference between two replicas'
+// live for FenceWriters: the largest difference between two replicas'
 // clocks that the fence tolerates.
 const WriteLeaseSkew = 2 * time.Second
 
@@ -57,7 +58,7 @@ var (
 	// database did not answer) and ran out; the call must write nothing
 	// more.
 	ErrWriteLeaseExpired = errors.New("storage: the write lease ran out before it could be renewed")
-	// ErrActiveWriters: WaitWriters gave up while leases on the account
+	// ErrActiveWriters: FenceWriters gave up while leases on the account
 	// were still live.
 	ErrActiveWriters = errors.New("storage: calls that may write the account's data are still running")
 	// errLeaseReleased is the cause of a call's lease context once the
@@ -239,6 +240,10 @@ func (s *Store) joinLease(ctx context.Context, o Owner, holder string) (*sharedL
 	if sl.err != nil {
 		s.leaveLease(sl)
 		return nil, sl.err
+	}
+	if err := sl.over(); err != nil { // fenced while it was being taken
+		s.leaveLease(sl)
+		return nil, err
 	}
 	return sl, nil
 }
@@ -449,13 +454,23 @@ func (s *Store) shareLock() string {
 	return ""
 }
 
-// WaitWriters waits until no write lease on o is live: every one released,
-// or expired for longer than WriteLeaseSkew. Leases taken before o was
-// marked deleting may still be live; none can be taken after, and those
-// live stop renewing, so after marking the wait ends within
-// WriteLeaseTTL plus WriteLeaseSkew. It returns ErrActiveWriters when
+// FenceWriters stops the writers of o and waits until they are done. Call
+// it once o is marked deleting, before removing any of its data. It ends
+// the lease this process holds on o at once (its calls' contexts are
+// cancelled with ErrWriteFenced; an idle one's row goes now), then waits
+// until no write lease on o is live in the database: every one released,
+// or expired for longer than WriteLeaseSkew. Other replicas' leases end
+// at their next renewal, which is refused, and none can be taken after
+// the marking, so the wait ends within WriteLeaseTTL plus WriteLeaseSkew
+// even for a call that never returns. It returns ErrActiveWriters when
 // leases are still live after wait, and ctx's error when ctx ends first.
-func (s *Store) WaitWriters(ctx context.Context, o Owner, wait time.Duration) error {
+func (s *Store) FenceWriters(ctx context.Context, o Owner, wait time.Duration) error {
+	ls := &s.leases
+	ls.mu.Lock()
+	if sl := ls.m[o.ID]; sl != nil {
+		sl.endLocked(ErrWriteFenced)
+	}
+	ls.mu.Unlock()
 	deadline := time.Now().Add(wait)
 	poll := 10 * time.Millisecond
 	for {

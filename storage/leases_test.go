@@ -31,6 +31,27 @@ func openLeases(t testing.TB, d storage.Dialect, ttl time.Duration) *storage.Sto
 	return s
 }
 
+// openReplicas opens n stores of dialect d on one migrated database (as
+// n replicas would), whose leases last ttl.
+func openReplicas(t testing.TB, d storage.Dialect, ttl time.Duration, n int) []*storage.Store {
+	t.Helper()
+	cfg := storagetest.Config(t, d)
+	cfg.WriteLeaseTTL = ttl
+	var out []*storage.Store
+	for range n {
+		s, err := storage.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		out = append(out, s)
+	}
+	if _, err := migrations.Apply(context.Background(), out[0].DB); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // eachLeaseDialect is storagetest.EachDialect with stores whose leases
 // last ttl.
 func eachLeaseDialect(t *testing.T, ttl time.Duration, fn func(t *testing.T, s *storage.Store)) {
@@ -99,10 +120,6 @@ func TestWriteLeaseTakeReleaseAndReuse(t *testing.T) {
 		if leaseRows(t, s, alice) != 1 || leaseToken(t, s, alice) != token {
 			t.Fatal("a concurrent call of the account took a row of its own")
 		}
-		// A wait with leases live gives up with ErrActiveWriters.
-		if err := s.WaitWriters(ctx, alice, 50*time.Millisecond); !errors.Is(err, storage.ErrActiveWriters) {
-			t.Fatalf("WaitWriters with a live lease = %v", err)
-		}
 		release()
 		release() // a second release does nothing
 		if err := storage.CheckWrite(lctx); err == nil {
@@ -121,16 +138,13 @@ func TestWriteLeaseTakeReleaseAndReuse(t *testing.T) {
 			t.Fatal("the next call did not reuse the idle lease")
 		}
 		nextRelease()
-		// ...and then goes: the wait ends without the lease running out.
-		start := time.Now()
-		if err := s.WaitWriters(ctx, alice, time.Minute); err != nil {
-			t.Fatalf("WaitWriters after the releases = %v", err)
-		}
-		if took := time.Since(start); took >= ttl {
-			t.Fatalf("WaitWriters took %v: the idle lease was not dropped before it expired", took)
-		}
-		if n := leaseRows(t, s, alice); n != 0 {
-			t.Fatalf("%d lease rows after release", n)
+		// ...and then goes, well before it would expire.
+		deadline := time.Now().Add(ttl * 3 / 4)
+		for leaseRows(t, s, alice) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the idle lease's row is still there")
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		// A context without a lease is not checked.
 		if err := storage.CheckWrite(ctx); err != nil {
@@ -148,11 +162,11 @@ func leaseToken(t testing.TB, s *storage.Store, o storage.Owner) string {
 	return token
 }
 
-// An account marked deleting gets no lease; a lease held when it is marked
-// is not renewed, its context ends with ErrWriteFenced, and WaitWriters
-// waits for its release. Another account's lease is not affected.
-func TestWriteLeaseFencedByDeletion(t *testing.T) {
-	ttl := time.Second
+// An account marked deleting gets no lease. FenceWriters ends at once the
+// lease this process holds (its call's context ends with ErrWriteFenced),
+// and waits for the call to return. Another account's lease goes on.
+func TestFenceWritersEndsLocalLeases(t *testing.T) {
+	ttl := time.Minute // no renewal during the test: the fence is FenceWriters'
 	eachLeaseDialect(t, ttl, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		alice, bob, carol := leaseUser(t, s, "alice"), leaseUser(t, s, "bob"), leaseUser(t, s, "carol")
@@ -170,10 +184,12 @@ func TestWriteLeaseFencedByDeletion(t *testing.T) {
 		}
 		defer bobRelease()
 		markDeleting(t, s, alice)
+		fenced := make(chan error, 1)
+		go func() { fenced <- s.FenceWriters(ctx, alice, time.Minute) }()
 		select {
 		case <-lctx.Done():
 		case <-time.After(5 * time.Second):
-			t.Fatal("the lease of an account marked deleting was renewed")
+			t.Fatal("FenceWriters did not end the lease this process holds")
 		}
 		if err := storage.CheckWrite(lctx); !errors.Is(err, storage.ErrWriteFenced) {
 			t.Fatalf("CheckWrite after the fence = %v", err)
@@ -181,35 +197,92 @@ func TestWriteLeaseFencedByDeletion(t *testing.T) {
 		if _, _, err := s.WriteLease(ctx, alice, "noteCreate"); !errors.Is(err, storage.ErrWriteFenced) {
 			t.Fatalf("a new call of the fenced account got a lease: %v", err)
 		}
-		// The row stays until the call returns: the deletion waits.
-		waited := make(chan error, 1)
-		go func() { waited <- s.WaitWriters(ctx, alice, time.Minute) }()
+		// The row stays until the call returns: the fence waits for it.
 		select {
-		case err := <-waited:
-			t.Fatalf("WaitWriters returned %v while the call still held its lease", err)
+		case err := <-fenced:
+			t.Fatalf("FenceWriters returned %v while the call still held its lease", err)
 		case <-time.After(100 * time.Millisecond):
 		}
 		release()
 		select {
-		case err := <-waited:
+		case err := <-fenced:
 			if err != nil {
 				t.Fatal(err)
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatal("WaitWriters did not return after the release")
+			t.Fatal("FenceWriters did not return after the release")
 		}
-		// Bob's lease renews on: another account's deletion is not his.
-		time.Sleep(ttl + 100*time.Millisecond)
 		if err := storage.CheckWrite(bctx); err != nil {
 			t.Fatalf("bob's lease ended: %v", err)
 		}
 	})
 }
 
+// Across replicas: a lease held by another replica keeps FenceWriters
+// waiting (ErrActiveWriters when the wait is short); once the account is
+// marked, that replica's next renewal is refused, its call's context ends
+// with ErrWriteFenced, and the fence is done when the call returns. A
+// lease of another account renews on.
+func TestFenceWritersAcrossReplicas(t *testing.T) {
+	ttl := 900 * time.Millisecond
+	for _, d := range storagetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			ctx := context.Background()
+			rs := openReplicas(t, d, ttl, 2)
+			a, b := rs[0], rs[1]
+			alice, bob := leaseUser(t, a, "alice"), leaseUser(t, a, "bob")
+			lctx, release, err := b.WriteLease(ctx, alice, "noteCreate")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bctx, bobRelease, err := b.WriteLease(ctx, bob, "noteCreate")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bobRelease()
+			if err := a.FenceWriters(ctx, alice, 50*time.Millisecond); !errors.Is(err, storage.ErrActiveWriters) {
+				t.Fatalf("FenceWriters with another replica's live lease = %v", err)
+			}
+			if storage.CheckWrite(lctx) != nil {
+				t.Fatal("a replica's fence of an account not marked ended another replica's lease")
+			}
+			markDeleting(t, a, alice)
+			fenced := make(chan error, 1)
+			go func() { fenced <- a.FenceWriters(ctx, alice, time.Minute) }()
+			select {
+			case <-lctx.Done():
+			case <-time.After(ttl + 5*time.Second):
+				t.Fatal("the other replica's lease of an account marked deleting was renewed")
+			}
+			if err := storage.CheckWrite(lctx); !errors.Is(err, storage.ErrWriteFenced) {
+				t.Fatalf("CheckWrite after the fence = %v", err)
+			}
+			select {
+			case err := <-fenced:
+				t.Fatalf("FenceWriters returned %v while the other replica's call held its lease", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			release()
+			select {
+			case err := <-fenced:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("FenceWriters did not return after the release")
+			}
+			time.Sleep(ttl + 100*time.Millisecond)
+			if err := storage.CheckWrite(bctx); err != nil {
+				t.Fatalf("bob's lease ended: %v", err)
+			}
+		})
+	}
+}
+
 // A writer that never returns does not hold a deletion forever: its lease
-// runs out TTL after its last renewal, and WaitWriters ends WriteLeaseSkew
+// runs out TTL after its last renewal, and FenceWriters ends WriteLeaseSkew
 // later.
-func TestWaitWritersEndsAtExpiry(t *testing.T) {
+func TestFenceWritersEndsAtExpiry(t *testing.T) {
 	ttl := 300 * time.Millisecond
 	eachLeaseDialect(t, ttl, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
@@ -221,20 +294,20 @@ func TestWaitWritersEndsAtExpiry(t *testing.T) {
 		defer release() // never before the wait: a stuck call
 		markDeleting(t, s, alice)
 		start := time.Now()
-		if err := s.WaitWriters(ctx, alice, time.Minute); err != nil {
+		if err := s.FenceWriters(ctx, alice, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if took, most := time.Since(start), ttl+storage.WriteLeaseSkew+2*time.Second; took > most {
-			t.Fatalf("WaitWriters took %v, more than %v", took, most)
+			t.Fatalf("FenceWriters took %v, more than %v", took, most)
 		}
 		if storage.CheckWrite(lctx) == nil {
-			t.Fatal("the stuck call's lease is still live after WaitWriters")
+			t.Fatal("the stuck call's lease is still live after FenceWriters")
 		}
 	})
 }
 
 // A marking that races leases being taken: every lease taken is one that
-// WaitWriters, asked right after the marking, sees; none is taken after.
+// FenceWriters, asked right after the marking, sees; none is taken after.
 func TestWriteLeaseRacesMarking(t *testing.T) {
 	defer storage.SetLeaseSharing(false)() // one row per lease, as from many replicas
 	eachLeaseDialect(t, time.Minute, func(t *testing.T, s *storage.Store) {

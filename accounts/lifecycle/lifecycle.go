@@ -185,12 +185,13 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 		return res, &DeleteError{Stage: "mark deleting", Err: err}
 	}
 	// Writer fencing: no call of the account gets a write lease from now
-	// on, and those taken before stop renewing. Before anything is removed,
-	// wait until each has been released or has run out, so that nothing a
-	// call writes lands after the clean-up (a call whose lease ran out is
-	// refused its writes). Nothing is removed yet: a failure here keeps
-	// the account, marked, for a retry.
-	if err := s.store.WaitWriters(ctx, o, s.opts.WriterWait); err != nil {
+	// on, and those taken before are ended (here at once, on other
+	// replicas at their next renewal). Before anything is removed, wait
+	// until each has been released or has run out, so that nothing a call
+	// writes lands after the clean-up (a call whose lease ended is refused
+	// its writes). Nothing is removed yet: a failure here keeps the
+	// account, marked, for a retry.
+	if err := s.store.FenceWriters(ctx, o, s.opts.WriterWait); err != nil {
 		return res, &DeleteError{Stage: "active writers", Err: err}
 	}
 	for _, h := range s.opts.Hooks {

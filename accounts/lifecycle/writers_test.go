@@ -23,30 +23,36 @@ import (
 )
 
 // eachDialectTTL is storagetest.EachDialect with stores whose write leases
-// last ttl.
-func eachDialectTTL(t *testing.T, ttl time.Duration, fn func(t *testing.T, s *storage.Store)) {
+// last ttl; replica opens another store on the same database and blobs,
+// as another replica of the server would.
+func eachDialectTTL(t *testing.T, ttl time.Duration, fn func(t *testing.T, s *storage.Store, replica func() *storage.Store)) {
 	for _, d := range storagetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) {
 			cfg := storagetest.Config(t, d)
 			cfg.WriteLeaseTTL = ttl
-			s, err := storage.Open(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
+			open := func() *storage.Store {
+				s, err := storage.Open(context.Background(), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				return s
 			}
-			t.Cleanup(func() { _ = s.Close() })
+			s := open()
 			if _, err := migrations.Apply(context.Background(), s.DB); err != nil {
 				t.Fatal(err)
 			}
-			fn(t, s)
+			fn(t, s, open)
 		})
 	}
 }
 
-// slowWriters is a registry, wired like enclave's server (every call that
-// may write holds a write lease on its account), with one capability,
-// draftWrite: it says it started, blocks until told to go on (whatever its
-// context says: a stuck writer), then writes a blob and a row of its
-// caller's, with its context, as domain writers do.
+// slowWriters is a registry over a store (the deleting replica's, or
+// another's), wired like enclave's server (every call that may write holds
+// a write lease on its account), with one capability, draftWrite: it says
+// it started, blocks until told to go on (whatever its context says: a
+// stuck writer), then writes a blob and a row of its caller's, with its
+// context, as domain writers do.
 type slowWriters struct {
 	w       *world
 	reg     *capabilities.Registry
@@ -55,10 +61,9 @@ type slowWriters struct {
 	proceed map[string]chan struct{}
 }
 
-func newSlowWriters(t *testing.T, w *world) *slowWriters {
+func newSlowWriters(t *testing.T, w *world, s *storage.Store) *slowWriters {
 	t.Helper()
 	ctx := context.Background()
-	s := w.store
 	id := "INTEGER PRIMARY KEY"
 	if s.Dialect() == storage.Postgres {
 		id = "BIGSERIAL PRIMARY KEY"
@@ -212,9 +217,9 @@ func hasDraft(t *testing.T, s *storage.Store, o storage.Owner) bool {
 // stuck alongside, is not held up and writes what it meant to.
 func TestDeletionFencesAStuckWriter(t *testing.T) {
 	ttl := 1500 * time.Millisecond
-	eachDialectTTL(t, ttl, func(t *testing.T, s *storage.Store) {
+	eachDialectTTL(t, ttl, func(t *testing.T, s *storage.Store, _ func() *storage.Store) {
 		w := setup(t, s)
-		sw := newSlowWriters(t, w)
+		sw := newSlowWriters(t, w, s)
 		aliceCall := sw.start(t, w.alice)
 		bobCall := sw.start(t, w.bob)
 
@@ -248,15 +253,15 @@ func TestDeletionFencesAStuckWriter(t *testing.T) {
 	})
 }
 
-// A writer that goes on while the deletion waits for it writes what it
-// meant to, before the clean-up, which then removes it: the deletion
-// finishes only after the writer's call returned, and nothing of the
-// account is left.
-func TestDeletionWaitsForAWriter(t *testing.T) {
-	ttl := 10 * time.Second // long: the writer is not stopped before it goes on
-	eachDialectTTL(t, ttl, func(t *testing.T, s *storage.Store) {
+// A writer on another replica that goes on while the deletion waits for
+// it (before its replica learns of the deletion) writes what it meant to,
+// before the clean-up, which then removes it: the deletion finishes only
+// after the writer's call returned, and nothing of the account is left.
+func TestDeletionWaitsForAWriterOnAnotherReplica(t *testing.T) {
+	ttl := 10 * time.Second // long: the other replica renews the lease only after the writer went on
+	eachDialectTTL(t, ttl, func(t *testing.T, s *storage.Store, replica func() *storage.Store) {
 		w := setup(t, s)
-		sw := newSlowWriters(t, w)
+		sw := newSlowWriters(t, w, replica())
 		aliceCall := sw.start(t, w.alice)
 		deleted := deleteAsync(w.svc, w.alice)
 		select {
@@ -280,16 +285,48 @@ func TestDeletionWaitsForAWriter(t *testing.T) {
 	})
 }
 
-// With a bound shorter than the writer's lease, the deletion gives up
+// A writer on the deleting replica is stopped at once: going on while the
+// deletion waits for its call, it writes nothing and answers that the
+// account is being deleted, and the deletion finishes as soon as the call
+// returned, long before the lease would have run out.
+func TestDeletionStopsAWriterOnItsReplica(t *testing.T) {
+	ttl := 20 * time.Second
+	eachDialectTTL(t, ttl, func(t *testing.T, s *storage.Store, _ func() *storage.Store) {
+		w := setup(t, s)
+		sw := newSlowWriters(t, w, s)
+		aliceCall := sw.start(t, w.alice)
+		start := time.Now()
+		deleted := deleteAsync(w.svc, w.alice)
+		select {
+		case err := <-deleted:
+			t.Fatalf("the deletion ended (%v) while a call of the account was still running", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		sw.release(w.alice)
+		if err := waitErr(t, aliceCall, "alice's call", 10*time.Second); capabilities.CodeOf(err) != capabilities.CodeAccountDeleting {
+			t.Fatalf("alice's writer, going on after the deletion began: %v", err)
+		}
+		if err := waitErr(t, deleted, "alice's deletion", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took >= ttl/2 {
+			t.Fatalf("the deletion took %v: it waited for the lease to run out", took)
+		}
+		if left := leftovers(t, s, w.alice); len(left) > 0 {
+			t.Fatalf("after alice's deletion, left: %v", left)
+		}
+	})
+}
+
+// With a bound shorter than a stuck writer's lease, the deletion gives up
 // with the stage "active writers", having removed nothing; the account
-// stays marked (new calls that may write are refused) and a retry after
-// the writer is done completes (the bound is longer than an idle lease
-// lingers).
+// stays marked (new calls that may write are refused), and a retry after
+// the writer's call returned completes.
 func TestDeletionGivesUpOnActiveWriters(t *testing.T) {
-	eachDialectTTL(t, time.Minute, func(t *testing.T, s *storage.Store) {
+	eachDialectTTL(t, time.Minute, func(t *testing.T, s *storage.Store, _ func() *storage.Store) {
 		ctx := context.Background()
 		w := setup(t, s)
-		sw := newSlowWriters(t, w)
+		sw := newSlowWriters(t, w, s)
 		impatient := lifecycle.New(s, w.inv, w.acc, lifecycle.Options{Logger: quiet(), WriterWait: 3 * time.Second})
 		aliceCall := sw.start(t, w.alice)
 		res, err := impatient.Delete(ctx, w.alice)
@@ -315,8 +352,8 @@ func TestDeletionGivesUpOnActiveWriters(t *testing.T) {
 			t.Fatalf("a new write call of the account marked deleting: %v", err)
 		}
 		sw.release(w.alice)
-		if err := waitErr(t, aliceCall, "alice's call", 10*time.Second); err != nil {
-			t.Fatalf("alice's writer: %v", err)
+		if err := waitErr(t, aliceCall, "alice's call", 10*time.Second); capabilities.CodeOf(err) != capabilities.CodeAccountDeleting {
+			t.Fatalf("alice's writer, stopped by the deletion: %v", err)
 		}
 		if res, err := impatient.Delete(ctx, w.alice); err != nil || !res.Completed {
 			t.Fatalf("retry: %+v, %v", res, err)
