@@ -256,7 +256,20 @@ func TestChromiumBrandingJourney(t *testing.T) {
 	}
 	step("open the verification link", chromedp.Navigate(link), chromedp.WaitVisible(chromedp.CSS(`form[action="/verify-email"] button`)))
 	branded("verify email")
-	step("verify", chromedp.Click(chromedp.CSS(`form[action="/verify-email"] button`)), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	// The page before the click has a heading too: wait for the answer's.
+	// Evaluating while the form's navigation replaces the page can fail;
+	// ask again until the new page answers.
+	step("verify", chromedp.Click(chromedp.CSS(`form[action="/verify-email"] button`)))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.readyState === "complete" && document.querySelector("main h1")?.textContent === "Email verified"`))
+		if err == nil && done {
+			break
+		}
+		if time.Now().After(deadline) {
+			chromiumtest.Screenshot(t, browserCtx, "branding-failed")
+			t.Fatalf("the verification did not answer: %v", err)
+		}
+	}
 	branded("verified")
 
 	step("sign in",
