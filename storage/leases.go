@@ -33,6 +33,14 @@ import (
 // after the process dropped the lease, and the lease ends (locally) when
 // the row could expire.
 //
+// Writers outside a call (schedules, lanes, jobs) hold no lease, and need
+// none for rows: a row of an account's table references users(id) ON
+// DELETE CASCADE, or is written by a statement that checks the owner is
+// not marked deleting, so a late insert either fails or is removed with
+// the account. Blobs have no such reference: code that writes a blob of
+// an account outside a call must take a lease itself (WriteLease with the
+// job's name as holder) and CheckWrite just before writing.
+//
 // The rows are shared through SQL, so the fence holds across replicas.
 // Expiry is judged by each replica's clock: FenceWriters counts a lease
 // live until WriteLeaseSkew after its expiry, so clocks must agree to

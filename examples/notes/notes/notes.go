@@ -210,7 +210,13 @@ func (s *Service) Create(ctx context.Context, o storage.Owner, title, body strin
 			return nil
 		}
 		// The blob is written inside the transaction: if it fails, neither
-		// the row nor the job exists.
+		// the row nor the job exists. A blob has no foreign key to go with
+		// the account: CheckWrite refuses it once the account's deletion
+		// fenced this call (its write lease ended), so no attachment is
+		// written after the deletion removed the owner's blobs.
+		if err := storage.CheckWrite(ctx); err != nil {
+			return err
+		}
 		if err := s.store.Bucket.WriteAll(ctx, attachmentKey(o, n.ID), attachment, nil); err != nil {
 			return fmt.Errorf("store attachment: %w", err)
 		}
