@@ -3,6 +3,7 @@ package enclave_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -110,9 +111,10 @@ func TestAdminUnverifiedPurgeRunOffWhenUnverifiedWork(t *testing.T) {
 	}
 }
 
-// An agent renames its own account over MCP; another account's agent
-// cannot take the name given up, nor reach the first account; the admin
-// purge is neither listed nor callable for a person's agent.
+// An agent cannot rename its account over MCP (a username is the
+// account's public handle: only the person changes it, from a session),
+// and another account's agent cannot take a name a rename gave up; the
+// admin purge is neither listed nor callable for a person's agent.
 func TestUsernameChangeOverMCP(t *testing.T) {
 	s := enclavetest.Start(t, enclavetest.Options{})
 	ann, bob := s.CreateUser(t, "ann"), s.CreateUser(t, "bob")
@@ -121,27 +123,31 @@ func TestUsernameChangeOverMCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(tools, "accountUsernameChange") || slices.Contains(tools, "adminUnverifiedAccountPurgeRun") {
+	if slices.Contains(tools, "accountUsernameChange") || slices.Contains(tools, "adminUnverifiedAccountPurgeRun") {
 		t.Fatalf("tools/list: accountUsernameChange %v, adminUnverifiedAccountPurgeRun %v",
 			slices.Contains(tools, "accountUsernameChange"), slices.Contains(tools, "adminUnverifiedAccountPurgeRun"))
 	}
 	res, err := annC.Call("accountUsernameChange", map[string]any{"username": "Ann-Agent"})
-	if err != nil || res.IsError {
-		t.Fatalf("rename: %+v %v", res, err)
+	if err == nil && !res.IsError {
+		t.Fatalf("an agent renamed its account: %+v", res)
 	}
-	var out accounts.UsernameChangeOutput
-	if err := json.Unmarshal(res.Structured, &out); err != nil || out.Username != "ann-agent" || out.Previous != "ann" || out.HeldUntil == nil {
-		t.Fatalf("answer %s (%v)", res.Structured, err)
+	if u, _ := s.Accounts().UserByID(t.Context(), ann.ID); u.Username != "ann" {
+		t.Fatalf("ann is %q", u.Username)
+	}
+	// The person renames from the account page's session: the name given
+	// up stays held, and bob's agent cannot take it either.
+	if _, err := s.Accounts().ChangeOwnUsername(t.Context(), ann.ID, "ann-renamed", nil); err != nil {
+		t.Fatal(err)
 	}
 	res, err = bobC.Call("accountUsernameChange", map[string]any{"username": "ANN"})
-	if err != nil || !res.IsError || !strings.Contains(res.Text, "taken") {
-		t.Fatalf("bob takes ann's held name: %+v %v", res, err)
+	if err == nil && !res.IsError {
+		t.Fatalf("bob's agent renamed bob: %+v", res)
 	}
 	if u, _ := s.Accounts().UserByID(t.Context(), bob.ID); u.Username != "bob" {
 		t.Fatalf("bob is %q", u.Username)
 	}
-	if u, _ := s.Accounts().UserByID(t.Context(), ann.ID); u.Username != "ann-agent" {
-		t.Fatalf("ann is %q", u.Username)
+	if _, err := s.Accounts().ChangeOwnUsername(t.Context(), bob.ID, "ann", nil); !errors.Is(err, accounts.ErrUsernameTaken) {
+		t.Fatalf("bob takes ann's held name: %v", err)
 	}
 	res, err = bobC.Call("adminUnverifiedAccountPurgeRun", map[string]any{"dryRun": true})
 	if err == nil && !res.IsError {

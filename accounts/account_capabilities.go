@@ -140,9 +140,10 @@ type PasswordChangeOutput struct {
 // AccountCapabilities returns the capabilities a person uses on their own
 // account: accountPasswordChange, and with their options
 // accountEmailChange, accountVerificationResend, accountUsernameChange and
-// accountEmailClaimRelease. Those that handle a credential or an address
-// are session-only (Requirement.SessionOnly): never an agent's.
-// accountUsernameChange is also an agent's, in an interactive call.
+// accountEmailClaimRelease. They are session-only (Requirement.SessionOnly):
+// never an agent's. They handle a credential or an address, and a username
+// is one too (the account's public handle): a rename an agent was talked
+// into could not be undone for the cooldown, so only the person makes it.
 func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capability {
 	own := capabilities.Requirement{
 		Permissions: []capabilities.Permission{capabilities.UpdateUserOwn},
@@ -244,10 +245,7 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 			Description: "Changes the signed-in person's username. The rules of sign-up apply (3 to 32 lowercase letters, digits and hyphens; reserved names and names in use or held for another account are refused, whatever their case). " +
 				"The previous username stays held for the account for a while, so nobody else can take it; the account is told by mail, and changes are limited to one per cooldown period (the answer says when the next may be made).",
 			Annotations: &capabilities.Annotations{Idempotent: true},
-			Requires: capabilities.Requirement{
-				Permissions:     []capabilities.Permission{capabilities.UpdateUserOwn},
-				InteractiveOnly: true,
-			},
+			Requires:    own,
 			Handler: func(ctx context.Context, call *capabilities.Call, in UsernameChangeInput) (UsernameChangeOutput, error) {
 				u, err := s.callerUser(ctx, call.Caller)
 				if err != nil {

@@ -423,9 +423,9 @@ func TestUsernameClaimRaces(t *testing.T) {
 	})
 }
 
-// accountUsernameChange: the caller's own account only, in interactive
-// calls (an agent's too), audited, mailed in the change's transaction;
-// refusals carry the domain's code.
+// accountUsernameChange: the caller's own account only, from the person's
+// session (never an agent's token, nor a job), audited, mailed in the
+// change's transaction; refusals carry the domain's code.
 func TestAccountUsernameChangeCapability(t *testing.T) {
 	t.Parallel()
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
@@ -443,7 +443,7 @@ func TestAccountUsernameChangeCapability(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.AllScopes, c.Interactive = true, interactive
+			c.AllScopes, c.Interactive, c.Session = true, interactive, interactive
 			return c
 		}
 		call := func(c capabilities.Caller, name string) (accounts.UsernameChangeOutput, error) {
@@ -456,10 +456,19 @@ func TestAccountUsernameChangeCapability(t *testing.T) {
 			}
 			return out, err
 		}
-		// A background caller (a job) cannot; an agent in an interactive
-		// call can, for its own account.
+		// A background caller (a job) cannot, nor an agent, even in an
+		// interactive call with every scope: the person can, for their own
+		// account.
 		if _, err := call(caller(ann, false), "ann-job"); err == nil {
 			t.Fatal("a background call renamed the account")
+		}
+		agent := caller(ann, true)
+		agent.Session = false
+		if _, err := call(agent, "ann-agent"); err == nil {
+			t.Fatal("an agent renamed the account")
+		}
+		if slices.Contains(reg.VisibleNames(ctx, agent), "accountUsernameChange") {
+			t.Fatal("accountUsernameChange is offered to an agent")
 		}
 		if !slices.Contains(reg.VisibleNames(ctx, caller(ann, true)), "accountUsernameChange") {
 			t.Fatal("accountUsernameChange is not offered")

@@ -240,6 +240,11 @@ func BurstRetention(opts BurstOptions) retention.Policy {
 // publishes. Windows are fixed: they start at multiples of Window since
 // the Unix epoch.
 func (d *DenialBursts) CountShared(ctx context.Context, now time.Time, scope, subject string) (int, bool, error) {
+	return d.countShared(ctx, now, scope, subject, 1)
+}
+
+// countShared is CountShared for k denials at once.
+func (d *DenialBursts) countShared(ctx context.Context, now time.Time, scope, subject string, k int) (int, bool, error) {
 	if d.store == nil {
 		return 0, false, fmt.Errorf("events: count denial: not a shared counter")
 	}
@@ -250,9 +255,9 @@ func (d *DenialBursts) CountShared(ctx context.Context, now time.Time, scope, su
 	ms := now.UnixMilli()
 	start := ms - ms%win
 	var n int
-	err := d.store.DB.NewRaw(`INSERT INTO denial_burst_counts (scope, subject, window_start, count, fired_at) VALUES (?, ?, ?, 1, 0)
-ON CONFLICT (scope, subject, window_start) DO UPDATE SET count = denial_burst_counts.count + 1
-RETURNING count`, scope, subject, start).Scan(ctx, &n)
+	err := d.store.DB.NewRaw(`INSERT INTO denial_burst_counts (scope, subject, window_start, count, fired_at) VALUES (?, ?, ?, ?, 0)
+ON CONFLICT (scope, subject, window_start) DO UPDATE SET count = denial_burst_counts.count + ?
+RETURNING count`, scope, subject, start, k, k).Scan(ctx, &n)
 	if err != nil {
 		return 0, false, fmt.Errorf("events: count denial: %w", err)
 	}
@@ -303,6 +308,120 @@ type BurstPublisher struct {
 	Bursts      *DenialBursts
 	HashUser    func(string) string
 	HashNetwork func(string) string
+
+	// A shared counter's denials, gathered in memory and written by one
+	// flush at a time (see Observe).
+	mu       sync.Mutex
+	pending  map[pendingKey]*pendingCount
+	flushing bool // a flush is scheduled or running
+}
+
+// sharedFlushEvery is how long a shared counter gathers denials before it
+// writes them: a flood of refusals (a made-up token costs the sender
+// nothing) costs one upsert per subject per interval, off the requests'
+// path, not one or two per request on the database's writer.
+var sharedFlushEvery = 250 * time.Millisecond
+
+// pendingKey is a subject's window in the shared counter's gathered
+// denials.
+type pendingKey struct {
+	scope, subject string
+	window         int64
+}
+
+// pendingCount is the denials gathered for one pendingKey, the last at at.
+type pendingCount struct {
+	n  int
+	at time.Time
+}
+
+// maxPendingSubjects bounds the subjects one flush writes: past it, the
+// denials of new subjects are gathered as UntrackedSubject, so a flood
+// from ever new networks (an IPv6 sender holds tens of thousands of /64s)
+// costs at most this many writes per flush, and still counts (its
+// untracked total raises an alert of its own).
+const maxPendingSubjects = 1024
+
+// gather adds one denial of subject to the pending ones and schedules a
+// flush when none is (see maxPendingSubjects).
+func (p *BurstPublisher) gather(now time.Time, scope, subject string) {
+	win := p.Bursts.opts.Window.Milliseconds()
+	if win <= 0 {
+		win = 1
+	}
+	ms := now.UnixMilli()
+	k := pendingKey{scope, subject, ms - ms%win}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending == nil {
+		p.pending = map[pendingKey]*pendingCount{}
+	}
+	c := p.pending[k]
+	if c == nil && len(p.pending) >= maxPendingSubjects {
+		k.subject = UntrackedSubject
+		c = p.pending[k]
+	}
+	if c == nil {
+		c = &pendingCount{}
+		p.pending[k] = c
+	}
+	c.n++
+	if now.After(c.at) {
+		c.at = now
+	}
+	if !p.flushing {
+		p.flushing = true
+		time.AfterFunc(sharedFlushEvery, p.flush)
+	}
+}
+
+// flush writes the gathered denials, one upsert per subject, publishes
+// the alerts they complete, and schedules the next flush when more were
+// gathered meanwhile.
+func (p *BurstPublisher) flush() {
+	p.mu.Lock()
+	batch := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	o := p.Bursts.Options()
+	for k, c := range batch {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n, fire, err := p.Bursts.countShared(ctx, c.at, k.scope, k.subject, c.n)
+		cancel()
+		if err != nil {
+			p.Bus.log.Error("events: count denial", "scope", k.scope, "err", err)
+			continue
+		}
+		if fire {
+			// The count of the denial that crossed the threshold, as a
+			// counter that wrote each denial at once would say.
+			count := n
+			if n-c.n < o.Threshold {
+				count = min(n, o.Threshold)
+			}
+			p.publish(context.Background(), c.at, BurstAlert{Scope: k.scope, Subject: k.subject, Count: count})
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) > 0 {
+		time.AfterFunc(sharedFlushEvery, p.flush)
+		return
+	}
+	p.flushing = false
+}
+
+// publish publishes alert in the background.
+func (p *BurstPublisher) publish(ctx context.Context, now time.Time, alert BurstAlert) {
+	o := p.Bursts.Options()
+	alert.Threshold, alert.WindowSeconds, alert.ObservedAt = o.Threshold, int64(o.Window/time.Second), now.UTC()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := p.Bus.PublishNow(ctx, SecurityDenialBurst, alert); err != nil {
+			p.Bus.log.ErrorContext(ctx, "events: publish denial burst", "scope", alert.Scope, "err", err)
+		}
+	}()
 }
 
 // subject names a subject in an alert: the keyed hash of the user id or of
@@ -325,42 +444,20 @@ func (p *BurstPublisher) subject(scope, key string) string {
 // Observe records one denial (at the choke point, or a refused /mcp token)
 // of userID (may be "") from client address ip (may be "") and publishes
 // an event for each burst it completes, in the background (a denial
-// answers at once; the event is written after). A shared counter counts
-// each subject with one SQL upsert first; a failure is logged and the
-// denial goes uncounted.
+// answers at once; the event is written after). A shared counter gathers
+// the denials in memory and writes them every sharedFlushEvery, one
+// upsert per subject (a failure is logged and those denials go
+// uncounted): never a write on the request's path.
 func (p *BurstPublisher) Observe(ctx context.Context, now time.Time, userID, ip string) {
-	o := p.Bursts.Options()
-	var alerts []BurstAlert
 	if p.Bursts.Shared() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
 		for _, s := range []struct{ scope, key string }{{"user", userID}, {"network", Network(ip)}} {
-			if s.key == "" {
-				continue
-			}
-			subject := p.subject(s.scope, s.key)
-			n, fire, err := p.Bursts.CountShared(cctx, now, s.scope, subject)
-			if err != nil {
-				p.Bus.log.ErrorContext(ctx, "events: count denial", "scope", s.scope, "err", err)
-				continue
-			}
-			if fire {
-				alerts = append(alerts, BurstAlert{Scope: s.scope, Subject: subject, Count: n})
+			if s.key != "" {
+				p.gather(now, s.scope, p.subject(s.scope, s.key))
 			}
 		}
-	} else {
-		for _, b := range p.Bursts.Record(now, userID, ip) {
-			alerts = append(alerts, BurstAlert{Scope: b.Scope, Subject: p.subject(b.Scope, b.Key), Count: b.Count})
-		}
+		return
 	}
-	for _, alert := range alerts {
-		alert.Threshold, alert.WindowSeconds, alert.ObservedAt = o.Threshold, int64(o.Window/time.Second), now.UTC()
-		go func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if _, err := p.Bus.PublishNow(ctx, SecurityDenialBurst, alert); err != nil {
-				p.Bus.log.ErrorContext(ctx, "events: publish denial burst", "scope", alert.Scope, "err", err)
-			}
-		}()
+	for _, b := range p.Bursts.Record(now, userID, ip) {
+		p.publish(ctx, now, BurstAlert{Scope: b.Scope, Subject: p.subject(b.Scope, b.Key), Count: b.Count})
 	}
 }
