@@ -171,6 +171,8 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Every call that may write holds a write lease on its account,
 		// which the account's deletion waits for before it cleans up.
 		WriteLease: lifecycle.WriteLeases(s.store, lifecycle.Owners(s.accounts)),
+		// A span per call when tracing (name and outcome only).
+		TracerProvider: s.cfg.TracerProvider,
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
@@ -301,6 +303,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
+	}
+	if mopts.TracerProvider == nil {
+		mopts.TracerProvider = s.cfg.TracerProvider
 	}
 	if mopts.Tasks == nil {
 		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task

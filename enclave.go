@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/buckets"
@@ -32,6 +34,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/internal/tracing"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/memory"
@@ -185,6 +188,16 @@ type Config struct {
 	// metrics on (GET /metrics), on a listener of its own: never on the
 	// public one. Default "": off. MetricsHandler serves the same.
 	MetricsAddr string
+
+	// TracerProvider, when set, traces requests with OpenTelemetry: a
+	// server span per HTTP request, a span per MCP method, per capability
+	// call (name and outcome, never arguments or results), per SQL
+	// statement (operation and table, never values) and per outbound
+	// gateway request (host and status); a W3C traceparent (HTTP header,
+	// or MCP params._meta) continues the caller's trace, and audit rows
+	// carry the trace id. The binary sets it from --otlp-endpoint (see
+	// docs/tracing.md). Default nil: no spans, at no cost.
+	TracerProvider trace.TracerProvider
 
 	// WebhookAllowPrivate lets webhook subscriptions target private,
 	// loopback and link-local addresses (--webhook-allow-private): for
@@ -384,6 +397,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
+	traceSQL(store, cfg.TracerProvider)
 	if cfg.NoMigrate {
 		if err := checkMigrated(ctx, store, cfg); err != nil {
 			store.Close()
@@ -524,7 +538,13 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
-	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(s.withClientIP(s.accessLog(recoverPanics(s.log, s.cors(s.canonicalHost(mux)))))))
+	var routed http.Handler = mux
+	if s.cfg.TracerProvider != nil {
+		routed = tracing.Route(mux)
+	}
+	inner := s.withClientIP(s.accessLog(recoverPanics(s.log, s.cors(s.canonicalHost(routed)))))
+	traced := tracing.HTTP(tracing.Tracer(s.cfg.TracerProvider), func(r *http.Request) string { return routeClass(r.URL.Path) }, requestid.FromContext, inner)
+	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(traced))
 }
 
 // Run listens on Config.Addr and serves until ctx ends, then shuts down

@@ -18,6 +18,12 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/enclave-mcp/enclave/internal/tracing"
 )
 
 // DenialReason says which check refused a call. It goes to the Auditor,
@@ -134,15 +140,21 @@ type Options struct {
 	// Names, when set, replaces the camelCase rule for capability names (a
 	// server reproducing another's tool names may need snake_case).
 	Names *regexp.Regexp
+	// TracerProvider, when set, gives every Invoke a span "capability
+	// NAME" recording the name and the outcome (ok, or the error code;
+	// the denial reason when a check refused), never the arguments or the
+	// result. Nil: no spans, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Registry holds the capabilities, resources and prompts of a server and is
 // the one place that decides who may use them. It is safe for concurrent
 // use; registration may continue while serving.
 type Registry struct {
-	opts  Options
-	vocab *Vocabulary
-	log   *slog.Logger
+	opts   Options
+	vocab  *Vocabulary
+	log    *slog.Logger
+	tracer trace.Tracer // nil: tracing off
 
 	mu        sync.RWMutex
 	caps      map[string]*Capability
@@ -164,6 +176,7 @@ func NewRegistry(opts Options) *Registry {
 		caps:      map[string]*Capability{},
 		resources: map[string]*Resource{},
 		prompts:   map[string]*Prompt{},
+		tracer:    tracing.Tracer(opts.TracerProvider),
 	}
 	if !opts.NoBuiltins {
 		for _, c := range builtins(r) {
@@ -374,6 +387,49 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 // handler, with panics recovered. A denial is recorded with the Auditor. A capability
 // hidden from caller answers exactly like an unknown one.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
+	if r.tracer == nil {
+		return r.invoke(ctx, caller, name, args)
+	}
+	return r.invokeTraced(ctx, caller, name, args)
+}
+
+// invokeTraced is Invoke inside a span (Options.TracerProvider). The span
+// holds the capability's name and the outcome, never args or the result:
+// those are the caller's data.
+func (r *Registry) invokeTraced(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
+	label := name
+	if len(label) > 128 {
+		label = label[:128]
+	}
+	ctx, span := r.tracer.Start(ctx, "capability "+label)
+	defer span.End()
+	res, err := r.invoke(ctx, caller, name, args)
+	known := true
+	if err != nil && CodeOf(err) == CodeNotFound && !r.Has(name) {
+		// Any string can be asked for (a caller's own capability that
+		// answers "not found" is labelled so too): keep it out of the span.
+		known = false
+		span.SetName("capability (unknown)")
+	}
+	if known {
+		span.SetAttributes(attribute.String("enclave.capability.name", label))
+	}
+	switch {
+	case err != nil:
+		code := CodeOf(err)
+		span.SetAttributes(attribute.String("enclave.capability.outcome", string(code)))
+		if code == CodeInternal {
+			span.SetStatus(codes.Error, "")
+		}
+	case res.IsError:
+		span.SetAttributes(attribute.String("enclave.capability.outcome", "tool_error"))
+	default:
+		span.SetAttributes(attribute.String("enclave.capability.outcome", "ok"))
+	}
+	return res, err
+}
+
+func (r *Registry) invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
 	c, ok, err := r.lookupFor(ctx, caller, name)
 	if err != nil {
 		r.log.ErrorContext(ctx, "capabilities: looking up a caller's own capability failed", "capability", name, "err", err)
@@ -633,6 +689,9 @@ func (r *Registry) deny(ctx context.Context, caller Caller, surface, name string
 			label = "" // any string can be asked for: keep it out of metric labels
 		}
 		o.ObserveCall(label, string(reason))
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("enclave.denial.reason", string(reason)))
 	}
 	d := Denial{At: time.Now().UTC(), UserID: caller.UserID, Subject: r.HashSubject(caller.UserID), Surface: surface, Name: name, Reason: reason}
 	if r.opts.Auditor != nil {

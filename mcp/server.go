@@ -57,10 +57,12 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/internal/tracing"
 )
 
 // Path is where the handler expects to be mounted.
@@ -147,6 +149,10 @@ type Options struct {
 	// changes are broadcast on it, and with Sessions it keeps the replicas'
 	// session caches coherent (see shared.go). Nil: one replica.
 	Bus cluster.Bus
+	// TracerProvider, when set, gives every MCP request a span named after
+	// its method (see traceMethod); nil: none.
+	TracerProvider trace.TracerProvider
+
 	// Sessions keeps sessions (protocol 2025-11-25 and earlier) where every
 	// replica finds them (package sqlsessions); used only with Bus. Nil:
 	// sessions live in this process.
@@ -185,6 +191,7 @@ type Server struct {
 	headerParams atomic.Pointer[map[string]bool]
 	metadataURL  string
 	maxBody      int64
+	tracer       trace.Tracer // nil: tracing off
 	now          func() time.Time
 
 	syncMu    sync.Mutex
@@ -238,6 +245,7 @@ func New(opts Options) (*Server, error) {
 		recheck:     cmp.Or(opts.recheck, opts.Recheck, 30*time.Second),
 		metadataURL: origin + "/.well-known/oauth-protected-resource" + Path,
 		maxBody:     cmp.Or(opts.MaxBodyBytes, 4<<20),
+		tracer:      tracing.Tracer(opts.TracerProvider),
 		now:         time.Now,
 		stop:        make(chan struct{}),
 	}
@@ -563,6 +571,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, msg, ok := s.readBody(w, r, requestID)
 	if !ok {
 		return
+	}
+	if s.tracer != nil && msg.Method != "" {
+		var end func()
+		r, end = s.traceMethod(r, msg)
+		defer end()
 	}
 	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
 		// The error names the versions served and echoes the one asked

@@ -23,6 +23,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/internal/clientnet"
+	"github.com/enclave-mcp/enclave/internal/tracing"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -58,6 +59,10 @@ type Event struct {
 	UserHash      string    `bun:"user_hash,notnull" json:"userHash,omitempty"`
 	IPHash        string    `bun:"ip_hash,notnull" json:"ipHash,omitempty"`
 	ClientID      string    `bun:"client_id,notnull" json:"clientId,omitempty"`
+	// TraceID is the trace the event was recorded in (Record fills it
+	// from the context's span when tracing is on), for finding the
+	// request's trace; a caller sending a traceparent chooses it.
+	TraceID string `bun:"trace_id,notnull" json:"traceId,omitempty" jsonschema:"the W3C trace id of the request the event was recorded in, when the server traces requests"`
 }
 
 // Log writes and reads audit events.
@@ -110,6 +115,9 @@ func (l *Log) Record(ctx context.Context, e Event) error {
 	if e.At.IsZero() {
 		e.At = l.now()
 	}
+	if e.TraceID == "" {
+		e.TraceID = tracing.TraceID(ctx)
+	}
 	e.ID = 0
 	if _, err := l.store.DB.NewInsert().Model(&e).Returning("NULL").Exec(ctx); err != nil {
 		l.log.Error("audit: write failed", "category", e.Category, "action", e.Action, "err", err)
@@ -152,6 +160,7 @@ type Filter struct {
 	Action   string
 	Result   string
 	UserHash string
+	TraceID  string
 	Since    time.Time
 	Until    time.Time
 }
@@ -159,7 +168,7 @@ type Filter struct {
 // Query pages through events, newest first.
 func (l *Log) Query(ctx context.Context, f Filter, req storage.PageRequest) (storage.Page[Event], error) {
 	q := l.store.Reader.NewSelect().Model((*Event)(nil))
-	for col, v := range map[string]string{"category": f.Category, "action": f.Action, "result": f.Result, "user_hash": f.UserHash} {
+	for col, v := range map[string]string{"category": f.Category, "action": f.Action, "result": f.Result, "user_hash": f.UserHash, "trace_id": f.TraceID} {
 		if v != "" {
 			q = q.Where("? = ?", bun.Ident(col), v)
 		}

@@ -15,11 +15,12 @@ type QueryInput struct {
 	Result   string `json:"result,omitempty" jsonschema:"only events with this result" schema:"enum=success|failure|denied"`
 	// UserID is hashed with the log's key before matching, so admins can
 	// look up one user without the log holding raw ids.
-	UserID string `json:"userId,omitempty" jsonschema:"only events about the user with this stable user id"`
-	Since  string `json:"since,omitempty" jsonschema:"only events at or after this RFC 3339 time" schema:"format=date-time"`
-	Until  string `json:"until,omitempty" jsonschema:"only events before this RFC 3339 time" schema:"format=date-time"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
-	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
+	UserID  string `json:"userId,omitempty" jsonschema:"only events about the user with this stable user id"`
+	TraceID string `json:"traceId,omitempty" jsonschema:"only events recorded in the request of this W3C trace id (32 hex characters)"`
+	Since   string `json:"since,omitempty" jsonschema:"only events at or after this RFC 3339 time" schema:"format=date-time"`
+	Until   string `json:"until,omitempty" jsonschema:"only events before this RFC 3339 time" schema:"format=date-time"`
+	Limit   int    `json:"limit,omitempty" jsonschema:"page size, 1 to 1000 (default 50)" schema:"minimum=1,maximum=1000,default=50"`
+	Cursor  string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
 }
 
 // QueryOutput is one page of events, newest first.
@@ -39,7 +40,7 @@ func (l *Log) Capability() capabilities.Capability {
 		Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
 		Requires:    capabilities.Requirement{Role: capabilities.RoleAdmin},
 		Handler: func(ctx context.Context, _ *capabilities.Call, in QueryInput) (QueryOutput, error) {
-			f := Filter{Category: in.Category, Action: in.Action, Result: in.Result, UserHash: l.HashUser(in.UserID)}
+			f := Filter{Category: in.Category, Action: in.Action, Result: in.Result, UserHash: l.HashUser(in.UserID), TraceID: in.TraceID}
 			for _, t := range []struct {
 				raw  string
 				dst  *time.Time

@@ -63,12 +63,16 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/egress"
+	"github.com/enclave-mcp/enclave/internal/tracing"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -445,7 +449,7 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	}
 
 	scrub := newScrubber(us)
-	resp, err := g.client.Do(hreq)
+	resp, err := g.send(ctx, hreq, host)
 	if rr := (*redirectRefused)(nil); errors.As(err, &rr) {
 		// The redirect's host comes from the server's Location, which
 		// can echo a secret: scrub it like the response.
@@ -511,6 +515,32 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 		out.SecretsUsed = append(out.SecretsUsed, u.name)
 	}
 	return out, nil
+}
+
+// send sends hreq, in a client span "outbound METHOD" when ctx's span is
+// recorded (the server traces requests): the span records the method, the
+// host and the status, never the URL's path or query, a header, the body
+// or a secret. No traceparent goes out: the trace's ids are the
+// operator's, not the remote host's to see.
+func (g *Gateway) send(ctx context.Context, hreq *http.Request, host string) (*http.Response, error) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return g.client.Do(hreq)
+	}
+	_, span := parent.TracerProvider().Tracer(tracing.Scope).Start(ctx, "outbound "+hreq.Method, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", hreq.Method), attribute.String("server.address", host)))
+	defer span.End()
+	resp, err := g.client.Do(hreq)
+	if err != nil {
+		span.SetAttributes(attribute.String("error.type", fmt.Sprintf("%T", err)))
+		span.SetStatus(codes.Error, "")
+		return resp, err
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	if resp.StatusCode >= 400 {
+		span.SetStatus(codes.Error, "")
+	}
+	return resp, nil
 }
 
 // decodeBody undoes the content codings of a response body (the header's

@@ -26,6 +26,7 @@ import (
 	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/events"
+	"github.com/enclave-mcp/enclave/internal/tracing/otlpexport"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/quota"
@@ -174,6 +175,8 @@ type options struct {
 	codeMode       bool
 	codeMemoryMiB  int
 	storageBytes   byteSize
+	otlpEndpoint   string
+	otlpHeader     string
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
@@ -182,12 +185,12 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security",
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
-	"site-name", "site-description", "site-accent"}
+	"site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
 // and no process listing.
-var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "smtp-url", "smtp-password"}
+var secretFlags = []string{"database-url", "blob-url", "kv-url", "queue-url", "keeper-url", "bus-url", "smtp-url", "smtp-password", "otlp-header"}
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.Addr, "addr", enclave.DefaultAddr, "listen address")
@@ -203,6 +206,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")
 	fs.StringVar(&o.cfg.MetricsAddr, "metrics-addr", "", "address for Prometheus metrics (GET /metrics) on a listener of their own, e.g. 127.0.0.1:9090 (default off)")
+	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "send OpenTelemetry traces (HTTP requests, MCP methods, capability calls, SQL, outbound requests) to this OTLP/HTTP collector URL, e.g. http://localhost:4318 (default off; see docs/tracing.md)")
+	fs.StringVar(&o.otlpHeader, "otlp-header", "", "headers sent with every trace export, as key=value,key2=value2 (an API key, say); OTEL_EXPORTER_OTLP_HEADERS is also read")
 	fs.DurationVar(&o.cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long calls in flight may take to finish")
 	fs.DurationVar(&o.callerCacheTTL, "caller-cache-ttl", 30*time.Second, "longest a verified token's caller (roles, permissions, account state) is reused without the SQL bearer check; changes drop it at once on every replica; 0 turns the cache off")
 	fs.BoolVar(&o.cfg.NoMigrate, "no-migrate", false, "serve without applying migrations (apply them with enclave migrate; /readyz is 503 while any is pending)")
@@ -281,6 +286,14 @@ func envName(flag string) string {
 }
 
 func (o *options) finish(stderr io.Writer) error {
+	if o.otlpEndpoint != "" {
+		if err := otlpexport.CheckEndpoint(o.otlpEndpoint); err != nil {
+			return fmt.Errorf("--otlp-endpoint: %w", err)
+		}
+	}
+	if _, err := otlpexport.ParseHeaders(o.otlpHeader); err != nil {
+		return fmt.Errorf("--otlp-header: %w", err)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)

@@ -3,9 +3,15 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/url"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/internal/tracing/otlpexport"
 )
 
 func runServe(ctx context.Context, e *Env, o *options, args []string) error {
@@ -25,6 +31,16 @@ func runServe(ctx context.Context, e *Env, o *options, args []string) error {
 		o.log.Warn("serving in development mode on a non-loopback address: development defaults (plain HTTP, "+
 			"mail kept in memory instead of sent) are reachable from other machines; use --production for a public server, "+
 			"or --addr 127.0.0.1:PORT", "addr", cfg.Addr)
+	}
+	if o.otlpEndpoint != "" {
+		tp, err := newTracerProvider(ctx, o)
+		if err != nil {
+			return err
+		}
+		// Deferred before srv.Close, so it runs after it: the spans of the
+		// shutdown are exported too.
+		defer shutdownTracing(tp, o.log)
+		cfg.TracerProvider = tp
 	}
 	srv, err := enclave.New(ctx, cfg)
 	if err != nil {
@@ -46,6 +62,39 @@ Next step: create the first admin (in another terminal, with the same --data-dir
 Stop with Ctrl-C.
 `, Version(), cfg.Addr, base, base, base, base, srv.Config().DataDir)
 	return srv.Serve(ctx, ln)
+}
+
+// newTracerProvider builds the OTLP/HTTP exporting tracer provider of
+// --otlp-endpoint and --otlp-header.
+func newTracerProvider(ctx context.Context, o *options) (*sdktrace.TracerProvider, error) {
+	headers, err := otlpexport.ParseHeaders(o.otlpHeader)
+	if err != nil {
+		return nil, fmt.Errorf("--otlp-header: %w", err)
+	}
+	tp, err := otlpexport.New(ctx, otlpexport.Options{Endpoint: o.otlpEndpoint, Headers: headers, Version: Version()})
+	if err != nil {
+		return nil, fmt.Errorf("--otlp-endpoint: %w", err)
+	}
+	o.log.Info("tracing: exporting spans with OTLP/HTTP", "endpoint", redactEndpoint(o.otlpEndpoint))
+	return tp, nil
+}
+
+// shutdownTracing flushes the spans still batched, for at most 10 seconds.
+func shutdownTracing(tp *sdktrace.TracerProvider, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("tracing: flushing spans at exit failed", "err", err)
+	}
+}
+
+// redactEndpoint is the endpoint's scheme, host and path, for the log.
+func redactEndpoint(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host + u.Path
 }
 
 // loopbackOnly reports whether a listener on addr is reachable only from

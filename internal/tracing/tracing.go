@@ -1,0 +1,167 @@
+// Package tracing holds enclave's OpenTelemetry instrumentation that more
+// than one package shares: the instrumentation scope, W3C trace-context
+// propagation (HTTP headers and MCP _meta), the server span of an HTTP
+// request and a bun query hook for SQL spans. It uses the OpenTelemetry
+// API only; the SDK and the OTLP exporter are the binary's business
+// (package internal/tracing/otlpexport).
+//
+// What a span records is chosen here once: names of routes, MCP methods,
+// capabilities, SQL operations and tables, hosts and status codes. Never
+// arguments, results, bound SQL values, headers, bodies, query strings or
+// tokens.
+package tracing
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Scope is the instrumentation scope (tracer name) of every enclave span.
+const Scope = "github.com/enclave-mcp/enclave"
+
+// Tracer returns enclave's tracer from tp, or nil when tp is nil (tracing
+// off: callers then skip every span, at no cost).
+func Tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	return tp.Tracer(Scope)
+}
+
+// Propagator is W3C Trace Context (traceparent, tracestate). It is used
+// as it is, never through otel's global propagator, so an embedder's
+// global setting does not change what enclave accepts.
+var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
+
+// FromMeta returns the remote span context carried by an MCP request's
+// params._meta (the keys "traceparent" and "tracestate", SEP-414), and
+// whether it holds a valid one. A malformed value is ignored.
+func FromMeta(meta map[string]any) (trace.SpanContext, bool) {
+	tp, _ := meta["traceparent"].(string)
+	if tp == "" {
+		return trace.SpanContext{}, false
+	}
+	c := metaCarrier{traceparent: tp}
+	c.tracestate, _ = meta["tracestate"].(string)
+	sc := trace.SpanContextFromContext(Propagator.Extract(context.Background(), c))
+	return sc, sc.IsValid()
+}
+
+type metaCarrier struct{ traceparent, tracestate string }
+
+func (c metaCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.traceparent
+	case "tracestate":
+		return c.tracestate
+	}
+	return ""
+}
+func (metaCarrier) Set(string, string) {}
+func (metaCarrier) Keys() []string     { return []string{"traceparent", "tracestate"} }
+
+// TraceID returns the hex trace id of the span in ctx, or "" when ctx has
+// no valid span context (tracing off, or no span).
+func TraceID(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
+type routeKey struct{}
+
+// HTTP returns middleware that gives every request a server span,
+// continuing the trace of a W3C traceparent header. The span is named
+// "METHOD route": route is the pattern of the mux wrapped with Route
+// inside next (or class(r) when the pattern is the catch-all "/" or none
+// matched). It records the method, the route, the status and the request
+// id (requestID, read after the request), never the path, query string
+// or headers. With a nil tracer it returns next.
+func HTTP(tracer trace.Tracer, class func(*http.Request) string, requestID func(context.Context) string, next http.Handler) http.Handler {
+	if tracer == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+		defer span.End()
+		var route string
+		sw := &statusWriter{ResponseWriter: w}
+		ctx = context.WithValue(ctx, routeKey{}, &route)
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		if route == "" || route == "/" {
+			route = class(r)
+		} else {
+			span.SetAttributes(attribute.String("http.route", route))
+		}
+		span.SetName(r.Method + " " + route)
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if id := requestID(ctx); id != "" {
+			span.SetAttributes(attribute.String("enclave.request_id", id))
+		}
+		if status >= 500 {
+			span.SetStatus(codes.Error, "")
+		}
+	})
+}
+
+// Route wraps a mux so that the HTTP middleware above it learns the
+// pattern that matched (http.ServeMux sets Request.Pattern on the request
+// it is given). Without the middleware it only calls mux.
+func Route(mux http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r)
+		if p, ok := r.Context().Value(routeKey{}).(*string); ok {
+			pat := r.Pattern
+			for i := 0; i < len(pat); i++ { // "GET /healthz" → "/healthz"; a host stays
+				if pat[i] == ' ' {
+					pat = pat[i+1:]
+					break
+				}
+			}
+			*p = pat
+		}
+	})
+}
+
+// statusWriter records the status of a response. Flush passes through and
+// Unwrap lets http.ResponseController reach the writer below.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
