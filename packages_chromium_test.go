@@ -117,7 +117,7 @@ func TestChromiumPackagesJourney(t *testing.T) {
 		}
 	}
 	runs := text("#runs-table")
-	for _, want := range []string{"weather v1 · forecast", "export", "succeeded", "ms", "a program sent to execute", "failed", "exception", "upstream answered"} {
+	for _, want := range []string{"weather v1 · forecast", "export", "succeeded", "ms", "a program sent to execute", "failed", "The program threw an error", "upstream answered"} {
 		if !strings.Contains(runs, want) {
 			t.Errorf("the runs show %q, not %q", runs, want)
 		}

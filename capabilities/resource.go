@@ -166,13 +166,21 @@ func (r *Registry) findResource(uri string) (*Resource, map[string]string) {
 	return nil, nil
 }
 
-// CanRead reports whether caller may read uri now (account state,
-// requirement, and the resource's Allow, such as ownership), without
+// CanRead reports whether caller may read uri now, deciding as
+// ReadResource does (account state, requirement, the token's scopes, the
+// role gate, and the resource's Allow, such as ownership), without
 // recording anything: transports use it to decide whom to tell that a
-// resource changed.
+// resource changed. A token lacking a scope the resource needs (the admin
+// scope for an admin resource) is not told.
 func (r *Registry) CanRead(ctx context.Context, caller Caller, uri string) bool {
 	res, params := r.findResource(uri)
 	if res == nil || r.stateDenial(caller, true) != "" || r.hiddenBy(ctx, caller, "", res.Requires) != "" {
+		return false
+	}
+	if len(missingScopes(caller, res.Requires.TokenScopes())) > 0 {
+		return false
+	}
+	if res.Requires.Role != "" && r.opts.RoleGate != nil && r.opts.RoleGate(ctx, caller, res.Requires.Role) != nil {
 		return false
 	}
 	return r.allows(ctx, caller, res, uri, params) == nil

@@ -804,3 +804,69 @@ func TestStatelessElicitationRetries(t *testing.T) {
 		t.Fatalf("second round = %v", second)
 	}
 }
+
+// A resource-update notice reaches only the sessions whose token may read
+// the resource, scopes included, as resources/read decides: an admin whose
+// agent was not granted the admin scope is not told that an admin resource
+// changed (reading it would answer insufficient_scope), nor that a resource
+// needing another scope changed.
+func TestResourceUpdatedHonoursTokenScopes(t *testing.T) {
+	f := newFixture(t)
+	read := func(_ context.Context, _ *capabilities.Call, uri string, _ map[string]string) ([]capabilities.ResourceContents, error) {
+		return []capabilities.ResourceContents{{URI: uri, Text: "x"}}, nil
+	}
+	must(t, f.reg.RegisterResource(
+		capabilities.Resource{URI: "test://admin", Name: "admin", Requires: capabilities.Requirement{Role: capabilities.RoleAdmin}, Read: read},
+		capabilities.Resource{URI: "test://notes", Name: "notes", Requires: capabilities.Requirement{Scopes: []string{"notes:write"}}, Read: read},
+		capabilities.Resource{URI: "test://public", Name: "public", Read: read},
+	))
+	scoped, unscoped := f.initialize("admin-token"), f.initialize("admin-mcp-token")
+	for _, s := range []struct{ token, sid string }{{"admin-token", scoped}, {"admin-mcp-token", unscoped}} {
+		for _, uri := range []string{"test://admin", "test://notes", "test://public"} {
+			if resp := f.request(http.MethodPost, s.token, s.sid, rpc(4, "resources/subscribe", map[string]any{"uri": uri})); resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s subscribe %s: %d", s.token, uri, resp.StatusCode)
+			}
+		}
+	}
+	// What resources/read answers each session is what its notices follow.
+	readable := func(token, sid, uri string) bool {
+		m := result(t, f.request(http.MethodPost, token, sid, rpc(5, "resources/read", map[string]any{"uri": uri})))
+		return m["error"] == nil
+	}
+	if !readable("admin-token", scoped, "test://admin") || readable("admin-mcp-token", unscoped, "test://admin") || readable("admin-token", scoped, "test://notes") {
+		t.Fatal("resources/read does not decide as this test assumes")
+	}
+	streams := map[string]func() map[string]any{
+		"admin-token":     sseReader(f.request(http.MethodGet, "admin-token", scoped, "")),
+		"admin-mcp-token": sseReader(f.request(http.MethodGet, "admin-mcp-token", unscoped, "")),
+	}
+	f.srv.NotifyResourceUpdated(t.Context(), "test://admin")
+	f.srv.NotifyResourceUpdated(t.Context(), "test://notes")
+	f.srv.NotifyResourceUpdated(t.Context(), "test://public")
+	must(t, f.srv.mcp.SendNotificationToSpecificClient(scoped, "test/sentinel", nil))
+	must(t, f.srv.mcp.SendNotificationToSpecificClient(unscoped, "test/sentinel", nil))
+	for token, want := range map[string][]string{
+		"admin-token":     {"updated test://admin", "updated test://public", "sentinel"},
+		"admin-mcp-token": {"updated test://public", "sentinel"},
+	} {
+		var got []string
+		for range want {
+			m := streams[token]()
+			params, _ := m["params"].(map[string]any)
+			switch m["method"] {
+			case "notifications/resources/updated":
+				got = append(got, fmt.Sprint("updated ", params["uri"]))
+			case "test/sentinel":
+				got = append(got, "sentinel")
+			default:
+				got = append(got, fmt.Sprint(m))
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s's stream carried %v, want %v", token, got, want)
+		}
+	}
+	if f.reg.CanRead(t.Context(), capabilities.Caller{UserID: "admin", Roles: []string{capabilities.RoleAdmin}, State: capabilities.AccountActive, Scopes: []string{"mcp"}}, "test://admin") {
+		t.Error("CanRead lets a token without the admin scope read an admin resource")
+	}
+}

@@ -81,7 +81,7 @@ func (h *Handler) accountFormFailed(w http.ResponseWriter, r *http.Request, err 
 		return
 	}
 	var v accountView
-	set(&v, ce.Message)
+	set(&v, pageMessage(ce.Message))
 	h.renderAccount(w, r, status, v)
 }
 

@@ -155,7 +155,7 @@ func (h *Handler) adminUserAction(name, capability, notice string) http.HandlerF
 				h.renderCapabilityError(w, r, err)
 				return
 			}
-			h.renderAdminUser(w, r, status, cur.User, ce.Message)
+			h.renderAdminUser(w, r, status, cur.User, pageMessage(ce.Message))
 			return
 		}
 		admin := PrincipalFrom(r.Context()).Session.User
@@ -184,7 +184,7 @@ func (h *Handler) adminCreateUser(w http.ResponseWriter, r *http.Request) {
 			h.renderCapabilityError(w, r, err)
 			return
 		}
-		f.Error = ce.Message
+		f.Error = pageMessage(ce.Message)
 		h.render(w, r, status, adminNewUserPage(h.page(r, "Create an account"), f))
 		return
 	}

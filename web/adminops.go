@@ -72,7 +72,7 @@ func (h *Handler) invokeFailed(w http.ResponseWriter, r *http.Request, what stri
 		case capabilities.CodeAccountSuspended, capabilities.CodeAccountDeleting:
 			status = http.StatusForbidden
 		}
-		h.renderError(w, r, status, sentence(ce.Message))
+		h.renderError(w, r, status, pageMessage(ce.Message))
 		return
 	}
 	h.internalError(w, r, what, err)
@@ -265,7 +265,7 @@ func (h *Handler) adminInviteCreate(w http.ResponseWriter, r *http.Request) {
 	err := h.invoke(r, "adminInviteCreate", map[string]any{"note": strings.TrimSpace(r.PostFormValue("note")), "expiresInDays": days}, &out)
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && ce.Code == capabilities.CodeInvalidInput {
-		h.renderInvites(w, r, http.StatusUnprocessableEntity, "", ce.Message)
+		h.renderInvites(w, r, http.StatusUnprocessableEntity, "", pageMessage(ce.Message))
 		return
 	}
 	if err != nil {

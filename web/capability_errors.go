@@ -37,8 +37,11 @@ func (h *Handler) renderCapabilityError(w http.ResponseWriter, r *http.Request, 
 		status = http.StatusInternalServerError
 	}
 	msg := "Something went wrong on our side. Please try again."
-	if e, ok := errors.AsType[*capabilities.Error](err); ok && status < 500 && e.Message != "" {
-		msg = e.Message
+	if status < 500 {
+		msg = refusedMessage
+		if e, ok := errors.AsType[*capabilities.Error](err); ok {
+			msg = pageMessage(e.Message)
+		}
 	}
 	if at, ok := capabilities.RetryAfterOf(err); ok {
 		secs := int64(math.Ceil(time.Until(at).Seconds()))

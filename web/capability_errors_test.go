@@ -29,8 +29,8 @@ func TestRenderCapabilityError(t *testing.T) {
 		hides      string
 	}{
 		// The registry wraps the quota's error in its own: the reset time still shows.
-		{&capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "daily limit reached", Err: quota}, http.StatusTooManyRequests, true, "daily limit reached", ""},
-		{capabilities.Errorf(capabilities.CodeNotFound, "no such note"), http.StatusNotFound, false, "no such note", ""},
+		{&capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "daily limit reached", Err: quota}, http.StatusTooManyRequests, true, "Daily limit reached.", ""},
+		{capabilities.Errorf(capabilities.CodeNotFound, "no such note"), http.StatusNotFound, false, "No such note.", ""},
 		{capabilities.Errorf(capabilities.CodeAccountSuspended, "this account is suspended"), http.StatusForbidden, false, "suspended", ""},
 		{fmt.Errorf("wrapped: %w", errors.New("db password=hunter2")), http.StatusInternalServerError, false, "went wrong", "hunter2"},
 	} {

@@ -37,7 +37,7 @@ func capabilityJSON(err error) *capabilityFailure {
 	if !ok {
 		status = http.StatusBadRequest
 	}
-	return &capabilityFailure{status: status, code: string(e.Code), msg: e.Message}
+	return &capabilityFailure{status: status, code: string(e.Code), msg: pageMessage(e.Message)}
 }
 
 // Second-factor paths.

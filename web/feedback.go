@@ -34,6 +34,10 @@ func (h *Handler) feedbackRoutes(handle func(string, http.HandlerFunc)) {
 	handle("POST /admin/feedback/{id}", admin(h.adminFeedbackUpdate))
 }
 
+// feedbackUnconfirmedMessage answers a send that did not come from the
+// preview's button.
+const feedbackUnconfirmedMessage = "Your feedback was not sent yet. Review it, then press Send on the preview to confirm it."
+
 // feedbackForm is a submission being written or confirmed.
 type feedbackForm struct {
 	Category, Summary, Details string
@@ -78,7 +82,7 @@ func (h *Handler) feedbackPreview(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, err := feedback.Submission{Category: f.Category, Summary: f.Summary, Details: f.Details}.Validate()
 	if fe := (*feedback.Error)(nil); errors.As(err, &fe) {
-		h.renderFeedback(w, r, http.StatusUnprocessableEntity, f, fe.Msg)
+		h.renderFeedback(w, r, http.StatusUnprocessableEntity, f, pageMessage(fe.Msg))
 		return
 	}
 	if err != nil {
@@ -100,7 +104,13 @@ func (h *Handler) feedbackSend(w http.ResponseWriter, r *http.Request) {
 	err := h.invoke(r, "feedbackSubmit", in, nil)
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && (ce.Code == capabilities.CodeInvalidInput || ce.Code == capabilities.CodeQuotaExceeded) {
-		h.renderFeedback(w, r, http.StatusUnprocessableEntity, f, ce.Message)
+		msg := pageMessage(ce.Message)
+		if !in.UserConfirmed {
+			// The capability's words are for agents (userConfirmed); a
+			// person confirms with the preview's button.
+			msg = feedbackUnconfirmedMessage
+		}
+		h.renderFeedback(w, r, http.StatusUnprocessableEntity, f, msg)
 		return
 	}
 	if err != nil {

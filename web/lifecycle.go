@@ -171,7 +171,7 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 			if !known || status >= 500 {
 				status = http.StatusInternalServerError
 			}
-			again(status, ce.Message)
+			again(status, pageMessage(ce.Message))
 			return
 		}
 		h.log.ErrorContext(ctx, "web: delete account", "user_id", u.ID, "err", err)

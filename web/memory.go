@@ -131,7 +131,7 @@ func formTags(s string) []string {
 // invalidInput returns the message of a refusal of the person's input.
 func invalidInput(err error) (string, bool) {
 	if e, ok := errors.AsType[*capabilities.Error](err); ok && e.Code == capabilities.CodeInvalidInput {
-		return e.Message, true
+		return pageMessage(e.Message), true
 	}
 	return "", false
 }

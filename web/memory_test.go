@@ -152,7 +152,7 @@ func TestMemoryPage(t *testing.T) {
 		}
 		before := count()
 		w := e.do(ann, "POST", "/account/memory/save", url.Values{"text": {"   "}, "tags": {"no spaces allowed"}})
-		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "text is empty") {
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "Text is empty.") {
 			t.Fatalf("save: %d %s", w.Code, w.Body)
 		}
 		if n := count(); n != before {
@@ -160,7 +160,7 @@ func TestMemoryPage(t *testing.T) {
 		}
 		m := e.remember(ann, "keep me")
 		w = e.do(ann, "POST", "/account/memory/update", url.Values{"id": {m.ID}, "text": {""}, "status": {"active"}})
-		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "text is empty") {
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "Text is empty.") {
 			t.Fatalf("update: %d %s", w.Code, w.Body)
 		}
 		if got, _ := e.memoryOf(ann, m.ID); got.Text != "keep me" {

@@ -234,14 +234,38 @@ func runFailure(f *codemode.RunFailure) string {
 	if f == nil {
 		return ""
 	}
-	what := f.Kind
-	if f.Limit != "" {
-		what += " (" + f.Limit + ")"
+	msg := strings.TrimSpace(f.Message)
+	switch f.Kind {
+	case "limit":
+		if name, ok := limitNames[f.Limit]; ok {
+			return "The run stopped at its " + name + " limit."
+		}
+		return "The run stopped at one of its limits."
+	case "exception":
+		return withDetail("The program threw an error", msg)
+	case "syntax":
+		return withDetail("The program does not parse", msg)
+	case "cancelled":
+		return "The run was cancelled."
+	case "busy":
+		return "The server was too busy to run it. Try again in a moment."
+	default:
+		// The sandbox's own failure: no detail for the page.
+		return "The run failed on our side. Try again."
 	}
-	if f.Message == "" {
-		return what
+}
+
+// limitNames name a run's limits (codemode.RunFailure.Limit) for people.
+var limitNames = map[string]string{
+	"memory": "memory", "timeout": "time", "stack": "stack depth", "result": "result size", "hostCalls": "host call",
+}
+
+// withDetail joins a sentence's opening and the program's own message.
+func withDetail(what, msg string) string {
+	if msg == "" {
+		return what + "."
 	}
-	return what + ": " + f.Message
+	return sentence(what + ": " + msg)
 }
 
 // jobState says a job's live state: running, or how its last run ended.

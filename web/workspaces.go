@@ -94,7 +94,7 @@ func (h *Handler) workspaceCreate(w http.ResponseWriter, r *http.Request) {
 func inputError(err error) (string, bool) {
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && (ce.Code == capabilities.CodeInvalidInput || ce.Code == capabilities.CodeConflict || ce.Code == capabilities.CodeUnsupported) {
-		return sentence(ce.Message), true
+		return pageMessage(ce.Message), true
 	}
 	return "", false
 }
@@ -287,7 +287,7 @@ func (h *Handler) workspaceJoin(w http.ResponseWriter, r *http.Request) {
 	err := h.invoke(r, "workspaceInvitationAccept", map[string]any{"token": token}, &ws)
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && ce.Code == capabilities.CodeNotFound {
-		h.render(w, r, http.StatusNotFound, workspaceJoinPage(h.page(r, "Join a workspace"), "", ce.Message))
+		h.render(w, r, http.StatusNotFound, workspaceJoinPage(h.page(r, "Join a workspace"), "", pageMessage(ce.Message)))
 		return
 	}
 	if err != nil {
