@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -295,7 +297,7 @@ func TestSearchScopeWordsCannotBeForged(t *testing.T) {
 		e := newEnv(t, s, memory.Config{})
 		alice, bob := e.user("alice"), e.user("bob")
 		a, b := fmt.Sprint(alice.OwnerID), fmt.Sprint(bob.OwnerID)
-		planted := e.save(alice, "u"+b+" u"+b+"active u"+b+"archived scope:u"+b+" planted note")
+		planted := e.save(alice, "u"+b+" u"+b+"active u"+b+"archived scope:u"+b+" "+b+"a "+b+"r '"+b+"a planted' planted note")
 		archived := e.save(alice, "u"+a+"active archived secret plan")
 		if _, err := call[memory.Memory](e, alice, "memoryUpdate", map[string]any{"id": archived.ID, "status": "archived"}); err != nil {
 			t.Fatal(err)
@@ -319,4 +321,79 @@ func TestSearchScopeWordsCannotBeForged(t *testing.T) {
 			t.Fatalf("the owner's scope word matched %v", foundIDs(res))
 		}
 	})
+}
+
+// TestPostgresIndexEntriesAreTheOwners: on PostgreSQL every entry of a
+// memory in the full-text index is under the memory's owner and status
+// (migration 0290), whatever its text; a word's query is built from its
+// lexemes, never parsed as tsquery syntax; and the search's expression is
+// the index's, so that the index serves it.
+func TestPostgresIndexEntriesAreTheOwners(t *testing.T) {
+	s := storagetest.Open(t, storage.Postgres) // skips without PostgreSQL
+	ctx := context.Background()
+	var lexemes []string
+	if err := s.DB.NewRaw("SELECT unnest(tsvector_to_array(memory_search_vector(7, 'active', ?, ?)))",
+		"2a planted '2r secret' 7r note & !x | y:* <-> z", `["Topic", "2a"]`).Scan(ctx, &lexemes); err != nil {
+		t.Fatal(err)
+	}
+	if len(lexemes) < 5 {
+		t.Fatalf("lexemes %q: want the text's and the tags' words", lexemes)
+	}
+	for _, l := range lexemes {
+		if !strings.HasPrefix(l, "7a ") || strings.Contains(l[3:], " ") {
+			t.Fatalf("lexeme %q is not under owner 7, active", l)
+		}
+	}
+	matches := func(owner int64, status, text string, qOwner int64, qStatus, word string) bool {
+		t.Helper()
+		var ok bool
+		if err := s.DB.NewRaw("SELECT memory_search_vector(?, ?, ?, '[]') @@ memory_search_query(?, ?, ?)",
+			owner, status, text, qOwner, qStatus, word).Scan(ctx, &ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	for _, c := range []struct {
+		owner         int64
+		status, text  string
+		qOwner        int64
+		qStatus, word string
+		want          bool
+	}{
+		{7, "active", "kumquats in the garden", 7, "active", "kumquat", true},
+		{7, "active", "kumquats in the garden", 7, "", "kumquat", true},
+		{7, "archived", "kumquats in the garden", 7, "", "kumquat", true},
+		{7, "archived", "kumquats in the garden", 7, "active", "kumquat", false},
+		{7, "active", "kumquats in the garden", 7, "archived", "kumquat", false},
+		{7, "active", "kumquats in the garden", 2, "", "kumquat", false},
+		// Another owner's prefix in the text is the writer's words.
+		{7, "active", "2a kumquat '2a kumquat'", 2, "", "kumquat", false},
+		{7, "active", "plain words", 7, "active", "words' | '7a plain", false},
+		{7, "active", "plain words", 7, "active", "!plain", true},
+		{7, "active", "plain words", 7, "active", "plain:* & words", true},
+		{7, "active", "7a plain words", 7, "active", `\'7a words`, true},
+	} {
+		if got := matches(c.owner, c.status, c.text, c.qOwner, c.qStatus, c.word); got != c.want {
+			t.Errorf("memory of %d (%s) %q, query of %d (%q) %q: match %v, want %v", c.owner, c.status, c.text, c.qOwner, c.qStatus, c.word, got, c.want)
+		}
+	}
+	// With sequential scans priced out, the planner takes the index for
+	// the search's expression: it is the index's.
+	err := s.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+			return err
+		}
+		var plan []string
+		if err := tx.NewRaw(`EXPLAIN SELECT m.id FROM memories AS m WHERE (m.user_id + 0) = 7 AND m.status = 'active'
+			AND memory_search_vector(m.user_id, m.status, m.text, m.tags) @@ memory_search_query(7, 'active', 'kumquat')`).Scan(ctx, &plan); err != nil {
+			return err
+		}
+		if !strings.Contains(strings.Join(plan, "\n"), "memories_search") {
+			t.Errorf("the search does not use the index:\n%s", strings.Join(plan, "\n"))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

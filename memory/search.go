@@ -105,9 +105,17 @@ func terms(query string) []string {
 // FTS5 escape), so that it is only ever words to the tokenizer.
 func quote(w string) string { return `"` + strings.ReplaceAll(w, `"`, `""`) + `"` }
 
-// pgVector is the expression of memories_fts, the GIN index: searches use
-// it verbatim so that the index serves them.
-const pgVector = "to_tsvector('english'::regconfig, m.text || ' ' || m.tags)"
+// pgVector is the expression of memories_search, the GIN index
+// (migration 0290): every lexeme under the row's owner and status.
+// Searches use it verbatim so that the index serves them.
+const pgVector = "memory_search_vector(m.user_id, m.status, m.text, m.tags)"
+
+// pgQuery is the tsquery of one word (an argument) under an owner and a
+// status (arguments before it; "" for either status): built from the
+// lexemes the English configuration makes of the word, never parsed as
+// tsquery syntax. Its arguments are constants, so the planner folds it
+// and the index serves it.
+const pgQuery = "memory_search_query(?, ?, ?)"
 
 // The SQLite full-text index's rowids (migration 0250): the owner, the
 // status and the memory's row id in one integer, so that one owner's
@@ -133,10 +141,11 @@ func ftsRange(o storage.Owner, status string) (lo, hi int64) {
 
 // Bounds of the work one search does per word.
 const (
-	// maxHits is how many of a word's memories a search reads, newest
-	// first. A word in more of the caller's memories is common among them
-	// and weighs little; its other memories are only checked among the
-	// best candidates (recheckMin).
+	// maxHits is how many of a word's memories a search reads on SQLite,
+	// newest first (PostgreSQL reads them all: pgRanked). A word in more
+	// of the caller's memories is common among them and weighs little;
+	// its other memories are only checked among the best candidates
+	// (recheckMin).
 	maxHits = 2000
 	// recheckMin is how many of the best candidates, at least, are
 	// checked for the common words.
@@ -177,12 +186,14 @@ func (s *Service) fullText(ctx context.Context, o storage.Owner, words []string,
 	if err != nil || total == 0 {
 		return nil, err
 	}
-	var lists []hits
 	if s.store.Dialect() == storage.Postgres {
-		lists, err = s.pgHits(ctx, o, words, f)
-	} else {
-		lists, err = s.ftsHits(ctx, o, words, f)
+		out, err := s.pgRanked(ctx, o, words, f, total, limit)
+		if err != nil {
+			return nil, fmt.Errorf("memory: search: %w", err)
+		}
+		return out, nil
 	}
+	lists, err := s.ftsHits(ctx, o, words, f)
 	if err != nil {
 		return nil, fmt.Errorf("memory: search: %w", err)
 	}
@@ -209,9 +220,17 @@ func (s *Service) fullText(ctx context.Context, o storage.Owner, words []string,
 		for _, id := range l.ids {
 			have[id] = true
 		}
+		// The list is the word's newest memories: one newer than its
+		// oldest and not in it does not hold the word. (On SQLite, when
+		// both statuses are searched, the list is in rowid order, which
+		// puts the archived first.)
+		cutoff := int64(math.MaxInt64)
+		if len(l.ids) > 0 && f.Status != "" {
+			cutoff = l.ids[len(l.ids)-1]
+		}
 		var missing []int64
 		for _, r := range top {
-			if !have[r.ID] {
+			if !have[r.ID] && r.ID < cutoff {
 				missing = append(missing, r.ID)
 			}
 		}
@@ -351,51 +370,40 @@ func (s *Service) exactTags(ctx context.Context, o storage.Owner, f Filter, ids 
 	return out, nil
 }
 
-// pgHits reads, for each word, o's memories matching f that hold it, in
-// one statement: per word, the count and the newest maxHits+1.
-func (s *Service) pgHits(ctx context.Context, o storage.Owner, words []string, f Filter) ([]hits, error) {
+// pgRanked ranks o's memories matching f by words on PostgreSQL, in one
+// statement: per word, o's memories holding it (one owner's entry of the
+// index each); each word's inverse document frequency among o's total
+// memories; each memory's sum of them; the best limit. Counting a word's
+// memories reads every one of them from the table (GIN keeps no counts),
+// so the database sums the scores too: every memory holding a word counts,
+// however common, and only limit rows come back.
+func (s *Service) pgRanked(ctx context.Context, o storage.Owner, words []string, f Filter, total int64, limit int) ([]ranked, error) {
 	cond, args := s.where(f)
 	parts := make([]string, len(words))
 	var qargs []any
 	for i, w := range words {
-		// plainto_tsquery reads no syntax: a word is only ever a word.
-		parts[i] = `SELECT ` + strconv.Itoa(i) + ` AS w, m.id, COUNT(*) OVER () AS docs, ROW_NUMBER() OVER (ORDER BY m.id DESC) AS r
-			FROM memories AS m WHERE m.user_id = ? AND ` + cond + ` AND ` + pgVector + ` @@ plainto_tsquery('english'::regconfig, ?)`
+		// memory_search_query reads no syntax: a word is only ever a word.
+		// The owner filter is (m.user_id + 0) so that the planner does not
+		// AND the word's entry with the owner's whole memories_user range.
+		parts[i] = `SELECT ` + strconv.Itoa(i) + ` AS w, m.id FROM memories AS m
+			WHERE (m.user_id + 0) = ? AND ` + cond + ` AND ` + pgVector + ` @@ ` + pgQuery
 		qargs = append(qargs, o.ID)
 		qargs = append(qargs, args...)
-		qargs = append(qargs, w)
+		qargs = append(qargs, o.ID, f.Status, w)
 	}
-	qargs = append(qargs, maxHits+1)
-	var rows []struct {
-		W    int   `bun:"w"`
-		ID   int64 `bun:"id"`
-		Docs int64 `bun:"docs"`
-	}
-	if err := s.store.Reader.NewRaw(`SELECT h.w, h.id, h.docs FROM (`+strings.Join(parts, " UNION ALL ")+`) AS h
-		WHERE h.r <= ? ORDER BY h.w, h.id DESC`, qargs...).Scan(ctx, &rows); err != nil {
-		return nil, err
-	}
-	out := make([]hits, len(words))
-	for _, r := range rows {
-		h := &out[r.W]
-		h.docs = r.Docs
-		if len(h.ids) == maxHits {
-			h.more = true
-			continue
-		}
-		h.ids = append(h.ids, r.ID)
-	}
-	return out, nil
+	qargs = append(qargs, float64(total), limit)
+	var out []ranked
+	err := s.store.Reader.NewRaw(`WITH h AS MATERIALIZED (`+strings.Join(parts, " UNION ALL ")+`),
+		d AS (SELECT w, ln(1 + (GREATEST(?::float8, COUNT(*)::float8) - COUNT(*)::float8 + 0.5) / (COUNT(*)::float8 + 0.5)) AS idf
+			FROM h GROUP BY w)
+		SELECT h.id, SUM(d.idf) AS score FROM h JOIN d ON d.w = h.w GROUP BY h.id ORDER BY score DESC, h.id DESC LIMIT ?`,
+		qargs...).Scan(ctx, &out)
+	return out, err
 }
 
-// holding returns which of ids (o's candidates) hold word w.
+// holding returns which of ids (o's candidates) hold word w, on SQLite.
 func (s *Service) holding(ctx context.Context, o storage.Owner, w string, f Filter, ids []int64) ([]int64, error) {
 	var out []int64
-	if s.store.Dialect() == storage.Postgres {
-		err := s.store.Reader.NewRaw(`SELECT m.id FROM memories AS m WHERE m.user_id = ? AND m.id IN (?)
-			AND `+pgVector+` @@ plainto_tsquery('english'::regconfig, ?)`, o.ID, bun.In(ids), w).Scan(ctx, &out)
-		return out, err
-	}
 	lo, hi := ftsRange(o, f.Status)
 	rowids := make([]int64, 0, 2*len(ids))
 	for _, id := range ids {

@@ -112,6 +112,8 @@ func TestSearchChecksCommonWordsAmongTheBest(t *testing.T) {
 		e := newEnv(t, s, memory.Config{})
 		alice := e.user("alice")
 		both := e.save(alice, "apple and kumquat jam recipe")
+		// More than a search reads of one word on SQLite (PostgreSQL reads
+		// them all).
 		bulkSave(t, s, owner(alice), 2100, func(i int) string { return fmt.Sprintf("apple filler note %d", i) })
 		newer := e.save(alice, "kumquat tree in the garden")
 		res := e.search(alice, map[string]any{"query": "apple kumquat"})
