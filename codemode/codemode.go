@@ -126,6 +126,7 @@ func New(cfg Config) (*Service, error) {
 	s.exports.init()
 	s.sources.init()
 	s.recorder.s = s
+	s.recorder.arrived = make(chan struct{}, 1)
 	s.bindings.m = map[uint64][]string{}
 	s.follow()
 	return s, nil

@@ -116,8 +116,10 @@ func (s *Service) run(ctx context.Context, caller capabilities.Caller, info runI
 	if timeout > 0 && timeout < prog.Limits.Timeout {
 		prog.Limits.Timeout = timeout
 	}
+	s.recorder.begin()
 	out, err := sandbox.Run(ctx, prog)
 	if err != nil { // refused before it started: the slot was never handed over
+		s.recorder.abandon()
 		release()
 		return Output{}, fmt.Errorf("codemode: run: %w", err)
 	}

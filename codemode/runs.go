@@ -112,8 +112,10 @@ type runInfo struct {
 	started               time.Time
 }
 
-// record writes a finished run. A failure to record is logged: the run
-// itself already happened and its answer goes back to the caller.
+// record writes a finished run and returns once it is committed, so that
+// the run's answer goes back only when its record can no longer be lost to
+// a crash or a restart. A failure to record is logged: the run itself
+// already happened and its answer goes back to the caller.
 func (s *Service) record(ctx context.Context, o storage.Owner, info runInfo, out sandbox.Outcome, calls map[string]int) {
 	r := runRow{ID: info.id, UserID: o.ID, Kind: info.kind, PackageName: info.pkg, PackageVersion: info.version, ExportName: info.export,
 		Status: StatusSucceeded, StartedAt: info.started, DurationMs: out.Duration.Milliseconds(), HostCalls: out.HostCalls,
@@ -134,68 +136,155 @@ func (s *Service) record(ctx context.Context, o storage.Owner, info runInfo, out
 	s.recorder.add(r)
 }
 
-// recorder writes run records in batches: runs that end together (a busy
-// server) share one INSERT and one transaction instead of one each. A
-// record waits at most recordDelay; ListRuns, GetRun and Close flush first,
-// so this replica's reads see its own runs. A process killed between a
-// run's end and the flush loses that record (the run's answer was sent).
+// recorder writes run records by group commit: every caller waits for the
+// write that carries its record, so a record is in SQL before its run's
+// answer is sent and no record is lost to a crash or a restart. A record
+// that arrives while no write is in flight starts one; records that arrive
+// meanwhile join the next. Before it writes, a write waits for the runs
+// still going to end and join it, at most recordGather: on a busy server
+// several runs then share one INSERT and one commit (the commit, not the
+// row, is what costs), and a run that ends alone is written at once.
 type recorder struct {
 	s       *Service
 	mu      sync.Mutex
-	pending []runRow
-	timer   *time.Timer
-	// writing serialises flushes, so Flush returns only once every record
-	// taken before it is in SQL.
-	writing sync.Mutex
+	running int          // runs begun whose record is not added yet
+	writing *recordBatch // being gathered or written, nil when none
+	next    *recordBatch // open for records: the one gathering, or the one after the write in flight
+	arrived chan struct{}
+}
+
+// recordBatch is one write: its rows, and done, closed once they are in
+// SQL (or the write failed, which is logged).
+type recordBatch struct {
+	rows []runRow
+	done chan struct{}
 }
 
 const (
-	recordDelay = 20 * time.Millisecond
-	recordBatch = 256
+	// maxRecordBatch bounds the rows of one INSERT (SQLite allows 32,766
+	// bound values a statement; a run row has fewer than 20 columns).
+	maxRecordBatch = 256
+	// recordGather bounds how long a write waits for runs still going.
+	recordGather = 2 * time.Millisecond
 )
 
+// begin counts a run whose record will be added (or abandoned).
+func (rc *recorder) begin() {
+	rc.mu.Lock()
+	rc.running++
+	rc.mu.Unlock()
+}
+
+// abandon uncounts a run begun that has no record.
+func (rc *recorder) abandon() {
+	rc.mu.Lock()
+	rc.running--
+	rc.mu.Unlock()
+	rc.signal()
+}
+
+// add records r, a run begun, and returns once it is in SQL.
 func (rc *recorder) add(r runRow) {
 	rc.mu.Lock()
-	rc.pending = append(rc.pending, r)
-	full := len(rc.pending) >= recordBatch
-	if !full && rc.timer == nil {
-		rc.timer = time.AfterFunc(recordDelay, func() { rc.flush(context.Background()) })
+	rc.running = max(0, rc.running-1)
+	if rc.next == nil {
+		rc.next = &recordBatch{done: make(chan struct{})}
+	}
+	b := rc.next
+	b.rows = append(b.rows, r)
+	if rc.writing == nil {
+		rc.writing = b
+		go rc.write(b)
 	}
 	rc.mu.Unlock()
-	if full {
-		rc.flush(context.Background())
+	rc.signal()
+	<-b.done
+}
+
+func (rc *recorder) signal() {
+	select {
+	case rc.arrived <- struct{}{}:
+	default:
 	}
 }
 
-// flush writes every pending record.
-func (rc *recorder) flush(ctx context.Context) {
-	rc.writing.Lock()
-	defer rc.writing.Unlock()
+// write gathers b (rc.next until it closes), writes it, then the batch
+// that opened meanwhile, if any.
+func (rc *recorder) write(b *recordBatch) {
+	deadline := time.Now().Add(recordGather)
+	var timer *time.Timer
+	for {
+		rc.mu.Lock()
+		wait := rc.running > 0 && len(b.rows) < maxRecordBatch
+		if !wait {
+			rc.next = nil // b closes: records from now on open the next batch
+		}
+		rc.mu.Unlock()
+		left := time.Until(deadline)
+		if !wait || left <= 0 {
+			break
+		}
+		if timer == nil {
+			timer = time.NewTimer(left)
+			defer timer.Stop()
+		}
+		select {
+		case <-rc.arrived:
+		case <-timer.C:
+			deadline = time.Now() // the next round closes b
+		}
+	}
 	rc.mu.Lock()
-	batch := rc.pending
-	rc.pending = nil
-	if rc.timer != nil {
-		rc.timer.Stop()
-		rc.timer = nil
+	if rc.next == b {
+		rc.next = nil
 	}
 	rc.mu.Unlock()
-	if len(batch) == 0 {
-		return
-	}
-	// The record goes in even when the caller's context has ended.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+
+	// The records go in even when their callers have gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := rc.s.store.DB.NewInsert().Model(&batch).Returning("NULL").Exec(ctx); err != nil {
-		rc.s.log.WarnContext(ctx, "codemode: recording runs failed", "runs", len(batch), "err", err)
+	for rows := b.rows; len(rows) > 0; {
+		chunk := rows[:min(len(rows), maxRecordBatch)]
+		rows = rows[len(chunk):]
+		if _, err := rc.s.store.DB.NewInsert().Model(&chunk).Returning("NULL").Exec(ctx); err != nil {
+			rc.s.log.WarnContext(ctx, "codemode: recording runs failed", "runs", len(chunk), "err", err)
+		}
+	}
+	close(b.done)
+	rc.mu.Lock()
+	rc.writing = nil
+	if next := rc.next; next != nil {
+		rc.writing = next
+		go rc.write(next)
+	}
+	rc.mu.Unlock()
+}
+
+// flush waits for every record added before it to be in SQL.
+func (rc *recorder) flush(ctx context.Context) {
+	rc.mu.Lock()
+	var wait []chan struct{}
+	for _, b := range []*recordBatch{rc.writing, rc.next} {
+		if b != nil {
+			wait = append(wait, b.done)
+		}
+	}
+	rc.mu.Unlock()
+	for _, done := range wait {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
-// Flush writes the run records not yet written (they wait at most a few
-// milliseconds): for a reader on another replica, or a test, that must see
-// this process's last runs.
+// Flush waits for the run records being written: every run's record is
+// committed before its answer is sent, so Flush matters only for runs
+// still ending (a test, or a reader that must see them).
 func (s *Service) Flush(ctx context.Context) { s.recorder.flush(ctx) }
 
-// Close writes the run records not yet written. The server calls it when
+// Close waits for the run records being written. The server calls it when
 // it stops.
 func (s *Service) Close() {
 	if s.unfollow != nil {

@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
+
+	"modernc.org/libc"
+	lib "modernc.org/libquickjs"
+	"modernc.org/quickjs"
 )
 
 type nopHost struct{}
@@ -44,6 +49,94 @@ func BenchmarkRunCapabilities(b *testing.B) {
 		caps = append(caps, fmt.Sprintf("service.method%d", i))
 	}
 	benchmarkRun(b, Program{Code: `return await codemode.nop({})`, Capabilities: caps, Host: nopHost{}}, `{}`)
+}
+
+// BenchmarkRunStages splits the cost of a trivial run, as the package doc
+// reports it: a runtime alone, a context on a runtime kept, a VM, a VM
+// with the prelude loaded, then called, and a whole Run. Each reports the
+// process's CPU time per run (cpu-ns/op), steadier than wall time on a
+// machine shared with other work.
+func BenchmarkRunStages(b *testing.B) {
+	bytecode, err := preludeBytecode()
+	if err != nil {
+		b.Fatal(err)
+	}
+	config := newRun(Program{Code: `return 1+1`, Host: nopHost{}}).preludeConfig()
+	bridge := func([]any) (any, error) { return nil, nil }
+	b.Run("runtime", func(b *testing.B) {
+		tls := libc.NewTLS()
+		defer tls.Close()
+		defer cpuPerOp(b)()
+		for b.Loop() {
+			lib.XJS_FreeRuntime(tls, lib.XJS_NewRuntime(tls))
+		}
+	})
+	b.Run("context", func(b *testing.B) {
+		tls := libc.NewTLS()
+		defer tls.Close()
+		rt := lib.XJS_NewRuntime(tls)
+		defer lib.XJS_FreeRuntime(tls, rt)
+		defer cpuPerOp(b)()
+		for b.Loop() {
+			lib.XJS_FreeContext(tls, lib.XJS_NewContext(tls, rt))
+		}
+	})
+	stage := func(name string, load, call bool) {
+		b.Run(name, func(b *testing.B) {
+			defer cpuPerOp(b)()
+			for b.Loop() {
+				vm, err := quickjs.NewVM()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := vm.RegisterHostFunc(bridgeName, bridge); err != nil {
+					b.Fatal(err)
+				}
+				if load {
+					prelude, err := vm.EvalBytecodeValue(bytecode)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if call {
+						run, err := prelude.CallValue(quickjs.UndefinedValue, config)
+						if err != nil {
+							b.Fatal(err)
+						}
+						run.Free()
+					}
+					prelude.Free()
+				}
+				vm.Close()
+			}
+		})
+	}
+	stage("vm", false, false)
+	stage("vm+prelude", true, false)
+	stage("vm+prelude+call", true, true)
+	b.Run("run", func(b *testing.B) {
+		p := Program{Code: `return 1+1`, Host: nopHost{}}
+		defer cpuPerOp(b)()
+		for b.Loop() {
+			if out, err := Run(context.Background(), p); err != nil || out.Err != nil {
+				b.Fatal(err, out.Err)
+			}
+		}
+	})
+}
+
+// cpuPerOp starts counting the process's CPU time; the function it returns
+// reports it per op.
+func cpuPerOp(b *testing.B) func() {
+	start := processCPU()
+	return func() { b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op") }
+}
+
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // BenchmarkRunImport is a program with a static import, which runs as a
