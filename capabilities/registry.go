@@ -397,22 +397,24 @@ func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args 
 // holds the capability's name and the outcome, never args or the result:
 // those are the caller's data.
 func (r *Registry) invokeTraced(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
-	label := name
-	if len(label) > 128 {
-		label = label[:128]
-	}
-	ctx, span := r.tracer.Start(ctx, "capability "+label)
+	// The span starts unnamed: a sampler sees no name the caller made up.
+	ctx, span := r.tracer.Start(ctx, "capability")
 	defer span.End()
 	res, err := r.invoke(ctx, caller, name, args)
-	known := true
-	if err != nil && CodeOf(err) == CodeNotFound && !r.Has(name) {
-		// Any string can be asked for (a caller's own capability that
-		// answers "not found" is labelled so too): keep it out of the span.
-		known = false
+	switch e, own := r.providerOf(name); {
+	case r.Has(name):
+		span.SetName("capability " + name)
+		span.SetAttributes(attribute.String("enclave.capability.name", name))
+	case own && (err == nil || CodeOf(err) != CodeNotFound):
+		// A caller's own capability (a saved package's export, a tool of
+		// the caller's remote server) is named by the caller: its name is
+		// the caller's data, and one per package would make span names
+		// unbounded. The provider's prefix says what kind it was.
+		span.SetName("capability (own)")
+		span.SetAttributes(attribute.String("enclave.capability.provider", e.prefix))
+	default:
+		// Any string can be asked for: keep it out of the span.
 		span.SetName("capability (unknown)")
-	}
-	if known {
-		span.SetAttributes(attribute.String("enclave.capability.name", label))
 	}
 	switch {
 	case err != nil:

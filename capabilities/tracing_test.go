@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
 )
 
 func tracedRegistry(t testing.TB, tp *sdktrace.TracerProvider) *capabilities.Registry {
@@ -104,5 +105,45 @@ func BenchmarkInvokeTraced(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A caller's own capability (a saved package's export) is named by the
+// caller: its span is "capability (own)" with the provider's prefix, never
+// the name (the caller's data, and unbounded in number across callers).
+func TestInvokeSpansOwnCapability(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	reg := capabilities.NewRegistry(capabilities.Options{Auditor: &benchAuditor{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TracerProvider: tp})
+	p := &ownCaps{reg: reg, caps: map[string][]capabilities.Capability{}, gen: map[string]uint64{}}
+	if err := reg.AddProvider("own_", p); err != nil {
+		t.Fatal(err)
+	}
+	const private = "own_lawsuitAgainstAcme"
+	p.add(t, "alice", private, capabilities.Requirement{})
+	alice := capabilitiestest.User("alice")
+	if _, err := reg.Invoke(context.Background(), alice, private, json.RawMessage(`{"text":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Invoke(context.Background(), capabilitiestest.User("bob"), private, json.RawMessage(`{"text":"x"}`)); err == nil {
+		t.Fatal("bob ran alice's capability")
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	for i, want := range []string{"capability (own)", "capability (unknown)"} {
+		s := spans[i]
+		if s.Name() != want {
+			t.Errorf("span %d = %q, want %q", i, s.Name(), want)
+		}
+		for _, kv := range s.Attributes() {
+			if v := kv.Value.Emit(); strings.Contains(v, "lawsuit") {
+				t.Errorf("span %d: attribute %s = %q", i, kv.Key, v)
+			}
+			if kv.Key == "enclave.capability.provider" && (i != 0 || kv.Value.Emit() != "own_") {
+				t.Errorf("span %d: provider %q", i, kv.Value.Emit())
+			}
+		}
 	}
 }

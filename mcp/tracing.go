@@ -2,6 +2,9 @@ package mcp
 
 import (
 	"net/http"
+	"slices"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -25,14 +28,14 @@ import (
 func (s *Server) traceMethod(r *http.Request, msg envelope) (*http.Request, func()) {
 	ctx := r.Context()
 	attrs := []attribute.KeyValue{attribute.String("mcp.method.name", methodLabel(msg.Method))}
-	if msg.Method == "tools/call" && msg.Params.Name != "" {
-		name := msg.Params.Name
-		if len(name) > 128 {
-			name = name[:128]
-		}
-		attrs = append(attrs, attribute.String("gen_ai.tool.name", name))
+	if msg.Method == "tools/call" && msg.Params.Name != "" && s.reg.Has(msg.Params.Name) {
+		// A registered name only: any string can be sent (the capability
+		// span says "capability (unknown)" the same way), and one cut
+		// mid-rune, or a header's raw bytes, would be invalid UTF-8, which
+		// the OTLP exporter refuses with the whole batch of spans.
+		attrs = append(attrs, attribute.String("gen_ai.tool.name", msg.Params.Name))
 	}
-	if v := r.Header.Get(versionHeader); v != "" && len(v) <= 32 {
+	if v := r.Header.Get(versionHeader); v != "" && slices.Contains(ProtocolVersions, v) {
 		attrs = append(attrs, attribute.String("mcp.protocol.version", v))
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
@@ -52,19 +55,36 @@ func (s *Server) traceMethod(r *http.Request, msg envelope) (*http.Request, func
 	return r.WithContext(ctx), func() { span.End() }
 }
 
-// methodLabel is method when it is a plausible MCP method name (at most 64
-// of [A-Za-z/_]), else "unknown": any string can be sent, and span names
-// are for a bounded set.
+// methodLabel is method when it is a method of MCP (knownMethods), else
+// "mcp (unknown)": any string can be sent, and span names are for a
+// bounded set (a client inventing names would flood the operator's
+// backend with distinct span names).
 func methodLabel(method string) string {
-	if method == "" || len(method) > 64 {
-		return "unknown"
+	if knownMethods[method] {
+		return method
 	}
-	for i := 0; i < len(method); i++ {
-		switch c := method[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '/', c == '_':
-		default:
-			return "unknown"
-		}
-	}
-	return method
+	return "mcp (unknown)"
 }
+
+// knownMethods are the MCP methods (and notifications) of the protocol
+// versions served.
+var knownMethods = func() map[string]bool {
+	m := map[string]bool{}
+	for _, name := range []mcpgo.MCPMethod{
+		mcpgo.MethodInitialize, mcpgo.MethodPing, mcpgo.MethodResourcesList, mcpgo.MethodResourcesTemplatesList,
+		mcpgo.MethodResourcesRead, mcpgo.MethodResourcesSubscribe, mcpgo.MethodResourcesUnsubscribe,
+		mcpgo.MethodPromptsList, mcpgo.MethodPromptsGet, mcpgo.MethodToolsList, mcpgo.MethodToolsCall,
+		mcpgo.MethodSetLogLevel, mcpgo.MethodElicitationCreate, mcpgo.MethodNotificationElicitationComplete,
+		mcpgo.MethodListRoots, mcpgo.MethodTasksGet, mcpgo.MethodTasksList, mcpgo.MethodTasksResult, mcpgo.MethodTasksCancel,
+		mcpgo.MethodNotificationInitialized, mcpgo.MethodNotificationCancelled, mcpgo.MethodNotificationProgress,
+		mcpgo.MethodNotificationMessage, mcpgo.MethodNotificationResourcesListChanged, mcpgo.MethodNotificationResourceUpdated,
+		mcpgo.MethodNotificationPromptsListChanged, mcpgo.MethodNotificationToolsListChanged,
+		mcpgo.MethodNotificationRootsListChanged, mcpgo.MethodNotificationTasksStatus, mcpgo.MethodCompletionComplete,
+		mcpgo.MethodServerDiscover, mcpgo.MethodSubscriptionsListen, mcpgo.MethodNotificationSubscriptionsAcknowledged,
+		mcpgo.MethodSamplingCreateMessage,
+		"tasks/update", // 2026-07-28 (tasks.go)
+	} {
+		m[string(name)] = true
+	}
+	return m
+}()

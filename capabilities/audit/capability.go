@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -55,6 +56,14 @@ func (l *Log) Capability() capabilities.Capability {
 				}
 				*t.dst = v
 			}
+			if in.TraceID != "" {
+				// Trace ids are stored as W3C writes them: 32 lowercase hex
+				// characters; one pasted in capitals still matches.
+				f.TraceID = strings.ToLower(in.TraceID)
+				if !traceID(f.TraceID) {
+					return QueryOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "traceId must be a W3C trace id: 32 hexadecimal characters, such as 4bf92f3577b34da6a3ce929d0e0e4736")
+				}
+			}
 			req, err := storage.PageInput(in.Cursor, in.Limit)
 			if err != nil {
 				return QueryOutput{}, err
@@ -69,4 +78,18 @@ func (l *Log) Capability() capabilities.Capability {
 			return QueryOutput{Events: page.Items, NextCursor: page.Next}, nil
 		},
 	})
+}
+
+// traceID reports whether s is a W3C trace id as stored: 32 lowercase hex
+// characters, not all zero (the invalid id).
+func traceID(s string) bool {
+	if len(s) != 32 || strings.Trim(s, "0") == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -20,9 +23,14 @@ import (
 func TestGatewaySpan(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
 		f := setup(t, st)
+		// Even with a global propagator set (an embedder's, say) no trace
+		// context or baggage leaves: the gateway injects nothing.
+		prev := otel.GetTextMapPropagator()
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+		t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
 		var gotTraceparent string
 		srv := newServer(t, func(s *server, w http.ResponseWriter, r *http.Request) {
-			gotTraceparent = r.Header.Get("traceparent")
+			gotTraceparent = r.Header.Get("traceparent") + r.Header.Get("tracestate") + r.Header.Get("baggage")
 			w.WriteHeader(http.StatusCreated)
 		})
 		const key = "sk-span-secret-99"
@@ -30,14 +38,16 @@ func TestGatewaySpan(t *testing.T) {
 		g := f.gateway(srv, outbound.Options{AllowPrivate: true})
 		rec := tracetest.NewSpanRecorder()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-		ctx, root := tp.Tracer("t").Start(context.Background(), "root")
+		m, _ := baggage.NewMember("user", "alice")
+		bag, _ := baggage.New(m)
+		ctx, root := tp.Tracer("t").Start(baggage.ContextWithBaggage(context.Background(), bag), "root")
 		if _, err := g.Do(ctx, f.aliceC, outbound.Request{Method: "POST", URL: srv.URL + "/private/path?q=hidden",
 			Headers: map[string]string{"X-Key": "{{secret:api}}"}, Body: "b={{secret:api}}"}); err != nil {
 			t.Fatal(err)
 		}
 		root.End()
 		if gotTraceparent != "" {
-			t.Errorf("the remote host got traceparent %q", gotTraceparent)
+			t.Errorf("the remote host got trace context or baggage %q", gotTraceparent)
 		}
 		var span sdktrace.ReadOnlySpan
 		for _, s := range rec.Ended() {

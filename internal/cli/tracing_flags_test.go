@@ -24,6 +24,24 @@ func TestOTLPFlagsRefused(t *testing.T) {
 	}
 }
 
+// The header values are API keys: no refusal, no --help, no log line
+// shows them, whether from the flag, ENCLAVE_OTLP_HEADER or its _FILE.
+func TestOTLPHeaderNeverShown(t *testing.T) {
+	const secret = "sk-otlp-SECRET-41"
+	for _, env := range []map[string]string{
+		{"ENCLAVE_OTLP_HEADER": "x-api-key=" + secret},
+		{"ENCLAVE_OTLP_HEADER": "x-api-key: " + secret + "="},
+		{"ENCLAVE_OTLP_HEADER": "x-api-key=" + secret + "%0Ainjected"},
+	} {
+		for _, args := range [][]string{{"serve", "--help"}, {"serve", "--otlp-endpoint", "nohost"}, {"serve", "--otlp-endpoint", "http://u:" + secret + "@c:4318"}} {
+			_, out, errOut := run(t, env, args...)
+			if strings.Contains(out+errOut, secret) {
+				t.Errorf("%v %v: the output shows the header value: %q", env, args, out+errOut)
+			}
+		}
+	}
+}
+
 // serve --otlp-endpoint exports spans with the --otlp-header headers, and
 // flushes what is still batched when it stops.
 func TestServeExportsTraces(t *testing.T) {

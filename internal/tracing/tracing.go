@@ -48,8 +48,28 @@ func FromMeta(meta map[string]any) (trace.SpanContext, bool) {
 	}
 	c := metaCarrier{traceparent: tp}
 	c.tracestate, _ = meta["tracestate"].(string)
-	sc := trace.SpanContextFromContext(Propagator.Extract(context.Background(), c))
+	sc := trace.SpanContextFromContext(Propagator.Extract(context.Background(), bounded{c}))
 	return sc, sc.IsValid()
+}
+
+// MaxTraceState is the longest tracestate kept (W3C: 512 characters is
+// what every vendor must propagate; anything longer may be dropped). A
+// longer one is ignored: the state travels with every span of the
+// request, so 32 members of 512 characters on every unauthenticated
+// request would swell each export batch (and a collector's body limit
+// then refuses the whole batch).
+const MaxTraceState = 512
+
+// bounded is a carrier whose tracestate is "" when longer than
+// MaxTraceState.
+type bounded struct{ propagation.TextMapCarrier }
+
+func (b bounded) Get(key string) string {
+	v := b.TextMapCarrier.Get(key)
+	if key == "tracestate" && len(v) > MaxTraceState {
+		return ""
+	}
+	return v
 }
 
 type metaCarrier struct{ traceparent, tracestate string }
@@ -90,9 +110,10 @@ func HTTP(tracer trace.Tracer, class func(*http.Request) string, requestID func(
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+		ctx := Propagator.Extract(r.Context(), bounded{propagation.HeaderCarrier(r.Header)})
+		method := methodLabel(r.Method)
+		ctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", method)))
 		defer span.End()
 		var route string
 		sw := &statusWriter{ResponseWriter: w}
@@ -103,7 +124,7 @@ func HTTP(tracer trace.Tracer, class func(*http.Request) string, requestID func(
 		} else {
 			span.SetAttributes(attribute.String("http.route", route))
 		}
-		span.SetName(r.Method + " " + route)
+		span.SetName(method + " " + route)
 		status := sw.status
 		if status == 0 {
 			status = http.StatusOK
@@ -116,6 +137,18 @@ func HTTP(tracer trace.Tracer, class func(*http.Request) string, requestID func(
 			span.SetStatus(codes.Error, "")
 		}
 	})
+}
+
+// methodLabel is an HTTP method of RFC 9110 (and PATCH), else "_OTHER"
+// (the semantic conventions' word): any token is a method to net/http,
+// and a client inventing methods must not make span names unbounded.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "_OTHER"
 }
 
 // Route wraps a mux so that the HTTP middleware above it learns the
