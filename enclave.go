@@ -716,6 +716,9 @@ func (s *Server) Close() error {
 				s.log.Warn("close workspace files", "err", err)
 			}
 		}
+		if s.bursts != nil {
+			s.bursts.Close() // the denials counted in the last moments
+		}
 		if s.unfollow != nil {
 			s.unfollow()
 		}

@@ -313,7 +313,10 @@ type BurstPublisher struct {
 	// flush at a time (see Observe).
 	mu       sync.Mutex
 	pending  map[pendingKey]*pendingCount
-	flushing bool // a flush is scheduled or running
+	flushing bool        // a flush is scheduled or running
+	timer    *time.Timer // the scheduled flush
+	closed   bool        // Close ran: denials are no longer gathered
+	idle     *sync.Cond  // signalled when flushing ends (on mu)
 }
 
 // sharedFlushEvery is how long a shared counter gathers denials before it
@@ -353,6 +356,9 @@ func (p *BurstPublisher) gather(now time.Time, scope, subject string) {
 	k := pendingKey{scope, subject, ms - ms%win}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
 	if p.pending == nil {
 		p.pending = map[pendingKey]*pendingCount{}
 	}
@@ -371,7 +377,32 @@ func (p *BurstPublisher) gather(now time.Time, scope, subject string) {
 	}
 	if !p.flushing {
 		p.flushing = true
-		time.AfterFunc(sharedFlushEvery, p.flush)
+		p.timer = time.AfterFunc(sharedFlushEvery, p.flush)
+	}
+}
+
+// Close writes the denials gathered so far (a shared counter's) and stops
+// gathering: denials observed after it are not counted. Call it before
+// the store closes, so a shutdown loses none of the counts.
+func (p *BurstPublisher) Close() {
+	p.mu.Lock()
+	p.closed = true
+	if p.idle == nil {
+		p.idle = sync.NewCond(&p.mu)
+	}
+	if p.flushing && p.timer != nil && p.timer.Stop() {
+		p.flushing = false // the scheduled flush will not run: run it here
+	}
+	for p.flushing {
+		p.idle.Wait() // a flush is running: let it end
+	}
+	pending := len(p.pending) > 0
+	if pending {
+		p.flushing = true
+	}
+	p.mu.Unlock()
+	if pending {
+		p.flush()
 	}
 }
 
@@ -404,11 +435,14 @@ func (p *BurstPublisher) flush() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.pending) > 0 {
-		time.AfterFunc(sharedFlushEvery, p.flush)
+	if len(p.pending) > 0 && !p.closed {
+		p.timer = time.AfterFunc(sharedFlushEvery, p.flush)
 		return
 	}
 	p.flushing = false
+	if p.idle != nil {
+		p.idle.Broadcast()
+	}
 }
 
 // publish publishes alert in the background.

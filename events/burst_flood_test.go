@@ -107,3 +107,33 @@ func TestSharedDenialCountingBoundsANetworkFlood(t *testing.T) {
 		}
 	})
 }
+
+// Close writes what the shared counter gathered (a shutdown loses none of
+// the last denials) and counts nothing after it.
+func TestSharedDenialCountingCloseWritesWhatWasGathered(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, store *storage.Store) {
+		p := &events.BurstPublisher{Bursts: events.NewSharedDenialBursts(store, events.BurstOptions{Threshold: 1 << 20, Window: time.Hour})}
+		ctx := context.Background()
+		now := time.Now()
+		for range 7 {
+			p.Observe(ctx, now, "", "203.0.113.9")
+		}
+		p.Close() // at once: the scheduled flush has not run
+		p.Observe(ctx, now, "", "203.0.113.9")
+		count := func() int {
+			var total int
+			if err := store.DB.NewRaw("SELECT COALESCE(SUM(count), 0) FROM "+events.BurstTable+" WHERE scope = 'network'").Scan(ctx, &total); err != nil {
+				t.Fatal(err)
+			}
+			return total
+		}
+		if got := count(); got != 7 {
+			t.Fatalf("after Close: %d denials counted, want the 7 gathered before it", got)
+		}
+		time.Sleep(400 * time.Millisecond) // past a flush interval
+		if got := count(); got != 7 {
+			t.Fatalf("%d denials counted: one observed after Close was counted", got)
+		}
+		p.Close() // twice: nothing to do
+	})
+}
