@@ -8,7 +8,11 @@
 # execute program calling two capabilities, a saved package whose exports
 # become the user's own tools, and a second user (its own OAuth flow) who
 # can neither list, call nor import them; storage buckets and memories
-# (the second user finds none of the first's) and the export carrying them.
+# (the second user finds none of the first's) and the export carrying them;
+# after a restart of the server, the same tokens finding them again; the
+# first user deleting their account through the web form, after which
+# their token is refused, the second user still finds nothing and the
+# server holds no item of theirs in any inventoried surface.
 # OAUTH_CLIENT_CLUSTER=1 (with ENCLAVE_TEST_POSTGRES) runs the same client
 # against three replicas on PostgreSQL behind a round-robin proxy.
 set -euo pipefail
@@ -39,7 +43,6 @@ echo "node $(node --version)"
 
 # A built binary (rather than go run) so that stopping it stops the server.
 go build -o "$work/e2eserver" ./oauth/internal/e2eserver
-mkfifo "$work/stdin"
 # One data directory for every replica, as they share the database: its
 # file:// blob bucket holds the saved packages' sources.
 server_args=(-data "$work/data")
@@ -55,26 +58,51 @@ if [ "${OAUTH_CLIENT_CLUSTER:-0}" = 1 ]; then
   server_args+=(-database-url "$dburl" -replicas 3)
   echo "cluster: 3 replicas behind a round-robin proxy (schema $schema)"
 fi
-"$work/e2eserver" "${server_args[@]}" <"$work/stdin" >"$work/server.out" 2>"$work/server.log" &
-server_pid=$!
-exec 4>"$work/stdin"
-
-ready=
-for _ in $(seq 100); do
-  ready=$(head -n 1 "$work/server.out" 2>/dev/null || true)
-  if [ -n "$ready" ]; then break; fi
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    echo "e2e server exited:"; cat "$work/server.log"; exit 1
+# start_server starts the server with server_args plus its arguments and
+# sets ready to the line it prints once it serves.
+start_server() {
+  mkfifo "$work/stdin"
+  "$work/e2eserver" "${server_args[@]}" "$@" <"$work/stdin" >"$work/server.out" 2>>"$work/server.log" &
+  server_pid=$!
+  exec 4>"$work/stdin"
+  rm -f "$work/stdin"
+  ready=
+  for _ in $(seq 200); do
+    ready=$(head -n 1 "$work/server.out" 2>/dev/null || true)
+    if [ -n "$ready" ]; then break; fi
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      echo "e2e server exited:"; cat "$work/server.log"; exit 1
+    fi
+    sleep 0.1
+  done
+  if [ -z "$ready" ]; then
+    echo "e2e server did not start:"; cat "$work/server.log"; exit 1
   fi
-  sleep 0.1
-done
-if [ -z "$ready" ]; then
-  echo "e2e server did not start:"; cat "$work/server.log"; exit 1
-fi
+}
+# stop_server closes the server's stdin, which stops it, and waits for it.
+stop_server() {
+  exec 4>&-
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+}
+start_server
 
 # The script imports the SDK from the prefix's node_modules.
 cp oauth/internal/e2eserver/oauth-client.mjs "$work/"
-if ! node "$work/oauth-client.mjs" "$ready"; then
-  echo "server log:"; cat "$work/server.log"
-  exit 1
-fi
+# Two phases with a state file between them (tokens, ids, the step
+# count): the first saves and finds; then the server stops and a new one
+# starts on the same data directory, database and address; the second
+# finds it all again with the same tokens, deletes the first user and
+# checks that nothing of theirs is left.
+phase() {
+  if ! node "$work/oauth-client.mjs" "$ready" "$1" "$work/state.json"; then
+    echo "server log:"; cat "$work/server.log"
+    exit 1
+  fi
+}
+phase 1
+stop_server
+addr=$(node -e 'console.log(new URL(JSON.parse(process.argv[1]).baseURL).host)' "$ready")
+echo "# restarting the server on $addr, same data directory${dburl:+ and database}"
+start_server -listen "$addr"
+phase 2

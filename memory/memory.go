@@ -328,13 +328,20 @@ func (s *Service) Save(ctx context.Context, o storage.Owner, writer string, in S
 	return r.memory(), nil
 }
 
-// lookup reads o's memory id; another owner's reads as missing.
+// lookup reads o's memory id; another owner's reads as missing. In a
+// transaction on PostgreSQL it locks the row, so that an update writes
+// back nothing a concurrent one changed since the read (SQLite's write
+// transactions run one at a time).
 func (s *Service) lookup(ctx context.Context, db bun.IDB, o storage.Owner, id string) (row, error) {
 	var r row
 	if !plausibleID(id) {
 		return r, notFound(id)
 	}
-	err := db.NewSelect().Model(&r).Where("public_id = ? AND user_id = ?", id, o.ID).Scan(ctx)
+	q := db.NewSelect().Model(&r).Where("public_id = ? AND user_id = ?", id, o.ID)
+	if _, inTx := db.(bun.Tx); inTx && s.store.Dialect() == storage.Postgres {
+		q = q.For("UPDATE")
+	}
+	err := q.Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, notFound(id)
 	}
