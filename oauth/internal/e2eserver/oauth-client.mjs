@@ -60,18 +60,6 @@ function readForm(html, path = '/oauth/authorize') {
   return { action, fields, buttons };
 }
 
-// 1. Without a token, /mcp answers 401 pointing at its resource metadata.
-{
-  const res = await fetch(mcpURL, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'probe', version: '0' } } }),
-  });
-  assert.equal(res.status, 401);
-  assert.match(res.headers.get('www-authenticate') ?? '', /resource_metadata="[^"]+"/);
-  step('/mcp without a token is 401 with resource_metadata');
-}
-
 const newClient = () => new Client({ name: 'enclave-e2e', version: '1.0.0' });
 
 // authorize takes one user through steps 2 to 4 with a browser (cookie
@@ -234,8 +222,21 @@ async function outcome(client, name, args) {
   return JSON.parse(JSON.stringify(got).replaceAll(name, '<tool>'));
 }
 
+// 1. Without a token, /mcp answers 401 pointing at its resource metadata.
+async function probe() {
+  const res = await fetch(mcpURL, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'probe', version: '0' } } }),
+  });
+  assert.equal(res.status, 401);
+  assert.match(res.headers.get('www-authenticate') ?? '', /resource_metadata="[^"]+"/);
+  step('/mcp without a token is 401 with resource_metadata');
+}
+
 // Phase 1: sign in, code mode, the second user, storage and memories.
 async function phase1() {
+  await probe();
   const first = await authorize({ email, password });
 
   // 5. Code mode as the first user: one program calling two capabilities,
@@ -507,8 +508,14 @@ async function phase2() {
 
   // 9. After the restart.
   {
-    const res = await ping(first.saved.tokens.access_token);
-    assert.equal(res.status, 200, `the access token from before the restart: ${res.status} ${await res.text()}`);
+    // initialize with the bare token: the SDK would refresh on a 401.
+    const res = await fetch(mcpURL, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${first.saved.tokens.access_token}` },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'probe', version: '0' } } }),
+    });
+    const text = await res.text();
+    assert.equal(res.status, 200, `the access token from before the restart: ${res.status} ${text}`);
     const alice = await first.session();
     let r = await alice.callTool({ name: 'storageGet', arguments: { storageId: 'notes', key: 'review/day' } });
     assert.ok(!r.isError, show(r));
