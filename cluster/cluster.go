@@ -19,7 +19,9 @@
 // Three implementations ship: NewLocal (one process; the default and what
 // an SQLite deployment uses), NewPostgres (LISTEN/NOTIFY on the deployment's
 // PostgreSQL, chosen automatically with a postgres:// database) and NewNATS
-// (a NATS server, by URL). Embedders may supply their own Bus. SQLNotices
+// (a NATS server, by URL; linked only with the build tag nats or full, so
+// the default binary carries no NATS client). Embedders may supply their
+// own Bus. SQLNotices
 // carries one topic through an SQL table between processes that share a
 // database but no bus (an operator command and the server it acts on).
 package cluster
@@ -107,6 +109,12 @@ func checkMessage(topic string, payload []byte) error {
 	}
 	return nil
 }
+
+// ErrUnconfirmed is returned (wrapped) by a Publish whose message the
+// transport did not confirm: the server may not have it, so other replicas
+// may not hear it. The bus keeps it and sends it again in the background
+// (see NATSOptions.RetryFor), and is unhealthy until it went through.
+var ErrUnconfirmed = errors.New("cluster: message not confirmed by the transport (retried in the background)")
 
 func newNodeID() string {
 	var b [8]byte

@@ -1,3 +1,5 @@
+//go:build nats || full
+
 package cluster
 
 import (
@@ -14,11 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// ErrUnconfirmed is returned (wrapped) by a Publish whose message the
-// transport did not confirm: the server may not have it, so other replicas
-// may not hear it. The bus keeps it and sends it again in the background
-// (see NATSOptions.RetryFor), and is unhealthy until it went through.
-var ErrUnconfirmed = errors.New("cluster: message not confirmed by the transport (retried in the background)")
+// NATSLinked reports whether this build carries the NATS bus (the build
+// tag nats or full).
+const NATSLinked = true
 
 // NATSOptions configure NewNATS.
 type NATSOptions struct {

@@ -1,3 +1,5 @@
+//go:build nats || full
+
 package cluster_test
 
 import (
@@ -5,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -302,5 +303,3 @@ func TestNATSUnconfirmedPublishIsRetried(t *testing.T) {
 		t.Fatal("cache bypassed after the bus recovered")
 	}
 }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,3 +1,5 @@
+//go:build nats || full
+
 package cluster_test
 
 import (

@@ -201,7 +201,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.KVURL, "kv-url", "", "KV (cache) collection URL (default in-memory)")
 	fs.StringVar(&o.cfg.QueueURL, "queue-url", "", "queue topic URL (default in-process)")
 	fs.StringVar(&o.cfg.KeeperURL, "keeper-url", "", "secrets keeper URL (default a key kept in <data-dir>/keeper.key)")
-	fs.StringVar(&o.cfg.BusURL, "bus-url", "", "cluster bus linking replicas: local, postgres (LISTEN/NOTIFY) or nats://HOST:PORT (default postgres with a postgres:// database, local otherwise)")
+	fs.StringVar(&o.cfg.BusURL, "bus-url", "", "cluster bus linking replicas: local, postgres (LISTEN/NOTIFY) or nats://HOST:PORT (built with -tags nats; default postgres with a postgres:// database, local otherwise)")
 	fs.BoolVar(&o.cfg.Production, "production", false, "production mode: require an https base URL, no development routes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "lowest level logged: debug, info, warn or error")

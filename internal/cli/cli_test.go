@@ -45,7 +45,7 @@ func run(t *testing.T, env map[string]string, args ...string) (code int, stdout,
 
 func TestVersion(t *testing.T) {
 	code, out, _ := run(t, nil, "version")
-	if code != 0 || !strings.HasPrefix(out, "enclave ") {
+	if code != 0 || !strings.HasPrefix(out, "enclave ") || !strings.Contains(out, "cluster buses: local, postgres") {
 		t.Fatalf("version: code %d, out %q", code, out)
 	}
 }
