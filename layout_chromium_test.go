@@ -73,6 +73,19 @@ const scrollersJS = `(() => {
 	return JSON.stringify(out);
 })()`
 
+// unstackedJS names the tables in main whose body rows are still laid
+// out as table rows (not stacked into blocks).
+const unstackedJS = `(() => {
+	const out = [];
+	for (const tr of document.querySelectorAll("main table tbody tr")) {
+		if (getComputedStyle(tr).display === "table-row") {
+			const t = tr.closest("table");
+			out.push("table" + (t.id ? "#" + t.id : ""));
+		}
+	}
+	return JSON.stringify([...new Set(out)]);
+})()`
+
 // Every page of the shell fits a desktop window and a phone: at 1280 and
 // 390 px nothing makes the page scroll sideways, with content long enough
 // to wrap (ids, names, audit rows). Each page's screenshot is written to
@@ -240,7 +253,23 @@ func TestChromiumLayoutFits(t *testing.T) {
 				t.Fatal(err)
 			}
 			if scrolls, err := chromedp.Run(ctx, chromedp.Evaluate[string](scrollersJS)); err == nil && scrolls != "[]" {
+				var wide []string
+				if err := json.Unmarshal([]byte(scrolls), &wide); err != nil {
+					t.Fatal(err)
+				}
 				t.Logf("%s at %d px: %s", path, width, scrolls)
+			}
+			if width == 390 {
+				// On a phone every table stacks its rows as labelled
+				// lines (class "stack", or the runs table's own rules):
+				// a table that keeps its columns is squeezed or scrolls.
+				flat, err := chromedp.Run(ctx, chromedp.Evaluate[string](unstackedJS))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if flat != "[]" {
+					t.Errorf("%s at 390 px keeps table columns on a phone: %s (give the table class=\"stack\" and data-label cells)", path, flat)
+				}
 			}
 			if len(problems) > 0 {
 				t.Errorf("%s at %d px overflows (screenshot %s):\n  %s", path, width, file, strings.Join(problems, "\n  "))
