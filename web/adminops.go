@@ -60,19 +60,12 @@ func (h *Handler) invoke(r *http.Request, name string, in, out any) error {
 	return json.Unmarshal(b, out)
 }
 
-// invokeFailed answers a failed invoke: a capability error becomes its
-// status and message, anything else a 500.
+// invokeFailed answers a failed invoke: a capability error becomes the
+// status of its code (the shell's one table, capabilityStatus; a quota
+// refusal is a 429 with Retry-After) and its message, anything else a 500.
 func (h *Handler) invokeFailed(w http.ResponseWriter, r *http.Request, what string, err error) {
-	var ce *capabilities.Error
-	if errors.As(err, &ce) && ce.Code != capabilities.CodeInternal {
-		status := http.StatusBadRequest
-		switch ce.Code {
-		case capabilities.CodeNotFound:
-			status = http.StatusNotFound
-		case capabilities.CodeAccountSuspended, capabilities.CodeAccountDeleting:
-			status = http.StatusForbidden
-		}
-		h.renderError(w, r, status, pageMessage(ce.Message))
+	if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code != capabilities.CodeInternal {
+		h.renderCapabilityError(w, r, err)
 		return
 	}
 	h.internalError(w, r, what, err)

@@ -50,3 +50,30 @@ func TestRenderCapabilityError(t *testing.T) {
 		}
 	}
 }
+
+// The admin pages' invokeFailed answers through the same table: a quota
+// refusal is a 429 with Retry-After (it was a 400), a conflict a 409, and
+// an internal error a 500 without detail.
+func TestInvokeFailedUsesTheOneTable(t *testing.T) {
+	h := newTestHandler(t, storagetest.Open(t, "sqlite"), nil)
+	quota := &capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "daily limit reached", RetryAfter: time.Now().Add(time.Minute)}
+	for _, tc := range []struct {
+		err    error
+		status int
+		header string
+	}{
+		{quota, http.StatusTooManyRequests, "Retry-After"},
+		{capabilities.Errorf(capabilities.CodeConflict, "already taken"), http.StatusConflict, ""},
+		{capabilities.Errorf(capabilities.CodeNotFound, "no such user"), http.StatusNotFound, ""},
+		{capabilities.Errorf(capabilities.CodeInternal, "db password=hunter2"), http.StatusInternalServerError, ""},
+	} {
+		rec := httptest.NewRecorder()
+		h.invokeFailed(rec, httptest.NewRequest("POST", "/admin/users", nil), "admin action", tc.err)
+		if rec.Code != tc.status || strings.Contains(rec.Body.String(), "hunter2") {
+			t.Errorf("%v: status %d, body %.200s", tc.err, rec.Code, rec.Body.String())
+		}
+		if tc.header != "" && rec.Header().Get(tc.header) == "" {
+			t.Errorf("%v: no %s header", tc.err, tc.header)
+		}
+	}
+}

@@ -169,7 +169,7 @@ func TestFeedbackRefusalsAreSentences(t *testing.T) {
 			capabilities.Errorf(capabilities.CodeNotFound, "no feedback has the id %q", "nope"), http.StatusNotFound, `No feedback has the id "nope".`},
 		{"refused transition", "POST", "/admin/feedback/abc", url.Values{"status": {"triaged"}, "note": {"x"}},
 			capabilities.Errorf(capabilities.CodeConflict, "feedback that is resolved cannot become triaged"),
-			http.StatusBadRequest, "Feedback that is resolved cannot become triaged."},
+			http.StatusConflict, "Feedback that is resolved cannot become triaged."},
 		{"a field named as agents see it", "POST", "/admin/feedback/abc", url.Values{"status": {"triaged"}},
 			capabilities.Errorf(capabilities.CodeInvalidInput, "adminNote must be at most 2000 characters"),
 			http.StatusBadRequest, "The adminNote field must be at most 2000 characters."},
