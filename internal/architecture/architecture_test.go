@@ -1,0 +1,208 @@
+package architecture
+
+import (
+	"bytes"
+	"encoding/json"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const module = "github.com/enclave-mcp/enclave"
+
+// pkg is what go list says of one package of the module.
+type pkg struct {
+	ImportPath string
+	Dir        string
+	Name       string
+	Doc        string
+	GoFiles    []string
+	Imports    []string
+}
+
+// listModule runs go list once for all the tests.
+var listModule = sync.OnceValues(func() ([]pkg, error) {
+	cmd := exec.Command("go", "list", "-json", module+"/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, err
+	}
+	var all []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			return nil, err
+		}
+		all = append(all, p)
+	}
+	return all, nil
+})
+
+// packages lists every package of the module (production files only).
+func packages(t *testing.T) []pkg {
+	t.Helper()
+	all, err := listModule()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if len(all) < 20 {
+		t.Fatalf("go list found only %d packages", len(all))
+	}
+	return all
+}
+
+// rel is a package's path inside the module ("" for the root).
+func rel(path string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
+}
+
+// under reports whether the package at rel path p is dir or inside it.
+func under(p string, dirs ...string) bool {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// transports are the packages that speak to the outside: they call the
+// domains, never the other way round.
+var transports = []string{"mcp", "web", "oauth"}
+
+// mayImportTransports are the packages that sit above the transports:
+// the root assembling a server, the binary and its CLI, the test kit,
+// the end-to-end suites, the benchmarks and the examples (embedders).
+var mayImportTransports = []string{"cmd", "internal/cli", "enclavetest", "e2e", "bench", "examples"}
+
+// No domain package imports a transport: data flows transport →
+// capabilities/domains → storage, never back (DESIGN.md).
+func TestDomainsImportNoTransport(t *testing.T) {
+	checked := 0
+	for _, p := range packages(t) {
+		r := rel(p.ImportPath)
+		if r == "" || under(r, transports...) || under(r, mayImportTransports...) {
+			continue
+		}
+		checked++
+		for _, imp := range p.Imports {
+			if ir := strings.TrimPrefix(imp, module+"/"); ir != imp && under(ir, transports...) {
+				t.Errorf("%s imports the transport %s: a domain must not know how it is reached", r, ir)
+			}
+		}
+	}
+	if checked < 15 {
+		t.Fatalf("only %d domain packages checked", checked)
+	}
+}
+
+// webSQLFiles are the files of package web that still reach SQL: the
+// transactional mail sender, which writes its outbox row in the caller's
+// transaction. It moves to the mail domain (issues #27 and #30); the list
+// only shrinks, and an entry that no longer imports SQL fails the test.
+var webSQLFiles = []string{
+	"account.go", "account_identity.go", "admin.go", "feedback_mail.go", "mailqueue.go",
+	"tokens.go", "workspaces_mail.go",
+}
+
+// sqlImports are the packages that give code SQL.
+var sqlImports = []string{"database/sql", "github.com/uptrace/bun", "github.com/jackc/pgx/v5", "modernc.org/sqlite"}
+
+// The web shell holds no SQL: a page parses, invokes a capability,
+// renders. Checked per file, so a new page cannot hide behind an old
+// exception.
+func TestWebImportsNoSQL(t *testing.T) {
+	for _, p := range packages(t) {
+		if rel(p.ImportPath) != "web" {
+			continue
+		}
+		fset := token.NewFileSet()
+		var stale []string
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(fset, filepath.Join(p.Dir, f), nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sql := false
+			for _, imp := range file.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				for _, s := range sqlImports {
+					if path == s || strings.HasPrefix(path, s+"/") {
+						sql = true
+					}
+				}
+			}
+			allowed := slices.Contains(webSQLFiles, f)
+			switch {
+			case sql && !allowed:
+				t.Errorf("web/%s imports SQL: a page handler invokes a capability instead", f)
+			case !sql && allowed:
+				stale = append(stale, f)
+			}
+		}
+		for _, f := range stale {
+			t.Errorf("web/%s no longer imports SQL: drop it from webSQLFiles", f)
+		}
+		return
+	}
+	t.Fatal("package web not found")
+}
+
+// Every package opens with a doc comment that says what it owns.
+func TestEveryPackageHasADoc(t *testing.T) {
+	for _, p := range packages(t) {
+		if strings.TrimSpace(p.Doc) == "" {
+			t.Errorf("%s has no package doc comment", p.ImportPath)
+			continue
+		}
+		// go list gives the doc's first sentence; "Package x ..." or,
+		// for a command, "Command ..." / "Enclave ...": at least a few
+		// words of its own.
+		if n := len(strings.Fields(p.Doc)); n < 4 {
+			t.Errorf("%s: package doc %q says too little", p.ImportPath, p.Doc)
+		}
+	}
+}
+
+// The root package assembles a server and holds nothing else: it has no
+// test file over rootTestLineLimit lines of its own, so whole-server suites
+// live in e2e/. Files already over the limit are listed (issue #27 moves
+// them); the list only shrinks.
+func TestRootTestsStaySmall(t *testing.T) {
+	const rootTestLineLimit = 400
+	files, err := filepath.Glob("../../*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		n := lines(t, f)
+		name := filepath.Base(f)
+		if n > rootTestLineLimit && !slices.Contains(rootLargeTests, name) {
+			t.Errorf("%s has %d lines: whole-server suites belong in e2e/ (limit %d for the root)", name, n, rootTestLineLimit)
+		}
+		if n <= rootTestLineLimit && slices.Contains(rootLargeTests, name) {
+			t.Errorf("%s is down to %d lines: drop it from rootLargeTests", name, n)
+		}
+	}
+}
+
+// rootLargeTests are the root's test files over the limit today.
+var rootLargeTests = []string{"crash_test.go", "extensions_test.go", "ops_test.go"}
+
+func lines(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("\n"))
+}
