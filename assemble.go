@@ -25,6 +25,7 @@ import (
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -120,7 +121,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		Logger: s.log,
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
 			return s.oauth.RevokeAll(ctx, o.ID)
-		}}},
+		}}, s.integrationsDeletionHook()},
 		// A deletion the deletion-resume lane finished is audited like one
 		// the account holder finished, with the reason "resumed".
 		Resumed: func(ctx context.Context, o storage.Owner) {
@@ -229,6 +230,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	if err := s.assembleMemory(owners); err != nil {
+		return err
+	}
+	if err := s.assembleIntegrations(owners); err != nil {
 		return err
 	}
 
@@ -481,6 +485,7 @@ func registerInventory(inv *storage.Inventory) error {
 		codemode.RegisterInventory(inv),
 		buckets.RegisterInventory(inv),
 		memory.RegisterInventory(inv),
+		integrations.RegisterInventory(inv),
 	)
 }
 
