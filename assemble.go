@@ -218,7 +218,8 @@ func (s *Server) assemble(ctx context.Context) error {
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
 		olim.DailyRequests = n // --quota outbound=N/day
 	}
-	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log})
+	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log,
+		Connections: serverConnections{s}})
 	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)

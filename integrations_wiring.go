@@ -52,3 +52,15 @@ func (s *Server) integrationsDeletionHook() lifecycle.Hook {
 // Integrations returns the connected-accounts service, or nil when
 // Config.Integrations.Disabled is set.
 func (s *Server) Integrations() *integrations.Service { return s.integrations }
+
+// serverConnections gives the outbound gateway, built before integrations,
+// the connections of the server's integrations service (none when
+// Config.Integrations.Disabled is set).
+type serverConnections struct{ s *Server }
+
+func (c serverConnections) Use(ctx context.Context, o storage.Owner, name string) (integrations.Usable, error) {
+	if c.s.integrations == nil {
+		return integrations.Usable{}, integrations.ErrNotFound
+	}
+	return c.s.integrations.Use(ctx, o, name)
+}
