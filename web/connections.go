@@ -3,7 +3,9 @@ package web
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/integrations"
@@ -62,7 +64,7 @@ func (h *Handler) connectCookie(r *http.Request, value string, maxAge int) *http
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil || strings.HasPrefix(h.opts.BaseURL, "https://")}
 }
 
-// startConnection starts the flow and sends the browser to the provider.
+// startConnection starts the flow and shows the link to the provider.
 func (h *Handler) startConnection(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
@@ -76,9 +78,15 @@ func (h *Handler) startConnection(w http.ResponseWriter, r *http.Request) {
 		h.renderCapabilityError(w, r, err)
 		return
 	}
+	u, err := url.Parse(out.AuthorizationURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+		h.internalError(w, r, "connect", errors.New("web: the provider's authorization URL is not http(s)"))
+		return
+	}
 	http.SetCookie(w, h.connectCookie(r, binding, int(integrations.StateTTL.Seconds())))
-	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, out.AuthorizationURL, http.StatusSeeOther)
+	// A page with a link, not a redirect: form-action 'self' stops a form
+	// submission from being redirected to another origin.
+	h.render(w, r, http.StatusOK, connectionContinuePage(h.page(r, "Connect"), in.Provider, out.AuthorizationURL))
 }
 
 // finishConnection is the callback the provider sends the browser back to.

@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/enclavetest"
+	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/internal/chromiumtest"
+	"github.com/enclave-mcp/enclave/oauth"
+)
+
+// TestIntegrationsConnectAtSecondServer: a second enclave server (B) is the
+// OAuth provider. Alice, signed in on server A in headless Chromium,
+// connects her account at B from A's Connections page: B asks her to sign
+// in and to consent (clicked in the browser), and A's callback stores the
+// connection. Her agent then sees it in connectionList over MCP (no token
+// in the answer); bob sees none and cannot disconnect hers. Disconnecting
+// revokes the token at B: B refuses it afterwards.
+//
+// A listens on 127.0.0.2: browsers keep cookies per host, not per port,
+// and both servers name their session cookie alike.
+func TestIntegrationsConnectAtSecondServer(t *testing.T) {
+	bin := chromiumtest.Bin(t)
+	for _, d := range enclavetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			b := enclavetest.Start(t, enclavetest.Options{Dialect: d})
+			aliceAtB := b.CreateUser(t, "alice")
+			clientID := registerClient(t, b.URL)
+			a := enclavetest.Start(t, enclavetest.Options{Dialect: d, Host: "127.0.0.2", Config: enclave.Config{Integrations: integrations.Options{Providers: []integrations.Provider{{
+				Name: "b", Issuer: b.URL, ClientID: clientID, APIHosts: []string{strings.TrimPrefix(b.URL, "http://")},
+			}}}}})
+			aliceAtA := a.CreateUser(t, "alice")
+			bob := a.CreateUser(t, "bob")
+
+			browser, ctx := chromiumtest.Start(t, bin, 40*time.Second)
+			fail := func(step string, err error) {
+				t.Helper()
+				if err != nil {
+					loc, _ := chromedp.Run(browser, chromedp.Location())
+					t.Logf("at %s", loc)
+					chromiumtest.Screenshot(t, browser, "integrations-"+strings.ReplaceAll(step, " ", "-"))
+					t.Fatalf("%s: %v", step, err)
+				}
+			}
+			signIn := func(u *enclavetest.User) chromedp.Action[chromedp.Void] {
+				return chromedp.Steps(
+					chromedp.WaitVisible(chromedp.ID("password")),
+					chromedp.SendKeys(chromedp.ID("email"), u.Email),
+					chromedp.SendKeys(chromedp.ID("password"), u.Password),
+					chromedp.Click(chromedp.CSS(`form button[type="submit"]`)),
+				)
+			}
+			fail("sign in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/login"), signIn(aliceAtA), chromedp.WaitVisible(chromedp.CSS("h1"))))
+			fail("connections page", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/account/connections"),
+				chromedp.WaitVisible(chromedp.ID("connection-connect")), chromedp.WaitVisible(chromedp.ID("no-connections"))))
+			// To B: sign in there, then consent.
+			fail("connect", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#connection-connect button[type="submit"]`)),
+				chromedp.WaitVisible(chromedp.ID("connection-continue")), chromedp.Click(chromedp.ID("connection-continue")), signIn(aliceAtB)))
+			fail("consent at B", chromedp.Do(ctx,
+				chromedp.WaitVisible(chromedp.CSS(`button[value="approve"]`)),
+				chromedp.Click(chromedp.CSS(`button[value="approve"]`))))
+			fail("back at A", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("connection-b"))))
+			status, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#connection-b .connection-status")))
+			fail("status", err)
+			location, err := chromedp.Run(ctx, chromedp.Location())
+			fail("location", err)
+			if status != integrations.StatusActive || !strings.HasPrefix(location, a.URL+"/account/connections") {
+				t.Fatalf("after the callback: status %q at %s", status, location)
+			}
+
+			// The agent sees the connection, never its token.
+			r, err := aliceAtA.MCP(t).Call("connectionList", map[string]any{})
+			if err != nil || r.IsError {
+				t.Fatalf("connectionList: %+v %v", r, err)
+			}
+			var list integrations.ListOutput
+			if err := r.Decode(&list); err != nil || len(list.Connections) != 1 || list.Connections[0].Name != "b" || list.Connections[0].Provider != "b" {
+				t.Fatalf("alice's connections: %+v %v", list, err)
+			}
+			token := useToken(t, a, aliceAtA)
+			if strings.Contains(r.Text, token) || strings.Contains(string(r.Structured), token) {
+				t.Fatal("connectionList shows the token")
+			}
+			// The token is alice's at B: B's /mcp accepts it as her.
+			if st := mcpStatus(t, b.URL, token); st != http.StatusOK {
+				t.Fatalf("B refuses the connection's token: %d", st)
+			}
+			// Bob has no connection and cannot remove alice's.
+			rb, err := bob.MCP(t).Call("connectionList", map[string]any{})
+			if err != nil || !strings.Contains(string(rb.Structured), `"connections":[]`) {
+				t.Fatalf("bob's list: %+v %v", rb, err)
+			}
+			if rb, err = bob.MCP(t).Call("connectionDisconnect", map[string]any{"name": "b"}); err == nil && !rb.IsError {
+				t.Fatalf("bob disconnected alice's connection: %+v", rb)
+			}
+			// An agent cannot start a connection: that is the web shell's.
+			if rs, err := aliceAtA.MCP(t).Call("connectionConnectStart", map[string]any{"provider": "b", "binding": strings.Repeat("x", 20)}); err == nil && !rs.IsError {
+				t.Fatalf("an agent started a connection: %+v", rs)
+			}
+			// Disconnecting on the page revokes the token at B.
+			fail("disconnect", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#connection-b button[type="submit"]`)),
+				chromedp.WaitVisible(chromedp.ID("no-connections"))))
+			if st := mcpStatus(t, b.URL, token); st != http.StatusUnauthorized {
+				t.Fatalf("B still accepts the token after the disconnect: %d", st)
+			}
+		})
+	}
+}
+
+// registerClient registers a public client at the server at base whose
+// redirect URI is A's callback on a loopback address (any port, as RFC
+// 8252 allows).
+func registerClient(t *testing.T, base string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{
+		"client_name": "server A", "redirect_uris": []string{"http://127.0.0.2" + integrations.CallbackPath},
+		"token_endpoint_auth_method": "none", "grant_types": []string{"authorization_code", "refresh_token"}, "response_types": []string{"code"},
+	})
+	resp, err := http.Post(base+oauth.PathRegister, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		ClientID string `json:"client_id"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &out); err != nil || out.ClientID == "" {
+		t.Fatalf("register at B: %d %s", resp.StatusCode, raw)
+	}
+	return out.ClientID
+}
+
+// useToken opens alice's connection as the outbound gateway does.
+func useToken(t *testing.T, a *enclavetest.Server, u *enclavetest.User) string {
+	t.Helper()
+	c, err := a.Integrations().Use(t.Context(), u.Owner(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.AccessToken
+}
+
+// mcpStatus posts an MCP initialize to base's /mcp with token and returns
+// the status.
+func mcpStatus(t *testing.T, base, token string) int {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`
+	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
