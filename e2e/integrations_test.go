@@ -2,9 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +17,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/chromiumtest"
@@ -23,8 +30,12 @@ import (
 // connects her account at B from A's Connections page: B asks her to sign
 // in and to consent (clicked in the browser), and A's callback stores the
 // connection. Her agent then sees it in connectionList over MCP (no token
-// in the answer); bob sees none and cannot disconnect hers. Disconnecting
-// revokes the token at B: B refuses it afterwards.
+// in the answer). A request with {{connection:b}} through A's outbound
+// gateway code (with A's integrations service, allowed to reach the
+// loopback https proxy in front of B) opens an MCP session at B as alice
+// and saves a memory there; no answer holds the token. Bob sees no
+// connection, cannot use or disconnect hers. Disconnecting revokes the
+// token at B: B refuses it afterwards.
 //
 // A listens on 127.0.0.2: browsers keep cookies per host, not per port,
 // and both servers name their session cookie alike.
@@ -35,8 +46,10 @@ func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 			b := enclavetest.Start(t, enclavetest.Options{Dialect: d})
 			aliceAtB := b.CreateUser(t, "alice")
 			clientID := registerClient(t, b.URL)
+			// B's API over https: the outbound gateway sends only there.
+			api := tlsProxy(t, b.URL)
 			a := enclavetest.Start(t, enclavetest.Options{Dialect: d, Host: "127.0.0.2", Config: enclave.Config{Integrations: integrations.Options{Providers: []integrations.Provider{{
-				Name: "b", Issuer: b.URL, ClientID: clientID, APIHosts: []string{strings.TrimPrefix(b.URL, "http://")},
+				Name: "b", Issuer: b.URL, ClientID: clientID, APIHosts: []string{strings.TrimPrefix(api.URL, "https://")},
 			}}}}})
 			aliceAtA := a.CreateUser(t, "alice")
 			bob := a.CreateUser(t, "bob")
@@ -93,6 +106,20 @@ func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 			// The token is alice's at B: B's /mcp accepts it as her.
 			if st := mcpStatus(t, b.URL, token); st != http.StatusOK {
 				t.Fatalf("B refuses the connection's token: %d", st)
+			}
+			// Alice's agent's request through the outbound gateway, with
+			// {{connection:b}}: a real MCP session at B as alice's account
+			// there, which saves a memory B then holds for her.
+			callB(t, a, aliceAtA, api)
+			r2, err := aliceAtB.MCP(t).Call("memoryList", map[string]any{})
+			if err != nil || !strings.Contains(string(r2.Structured), "saved from A through the gateway") {
+				t.Fatalf("alice's memories at B: %+v %v", r2, err)
+			}
+			// Bob's agent cannot use alice's connection.
+			bobGW := gateway(t, a, bob, api)
+			if _, err := bobGW.Do(t.Context(), bob.Caller(t), outbound.Request{Method: "POST", URL: api.URL + "/mcp",
+				Headers: map[string]string{"Authorization": "{{connection:b}}"}, Body: "{}"}); err == nil || !strings.Contains(err.Error(), `no connection named "b"`) {
+				t.Fatalf("bob uses alice's connection: %v", err)
 			}
 			// Bob has no connection and cannot remove alice's.
 			rb, err := bob.MCP(t).Call("connectionList", map[string]any{})
@@ -165,4 +192,72 @@ func mcpStatus(t *testing.T, base, token string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// tlsProxy serves target over https on loopback.
+func tlsProxy(t *testing.T, target string) *httptest.Server {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }})
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// gateway is server a's outbound gateway logic with its connections and
+// secrets, allowed to reach the loopback TLS proxy api (the server's own
+// gateway refuses loopback addresses, and no configuration changes that).
+func gateway(t *testing.T, a *enclavetest.Server, u *enclavetest.User, api *httptest.Server) *outbound.Gateway {
+	t.Helper()
+	owner := u.Owner()
+	return outbound.New(outbound.Options{
+		Secrets: a.Secrets(), Connections: a.Integrations(),
+		Owner: func(context.Context, capabilities.Caller) (capabilities.Owner, error) {
+			return capabilities.Owner(owner), nil
+		},
+		AllowPrivate: true, TLSConfig: api.Client().Transport.(*http.Transport).TLSClientConfig,
+	})
+}
+
+// callB opens an MCP session at B through the gateway with alice's
+// connection, and saves a memory there; every answer is checked for the
+// token.
+func callB(t *testing.T, a *enclavetest.Server, u *enclavetest.User, api *httptest.Server) {
+	t.Helper()
+	g := gateway(t, a, u, api)
+	token := useToken(t, a, u)
+	session := ""
+	post := func(body string) outbound.Response {
+		t.Helper()
+		h := map[string]string{"Authorization": "{{connection:b}}", "Content-Type": "application/json",
+			"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": enclavetest.ProtocolVersion}
+		if session != "" {
+			h["Mcp-Session-Id"] = session
+		}
+		resp, err := g.Do(t.Context(), u.Caller(t), outbound.Request{Method: "POST", URL: api.URL + "/mcp", Headers: h, Body: body})
+		if err != nil {
+			t.Fatalf("through the gateway: %v", err)
+		}
+		if strings.Contains(resp.Body, token) || strings.Contains(fmt.Sprint(resp.Headers), token) {
+			t.Fatal("an answer through the gateway holds the token")
+		}
+		if len(resp.ConnectionsUsed) != 1 || resp.ConnectionsUsed[0] != "b" {
+			t.Fatalf("connections used: %+v", resp)
+		}
+		if v := resp.Headers["Mcp-Session-Id"]; len(v) > 0 {
+			session = v[0]
+		}
+		return resp
+	}
+	init := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + enclavetest.ProtocolVersion + `","capabilities":{},"clientInfo":{"name":"via-a","version":"1"}}}`)
+	if init.Status != http.StatusOK {
+		t.Fatalf("initialize at B: %d %s", init.Status, init.Body)
+	}
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	res := post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memorySave","arguments":{"text":"saved from A through the gateway"}}}`)
+	if res.Status != http.StatusOK || strings.Contains(res.Body, `"isError":true`) {
+		t.Fatalf("memorySave at B: %d %s", res.Status, res.Body)
+	}
 }
