@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,9 +50,12 @@ func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 			clientID := registerClient(t, b.URL)
 			// B's API over https: the outbound gateway sends only there.
 			api := tlsProxy(t, b.URL)
-			a := enclavetest.Start(t, enclavetest.Options{Dialect: d, Host: "127.0.0.2", Config: enclave.Config{Integrations: integrations.Options{Providers: []integrations.Provider{{
-				Name: "b", Issuer: b.URL, ClientID: clientID, APIHosts: []string{strings.TrimPrefix(api.URL, "https://")},
-			}}}}})
+			logs := &lockedBuffer{}
+			a := enclavetest.Start(t, enclavetest.Options{Dialect: d, Host: "127.0.0.2", Config: enclave.Config{
+				Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+				Integrations: integrations.Options{Providers: []integrations.Provider{{
+					Name: "b", Issuer: b.URL, ClientID: clientID, APIHosts: []string{strings.TrimPrefix(api.URL, "https://")},
+				}}}}})
 			aliceAtA := a.CreateUser(t, "alice")
 			bob := a.CreateUser(t, "bob")
 
@@ -121,6 +126,8 @@ func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 				Headers: map[string]string{"Authorization": "{{connection:b}}"}, Body: "{}"}); err == nil || !strings.Contains(err.Error(), `no connection named "b"`) {
 				t.Fatalf("bob uses alice's connection: %v", err)
 			}
+			// The token is in no export, log line or audit row of A.
+			scanForToken(t, a, aliceAtA, logs, token)
 			// Bob has no connection and cannot remove alice's.
 			rb, err := bob.MCP(t).Call("connectionList", map[string]any{})
 			if err != nil || !strings.Contains(string(rb.Structured), `"connections":[]`) {
@@ -213,7 +220,7 @@ func gateway(t *testing.T, a *enclavetest.Server, u *enclavetest.User, api *http
 	t.Helper()
 	owner := u.Owner()
 	return outbound.New(outbound.Options{
-		Secrets: a.Secrets(), Connections: a.Integrations(),
+		Secrets: a.Secrets(), Connections: a.Integrations(), Audit: a.Audit(),
 		Owner: func(context.Context, capabilities.Caller) (capabilities.Owner, error) {
 			return capabilities.Owner(owner), nil
 		},
@@ -259,5 +266,61 @@ func callB(t *testing.T, a *enclavetest.Server, u *enclavetest.User, api *httpte
 	res := post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memorySave","arguments":{"text":"saved from A through the gateway"}}}`)
 	if res.Status != http.StatusOK || strings.Contains(res.Body, `"isError":true`) {
 		t.Fatalf("memorySave at B: %d %s", res.Status, res.Body)
+	}
+}
+
+// lockedBuffer is a log destination safe for concurrent writers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// scanForToken fails when token appears in alice's export, the server's
+// logs or any audit row; the export must hold the connection's metadata.
+func scanForToken(t *testing.T, a *enclavetest.Server, u *enclavetest.User, logs *lockedBuffer, token string) {
+	t.Helper()
+	var export bytes.Buffer
+	if err := a.Lifecycle().WriteExport(t.Context(), u.Owner(), &export); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(export.String(), "integration_connections") || !strings.Contains(export.String(), `"provider"`) {
+		t.Fatal("the export lacks the connection's metadata")
+	}
+	if strings.Contains(export.String(), token) {
+		t.Fatal("the export holds the token")
+	}
+	if logs.String() == "" {
+		t.Fatal("no logs captured")
+	}
+	if strings.Contains(logs.String(), token) {
+		t.Fatal("a log line holds the token")
+	}
+	var rows []map[string]any
+	if err := a.Store().DB.NewSelect().Table("audit_events").Scan(t.Context(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	uses := 0
+	for _, r := range rows {
+		if strings.Contains(fmt.Sprint(r), token) {
+			t.Fatalf("an audit row holds the token: %v", r)
+		}
+		if r["action"] == "connection_use" || r["action"] == "connection_connect" {
+			uses++
+		}
+	}
+	if uses < 2 {
+		t.Fatalf("the connection and its use are not audited (%d rows)", uses)
 	}
 }
