@@ -283,3 +283,31 @@ func TestHostileProvider(t *testing.T) {
 		})
 	}
 }
+
+// Account deletion's hook revokes every connection at its provider
+// first, and records each attempt; a provider that does not answer does
+// not stop the deletion.
+func TestRevokeAllOnDeletion(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		f := newFakeProvider(t)
+		svc := newService(t, s, provider(f, false))
+		alice, bob := addUser(t, s, "alice"), addUser(t, s, "bob")
+		connect(t, svc, f, alice, "one")
+		connect(t, svc, f, alice, "two")
+		connect(t, svc, f, bob, "")
+		if err := svc.RevokeAll(t.Context(), ownerOf(alice)); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.revocations()); n != 4 { // a refresh and an access token per connection
+			t.Fatalf("revocations: %d", n)
+		}
+		// Bob's connection is untouched and still works.
+		if _, err := svc.Use(t.Context(), ownerOf(bob), "acme"); err != nil {
+			t.Fatal(err)
+		}
+		f.srv.Close() // a provider that is gone
+		if err := svc.RevokeAll(t.Context(), ownerOf(bob)); err != nil {
+			t.Fatalf("an unreachable provider failed the deletion: %v", err)
+		}
+	})
+}
