@@ -160,7 +160,7 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 	if err != nil {
 		return Connection{}, &capabilities.Error{Code: capabilities.CodeConflict, Message: fmt.Sprintf("Provider %s cannot be reached now; try again later.", p.Name)}
 	}
-	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), DefaultHTTPTimeout)
+	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), s.timeout)
 	defer cancel()
 	tok, err := p.config(eps, s.redirect).Exchange(ctx2, cb.Code, oauth2.VerifierOption(string(verifier)))
 	if err == nil {

@@ -92,9 +92,12 @@ type Config struct {
 	Audit   Auditor
 	Logger  *slog.Logger
 	// HTTPClient talks to providers (token, revocation, discovery). The
-	// default bounds each exchange by DefaultHTTPTimeout, follows no
-	// redirect and reads at most MaxMetadataBytes of an answer.
+	// default bounds each exchange by Timeout, follows no redirect and
+	// reads at most MaxMetadataBytes of an answer.
 	HTTPClient *http.Client
+	// Timeout bounds each exchange with a provider. Default
+	// DefaultHTTPTimeout.
+	Timeout time.Duration
 	// Now is the clock (tests). Default time.Now.
 	Now func() time.Time
 }
@@ -108,6 +111,7 @@ type Service struct {
 	audit     Auditor
 	log       *slog.Logger
 	client    *http.Client
+	timeout   time.Duration
 	now       func() time.Time
 	providers map[string]*providerState
 	names     []string
@@ -120,7 +124,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		store: cfg.Store, ring: cfg.Ring, owners: cfg.Owners, audit: cfg.Audit, log: cmp.Or(cfg.Logger, slog.Default()),
-		client: cfg.HTTPClient, now: cfg.Now, providers: map[string]*providerState{},
+		client: cfg.HTTPClient, timeout: cmp.Or(cfg.Timeout, DefaultHTTPTimeout), now: cfg.Now, providers: map[string]*providerState{},
 		redirect: strings.TrimSuffix(cfg.BaseURL, "/") + CallbackPath,
 	}
 	if s.now == nil {
@@ -128,7 +132,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	if s.client == nil {
 		s.client = &http.Client{
-			Timeout:   DefaultHTTPTimeout,
+			Timeout:   s.timeout,
 			Transport: boundedTransport{next: http.DefaultTransport},
 			CheckRedirect: func(*http.Request, []*http.Request) error {
 				return errors.New("integrations: providers' endpoints do not redirect")
@@ -366,7 +370,7 @@ func (s *Service) revokeOne(ctx context.Context, p *providerState, endpoint, tok
 	if p.ClientSecret == "" {
 		form.Set("client_id", p.ClientID)
 	}
-	ctx, cancel := context.WithTimeout(ctx, DefaultHTTPTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -310,4 +311,34 @@ func TestRevokeAllOnDeletion(t *testing.T) {
 			t.Fatalf("an unreachable provider failed the deletion: %v", err)
 		}
 	})
+}
+
+// A provider that does not answer in time connects nothing: the exchange
+// ends at Config.Timeout with a clear error, not a hang.
+func TestSlowProvider(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	alice := addUser(t, s, "alice")
+	f := newFakeProvider(t)
+	release := make(chan struct{})
+	f.tokenHook = func(w http.ResponseWriter) bool { <-release; return true }
+	defer close(release)
+	ring, err := envelope.Open(t.Context(), s.DB, s.Keeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := integrations.New(integrations.Config{Options: integrations.Options{Providers: []integrations.Provider{provider(f, false)}},
+		Store: s, Ring: ring, Owners: owners, BaseURL: "https://enclave.example", Logger: quiet(), Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := svc.Start(t.Context(), ownerOf(alice), "acme", "", binding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := f.authorize(t, u)
+	_, err = svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{State: q.Get("state"), Code: q.Get("code")})
+	var ce *capabilities.Error
+	if !errors.As(err, &ce) || ce.Code != capabilities.CodeConflict || !strings.Contains(ce.Message, "did not issue a usable token") {
+		t.Fatalf("finish with a provider that does not answer: %v", err)
+	}
 }

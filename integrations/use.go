@@ -79,7 +79,7 @@ func (s *Service) refresh(ctx context.Context, o storage.Owner, r connRow, ts to
 	if err != nil {
 		return ts, err
 	}
-	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), DefaultHTTPTimeout)
+	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), s.timeout)
 	defer cancel()
 	old := &oauth2.Token{RefreshToken: ts.RefreshToken, Expiry: time.Unix(1, 0)} // force the refresh
 	tok, err := p.config(eps, s.redirect).TokenSource(ctx2, old).Token()
