@@ -112,6 +112,13 @@ func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 			if st := mcpStatus(t, b.URL, token); st != http.StatusOK {
 				t.Fatalf("B refuses the connection's token: %d", st)
 			}
+			// Over MCP, httpRequest refuses the connection for a host that
+			// is not its provider's, before anything is sent.
+			rh, err := aliceAtA.MCP(t).Call("httpRequest", map[string]any{"url": "https://example.com/",
+				"headers": map[string]string{"Authorization": "{{connection:b}}"}})
+			if err != nil || !rh.IsError || !strings.Contains(rh.Text, "provider's hosts") || strings.Contains(rh.Text, token) {
+				t.Fatalf("httpRequest to another host: %+v %v", rh, err)
+			}
 			// Alice's agent's request through the outbound gateway, with
 			// {{connection:b}}: a real MCP session at B as alice's account
 			// there, which saves a memory B then holds for her.
