@@ -25,6 +25,7 @@ import (
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -120,7 +121,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		Logger: s.log,
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
 			return s.oauth.RevokeAll(ctx, o.ID)
-		}}},
+		}}, s.integrationsDeletionHook()},
 		// A deletion the deletion-resume lane finished is audited like one
 		// the account holder finished, with the reason "resumed".
 		Resumed: func(ctx context.Context, o storage.Owner) {
@@ -217,7 +218,8 @@ func (s *Server) assemble(ctx context.Context) error {
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
 		olim.DailyRequests = n // --quota outbound=N/day
 	}
-	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log})
+	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log,
+		Connections: serverConnections{s}})
 	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
@@ -229,6 +231,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	if err := s.assembleMemory(owners); err != nil {
+		return err
+	}
+	if err := s.assembleIntegrations(owners); err != nil {
 		return err
 	}
 
@@ -481,6 +486,7 @@ func registerInventory(inv *storage.Inventory) error {
 		codemode.RegisterInventory(inv),
 		buckets.RegisterInventory(inv),
 		memory.RegisterInventory(inv),
+		integrations.RegisterInventory(inv),
 	)
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/feedback"
+	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -261,6 +262,13 @@ type Config struct {
 	// Memory.Embeddings names an embeddings API. On by default;
 	// Memory.Disabled turns them off.
 	Memory memory.Options
+	// Integrations configures connected accounts (package integrations):
+	// the operator's OAuth providers (--integration), connectionList and
+	// connectionDisconnect, the /account/connections page, the
+	// {{connection:NAME}} placeholder of the outbound gateway and the
+	// token refresh lane. On by default (with no provider, people have
+	// nothing to connect); Integrations.Disabled turns them off.
+	Integrations integrations.Options
 
 	// SiteName is the name of the service people see: every page title
 	// and the pages' header, the start and connect pages, mail subjects
@@ -369,6 +377,8 @@ type Server struct {
 	buckets *buckets.Service
 	// memory is nil when Config.Memory.Disabled is set.
 	memory *memory.Service
+	// integrations is nil when Config.Integrations.Disabled is set.
+	integrations *integrations.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool

@@ -49,6 +49,10 @@ type Options struct {
 	// DatabaseURL are set by Start; a nil Logger discards logs; password
 	// hashing is made cheap unless Config.Accounts.Argon2 is set.
 	Config enclave.Config
+	// Host is the loopback address the server listens on (default
+	// 127.0.0.1). Two servers a browser visits need different hosts:
+	// cookies are kept per host, not per port.
+	Host string
 	// Setup runs after enclave.New and before the server serves: register
 	// capabilities, inventory surfaces, job kinds and schedules here.
 	Setup func(srv *enclave.Server) error
@@ -91,7 +95,11 @@ func Start(t testing.TB, opts Options) *Server {
 		d = storage.SQLite
 	}
 	sc := storagetest.Config(t, d)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatalf("enclavetest: listen: %v", err)
 	}

@@ -42,6 +42,8 @@ type features struct {
 	Workspaces bool
 	Packages   bool // the packages page (Options.CodeMode with code mode's capabilities)
 	Memory     bool // the memory page (Options.Memory with the memory capabilities)
+	// Connections: the connected accounts page (connectionList registered).
+	Connections bool
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -65,7 +67,7 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
 			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
 			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn(),
-			Memory: h.memoryOn()},
+			Memory: h.memoryOn(), Connections: h.connectionsOn()},
 	}
 	p.Logo = h.opts.LogoURL
 	if h.theme != nil {

@@ -2,7 +2,12 @@
 // request on a caller's behalf and lets the request use the caller's
 // stored secrets without the agent ever seeing them.
 //
-// Headers and body may hold placeholders {{secret:NAME}}. Before anything
+// Headers and body may hold placeholders {{secret:NAME}} and
+// {{connection:NAME}}. A connection placeholder (package integrations)
+// becomes "Bearer <access token>" of the caller's own connected account,
+// and only for a request to one of its provider's API hosts; elsewhere it
+// is refused like an unapproved secret, and the token (alone or in the
+// header's form) is scrubbed from the answer like a secret. Before anything
 // is sent, each one is resolved against the caller's own secrets (never
 // another user's) and filled in only when the secret has not expired and
 // its owner approved the destination host for it (secrets.HostAllowed);
@@ -71,6 +76,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
+	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/egress"
 	"github.com/enclave-mcp/enclave/internal/tracing"
 	"github.com/enclave-mcp/enclave/storage"
@@ -150,11 +156,20 @@ type Auditor interface {
 	HashUser(stableUserID string) string
 }
 
+// Connections opens a caller's connected accounts for {{connection:NAME}};
+// *integrations.Service implements it.
+type Connections interface {
+	Use(ctx context.Context, o storage.Owner, name string) (integrations.Usable, error)
+}
+
 // Options configure a Gateway.
 type Options struct {
 	// Secrets and Owner resolve the caller's secrets. Required.
 	Secrets *secrets.Service
 	Owner   capabilities.OwnerOf
+	// Connections resolves {{connection:NAME}} (nil: no connection is
+	// known, and such a placeholder is refused).
+	Connections Connections
 	// Quota counts requests (nil: no daily limit).
 	Quota Quota
 	// Audit records every filled-in secret use (nil: not audited).
@@ -206,7 +221,7 @@ func New(o Options) *Gateway {
 type Request struct {
 	Method  string            `json:"method,omitempty" jsonschema:"the HTTP method (default GET)" schema:"enum=GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS,default=GET"`
 	URL     string            `json:"url" jsonschema:"an https URL on the public internet; secret placeholders are not allowed here"`
-	Headers map[string]string `json:"headers,omitempty" jsonschema:"request headers; values may contain {{secret:NAME}} placeholders"`
+	Headers map[string]string `json:"headers,omitempty" jsonschema:"request headers; values may contain {{secret:NAME}} placeholders, and {{connection:NAME}} (a connected account's bearer token, e.g. Authorization: {{connection:github}}) for its provider's hosts"`
 	Body    string            `json:"body,omitempty" jsonschema:"request body (text); may contain {{secret:NAME}} placeholders"`
 }
 
@@ -220,10 +235,15 @@ type Response struct {
 	BodyEncoding string `json:"bodyEncoding,omitempty" jsonschema:"base64 when the body is not UTF-8 text" schema:"enum=base64"`
 	// SecretsUsed names the secrets filled into the request.
 	SecretsUsed []string `json:"secretsUsed,omitempty"`
+	// ConnectionsUsed names the connected accounts whose token the
+	// request carried.
+	ConnectionsUsed []string `json:"connectionsUsed,omitempty"`
 }
 
 var (
-	placeholder = regexp.MustCompile(`\{\{secret:([A-Za-z0-9][A-Za-z0-9_.-]{0,63})\}\}`)
+	// placeholder matches {{secret:NAME}} and {{connection:NAME}}: group 1
+	// is "secret:NAME" or "connection:NAME", the key of a used value.
+	placeholder = regexp.MustCompile(`\{\{((?:secret|connection):[A-Za-z0-9][A-Za-z0-9_.-]{0,63})\}\}`)
 	methods     = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
 	// Headers a caller may not set: the transport owns them.
 	// Accept-Encoding among them: when the caller asks for a compressed
@@ -241,11 +261,21 @@ func refuse(format string, args ...any) error {
 	return capabilities.Errorf(capabilities.CodeInvalidInput, format, args...)
 }
 
-// used is one secret filled into a request.
+// used is one secret or connection filled into a request.
 type used struct {
+	key   string // "secret:NAME" or "connection:NAME", the placeholder's inside
 	name  string
 	value []byte
 	hosts []string
+	// token is a connection's access token (value is "Bearer <token>"):
+	// the scrubber looks for it on its own too.
+	token []byte
+}
+
+// label names u in a sentence: secret "x" or connection "y".
+func (u used) label() string {
+	kind, _, _ := strings.Cut(u.key, ":")
+	return fmt.Sprintf("%s %q", kind, u.name)
 }
 
 type ctxKey struct{}
@@ -260,11 +290,11 @@ func checkRedirect(req *http.Request, _ []*http.Request) error {
 	}
 	host, err := secrets.CanonicalRequestHost(req.URL.Hostname())
 	if err != nil {
-		return &redirectRefused{host: req.URL.Hostname(), secret: us[0].name}
+		return &redirectRefused{host: req.URL.Hostname(), secret: us[0].label()}
 	}
 	for _, u := range us {
 		if !secrets.HostAllowed(u.hosts, host, req.URL.Port()) {
-			return &redirectRefused{host: host, secret: u.name}
+			return &redirectRefused{host: host, secret: u.label()}
 		}
 	}
 	// The redirect goes to the name that was approved (see Do).
@@ -286,7 +316,7 @@ func hostPort(host, port string) string {
 type redirectRefused struct{ host, secret string }
 
 func (e *redirectRefused) Error() string {
-	return fmt.Sprintf("redirect to %s refused: secret %q is not approved for that host", e.host, e.secret)
+	return fmt.Sprintf("redirect to %s refused: %s is not approved for that host", e.host, e.secret)
 }
 
 // Do sends req on caller's behalf. Refusals (a bad request, an unknown,
@@ -312,8 +342,8 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 	if !slices.Contains(methods, method) {
 		return Response{}, refuse("Method %q is not supported; use one of %s.", req.Method, strings.Join(methods, ", "))
 	}
-	if strings.Contains(req.URL, "{{secret:") || strings.Contains(unescape(req.URL), "{{secret:") {
-		return Response{}, refuse("Secret placeholders are not allowed in the URL; put the secret in a header or the body.")
+	if hasPlaceholder(req.URL) || hasPlaceholder(unescape(req.URL)) {
+		return Response{}, refuse("Secret and connection placeholders are not allowed in the URL; put the secret in a header or the body.")
 	}
 	u, err := url.Parse(req.URL)
 	if err != nil {
@@ -367,7 +397,16 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 		}
 		owner := storage.Owner(o)
 		now := g.o.Now()
-		for _, name := range names {
+		for _, key := range names {
+			kind, name, _ := strings.Cut(key, ":")
+			if kind == "connection" {
+				cu, err := g.connection(ctx, caller, owner, name, host, u.Port())
+				if err != nil {
+					return Response{}, err
+				}
+				us = append(us, cu)
+				continue
+			}
 			s, err := g.o.Secrets.Use(ctx, owner, name, now)
 			switch {
 			case errors.Is(err, secrets.ErrNotFound):
@@ -382,7 +421,7 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 				g.audit(ctx, caller, audit.ResultDenied, name, host, "host not approved")
 				return Response{}, refuse("Secret %q is not approved for host %s; its owner can approve the host on the account's Secrets page.", name, host)
 			}
-			us = append(us, used{name: name, value: s.Value, hosts: s.AllowedHosts})
+			us = append(us, used{key: key, name: name, value: s.Value, hosts: s.AllowedHosts})
 		}
 	}
 	// Bound the request as it will be sent: each placeholder grows by its
@@ -416,9 +455,9 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 
 	fill := func(s string) string {
 		return placeholder.ReplaceAllStringFunc(s, func(m string) string {
-			name := placeholder.FindStringSubmatch(m)[1]
+			key := placeholder.FindStringSubmatch(m)[1]
 			for _, u := range us {
-				if u.name == name {
+				if u.key == key {
 					return string(u.value)
 				}
 			}
@@ -512,7 +551,11 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 		out.Body, out.BodyEncoding = base64.StdEncoding.EncodeToString(clean), "base64"
 	}
 	for _, u := range us {
-		out.SecretsUsed = append(out.SecretsUsed, u.name)
+		if strings.HasPrefix(u.key, "connection:") {
+			out.ConnectionsUsed = append(out.ConnectionsUsed, u.name)
+		} else {
+			out.SecretsUsed = append(out.SecretsUsed, u.name)
+		}
 	}
 	return out, nil
 }
@@ -618,7 +661,7 @@ func (g *Gateway) failure(host string, err error, scrub *scrubber) error {
 	var msg string
 	switch {
 	case errors.As(err, &rr):
-		msg = fmt.Sprintf("Redirect to %s refused: secret %q is not approved for that host; nothing was sent there.", rr.host, rr.secret)
+		msg = fmt.Sprintf("Redirect to %s refused: %s is not approved for that host; nothing was sent there.", rr.host, rr.secret)
 	case errors.Is(err, egress.ErrForbiddenAddress):
 		msg = fmt.Sprintf("The request to %s was refused: the destination address is not on the public internet.", host)
 	case errors.Is(err, egress.ErrScheme):
@@ -653,8 +696,51 @@ func (g *Gateway) audit(ctx context.Context, caller capabilities.Caller, result,
 
 func (g *Gateway) auditAll(ctx context.Context, caller capabilities.Caller, us []used, result, host, detail string) {
 	for _, u := range us {
+		if strings.HasPrefix(u.key, "connection:") {
+			g.auditConnection(ctx, caller, result, u.name, host, detail)
+			continue
+		}
 		g.audit(ctx, caller, result, u.name, host, detail)
 	}
+}
+
+// hasPlaceholder reports whether s holds the start of a placeholder.
+func hasPlaceholder(s string) bool {
+	return strings.Contains(s, "{{secret:") || strings.Contains(s, "{{connection:")
+}
+
+// connection opens the caller's connection called name for a request to
+// host:port: only one of its provider's hosts may receive its token.
+func (g *Gateway) connection(ctx context.Context, caller capabilities.Caller, owner storage.Owner, name, host, port string) (used, error) {
+	if g.o.Connections == nil {
+		return used{}, refuse("There is no connection named %q.", name)
+	}
+	c, err := g.o.Connections.Use(ctx, owner, name)
+	switch {
+	case errors.Is(err, integrations.ErrNotFound):
+		return used{}, refuse("There is no connection named %q; connectionList shows yours.", name)
+	case errors.Is(err, integrations.ErrExpired):
+		g.auditConnection(ctx, caller, audit.ResultDenied, name, host, "expired")
+		return used{}, refuse("Connection %q expired; its owner can connect it again on the account's Connections page.", name)
+	case err != nil:
+		return used{}, fmt.Errorf("outbound: %w", err)
+	}
+	if !secrets.HostAllowed(c.APIHosts, host, port) {
+		g.auditConnection(ctx, caller, audit.ResultDenied, name, host, "host not approved")
+		return used{}, refuse("Connection %q may only be used with its provider's hosts (%s), not %s; nothing was sent.", name, strings.Join(c.APIHosts, ", "), host)
+	}
+	return used{key: "connection:" + name, name: name, value: []byte("Bearer " + c.AccessToken), token: []byte(c.AccessToken), hosts: c.APIHosts}, nil
+}
+
+func (g *Gateway) auditConnection(ctx context.Context, caller capabilities.Caller, result, name, host, detail string) {
+	if g.o.Audit == nil {
+		return
+	}
+	_ = g.o.Audit.Record(ctx, audit.Event{
+		Category: audit.CategoryOutbound, Action: "connection_use", Result: result,
+		Reason:   fmt.Sprintf("connection=%s host=%s %s", name, host, detail),
+		UserHash: g.o.Audit.HashUser(caller.UserID),
+	})
 }
 
 // placeholders returns the secret names the request's headers and body
@@ -662,8 +748,8 @@ func (g *Gateway) auditAll(ctx context.Context, caller capabilities.Caller, us [
 func placeholders(req Request) ([]string, error) {
 	seen := map[string]bool{}
 	scan := func(where, s string) error {
-		if strings.Count(s, "{{secret:") != len(placeholder.FindAllStringIndex(s, -1)) {
-			return refuse("A secret placeholder in the %s is malformed; write {{secret:NAME}} with the secret's name.", where)
+		if strings.Count(s, "{{secret:")+strings.Count(s, "{{connection:") != len(placeholder.FindAllStringIndex(s, -1)) {
+			return refuse("A placeholder in the %s is malformed; write {{secret:NAME}} with a secret's name or {{connection:NAME}} with a connection's.", where)
 		}
 		for _, m := range placeholder.FindAllStringSubmatch(s, -1) {
 			seen[m[1]] = true
@@ -693,9 +779,9 @@ func placeholders(req Request) ([]string, error) {
 func filledLen(s string, us []used) int {
 	n := len(s)
 	for _, m := range placeholder.FindAllStringSubmatchIndex(s, -1) {
-		name := s[m[2]:m[3]]
+		key := s[m[2]:m[3]]
 		for _, u := range us {
-			if u.name == name {
+			if u.key == key {
 				n += len(u.value) - (m[1] - m[0])
 				break
 			}
@@ -728,29 +814,11 @@ func newScrubber(us []used) *scrubber {
 	var forms []form
 	seen := map[string]bool{}
 	for _, u := range us {
-		v := u.value
-		js := jsonString(string(v), true)
-		cands := []string{
-			string(v),
-			base64.StdEncoding.EncodeToString(v),
-			base64.RawStdEncoding.EncodeToString(v),
-			base64.URLEncoding.EncodeToString(v),
-			base64.RawURLEncoding.EncodeToString(v),
-			url.QueryEscape(string(v)),
-			url.PathEscape(string(v)),
-			lowerEscapes(url.QueryEscape(string(v))),
-			lowerEscapes(url.PathEscape(string(v))),
-			// JSON as servers write it: Go's (HTML characters escaped)
-			// and without that, with "/" escaped (PHP's default), and
-			// ASCII-only with \u escapes (Python's default).
-			js,
-			jsonString(string(v), false),
-			strings.ReplaceAll(jsonString(string(v), false), "/", `\/`),
-			asciiJSON(string(v)),
-			hex.EncodeToString(v),
-			strings.ToUpper(hex.EncodeToString(v)),
+		cands := scrubForms(u.value)
+		if len(u.token) > 0 {
+			cands = append(cands, scrubForms(u.token)...)
 		}
-		to := "{{secret:" + u.name + "}}"
+		to := "{{" + u.key + "}}"
 		for _, c := range cands {
 			if c == "" || seen[c] {
 				continue
@@ -770,6 +838,32 @@ func newScrubber(us []used) *scrubber {
 		pairs = append(pairs, f.from, f.to)
 	}
 	return &scrubber{r: strings.NewReplacer(pairs...)}
+}
+
+// scrubForms are v in its raw form and the encodings an echo commonly
+// takes.
+func scrubForms(v []byte) []string {
+	js := jsonString(string(v), true)
+	return []string{
+		string(v),
+		base64.StdEncoding.EncodeToString(v),
+		base64.RawStdEncoding.EncodeToString(v),
+		base64.URLEncoding.EncodeToString(v),
+		base64.RawURLEncoding.EncodeToString(v),
+		url.QueryEscape(string(v)),
+		url.PathEscape(string(v)),
+		lowerEscapes(url.QueryEscape(string(v))),
+		lowerEscapes(url.PathEscape(string(v))),
+		// JSON as servers write it: Go's (HTML characters escaped)
+		// and without that, with "/" escaped (PHP's default), and
+		// ASCII-only with \u escapes (Python's default).
+		js,
+		jsonString(string(v), false),
+		strings.ReplaceAll(jsonString(string(v), false), "/", `\/`),
+		asciiJSON(string(v)),
+		hex.EncodeToString(v),
+		strings.ToUpper(hex.EncodeToString(v)),
+	}
 }
 
 // jsonString is s as the inside of a JSON string, with or without Go's

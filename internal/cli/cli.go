@@ -26,6 +26,7 @@ import (
 	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/events"
+	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/tracing/otlpexport"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
@@ -177,6 +178,9 @@ type options struct {
 	storageBytes   byteSize
 	otlpEndpoint   string
 	otlpHeader     string
+
+	integrations     []string // --integration, repeatable
+	integrationsFile string
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
@@ -185,7 +189,7 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security",
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
-	"site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header"}
+	"integrations-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -229,6 +233,11 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Int64Var(&o.cfg.Buckets.MaxKeys, "storage-max-keys", buckets.DefaultMaxKeys, "each user's most storage bucket keys, across all their buckets")
 	fs.StringVar(&o.cfg.Memory.Embeddings.URL, "embeddings-url", "", "base URL of an OpenAI-compatible embeddings API (POST <url>/embeddings), e.g. https://api.openai.com/v1: memory search then ranks by meaning too (default off: full-text search only)")
 	fs.StringVar(&o.cfg.Memory.Embeddings.Model, "embeddings-model", "", "the embedding model, e.g. text-embedding-3-small (required with --embeddings-url); changing it re-embeds every memory in the background")
+	fs.Func("integration", "an OAuth provider people may connect accounts at (repeatable): NAME=issuer=URL or auth-url=URL,token-url=URL[,revoke-url=URL],client-id=ID[,client-secret-file=FILE][,scopes=A B][,hosts=api.example.com ...]; its tokens go only to hosts", func(v string) error {
+		o.integrations = append(o.integrations, v)
+		return nil
+	})
+	fs.StringVar(&o.integrationsFile, "integrations-file", "", "a JSON file holding an array of OAuth providers (name, issuer or authUrl and tokenUrl, revokeUrl, clientId, clientSecretFile, scopes, apiHosts), besides --integration")
 	fs.StringVar(&o.cfg.Memory.Embeddings.KeyFile, "embeddings-key-file", "", "file holding the embeddings API key, sent as a Bearer token (default none)")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
@@ -370,6 +379,20 @@ func (o *options) finish(stderr io.Writer) error {
 	}
 	if o.cfg.QuotaLimits, err = parseQuota(o.quota, o.quotaClass); err != nil {
 		return err
+	}
+	if o.integrationsFile != "" {
+		ps, err := integrations.LoadProviders(o.integrationsFile)
+		if err != nil {
+			return err
+		}
+		o.cfg.Integrations.Providers = append(o.cfg.Integrations.Providers, ps...)
+	}
+	for _, v := range o.integrations {
+		p, err := integrations.ParseProviderFlag(v)
+		if err != nil {
+			return err
+		}
+		o.cfg.Integrations.Providers = append(o.cfg.Integrations.Providers, p)
 	}
 	if o.smtpURL != "" {
 		if o.smtp.Addr != "" {

@@ -1,0 +1,280 @@
+package integrations
+
+import (
+	"context"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+	"golang.org/x/oauth2"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+type stateRow struct {
+	bun.BaseModel `bun:"table:integration_states"`
+	StateHash     string    `bun:"state_hash,pk"`
+	UserID        int64     `bun:"user_id,notnull"`
+	BindingHash   string    `bun:"binding_hash,notnull"`
+	Provider      string    `bun:"provider,notnull"`
+	Name          string    `bun:"name,notnull"`
+	KeyID         int64     `bun:"key_id,notnull"`
+	Verifier      string    `bun:"verifier_ciphertext,notnull"`
+	CreatedAt     time.Time `bun:"created_at,notnull"`
+	ExpiresAt     time.Time `bun:"expires_at,notnull"`
+}
+
+func invalid(format string, args ...any) error {
+	return capabilities.Errorf(capabilities.CodeInvalidInput, format, args...)
+}
+
+// Start begins connecting the owner's account at provider under the
+// connection name (the provider's name when empty). binding is a secret
+// the person's browser holds for the flow (the web shell keeps it in a
+// cookie); Finish requires the same. It returns the URL to send the
+// browser to: the provider's authorization endpoint with a single-use
+// state and a PKCE (S256) challenge.
+func (s *Service) Start(ctx context.Context, o storage.Owner, provider, name, binding string) (string, error) {
+	p, ok := s.providers[provider]
+	if !ok {
+		return "", invalid("There is no provider named %q; connectionList names the providers you can connect.", provider)
+	}
+	if name == "" {
+		name = provider
+	}
+	if !connectionName.MatchString(name) {
+		return "", invalid("A connection name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.")
+	}
+	if len(binding) < 16 {
+		return "", invalid("The connect flow must be started from the account's Connections page.")
+	}
+	eps, err := p.resolve(ctx, s.client)
+	if err != nil {
+		s.log.WarnContext(ctx, "integrations: provider endpoints unavailable", "provider", p.Name, "err", redactErr(err))
+		return "", &capabilities.Error{Code: capabilities.CodeConflict, Message: fmt.Sprintf("Provider %s cannot be reached now; try again later.", p.Name)}
+	}
+	state := randomToken(32)
+	verifier := oauth2.GenerateVerifier()
+	sh := hash(state)
+	keyID, sealed, err := s.ring.Seal(stateAD(o.StableID, sh), []byte(verifier))
+	if err != nil {
+		return "", fmt.Errorf("integrations: start: %w", err)
+	}
+	now := s.now().UTC()
+	row := stateRow{StateHash: sh, UserID: o.ID, BindingHash: hash(binding), Provider: p.Name, Name: name,
+		KeyID: keyID, Verifier: sealed, CreatedAt: now, ExpiresAt: now.Add(StateTTL)}
+	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		// Expired flows and those beyond the bound go first.
+		if _, err := tx.NewDelete().Model((*stateRow)(nil)).Where("user_id = ? AND expires_at < ?", o.ID, now).Exec(ctx); err != nil {
+			return err
+		}
+		var keep []string
+		if err := tx.NewSelect().Model((*stateRow)(nil)).Column("state_hash").Where("user_id = ?", o.ID).
+			Order("created_at DESC", "state_hash").Limit(MaxPendingStates-1).Scan(ctx, &keep); err != nil {
+			return err
+		}
+		if len(keep) == MaxPendingStates-1 {
+			if _, err := tx.NewDelete().Model((*stateRow)(nil)).Where("user_id = ? AND state_hash NOT IN (?)", o.ID, bun.In(keep)).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		_, err := tx.NewInsert().Model(&row).Returning("NULL").Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("integrations: start: %w", err)
+	}
+	return p.config(eps, s.redirect).AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)), nil
+}
+
+// Callback is what the provider sent back to the callback URL.
+type Callback struct {
+	State            string
+	Code             string
+	Error            string
+	ErrorDescription string
+}
+
+// Finish completes a connect flow: the state must be one Start issued to
+// this owner, with the same browser binding, within StateTTL, and is used
+// up whether or not the rest succeeds. The code is exchanged with the
+// PKCE verifier; the tokens are sealed and the connection created or
+// replaced.
+func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, cb Callback) (Connection, error) {
+	const stale = "This connect link is not valid (it was used already, expired, or was started in another browser or account). Start again from the Connections page."
+	if cb.State == "" {
+		return Connection{}, invalid(stale)
+	}
+	sh := hash(cb.State)
+	var st stateRow
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if err := tx.NewSelect().Model(&st).Where("state_hash = ?", sh).Scan(ctx); err != nil {
+			return err
+		}
+		// Used once: gone whoever presents it.
+		res, err := tx.NewDelete().Model((*stateRow)(nil)).Where("state_hash = ?", sh).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return sql.ErrNoRows
+		}
+		return nil
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Connection{}, invalid(stale)
+	}
+	if err != nil {
+		return Connection{}, fmt.Errorf("integrations: finish: %w", err)
+	}
+	now := s.now().UTC()
+	if st.UserID != o.ID || subtle.ConstantTimeCompare([]byte(st.BindingHash), []byte(hash(binding))) != 1 || !now.Before(st.ExpiresAt) {
+		s.record(ctx, o, "connection_connect", audit.ResultDenied, "provider="+st.Provider+" state not bound to this session")
+		return Connection{}, invalid(stale)
+	}
+	if cb.Error != "" {
+		msg := "The provider did not grant access"
+		if cb.Error == "access_denied" {
+			msg = "You declined access at the provider"
+		}
+		return Connection{}, invalid("%s; nothing was connected.", msg)
+	}
+	if cb.Code == "" {
+		return Connection{}, invalid("The provider sent no authorization code; nothing was connected.")
+	}
+	p, ok := s.providers[st.Provider]
+	if !ok {
+		return Connection{}, invalid("Provider %s is no longer configured.", st.Provider)
+	}
+	verifier, err := s.ring.Open(ctx, st.KeyID, st.Verifier, stateAD(o.StableID, sh))
+	if err != nil {
+		return Connection{}, invalid(stale)
+	}
+	eps, err := p.resolve(ctx, s.client)
+	if err != nil {
+		return Connection{}, &capabilities.Error{Code: capabilities.CodeConflict, Message: fmt.Sprintf("Provider %s cannot be reached now; try again later.", p.Name)}
+	}
+	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), s.timeout)
+	defer cancel()
+	tok, err := p.config(eps, s.redirect).Exchange(ctx2, cb.Code, oauth2.VerifierOption(string(verifier)))
+	if err == nil {
+		err = validateToken(tok)
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "integrations: code exchange failed", "provider", p.Name, "err", exchangeError(err))
+		s.record(ctx, o, "connection_connect", audit.ResultFailure, "provider="+p.Name+" exchange failed")
+		return Connection{}, &capabilities.Error{Code: capabilities.CodeConflict,
+			Message: fmt.Sprintf("Provider %s did not issue a usable token; nothing was connected. Try again.", p.Name)}
+	}
+	scopes := p.Scopes
+	if granted, ok := tok.Extra("scope").(string); ok && granted != "" {
+		scopes = splitScopes(granted)
+	}
+	c, err := s.save(ctx, o, st.Name, p.Name, scopes, tokenSet{AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, TokenType: "Bearer", Expiry: tok.Expiry})
+	if err != nil {
+		return Connection{}, err
+	}
+	s.record(ctx, o, "connection_connect", audit.ResultSuccess, "provider="+p.Name+" connection="+c.Name)
+	return c, nil
+}
+
+// exchangeError describes a failed exchange for the log: the OAuth error
+// code when the provider sent one, never its body.
+func exchangeError(err error) string {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		code := re.ErrorCode
+		if len(code) > 64 {
+			code = code[:64]
+		}
+		return fmt.Sprintf("status %d error %q", re.Response.StatusCode, code)
+	}
+	return redactErr(err)
+}
+
+func splitScopes(s string) []string {
+	var out []string
+	for _, f := range splitSpace(s) {
+		if len(out) == 64 {
+			break
+		}
+		if len(f) <= 256 {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func splitSpace(s string) []string {
+	var out []string
+	start := -1
+	for i, c := range s {
+		if c == ' ' || c == ',' {
+			if start >= 0 {
+				out = append(out, s[start:i])
+				start = -1
+			}
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+	}
+	if start >= 0 {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+// save creates or replaces the owner's connection called name.
+func (s *Service) save(ctx context.Context, o storage.Owner, name, provider string, scopes []string, ts tokenSet) (Connection, error) {
+	if scopes == nil {
+		scopes = []string{}
+	}
+	sb, _ := json.Marshal(scopes)
+	now := s.now().UTC()
+	var out connRow
+	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		existing, err := s.get(ctx, tx, o, name)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			n, err := tx.NewSelect().Model((*connRow)(nil)).Where("user_id = ?", o.ID).Count(ctx)
+			if err != nil {
+				return err
+			}
+			if n >= MaxConnections {
+				return invalid("You have %d connections, the most one account may keep; disconnect one first.", MaxConnections)
+			}
+			out = connRow{UserID: o.ID, PublicID: "con_" + randomToken(15), Name: name, Provider: provider,
+				Scopes: string(sb), Status: StatusActive, CreatedAt: now, UpdatedAt: now}
+			if err := s.seal(o, &out, ts); err != nil {
+				return err
+			}
+			_, err = tx.NewInsert().Model(&out).Returning("NULL").Exec(ctx)
+			return err
+		case err != nil:
+			return err
+		}
+		out = existing
+		out.Provider, out.Scopes, out.Status, out.LastError, out.UpdatedAt = provider, string(sb), StatusActive, "", now
+		if err := s.seal(o, &out, ts); err != nil {
+			return err
+		}
+		_, err = tx.NewUpdate().Model(&out).Column("provider", "scopes", "status", "last_error", "key_id", "token_ciphertext", "expires_at", "refresh_at", "updated_at").
+			Where("id = ? AND user_id = ?", out.ID, o.ID).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		if _, ok := errors.AsType[*capabilities.Error](err); ok {
+			return Connection{}, err
+		}
+		return Connection{}, fmt.Errorf("integrations: save: %w", err)
+	}
+	return out.meta(), nil
+}
