@@ -24,6 +24,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
+	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
@@ -229,6 +230,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	if err := s.assembleMemory(owners); err != nil {
+		return err
+	}
+	if err := s.assembleCommunity(owners); err != nil {
 		return err
 	}
 
@@ -481,6 +485,7 @@ func registerInventory(inv *storage.Inventory) error {
 		codemode.RegisterInventory(inv),
 		buckets.RegisterInventory(inv),
 		memory.RegisterInventory(inv),
+		community.RegisterInventory(inv),
 	)
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
+	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/feedback"
@@ -261,6 +262,10 @@ type Config struct {
 	// Memory.Embeddings names an embeddings API. On by default;
 	// Memory.Disabled turns them off.
 	Memory memory.Options
+	// Community tunes community packages (package community): listings,
+	// forks, ratings, reports and their moderation. On whenever code mode
+	// is; Community.Disabled turns it off.
+	Community community.Options
 
 	// SiteName is the name of the service people see: every page title
 	// and the pages' header, the start and connect pages, mail subjects
@@ -369,6 +374,8 @@ type Server struct {
 	buckets *buckets.Service
 	// memory is nil when Config.Memory.Disabled is set.
 	memory *memory.Service
+	// community is nil when the community (or code mode) is off.
+	community *community.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool
