@@ -6,7 +6,6 @@ require (
 	github.com/go-jose/go-jose/v3 v3.0.5
 	github.com/go-webauthn/webauthn v0.18.2
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/microcosm-cc/bluemonday v1.0.27
 	github.com/nats-io/nats.go v1.55.0
 	github.com/ory/fosite v0.49.0
 	github.com/pquerna/otp v1.5.0
@@ -17,7 +16,6 @@ require (
 	github.com/uptrace/bun/dialect/pgdialect v1.3.0
 	github.com/uptrace/bun/dialect/sqlitedialect v1.3.0
 	github.com/wneessen/go-mail v0.8.1
-	github.com/yuin/goldmark v1.8.7
 	gocloud.dev v0.47.0
 	modernc.org/libquickjs v0.14.0
 	modernc.org/quickjs v0.27.0
@@ -27,6 +25,8 @@ require (
 require (
 	github.com/aymerick/douceur v0.2.0 // indirect
 	github.com/gorilla/css v1.0.1 // indirect
+	github.com/microcosm-cc/bluemonday v1.0.27
+	github.com/yuin/goldmark v1.8.7
 )
 
 require (
