@@ -486,6 +486,7 @@ func registerInventory(inv *storage.Inventory) error {
 		buckets.RegisterInventory(inv),
 		memory.RegisterInventory(inv),
 		community.RegisterInventory(inv),
+		quota.RegisterPlanInventory(inv),
 	)
 }
 
