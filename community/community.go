@@ -302,8 +302,16 @@ func (s *Service) Publish(ctx context.Context, o storage.Owner, pkg string, vers
 			// new, or unpublished since the read above: listed afresh
 			// under the id the blob was written with
 			first = true
-			_, err = tx.NewInsert().Model(&row).Exec(ctx)
-			return err
+			// A concurrent first publication of the same package inserts
+			// nothing here (and this one answers conflict).
+			res, err := tx.NewInsert().Model(&row).On("CONFLICT (user_id, package_name) DO NOTHING").Exec(ctx)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				return capabilities.Errorf(capabilities.CodeConflict, "package %q was published concurrently: try again", pkg)
+			}
+			return nil
 		case err != nil:
 			return err
 		}

@@ -510,3 +510,30 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Concurrent first publications of one package make one listing; the
+// others answer conflict (or republish it), never an internal error.
+func TestConcurrentPublish(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice := s.CreateUser(t, "alice")
+		ac := alice.Caller(t)
+		save(t, s, ac, greeter("greeter"))
+		var wg sync.WaitGroup
+		errs := make([]error, 6)
+		for i := range errs {
+			wg.Go(func() {
+				_, errs[i] = s.Registry().Invoke(context.Background(), ac, "communityPublish", mustJSON(map[string]any{"package": "greeter"}))
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil && code(err) != capabilities.CodeConflict {
+				t.Errorf("a concurrent publish: %v", err)
+			}
+		}
+		n, err := s.Store().DB.NewSelect().Table("community_listings").Where("user_id = ?", alice.ID).Count(context.Background())
+		if err != nil || n != 1 {
+			t.Fatalf("%d listings (%v)", n, err)
+		}
+	})
+}
