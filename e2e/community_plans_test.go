@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -43,12 +45,31 @@ func TestCommunityPlansDailyThenWeeklyOverMCP(t *testing.T) {
 			t.Fatal("bob set his own plan")
 		}
 
+		// retryAfter is the one the last refusal carried (JSON-RPC error data).
+		var retryAfter time.Time
 		run := func() (bool, string) {
 			res, err := b.Call("execute", map[string]any{"code": "return 1"})
+			if rpc, ok := errors.AsType[*enclavetest.RPCError](err); ok {
+				var data struct {
+					Code       string    `json:"code"`
+					RetryAfter time.Time `json:"retryAfter"`
+				}
+				if json.Unmarshal(rpc.Data, &data) != nil || data.Code != "quota_exceeded" {
+					t.Fatalf("refusal data %s", rpc.Data)
+				}
+				retryAfter = data.RetryAfter
+				return false, rpc.Message
+			}
 			if err != nil {
 				return false, err.Error()
 			}
 			return !res.IsError, res.Text
+		}
+		now := time.Now().UTC()
+		tomorrow := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+		nextMonday := tomorrow
+		for nextMonday.Weekday() != time.Monday {
+			nextMonday = nextMonday.AddDate(0, 0, 1)
 		}
 		for i := range 2 {
 			if ok, text := run(); !ok {
@@ -57,8 +78,8 @@ func TestCommunityPlansDailyThenWeeklyOverMCP(t *testing.T) {
 		}
 		var err error
 		ok, text := run()
-		if ok || !strings.Contains(text, "daily limit of 2") || !strings.Contains(text, `plan "small"`) {
-			t.Fatalf("past the daily limit: %v %s", ok, text)
+		if ok || !strings.Contains(text, "daily limit of 2") || !strings.Contains(text, `plan "small"`) || !retryAfter.Equal(tomorrow) {
+			t.Fatalf("past the daily limit: %v %s (retry after %v)", ok, text, retryAfter)
 		}
 		u := communityCall[struct {
 			Plan   string
@@ -78,8 +99,8 @@ func TestCommunityPlansDailyThenWeeklyOverMCP(t *testing.T) {
 			t.Fatalf("the third run of the week refused: %s", text)
 		}
 		ok, text = run()
-		if ok || !strings.Contains(text, "weekly limit of 3") || !strings.Contains(text, "Monday to Sunday") {
-			t.Fatalf("past the weekly limit: %v %s", ok, text)
+		if ok || !strings.Contains(text, "weekly limit of 3") || !strings.Contains(text, "Monday to Sunday") || !retryAfter.Equal(nextMonday) {
+			t.Fatalf("past the weekly limit: %v %s (retry after %v)", ok, text, retryAfter)
 		}
 
 		// The overview reads SQL, which the meter reaches within a flush.
