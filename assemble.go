@@ -24,6 +24,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
+	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/callercache"
@@ -234,6 +235,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	if err := s.assembleIntegrations(owners); err != nil {
+		return err
+	}
+	if err := s.assembleCommunity(owners); err != nil {
 		return err
 	}
 
@@ -487,6 +491,8 @@ func registerInventory(inv *storage.Inventory) error {
 		buckets.RegisterInventory(inv),
 		memory.RegisterInventory(inv),
 		integrations.RegisterInventory(inv),
+		community.RegisterInventory(inv),
+		quota.RegisterPlanInventory(inv),
 	)
 }
 

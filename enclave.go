@@ -27,6 +27,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
+	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/feedback"
@@ -269,6 +270,10 @@ type Config struct {
 	// token refresh lane. On by default (with no provider, people have
 	// nothing to connect); Integrations.Disabled turns them off.
 	Integrations integrations.Options
+	// Community tunes community packages (package community): listings,
+	// forks, ratings, reports and their moderation. On whenever code mode
+	// is; Community.Disabled turns it off.
+	Community community.Options
 
 	// SiteName is the name of the service people see: every page title
 	// and the pages' header, the start and connect pages, mail subjects
@@ -379,6 +384,8 @@ type Server struct {
 	memory *memory.Service
 	// integrations is nil when Config.Integrations.Disabled is set.
 	integrations *integrations.Service
+	// community is nil when the community (or code mode) is off.
+	community *community.Service
 
 	metrics  *serverMetrics
 	draining atomic.Bool

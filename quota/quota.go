@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,6 +89,19 @@ type Meter struct {
 	flushMu sync.Mutex // one flush at a time
 	mu      sync.Mutex
 	entries map[key]*entry
+	plans   *Plans // nil: no plans
+}
+
+// SetPlans makes the meter enforce the accounts' plans as well (call it
+// before the meter is used): each of Meters is refused once the day's or
+// the week's use reaches the plan's limit, whichever comes first, and
+// crossings of 80 % and 100 % of a limit are reported through plans'
+// OnAlert once per window.
+func (m *Meter) SetPlans(p *Plans) {
+	m.plans = p
+	if p != nil {
+		p.now = func() time.Time { return m.now() }
+	}
 }
 
 var _ capabilities.Quota = (*Meter)(nil)
@@ -100,6 +114,7 @@ type entry struct {
 	gone    bool  // the user no longer exists
 	owner   int64 // users.id
 	base    int64 // total in SQL at the last reconciliation
+	week    int64 // the earlier days of this week, in SQL (with plans)
 	pending int64 // counted here, not yet flushed
 	flying  int64 // taken by a flush that has not finished
 	touched bool  // used since the last flush
@@ -122,10 +137,10 @@ func New(store *storage.Store, lim Limits, log *slog.Logger) *Meter {
 func (m *Meter) Allow(ctx context.Context, caller capabilities.Caller, capability string) error {
 	class := m.lim.ClassOf(capability)
 	limit, ok := m.lim.Daily[class]
-	if !ok {
+	if !ok && (m.plans == nil || !slices.Contains(Meters, class)) {
 		return nil
 	}
-	return m.AllowClass(ctx, caller, class, limit)
+	return m.allow(ctx, caller, class, limit, ok)
 }
 
 // AllowClass counts one use of class by caller against limit uses per UTC
@@ -133,6 +148,10 @@ func (m *Meter) Allow(ctx context.Context, caller capabilities.Caller, capabilit
 // calls (the outbound gateway counts each request it sends under its own
 // class). A limit of zero refuses every use.
 func (m *Meter) AllowClass(ctx context.Context, caller capabilities.Caller, class string, limit int64) error {
+	return m.allow(ctx, caller, class, limit, true)
+}
+
+func (m *Meter) allow(ctx context.Context, caller capabilities.Caller, class string, limit int64, limited bool) error {
 	if caller.UserID == "" {
 		return nil
 	}
@@ -163,16 +182,74 @@ func (m *Meter) AllowClass(ctx context.Context, caller capabilities.Caller, clas
 		}
 	}
 	e.touched = true
-	if e.base+e.flying+e.pending >= limit {
-		retry := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	used := e.base + e.flying + e.pending
+	tomorrow := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	if limited && used >= limit {
 		return &capabilities.Error{
 			Code:       capabilities.CodeQuotaExceeded,
-			Message:    fmt.Sprintf("daily limit of %d calls to %s capabilities reached; retry after %s", limit, class, retry.Format(time.RFC3339)),
-			RetryAfter: retry,
+			Message:    fmt.Sprintf("daily limit of %d calls to %s capabilities reached; retry after %s", limit, class, tomorrow.Format(time.RFC3339)),
+			RetryAfter: tomorrow,
+		}
+	}
+	var plan *Plan
+	if m.plans != nil && !e.gone && slices.Contains(Meters, class) {
+		p, err := m.plans.Of(ctx, e.owner)
+		if err != nil {
+			m.log.ErrorContext(ctx, "quota: reading the account's plan failed; allowing the call", "err", err)
+		} else {
+			plan = &p
+		}
+	}
+	if plan != nil {
+		w := plan.Of(class)
+		// The week first: when both are used up, waiting for tomorrow
+		// would not help.
+		if w.Weekly != nil && e.week+used >= *w.Weekly {
+			next := WeekStart(now).AddDate(0, 0, 7)
+			return &capabilities.Error{
+				Code: capabilities.CodeQuotaExceeded,
+				Message: fmt.Sprintf("weekly limit of %d %s uses on plan %q reached (the week runs Monday to Sunday, UTC); retry after %s",
+					*w.Weekly, class, plan.Name, next.Format(time.RFC3339)),
+				RetryAfter: next,
+			}
+		}
+		if w.Daily != nil && used >= *w.Daily {
+			return &capabilities.Error{
+				Code: capabilities.CodeQuotaExceeded,
+				Message: fmt.Sprintf("daily limit of %d %s uses on plan %q reached (UTC day); retry after %s",
+					*w.Daily, class, plan.Name, tomorrow.Format(time.RFC3339)),
+				RetryAfter: tomorrow,
+			}
 		}
 	}
 	e.pending++
+	if plan != nil {
+		w := plan.Of(class)
+		m.crossings(ctx, caller.UserID, e.owner, class, "day", k.day, w.Daily, used)
+		m.crossings(ctx, caller.UserID, e.owner, class, "week", WeekStart(now).Format(time.DateOnly), w.Weekly, e.week+used)
+	}
 	return nil
+}
+
+// crossings reports the thresholds (80 % and 100 %) of limit that one
+// more use after before crosses, in the background; Plans.alert records
+// each once per window.
+func (m *Meter) crossings(ctx context.Context, userID string, owner int64, class, window, period string, limit *int64, before int64) {
+	if limit == nil || *limit <= 0 {
+		return
+	}
+	for _, pct := range []int64{80, 100} {
+		if before*100 < pct**limit && (before+1)*100 >= pct**limit {
+			a := Alert{UserID: userID, Owner: owner, Meter: class, Window: window, Period: period, Threshold: int(pct), Limit: *limit}
+			go func() {
+				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				if err := m.plans.alert(actx, a); err != nil {
+					m.log.WarnContext(actx, "quota: recording a plan alert failed", "err", err)
+				}
+			}()
+		}
+	}
 }
 
 func (m *Meter) load(ctx context.Context, k key, e *entry) error {
@@ -191,6 +268,19 @@ func (m *Meter) load(ctx context.Context, k key, e *entry) error {
 		return err
 	}
 	e.loaded, e.owner, e.base = true, row.ID, row.Calls
+	if m.plans != nil && slices.Contains(Meters, k.class) {
+		day, err := time.Parse(time.DateOnly, k.day)
+		if err != nil {
+			return err
+		}
+		var week int64
+		if err := m.store.Reader.NewSelect().Table("quota_usage").ColumnExpr("COALESCE(SUM(calls), 0)").
+			Where("user_id = ? AND class = ? AND day >= ? AND day < ?", row.ID, k.class, WeekStart(day).Format(time.DateOnly), k.day).
+			Scan(ctx, &week); err != nil {
+			return err
+		}
+		e.week = week
+	}
 	return nil
 }
 
