@@ -30,6 +30,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
@@ -229,6 +230,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	if err := s.assembleMemory(owners); err != nil {
+		return err
+	}
+	if err := s.assembleMail(owners); err != nil {
 		return err
 	}
 
@@ -481,6 +485,7 @@ func registerInventory(inv *storage.Inventory) error {
 		codemode.RegisterInventory(inv),
 		buckets.RegisterInventory(inv),
 		memory.RegisterInventory(inv),
+		mail.RegisterInventory(inv),
 	)
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/internal/tracing"
 	"github.com/enclave-mcp/enclave/jobs"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/migrations"
@@ -261,6 +262,13 @@ type Config struct {
 	// Memory.Embeddings names an embeddings API. On by default;
 	// Memory.Disabled turns them off.
 	Memory memory.Options
+	// Mail configures mailboxes (package mail): each user's address
+	// <username>@Mail.Domain, the inbound SMTP listener on
+	// Mail.SMTPListen (enclave serve --smtp-listen, --mail-domain), the
+	// system mailboxes of the reserved local parts and the mail
+	// capabilities (mailList, mailRead, ...). On by default (without a
+	// domain no address is ours); Mail.Disabled turns it off.
+	Mail mail.Options
 
 	// SiteName is the name of the service people see: every page title
 	// and the pages' header, the start and connect pages, mail subjects
@@ -369,6 +377,10 @@ type Server struct {
 	buckets *buckets.Service
 	// memory is nil when Config.Memory.Disabled is set.
 	memory *memory.Service
+	// mail is nil when Config.Mail.Disabled is set; smtpLn is its
+	// listener, bound at assembly when Config.Mail.SMTPListen is set.
+	mail   *mail.Service
+	smtpLn net.Listener
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -577,6 +589,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		defer stopMetrics()
 	}
+	defer s.serveSMTP()()
 	bgctx, stopBackground := context.WithCancel(context.Background())
 	bgdone := make(chan struct{})
 	go func() { s.RunBackground(bgctx); close(bgdone) }()
@@ -707,6 +720,9 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.smtpLn != nil {
+			_ = s.smtpLn.Close() // when never served
 		}
 		if s.codemode != nil {
 			s.codemode.Close() // run records not yet written
