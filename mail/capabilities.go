@@ -79,7 +79,7 @@ var (
 // on the system mailboxes (audited).
 func (s *Service) Capabilities() []capabilities.Capability {
 	ro := &capabilities.Annotations{ReadOnly: true, Idempotent: true}
-	return []capabilities.Capability{
+	return append(s.ruleCapabilities(),
 		capabilities.Define(capabilities.Spec[ListInput, ListOutput]{
 			Name: "mailList", Domain: "mail", Title: "List your mail",
 			Description: "Lists the messages in your mailbox, newest first: inbox by default, or quarantine (mail that failed the sender checks or matched a block rule) or sent. " +
@@ -205,7 +205,7 @@ func (s *Service) Capabilities() []capabilities.Capability {
 				return s.read(ctx, b, in.MessageID)
 			},
 		}),
-	}
+	)
 }
 
 // systemBox is the system mailbox named local, which must be reserved.

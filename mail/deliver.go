@@ -146,6 +146,16 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	if d.Quarantine {
 		folder = FolderQuarantine
 	}
+	if !t.rcpt.System {
+		switch rule, err := s.ruleFor(ctx, b.owner, p.FromAddress); {
+		case err != nil:
+			return Delivered{}, err
+		case rule == RuleBlock:
+			folder = FolderQuarantine
+		case rule == RuleAllow:
+			folder = FolderInbox
+		}
+	}
 	now := s.now().UTC()
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		res, err := tx.NewRaw("INSERT INTO ? (?, delivery_id, event, created_at) VALUES (?, ?, 'received', ?) ON CONFLICT DO NOTHING",

@@ -30,6 +30,7 @@ var Tables = []storage.Table{
 	{Name: "mail_deliveries"},
 	{Name: "mail_messages", SizeColumn: "size_bytes"},
 	{Name: "mail_threads"},
+	{Name: "mail_rules"},
 }
 
 // SystemTables hold the platform's system mailboxes: no user owns them,
@@ -61,7 +62,7 @@ type Blobs interface {
 // rows; threads while they hold a message; ledger rows 90 days. The same
 // holds for the system mailboxes.
 func RetentionPolicies(bucket Blobs) []retention.Policy {
-	var out []retention.Policy
+	out := []retention.Policy{retention.UntilAccountDeleted("mail_rules").Because("or until the user deletes the rule")}
 	for _, sys := range []bool{false, true} {
 		prefix := "mail_"
 		if sys {

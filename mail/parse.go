@@ -47,12 +47,14 @@ type Parsed struct {
 	InReplyTo  string
 	References []string
 	From       string
-	To, Cc     []string
-	Subject    string
-	Date       time.Time
-	Text, HTML string
-	Headers    []Header
-	Parts      []Part
+	// FromAddress is the first From address alone, lowercased.
+	FromAddress string
+	To, Cc      []string
+	Subject     string
+	Date        time.Time
+	Text, HTML  string
+	Headers     []Header
+	Parts       []Part
 }
 
 // Part is an attachment (any leaf part that is not the text or HTML body).
@@ -106,6 +108,9 @@ func Parse(raw []byte) (Parsed, error) {
 		}
 	}
 	p.From = addressText(h, "From", decode)
+	if l, err := h.AddressList("From"); err == nil && len(l) > 0 {
+		p.FromAddress = headerText(strings.ToLower(l[0].Address))
+	}
 	p.To = addressList(h, "To")
 	p.Cc = addressList(h, "Cc")
 	p.Subject = headerText(decode(h.Get("Subject")))
