@@ -60,6 +60,11 @@ func newEnv(t *testing.T, s *storage.Store, cfg mail.Config) *env {
 
 func (e *env) user(name string, roles ...string) capabilities.Caller {
 	e.t.Helper()
+	return e.userTB(e.t, name, roles...)
+}
+
+func (e *env) userTB(t testing.TB, name string, roles ...string) capabilities.Caller {
+	t.Helper()
 	sum := sha256.Sum256([]byte(name))
 	stable := hex.EncodeToString(sum[:])
 	now := time.Now().UTC()
@@ -67,7 +72,7 @@ func (e *env) user(name string, roles ...string) capabilities.Caller {
 	err := e.store.DB.NewRaw("INSERT INTO users (stable_user_id, email, username, created_at, updated_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
 		stable, name+"@example.com", name, now, now).Scan(context.Background(), &id)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return capabilities.Caller{UserID: stable, OwnerID: id, Username: name, Roles: append([]string{"user"}, roles...),
 		Permissions: []capabilities.Permission{capabilities.ReadUserOwn, capabilities.UpdateUserOwn},
