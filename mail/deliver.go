@@ -146,15 +146,27 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	if d.Quarantine {
 		folder = FolderQuarantine
 	}
+	// A message whose DKIM signatures all fail is quarantined, whatever
+	// the rules say (an allow rule trusts a sender, not a forgery).
+	authResults, dkimFailed := "none", false
+	if s.opts.Authenticate != nil {
+		authResults, dkimFailed = s.opts.Authenticate(d.Raw)
+	}
+	if d.AuthResults != "" {
+		authResults = d.AuthResults + "; " + authResults
+	}
 	if !t.rcpt.System {
 		switch rule, err := s.ruleFor(ctx, b.owner, p.FromAddress); {
 		case err != nil:
 			return Delivered{}, err
 		case rule == RuleBlock:
 			folder = FolderQuarantine
-		case rule == RuleAllow:
+		case rule == RuleAllow && !d.Quarantine:
 			folder = FolderInbox
 		}
+	}
+	if dkimFailed {
+		folder = FolderQuarantine
 	}
 	now := s.now().UTC()
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
@@ -187,7 +199,7 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			b.table("messages"), b.owned(), out.MessageID, b.val, threadID, folder, key, p.MessageID, p.InReplyTo,
 			strings.Join(p.References, " "), p.From, strings.Join(p.To, ", "), strings.Join(p.Cc, ", "), t.address,
-			p.Subject, p.Text, p.HTML, string(headers), headerText(d.AuthResults), len(d.Raw), sent, now).Scan(ctx, &msgID)
+			p.Subject, p.Text, p.HTML, string(headers), headerText(authResults), len(d.Raw), sent, now).Scan(ctx, &msgID)
 		if err != nil {
 			return fmt.Errorf("mail: store message: %w", err)
 		}

@@ -68,6 +68,11 @@ type Options struct {
 	Reserved []string
 	// Hostname is the name the listener greets with. Default Domain.
 	Hostname string
+	// Authenticate checks a message's sender authentication (DKIM) and
+	// returns the results to record and whether the message fails them;
+	// a failing message is quarantined. Nil: no check (results "none").
+	// Package mailauth provides a DKIM checker; the enclave binary sets it.
+	Authenticate func(raw []byte) (results string, fail bool)
 }
 
 // Meter counts uses of a quota class (quota.Meter implements it).

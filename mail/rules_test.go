@@ -2,6 +2,7 @@ package mail_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -71,6 +72,39 @@ func TestMailRules(t *testing.T) {
 		// Changing an existing rule at the bound still works.
 		if r := must[mail.Rule](e, alice, "mailRuleSet", map[string]any{"sender": "s0@x.test", "action": "allow"}); r.Action != "allow" {
 			t.Errorf("changed rule: %+v", r)
+		}
+	})
+}
+
+// A message failing sender authentication is quarantined even from an
+// allowed sender, and its results are recorded.
+func TestMailQuarantineOnFailedAuth(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func(raw []byte) (string, bool) {
+			if strings.Contains(string(raw), "forged") {
+				return "dkim=fail header.d=bank.test", true
+			}
+			return "dkim=pass header.d=bank.test", false
+		}}})
+		alice := e.user("alice")
+		must[mail.Rule](e, alice, "mailRuleSet", map[string]any{"sender": "@bank.test", "action": "allow"})
+		good, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: fromMessage("g@x", "alerts@bank.test")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: []byte("From: alerts@bank.test\r\nSubject: forged\r\nMessage-ID: <b@x>\r\n\r\nlog in here\r\n")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := must[mail.ListOutput](e, alice, "mailList", map[string]any{"folder": "quarantine"})
+		if len(q.Messages) != 1 || q.Messages[0].ID != bad.MessageID {
+			t.Fatalf("quarantine: %+v", q)
+		}
+		if m := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": bad.MessageID}); m.AuthResults != "dkim=fail header.d=bank.test" {
+			t.Errorf("recorded results: %q", m.AuthResults)
+		}
+		if m := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": good.MessageID}); m.Folder != "inbox" || m.AuthResults != "dkim=pass header.d=bank.test" {
+			t.Errorf("good message: %+v", m.Summary)
 		}
 	})
 }

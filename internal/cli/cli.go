@@ -30,6 +30,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/tracing/otlpexport"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/mail"
+	"github.com/enclave-mcp/enclave/mail/mailauth"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
@@ -181,6 +182,7 @@ type options struct {
 	otlpHeader     string
 	smtpTLSCert    string
 	smtpTLSKey     string
+	mailDKIM       bool
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
@@ -190,7 +192,7 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
 	"site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
-	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day"}
+	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-dkim"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -256,6 +258,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.Mail.Domain, "mail-domain", "", "the mail domain D: each user receives mail at USERNAME@D and USERNAME+TAG@D; reserved names (postmaster, abuse, ...) go to system mailboxes admins read")
 	fs.StringVar(&o.smtpTLSCert, "smtp-tls-cert", "", "PEM certificate chain the SMTP listener offers with STARTTLS (with --smtp-tls-key; default no STARTTLS)")
 	fs.StringVar(&o.smtpTLSKey, "smtp-tls-key", "", "PEM private key of --smtp-tls-cert")
+	fs.BoolVar(&o.mailDKIM, "mail-dkim", true, "verify inbound mail's DKIM signatures and quarantine a message whose signatures all fail (--mail-dkim=false: record nothing, quarantine nothing)")
 	fs.Int64Var(&o.cfg.Mail.ReceivesPerDay, "mail-receives-per-day", mail.DefaultReceivesPerDay, "messages one user's mailbox accepts per UTC day; more are refused with a temporary error (-1: unlimited)")
 }
 
@@ -340,6 +343,9 @@ func (o *options) finish(stderr io.Writer) error {
 			return fmt.Errorf("--smtp-tls-cert: %w", err)
 		}
 		o.cfg.Mail.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if o.mailDKIM {
+		o.cfg.Mail.Authenticate = mailauth.DKIM(nil)
 	}
 	if o.cfg.Mail.SMTPListen != "" && o.cfg.Mail.Domain == "" {
 		return errors.New("--smtp-listen needs --mail-domain: the domain whose addresses the listener accepts")
