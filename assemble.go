@@ -32,6 +32,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
@@ -238,6 +239,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	if err := s.assembleCommunity(owners); err != nil {
+		return err
+	}
+	if err := s.assembleMail(owners); err != nil {
 		return err
 	}
 
@@ -493,6 +497,7 @@ func registerInventory(inv *storage.Inventory) error {
 		integrations.RegisterInventory(inv),
 		community.RegisterInventory(inv),
 		quota.RegisterPlanInventory(inv),
+		mail.RegisterInventory(inv),
 	)
 }
 

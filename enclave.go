@@ -38,6 +38,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/internal/tracing"
 	"github.com/enclave-mcp/enclave/jobs"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/migrations"
@@ -274,6 +275,13 @@ type Config struct {
 	// forks, ratings, reports and their moderation. On whenever code mode
 	// is; Community.Disabled turns it off.
 	Community community.Options
+	// Mail configures mailboxes (package mail): each user's address
+	// <username>@Mail.Domain, the inbound SMTP listener on
+	// Mail.SMTPListen (enclave serve --smtp-listen, --mail-domain), the
+	// system mailboxes of the reserved local parts and the mail
+	// capabilities (mailList, mailRead, ...). On by default (without a
+	// domain no address is ours); Mail.Disabled turns it off.
+	Mail mail.Options
 
 	// SiteName is the name of the service people see: every page title
 	// and the pages' header, the start and connect pages, mail subjects
@@ -386,6 +394,10 @@ type Server struct {
 	integrations *integrations.Service
 	// community is nil when the community (or code mode) is off.
 	community *community.Service
+	// mail is nil when Config.Mail.Disabled is set; smtpLn is its
+	// listener, bound at assembly when Config.Mail.SMTPListen is set.
+	mail   *mail.Service
+	smtpLn net.Listener
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -594,6 +606,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		defer stopMetrics()
 	}
+	defer s.serveSMTP()()
 	bgctx, stopBackground := context.WithCancel(context.Background())
 	bgdone := make(chan struct{})
 	go func() { s.RunBackground(bgctx); close(bgdone) }()
@@ -724,6 +737,9 @@ func (s *Server) Close() error {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()
+		}
+		if s.smtpLn != nil {
+			_ = s.smtpLn.Close() // when never served
 		}
 		if s.codemode != nil {
 			s.codemode.Close() // run records not yet written

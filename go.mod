@@ -3,9 +3,12 @@ module github.com/enclave-mcp/enclave
 go 1.26.0
 
 require (
+	github.com/emersion/go-msgauth v0.7.0
+	github.com/emersion/go-smtp v0.26.0
 	github.com/go-jose/go-jose/v3 v3.0.5
 	github.com/go-webauthn/webauthn v0.18.2
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/microcosm-cc/bluemonday v1.0.27
 	github.com/nats-io/nats.go v1.55.0
 	github.com/ory/fosite v0.49.0
 	github.com/pquerna/otp v1.5.0
@@ -25,8 +28,8 @@ require (
 require (
 	github.com/aymerick/douceur v0.2.0 // indirect
 	github.com/gorilla/css v1.0.1 // indirect
-	github.com/microcosm-cc/bluemonday v1.0.27
 	github.com/yuin/goldmark v1.8.7
+	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6 // indirect
 )
 
 require (

@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +30,8 @@ import (
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/tracing/otlpexport"
 	"github.com/enclave-mcp/enclave/internal/version"
+	"github.com/enclave-mcp/enclave/mail"
+	"github.com/enclave-mcp/enclave/mail/mailauth"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
@@ -181,6 +184,9 @@ type options struct {
 
 	integrations     []string // --integration, repeatable
 	integrationsFile string
+	smtpTLSCert      string
+	smtpTLSKey       string
+	mailDKIM         bool
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
@@ -189,7 +195,8 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security",
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
-	"integrations-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header"}
+	"integrations-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
+	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-dkim"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -256,6 +263,12 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cfg.SiteName, "site-name", "enclave", "the service's name in page titles, mail, the start and connect pages, the consent page and authenticator apps")
 	fs.StringVar(&o.cfg.SiteDescription, "site-description", "", "the sentence the start page shows under the site name: what this server is for (default a generic one)")
 	fs.StringVar(&o.cfg.AccentColor, "site-accent", "", "the pages' accent colour, #rrggbb (default the built-in blue)")
+	fs.StringVar(&o.cfg.Mail.SMTPListen, "smtp-listen", "", "address of the inbound SMTP listener receiving users' mail, e.g. :25 (default off; needs --mail-domain)")
+	fs.StringVar(&o.cfg.Mail.Domain, "mail-domain", "", "the mail domain D: each user receives mail at USERNAME@D and USERNAME+TAG@D; reserved names (postmaster, abuse, ...) go to system mailboxes admins read")
+	fs.StringVar(&o.smtpTLSCert, "smtp-tls-cert", "", "PEM certificate chain the SMTP listener offers with STARTTLS (with --smtp-tls-key; default no STARTTLS)")
+	fs.StringVar(&o.smtpTLSKey, "smtp-tls-key", "", "PEM private key of --smtp-tls-cert")
+	fs.BoolVar(&o.mailDKIM, "mail-dkim", true, "verify inbound mail's DKIM signatures and quarantine a message whose signatures all fail (--mail-dkim=false: record nothing, quarantine nothing)")
+	fs.Int64Var(&o.cfg.Mail.ReceivesPerDay, "mail-receives-per-day", mail.DefaultReceivesPerDay, "messages one user's mailbox accepts per UTC day; more are refused with a temporary error (-1: unlimited)")
 }
 
 // applyEnv sets each shared flag from ENCLAVE_<NAME> when that variable is
@@ -330,6 +343,22 @@ func (o *options) finish(stderr io.Writer) error {
 		o.cfg.Workspaces = &workspaces.Options{}
 	}
 	o.cfg.CodeMode.Disabled = !o.codeMode
+	if (o.smtpTLSCert == "") != (o.smtpTLSKey == "") {
+		return errors.New("--smtp-tls-cert and --smtp-tls-key go together")
+	}
+	if o.smtpTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.smtpTLSCert, o.smtpTLSKey)
+		if err != nil {
+			return fmt.Errorf("--smtp-tls-cert: %w", err)
+		}
+		o.cfg.Mail.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if o.mailDKIM {
+		o.cfg.Mail.Authenticate = mailauth.DKIM(nil)
+	}
+	if o.cfg.Mail.SMTPListen != "" && o.cfg.Mail.Domain == "" {
+		return errors.New("--smtp-listen needs --mail-domain: the domain whose addresses the listener accepts")
+	}
 	if o.codeMemoryMiB < 1 || o.codeMemoryMiB > 4096 {
 		return fmt.Errorf("--code-memory-mib %d: want 1 to 4096", o.codeMemoryMiB)
 	}

@@ -1,0 +1,268 @@
+package mail
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// Delivery errors. ErrNotOurs and ErrTooLarge are permanent (SMTP 5xx),
+// ErrOverQuota temporary (4xx: the sender retries tomorrow).
+var (
+	ErrTooLarge  = errors.New("mail: message too large")
+	ErrOverQuota = errors.New("mail: the mailbox has received its daily limit of messages")
+)
+
+// Delivery is one inbound message for one recipient.
+type Delivery struct {
+	// Recipient is the envelope recipient (RCPT TO), without brackets.
+	Recipient string
+	// Raw is the message as received.
+	Raw []byte
+	// ProviderID, when the transport has one, identifies the delivery: a
+	// retry carrying the same id is stored once. Without it the delivery
+	// id is the Message-ID and the recipient (or, for a message without a
+	// Message-ID, a digest of its bytes and the recipient).
+	ProviderID string
+	// AuthResults records the sender checks made (SPF, DKIM, DMARC).
+	AuthResults string
+	// Quarantine stores the message in the quarantine folder.
+	Quarantine bool
+}
+
+// Delivered is the outcome of Deliver.
+type Delivered struct {
+	// MessageID is the stored message's id (msg_…).
+	MessageID string
+	// Duplicate is set when the delivery had been stored before: nothing
+	// was stored or counted this time.
+	Duplicate bool
+	// System is set for a system mailbox.
+	System bool
+}
+
+// target is a resolved recipient: its mailbox and address.
+type target struct {
+	box     box
+	rcpt    Recipient
+	address string
+}
+
+// Resolve checks that addr is a mailbox of this server (RCPT TO): a live
+// user's address or a reserved local part. It returns ErrNotOurs
+// otherwise.
+func (s *Service) Resolve(ctx context.Context, addr string) error {
+	_, err := s.resolve(ctx, addr)
+	return err
+}
+
+func (s *Service) resolve(ctx context.Context, addr string) (target, error) {
+	rcpt, err := ParseRecipient(addr, s.opts.Domain, s.opts.Reserved)
+	if err != nil {
+		return target{}, err
+	}
+	t := target{rcpt: rcpt, address: rcpt.Address(s.opts.Domain)}
+	if rcpt.System {
+		t.box = systemBox(rcpt.Local)
+		return t, nil
+	}
+	u, ok, err := s.lookupUser(ctx, rcpt.Local)
+	if err != nil {
+		return target{}, err
+	}
+	if !ok {
+		return target{}, ErrNotOurs
+	}
+	t.box = userBox(storage.Owner{ID: u.ID, StableID: u.StableID})
+	return t, nil
+}
+
+// deliveryID is the idempotency key of a delivery to t.
+func deliveryID(d Delivery, p Parsed, t target) string {
+	switch {
+	case d.ProviderID != "":
+		return "provider:" + d.ProviderID
+	case p.MessageID != "":
+		return "msgid:" + strings.ToLower(p.MessageID) + " " + t.address
+	default:
+		sum := sha256.Sum256(d.Raw)
+		return "raw:" + hex.EncodeToString(sum[:]) + " " + t.address
+	}
+}
+
+// Deliver stores an inbound message durably and once: the raw MIME and the
+// attachments go to blobs first (under keys derived from the delivery id,
+// so a retry rewrites the same objects), then the ledger row, the thread,
+// the message and its attachments in one transaction. A delivery whose id
+// the ledger already holds is reported as a duplicate and neither stored
+// nor counted against the receive quota again.
+func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
+	if int64(len(d.Raw)) > s.opts.MaxMessageBytes {
+		return Delivered{}, ErrTooLarge
+	}
+	t, err := s.resolve(ctx, d.Recipient)
+	if err != nil {
+		return Delivered{}, err
+	}
+	p, err := Parse(d.Raw)
+	if err != nil {
+		return Delivered{}, err
+	}
+	id := deliveryID(d, p, t)
+	b := t.box
+	out := Delivered{System: t.rcpt.System}
+	if pub, ok, err := s.delivered(ctx, s.store.Reader, b, id); err != nil {
+		return Delivered{}, err
+	} else if ok {
+		out.MessageID, out.Duplicate = pub, true
+		return out, nil
+	}
+	if !t.rcpt.System && s.meter != nil && s.opts.ReceivesPerDay > 0 {
+		err := s.meter.AllowClass(ctx, capabilities.Caller{UserID: b.owner.StableID}, ReceiveClass, s.opts.ReceivesPerDay)
+		if err != nil {
+			return Delivered{}, fmt.Errorf("%w: %v", ErrOverQuota, err)
+		}
+	}
+	key := deliveryKey(id)
+	if err := s.store.Bucket.WriteAll(ctx, b.rawKey(key), d.Raw, nil); err != nil {
+		return Delivered{}, fmt.Errorf("mail: store raw message: %w", err)
+	}
+	for n, part := range p.Parts {
+		if err := s.store.Bucket.WriteAll(ctx, b.partKey(key, n), part.Data, nil); err != nil {
+			return Delivered{}, fmt.Errorf("mail: store attachment: %w", err)
+		}
+	}
+	folder := FolderInbox
+	if d.Quarantine {
+		folder = FolderQuarantine
+	}
+	// A message whose DKIM signatures all fail is quarantined, whatever
+	// the rules say (an allow rule trusts a sender, not a forgery).
+	authResults, dkimFailed := "none", false
+	if s.opts.Authenticate != nil {
+		authResults, dkimFailed = s.opts.Authenticate(d.Raw)
+	}
+	if d.AuthResults != "" {
+		authResults = d.AuthResults + "; " + authResults
+	}
+	if !t.rcpt.System {
+		switch rule, err := s.ruleFor(ctx, b.owner, p.FromAddress); {
+		case err != nil:
+			return Delivered{}, err
+		case rule == RuleBlock:
+			folder = FolderQuarantine
+		case rule == RuleAllow && !d.Quarantine:
+			folder = FolderInbox
+		}
+	}
+	if dkimFailed {
+		folder = FolderQuarantine
+	}
+	now := s.now().UTC()
+	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewRaw("INSERT INTO ? (?, delivery_id, event, created_at) VALUES (?, ?, 'received', ?) ON CONFLICT DO NOTHING",
+			b.table("deliveries"), b.owned(), b.val, id, now).Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("mail: record delivery: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			pub, _, err := s.delivered(ctx, tx, b, id)
+			out.MessageID, out.Duplicate = pub, true
+			return err
+		}
+		threadID, err := s.threadFor(ctx, tx, b, p, now)
+		if err != nil {
+			return err
+		}
+		headers, _ := json.Marshal(p.Headers)
+		if p.Headers == nil {
+			headers = []byte("[]")
+		}
+		var sent any
+		if !p.Date.IsZero() {
+			sent = p.Date
+		}
+		out.MessageID = newID("msg_")
+		var msgID int64
+		err = tx.NewRaw(`INSERT INTO ? (public_id, ?, thread_id, folder, delivery_key, message_id, in_reply_to, refs, from_addr,
+				to_addrs, cc_addrs, rcpt, subject, text_body, html_body, headers, auth_results, size_bytes, sent_at, received_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			b.table("messages"), b.owned(), out.MessageID, b.val, threadID, folder, key, p.MessageID, p.InReplyTo,
+			strings.Join(p.References, " "), p.From, strings.Join(p.To, ", "), strings.Join(p.Cc, ", "), t.address,
+			p.Subject, p.Text, p.HTML, string(headers), headerText(authResults), len(d.Raw), sent, now).Scan(ctx, &msgID)
+		if err != nil {
+			return fmt.Errorf("mail: store message: %w", err)
+		}
+		for n, part := range p.Parts {
+			if _, err := tx.NewRaw(`INSERT INTO ? (public_id, ?, message_id, position, filename, content_type, size_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+				b.table("attachments"), b.owned(), newID("att_"), b.val, msgID, n, part.Filename, part.ContentType, len(part.Data)).Exec(ctx); err != nil {
+				return fmt.Errorf("mail: store attachment: %w", err)
+			}
+		}
+		if _, err := tx.NewRaw("UPDATE ? SET message_count = message_count + 1, last_message_at = ? WHERE id = ?",
+			b.table("threads"), now, threadID).Exec(ctx); err != nil {
+			return fmt.Errorf("mail: update thread: %w", err)
+		}
+		if _, err := tx.NewRaw("UPDATE ? SET message_id = ? WHERE ? = ? AND delivery_id = ?",
+			b.table("deliveries"), msgID, b.owned(), b.val, id).Exec(ctx); err != nil {
+			return fmt.Errorf("mail: record delivery: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Delivered{}, err
+	}
+	return out, nil
+}
+
+// delivered looks a delivery id up in the ledger.
+func (s *Service) delivered(ctx context.Context, db bun.IDB, b box, id string) (string, bool, error) {
+	var pub sql.NullString
+	err := db.NewRaw("SELECT m.public_id FROM ? AS d LEFT JOIN ? AS m ON m.id = d.message_id WHERE d.? = ? AND d.delivery_id = ?",
+		b.table("deliveries"), b.table("messages"), b.owned(), b.val, id).Scan(ctx, &pub)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("mail: read delivery ledger: %w", err)
+	}
+	return pub.String, true, nil
+}
+
+// threadFor returns the thread a message belongs to: that of the newest
+// message of the same mailbox it replies to or references, else a new one.
+func (s *Service) threadFor(ctx context.Context, tx bun.Tx, b box, p Parsed, now any) (int64, error) {
+	refs := make([]string, 0, len(p.References)+1)
+	if p.InReplyTo != "" {
+		refs = append(refs, p.InReplyTo)
+	}
+	refs = append(refs, p.References...)
+	if len(refs) > 0 {
+		var id int64
+		err := tx.NewRaw("SELECT thread_id FROM ? WHERE ? = ? AND message_id IN (?) ORDER BY id DESC LIMIT 1",
+			b.table("messages"), b.owned(), b.val, bun.In(refs)).Scan(ctx, &id)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("mail: find thread: %w", err)
+		}
+	}
+	var id int64
+	err := tx.NewRaw("INSERT INTO ? (public_id, ?, subject, message_count, last_message_at, created_at) VALUES (?, ?, ?, 0, ?, ?) RETURNING id",
+		b.table("threads"), b.owned(), newID("thr_"), b.val, p.Subject, now, now).Scan(ctx, &id)
+	if err != nil {
+		return 0, fmt.Errorf("mail: new thread: %w", err)
+	}
+	return id, nil
+}

@@ -1,0 +1,32 @@
+// Package mail gives every user a mailbox: mail to <username>@D (and
+// <username>+<tag>@D, RFC 5233) for the configured mail domain D arrives
+// through an SMTP listener (github.com/emersion/go-smtp), is parsed with
+// the standard library's MIME readers (net/mail, mime/multipart), and is read by
+// the user's agents through capabilities: mailList, mailThread, mailRead,
+// mailSearch, mailDelete and mailAttachmentGet, each on the caller's own
+// mailbox only. Mail to the platform's reserved local parts (postmaster,
+// abuse, security, ...) lands in system mailboxes that no user owns;
+// admins read them with adminSystemMailList and adminSystemMailGet, and
+// every such read is audited.
+//
+// Delivery is durable and idempotent (Service.Deliver): the raw MIME and
+// each attachment are written to blobs first, under keys derived from the
+// owner's stable id and the delivery id, then the delivery ledger row, the
+// thread (found from In-Reply-To and References), the message and its
+// attachments are written in one transaction. A retried delivery (the
+// same Message-ID to the same recipient, or the same provider delivery
+// id) finds its ledger row and is stored, and counted against the
+// receive quota (email_receives_per_day), once.
+//
+// Everything a sender wrote reaches agents as data: fields carry
+// Untrusted names and a content warning, HTML is sanitised with
+// github.com/microcosm-cc/bluemonday (no script, style, form, frame,
+// handler or image survives), header values are single-line valid UTF-8.
+//
+// Lifecycle: the mail_* tables have owner columns and are in the
+// ownership inventory with the "mail" blob domain (exported in blob
+// chunks, deleted with the account); the system_mail_* tables are
+// declared platform-owned. Messages are kept 365 days, ledger rows 90
+// days; retention deletes a message's blobs before its row and retries a
+// message whose blobs fail an hour later.
+package mail

@@ -1,0 +1,322 @@
+package mail
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"mime/quotedprintable"
+	netmail "net/mail"
+	"net/textproto"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Bounds of the MIME path.
+const (
+	// DefaultMaxMessageBytes is the largest message accepted (the SMTP
+	// SIZE limit): 25 MiB.
+	DefaultMaxMessageBytes = 25 << 20
+	// MaxParts bounds the leaf parts of a message read; further parts are
+	// ignored (they stay in the raw MIME).
+	MaxParts = 200
+	// MaxAttachments bounds the attachments stored apart.
+	MaxAttachments = 100
+	// MaxBodyBytes bounds the text and the HTML kept in rows (the whole
+	// message is always in the raw MIME blob).
+	MaxBodyBytes = 1 << 20
+	// MaxHeaderValueBytes bounds a stored header value.
+	MaxHeaderValueBytes = 2000
+	// MaxReferences bounds the message ids a message's threading reads.
+	MaxReferences = 50
+)
+
+// Header is one header field as shown to readers.
+type Header struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Parsed is what the MIME reader takes from a message.
+type Parsed struct {
+	MessageID  string
+	InReplyTo  string
+	References []string
+	From       string
+	// FromAddress is the first From address alone, lowercased.
+	FromAddress string
+	To, Cc      []string
+	Subject     string
+	Date        time.Time
+	Text, HTML  string
+	Headers     []Header
+	Parts       []Part
+}
+
+// Part is an attachment (any leaf part that is not the text or HTML body).
+type Part struct {
+	Filename    string
+	ContentType string
+	Data        []byte
+}
+
+// shownHeaders are the header fields readers see, in this order.
+var shownHeaders = []string{"From", "Reply-To", "To", "Cc", "Subject", "Date", "Message-Id", "In-Reply-To", "References", "List-Id", "Auto-Submitted"}
+
+// ErrMalformed is returned for input that is not a message at all.
+var ErrMalformed = errors.New("mail: malformed message")
+
+// Parse reads a raw RFC 5322 message with the standard library's MIME
+// readers (net/mail, mime, mime/multipart, mime/quotedprintable). It is
+// lenient where mail in the wild is (an unknown charset or transfer
+// encoding keeps the part's bytes as they are; a broken multipart keeps
+// what was read) and strict about bounds: every stored value is valid
+// UTF-8 without NUL or line breaks in headers, bodies are cut at
+// MaxBodyBytes, at most MaxParts leaf parts are read and multiparts nest
+// at most MaxDepth deep.
+func Parse(raw []byte) (Parsed, error) {
+	msg, err := netmail.ReadMessage(bytes.NewReader(raw))
+	if err != nil {
+		return Parsed{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	h := msg.Header
+	dec := &mime.WordDecoder{CharsetReader: func(charset string, input io.Reader) (io.Reader, error) {
+		// Without conversion tables, other charsets keep their bytes
+		// (made valid UTF-8 later).
+		return input, nil
+	}}
+	decode := func(v string) string {
+		if d, err := dec.DecodeHeader(v); err == nil {
+			return d
+		}
+		return v
+	}
+	var p Parsed
+	p.MessageID = headerText(firstMsgID(h.Get("Message-Id")))
+	p.InReplyTo = headerText(firstMsgID(h.Get("In-Reply-To")))
+	refs := msgIDs(h.Get("References"))
+	if len(refs) > MaxReferences {
+		refs = refs[len(refs)-MaxReferences:]
+	}
+	for _, id := range refs {
+		if id = headerText(id); id != "" {
+			p.References = append(p.References, id)
+		}
+	}
+	p.From = addressText(h, "From", decode)
+	if l, err := h.AddressList("From"); err == nil && len(l) > 0 {
+		p.FromAddress = headerText(strings.ToLower(l[0].Address))
+	}
+	p.To = addressList(h, "To")
+	p.Cc = addressList(h, "Cc")
+	p.Subject = headerText(decode(h.Get("Subject")))
+	if d, err := h.Date(); err == nil {
+		p.Date = d.UTC()
+	}
+	for _, name := range shownHeaders {
+		for _, v := range h[textproto.CanonicalMIMEHeaderKey(name)] {
+			if v = headerText(decode(v)); v != "" {
+				p.Headers = append(p.Headers, Header{Name: name, Value: v})
+			}
+		}
+	}
+	walker := &walker{p: &p}
+	walker.entity(textproto.MIMEHeader(h), msg.Body, 0)
+	return p, nil
+}
+
+// MaxDepth bounds how deep multiparts nest.
+const MaxDepth = 20
+
+type walker struct {
+	p     *Parsed
+	parts int
+}
+
+// entity reads one MIME entity: a multipart's children, or a leaf.
+func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
+	if w.parts >= MaxParts {
+		return
+	}
+	ct, params, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil {
+		ct, params = "text/plain", nil
+	}
+	if strings.HasPrefix(ct, "multipart/") {
+		if depth >= MaxDepth || params["boundary"] == "" {
+			return
+		}
+		mr := multipart.NewReader(body, params["boundary"])
+		for w.parts < MaxParts {
+			part, err := mr.NextRawPart()
+			if err != nil {
+				return // the end, or a broken multipart: keep what was read
+			}
+			w.entity(part.Header, part, depth+1)
+		}
+		return
+	}
+	w.parts++
+	data, _ := io.ReadAll(io.LimitReader(transferDecoder(h.Get("Content-Transfer-Encoding"), body), DefaultMaxMessageBytes+1))
+	disp, dparams, _ := mime.ParseMediaType(h.Get("Content-Disposition"))
+	if disp != "attachment" {
+		switch {
+		case ct == "text/html" && w.p.HTML == "":
+			w.p.HTML = bodyText(data)
+			return
+		case ct == "text/plain" && w.p.Text == "":
+			w.p.Text = bodyText(data)
+			return
+		}
+	}
+	if len(w.p.Parts) >= MaxAttachments {
+		return
+	}
+	name := fileName(dparams["filename"])
+	if name == "" {
+		name = fileName(params["name"])
+	}
+	if name == "" {
+		name = fmt.Sprintf("part-%d", len(w.p.Parts)+1)
+	}
+	w.p.Parts = append(w.p.Parts, Part{Filename: name, ContentType: contentType(ct), Data: data})
+}
+
+// transferDecoder undoes a Content-Transfer-Encoding; an unknown one keeps
+// the bytes as they are.
+func transferDecoder(cte string, r io.Reader) io.Reader {
+	switch strings.ToLower(strings.TrimSpace(cte)) {
+	case "base64":
+		return base64.NewDecoder(base64.StdEncoding, &base64Cleaner{r: r})
+	case "quoted-printable":
+		return quotedprintable.NewReader(r)
+	}
+	return r
+}
+
+// base64Cleaner drops everything but the base64 alphabet (line breaks,
+// spaces, stray characters), as mail readers do.
+type base64Cleaner struct{ r io.Reader }
+
+func (c *base64Cleaner) Read(b []byte) (int, error) {
+	for {
+		n, err := c.r.Read(b)
+		j := 0
+		for _, ch := range b[:n] {
+			if ch >= 'A' && ch <= 'Z' || ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '+' || ch == '/' || ch == '=' {
+				b[j] = ch
+				j++
+			}
+		}
+		if j > 0 || err != nil {
+			return j, err
+		}
+	}
+}
+
+// msgIDs returns the message ids of a header (<id> <id> ...), without
+// their brackets.
+func msgIDs(v string) []string {
+	var out []string
+	for {
+		i := strings.IndexByte(v, '<')
+		if i < 0 {
+			return out
+		}
+		j := strings.IndexByte(v[i:], '>')
+		if j < 0 {
+			return out
+		}
+		if id := strings.TrimSpace(v[i+1 : i+j]); id != "" {
+			out = append(out, id)
+		}
+		v = v[i+j+1:]
+	}
+}
+
+func firstMsgID(v string) string {
+	if ids := msgIDs(v); len(ids) > 0 {
+		return ids[0]
+	}
+	return strings.TrimSpace(v)
+}
+
+func addressText(h netmail.Header, key string, decode func(string) string) string {
+	if l := addressList(h, key); len(l) > 0 {
+		return l[0]
+	}
+	return headerText(decode(h.Get(key)))
+}
+
+func addressList(h netmail.Header, key string) []string {
+	list, err := h.AddressList(key)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(list))
+	for _, a := range list {
+		if s := headerText(a.String()); s != "" && len(out) < 100 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// headerText makes s safe to store and show as one header value: valid
+// UTF-8, no control characters (CR and LF included, so a value can never
+// start another header when written back), at most MaxHeaderValueBytes.
+func headerText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			if r == '\t' || r == '\r' || r == '\n' {
+				return ' '
+			}
+			return -1
+		}
+		return r
+	}, s)
+	s = strings.Join(strings.Fields(s), " ")
+	return truncate(s, MaxHeaderValueBytes)
+}
+
+// bodyText is a body as stored: valid UTF-8 without NUL, at most
+// MaxBodyBytes.
+func bodyText(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	return truncate(s, MaxBodyBytes)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func contentType(ct string) string {
+	if ct == "" {
+		return "application/octet-stream"
+	}
+	return headerText(ct)
+}
+
+// fileName keeps the last path element of a sender-chosen file name,
+// without control characters.
+func fileName(name string) string {
+	name = headerText(name)
+	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
+		name = name[i+1:]
+	}
+	name = strings.TrimLeft(name, ". ")
+	return truncate(name, 255)
+}

@@ -1,0 +1,143 @@
+package mail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/emersion/go-smtp"
+)
+
+// MaxRecipients bounds the recipients of one SMTP transaction.
+const MaxRecipients = 50
+
+// SMTPServer returns the inbound SMTP server: it accepts mail for the
+// mail domain's mailboxes only (unknown recipients are refused at RCPT
+// with a permanent error), at most MaxMessageBytes per message, and offers
+// STARTTLS when Options.TLS is set. Serve it with Serve.
+func (s *Service) SMTPServer() *smtp.Server {
+	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
+		return &session{svc: s, remote: c.Conn().RemoteAddr().String()}, nil
+	}))
+	srv.Domain = s.opts.Hostname
+	srv.MaxMessageBytes = s.opts.MaxMessageBytes
+	srv.MaxRecipients = MaxRecipients
+	srv.MaxLineLength = 4000
+	srv.ReadTimeout = 2 * time.Minute
+	srv.WriteTimeout = time.Minute
+	srv.TLSConfig = s.opts.TLS
+	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	return srv
+}
+
+// Serve runs the SMTP listener on ln until ctx ends.
+func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
+	srv := s.SMTPServer()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, smtp.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
+		<-errc
+		return nil
+	}
+}
+
+type session struct {
+	svc    *Service
+	remote string
+	from   string
+	rcpts  []string
+}
+
+var (
+	errNoMailbox = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "No such mailbox here"}
+	errTooLarge  = &smtp.SMTPError{Code: 552, EnhancedCode: smtp.EnhancedCode{5, 3, 4}, Message: "Message too large"}
+	errQuota     = &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 2, 2}, Message: "Mailbox has received its daily limit of messages; try again later"}
+	errMalformed = &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "Message could not be read as RFC 5322 mail"}
+	errLongLine  = &smtp.SMTPError{Code: 500, EnhancedCode: smtp.EnhancedCode{5, 5, 2}, Message: "Line too long (RFC 5321 allows 1000 bytes)"}
+	errTemporary = &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "Temporary failure storing the message; try again later"}
+)
+
+func (ss *session) Reset()        { ss.from, ss.rcpts = "", nil }
+func (ss *session) Logout() error { return nil }
+
+func (ss *session) Mail(from string, _ *smtp.MailOptions) error {
+	ss.from = headerText(from)
+	return nil
+}
+
+func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ss.svc.Resolve(ctx, to); err != nil {
+		if errors.Is(err, ErrNotOurs) {
+			return errNoMailbox
+		}
+		ss.svc.log.Warn("mail: resolving a recipient failed", "err", err)
+		return errTemporary
+	}
+	ss.rcpts = append(ss.rcpts, to)
+	return nil
+}
+
+// Data stores the message for every recipient. A temporary failure for
+// any of them answers 4xx: the sender retries the whole transaction, and
+// the delivery ledger stores each recipient's copy once.
+func (ss *session) Data(r io.Reader) error {
+	var buf bytes.Buffer
+	if _, err := io.Copy(&buf, r); err != nil {
+		var se *smtp.SMTPError
+		switch {
+		case int64(buf.Len()) >= ss.svc.opts.MaxMessageBytes:
+			return errTooLarge
+		case errors.As(err, &se):
+			return se
+		case errors.Is(err, smtp.ErrTooLongLine):
+			return errLongLine
+		}
+		ss.svc.log.Warn("mail: reading a message failed", "err", err)
+		return errTemporary
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var first error
+	for _, rcpt := range ss.rcpts {
+		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt, Raw: buf.Bytes()})
+		if err == nil {
+			continue
+		}
+		var serr error
+		switch {
+		case errors.Is(err, ErrTooLarge):
+			serr = errTooLarge
+		case errors.Is(err, ErrMalformed):
+			serr = errMalformed
+		case errors.Is(err, ErrNotOurs):
+			serr = errNoMailbox
+		case errors.Is(err, ErrOverQuota):
+			serr = errQuota
+		default:
+			ss.svc.log.Warn("mail: delivery failed", "err", err)
+			serr = errTemporary
+		}
+		// A temporary failure wins: the retry is safe for every recipient.
+		if first == nil || serr.(*smtp.SMTPError).Code/100 == 4 {
+			first = serr
+		}
+	}
+	return first
+}

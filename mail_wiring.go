@@ -1,0 +1,71 @@
+package enclave
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/mail"
+)
+
+// assembleMail declares the retention of the mail tables (they exist
+// whether or not mail is on) and, unless Config.Mail.Disabled is set,
+// builds mail: its capabilities and, when Config.Mail.SMTPListen is set,
+// the inbound SMTP listener, bound here (so SMTPAddr is known before
+// serving) and served by Serve.
+func (s *Server) assembleMail(owners capabilities.OwnerOf) error {
+	if err := s.retention.Add(mail.RetentionPolicies(s.store.Bucket)...); err != nil {
+		return err
+	}
+	if s.cfg.Mail.Disabled {
+		return nil
+	}
+	svc, err := mail.New(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: owners, Meter: s.meter, Audit: s.audit, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	if err := s.registry.Register(svc.Capabilities()...); err != nil {
+		return fmt.Errorf("register mail: %w", err)
+	}
+	if addr := s.cfg.Mail.SMTPListen; addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("enclave: smtp listen: %w", err)
+		}
+		s.smtpLn = ln
+	}
+	s.mail = svc
+	return nil
+}
+
+// serveSMTP serves the inbound SMTP listener, if any, until the returned
+// stop is called.
+func (s *Server) serveSMTP() (stop func()) {
+	if s.mail == nil || s.smtpLn == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.log.Info("serving SMTP", "addr", s.smtpLn.Addr().String(), "domain", s.mail.Options().Domain)
+		if err := s.mail.Serve(ctx, s.smtpLn); err != nil {
+			s.log.Error("smtp listener stopped", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Mail returns the mail service, or nil when Config.Mail.Disabled turned
+// it off.
+func (s *Server) Mail() *mail.Service { return s.mail }
+
+// SMTPAddr returns the address the inbound SMTP listener is bound to, or
+// "" without one.
+func (s *Server) SMTPAddr() string {
+	if s.smtpLn == nil {
+		return ""
+	}
+	return s.smtpLn.Addr().String()
+}
