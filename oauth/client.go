@@ -20,6 +20,11 @@ type Client struct {
 	AuthMethod string
 	CreatedAt  time.Time
 	LastUsedAt time.Time
+	// MetadataHost is the host of the client's metadata document when
+	// its ID is that document's URL (a person can tell who publishes
+	// it); empty for a client from dynamic registration, whose name and
+	// URIs nobody vouches for.
+	MetadataHost string
 
 	secretHash []byte
 	audience   []string

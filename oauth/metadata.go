@@ -20,6 +20,9 @@ type ASMetadata struct {
 	RevocationEndpointAuthMethodsSupported []string `json:"revocation_endpoint_auth_methods_supported"`
 	ScopesSupported                        []string `json:"scopes_supported"`
 	AuthorizationResponseISSSupported      bool     `json:"authorization_response_iss_parameter_supported"`
+	// ClientIDMetadataDocumentSupported: a client_id may be the https URL
+	// of the client's metadata document.
+	ClientIDMetadataDocumentSupported bool `json:"client_id_metadata_document_supported,omitempty"`
 }
 
 // ResourceMetadata is the RFC 9728 protected resource metadata document.
@@ -48,6 +51,7 @@ func (s *Server) Metadata() ASMetadata {
 		RevocationEndpointAuthMethodsSupported: authMethods,
 		ScopesSupported:                        s.opts.Scopes,
 		AuthorizationResponseISSSupported:      true,
+		ClientIDMetadataDocumentSupported:      s.metadata != nil,
 	}
 }
 

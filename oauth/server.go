@@ -36,6 +36,7 @@ type Server struct {
 	strategy *oauth2.HMACSHAStrategy
 	issuer   string
 	resource string
+	metadata *metadataFetcher // nil: client metadata documents are off
 
 	stmtMu sync.Mutex
 	stmt   *sql.Stmt // the bearer check, prepared on first use
@@ -64,7 +65,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		issuer:   opts.BaseURL,
 		resource: opts.BaseURL + ResourcePath,
 	}
-	s.store = &store{db: opts.Store, now: opts.Now, clientTT: opts.ClientIdleTTL, audience: []string{s.resource}}
+	s.store = &store{db: opts.Store, now: opts.Now, clientTT: opts.ClientIdleTTL, audience: []string{s.resource}, noDocuments: opts.DisableClientMetadataDocuments}
+	if !opts.DisableClientMetadataDocuments {
+		s.metadata = newMetadataFetcher(opts.MetadataAllowPrivate, opts.MetadataTLSConfig)
+	}
 
 	cfg := &fosite.Config{
 		AccessTokenLifespan:            opts.AccessTokenLifetime,

@@ -42,6 +42,9 @@ type store struct {
 	now      func() time.Time
 	clientTT time.Duration
 	audience []string
+	// noDocuments: client metadata documents are disabled, so clients
+	// whose row came from one are unknown.
+	noDocuments bool
 }
 
 var (
@@ -124,6 +127,10 @@ type clientRow struct {
 	CreatedAt               time.Time  `bun:"created_at"`
 	LastUsedAt              time.Time  `bun:"last_used_at"`
 	BlockedAt               *time.Time `bun:"blocked_at"`
+	// MetadataHost and MetadataExpiresAt are set for a client whose id is
+	// the URL of its metadata document (cimd.go).
+	MetadataHost      *string    `bun:"metadata_host"`
+	MetadataExpiresAt *time.Time `bun:"metadata_expires_at"`
 }
 
 // clientUseDebounce limits how often a client's last use is written.
@@ -138,6 +145,9 @@ func (s *store) toClient(r *clientRow) (*Client, error) {
 		CreatedAt:  r.CreatedAt,
 		LastUsedAt: r.LastUsedAt,
 		audience:   s.audience,
+	}
+	if r.MetadataHost != nil {
+		c.MetadataHost = *r.MetadataHost
 	}
 	if r.SecretHash != "" {
 		c.secretHash = []byte(r.SecretHash)
@@ -194,6 +204,9 @@ func (s *store) client(ctx context.Context, id string) (*Client, error) {
 	}
 	now := s.now().UTC()
 	if now.Sub(row.LastUsedAt) > s.clientTT {
+		return nil, fosite.ErrNotFound
+	}
+	if row.MetadataHost != nil && s.noDocuments {
 		return nil, fosite.ErrNotFound
 	}
 	if row.BlockedAt != nil {
