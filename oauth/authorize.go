@@ -110,7 +110,7 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 
 	// A client whose id is the URL of its metadata document is fetched
 	// (or found fresh in the cache) before fosite loads it.
-	if err := s.resolveClient(ctx, r.Form.Get("client_id")); err != nil {
+	if err := s.resolveClient(ctx, r, r.Form.Get("client_id")); err != nil {
 		s.writeAuthorizePage(w, r, nil, resolveError(err))
 		return
 	}

@@ -51,6 +51,9 @@ const (
 type MetadataError struct {
 	Reason string
 	err    error // the cause, for the log
+	// transient: the document was not even asked for (a rate limit);
+	// the failure is not remembered for the URL.
+	transient bool
 }
 
 func (e *MetadataError) Error() string {
@@ -114,6 +117,10 @@ func parseMetadataURL(id string) (*url.URL, error) {
 		return nil, metadataErr("the client_id URL must use https", nil)
 	case u.Host == "" || u.Hostname() == "":
 		return nil, metadataErr("the client_id URL has no host", nil)
+	case !asciiHost(u.Host):
+		// A person reads the host on the consent page: a look-alike
+		// Unicode name must arrive in its xn-- form.
+		return nil, metadataErr("the client_id URL's host must be in ASCII (an internationalized name in its xn-- form)", nil)
 	case u.User != nil:
 		return nil, metadataErr("the client_id URL must not contain user info", nil)
 	case u.Fragment != "" || strings.Contains(id, "#"):
@@ -130,6 +137,15 @@ func parseMetadataURL(id string) (*url.URL, error) {
 		return nil, metadataErr("the client_id URL is not in its canonical form", nil)
 	}
 	return u, nil
+}
+
+func asciiHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		if h[i] < 0x21 || h[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // metadataHost is the host a person sees for a metadata URL: lower case,
@@ -183,7 +199,12 @@ func newMetadataFetcher(allowPrivate bool, tlsConfig *tls.Config) *metadataFetch
 // cached one expired. Any other id is left to the store. Concurrent
 // requests for one URL share a fetch, and a failure is remembered for a
 // short while.
-func (s *Server) resolveClient(ctx context.Context, id string) error {
+//
+// A fetch is an outbound request any unauthenticated visitor can cause,
+// like a registration: with Options.RegistrationLimiter set, each fetch
+// (not a cache hit) counts against the requesting network's bucket
+// ("oauth-cimd:" + network), with Options.RegistrationLimit.
+func (s *Server) resolveClient(ctx context.Context, r *http.Request, id string) error {
 	if s.metadata == nil || !metadataShaped(id) {
 		return nil
 	}
@@ -232,6 +253,23 @@ func (s *Server) resolveClient(ctx context.Context, id string) error {
 	f.inflight[id] = c
 	f.mu.Unlock()
 
+	if s.opts.RegistrationLimiter != nil {
+		d, err := s.opts.RegistrationLimiter.Allow(ctx, "oauth-cimd:"+clientNetwork(s.opts.ClientAddr(r)), s.opts.RegistrationLimit)
+		switch {
+		case err != nil:
+			c.err = fmt.Errorf("oauth: client document rate limit: %w: %w", errUnavailable, err)
+		case !d.Allowed:
+			c.err = &MetadataError{Reason: "too many new client metadata documents were requested from your network; try again later", transient: true}
+		}
+		if c.err != nil {
+			f.mu.Lock()
+			delete(f.inflight, id)
+			f.mu.Unlock()
+			close(c.done)
+			return c.err
+		}
+	}
+
 	// The fetch must not end with the request that started it: others
 	// wait on it.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MetadataFetchTimeout)
@@ -241,7 +279,7 @@ func (s *Server) resolveClient(ctx context.Context, id string) error {
 	f.mu.Lock()
 	delete(f.inflight, id)
 	var me *MetadataError
-	if errors.As(c.err, &me) {
+	if errors.As(c.err, &me) && !me.transient {
 		if len(f.failed) >= maxFailuresRemembered {
 			clear(f.failed)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -339,6 +340,8 @@ func TestClientMetadataDocumentRefusals(t *testing.T) {
 			docs.url("/a/../b.json"),             // dot segment
 			docs.url("/x.json#frag"),             // fragment
 			"https://user@" + docs.host() + "/x", // user info
+			"https://сlaude.example/x.json",      // a look-alike Unicode host
+			"HTTPS://" + docs.host() + "/x.json", // not canonical
 		} {
 			resp := e.do(http.MethodGet, e.authURL(docClient(e, id, redirect), nil), nil)
 			if resp.StatusCode != http.StatusBadRequest || pages.last().Reason != oauth.ErrorClientMetadata {
@@ -519,6 +522,42 @@ func TestClientMetadataDocumentBlocks(t *testing.T) {
 			if _, err := oauth.NormalizeHost(bad); err == nil {
 				t.Errorf("NormalizeHost(%q) accepted", bad)
 			}
+		}
+	})
+}
+
+// Fetches (not cache hits) count against the requesting network's
+// registration bucket: anyone can make the server fetch a URL, as anyone
+// can register.
+func TestClientMetadataDocumentFetchLimit(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		docs := newDocServer(t)
+		var pages *pagedLogin
+		e := newEnv(t, st, func(o *oauth.Options) {
+			pages = &pagedLogin{fakeLogin: o.LoginConsent.(*fakeLogin)}
+			o.LoginConsent = pages
+			o.MetadataAllowPrivate = true
+			o.MetadataTLSConfig = docs.trust()
+			o.RegistrationLimiter = ratelimit.New(st, nil)
+			o.RegistrationLimit = ratelimit.Limit{Requests: 2, Window: time.Hour}
+		})
+		const redirect = "http://127.0.0.1:9/cb"
+		ids := []string{docs.setDoc("/1.json", "", redirect), docs.setDoc("/2.json", "", redirect), docs.setDoc("/3.json", "", redirect)}
+		for _, id := range ids[:2] {
+			if code := e.do(http.MethodGet, e.authURL(docClient(e, id, redirect), nil), nil).StatusCode; code != http.StatusOK {
+				t.Fatalf("%s: %d", id, code)
+			}
+		}
+		// Cached: no fetch, no count.
+		if code := e.do(http.MethodGet, e.authURL(docClient(e, ids[0], redirect), nil), nil).StatusCode; code != http.StatusOK {
+			t.Fatalf("cached: %d", code)
+		}
+		resp := e.do(http.MethodGet, e.authURL(docClient(e, ids[2], redirect), nil), nil)
+		if got := pages.last(); resp.StatusCode != http.StatusBadRequest || got.Reason != oauth.ErrorClientMetadata || !strings.Contains(got.Message, "too many") {
+			t.Fatalf("third fetch: %d %+v", resp.StatusCode, got)
+		}
+		if n := docs.fetches.Load(); n != 2 {
+			t.Fatalf("%d fetches, want 2", n)
 		}
 	})
 }

@@ -19,7 +19,7 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.resolveClient(ctx, clientIDOf(r)); err != nil {
+	if err := s.resolveClient(ctx, r, clientIDOf(r)); err != nil {
 		s.writeError(w, r, resolveError(err))
 		return
 	}
@@ -47,7 +47,7 @@ func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
 		return
 	}
-	if err := s.resolveClient(ctx, clientIDOf(r)); err != nil {
+	if err := s.resolveClient(ctx, r, clientIDOf(r)); err != nil {
 		s.writeError(w, r, resolveError(err))
 		return
 	}
