@@ -155,5 +155,101 @@ func TestOIDCClientMetadataDocumentGoSDK(t *testing.T) {
 		if len(cs) != 1 || cs[0].ID != clientID || cs[0].Kind != "metadataDocument" || cs[0].Grants != 1 {
 			t.Errorf("clients %+v", cs)
 		}
+
+		// An admin blocks it on /admin/clients, by its URL and by its
+		// host: the token the SDK holds stops working, and comes back
+		// when the block is lifted.
+		ts, err := h.TokenSource(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := ts.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.CreateUser(t, "carol", "admin")
+		admin := oidcSession(t, s, "carol@example.com")
+		list := admin.do(t, "GET", "/admin/clients", nil)
+		if !strings.Contains(list, "app from "+host) || !strings.Contains(list, "block host") {
+			t.Fatalf("the clients page does not show the document client:\n%s", list)
+		}
+		check := func(step string, want int) {
+			t.Helper()
+			if got := oidcMCPStatus(t, s, tok.AccessToken); got != want {
+				t.Fatalf("%s: /mcp answered %d, want %d", step, got, want)
+			}
+		}
+		check("before any block", http.StatusOK)
+		admin.do(t, "POST", "/admin/clients/"+url.PathEscape(clientID)+"/block", url.Values{})
+		check("blocked by URL", http.StatusUnauthorized)
+		admin.do(t, "POST", "/admin/clients/"+url.PathEscape(clientID)+"/unblock", url.Values{})
+		check("URL unblocked", http.StatusOK)
+		admin.do(t, "POST", "/admin/client-hosts/block", url.Values{"host": {host}})
+		check("blocked by host", http.StatusUnauthorized)
+		if list := admin.do(t, "GET", "/admin/clients", nil); !strings.Contains(list, "host: "+host) || !strings.Contains(list, "unblock host") {
+			t.Fatalf("the clients page does not list the host block:\n%s", list)
+		}
+		admin.do(t, "POST", "/admin/client-hosts/unblock", url.Values{"host": {host}})
+		check("host unblocked", http.StatusOK)
 	})
+}
+
+// oidcPage is a signed-in web session on s.
+type oidcPage struct {
+	s      *enclavetest.Server
+	cookie *http.Cookie
+}
+
+func oidcSession(t *testing.T, s *enclavetest.Server, email string) oidcPage {
+	t.Helper()
+	u, err := s.Accounts().UserByEmail(t.Context(), email)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	if _, err := s.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+		t.Fatal(err)
+	}
+	return oidcPage{s: s, cookie: rec.Result().Cookies()[0]}
+}
+
+// do sends a request as the signed-in person (redirects not followed) and
+// returns the body; anything but 200 or 303 fails the test.
+func (p oidcPage) do(t *testing.T, method, path string, form url.Values) string {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, _ := http.NewRequest(method, p.s.URL+path, body)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	req.AddCookie(p.cookie)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("%s %s: %d %.300s", method, path, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// oidcMCPStatus is the status of an MCP initialize with token.
+func oidcMCPStatus(t *testing.T, s *enclavetest.Server, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", s.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+enclavetest.ProtocolVersion+`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
