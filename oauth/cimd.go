@@ -213,6 +213,11 @@ func (s *Server) resolveClient(ctx context.Context, r *http.Request, id string) 
 		return err
 	}
 	host := metadataHost(u)
+	if iss, err := url.Parse(s.issuer); err == nil && host == metadataHost(iss) {
+		// The consent page would say "app from <this server>": content
+		// people can publish here must never vouch for an app.
+		return metadataErr("the client_id URL must not be on this server", nil)
+	}
 	if blocked, err := s.metadataBlocked(ctx, id, host); err != nil {
 		return err
 	} else if blocked {

@@ -331,17 +331,18 @@ func TestClientMetadataDocumentRefusals(t *testing.T) {
 				}
 			})
 		}
-		// URLs that are no metadata URL at all are refused before any
-		// fetch.
+		// URLs that are no metadata URL at all, or on this server's
+		// own host, are refused before any fetch.
 		before := docs.fetches.Load()
 		for _, id := range []string{
-			"https://" + docs.host(),             // no path
-			"https://" + docs.host() + "/",       // root path
-			docs.url("/a/../b.json"),             // dot segment
-			docs.url("/x.json#frag"),             // fragment
-			"https://user@" + docs.host() + "/x", // user info
-			"https://сlaude.example/x.json",      // a look-alike Unicode host
-			"HTTPS://" + docs.host() + "/x.json", // not canonical
+			"https://" + docs.host(),                                        // no path
+			"https://" + docs.host() + "/",                                  // root path
+			docs.url("/a/../b.json"),                                        // dot segment
+			docs.url("/x.json#frag"),                                        // fragment
+			"https://user@" + docs.host() + "/x",                            // user info
+			"https://сlaude.example/x.json",                                 // a look-alike Unicode host
+			"HTTPS://" + docs.host() + "/x.json",                            // not canonical
+			strings.Replace(e.ts.URL, "http://", "https://", 1) + "/x.json", // this server's own host
 		} {
 			resp := e.do(http.MethodGet, e.authURL(docClient(e, id, redirect), nil), nil)
 			if resp.StatusCode != http.StatusBadRequest || pages.last().Reason != oauth.ErrorClientMetadata {
@@ -350,6 +351,11 @@ func TestClientMetadataDocumentRefusals(t *testing.T) {
 		}
 		if n := docs.fetches.Load(); n != before {
 			t.Errorf("%d fetches for malformed client ids", n-before)
+		}
+		own := strings.Replace(e.ts.URL, "http://", "https://", 1) + "/x.json"
+		e.do(http.MethodGet, e.authURL(docClient(e, own, redirect), nil), nil)
+		if got := pages.last(); !strings.Contains(got.Message, "must not be on this server") {
+			t.Errorf("a client_id on this server: %+v", got)
 		}
 		// A document too slow to arrive within 5 s.
 		if st.Dialect() == storage.SQLite {
