@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-retryablehttp"
 	"github.com/ory/fosite"
 	"github.com/uptrace/bun"
 
@@ -72,21 +74,22 @@ func metadataErr(reason string, cause error) error {
 // clientDocument is a client ID metadata document: the RFC 7591 client
 // metadata this server reads, plus the fields it must refuse.
 type clientDocument struct {
-	ClientID                string          `json:"client_id"`
-	ClientName              string          `json:"client_name"`
-	ClientURI               string          `json:"client_uri"`
-	LogoURI                 string          `json:"logo_uri"`
-	RedirectURIs            []string        `json:"redirect_uris"`
-	GrantTypes              []string        `json:"grant_types"`
-	ResponseTypes           []string        `json:"response_types"`
-	TokenEndpointAuthMethod string          `json:"token_endpoint_auth_method"`
-	JWKSURI                 string          `json:"jwks_uri"`
-	JWKS                    json.RawMessage `json:"jwks"`
-	Scope                   string          `json:"scope"`
-	SoftwareID              string          `json:"software_id"`
-	SoftwareVersion         string          `json:"software_version"`
-	ClientSecret            *string         `json:"client_secret"`
-	ClientSecretExpiresAt   *json.Number    `json:"client_secret_expires_at"`
+	ClientID                    string          `json:"client_id"`
+	ClientName                  string          `json:"client_name"`
+	ClientURI                   string          `json:"client_uri"`
+	LogoURI                     string          `json:"logo_uri"`
+	RedirectURIs                []string        `json:"redirect_uris"`
+	GrantTypes                  []string        `json:"grant_types"`
+	ResponseTypes               []string        `json:"response_types"`
+	TokenEndpointAuthMethod     string          `json:"token_endpoint_auth_method"`
+	JWKSURI                     string          `json:"jwks_uri"`
+	JWKS                        json.RawMessage `json:"jwks"`
+	Scope                       string          `json:"scope"`
+	SoftwareID                  string          `json:"software_id"`
+	SoftwareVersion             string          `json:"software_version"`
+	TokenEndpointAuthSigningAlg string          `json:"token_endpoint_auth_signing_alg"`
+	ClientSecret                *string         `json:"client_secret"`
+	ClientSecretExpiresAt       *json.Number    `json:"client_secret_expires_at"`
 }
 
 // IsClientMetadataURL reports whether id has the shape of a client ID
@@ -374,7 +377,18 @@ func (s *Server) checkClientDocument(id string, body []byte) (*ClientMetadata, e
 			return nil, metadataErr("a client with token_endpoint_auth_method none must not publish keys", nil)
 		}
 	case "private_key_jwt":
-		return nil, metadataErr("token_endpoint_auth_method private_key_jwt is not supported by this server yet; use none (PKCE)", nil)
+		if len(doc.JWKS) > 0 {
+			return nil, metadataErr("a private_key_jwt client must publish its keys at a jwks_uri, not inline", nil)
+		}
+		ju, err := url.Parse(doc.JWKSURI)
+		if doc.JWKSURI == "" || err != nil || egress.CheckURL(ju) != nil || ju.Fragment != "" || len(doc.JWKSURI) > 2048 {
+			return nil, metadataErr("a private_key_jwt client needs an https jwks_uri", nil)
+		}
+		switch doc.TokenEndpointAuthSigningAlg {
+		case "", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512":
+		default:
+			return nil, metadataErr(fmt.Sprintf("token_endpoint_auth_signing_alg %q is not supported: use an RSA or ECDSA algorithm", doc.TokenEndpointAuthSigningAlg), nil)
+		}
 	default:
 		return nil, metadataErr(fmt.Sprintf("token_endpoint_auth_method %q is not allowed: use none or private_key_jwt", doc.TokenEndpointAuthMethod), nil)
 	}
@@ -392,12 +406,19 @@ func (s *Server) checkClientDocument(id string, body []byte) (*ClientMetadata, e
 	// The document's scope only describes what the client may ask for;
 	// the request's scope is checked against this server's scopes.
 	md.Scope = ""
+	// Registration knows no private_key_jwt: check the rest as for a
+	// public client, then put the method and its keys back.
+	md.TokenEndpointAuthMethod = "none"
 	if err := s.normalizeMetadata(md); err != nil {
 		var rerr *registrationError
 		if errors.As(err, &rerr) {
 			return nil, metadataErr(strings.TrimSuffix(rerr.description, "."), nil)
 		}
 		return nil, metadataErr("the client metadata document is invalid", err)
+	}
+	md.TokenEndpointAuthMethod = doc.TokenEndpointAuthMethod
+	if md.TokenEndpointAuthMethod == "private_key_jwt" {
+		md.JWKSURI, md.TokenEndpointAuthSigningAlg = doc.JWKSURI, doc.TokenEndpointAuthSigningAlg
 	}
 	if md.ClientName == "" {
 		md.ClientName = id
@@ -507,6 +528,11 @@ func clientIDOf(r *http.Request) string {
 	if id := r.PostForm.Get("client_id"); id != "" {
 		return id
 	}
+	if a := r.PostForm.Get("client_assertion"); a != "" {
+		// Only to know which document to load: the assertion itself is
+		// verified by fosite against that client's keys.
+		return assertionSubject(a)
+	}
 	if id, _, ok := r.BasicAuth(); ok {
 		if un, err := url.QueryUnescape(id); err == nil {
 			return un
@@ -603,4 +629,34 @@ func (s *Server) setMetadataBlock(ctx context.Context, kind, value, host string,
 		return false, fmt.Errorf("oauth: block client: %w", err)
 	}
 	return changed, nil
+}
+
+// assertionSubject reads the sub claim of a JWT without verifying it.
+func assertionSubject(jwt string) string {
+	parts := strings.Split(jwt, ".")
+	if len(parts) != 3 || len(parts[1]) > 8<<10 {
+		return ""
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	if json.Unmarshal(payload, &claims) != nil {
+		return ""
+	}
+	return claims.Sub
+}
+
+// jwksFetcher is fosite's JWKS fetcher for private_key_jwt clients, on
+// the same egress client as documents (public https addresses only, 5 s,
+// bounded size), without retries.
+func jwksFetcher(client *http.Client) fosite.JWKSFetcherStrategy {
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = client
+	rc.RetryMax = 0
+	rc.Logger = nil
+	return fosite.NewDefaultJWKSFetcherStrategy(fosite.JWKSFetcherWithHTTPClient(rc))
 }

@@ -1,6 +1,8 @@
 package oauth_test
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -13,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-jose/go-jose/v3"
+	josejwt "github.com/go-jose/go-jose/v3/jwt"
 	"golang.org/x/oauth2"
 
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
@@ -299,10 +303,13 @@ func TestClientMetadataDocumentRefusals(t *testing.T) {
 		{"no redirect URIs", "/b.json", docAnswer{body: with("/b.json", func(m map[string]any) { delete(m, "redirect_uris") })}, "lists no redirect_uris"},
 		{"a secret", "/c.json", docAnswer{body: with("/c.json", func(m map[string]any) { m["client_secret"] = "s3cret" })}, "must not carry a client secret"},
 		{"secret auth method", "/d.json", docAnswer{body: with("/d.json", func(m map[string]any) { m["token_endpoint_auth_method"] = "client_secret_basic" })}, "is not allowed"},
-		{"private_key_jwt", "/e.json", docAnswer{body: with("/e.json", func(m map[string]any) {
+		{"private_key_jwt without jwks_uri", "/e.json", docAnswer{body: with("/e.json", func(m map[string]any) {
 			m["token_endpoint_auth_method"] = "private_key_jwt"
-			m["jwks_uri"] = docs.url("/jwks.json")
-		})}, "not supported"},
+		})}, "needs an https jwks_uri"},
+		{"private_key_jwt with inline keys", "/e2.json", docAnswer{body: with("/e2.json", func(m map[string]any) {
+			m["token_endpoint_auth_method"] = "private_key_jwt"
+			m["jwks"] = map[string]any{"keys": []any{}}
+		})}, "not inline"},
 		{"none with keys", "/f.json", docAnswer{body: with("/f.json", func(m map[string]any) { m["jwks_uri"] = docs.url("/jwks.json") })}, "must not publish keys"},
 		{"bad redirect URI", "/g.json", docAnswer{body: with("/g.json", func(m map[string]any) { m["redirect_uris"] = []string{"http://evil.example/cb"} })}, "is not allowed"},
 		{"too large", "/h.json", docAnswer{body: with("/h.json", func(m map[string]any) { m["client_name"] = strings.Repeat("x", 6<<10) })}, "larger than 5120 bytes"},
@@ -564,6 +571,97 @@ func TestClientMetadataDocumentFetchLimit(t *testing.T) {
 		}
 		if n := docs.fetches.Load(); n != 2 {
 			t.Fatalf("%d fetches, want 2", n)
+		}
+	})
+}
+
+// assertion signs a private_key_jwt client assertion for clientID.
+func assertion(t *testing.T, key *rsa.PrivateKey, clientID, aud, jti string, exp time.Time) string {
+	t.Helper()
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := josejwt.Signed(signer).Claims(map[string]any{
+		"iss": clientID, "sub": clientID, "aud": aud, "jti": jti,
+		"iat": time.Now().Unix(), "exp": exp.Unix(),
+	}).CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A document client may authenticate with private_key_jwt: its keys come
+// from its jwks_uri (through the same egress client), each assertion's jti
+// is accepted once, and an assertion for another audience, signed by
+// another key, or lasting more than an hour is refused.
+func TestClientMetadataDocumentPrivateKeyJWT(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := rsa.GenerateKey(rand.Reader, 2048)
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		docs := newDocServer(t)
+		e, _ := cimdEnv(t, st, docs)
+		const redirect = "http://127.0.0.1:9/callback"
+		jwks, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+		docs.set("/jwks.json", docAnswer{body: string(jwks)})
+		id := docs.url("/confidential.json")
+		body, _ := json.Marshal(map[string]any{
+			"client_id": id, "client_name": "Confidential", "redirect_uris": []string{redirect},
+			"token_endpoint_auth_method": "private_key_jwt", "jwks_uri": docs.url("/jwks.json"),
+		})
+		docs.set("/confidential.json", docAnswer{body: string(body)})
+		conf := docClient(e, id, redirect)
+		_, email := e.createUser(userState{})
+		tokenURL := e.ts.URL + "/oauth/token"
+		code := func() string {
+			return e.authorize(conf, email, nil).Query().Get("code")
+		}
+		withAssertion := func(a string) url.Values {
+			return url.Values{
+				"client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
+				"client_assertion":      {a},
+				"client_id":             {id},
+			}
+		}
+		// Without an assertion the client is not authenticated.
+		if tok := e.exchange(conf, code(), nil); tok.Status != http.StatusUnauthorized || tok.Error != "invalid_client" {
+			t.Fatalf("no assertion: %d %s", tok.Status, tok.Error)
+		}
+		a := assertion(t, key, id, tokenURL, "jti-1", time.Now().Add(5*time.Minute))
+		tok := e.exchange(conf, code(), withAssertion(a))
+		if tok.Status != http.StatusOK {
+			t.Fatalf("exchange: %d %s %s", tok.Status, tok.Error, tok.Description)
+		}
+		if e.mcpStatus(tok.AccessToken) != http.StatusOK {
+			t.Fatal("token refused")
+		}
+		// The same assertion again: refused.
+		if r := e.exchange(conf, code(), withAssertion(a)); r.Status != http.StatusUnauthorized || r.Error != "invalid_client" || !strings.Contains(r.Description, "jti") {
+			t.Fatalf("replayed assertion: %d %s %s", r.Status, r.Error, r.Description)
+		}
+		for name, bad := range map[string]string{
+			"other audience":  assertion(t, key, id, e.ts.URL, "jti-2", time.Now().Add(5*time.Minute)),
+			"other key":       assertion(t, other, id, tokenURL, "jti-3", time.Now().Add(5*time.Minute)),
+			"too long-lived":  assertion(t, key, id, tokenURL, "jti-4", time.Now().Add(2*time.Hour)),
+			"expired":         assertion(t, key, id, tokenURL, "jti-5", time.Now().Add(-time.Minute)),
+			"another subject": assertion(t, key, docs.url("/other.json"), tokenURL, "jti-6", time.Now().Add(5*time.Minute)),
+		} {
+			if r := e.exchange(conf, code(), withAssertion(bad)); r.Status != http.StatusUnauthorized || r.Error != "invalid_client" {
+				t.Errorf("%s: %d %s %s, want 401 invalid_client", name, r.Status, r.Error, r.Description)
+			}
+		}
+		// A refresh authenticates the same way.
+		r := e.token(url.Values{
+			"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "client_id": {id},
+			"client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
+			"client_assertion":      {assertion(t, key, id, tokenURL, "jti-7", time.Now().Add(5*time.Minute))},
+		})
+		if r.Status != http.StatusOK {
+			t.Fatalf("refresh: %d %s %s", r.Status, r.Error, r.Description)
 		}
 	})
 }

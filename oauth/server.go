@@ -88,6 +88,23 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		SanitationWhiteList:            []string{"redirect_uri", "resource"},
 		RefreshTokenScopes:             []string{}, // every grant gets a refresh token
 	}
+	if s.metadata != nil {
+		cfg.JWKSFetcherStrategy = jwksFetcher(s.metadata.client)
+	}
+	// fosite hands some client assertion failures back as bare JWT
+	// validation errors (an expired assertion): they are the client's
+	// fault, not the server's.
+	cfg.ClientAuthenticationStrategy = func(ctx context.Context, r *http.Request, form url.Values) (fosite.Client, error) {
+		c, err := s.provider.DefaultClientAuthenticationStrategy(ctx, r, form)
+		var rfc *fosite.RFC6749Error
+		if errors.Is(err, fosite.ErrJTIKnown) {
+			return nil, fosite.ErrInvalidClient.WithHint("The client_assertion's jti was already used.").WithWrap(err)
+		}
+		if err != nil && !errors.As(err, &rfc) && !errors.Is(err, errUnavailable) {
+			return nil, fosite.ErrInvalidClient.WithHint("The client_assertion is expired, not yet valid or malformed.").WithWrap(err)
+		}
+		return c, err
+	}
 	s.strategy = oauth2.NewHMACSHAStrategy(&hmac.HMACStrategy{Config: cfg}, cfg)
 	explicit := &oauth2.AuthorizeExplicitGrantHandler{
 		AccessTokenStrategy:    s.strategy,
