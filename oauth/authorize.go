@@ -19,6 +19,12 @@ import (
 type AuthorizeRequest struct {
 	ClientID   string
 	ClientName string
+	// ClientHost is the host of the client's metadata document when its
+	// ClientID is that document's URL: whoever controls that host vouches
+	// for the app, and the consent page says "app from <host>". Empty for
+	// a client from dynamic registration: its name is whatever the
+	// registrant chose, and the page marks it as unverified.
+	ClientHost string
 	// RedirectURI is where the answer goes; RedirectHost is its host (or its
 	// scheme, for a private-use scheme), to show the user.
 	RedirectURI  string
@@ -102,6 +108,13 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		r.Form.Set("scope", ScopeMCP)
 	}
 
+	// A client whose id is the URL of its metadata document is fetched
+	// (or found fresh in the cache) before fosite loads it.
+	if err := s.resolveClient(ctx, r, r.Form.Get("client_id")); err != nil {
+		s.writeAuthorizePage(w, r, nil, resolveError(err))
+		return
+	}
+
 	// The client fosite loads for this request also lists the requested
 	// redirect URI when it is a loopback URI registered on another port
 	// (RFC 8252 §7.3), so that fosite's matching agrees with ours.
@@ -138,6 +151,7 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	req := &AuthorizeRequest{
 		ClientID:     client.ID,
 		ClientName:   client.Name,
+		ClientHost:   client.MetadataHost,
 		RedirectURI:  redirect.String(),
 		RedirectHost: host,
 		Scopes:       slices.Clone(ar.GetRequestedScopes()),
@@ -313,7 +327,9 @@ func redirectRegistered(ar fosite.AuthorizeRequester) bool {
 		return false
 	}
 	for _, reg := range c.RedirectURIs {
-		if raw == reg || loopbackMatch(reg, raw) {
+		// A metadata document's redirect URIs match exactly: the
+		// document lists every one its publisher vouches for.
+		if raw == reg || (c.MetadataHost == "" && loopbackMatch(reg, raw)) {
 			return true
 		}
 	}
@@ -362,7 +378,7 @@ func withRequestedRedirect(ctx context.Context, raw string) context.Context {
 // port. Only the authorization endpoint sets that URI.
 func withLoopbackPort(ctx context.Context, c *Client) *Client {
 	raw, _ := ctx.Value(requestedRedirectKey{}).(string)
-	if raw == "" || slices.Contains(c.RedirectURIs, raw) {
+	if raw == "" || c.MetadataHost != "" || slices.Contains(c.RedirectURIs, raw) {
 		return c
 	}
 	for _, reg := range c.RedirectURIs {

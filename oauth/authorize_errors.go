@@ -3,6 +3,7 @@ package oauth
 import (
 	"errors"
 	"net/http"
+	"net/url"
 
 	"github.com/ory/fosite"
 )
@@ -38,6 +39,9 @@ const (
 	ErrorUnknownClient AuthorizeErrorReason = "unknown_client"
 	// ErrorBlockedClient: an admin blocked the client.
 	ErrorBlockedClient AuthorizeErrorReason = "blocked_client"
+	// ErrorClientMetadata: the client_id is the URL of a client metadata
+	// document that could not be fetched or is not valid.
+	ErrorClientMetadata AuthorizeErrorReason = "client_metadata"
 	// ErrorRedirectURI: the redirect_uri is not one the client registered.
 	ErrorRedirectURI AuthorizeErrorReason = "redirect_uri"
 	// ErrorBadRequest: parameters are missing or malformed before the
@@ -67,6 +71,7 @@ var errClientBlocked = errors.New("oauth: client blocked by an admin")
 // redirected, for the person whose browser made it.
 func authorizeError(r *http.Request, ar fosite.AuthorizeRequester, err error) *AuthorizeError {
 	rfc := fosite.ErrorToRFC6749Error(err)
+	var me *MetadataError
 	switch {
 	case errors.Is(err, errUnavailable):
 		return &AuthorizeError{Status: http.StatusServiceUnavailable, Reason: ErrorUnavailable, Code: fosite.ErrTemporarilyUnavailable.ErrorField,
@@ -76,6 +81,12 @@ func authorizeError(r *http.Request, ar fosite.AuthorizeRequester, err error) *A
 		return &AuthorizeError{Status: http.StatusInternalServerError, Reason: ErrorServer, Code: fosite.ErrServerError.ErrorField,
 			Title:   "Something went wrong",
 			Message: "The server could not handle this request. Try again later; if it keeps happening, tell the server's administrator."}
+	case errors.As(err, &me):
+		return &AuthorizeError{Status: http.StatusBadRequest, Reason: ErrorClientMetadata, Code: fosite.ErrInvalidClient.ErrorField,
+			Title: "This app's description could not be used",
+			Message: "This app identifies itself with a document published at " + documentHost(r.Form.Get("client_id")) +
+				", and this server could not use it: " + me.Reason + ". Nothing was sent to the app. " +
+				"Try again in a minute; if it keeps happening, the app's publisher must fix the document."}
 	case errors.Is(err, errClientBlocked):
 		return &AuthorizeError{Status: http.StatusBadRequest, Reason: ErrorBlockedClient, Code: fosite.ErrInvalidClient.ErrorField,
 			Title:   "This app is blocked",
@@ -95,6 +106,14 @@ func authorizeError(r *http.Request, ar fosite.AuthorizeRequester, err error) *A
 		Title: "This link is not valid",
 		Message: "The request that opened this page is incomplete or malformed, so this server cannot tell which app is asking " +
 			"or where to send you back. Start connecting again from your app."}
+}
+
+// documentHost names the host of a client metadata URL for a person.
+func documentHost(id string) string {
+	if u, err := url.Parse(id); err == nil && u.Hostname() != "" {
+		return metadataHost(u)
+	}
+	return "an address"
 }
 
 // knownClient reports whether ar names a registered client (fosite sets an

@@ -20,9 +20,17 @@ type Client struct {
 	AuthMethod string
 	CreatedAt  time.Time
 	LastUsedAt time.Time
+	// MetadataHost is the host of the client's metadata document when
+	// its ID is that document's URL (a person can tell who publishes
+	// it); empty for a client from dynamic registration, whose name and
+	// URIs nobody vouches for.
+	MetadataHost string
 
 	secretHash []byte
 	audience   []string
+	// jwksURI and signingAlg: a private_key_jwt client's keys and the
+	// algorithm its assertions use (from its metadata document).
+	jwksURI, signingAlg string
 }
 
 var (
@@ -67,8 +75,9 @@ func (c *Client) GetRequestURIs() []string { return nil }
 // GetJSONWebKeys implements fosite.OpenIDConnectClient (unused).
 func (c *Client) GetJSONWebKeys() *jose.JSONWebKeySet { return nil }
 
-// GetJSONWebKeysURI implements fosite.OpenIDConnectClient (unused).
-func (c *Client) GetJSONWebKeysURI() string { return "" }
+// GetJSONWebKeysURI implements fosite.OpenIDConnectClient: where a
+// private_key_jwt client publishes its keys.
+func (c *Client) GetJSONWebKeysURI() string { return c.jwksURI }
 
 // GetRequestObjectSigningAlgorithm implements fosite.OpenIDConnectClient (unused).
 func (c *Client) GetRequestObjectSigningAlgorithm() string { return "" }
@@ -76,8 +85,15 @@ func (c *Client) GetRequestObjectSigningAlgorithm() string { return "" }
 // GetTokenEndpointAuthMethod implements fosite.OpenIDConnectClient.
 func (c *Client) GetTokenEndpointAuthMethod() string { return c.AuthMethod }
 
-// GetTokenEndpointAuthSigningAlgorithm implements fosite.OpenIDConnectClient (unused).
-func (c *Client) GetTokenEndpointAuthSigningAlgorithm() string { return "" }
+// GetTokenEndpointAuthSigningAlgorithm implements fosite.OpenIDConnectClient:
+// the algorithm of a private_key_jwt client's assertions (its document's
+// token_endpoint_auth_signing_alg, RS256 by default).
+func (c *Client) GetTokenEndpointAuthSigningAlgorithm() string {
+	if c.signingAlg == "" {
+		return "RS256"
+	}
+	return c.signingAlg
+}
 
 // session is what fosite carries through a flow and what token rows keep:
 // the internal and stable ids of the user who approved, and the expiry of

@@ -20,6 +20,26 @@ type RegisteredClient struct {
 	LastUsedAt   time.Time  `json:"lastUsedAt"`
 	Grants       int        `json:"grants" jsonschema:"how many users have an active authorization for it"`
 	BlockedAt    *time.Time `json:"blockedAt,omitempty"`
+	// Kind is how the client identifies itself: "registered" (dynamic
+	// registration; nobody vouches for its name) or "metadataDocument"
+	// (its id is the https URL of its metadata document).
+	Kind string `json:"kind" jsonschema:"registered: dynamic registration, nobody vouches for its name; metadataDocument: its id is the https URL of its metadata document" schema:"enum=registered|metadataDocument"`
+	// Host is the host of the metadata document, for kind metadataDocument.
+	Host string `json:"host,omitempty" jsonschema:"the host publishing the client's metadata document (kind metadataDocument)"`
+}
+
+// Kinds of RegisteredClient.
+const (
+	ClientKindRegistered       = "registered"
+	ClientKindMetadataDocument = "metadataDocument"
+)
+
+// ClientBlock is an admin's block of a client metadata URL or of every
+// client whose metadata document a host publishes.
+type ClientBlock struct {
+	Kind      string    `json:"kind" jsonschema:"what is blocked" schema:"enum=url|host"`
+	Value     string    `json:"value" jsonschema:"the metadata URL (kind url) or host (kind host)"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // ErrClientNotFound is returned for a client id that is not registered.
@@ -44,7 +64,10 @@ func (s *Server) Clients(ctx context.Context) ([]RegisteredClient, error) {
 	}
 	out := make([]RegisteredClient, 0, len(rows))
 	for _, r := range rows {
-		c := RegisteredClient{ID: r.ID, Name: r.Name, Public: r.SecretHash == "", CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, Grants: r.Grants, BlockedAt: r.BlockedAt}
+		c := RegisteredClient{ID: r.ID, Name: r.Name, Public: r.SecretHash == "", CreatedAt: r.CreatedAt, LastUsedAt: r.LastUsedAt, Grants: r.Grants, BlockedAt: r.BlockedAt, Kind: ClientKindRegistered}
+		if r.MetadataHost != nil {
+			c.Kind, c.Host = ClientKindMetadataDocument, *r.MetadataHost
+		}
 		if err := json.Unmarshal([]byte(r.RedirectURIs), &c.RedirectURIs); err != nil {
 			c.RedirectURIs = []string{}
 		}
@@ -58,11 +81,22 @@ func (s *Server) Clients(ctx context.Context) ([]RegisteredClient, error) {
 // its one query), and it can neither authorize nor refresh; unblocking
 // restores its grants that have not expired. It reports whether anything
 // changed.
+//
+// A client metadata URL may be blocked before any client used it: the
+// block is kept apart from the client's row (which goes when the client
+// goes unused), and the URL is refused before anything is fetched.
 func (s *Server) SetClientBlocked(ctx context.Context, id string, blocked bool) (bool, error) {
 	if !storable(id) {
 		return false, ErrClientNotFound // from a URL: no client has such an id
 	}
 	defer s.revoked(ctx, 0, "") // the client's tokens, of every account
+	if metadataShaped(id) {
+		u, err := parseMetadataURL(id)
+		if err != nil {
+			return false, ErrClientNotFound
+		}
+		return s.setMetadataBlock(ctx, blockURL, id, metadataHost(u), blocked)
+	}
 	q := s.store.db.DB.NewUpdate().Model((*clientRow)(nil)).Where("id = ?", id)
 	if blocked {
 		q = q.Set("blocked_at = ?", s.opts.Now().UTC()).Where("blocked_at IS NULL")
@@ -86,9 +120,39 @@ func (s *Server) SetClientBlocked(ctx context.Context, id string, blocked bool) 
 	return false, nil
 }
 
+// ClientBlocks lists the admins' blocks of metadata URLs and hosts, newest
+// first.
+func (s *Server) ClientBlocks(ctx context.Context) ([]ClientBlock, error) {
+	var rows []clientBlockRow
+	if err := s.store.db.Reader.NewSelect().Model(&rows).OrderExpr("b.created_at DESC, b.kind, b.value").
+		Limit(maxListedClients).Scan(ctx); err != nil {
+		return nil, fmt.Errorf("oauth: list client blocks: %w", err)
+	}
+	out := make([]ClientBlock, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, ClientBlock{Kind: r.Kind, Value: r.Value, CreatedAt: r.CreatedAt})
+	}
+	return out, nil
+}
+
 // ClientListOutput is the output of adminOAuthClientList.
 type ClientListOutput struct {
 	Clients []RegisteredClient `json:"clients"`
+	// Blocks are the blocked metadata URLs and hosts.
+	Blocks []ClientBlock `json:"blocks"`
+}
+
+// HostBlockInput is the input of adminOAuthClientBlockHost and
+// adminOAuthClientUnblockHost.
+type HostBlockInput struct {
+	Host string `json:"host" jsonschema:"a host name publishing client metadata documents, such as app.example (with :port when not 443)"`
+}
+
+// HostBlockOutput says whether the call changed the host's block.
+type HostBlockOutput struct {
+	Host    string `json:"host"`
+	Blocked bool   `json:"blocked"`
+	Changed bool   `json:"changed"`
 }
 
 // ClientBlockInput is the input of adminOAuthClientBlock and
@@ -131,17 +195,46 @@ func (s *Server) AdminCapabilities() []capabilities.Capability {
 			},
 		})
 	}
+	blockHost := func(name, title, desc string, blocked bool) capabilities.Capability {
+		return capabilities.Define(capabilities.Spec[HostBlockInput, HostBlockOutput]{
+			Name: name, Domain: "admin", Title: title, Description: desc,
+			Annotations: &capabilities.Annotations{Destructive: blocked, Idempotent: true},
+			Requires:    admin,
+			Handler: func(ctx context.Context, _ *capabilities.Call, in HostBlockInput) (HostBlockOutput, error) {
+				host, err := NormalizeHost(in.Host)
+				if err != nil {
+					return HostBlockOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "%s", err.Error())
+				}
+				changed, err := s.SetHostBlocked(ctx, host, blocked)
+				if err != nil {
+					return HostBlockOutput{}, err
+				}
+				if changed {
+					s.opts.Logger.InfoContext(ctx, "oauth: client host block changed by an admin", "host", host, "blocked", blocked)
+				}
+				return HostBlockOutput{Host: host, Blocked: blocked, Changed: changed}, nil
+			},
+		})
+	}
 	return []capabilities.Capability{
 		capabilities.Define(capabilities.Spec[struct{}, ClientListOutput]{
 			Name: "adminOAuthClientList", Domain: "admin", Title: "List registered OAuth clients",
-			Description: "Lists the registered OAuth clients (apps and agents): name, redirect URIs, when registered and last used, how many users authorized each, and whether it is blocked. Admins only.",
+			Description: "Lists the OAuth clients (apps and agents), registered ones and those identified by a metadata document URL: name, redirect URIs, host, when first seen and last used, how many users authorized each, whether it is blocked, and the blocked metadata URLs and hosts. Admins only.",
 			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
 			Requires:    admin,
 			Handler: func(ctx context.Context, _ *capabilities.Call, _ struct{}) (ClientListOutput, error) {
 				cs, err := s.Clients(ctx)
-				return ClientListOutput{Clients: cs}, err
+				if err != nil {
+					return ClientListOutput{}, err
+				}
+				bs, err := s.ClientBlocks(ctx)
+				return ClientListOutput{Clients: cs, Blocks: bs}, err
 			},
 		}),
+		blockHost("adminOAuthClientBlockHost", "Block every OAuth client a host publishes",
+			"Blocks every OAuth client whose id is a metadata document URL on this host: their tokens stop working at once, and no client from the host can authorize until unblocked. Admins only.", true),
+		blockHost("adminOAuthClientUnblockHost", "Unblock a host's OAuth clients",
+			"Lifts a host's block: its clients (unless blocked one by one) may authorize again, and their authorizations that have not expired work again. Admins only.", false),
 		block("adminOAuthClientBlock", "Block an OAuth client",
 			"Blocks a registered OAuth client: every token it holds stops working at once, and it can neither authorize nor refresh until unblocked. Admins only.", true),
 		block("adminOAuthClientUnblock", "Unblock an OAuth client",

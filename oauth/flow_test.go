@@ -31,7 +31,8 @@ func TestMetadata(t *testing.T) {
 			"response_types_supported":                       []any{"code"},
 			"grant_types_supported":                          []any{"authorization_code", "refresh_token"},
 			"code_challenge_methods_supported":               []any{"S256"},
-			"token_endpoint_auth_methods_supported":          []any{"none", "client_secret_basic", "client_secret_post"},
+			"token_endpoint_auth_methods_supported":          []any{"none", "client_secret_basic", "client_secret_post", "private_key_jwt"},
+			"client_id_metadata_document_supported":          true,
 			"scopes_supported":                               []any{"mcp", "admin", "notes"},
 			"authorization_response_iss_parameter_supported": true,
 		}

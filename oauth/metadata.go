@@ -3,6 +3,7 @@ package oauth
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 )
 
 // ASMetadata is the RFC 8414 authorization server metadata document.
@@ -20,6 +21,12 @@ type ASMetadata struct {
 	RevocationEndpointAuthMethodsSupported []string `json:"revocation_endpoint_auth_methods_supported"`
 	ScopesSupported                        []string `json:"scopes_supported"`
 	AuthorizationResponseISSSupported      bool     `json:"authorization_response_iss_parameter_supported"`
+	// TokenEndpointAuthSigningAlgValuesSupported: the algorithms of
+	// private_key_jwt assertions (clients with a metadata document).
+	TokenEndpointAuthSigningAlgValuesSupported []string `json:"token_endpoint_auth_signing_alg_values_supported,omitempty"`
+	// ClientIDMetadataDocumentSupported: a client_id may be the https URL
+	// of the client's metadata document.
+	ClientIDMetadataDocumentSupported bool `json:"client_id_metadata_document_supported,omitempty"`
 }
 
 // ResourceMetadata is the RFC 9728 protected resource metadata document.
@@ -34,20 +41,29 @@ var authMethods = []string{"none", "client_secret_basic", "client_secret_post"}
 
 // Metadata returns the authorization server metadata.
 func (s *Server) Metadata() ASMetadata {
+	methods := authMethods
+	var algs []string
+	if s.metadata != nil {
+		// Only a client with a metadata document may use private_key_jwt.
+		methods = append(slices.Clone(authMethods), "private_key_jwt")
+		algs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
+	}
 	return ASMetadata{
-		Issuer:                                 s.issuer,
-		AuthorizationEndpoint:                  s.issuer + PathAuthorize,
-		TokenEndpoint:                          s.issuer + PathToken,
-		RegistrationEndpoint:                   s.issuer + PathRegister,
-		RevocationEndpoint:                     s.issuer + PathRevoke,
-		ResponseTypesSupported:                 []string{"code"},
-		ResponseModesSupported:                 []string{"query"},
-		GrantTypesSupported:                    []string{"authorization_code", "refresh_token"},
-		CodeChallengeMethodsSupported:          []string{"S256"},
-		TokenEndpointAuthMethodsSupported:      authMethods,
-		RevocationEndpointAuthMethodsSupported: authMethods,
-		ScopesSupported:                        s.opts.Scopes,
-		AuthorizationResponseISSSupported:      true,
+		Issuer:                                     s.issuer,
+		AuthorizationEndpoint:                      s.issuer + PathAuthorize,
+		TokenEndpoint:                              s.issuer + PathToken,
+		RegistrationEndpoint:                       s.issuer + PathRegister,
+		RevocationEndpoint:                         s.issuer + PathRevoke,
+		ResponseTypesSupported:                     []string{"code"},
+		ResponseModesSupported:                     []string{"query"},
+		GrantTypesSupported:                        []string{"authorization_code", "refresh_token"},
+		CodeChallengeMethodsSupported:              []string{"S256"},
+		TokenEndpointAuthMethodsSupported:          methods,
+		RevocationEndpointAuthMethodsSupported:     methods,
+		TokenEndpointAuthSigningAlgValuesSupported: algs,
+		ScopesSupported:                            s.opts.Scopes,
+		AuthorizationResponseISSSupported:          true,
+		ClientIDMetadataDocumentSupported:          s.metadata != nil,
 	}
 }
 

@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -89,6 +90,21 @@ type Options struct {
 	// at registration (for example "cursor"), besides https and loopback
 	// http.
 	PrivateURISchemes []string
+
+	// DisableClientMetadataDocuments turns client ID metadata documents
+	// off: a client_id that is an https URL is then an unknown client, and
+	// the metadata no longer advertises them. Default: on.
+	DisableClientMetadataDocuments bool
+
+	// MetadataAllowPrivate lets client metadata documents be fetched from
+	// loopback and private addresses (tests; a closed network). Never set
+	// it on a server the internet can reach: anyone could make it fetch
+	// from its own network.
+	MetadataAllowPrivate bool
+
+	// MetadataTLSConfig replaces the TLS configuration of document fetches
+	// (tests trust an httptest server's certificate with it).
+	MetadataTLSConfig *tls.Config
 
 	// AllowUnverifiedEmail lets accounts without a verified email use OAuth.
 	// By default they get no tokens and their bearers are refused.

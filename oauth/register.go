@@ -32,6 +32,11 @@ type ClientMetadata struct {
 	Scope                   string   `json:"scope"`
 	SoftwareID              string   `json:"software_id,omitempty"`
 	SoftwareVersion         string   `json:"software_version,omitempty"`
+	// JWKSURI and TokenEndpointAuthSigningAlg come only from a client
+	// metadata document whose client uses private_key_jwt; registration
+	// ignores them.
+	JWKSURI                     string `json:"jwks_uri,omitempty"`
+	TokenEndpointAuthSigningAlg string `json:"token_endpoint_auth_signing_alg,omitempty"`
 }
 
 // RegistrationResponse is the RFC 7591 client information response.
@@ -151,6 +156,7 @@ func (s *Server) RegisterClient(ctx context.Context, md ClientMetadata) (*Regist
 
 // normalizeMetadata validates md and fills in defaults.
 func (s *Server) normalizeMetadata(md *ClientMetadata) error {
+	md.JWKSURI, md.TokenEndpointAuthSigningAlg = "", ""
 	if len(md.RedirectURIs) == 0 {
 		return invalidRedirect("At least one redirect_uri is required.")
 	}

@@ -36,6 +36,7 @@ type Server struct {
 	strategy *oauth2.HMACSHAStrategy
 	issuer   string
 	resource string
+	metadata *metadataFetcher // nil: client metadata documents are off
 
 	stmtMu sync.Mutex
 	stmt   *sql.Stmt // the bearer check, prepared on first use
@@ -64,7 +65,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		issuer:   opts.BaseURL,
 		resource: opts.BaseURL + ResourcePath,
 	}
-	s.store = &store{db: opts.Store, now: opts.Now, clientTT: opts.ClientIdleTTL, audience: []string{s.resource}}
+	s.store = &store{db: opts.Store, now: opts.Now, clientTT: opts.ClientIdleTTL, audience: []string{s.resource}, noDocuments: opts.DisableClientMetadataDocuments}
+	if !opts.DisableClientMetadataDocuments {
+		s.metadata = newMetadataFetcher(opts.MetadataAllowPrivate, opts.MetadataTLSConfig)
+	}
 
 	cfg := &fosite.Config{
 		AccessTokenLifespan:            opts.AccessTokenLifetime,
@@ -83,6 +87,23 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		OmitRedirectScopeParam:         true,
 		SanitationWhiteList:            []string{"redirect_uri", "resource"},
 		RefreshTokenScopes:             []string{}, // every grant gets a refresh token
+	}
+	if s.metadata != nil {
+		cfg.JWKSFetcherStrategy = jwksFetcher(s.metadata.client)
+	}
+	// fosite hands some client assertion failures back as bare JWT
+	// validation errors (an expired assertion): they are the client's
+	// fault, not the server's.
+	cfg.ClientAuthenticationStrategy = func(ctx context.Context, r *http.Request, form url.Values) (fosite.Client, error) {
+		c, err := s.provider.DefaultClientAuthenticationStrategy(ctx, r, form)
+		var rfc *fosite.RFC6749Error
+		if errors.Is(err, fosite.ErrJTIKnown) {
+			return nil, fosite.ErrInvalidClient.WithHint("The client_assertion's jti was already used.").WithWrap(err)
+		}
+		if err != nil && !errors.As(err, &rfc) && !errors.Is(err, errUnavailable) {
+			return nil, fosite.ErrInvalidClient.WithHint("The client_assertion is expired, not yet valid or malformed.").WithWrap(err)
+		}
+		return c, err
 	}
 	s.strategy = oauth2.NewHMACSHAStrategy(&hmac.HMACStrategy{Config: cfg}, cfg)
 	explicit := &oauth2.AuthorizeExplicitGrantHandler{

@@ -42,6 +42,9 @@ type store struct {
 	now      func() time.Time
 	clientTT time.Duration
 	audience []string
+	// noDocuments: client metadata documents are disabled, so clients
+	// whose row came from one are unknown.
+	noDocuments bool
 }
 
 var (
@@ -124,6 +127,10 @@ type clientRow struct {
 	CreatedAt               time.Time  `bun:"created_at"`
 	LastUsedAt              time.Time  `bun:"last_used_at"`
 	BlockedAt               *time.Time `bun:"blocked_at"`
+	// MetadataHost and MetadataExpiresAt are set for a client whose id is
+	// the URL of its metadata document (cimd.go).
+	MetadataHost      *string    `bun:"metadata_host"`
+	MetadataExpiresAt *time.Time `bun:"metadata_expires_at"`
 }
 
 // clientUseDebounce limits how often a client's last use is written.
@@ -138,6 +145,16 @@ func (s *store) toClient(r *clientRow) (*Client, error) {
 		CreatedAt:  r.CreatedAt,
 		LastUsedAt: r.LastUsedAt,
 		audience:   s.audience,
+	}
+	if r.MetadataHost != nil {
+		c.MetadataHost = *r.MetadataHost
+		if r.TokenEndpointAuthMethod == "private_key_jwt" {
+			var md ClientMetadata
+			if err := json.Unmarshal([]byte(r.Metadata), &md); err != nil {
+				return nil, fmt.Errorf("oauth: client %s metadata: %w", r.ID, err)
+			}
+			c.jwksURI, c.signingAlg = md.JWKSURI, md.TokenEndpointAuthSigningAlg
+		}
 	}
 	if r.SecretHash != "" {
 		c.secretHash = []byte(r.SecretHash)
@@ -196,6 +213,9 @@ func (s *store) client(ctx context.Context, id string) (*Client, error) {
 	if now.Sub(row.LastUsedAt) > s.clientTT {
 		return nil, fosite.ErrNotFound
 	}
+	if row.MetadataHost != nil && s.noDocuments {
+		return nil, fosite.ErrNotFound
+	}
 	if row.BlockedAt != nil {
 		// A blocked client can neither authorize nor refresh. The
 		// authorization endpoint's page says why.
@@ -211,15 +231,52 @@ func (s *store) client(ctx context.Context, id string) (*Client, error) {
 	return s.toClient(row)
 }
 
-// ClientAssertionJWTValid implements fosite.ClientManager. JWT client
-// assertions are not supported, so every JTI counts as already used.
-func (s *store) ClientAssertionJWTValid(context.Context, string) error {
-	return fosite.ErrJTIKnown
+// maxAssertionLifetime bounds how far in the future a client assertion
+// may expire: its jti is remembered until then.
+const maxAssertionLifetime = time.Hour
+
+type assertionRow struct {
+	bun.BaseModel `bun:"table:oauth_client_assertions,alias:a"`
+
+	JTI       string    `bun:"jti,pk"`
+	ExpiresAt time.Time `bun:"expires_at"`
 }
 
-// SetClientAssertionJWT implements fosite.ClientManager (unsupported).
-func (s *store) SetClientAssertionJWT(context.Context, string, time.Time) error {
-	return fosite.ErrJTIKnown
+// ClientAssertionJWTValid implements fosite.ClientManager: a jti seen in an
+// unexpired private_key_jwt assertion is known.
+func (s *store) ClientAssertionJWTValid(ctx context.Context, jti string) error {
+	if len(jti) > 256 || !storable(jti) {
+		return fosite.ErrJTIKnown.WithHint("The client_assertion's jti must be at most 256 bytes of UTF-8.")
+	}
+	known, err := s.reader(ctx).NewSelect().Model((*assertionRow)(nil)).
+		Where("jti = ? AND expires_at > ?", jti, s.now().UTC()).Exists(ctx)
+	if err != nil {
+		return fmt.Errorf("oauth: read client assertion: %w: %w", errUnavailable, err)
+	}
+	if known {
+		return fosite.ErrJTIKnown
+	}
+	return nil
+}
+
+// SetClientAssertionJWT implements fosite.ClientManager: it records jti
+// until exp, and fails with ErrJTIKnown when another request recorded it
+// first (the insert decides, so two replays racing cannot both pass).
+func (s *store) SetClientAssertionJWT(ctx context.Context, jti string, exp time.Time) error {
+	now := s.now().UTC()
+	if exp.After(now.Add(maxAssertionLifetime)) {
+		return fosite.ErrInvalidClient.WithHint("The client_assertion must expire within an hour.")
+	}
+	res, err := s.writer(ctx).NewInsert().Model(&assertionRow{JTI: jti, ExpiresAt: exp.UTC()}).
+		On("CONFLICT (jti) DO UPDATE").Set("expires_at = EXCLUDED.expires_at").
+		Where("a.expires_at <= ?", now).Returning("NULL").Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("oauth: record client assertion: %w: %w", errUnavailable, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fosite.ErrJTIKnown.WithHint("The client_assertion's jti was already used.")
+	}
+	return nil
 }
 
 // --- tokens ---

@@ -61,8 +61,22 @@ func TestStoreContract(t *testing.T) {
 			if _, err := s.GetClient(ctx, "nobody"); !errors.Is(err, fosite.ErrNotFound) {
 				t.Errorf("unknown client: %v", err)
 			}
+			// A private_key_jwt assertion's jti is accepted once until it
+			// expires; a second record of it fails (the insert decides).
+			if err := s.ClientAssertionJWTValid(ctx, "jti"); err != nil {
+				t.Errorf("unseen jti: %v", err)
+			}
+			if err := s.SetClientAssertionJWT(ctx, "jti", time.Now().Add(time.Minute)); err != nil {
+				t.Fatalf("record jti: %v", err)
+			}
 			if err := s.ClientAssertionJWTValid(ctx, "jti"); !errors.Is(err, fosite.ErrJTIKnown) {
-				t.Errorf("JWT assertions must be refused: %v", err)
+				t.Errorf("seen jti: %v", err)
+			}
+			if err := s.SetClientAssertionJWT(ctx, "jti", time.Now().Add(time.Minute)); !errors.Is(err, fosite.ErrJTIKnown) {
+				t.Errorf("second record of a jti: %v", err)
+			}
+			if err := s.SetClientAssertionJWT(ctx, "long", time.Now().Add(2*time.Hour)); err == nil {
+				t.Error("an assertion living two hours was recorded")
 			}
 		})
 

@@ -19,6 +19,10 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.resolveClient(ctx, r, clientIDOf(r)); err != nil {
+		s.writeError(w, r, resolveError(err))
+		return
+	}
 	ar, err := s.provider.NewAccessRequest(ctx, r, &session{})
 	revoked()
 	if err != nil {
@@ -41,6 +45,10 @@ func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	if err := r.ParseForm(); err != nil {
 		s.writeError(w, r, fosite.ErrInvalidRequest.WithHint("The request body could not be parsed."))
+		return
+	}
+	if err := s.resolveClient(ctx, r, clientIDOf(r)); err != nil {
+		s.writeError(w, r, resolveError(err))
 		return
 	}
 	err := s.provider.NewRevocationRequest(ctx, r)

@@ -25,6 +25,8 @@ func (h *Handler) adminOpsRoutes(handle func(string, http.HandlerFunc), admin fu
 	handle("GET /admin/clients", admin(h.adminClients))
 	handle("POST /admin/clients/{id}/block", admin(h.adminClientBlock(true)))
 	handle("POST /admin/clients/{id}/unblock", admin(h.adminClientBlock(false)))
+	handle("POST /admin/client-hosts/block", admin(h.adminClientHostBlock(true)))
+	handle("POST /admin/client-hosts/unblock", admin(h.adminClientHostBlock(false)))
 	handle("GET /admin/invites", admin(h.adminInvites))
 	handle("POST /admin/invites", admin(h.adminInviteCreate))
 	handle("POST /admin/invites/{id}/revoke", admin(h.adminInviteRevoke))
@@ -167,17 +169,46 @@ type clientView struct {
 	LastUsedAt   time.Time  `json:"lastUsedAt"`
 	Grants       int        `json:"grants"`
 	BlockedAt    *time.Time `json:"blockedAt"`
+	Kind         string     `json:"kind"`
+	Host         string     `json:"host"`
+}
+
+// clientBlockView is a blocked client metadata URL or host.
+type clientBlockView struct {
+	Kind      string    `json:"kind"`
+	Value     string    `json:"value"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 func (h *Handler) adminClients(w http.ResponseWriter, r *http.Request) {
 	var out struct {
-		Clients []clientView `json:"clients"`
+		Clients []clientView      `json:"clients"`
+		Blocks  []clientBlockView `json:"blocks"`
 	}
 	if err := h.invoke(r, "adminOAuthClientList", struct{}{}, &out); err != nil {
 		h.invokeFailed(w, r, "list clients", err)
 		return
 	}
-	h.render(w, r, http.StatusOK, adminClientsPage(h.page(r, "OAuth clients"), out.Clients))
+	h.render(w, r, http.StatusOK, adminClientsPage(h.page(r, "OAuth clients"), out.Clients, out.Blocks))
+}
+
+// adminClientHostBlock blocks or unblocks every client whose metadata
+// document a host publishes (form field host).
+func (h *Handler) adminClientHostBlock(block bool) http.HandlerFunc {
+	name, action := "adminOAuthClientUnblockHost", "host_unblocked"
+	if block {
+		name, action = "adminOAuthClientBlockHost", "host_blocked"
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.parseForm(w, r) {
+			return
+		}
+		if err := h.invoke(r, name, map[string]string{"host": r.PostForm.Get("host")}, nil); err != nil {
+			h.invokeFailed(w, r, "block client host", err)
+			return
+		}
+		h.redirect(w, r, "/admin/clients?notice=client_"+action)
+	}
 }
 
 func (h *Handler) adminClientBlock(block bool) http.HandlerFunc {
