@@ -127,6 +127,11 @@ func parseMetadataURL(id string) (*url.URL, error) {
 		return nil, metadataErr("the client_id URL must not contain a fragment", nil)
 	case u.Path == "" || u.Path == "/":
 		return nil, metadataErr("the client_id URL must have a path", nil)
+	case !canonicalHostPort(u):
+		// Another spelling of a host (a trailing dot, a port with
+		// leading zeros) reaches the same server but would match
+		// neither a host block nor this server's own host.
+		return nil, metadataErr("the client_id URL's host or port is not in its canonical form", nil)
 	}
 	for _, seg := range strings.Split(u.Path, "/") {
 		if seg == "." || seg == ".." {
@@ -137,6 +142,20 @@ func parseMetadataURL(id string) (*url.URL, error) {
 		return nil, metadataErr("the client_id URL is not in its canonical form", nil)
 	}
 	return u, nil
+}
+
+// canonicalHostPort reports whether u's host has no trailing dot and its
+// port, if any, is a decimal number from 1 to 65535 without leading zeros.
+func canonicalHostPort(u *url.URL) bool {
+	if strings.HasSuffix(u.Hostname(), ".") {
+		return false
+	}
+	p := u.Port()
+	if p == "" {
+		return !strings.HasSuffix(u.Host, ":")
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == p
 }
 
 func asciiHost(h string) bool {
@@ -160,6 +179,8 @@ func metadataHost(u *url.URL) string {
 	}
 	return h
 }
+
+var errRedirectOtherHost = errors.New("oauth: client metadata document redirected to another host")
 
 // metadataFetcher fetches and caches client metadata documents.
 type metadataFetcher struct {
@@ -188,6 +209,15 @@ func newMetadataFetcher(allowPrivate bool, tlsConfig *tls.Config) *metadataFetch
 			Timeout:          MetadataFetchTimeout,
 			MaxRedirects:     maxMetadataRedirects,
 			MaxResponseBytes: MetadataMaxBytes,
+			// The consent page says "app from <the client_id's host>":
+			// only that host may serve the document, so a redirect (an
+			// open redirect on a well-known host, say) must stay on it.
+			CheckRedirect: func(req *http.Request, via []*http.Request) error {
+				if metadataHost(req.URL) != metadataHost(via[0].URL) {
+					return errRedirectOtherHost
+				}
+				return nil
+			},
 		}),
 		inflight: map[string]*fetchCall{},
 		failed:   map[string]failure{},
@@ -310,6 +340,8 @@ func (s *Server) fetchClientDocument(ctx context.Context, u *url.URL, host strin
 			return metadataErr("the client_id URL does not lead to a public address", err)
 		case errors.Is(err, egress.ErrScheme):
 			return metadataErr("the client_id URL redirected to a URL that is not https", err)
+		case errors.Is(err, errRedirectOtherHost):
+			return metadataErr("the client_id URL redirected to another host (a document may only be served by the host in its URL)", err)
 		case errors.Is(err, egress.ErrTooManyRedirects):
 			return metadataErr("the client_id URL redirected too many times", err)
 		case errors.Is(err, egress.ErrResponseTooLarge):
@@ -501,19 +533,18 @@ func (s *Server) metadataBlocked(ctx context.Context, id, host string) (bool, er
 	return ok, nil
 }
 
-// clientIDOf returns the client_id a token or revocation request names, in
-// its form or its Basic credentials.
+// clientIDOf returns the client_id a token or revocation request names:
+// as fosite does, its Basic credentials first, then its form. (Reading the
+// form first would let a request name one client in the form and have
+// fosite authenticate another, whose document was never resolved.)
 func clientIDOf(r *http.Request) string {
-	if id := r.PostForm.Get("client_id"); id != "" {
-		return id
-	}
 	if id, _, ok := r.BasicAuth(); ok {
 		if un, err := url.QueryUnescape(id); err == nil {
 			return un
 		}
 		return id
 	}
-	return ""
+	return r.PostForm.Get("client_id")
 }
 
 // resolveError is the OAuth error for a failed resolveClient: a client

@@ -1,0 +1,133 @@
+package oauth_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/oauth"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// Attacker review of client ID metadata documents (#29).
+
+// The consent page says "app from <host of the client_id>": a document
+// that host merely redirects to, on another host, must not speak for it
+// (an open redirect on a well-known host would otherwise let anyone be
+// "app from" that host). A redirect within the same host still works.
+func TestReviewCIMDRedirectToOtherHost(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		docs := newDocServer(t)
+		other := newDocServer(t) // same test certificate, another host:port
+		e, pages := cimdEnv(t, st, docs)
+		const redirect = "http://127.0.0.1:9/cb"
+
+		id := docs.url("/open-redirect.json")
+		body, _ := json.Marshal(map[string]any{"client_id": id, "client_name": "Trusted Vendor", "redirect_uris": []string{redirect}})
+		other.set("/evil.json", docAnswer{body: string(body)})
+		docs.set("/open-redirect.json", docAnswer{location: other.url("/evil.json")})
+		resp := e.do(http.MethodGet, e.authURL(docClient(e, id, redirect), nil), nil)
+		if got := pages.last(); resp.StatusCode != http.StatusBadRequest || got.Reason != oauth.ErrorClientMetadata ||
+			!strings.Contains(got.Message, "redirected to another host") {
+			t.Fatalf("a document served by another host after a redirect: %d %+v", resp.StatusCode, got)
+		}
+		tok := e.token(url.Values{"grant_type": {"authorization_code"}, "code": {"x"}, "client_id": {id}, "redirect_uri": {redirect}, "code_verifier": {strings.Repeat("v", 43)}})
+		if tok.Status != http.StatusUnauthorized || tok.Error != "invalid_client" {
+			t.Fatalf("token: %d %s", tok.Status, tok.Error)
+		}
+
+		// Within the host, a redirect is followed.
+		moved := docs.url("/moved.json")
+		body, _ = json.Marshal(map[string]any{"client_id": moved, "client_name": "Moved", "redirect_uris": []string{redirect}})
+		docs.set("/real.json", docAnswer{body: string(body)})
+		docs.set("/moved.json", docAnswer{location: "/real.json"})
+		if resp := e.do(http.MethodGet, e.authURL(docClient(e, moved, redirect), nil), nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("a redirect within the host: %d %+v", resp.StatusCode, pages.last())
+		}
+	})
+}
+
+// A host has one spelling: a trailing dot or a port with leading zeros
+// reaches the same server but would not match a host block nor this
+// server's own host (so the page could say "app from <this server>.").
+// Such ids are refused before any fetch.
+func TestReviewCIMDHostSpellings(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		docs := newDocServer(t)
+		e, pages := cimdEnv(t, st, docs)
+		const redirect = "http://127.0.0.1:9/cb"
+		ctx := t.Context()
+		if _, err := e.srv.SetHostBlocked(ctx, docs.host(), true); err != nil {
+			t.Fatal(err)
+		}
+		dhost, dport, _ := strings.Cut(docs.host(), ":")
+		ohost, oport, _ := strings.Cut(strings.TrimPrefix(e.ts.URL, "http://"), ":")
+		for _, id := range []string{
+			"https://" + dhost + ":0" + dport + "/zero.json", // a blocked host, its port spelt with a leading zero
+			"https://" + dhost + ".:" + dport + "/dot.json",  // a blocked host with a trailing dot
+			"https://" + ohost + ":00" + oport + "/own.json", // this server, its port spelt with leading zeros
+			"https://" + ohost + ".:" + oport + "/own2.json", // this server with a trailing dot
+			"https://" + dhost + ":" + dport + "0/long.json", // no such port
+		} {
+			body, _ := json.Marshal(map[string]any{"client_id": id, "client_name": "Spelt", "redirect_uris": []string{redirect}})
+			u, _ := url.Parse(id)
+			docs.set(u.Path, docAnswer{body: string(body)})
+			before := docs.fetches.Load()
+			resp := e.do(http.MethodGet, e.authURL(docClient(e, id, redirect), nil), nil)
+			if got := pages.last(); resp.StatusCode != http.StatusBadRequest || got.Reason != oauth.ErrorClientMetadata ||
+				!strings.Contains(got.Message, "not in its canonical form") {
+				t.Errorf("%s: %d %+v", id, resp.StatusCode, got)
+			}
+			if n := docs.fetches.Load() - before; n != 0 {
+				t.Errorf("%s: fetched %d times", id, n)
+			}
+		}
+	})
+}
+
+// The token endpoint resolves the client fosite authenticates: with HTTP
+// Basic credentials fosite takes the client from the header, so naming
+// another client in the form must not skip the document's checks (a
+// document withdrawn by its publisher, or expired, keeps no refresh
+// working).
+func TestReviewCIMDTokenBasicClientID(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		docs := newDocServer(t)
+		e, _ := cimdEnv(t, st, docs)
+		const redirect = "http://127.0.0.1:9/cb"
+		id := docs.setDoc("/withdrawn.json", "max-age=300", redirect)
+		conf := docClient(e, id, redirect)
+		_, email := e.createUser(userState{})
+		u := e.authorize(conf, email, nil)
+		tok := e.exchange(conf, u.Query().Get("code"), nil)
+		if tok.Status != http.StatusOK {
+			t.Fatalf("exchange: %d %s", tok.Status, tok.Error)
+		}
+		// The publisher withdraws the document; the cached one expires.
+		docs.set("/withdrawn.json", docAnswer{status: http.StatusNotFound, body: "{}"})
+		e.clock.Advance(6 * time.Minute)
+		if r := e.refresh(conf, tok.RefreshToken); r.Status != http.StatusUnauthorized {
+			t.Fatalf("refresh after the document went: %d %s", r.Status, r.Error)
+		}
+		other := e.publicClient()
+		form := e.refreshForm(conf, tok.RefreshToken)
+		form.Set("client_id", other.ClientID)
+		req, _ := http.NewRequest(http.MethodPost, e.ts.URL+"/oauth/token", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.SetBasicAuth(url.QueryEscape(id), "")
+		resp, err := e.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out tokenResponse
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode == http.StatusOK || out.AccessToken != "" {
+			t.Fatalf("refresh with the client in Basic and another in the form: %d, a token was issued", resp.StatusCode)
+		}
+	})
+}
