@@ -182,6 +182,15 @@ func metadataHost(u *url.URL) string {
 
 var errRedirectOtherHost = errors.New("oauth: client metadata document redirected to another host")
 
+// bareHost is a metadataHost without its port (an IPv6 address without
+// brackets), as NormalizeHost gives a host named without a port.
+func bareHost(host string) string {
+	if u, err := url.Parse("https://" + host + "/"); err == nil && u.Hostname() != "" {
+		return strings.ToLower(u.Hostname())
+	}
+	return host
+}
+
 // metadataFetcher fetches and caches client metadata documents.
 type metadataFetcher struct {
 	client *http.Client
@@ -522,10 +531,11 @@ type clientBlockRow struct {
 }
 
 // metadataBlocked reports whether an admin blocked the metadata URL id or
-// its host.
+// its host: the host as shown (with its port) or the bare host, which
+// covers every port of it (whoever runs a host can serve on any port).
 func (s *Server) metadataBlocked(ctx context.Context, id, host string) (bool, error) {
 	ok, err := s.store.db.Reader.NewSelect().TableExpr("oauth_client_blocks AS b").
-		Where("(b.kind = ? AND b.value = ?) OR (b.kind = ? AND b.value = ?)", blockURL, id, blockHost, host).
+		Where("(b.kind = ? AND b.value = ?) OR (b.kind = ? AND b.value IN (?, ?))", blockURL, id, blockHost, host, bareHost(host)).
 		Exists(ctx)
 	if err != nil {
 		return false, fmt.Errorf("oauth: read client blocks: %w: %w", errUnavailable, err)
@@ -613,13 +623,18 @@ func (s *Server) setMetadataBlock(ctx context.Context, kind, value, host string,
 		if kind == blockURL {
 			q = q.Where("id = ?", value)
 		} else {
-			q = q.Where("metadata_host = ?", value)
+			// The host with its port, or any port of a bare host
+			// ("h:" and, for IPv6, "[h]:" prefixes).
+			q = q.Where("metadata_host = ? OR substr(metadata_host, 1, ?) = ? OR substr(metadata_host, 1, ?) = ?",
+				value, len(value)+1, value+":", len(value)+3, "["+value+"]:")
 		}
 		if blocked {
 			q = q.Set("blocked_at = ?", now).Where("blocked_at IS NULL")
 		} else {
 			q = q.Set("blocked_at = NULL").Where("blocked_at IS NOT NULL").
-				Where("NOT EXISTS (SELECT 1 FROM oauth_client_blocks AS b WHERE (b.kind = ? AND b.value = c.id) OR (b.kind = ? AND b.value = c.metadata_host))", blockURL, blockHost)
+				Where("NOT EXISTS (SELECT 1 FROM oauth_client_blocks AS b WHERE (b.kind = ? AND b.value = c.id) OR (b.kind = ? AND ("+
+					"b.value = c.metadata_host OR substr(c.metadata_host, 1, length(b.value) + 1) = b.value || ':' OR "+
+					"substr(c.metadata_host, 1, length(b.value) + 3) = '[' || b.value || ']:')))", blockURL, blockHost)
 		}
 		res, err := q.Exec(ctx)
 		if err != nil {

@@ -131,3 +131,64 @@ func TestReviewCIMDTokenBasicClientID(t *testing.T) {
 		}
 	})
 }
+
+// A host block names a host: whoever runs it can serve documents on any
+// port, so a block of the bare host covers every port of it (existing
+// clients' tokens stop, new ids are refused unfetched); a block naming a
+// port covers only that port, and lifting the bare block leaves a client
+// a ported block covers blocked.
+func TestReviewCIMDHostBlockEveryPort(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		docs := newDocServer(t)
+		e, pages := cimdEnv(t, st, docs)
+		const redirect = "http://127.0.0.1:9/cb"
+		ctx := t.Context()
+		id := docs.setDoc("/ported.json", "", redirect)
+		conf := docClient(e, id, redirect)
+		_, email := e.createUser(userState{})
+		u := e.authorize(conf, email, nil)
+		tok := e.exchange(conf, u.Query().Get("code"), nil)
+		if tok.Status != http.StatusOK {
+			t.Fatalf("exchange: %d %s", tok.Status, tok.Error)
+		}
+		bare, _, _ := strings.Cut(docs.host(), ":")
+		if changed, err := e.srv.SetHostBlocked(ctx, bare, true); err != nil || !changed {
+			t.Fatalf("block %s: %v %v", bare, changed, err)
+		}
+		if e.mcpStatus(tok.AccessToken) != http.StatusUnauthorized {
+			t.Error("a token of a client on a blocked host (another port) still works")
+		}
+		if r := e.refresh(conf, tok.RefreshToken); r.Status != http.StatusUnauthorized {
+			t.Errorf("refresh: %d %s", r.Status, r.Error)
+		}
+		fresh := docs.setDoc("/fresh.json", "", redirect)
+		before := docs.fetches.Load()
+		e.do(http.MethodGet, e.authURL(docClient(e, fresh, redirect), nil), nil)
+		if pages.last().Reason != oauth.ErrorBlockedClient || docs.fetches.Load() != before {
+			t.Errorf("a new id on a blocked host: %+v, %d fetches", pages.last(), docs.fetches.Load()-before)
+		}
+		// A ported block too; lifting the bare one keeps the client blocked.
+		if _, err := e.srv.SetHostBlocked(ctx, docs.host(), true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.srv.SetHostBlocked(ctx, bare, false); err != nil {
+			t.Fatal(err)
+		}
+		if e.mcpStatus(tok.AccessToken) != http.StatusUnauthorized {
+			t.Error("lifting the bare host block lifted the ported one")
+		}
+		if changed, err := e.srv.SetHostBlocked(ctx, docs.host(), false); err != nil || !changed {
+			t.Fatalf("unblock %s: %v %v", docs.host(), changed, err)
+		}
+		if e.mcpStatus(tok.AccessToken) != http.StatusOK {
+			t.Error("the token does not work again once no block covers its host")
+		}
+		// A block of another port does not cover this one.
+		if _, err := e.srv.SetHostBlocked(ctx, bare+":1", true); err != nil {
+			t.Fatal(err)
+		}
+		if e.mcpStatus(tok.AccessToken) != http.StatusOK {
+			t.Error("a block of another port blocked this one")
+		}
+	})
+}
