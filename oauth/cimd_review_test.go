@@ -192,3 +192,36 @@ func TestReviewCIMDHostBlockEveryPort(t *testing.T) {
 		}
 	})
 }
+
+// A code issued for a redirect URI the client's document listed is not
+// redeemed once the document, fetched again at the token endpoint, no
+// longer lists it: its publisher stopped vouching for that URI.
+func TestReviewCIMDRedirectDroppedBeforeExchange(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		docs := newDocServer(t)
+		e, _ := cimdEnv(t, st, docs)
+		const first, second = "http://127.0.0.1:9/first", "http://127.0.0.1:9/second"
+		id := docs.setDoc("/swap.json", "max-age=300", first, second)
+		conf := docClient(e, id, first)
+		e.do(http.MethodGet, e.authURL(conf, nil), nil) // fetched now, used for 5 minutes
+		e.clock.Advance(4 * time.Minute)
+		_, email := e.createUser(userState{})
+		u := e.authorize(conf, email, nil)
+		docs.setDoc("/swap.json", "max-age=300", second) // the publisher drops the first URI
+		e.clock.Advance(2 * time.Minute)
+		if tok := e.exchange(conf, u.Query().Get("code"), nil); tok.Status == http.StatusOK || tok.AccessToken != "" {
+			t.Fatalf("a code for a redirect URI the document no longer lists was redeemed: %d", tok.Status)
+		} else if tok.Error != "invalid_grant" {
+			t.Errorf("error %q, want invalid_grant", tok.Error)
+		}
+		if n := docs.fetches.Load(); n != 2 {
+			t.Errorf("%d fetches, want 2", n)
+		}
+		// The URI it still lists works.
+		conf2 := docClient(e, id, second)
+		u = e.authorize(conf2, email, nil)
+		if tok := e.exchange(conf2, u.Query().Get("code"), nil); tok.Status != http.StatusOK {
+			t.Fatalf("exchange for a listed URI: %d %s", tok.Status, tok.Error)
+		}
+	})
+}
