@@ -225,3 +225,32 @@ func TestReviewCIMDRedirectDroppedBeforeExchange(t *testing.T) {
 		}
 	})
 }
+
+// Other spellings of a loopback address never reach it when only public
+// addresses are allowed: IPv6 loopback, IPv4-mapped IPv6, and the
+// decimal, hexadecimal and short IPv4 forms some resolvers accept.
+func TestReviewCIMDLoopbackForms(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		docs := newDocServer(t)
+		var pages *pagedLogin
+		e := newEnv(t, st, func(o *oauth.Options) {
+			pages = &pagedLogin{fakeLogin: o.LoginConsent.(*fakeLogin)}
+			o.LoginConsent = pages
+			o.MetadataTLSConfig = docs.trust()
+		})
+		_, port, _ := strings.Cut(docs.host(), ":")
+		const redirect = "http://127.0.0.1:9/cb"
+		for _, host := range []string{"[::1]", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[0:0:0:0:0:ffff:7f00:1]", "2130706433", "0x7f000001", "127.1", "0177.0.0.1"} {
+			id := "https://" + host + ":" + port + "/forms.json"
+			body, _ := json.Marshal(map[string]any{"client_id": id, "redirect_uris": []string{redirect}})
+			docs.set("/forms.json", docAnswer{body: string(body)})
+			resp := e.do(http.MethodGet, e.authURL(docClient(e, id, redirect), nil), nil)
+			if got := pages.last(); resp.StatusCode != http.StatusBadRequest || got.Reason != oauth.ErrorClientMetadata {
+				t.Errorf("%s: %d %+v", id, resp.StatusCode, got)
+			}
+		}
+		if n := docs.fetches.Load(); n != 0 {
+			t.Fatalf("the loopback server was reached %d times", n)
+		}
+	})
+}
