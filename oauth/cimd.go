@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -344,8 +345,12 @@ func (s *Server) fetchClientDocument(ctx context.Context, u *url.URL, host strin
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.metadata.client.Do(req)
 	if err != nil {
+		var dnsErr *net.DNSError
 		switch {
-		case errors.Is(err, egress.ErrForbiddenAddress):
+		case errors.Is(err, egress.ErrForbiddenAddress), errors.As(err, &dnsErr):
+			// A name that does not resolve reads like one that resolves
+			// to a private address: otherwise the answer would tell
+			// anyone which internal names the server's resolver knows.
 			return metadataErr("the client_id URL does not lead to a public address", err)
 		case errors.Is(err, egress.ErrScheme):
 			return metadataErr("the client_id URL redirected to a URL that is not https", err)

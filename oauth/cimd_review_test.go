@@ -2,6 +2,7 @@ package oauth_test
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -251,6 +252,35 @@ func TestReviewCIMDLoopbackForms(t *testing.T) {
 		}
 		if n := docs.fetches.Load(); n != 0 {
 			t.Fatalf("the loopback server was reached %d times", n)
+		}
+	})
+}
+
+// The refusal does not tell a name that resolves to a private address
+// (an internal service name of the server's network) from a name that
+// does not resolve: both read "does not lead to a public address".
+func TestReviewCIMDNoInternalNameOracle(t *testing.T) {
+	const missing = "no-such-host.invalid"
+	if _, err := net.LookupHost(missing); err == nil {
+		t.Skip("the resolver answers for " + missing)
+	} else if de, ok := err.(*net.DNSError); !ok || !de.IsNotFound {
+		t.Skipf("the resolver does not say %s does not exist: %v", missing, err)
+	}
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		var pages *pagedLogin
+		e := newEnv(t, st, func(o *oauth.Options) {
+			pages = &pagedLogin{fakeLogin: o.LoginConsent.(*fakeLogin)}
+			o.LoginConsent = pages
+		})
+		const redirect = "http://127.0.0.1:9/cb"
+		reason := func(id string) string {
+			e.do(http.MethodGet, e.authURL(docClient(e, id, redirect), nil), nil)
+			_, after, _ := strings.Cut(pages.last().Message, "could not use it: ")
+			return after
+		}
+		internal, nowhere := reason("https://localhost/x.json"), reason("https://"+missing+"/x.json")
+		if internal == "" || internal != nowhere || !strings.Contains(internal, "does not lead to a public address") {
+			t.Fatalf("a private name says %q, a missing one %q", internal, nowhere)
 		}
 	})
 }
