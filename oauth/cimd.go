@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -130,6 +131,11 @@ func parseMetadataURL(id string) (*url.URL, error) {
 		return nil, metadataErr("the client_id URL must not contain a fragment", nil)
 	case u.Path == "" || u.Path == "/":
 		return nil, metadataErr("the client_id URL must have a path", nil)
+	case !canonicalHostPort(u):
+		// Another spelling of a host (a trailing dot, a port with
+		// leading zeros) reaches the same server but would match
+		// neither a host block nor this server's own host.
+		return nil, metadataErr("the client_id URL's host or port is not in its canonical form", nil)
 	}
 	for _, seg := range strings.Split(u.Path, "/") {
 		if seg == "." || seg == ".." {
@@ -140,6 +146,20 @@ func parseMetadataURL(id string) (*url.URL, error) {
 		return nil, metadataErr("the client_id URL is not in its canonical form", nil)
 	}
 	return u, nil
+}
+
+// canonicalHostPort reports whether u's host has no trailing dot and its
+// port, if any, is a decimal number from 1 to 65535 without leading zeros.
+func canonicalHostPort(u *url.URL) bool {
+	if strings.HasSuffix(u.Hostname(), ".") {
+		return false
+	}
+	p := u.Port()
+	if p == "" {
+		return !strings.HasSuffix(u.Host, ":")
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == p
 }
 
 func asciiHost(h string) bool {
@@ -162,6 +182,17 @@ func metadataHost(u *url.URL) string {
 		return h + ":" + p
 	}
 	return h
+}
+
+var errRedirectOtherHost = errors.New("oauth: client metadata document redirected to another host")
+
+// bareHost is a metadataHost without its port (an IPv6 address without
+// brackets), as NormalizeHost gives a host named without a port.
+func bareHost(host string) string {
+	if u, err := url.Parse("https://" + host + "/"); err == nil && u.Hostname() != "" {
+		return strings.ToLower(u.Hostname())
+	}
+	return host
 }
 
 // metadataFetcher fetches and caches client metadata documents.
@@ -191,6 +222,15 @@ func newMetadataFetcher(allowPrivate bool, tlsConfig *tls.Config) *metadataFetch
 			Timeout:          MetadataFetchTimeout,
 			MaxRedirects:     maxMetadataRedirects,
 			MaxResponseBytes: MetadataMaxBytes,
+			// The consent page says "app from <the client_id's host>":
+			// only that host may serve the document, so a redirect (an
+			// open redirect on a well-known host, say) must stay on it.
+			CheckRedirect: func(req *http.Request, via []*http.Request) error {
+				if metadataHost(req.URL) != metadataHost(via[0].URL) {
+					return errRedirectOtherHost
+				}
+				return nil
+			},
 		}),
 		inflight: map[string]*fetchCall{},
 		failed:   map[string]failure{},
@@ -308,11 +348,17 @@ func (s *Server) fetchClientDocument(ctx context.Context, u *url.URL, host strin
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.metadata.client.Do(req)
 	if err != nil {
+		var dnsErr *net.DNSError
 		switch {
-		case errors.Is(err, egress.ErrForbiddenAddress):
+		case errors.Is(err, egress.ErrForbiddenAddress), errors.As(err, &dnsErr):
+			// A name that does not resolve reads like one that resolves
+			// to a private address: otherwise the answer would tell
+			// anyone which internal names the server's resolver knows.
 			return metadataErr("the client_id URL does not lead to a public address", err)
 		case errors.Is(err, egress.ErrScheme):
 			return metadataErr("the client_id URL redirected to a URL that is not https", err)
+		case errors.Is(err, errRedirectOtherHost):
+			return metadataErr("the client_id URL redirected to another host (a document may only be served by the host in its URL)", err)
 		case errors.Is(err, egress.ErrTooManyRedirects):
 			return metadataErr("the client_id URL redirected too many times", err)
 		case errors.Is(err, egress.ErrResponseTooLarge):
@@ -511,10 +557,11 @@ type clientBlockRow struct {
 }
 
 // metadataBlocked reports whether an admin blocked the metadata URL id or
-// its host.
+// its host: the host as shown (with its port) or the bare host, which
+// covers every port of it (whoever runs a host can serve on any port).
 func (s *Server) metadataBlocked(ctx context.Context, id, host string) (bool, error) {
 	ok, err := s.store.db.Reader.NewSelect().TableExpr("oauth_client_blocks AS b").
-		Where("(b.kind = ? AND b.value = ?) OR (b.kind = ? AND b.value = ?)", blockURL, id, blockHost, host).
+		Where("(b.kind = ? AND b.value = ?) OR (b.kind = ? AND b.value IN (?, ?))", blockURL, id, blockHost, host, bareHost(host)).
 		Exists(ctx)
 	if err != nil {
 		return false, fmt.Errorf("oauth: read client blocks: %w: %w", errUnavailable, err)
@@ -522,9 +569,17 @@ func (s *Server) metadataBlocked(ctx context.Context, id, host string) (bool, er
 	return ok, nil
 }
 
-// clientIDOf returns the client_id a token or revocation request names, in
-// its form or its Basic credentials.
+// clientIDOf returns the client_id a token or revocation request names:
+// as fosite does, its Basic credentials first, then its form. (Reading the
+// form first would let a request name one client in the form and have
+// fosite authenticate another, whose document was never resolved.)
 func clientIDOf(r *http.Request) string {
+	if id, _, ok := r.BasicAuth(); ok {
+		if un, err := url.QueryUnescape(id); err == nil {
+			return un
+		}
+		return id
+	}
 	if id := r.PostForm.Get("client_id"); id != "" {
 		return id
 	}
@@ -532,12 +587,6 @@ func clientIDOf(r *http.Request) string {
 		// Only to know which document to load: the assertion itself is
 		// verified by fosite against that client's keys.
 		return assertionSubject(a)
-	}
-	if id, _, ok := r.BasicAuth(); ok {
-		if un, err := url.QueryUnescape(id); err == nil {
-			return un
-		}
-		return id
 	}
 	return ""
 }
@@ -608,13 +657,18 @@ func (s *Server) setMetadataBlock(ctx context.Context, kind, value, host string,
 		if kind == blockURL {
 			q = q.Where("id = ?", value)
 		} else {
-			q = q.Where("metadata_host = ?", value)
+			// The host with its port, or any port of a bare host
+			// ("h:" and, for IPv6, "[h]:" prefixes).
+			q = q.Where("metadata_host = ? OR substr(metadata_host, 1, ?) = ? OR substr(metadata_host, 1, ?) = ?",
+				value, len(value)+1, value+":", len(value)+3, "["+value+"]:")
 		}
 		if blocked {
 			q = q.Set("blocked_at = ?", now).Where("blocked_at IS NULL")
 		} else {
 			q = q.Set("blocked_at = NULL").Where("blocked_at IS NOT NULL").
-				Where("NOT EXISTS (SELECT 1 FROM oauth_client_blocks AS b WHERE (b.kind = ? AND b.value = c.id) OR (b.kind = ? AND b.value = c.metadata_host))", blockURL, blockHost)
+				Where("NOT EXISTS (SELECT 1 FROM oauth_client_blocks AS b WHERE (b.kind = ? AND b.value = c.id) OR (b.kind = ? AND ("+
+					"b.value = c.metadata_host OR substr(c.metadata_host, 1, length(b.value) + 1) = b.value || ':' OR "+
+					"substr(c.metadata_host, 1, length(b.value) + 3) = '[' || b.value || ']:')))", blockURL, blockHost)
 		}
 		res, err := q.Exec(ctx)
 		if err != nil {

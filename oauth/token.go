@@ -2,6 +2,7 @@ package oauth
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/ory/fosite"
 )
@@ -26,6 +27,10 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	ar, err := s.provider.NewAccessRequest(ctx, r, &session{})
 	revoked()
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := documentStillListsRedirect(ar); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -59,4 +64,21 @@ func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
+}
+
+// documentStillListsRedirect refuses a code whose redirect URI the
+// client's metadata document, as (re)fetched for this request, no longer
+// lists: its publisher stopped vouching for that URI. fosite has already
+// checked that the URI is the one of the authorization request. (A code
+// requested without a redirect_uri went to the document's only URI then;
+// the token request names none, so there is nothing to compare.)
+func documentStillListsRedirect(ar fosite.AccessRequester) error {
+	c, ok := ar.GetClient().(*Client)
+	if !ok || c.MetadataHost == "" || !ar.GetGrantTypes().ExactOne("authorization_code") {
+		return nil
+	}
+	if raw := ar.GetRequestForm().Get("redirect_uri"); raw != "" && !slices.Contains(c.RedirectURIs, raw) {
+		return fosite.ErrInvalidGrant.WithHint("The client's metadata document no longer lists the redirect_uri this code was issued for.")
+	}
+	return nil
 }
