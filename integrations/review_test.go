@@ -1,0 +1,124 @@
+package integrations_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/internal/envelope"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// newLoggedService is newService with its log kept in buf.
+func newLoggedService(t testing.TB, s *storage.Store, buf *syncBuffer, now func() time.Time, ps ...integrations.Provider) *integrations.Service {
+	t.Helper()
+	ring, err := envelope.Open(context.Background(), s.DB, s.Keeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := integrations.New(integrations.Config{Options: integrations.Options{Providers: ps}, Store: s, Ring: ring,
+		Owners: owners, BaseURL: "https://enclave.example", Logger: slog.New(slog.NewTextHandler(buf, nil)), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// Review (#31): a hostile provider's token endpoint answers an error whose
+// RFC 6749 "error" parameter echoes the refresh token (or the code) it was
+// sent. The log, the lane's error and Use's error must not carry it: only
+// a standard error code is ever repeated.
+func TestReviewProviderErrorEchoNeverLogged(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	f := newFakeProvider(t)
+	f.ttl = time.Minute // due for renewal at once
+	var buf syncBuffer
+	svc := newLoggedService(t, s, &buf, nil, provider(f, false))
+	alice := addUser(t, s, "alice")
+	connect(t, svc, f, alice, "")
+	var echoed []string
+	f.tokenHook = func(w http.ResponseWriter) bool { return false }
+	f.mu.Lock()
+	for rt := range f.refresh {
+		echoed = append(echoed, rt)
+	}
+	f.mu.Unlock()
+	if len(echoed) != 1 {
+		t.Fatalf("refresh tokens: %v", echoed)
+	}
+	rt := echoed[0]
+	f.tokenHook = func(w http.ResponseWriter) bool {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": rt, "error_description": "bad " + rt})
+		return true
+	}
+	_, lerr := svc.RefreshDue(t.Context(), 10)
+	if lerr == nil {
+		t.Fatal("a failed renewal reported no error")
+	}
+	_, uerr := svc.Use(t.Context(), ownerOf(alice), "acme")
+	for what, text := range map[string]string{"log": buf.String(), "lane error": lerr.Error(), "use error": errText(uerr)} {
+		if strings.Contains(text, rt) || strings.Contains(text, rt[:20]) {
+			t.Fatalf("the %s carries the refresh token the provider echoed: %s", what, text)
+		}
+	}
+	if !strings.Contains(buf.String(), "token refresh failed") {
+		t.Fatalf("the failed renewal was not logged: %s", buf.String())
+	}
+
+	// The code exchange: the provider echoes the code.
+	f.tokenHook = nil
+	u, err := svc.Start(t.Context(), ownerOf(alice), "acme", "second", binding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := f.authorize(t, u)
+	code := q.Get("code")
+	f.tokenHook = func(w http.ResponseWriter) bool {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": code})
+		return true
+	}
+	_, ferr := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{State: q.Get("state"), Code: code})
+	if ferr == nil {
+		t.Fatal("connected with a refused exchange")
+	}
+	if strings.Contains(buf.String(), code) || strings.Contains(ferr.Error(), code) {
+		t.Fatalf("the code the provider echoed reached the log or the error: %s / %v", buf.String(), ferr)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
