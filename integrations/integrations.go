@@ -44,6 +44,10 @@ const (
 	// RefreshBefore is how long before its expiry an access token is
 	// renewed.
 	RefreshBefore = 5 * time.Minute
+	// MinRefreshInterval is the least time between two renewals of a
+	// connection's token by Use: a provider issuing tokens shorter-lived
+	// than RefreshBefore would otherwise be called at every use.
+	MinRefreshInterval = 30 * time.Second
 	// MaxTokenBytes bounds a token the provider issues.
 	MaxTokenBytes = 16 << 10
 )

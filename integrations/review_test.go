@@ -122,3 +122,43 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// Review (#31): a provider issuing access tokens that live less than
+// RefreshBefore (a hostile one: expires_in of a few seconds) made every
+// Use (every outbound request naming the connection, even one the gateway
+// then refuses for its host) call the provider's token endpoint: an agent
+// could make enclave hammer the provider without bound. A connection is
+// renewed at most once per MinRefreshInterval.
+func TestReviewRefreshIsRateLimited(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		f := newFakeProvider(t)
+		f.ttl = time.Minute // always inside RefreshBefore
+		svc := newService(t, s, provider(f, false))
+		alice := addUser(t, s, "alice")
+		connect(t, svc, f, alice, "")
+		issued := func() int {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return len(f.issued)
+		}
+		before := issued()
+		for range 20 {
+			u, err := svc.Use(t.Context(), ownerOf(alice), "acme")
+			if err != nil || u.AccessToken == "" {
+				t.Fatalf("use: %v", err)
+			}
+		}
+		if n := issued() - before; n > 1 {
+			t.Fatalf("20 uses within a few seconds renewed the token %d times", n)
+		}
+		// Later than MinRefreshInterval, a use renews it again.
+		later := newServiceAt(t, s, func() time.Time { return time.Now().Add(integrations.MinRefreshInterval + time.Second) }, provider(f, false))
+		before = issued()
+		if _, err := later.Use(t.Context(), ownerOf(alice), "acme"); err != nil {
+			t.Fatal(err)
+		}
+		if issued()-before != 1 {
+			t.Fatal("a token about to expire was not renewed after MinRefreshInterval")
+		}
+	})
+}

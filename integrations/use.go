@@ -49,7 +49,13 @@ func (s *Service) Use(ctx context.Context, o storage.Owner, name string) (Usable
 	}
 	now := s.now()
 	if !ts.Expiry.IsZero() && now.Add(RefreshBefore).After(ts.Expiry) {
-		if ts, err = s.refresh(ctx, o, r, ts); err != nil {
+		if now.Sub(r.UpdatedAt) < MinRefreshInterval {
+			// Renewed (or connected) moments ago: a token this short-lived
+			// is used while it lasts, and the provider is not asked again.
+			if !now.Before(ts.Expiry) {
+				return Usable{}, ErrExpired
+			}
+		} else if ts, err = s.refresh(ctx, o, r, ts); err != nil {
 			if !now.Before(ts.Expiry) {
 				return Usable{}, ErrExpired
 			}
