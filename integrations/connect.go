@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -174,7 +176,7 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 	}
 	scopes := p.Scopes
 	if granted, ok := tok.Extra("scope").(string); ok && granted != "" {
-		scopes = splitScopes(granted)
+		scopes = splitScopes(granted, tok.AccessToken, tok.RefreshToken)
 	}
 	c, err := s.save(ctx, o, st.Name, p.Name, scopes, tokenSet{AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, TokenType: "Bearer", Expiry: tok.Expiry})
 	if err != nil {
@@ -213,13 +215,15 @@ var standardErrorCodes = map[string]bool{
 	"authorization_pending": true, "slow_down": true, "expired_token": true, "": true,
 }
 
-func splitScopes(s string) []string {
+// splitScopes reads the scopes the provider says it granted, dropping any
+// that holds one of the tokens (the scopes are shown; the tokens never are).
+func splitScopes(s string, tokens ...string) []string {
 	var out []string
 	for _, f := range splitSpace(s) {
 		if len(out) == 64 {
 			break
 		}
-		if len(f) <= 256 {
+		if len(f) <= 256 && !slices.ContainsFunc(tokens, func(t string) bool { return t != "" && strings.Contains(f, t) }) {
 			out = append(out, f)
 		}
 	}

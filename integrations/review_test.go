@@ -162,3 +162,35 @@ func TestReviewRefreshIsRateLimited(t *testing.T) {
 		}
 	})
 }
+
+// Review (#31): the token response's "scope" is the provider's text and
+// was stored and shown as is (connectionList, the page, the export): a
+// provider echoing the access or refresh token there put it in front of
+// the agent. A granted scope holding a token is dropped.
+func TestReviewScopeEchoingTokenDropped(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	f := newFakeProvider(t)
+	const at, rt = "at-echoed-0123456789abcdef", "rt-echoed-0123456789abcdef"
+	f.tokenHook = func(w http.ResponseWriter) bool {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": at, "refresh_token": rt, "token_type": "Bearer",
+			"expires_in": 3600, "scope": "read access=" + at + " " + rt + ",write"})
+		return true
+	}
+	svc := newService(t, s, provider(f, false))
+	alice := addUser(t, s, "alice")
+	conn := connect(t, svc, f, alice, "")
+	list, err := svc.List(t.Context(), ownerOf(alice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, v := range map[string]any{"connection": conn, "list": list} {
+		b, _ := json.Marshal(v)
+		if strings.Contains(string(b), "0123456789abcdef") {
+			t.Fatalf("the %s shows a token the provider echoed in its scope: %s", what, b)
+		}
+	}
+	if len(list) != 1 || strings.Join(list[0].Scopes, " ") != "read write" {
+		t.Fatalf("scopes: %+v", list)
+	}
+}
