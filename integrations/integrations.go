@@ -347,7 +347,13 @@ func (s *Service) revoke(ctx context.Context, o storage.Owner, r connRow) bool {
 	if err != nil {
 		return false
 	}
-	ok = true
+	return s.revokeTokens(ctx, o, p, eps, r.Name, ts)
+}
+
+// revokeTokens asks p to revoke ts (of the connection called name) and
+// records the attempt. It reports whether the provider confirmed.
+func (s *Service) revokeTokens(ctx context.Context, o storage.Owner, p *providerState, eps endpoints, name string, ts tokenSet) bool {
+	ok := true
 	for _, t := range []struct{ token, hint string }{{ts.RefreshToken, "refresh_token"}, {ts.AccessToken, "access_token"}} {
 		if t.token == "" {
 			continue
@@ -361,7 +367,7 @@ func (s *Service) revoke(ctx context.Context, o storage.Owner, r connRow) bool {
 	if !ok {
 		result = audit.ResultFailure
 	}
-	s.record(ctx, o, "connection_revoke", result, "provider="+p.Name+" connection="+r.Name)
+	s.record(ctx, o, "connection_revoke", result, "provider="+p.Name+" connection="+name)
 	return ok
 }
 

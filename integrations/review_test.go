@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,4 +194,42 @@ func TestReviewScopeEchoingTokenDropped(t *testing.T) {
 	if len(list) != 1 || strings.Join(list[0].Scopes, " ") != "read write" {
 		t.Fatalf("scopes: %+v", list)
 	}
+}
+
+// Review (#31): a renewal racing a disconnect (or the account's deletion)
+// got fresh tokens from the provider after the connection's row was gone:
+// they were dropped unrevoked, still usable at the provider by anyone who
+// saw them. Tokens a renewal cannot store are revoked.
+func TestReviewRefreshAfterDisconnectRevokesNewTokens(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		f := newFakeProvider(t)
+		f.ttl = time.Minute // due at once
+		svc := newService(t, s, provider(f, false))
+		alice := addUser(t, s, "alice")
+		connect(t, svc, f, alice, "")
+		// While the provider renews the token, the person disconnects: the
+		// row goes before the renewal is stored.
+		var once sync.Once
+		f.tokenHook = func(http.ResponseWriter) bool {
+			once.Do(func() {
+				if _, err := s.DB.NewDelete().Table("integration_connections").Where("user_id = ?", alice.OwnerID).Exec(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})
+			return false
+		}
+		if _, err := svc.RefreshDue(t.Context(), 10); err != nil {
+			t.Logf("refresh: %v", err)
+		}
+		issued := f.lastAccessToken()
+		f.mu.Lock()
+		live := len(f.refresh)
+		f.mu.Unlock()
+		if live != 0 {
+			t.Fatalf("%d refresh token(s) issued for a disconnected connection are still live at the provider", live)
+		}
+		if rev := f.revocations(); !slices.Contains(rev, issued) {
+			t.Fatalf("the access token issued for a disconnected connection was not revoked: %v", rev)
+		}
+	})
 }

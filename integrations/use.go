@@ -56,6 +56,9 @@ func (s *Service) Use(ctx context.Context, o storage.Owner, name string) (Usable
 				return Usable{}, ErrExpired
 			}
 		} else if ts, err = s.refresh(ctx, o, r, ts); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return Usable{}, ErrNotFound // disconnected meanwhile
+			}
 			if !now.Before(ts.Expiry) {
 				return Usable{}, ErrExpired
 			}
@@ -119,6 +122,17 @@ func (s *Service) refresh(ctx context.Context, o storage.Owner, r connRow, ts to
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		cur, err := s.get(ctx, s.store.DB, o, r.Name)
+		if errors.Is(err, ErrNotFound) {
+			// Disconnected (or the account deleted) while the provider
+			// renewed: the new tokens have nowhere to go and are revoked,
+			// not left live at the provider. (Not when a new connection of
+			// the same name replaced it: at some providers revoking a
+			// refresh token revokes the whole grant, the new one's too.)
+			if eps.revoke != "" {
+				s.revokeTokens(ctx, o, p, eps, r.Name, next)
+			}
+			return ts, ErrNotFound
+		}
 		if err != nil {
 			return ts, err
 		}
@@ -165,7 +179,7 @@ func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
 		}
 		if _, err := s.refresh(ctx, o, it.connRow, ts); err == nil {
 			n++
-		} else if !errors.Is(err, ErrExpired) {
+		} else if !errors.Is(err, ErrExpired) && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}
