@@ -48,6 +48,10 @@ const (
 	// connection's token by Use: a provider issuing tokens shorter-lived
 	// than RefreshBefore would otherwise be called at every use.
 	MinRefreshInterval = 30 * time.Second
+	// RevokeAllBudget bounds the revocations at an account's deletion
+	// together: a provider that does not answer does not hold the
+	// deletion longer.
+	RevokeAllBudget = 30 * time.Second
 	// MaxTokenBytes bounds a token the provider issues.
 	MaxTokenBytes = 16 << 10
 )
@@ -367,7 +371,7 @@ func (s *Service) revokeTokens(ctx context.Context, o storage.Owner, p *provider
 	if !ok {
 		result = audit.ResultFailure
 	}
-	s.record(ctx, o, "connection_revoke", result, "provider="+p.Name+" connection="+name)
+	s.record(context.WithoutCancel(ctx), o, "connection_revoke", result, "provider="+p.Name+" connection="+name)
 	return ok
 }
 
@@ -423,6 +427,9 @@ func (s *Service) record(ctx context.Context, o storage.Owner, action, result, r
 		UserHash: s.audit.HashUser(o.StableID)})
 }
 
+// revokeAllBudget bounds RevokeAll as a whole (a variable for tests).
+var revokeAllBudget = RevokeAllBudget
+
 // RevokeAll revokes every connection of o at its provider (best effort,
 // each attempt recorded) before the account's rows are deleted. It never
 // fails the deletion: a provider that does not answer is recorded.
@@ -431,8 +438,14 @@ func (s *Service) RevokeAll(ctx context.Context, o storage.Owner) error {
 	if err := s.store.DB.NewSelect().Model(&rows).Where("user_id = ?", o.ID).Scan(ctx); err != nil {
 		return fmt.Errorf("integrations: revoke all: %w", err)
 	}
+	bctx, cancel := context.WithTimeout(ctx, revokeAllBudget)
+	defer cancel()
 	for _, r := range rows {
-		s.revoke(ctx, o, r)
+		if bctx.Err() != nil {
+			s.record(ctx, o, "connection_revoke", audit.ResultFailure, "provider="+r.Provider+" connection="+r.Name+" not attempted: the time for revocations ran out")
+			continue
+		}
+		s.revoke(bctx, o, r)
 	}
 	return nil
 }

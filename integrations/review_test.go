@@ -233,3 +233,37 @@ func TestReviewRefreshAfterDisconnectRevokesNewTokens(t *testing.T) {
 		}
 	})
 }
+
+// Review (#31): RevokeAll runs inside the account's deletion (often the
+// person's own request): a provider whose revocation endpoint hangs held
+// it DefaultHTTPTimeout per token, 2 x MaxConnections times (50 minutes).
+// The attempts share one budget; what it leaves is recorded as failed and
+// the deletion goes on.
+func TestReviewRevokeAllIsBounded(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	f := newFakeProvider(t)
+	svc := newService(t, s, provider(f, false))
+	alice := addUser(t, s, "alice")
+	for _, n := range []string{"a", "b", "c"} {
+		connect(t, svc, f, alice, n)
+	}
+	var mu sync.Mutex
+	calls := 0
+	f.revokeHook = func(r *http.Request) bool {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		_ = r.ParseForm()    // the whole request read: a client hanging up is seen
+		<-r.Context().Done() // hangs until enclave gives up
+		return true
+	}
+	integrations.SetRevokeAllBudget(t, 300*time.Millisecond)
+	if err := svc.RevokeAll(t.Context(), ownerOf(alice)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls > 1 {
+		t.Fatalf("after the budget ran out, RevokeAll still called the hanging provider %d times", calls)
+	}
+}
