@@ -267,3 +267,45 @@ func TestReviewRevokeAllIsBounded(t *testing.T) {
 		t.Fatalf("after the budget ran out, RevokeAll still called the hanging provider %d times", calls)
 	}
 }
+
+// Review (#31): the refresh lane renewed up to 100 connections one after
+// the other, DefaultHTTPTimeout each: a provider that does not answer held
+// every person's renewals for 25 minutes a tick. A tick has a budget; what
+// it leaves stays due.
+func TestReviewRefreshDueIsBounded(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	f := newFakeProvider(t)
+	f.ttl = time.Minute // due at once
+	svc := newService(t, s, provider(f, false))
+	alice := addUser(t, s, "alice")
+	for _, n := range []string{"a", "b", "c"} {
+		connect(t, svc, f, alice, n)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // before the provider closes
+	var mu sync.Mutex
+	calls := 0
+	f.tokenHook = func(http.ResponseWriter) bool {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		<-release
+		return true
+	}
+	integrations.SetRefreshDueBudget(t, 300*time.Millisecond)
+	n, _ := svc.RefreshDue(t.Context(), 10)
+	mu.Lock()
+	defer mu.Unlock()
+	if n != 0 || calls > 1 {
+		t.Fatalf("renewed %d; the hanging provider was called %d times in one tick", n, calls)
+	}
+	list, err := svc.List(t.Context(), ownerOf(alice))
+	if err != nil || len(list) != 3 {
+		t.Fatal(list, err)
+	}
+	for _, c := range list {
+		if c.Status != integrations.StatusActive {
+			t.Fatalf("a connection the tick did not reach changed: %+v", c)
+		}
+	}
+}

@@ -95,6 +95,10 @@ func (s *Service) refresh(ctx context.Context, o storage.Owner, r connRow, ts to
 	if err == nil {
 		err = validateToken(tok)
 	}
+	// What the provider answered is stored even when the caller's time
+	// (RefreshDue's budget) ran out meanwhile: a rotated refresh token
+	// lost here would break the connection.
+	ctx = context.WithoutCancel(ctx)
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.ErrorCode == "unauthorized_client") {
@@ -153,6 +157,12 @@ const RefreshLane = "integrations-refresh"
 // refreshPerTick bounds the connections one tick renews.
 const refreshPerTick = 100
 
+// RefreshDueBudget bounds one RefreshDue as a whole, under the lane's
+// period.
+const RefreshDueBudget = 45 * time.Second
+
+var refreshDueBudget = RefreshDueBudget // a variable for tests
+
 // RefreshDue renews up to limit active connections whose access token
 // expires within RefreshBefore. It returns how many it renewed.
 func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
@@ -170,7 +180,15 @@ func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
 	}
 	n := 0
 	var errs []error
+	// One tick's renewals share a budget: a provider that does not answer
+	// holds the lane (every person's renewals) no longer.
+	bctx, cancel := context.WithTimeout(ctx, refreshDueBudget)
+	defer cancel()
 	for _, it := range due {
+		if bctx.Err() != nil {
+			break // the rest are still due at the next tick
+		}
+		ctx := bctx
 		o := storage.Owner{ID: it.UserID, StableID: it.StableID}
 		ts, err := s.open(ctx, o, it.connRow)
 		if err != nil {
