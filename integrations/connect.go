@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -174,7 +176,7 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 	}
 	scopes := p.Scopes
 	if granted, ok := tok.Extra("scope").(string); ok && granted != "" {
-		scopes = splitScopes(granted)
+		scopes = splitScopes(granted, tok.AccessToken, tok.RefreshToken)
 	}
 	c, err := s.save(ctx, o, st.Name, p.Name, scopes, tokenSet{AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, TokenType: "Bearer", Expiry: tok.Expiry})
 	if err != nil {
@@ -185,26 +187,43 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 }
 
 // exchangeError describes a failed exchange for the log: the OAuth error
-// code when the provider sent one, never its body.
+// code when the provider sent a standard one, never its body nor any other
+// text of the provider's (which may echo the code or refresh token it was
+// sent).
 func exchangeError(err error) string {
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) {
 		code := re.ErrorCode
-		if len(code) > 64 {
-			code = code[:64]
+		if !standardErrorCodes[code] {
+			code = "(not a standard code)"
 		}
-		return fmt.Sprintf("status %d error %q", re.Response.StatusCode, code)
+		status := 0
+		if re.Response != nil {
+			status = re.Response.StatusCode
+		}
+		return fmt.Sprintf("status %d error %q", status, code)
 	}
 	return redactErr(err)
 }
 
-func splitScopes(s string) []string {
+// standardErrorCodes are the token endpoint's error codes of RFC 6749
+// (5.2), RFC 7009 and RFC 8628: the only ones repeated in a log.
+var standardErrorCodes = map[string]bool{
+	"invalid_request": true, "invalid_client": true, "invalid_grant": true, "unauthorized_client": true,
+	"unsupported_grant_type": true, "invalid_scope": true, "unsupported_token_type": true,
+	"server_error": true, "temporarily_unavailable": true, "access_denied": true,
+	"authorization_pending": true, "slow_down": true, "expired_token": true, "": true,
+}
+
+// splitScopes reads the scopes the provider says it granted, dropping any
+// that holds one of the tokens (the scopes are shown; the tokens never are).
+func splitScopes(s string, tokens ...string) []string {
 	var out []string
 	for _, f := range splitSpace(s) {
 		if len(out) == 64 {
 			break
 		}
-		if len(f) <= 256 {
+		if len(f) <= 256 && !slices.ContainsFunc(tokens, func(t string) bool { return t != "" && strings.Contains(f, t) }) {
 			out = append(out, f)
 		}
 	}

@@ -44,6 +44,14 @@ const (
 	// RefreshBefore is how long before its expiry an access token is
 	// renewed.
 	RefreshBefore = 5 * time.Minute
+	// MinRefreshInterval is the least time between two renewals of a
+	// connection's token by Use: a provider issuing tokens shorter-lived
+	// than RefreshBefore would otherwise be called at every use.
+	MinRefreshInterval = 30 * time.Second
+	// RevokeAllBudget bounds the revocations at an account's deletion
+	// together: a provider that does not answer does not hold the
+	// deletion longer.
+	RevokeAllBudget = 30 * time.Second
 	// MaxTokenBytes bounds a token the provider issues.
 	MaxTokenBytes = 16 << 10
 )
@@ -347,7 +355,13 @@ func (s *Service) revoke(ctx context.Context, o storage.Owner, r connRow) bool {
 	if err != nil {
 		return false
 	}
-	ok = true
+	return s.revokeTokens(ctx, o, p, eps, r.Name, ts)
+}
+
+// revokeTokens asks p to revoke ts (of the connection called name) and
+// records the attempt. It reports whether the provider confirmed.
+func (s *Service) revokeTokens(ctx context.Context, o storage.Owner, p *providerState, eps endpoints, name string, ts tokenSet) bool {
+	ok := true
 	for _, t := range []struct{ token, hint string }{{ts.RefreshToken, "refresh_token"}, {ts.AccessToken, "access_token"}} {
 		if t.token == "" {
 			continue
@@ -361,7 +375,7 @@ func (s *Service) revoke(ctx context.Context, o storage.Owner, r connRow) bool {
 	if !ok {
 		result = audit.ResultFailure
 	}
-	s.record(ctx, o, "connection_revoke", result, "provider="+p.Name+" connection="+r.Name)
+	s.record(context.WithoutCancel(ctx), o, "connection_revoke", result, "provider="+p.Name+" connection="+name)
 	return ok
 }
 
@@ -417,6 +431,9 @@ func (s *Service) record(ctx context.Context, o storage.Owner, action, result, r
 		UserHash: s.audit.HashUser(o.StableID)})
 }
 
+// revokeAllBudget bounds RevokeAll as a whole (a variable for tests).
+var revokeAllBudget = RevokeAllBudget
+
 // RevokeAll revokes every connection of o at its provider (best effort,
 // each attempt recorded) before the account's rows are deleted. It never
 // fails the deletion: a provider that does not answer is recorded.
@@ -425,8 +442,14 @@ func (s *Service) RevokeAll(ctx context.Context, o storage.Owner) error {
 	if err := s.store.DB.NewSelect().Model(&rows).Where("user_id = ?", o.ID).Scan(ctx); err != nil {
 		return fmt.Errorf("integrations: revoke all: %w", err)
 	}
+	bctx, cancel := context.WithTimeout(ctx, revokeAllBudget)
+	defer cancel()
 	for _, r := range rows {
-		s.revoke(ctx, o, r)
+		if bctx.Err() != nil {
+			s.record(ctx, o, "connection_revoke", audit.ResultFailure, "provider="+r.Provider+" connection="+r.Name+" not attempted: the time for revocations ran out")
+			continue
+		}
+		s.revoke(bctx, o, r)
 	}
 	return nil
 }

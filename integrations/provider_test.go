@@ -41,6 +41,7 @@ type fakeProvider struct {
 	noRefresh  bool
 	refuseCode bool
 	tokenHook  func(w http.ResponseWriter) bool // answers instead when it returns true
+	revokeHook func(r *http.Request) bool       // answers nothing more when it returns true
 }
 
 const clientID, clientSecret = "enclave-client", "s3cret-client"
@@ -110,6 +111,9 @@ func newFakeProvider(t testing.TB) *fakeProvider {
 		_ = json.NewEncoder(w).Encode(out)
 	})
 	mux.HandleFunc("POST /revoke", func(w http.ResponseWriter, r *http.Request) {
+		if f.revokeHook != nil && f.revokeHook(r) {
+			return
+		}
 		id, secret, ok := r.BasicAuth()
 		if !ok || id != clientID || secret != clientSecret {
 			tokenError(w, 401, "invalid_client")

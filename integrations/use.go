@@ -49,7 +49,16 @@ func (s *Service) Use(ctx context.Context, o storage.Owner, name string) (Usable
 	}
 	now := s.now()
 	if !ts.Expiry.IsZero() && now.Add(RefreshBefore).After(ts.Expiry) {
-		if ts, err = s.refresh(ctx, o, r, ts); err != nil {
+		if now.Sub(r.UpdatedAt) < MinRefreshInterval {
+			// Renewed (or connected) moments ago: a token this short-lived
+			// is used while it lasts, and the provider is not asked again.
+			if !now.Before(ts.Expiry) {
+				return Usable{}, ErrExpired
+			}
+		} else if ts, err = s.refresh(ctx, o, r, ts); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return Usable{}, ErrNotFound // disconnected meanwhile
+			}
 			if !now.Before(ts.Expiry) {
 				return Usable{}, ErrExpired
 			}
@@ -86,6 +95,10 @@ func (s *Service) refresh(ctx context.Context, o storage.Owner, r connRow, ts to
 	if err == nil {
 		err = validateToken(tok)
 	}
+	// What the provider answered is stored even when the caller's time
+	// (RefreshDue's budget) ran out meanwhile: a rotated refresh token
+	// lost here would break the connection.
+	ctx = context.WithoutCancel(ctx)
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.ErrorCode == "unauthorized_client") {
@@ -113,6 +126,17 @@ func (s *Service) refresh(ctx context.Context, o storage.Owner, r connRow, ts to
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		cur, err := s.get(ctx, s.store.DB, o, r.Name)
+		if errors.Is(err, ErrNotFound) {
+			// Disconnected (or the account deleted) while the provider
+			// renewed: the new tokens have nowhere to go and are revoked,
+			// not left live at the provider. (Not when a new connection of
+			// the same name replaced it: at some providers revoking a
+			// refresh token revokes the whole grant, the new one's too.)
+			if eps.revoke != "" {
+				s.revokeTokens(ctx, o, p, eps, r.Name, next)
+			}
+			return ts, ErrNotFound
+		}
 		if err != nil {
 			return ts, err
 		}
@@ -133,6 +157,12 @@ const RefreshLane = "integrations-refresh"
 // refreshPerTick bounds the connections one tick renews.
 const refreshPerTick = 100
 
+// RefreshDueBudget bounds one RefreshDue as a whole, under the lane's
+// period.
+const RefreshDueBudget = 45 * time.Second
+
+var refreshDueBudget = RefreshDueBudget // a variable for tests
+
 // RefreshDue renews up to limit active connections whose access token
 // expires within RefreshBefore. It returns how many it renewed.
 func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
@@ -150,7 +180,15 @@ func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
 	}
 	n := 0
 	var errs []error
+	// One tick's renewals share a budget: a provider that does not answer
+	// holds the lane (every person's renewals) no longer.
+	bctx, cancel := context.WithTimeout(ctx, refreshDueBudget)
+	defer cancel()
 	for _, it := range due {
+		if bctx.Err() != nil {
+			break // the rest are still due at the next tick
+		}
+		ctx := bctx
 		o := storage.Owner{ID: it.UserID, StableID: it.StableID}
 		ts, err := s.open(ctx, o, it.connRow)
 		if err != nil {
@@ -159,7 +197,7 @@ func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
 		}
 		if _, err := s.refresh(ctx, o, it.connRow, ts); err == nil {
 			n++
-		} else if !errors.Is(err, ErrExpired) {
+		} else if !errors.Is(err, ErrExpired) && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}
