@@ -163,7 +163,7 @@ func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 func registerClient(t *testing.T, base string) string {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{
-		"client_name": "server A", "redirect_uris": []string{"http://127.0.0.2" + integrations.CallbackPath},
+		"client_name": "server A", "redirect_uris": []string{"http://127.0.0.2" + integrations.CallbackPath + "/b"},
 		"token_endpoint_auth_method": "none", "grant_types": []string{"authorization_code", "refresh_token"}, "response_types": []string{"code"},
 	})
 	resp, err := http.Post(base+oauth.PathRegister, "application/json", bytes.NewReader(body))

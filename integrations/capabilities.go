@@ -35,6 +35,7 @@ type StartOutput struct {
 // the callback's query and the browser's binding.
 type FinishInput struct {
 	Binding          string `json:"binding" jsonschema:"the browser's secret for this flow, kept by the web shell"`
+	Provider         string `json:"provider" jsonschema:"the provider named by the callback's path"`
 	State            string `json:"oauthState" jsonschema:"the OAuth state the provider sent back"`
 	Code             string `json:"code,omitempty" jsonschema:"the authorization code the provider sent back"`
 	Error            string `json:"error,omitempty" jsonschema:"the error the provider sent back, if any"`
@@ -116,7 +117,7 @@ func (s *Service) Capabilities() []capabilities.Capability {
 				if err != nil {
 					return Connection{}, err
 				}
-				return s.Finish(ctx, o, in.Binding, Callback{State: in.State, Code: in.Code, Error: in.Error, ErrorDescription: in.ErrorDescription})
+				return s.Finish(ctx, o, in.Binding, Callback{Provider: in.Provider, State: in.State, Code: in.Code, Error: in.Error, ErrorDescription: in.ErrorDescription})
 			},
 		}),
 	}

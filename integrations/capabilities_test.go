@@ -48,7 +48,7 @@ func TestCapabilities(t *testing.T) {
 			t.Fatalf("start: %+v %v", start, err)
 		}
 		q := f.authorize(t, start.AuthorizationURL)
-		conn, err := invoke[integrations.Connection](t, reg, web, "connectionConnectFinish", integrations.FinishInput{Binding: binding, State: q.Get("state"), Code: q.Get("code")})
+		conn, err := invoke[integrations.Connection](t, reg, web, "connectionConnectFinish", integrations.FinishInput{Binding: binding, Provider: "acme", State: q.Get("state"), Code: q.Get("code")})
 		if err != nil || conn.Name != "acme" {
 			t.Fatalf("finish: %+v %v", conn, err)
 		}

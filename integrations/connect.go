@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -92,11 +93,14 @@ func (s *Service) Start(ctx context.Context, o storage.Owner, provider, name, bi
 	if err != nil {
 		return "", fmt.Errorf("integrations: start: %w", err)
 	}
-	return p.config(eps, s.redirect).AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)), nil
+	return p.config(eps, s.RedirectURL(p.Name)).AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)), nil
 }
 
 // Callback is what the provider sent back to the callback URL.
 type Callback struct {
+	// Provider is the provider named by the callback's path (see
+	// CallbackPath); it must be the one the flow was started for.
+	Provider         string
 	State            string
 	Code             string
 	Error            string
@@ -140,6 +144,12 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 		s.record(ctx, o, "connection_connect", audit.ResultDenied, "provider="+st.Provider+" state not bound to this session")
 		return Connection{}, invalid(stale)
 	}
+	if cb.Provider != st.Provider {
+		// A code from another provider's redirect: never send it (nor the
+		// verifier) to this flow's token endpoint.
+		s.record(ctx, o, "connection_connect", audit.ResultDenied, "provider="+st.Provider+" callback on another provider's path")
+		return Connection{}, invalid(stale)
+	}
 	if cb.Error != "" {
 		msg := "The provider did not grant access"
 		if cb.Error == "access_denied" {
@@ -164,7 +174,7 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 	}
 	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), s.timeout)
 	defer cancel()
-	tok, err := p.config(eps, s.redirect).Exchange(ctx2, cb.Code, oauth2.VerifierOption(string(verifier)))
+	tok, err := p.config(eps, s.RedirectURL(p.Name)).Exchange(ctx2, cb.Code, oauth2.VerifierOption(string(verifier)))
 	if err == nil {
 		err = validateToken(tok)
 	}
@@ -296,4 +306,10 @@ func (s *Service) save(ctx context.Context, o storage.Owner, name, provider stri
 		return Connection{}, fmt.Errorf("integrations: save: %w", err)
 	}
 	return out.meta(), nil
+}
+
+// RedirectURL is the redirect URI of provider's connect flow: register it
+// at the provider.
+func (s *Service) RedirectURL(provider string) string {
+	return s.redirect + "/" + url.PathEscape(provider)
 }

@@ -30,8 +30,13 @@ import (
 
 // Bounds and defaults.
 const (
-	// CallbackPath is the connect flow's redirect URI, on the server's
-	// own origin.
+	// CallbackPath is the prefix of the connect flow's redirect URIs, on
+	// the server's own origin: each provider has its own,
+	// CallbackPath + "/" + its name (register that one at the provider),
+	// and a callback is accepted only on the path of the provider its
+	// flow was started for. One shared callback would let a hostile
+	// provider send the person to another provider with its own state
+	// and receive that provider's code and verifier (a mix-up attack).
 	CallbackPath = "/account/connections/callback"
 	// StateTTL is how long a connect flow may take, from the click to
 	// the callback.

@@ -60,7 +60,7 @@ func connect(t *testing.T, svc *integrations.Service, f *fakeProvider, c capabil
 		t.Fatal(err)
 	}
 	q := f.authorize(t, u)
-	conn, err := svc.Finish(t.Context(), ownerOf(c), binding, integrations.Callback{State: q.Get("state"), Code: q.Get("code")})
+	conn, err := svc.Finish(t.Context(), ownerOf(c), binding, integrations.Callback{Provider: "acme", State: q.Get("state"), Code: q.Get("code")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestStateIsBoundAndSingleUse(t *testing.T) {
 		cur := svc
 		refused := func(what string, c capabilities.Caller, b, state, code string) {
 			t.Helper()
-			_, err := cur.Finish(t.Context(), ownerOf(c), b, integrations.Callback{State: state, Code: code})
+			_, err := cur.Finish(t.Context(), ownerOf(c), b, integrations.Callback{Provider: "acme", State: state, Code: code})
 			var ce *capabilities.Error
 			if !errors.As(err, &ce) || ce.Code != capabilities.CodeInvalidInput || !strings.Contains(ce.Message, "not valid") {
 				t.Fatalf("%s: %v", what, err)
@@ -150,7 +150,7 @@ func TestStateIsBoundAndSingleUse(t *testing.T) {
 		refused("another browser", alice, "another-browser-binding-xx", st, code)
 		// Replay.
 		st, code = start(alice)
-		if _, err := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{State: st, Code: code}); err != nil {
+		if _, err := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{Provider: "acme", State: st, Code: code}); err != nil {
 			t.Fatal(err)
 		}
 		refused("replay", alice, binding, st, code)
@@ -167,7 +167,7 @@ func TestStateIsBoundAndSingleUse(t *testing.T) {
 		cur = svc
 		// The provider's refusal or an error callback connects nothing.
 		st, _ = start(alice)
-		_, err := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{State: st, Error: "access_denied"})
+		_, err := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{Provider: "acme", State: st, Error: "access_denied"})
 		if err == nil || !strings.Contains(err.Error(), "declined") {
 			t.Fatalf("declined: %v", err)
 		}
@@ -273,7 +273,7 @@ func TestHostileProvider(t *testing.T) {
 				t.Fatal(err)
 			}
 			q := f.authorize(t, u)
-			_, err = svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{State: q.Get("state"), Code: q.Get("code")})
+			_, err = svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{Provider: "acme", State: q.Get("state"), Code: q.Get("code")})
 			var ce *capabilities.Error
 			if !errors.As(err, &ce) || ce.Code != capabilities.CodeConflict || !strings.Contains(ce.Message, "did not issue a usable token") {
 				t.Fatalf("finish: %v", err)
@@ -336,7 +336,7 @@ func TestSlowProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := f.authorize(t, u)
-	_, err = svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{State: q.Get("state"), Code: q.Get("code")})
+	_, err = svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{Provider: "acme", State: q.Get("state"), Code: q.Get("code")})
 	var ce *capabilities.Error
 	if !errors.As(err, &ce) || ce.Code != capabilities.CodeConflict || !strings.Contains(ce.Message, "did not issue a usable token") {
 		t.Fatalf("finish with a provider that does not answer: %v", err)

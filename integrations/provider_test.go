@@ -165,7 +165,7 @@ func (f *fakeProvider) authorize(t testing.TB, authURL string) url.Values {
 	if err != nil || resp.StatusCode != http.StatusFound {
 		t.Fatalf("authorize: %d %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	if !strings.HasSuffix(loc.Path, integrations.CallbackPath) {
+	if !strings.HasSuffix(loc.Path, integrations.CallbackPath+"/acme") {
 		t.Fatalf("callback %s is not on our origin's callback path", loc)
 	}
 	return loc.Query()

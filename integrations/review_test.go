@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,7 +109,7 @@ func TestReviewProviderErrorEchoNeverLogged(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": code})
 		return true
 	}
-	_, ferr := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{State: q.Get("state"), Code: code})
+	_, ferr := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{Provider: "acme", State: q.Get("state"), Code: code})
 	if ferr == nil {
 		t.Fatal("connected with a refused exchange")
 	}
@@ -308,4 +309,38 @@ func TestReviewRefreshDueIsBounded(t *testing.T) {
 			t.Fatalf("a connection the tick did not reach changed: %+v", c)
 		}
 	}
+}
+
+// A mix-up: the flow was started for one provider, and the code comes
+// back on another provider's callback path (a hostile provider sent the
+// person to an honest one with its own state). Nothing is exchanged: the
+// code and verifier never reach the flow's token endpoint, and the state
+// is used up.
+func TestReviewCallbackOnAnotherProvidersPath(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		f := newFakeProvider(t)
+		svc := newService(t, s, provider(f, false))
+		alice := addUser(t, s, "alice")
+		if got := svc.RedirectURL("acme"); !strings.HasSuffix(got, integrations.CallbackPath+"/acme") {
+			t.Fatalf("redirect URL %q", got)
+		}
+		u, err := svc.Start(t.Context(), ownerOf(alice), "acme", "", binding)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := f.authorize(t, u)
+		var calls atomic.Int32
+		f.tokenHook = func(http.ResponseWriter) bool { calls.Add(1); return false }
+		for _, other := range []string{"honest", "", "ACME"} {
+			if _, err := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{Provider: other, State: q.Get("state"), Code: q.Get("code")}); err == nil {
+				t.Fatalf("a callback on provider %q's path connected acme", other)
+			}
+		}
+		if n := calls.Load(); n != 0 {
+			t.Fatalf("the code went to the token endpoint %d times", n)
+		}
+		if _, err := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{Provider: "acme", State: q.Get("state"), Code: q.Get("code")}); err == nil {
+			t.Fatal("the state survived a refused callback")
+		}
+	})
 }

@@ -43,7 +43,7 @@ func (h *Handler) connectionRoutes(handle func(string, http.HandlerFunc)) {
 	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
 	handle("GET /account/connections", user(h.connectionsPage))
 	handle("POST /account/connections/connect", user(h.startConnection))
-	handle("GET "+integrations.CallbackPath, user(h.finishConnection))
+	handle("GET "+integrations.CallbackPath+"/{provider}", user(h.finishConnection))
 	handle("POST /account/connections/disconnect", user(h.disconnectConnection))
 }
 
@@ -97,7 +97,7 @@ func (h *Handler) finishConnection(w http.ResponseWriter, r *http.Request) {
 		binding = c.Value
 	}
 	http.SetCookie(w, h.connectCookie(r, "", -1))
-	in := integrations.FinishInput{Binding: binding, State: q.Get("state"), Code: q.Get("code"), Error: q.Get("error"), ErrorDescription: q.Get("error_description")}
+	in := integrations.FinishInput{Binding: binding, Provider: r.PathValue("provider"), State: q.Get("state"), Code: q.Get("code"), Error: q.Get("error"), ErrorDescription: q.Get("error_description")}
 	if err := h.invoke(r, "connectionConnectFinish", in, nil); err != nil {
 		w.Header().Set("Cache-Control", "no-store")
 		h.renderCapabilityError(w, r, err)
