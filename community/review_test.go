@@ -1,0 +1,57 @@
+package community_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/community"
+	"github.com/enclave-mcp/enclave/enclavetest"
+)
+
+// Concurrent reports by one person stay within the bounds: at most one
+// open report per person and listing, at most MaxOpenReports open in all
+// (a check-then-act in a READ COMMITTED transaction lets parallel calls
+// each see room).
+func TestReviewConcurrentReportsStayBounded(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice, bob, root := s.CreateUser(t, "alice"), s.CreateUser(t, "bob"), s.CreateUser(t, "ada", "admin")
+		ac, bc, dc := alice.Caller(t), bob.Caller(t), root.Caller(t)
+		const listings = community.MaxOpenReports + 6
+		ids := make([]string, listings)
+		for i := range ids {
+			name := fmt.Sprintf("greeter-%d", i)
+			pkg := greeter(name)
+			delete(pkg["manifest"].(map[string]any), "jobs")
+			save(t, s, ac, pkg)
+			ids[i] = must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": name}).ID
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 3*listings)
+		for i := range 3 * listings {
+			wg.Go(func() {
+				_, err := call[community.ReportResult](t, s, bc, "communityReport", map[string]any{"listing": ids[i%listings], "reason": "spam"})
+				if err != nil && code(err) != capabilities.CodeQuotaExceeded && code(err) != capabilities.CodeConflict {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("communityReport: %v", err)
+		}
+		page := must[community.ReportPage](t, s, dc, "adminCommunityReportList", map[string]any{"status": "open", "limit": 100})
+		seen := map[string]bool{}
+		for _, r := range page.Reports {
+			if seen[r.Listing] {
+				t.Errorf("two open reports by bob of listing %s", r.Listing)
+			}
+			seen[r.Listing] = true
+		}
+		if len(page.Reports) > community.MaxOpenReports {
+			t.Fatalf("bob holds %d open reports: at most %d", len(page.Reports), community.MaxOpenReports)
+		}
+	})
+}
