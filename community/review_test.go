@@ -55,3 +55,28 @@ func TestReviewConcurrentReportsStayBounded(t *testing.T) {
 		}
 	})
 }
+
+// Search words are literal: LIKE's wildcards and SQL quoting match only
+// themselves, and nothing outside the public fields (sources, the
+// author's e-mail, unlisted listings) is searched.
+func TestReviewSearchIsLiteralAndPublicOnly(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice, bob := s.CreateUser(t, "alice"), s.CreateUser(t, "bob")
+		ac, bc := alice.Caller(t), bob.Caller(t)
+		save(t, s, ac, greeter("greeter"))
+		save(t, s, ac, greeter("hidden"))
+		must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": "greeter", "readme": "Says hello."})
+		if n := len(must[community.SearchResult](t, s, bc, "communitySearch", map[string]any{"query": "greet"}).Listings); n != 1 {
+			t.Fatalf("greet finds %d listings", n)
+		}
+		for _, q := range []string{"%", "_", "%%", `\`, "g_eeter", "gr%ter", "' OR 1=1 --", `") OR ("1"="1`, "whoami", "runBy", "hidden", "@"} {
+			res, err := call[community.SearchResult](t, s, bc, "communitySearch", map[string]any{"query": q})
+			if err != nil {
+				t.Fatalf("search %q: %v", q, err)
+			}
+			if len(res.Listings) != 0 {
+				t.Errorf("search %q finds %d listings", q, len(res.Listings))
+			}
+		}
+	})
+}
