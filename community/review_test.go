@@ -2,6 +2,7 @@ package community_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -77,6 +78,27 @@ func TestReviewSearchIsLiteralAndPublicOnly(t *testing.T) {
 			if len(res.Listings) != 0 {
 				t.Errorf("search %q finds %d listings", q, len(res.Listings))
 			}
+		}
+	})
+}
+
+// adminUserPlanSet is audited with the account as a keyed hash, as every
+// identifier in the audit log, never by its username (the row outlives the
+// account).
+func TestReviewPlanSetAuditHashesTheAccount(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		s.CreateUser(t, "bobby")
+		dc := s.CreateUser(t, "ada", "admin").Caller(t)
+		must[map[string]any](t, s, dc, "adminPlanSave", map[string]any{"name": "small", "execute": map[string]any{"daily": 3}})
+		must[map[string]any](t, s, dc, "adminUserPlanSet", map[string]any{"username": "bobby", "plan": "small"})
+		out := must[struct {
+			Events []struct{ Action, Result, Reason, UserHash string }
+		}](t, s, dc, "adminAuditLogQuery", map[string]any{"action": "admin_user_plan_set"})
+		if len(out.Events) != 1 || out.Events[0].Result != "success" || out.Events[0].UserHash == "" {
+			t.Fatalf("audit %+v", out.Events)
+		}
+		if r := out.Events[0].Reason; strings.Contains(r, "bobby") || !strings.HasSuffix(r, " plan small") || len(r) < len("user  plan small")+32 {
+			t.Fatalf("the audit reason %q names the account", r)
 		}
 	})
 }
