@@ -1,6 +1,7 @@
 package enclave
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -81,7 +82,11 @@ func (s *Server) auditedCommunity(c capabilities.Capability, action string) capa
 		case in.Report != "" && len(in.Report) <= 64:
 			e.Reason = "report " + auditName(in.Report)
 		case in.Username != "" && len(in.Username) <= 64 && len(in.Plan) <= 64:
-			e.Reason = "user " + auditName(in.Username) + " plan " + auditName(in.Plan)
+			// The account as a keyed hash (as every identifier in the log),
+			// never its username: the row outlives the account.
+			var stable string
+			_ = s.store.Reader.NewSelect().Table("users").Column("stable_user_id").Where("username = ?", in.Username).Scan(ctx, &stable)
+			e.Reason = "user " + cmp.Or(s.audit.HashUser(stable), "(none)") + " plan " + auditName(in.Plan)
 		case in.Name != "" && len(in.Name) <= 64:
 			e.Reason = "plan " + auditName(in.Name)
 		}

@@ -770,6 +770,14 @@ func (s *Service) Report(ctx context.Context, o storage.Owner, id, reason, detai
 	}
 	var out ReportResult
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if s.store.Dialect() == storage.Postgres {
+			// One report at a time per person: the checks below (one open
+			// report per listing, MaxOpenReports) then hold under
+			// concurrent calls (SQLite serializes its writers already).
+			if _, err := tx.ExecContext(ctx, "SELECT id FROM users WHERE id = ? FOR UPDATE", o.ID); err != nil {
+				return err
+			}
+		}
 		if err := s.checkNotBanned(ctx, tx, o); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -254,6 +255,20 @@ func (p *Plans) Of(ctx context.Context, owner int64) (Plan, error) {
 	p.mu.Unlock()
 	return plan, nil
 }
+
+// IsPlanLimit reports whether err is the meter's refusal by the account's
+// plan (a daily or weekly window), not by a limit its caller passed: a
+// caller that words its own refusal (the outbound gateway) passes these
+// on as they are, so that the window and limit named are the ones that
+// refused.
+func IsPlanLimit(err error) bool {
+	e, ok := errors.AsType[*capabilities.Error](err)
+	return ok && e.Code == capabilities.CodeQuotaExceeded && strings.Contains(e.Message, planRefusalMark)
+}
+
+// planRefusalMark is in the message of every plan refusal (plan names
+// are lowercase letters, digits and '-', so no other text holds it).
+const planRefusalMark = " uses on plan "
 
 // WeekStart returns the Monday (UTC) of t's week.
 func WeekStart(t time.Time) time.Time {

@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -79,6 +80,7 @@ import (
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/egress"
 	"github.com/enclave-mcp/enclave/internal/tracing"
+	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -443,8 +445,15 @@ func (g *Gateway) Do(ctx context.Context, caller capabilities.Caller, req Reques
 			Message: fmt.Sprintf("At most %d outbound requests may be in flight at once; wait for one to finish.", g.lim.MaxConcurrent)}
 	}
 	defer g.leave(caller.UserID)
-	if g.o.Quota != nil && g.lim.DailyRequests > 0 {
-		if err := g.o.Quota.AllowClass(ctx, caller, QuotaClass, g.lim.DailyRequests); err != nil {
+	if g.o.Quota != nil {
+		limit := g.lim.DailyRequests
+		if limit < 0 {
+			limit = math.MaxInt64 // no server limit; the account's plan still applies
+		}
+		if err := g.o.Quota.AllowClass(ctx, caller, QuotaClass, limit); err != nil {
+			if quota.IsPlanLimit(err) {
+				return Response{}, err // the plan's window and limit, as the meter named them
+			}
 			if at, ok := capabilities.RetryAfterOf(err); ok && capabilities.CodeOf(err) == capabilities.CodeQuotaExceeded {
 				return Response{}, &capabilities.Error{Code: capabilities.CodeQuotaExceeded, RetryAfter: at,
 					Message: fmt.Sprintf("Daily limit of %d outbound requests reached; retry after %s.", g.lim.DailyRequests, at.UTC().Format(time.RFC3339))}

@@ -13,6 +13,7 @@ import (
 	"html/template"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/microcosm-cc/bluemonday"
 	"github.com/yuin/goldmark"
@@ -33,12 +34,15 @@ import (
 //     rel="nofollow noopener noreferrer";
 //   - images become links to the image (a page never loads an author's
 //     remote image);
+//   - container markers (block quotes, list items) beyond MaxNesting on
+//     one line are text, and lines longer than MaxLineBytes are broken,
+//     so that a readme's parse costs no more than its size warrants;
 //   - the result then passes bluemonday with an allowlist of plain
 //     formatting elements, no attributes but a link's href and no styles,
 //     so that a mistake in the first step still cannot produce script.
 func Render(src string) template.HTML {
 	var buf bytes.Buffer
-	if err := markdown.Convert([]byte(src), &buf); err != nil {
+	if err := markdown.Convert(bound(src), &buf); err != nil {
 		return template.HTML(template.HTMLEscapeString(src))
 	}
 	return template.HTML(sanitizer.SanitizeBytes(buf.Bytes())) //nolint:gosec // sanitized above
@@ -171,4 +175,82 @@ func (escapedHTML) RegisterFuncs(r renderer.NodeRendererFuncRegisterer) {
 		_, _ = w.WriteString("</code></pre>\n")
 		return ast.WalkSkipChildren, nil
 	})
+}
+
+// Bounds of what the parser is given: its cost grows with the square of
+// a line's container nesting ("- - - - x", "> > > x") and of a line's
+// length (unclosed "[a](" repeated), so that 64 KiB of such text would
+// take seconds of CPU on every view of a public page.
+const (
+	// MaxNesting is how many container markers (block quotes, list items)
+	// one line may open; the ones beyond it are literal text.
+	MaxNesting = 16
+	// MaxLineBytes is the longest line parsed as one: a longer line is
+	// broken (at its last blank before the bound, if any).
+	MaxLineBytes = 2048
+)
+
+// bound escapes container markers beyond MaxNesting at the start of a
+// line and breaks lines longer than MaxLineBytes.
+func bound(src string) []byte {
+	out := make([]byte, 0, len(src)+len(src)/64)
+	for line := range strings.Lines(src) {
+		for len(line) > MaxLineBytes {
+			cut := strings.LastIndexAny(line[:MaxLineBytes], " \t")
+			if cut <= 0 {
+				cut = MaxLineBytes
+				for cut > 0 && !utf8.RuneStart(line[cut]) {
+					cut--
+				}
+			}
+			out = appendBounded(out, line[:cut])
+			out = append(out, '\n')
+			line = strings.TrimLeft(line[cut:], " \t")
+		}
+		out = appendBounded(out, line)
+	}
+	return out
+}
+
+// appendBounded appends line with the container markers beyond
+// MaxNesting at its start escaped.
+func appendBounded(out []byte, line string) []byte {
+	depth, i := 0, 0
+	for i < len(line) {
+		c := line[i]
+		switch {
+		case c == ' ' || c == '\t':
+			i++
+			continue
+		case c == '>':
+			if depth >= MaxNesting {
+				return append(append(append(out, line[:i]...), '\\'), line[i:]...)
+			}
+			depth++
+			i++
+			continue
+		case (c == '-' || c == '*' || c == '+') && i+1 < len(line) && (line[i+1] == ' ' || line[i+1] == '\t'):
+			if depth >= MaxNesting {
+				return append(append(append(out, line[:i]...), '\\'), line[i:]...)
+			}
+			depth++
+			i++
+			continue
+		case c >= '0' && c <= '9':
+			j := i
+			for j < len(line) && j-i < 9 && line[j] >= '0' && line[j] <= '9' {
+				j++
+			}
+			if j < len(line) && (line[j] == '.' || line[j] == ')') && (j+1 == len(line) || line[j+1] == ' ' || line[j+1] == '\t') {
+				if depth >= MaxNesting {
+					return append(append(append(out, line[:j]...), '\\'), line[j:]...)
+				}
+				depth++
+				i = j + 1
+				continue
+			}
+		}
+		break
+	}
+	return append(out, line...)
 }
