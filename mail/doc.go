@@ -16,7 +16,7 @@
 // attachments are written in one transaction. A retried delivery (the
 // same Message-ID to the same recipient, or the same provider delivery
 // id) finds its ledger row and is stored, and counted against the
-// receive quota (email_receives_per_day), once.
+// receive quota (quota class mail_receive, which a plan limits too), once.
 //
 // Everything a sender wrote reaches agents as data: fields carry
 // Untrusted names and a content warning, HTML is sanitised with

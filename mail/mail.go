@@ -29,7 +29,7 @@ const BlobDomain = "mail"
 
 // ReceiveClass is the quota class an accepted inbound message counts
 // against (one per message and recipient mailbox, per UTC day).
-const ReceiveClass = "email_receives_per_day"
+const ReceiveClass = "mail_receive"
 
 // DefaultReceivesPerDay is how many messages a user's mailbox accepts per
 // UTC day by default.
@@ -60,7 +60,7 @@ type Options struct {
 	// MaxMessageBytes bounds one message (the SMTP SIZE). Default 25 MiB.
 	MaxMessageBytes int64
 	// ReceivesPerDay is how many messages one user's mailbox accepts per
-	// UTC day (quota class email_receives_per_day). Default 500; a
+	// UTC day (quota class mail_receive, the meter a plan limits too). Default 500; a
 	// negative value is unlimited.
 	ReceivesPerDay int64
 	// Reserved are the local parts of system mailboxes. Default
