@@ -91,7 +91,7 @@ func TestFeedbackPages(t *testing.T) {
 	if rec := admin.do("POST", "/admin/feedback/"+id[1], url.Values{"status": {"resolved"}, "note": {"fixed in 1.2"}}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("resolve: %d %.500s", rec.Code, rec.Body.String())
 	}
-	if rec := admin.do("POST", "/admin/feedback/"+id[1], url.Values{"status": {"triaged"}}); rec.Code != http.StatusBadRequest {
+	if rec := admin.do("POST", "/admin/feedback/"+id[1], url.Values{"status": {"triaged"}}); rec.Code != http.StatusConflict {
 		t.Fatalf("reopen a resolved feedback: %d", rec.Code)
 	}
 	if page := user.do("GET", "/account/feedback", nil).Body.String(); !strings.Contains(page, "resolved") || strings.Contains(page, "fixed in 1.2") {
