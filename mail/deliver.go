@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/uptrace/bun"
+	"gocloud.dev/gcerrors"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
@@ -133,7 +134,12 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 			return Delivered{}, fmt.Errorf("%w: %v", ErrOverQuota, err)
 		}
 	}
-	key := deliveryKey(id)
+	// The blob keys derive from the delivery id and the bytes: deliveries
+	// racing with the same id but other bytes (a sender who knows a
+	// Message-ID about to arrive) write keys of their own, so the loser
+	// can never overwrite the winner's raw MIME or attachments.
+	sum := sha256.Sum256(d.Raw)
+	key := deliveryKey(id + "\n" + hex.EncodeToString(sum[:]))
 	if err := s.store.Bucket.WriteAll(ctx, b.rawKey(key), d.Raw, nil); err != nil {
 		return Delivered{}, fmt.Errorf("mail: store raw message: %w", err)
 	}
@@ -222,7 +228,30 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	if err != nil {
 		return Delivered{}, err
 	}
+	if out.Duplicate {
+		s.dropLoserBlobs(ctx, b, key, len(p.Parts))
+	}
 	return out, nil
+}
+
+// dropLoserBlobs removes the blobs a delivery that lost a race wrote,
+// unless a stored message uses them (an identical retry writes the very
+// keys of the stored message).
+func (s *Service) dropLoserBlobs(ctx context.Context, b box, key string, parts int) {
+	var n int
+	err := s.store.DB.NewRaw("SELECT count(*) FROM ? WHERE ? = ? AND delivery_key = ?", b.table("messages"), b.owned(), b.val, key).Scan(ctx, &n)
+	if err != nil || n > 0 {
+		return
+	}
+	keys := []string{b.rawKey(key)}
+	for i := range parts {
+		keys = append(keys, b.partKey(key, i))
+	}
+	for _, k := range keys {
+		if err := s.store.Bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			s.log.Warn("mail: removing a duplicate delivery's blob failed", "err", err)
+		}
+	}
 }
 
 // delivered looks a delivery id up in the ledger.
