@@ -1,11 +1,15 @@
 package mail_test
 
 import (
+	"bufio"
+	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/mail"
@@ -74,5 +78,82 @@ func raceRound(t *testing.T, e *env, alice capabilities.Caller, round int) {
 	data, _ := base64.StdEncoding.DecodeString(page.DataBase64)
 	if string(data) != "payload-"+variant {
 		t.Fatalf("message text is variant %s but its attachment holds %q: a losing delivery overwrote the stored blobs", variant, data)
+	}
+}
+
+// greeting dials addr from the local address from (a 127.0.0.x) and
+// returns the server's first line, or "" when the connection was closed
+// without one.
+func greeting(t *testing.T, addr, from string) (net.Conn, string) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return c, line
+}
+
+// TestMailReviewSMTPConnectionLimits: a client cannot hold the listener's
+// memory and goroutines without bound: connections over the per-address
+// and total bounds are answered 421 and closed, a freed slot is served
+// again, and a connection trickling commands is cut at MaxSessionTime.
+func TestMailReviewSMTPConnectionLimits(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	e := newEnv(t, s, mail.Config{Options: mail.Options{MaxConnections: 3, MaxConnectionsPerIP: 2, MaxSessionTime: 2 * time.Second}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.svc.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	addr := ln.Addr().String()
+
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 2 {
+		c, line := greeting(t, addr, "127.0.0.1")
+		held = append(held, c)
+		if !strings.HasPrefix(line, "220") {
+			t.Fatalf("connection within the bounds: %q, want 220", line)
+		}
+	}
+	c, line := greeting(t, addr, "127.0.0.1")
+	c.Close()
+	if !strings.HasPrefix(line, "421") {
+		t.Fatalf("third connection from one address: %q, want 421", line)
+	}
+	c, line = greeting(t, addr, "127.0.0.2")
+	held = append(held, c)
+	if !strings.HasPrefix(line, "220") {
+		t.Fatalf("connection from another address: %q, want 220", line)
+	}
+	c, line = greeting(t, addr, "127.0.0.3")
+	c.Close()
+	if !strings.HasPrefix(line, "421") {
+		t.Fatalf("connection over the total bound: %q, want 421", line)
+	}
+
+	// The held connections send nothing useful: MaxSessionTime cuts
+	// them and their slots serve again.
+	time.Sleep(3 * time.Second)
+	c, line = greeting(t, addr, "127.0.0.1")
+	defer c.Close()
+	if !strings.HasPrefix(line, "220") {
+		t.Fatalf("after the idle connections were cut: %q, want 220", line)
+	}
+	if _, err := held[0].Write([]byte("NOOP\r\n")); err == nil {
+		_ = held[0].SetReadDeadline(time.Now().Add(2 * time.Second))
+		if b, err := bufio.NewReader(held[0]).ReadString('\n'); err == nil && strings.HasPrefix(b, "250") {
+			t.Fatalf("a connection older than MaxSessionTime still served: %q", b)
+		}
 	}
 }
