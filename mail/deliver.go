@@ -39,6 +39,26 @@ type Delivery struct {
 	AuthResults string
 	// Quarantine stores the message in the quarantine folder.
 	Quarantine bool
+
+	// parsed and checked, when set, are Raw already parsed and
+	// authenticated: the SMTP listener does both once per transaction,
+	// not once per recipient.
+	parsed  *Parsed
+	checked *authOutcome
+}
+
+// authOutcome is what Options.Authenticate answered.
+type authOutcome struct {
+	results string
+	fail    bool
+}
+
+func (s *Service) authenticate(raw []byte) authOutcome {
+	if s.opts.Authenticate == nil {
+		return authOutcome{results: "none"}
+	}
+	r, fail := s.opts.Authenticate(raw)
+	return authOutcome{results: r, fail: fail}
 }
 
 // Delivered is the outcome of Deliver.
@@ -115,8 +135,10 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	if err != nil {
 		return Delivered{}, err
 	}
-	p, err := Parse(d.Raw)
-	if err != nil {
+	var p Parsed
+	if d.parsed != nil {
+		p = *d.parsed
+	} else if p, err = Parse(d.Raw); err != nil {
 		return Delivered{}, err
 	}
 	id := deliveryID(d, p, t)
@@ -154,10 +176,12 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	}
 	// A message whose DKIM signatures all fail is quarantined, whatever
 	// the rules say (an allow rule trusts a sender, not a forgery).
-	authResults, dkimFailed := "none", false
-	if s.opts.Authenticate != nil {
-		authResults, dkimFailed = s.opts.Authenticate(d.Raw)
+	checked := d.checked
+	if checked == nil {
+		a := s.authenticate(d.Raw)
+		checked = &a
 	}
+	authResults, dkimFailed := checked.results, checked.fail
 	if d.AuthResults != "" {
 		authResults = d.AuthResults + "; " + authResults
 	}

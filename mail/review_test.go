@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"net/smtp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +157,46 @@ func TestMailReviewSMTPConnectionLimits(t *testing.T) {
 		if b, err := bufio.NewReader(held[0]).ReadString('\n'); err == nil && strings.HasPrefix(b, "250") {
 			t.Fatalf("a connection older than MaxSessionTime still served: %q", b)
 		}
+	}
+}
+
+// TestMailReviewSMTPChecksOncePerTransaction: a message for many
+// recipients is parsed and its DKIM signatures checked once, not once per
+// recipient (fifty key lookups and parses of a 25 MiB message per
+// transaction otherwise), and every recipient still gets the results.
+func TestMailReviewSMTPChecksOncePerTransaction(t *testing.T) {
+	var calls atomic.Int32
+	s := storagetest.Open(t, storage.SQLite)
+	e := newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func([]byte) (string, bool) {
+		calls.Add(1)
+		return "dkim=pass header.d=elsewhere.test", false
+	}}})
+	alice := e.user("alice")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.svc.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	var rcpts []string
+	for i := range 8 {
+		rcpts = append(rcpts, fmt.Sprintf("alice+t%d@%s", i, domain))
+	}
+	raw := message("many@elsewhere.test", "many", "", "to many", nil)
+	if err := smtp.SendMail(ln.Addr().String(), nil, "sender@elsewhere.test", rcpts, raw); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("Authenticate ran %d times for one transaction, want 1", n)
+	}
+	l := must[mail.ListOutput](e, alice, "mailList", map[string]any{})
+	if len(l.Messages) != len(rcpts) {
+		t.Fatalf("stored %d copies, want %d", len(l.Messages), len(rcpts))
+	}
+	msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": l.Messages[0].ID})
+	if msg.AuthResults != "dkim=pass header.d=elsewhere.test" {
+		t.Fatalf("auth results: %q", msg.AuthResults)
 	}
 }

@@ -122,11 +122,23 @@ func (ss *session) Data(r io.Reader) error {
 		ss.svc.log.Warn("mail: reading a message failed", "err", err)
 		return errTemporary
 	}
+	if int64(buf.Len()) > ss.svc.opts.MaxMessageBytes {
+		return errTooLarge
+	}
+	// Parse and check the sender's signatures once for all recipients:
+	// per recipient, a message of MaxMessageBytes with MaxRecipients
+	// recipients would cost fifty parses and fifty rounds of DKIM key
+	// lookups.
+	parsed, err := Parse(buf.Bytes())
+	if err != nil {
+		return errMalformed
+	}
+	checked := ss.svc.authenticate(buf.Bytes())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var first error
 	for _, rcpt := range ss.rcpts {
-		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt, Raw: buf.Bytes()})
+		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt, Raw: buf.Bytes(), parsed: &parsed, checked: &checked})
 		if err == nil {
 			continue
 		}
