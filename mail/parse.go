@@ -26,9 +26,14 @@ const (
 	MaxParts = 200
 	// MaxAttachments bounds the attachments stored apart.
 	MaxAttachments = 100
-	// MaxBodyBytes bounds the text and the HTML kept in rows (the whole
-	// message is always in the raw MIME blob).
+	// MaxBodyBytes bounds the HTML kept in rows (the whole message is
+	// always in the raw MIME blob).
 	MaxBodyBytes = 1 << 20
+	// MaxTextBytes bounds the text body kept in rows. It is what search
+	// indexes, and PostgreSQL's full-text index of subject, sender and
+	// text holds at most 1 MB of lexemes (about three times the text at
+	// worst): a longer text would make the delivery fail for good.
+	MaxTextBytes = 256 << 10
 	// MaxHeaderValueBytes bounds a stored header value.
 	MaxHeaderValueBytes = 2000
 	// MaxReferences bounds the message ids a message's threading reads.
@@ -76,7 +81,7 @@ var ErrMalformed = errors.New("mail: malformed message")
 // encoding keeps the part's bytes as they are; a broken multipart keeps
 // what was read) and strict about bounds: every stored value is valid
 // UTF-8 without NUL or line breaks in headers, bodies are cut at
-// MaxBodyBytes, at most MaxParts leaf parts are read and multiparts nest
+// MaxTextBytes and MaxBodyBytes, at most MaxParts leaf parts are read and multiparts nest
 // at most MaxDepth deep.
 func Parse(raw []byte) (Parsed, error) {
 	msg, err := netmail.ReadMessage(bytes.NewReader(raw))
@@ -169,7 +174,7 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 			w.p.HTML = bodyText(data)
 			return
 		case ct == "text/plain" && w.p.Text == "":
-			w.p.Text = bodyText(data)
+			w.p.Text = truncate(bodyText(data), MaxTextBytes)
 			return
 		}
 	}

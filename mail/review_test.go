@@ -200,3 +200,42 @@ func TestMailReviewSMTPChecksOncePerTransaction(t *testing.T) {
 		t.Fatalf("auth results: %q", msg.AuthResults)
 	}
 }
+
+// TestMailReviewSearchSurvivesHugeBody: an outsider's message whose text
+// body has a megabyte of distinct words does not break the recipient's
+// search (PostgreSQL's tsvector holds at most 1 MB).
+func TestMailReviewSearchSurvivesHugeBody(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice := e.user("alice")
+		// Short distinct words cost the tsvector the most per byte of text.
+		const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+		var body strings.Builder
+		for i := 0; body.Len() < mail.MaxBodyBytes; i++ {
+			w := []byte{alphabet[i%36], alphabet[i/36%36], alphabet[i/1296%36]}
+			if i >= 36*36*36 {
+				w = append(w, alphabet[i/46656%36])
+			}
+			body.Write(w)
+			body.WriteByte(' ')
+			if i%16 == 15 {
+				body.WriteString("\r\n")
+			}
+		}
+		big := message("huge@elsewhere.test", "huge", "", body.String(), nil)
+		if _, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: big}); err != nil {
+			t.Fatal(err)
+		}
+		small := message("small@elsewhere.test", "quarterly report", "", "the numbers", nil)
+		if _, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: small}); err != nil {
+			t.Fatal(err)
+		}
+		out, err := call[mail.SearchOutput](e, alice, "mailSearch", map[string]any{"query": "quarterly"})
+		if err != nil {
+			t.Fatalf("search after a huge message: %v", err)
+		}
+		if len(out.Messages) != 1 {
+			t.Fatalf("search found %d messages, want 1", len(out.Messages))
+		}
+	})
+}
