@@ -239,3 +239,27 @@ func TestMailReviewSearchSurvivesHugeBody(t *testing.T) {
 		}
 	})
 }
+
+// TestMailReviewRecipientLookalikes: Unicode letters that case-fold to
+// ASCII ones (the long s, the Kelvin sign) do not make another domain or
+// name ours, nor do a trailing dot or an IDN form of the domain.
+func TestMailReviewRecipientLookalikes(t *testing.T) {
+	const kdomain = "kmail.example.test"
+	for _, addr := range []string{
+		"alice@mail.example.te\u017ft",      // long s folds to s
+		"alice@\u212amail.example.test",     // Kelvin sign folds to k
+		"alice@mail.example.test.",          // trailing dot
+		"alice@xn--mail-example.test",       // an IDN label
+		"\u212aate@mail.example.test",       // Kelvin sign in the local part
+		"alice\u200b@mail.example.test",     // zero-width space
+		"alice@mail\uff0eexample\uff0etest", // fullwidth dots
+	} {
+		d := domain
+		if strings.Contains(addr, "\u212amail") {
+			d = kdomain
+		}
+		if r, err := mail.ParseRecipient(addr, d, mail.DefaultReserved); err == nil {
+			t.Errorf("ParseRecipient(%q, %q) = %+v, want ErrNotOurs", addr, d, r)
+		}
+	}
+}
