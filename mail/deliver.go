@@ -200,6 +200,17 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	}
 	now := s.now().UTC()
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if !t.rcpt.System {
+			// The account may have been suspended or marked for deletion
+			// since RCPT: its deletion would not see this message.
+			var live int
+			if err := tx.NewRaw("SELECT count(*) FROM users WHERE id = ? AND deleting_at IS NULL AND suspended_at IS NULL", b.owner.ID).Scan(ctx, &live); err != nil {
+				return fmt.Errorf("mail: look up recipient: %w", err)
+			}
+			if live == 0 {
+				return ErrNotOurs
+			}
+		}
 		res, err := tx.NewRaw("INSERT INTO ? (?, delivery_id, event, created_at) VALUES (?, ?, 'received', ?) ON CONFLICT DO NOTHING",
 			b.table("deliveries"), b.owned(), b.val, id, now).Exec(ctx)
 		if err != nil {
@@ -249,6 +260,9 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, ErrNotOurs) {
+		s.dropLoserBlobs(ctx, b, key, len(p.Parts))
+	}
 	if err != nil {
 		return Delivered{}, err
 	}

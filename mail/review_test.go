@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"gocloud.dev/blob"
 	"net"
 	"net/smtp"
 	"strings"
@@ -262,4 +264,37 @@ func TestMailReviewRecipientLookalikes(t *testing.T) {
 			t.Errorf("ParseRecipient(%q, %q) = %+v, want ErrNotOurs", addr, d, r)
 		}
 	}
+}
+
+// TestMailReviewAccountGoneDuringDelivery: an account marked for deletion
+// (or suspended) between RCPT and the delivery's commit receives nothing,
+// and the blobs already written for it are removed (the account's deletion
+// would never see them).
+func TestMailReviewAccountGoneDuringDelivery(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		for _, col := range []string{"deleting_at", "suspended_at"} {
+			var e *env
+			e = newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func([]byte) (string, bool) {
+				// Runs after the blobs are written and before the commit.
+				if _, err := s.DB.ExecContext(context.Background(), "UPDATE users SET "+col+" = ? WHERE username = ?", time.Now().UTC(), "gone"+col[:3]); err != nil {
+					t.Error(err)
+				}
+				return "none", false
+			}}})
+			gone := e.user("gone" + col[:3])
+			raw := message("late-"+col+"@elsewhere.test", "late", "", "too late", []byte("attached"))
+			_, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "gone" + col[:3] + "@" + domain, Raw: raw})
+			if !errors.Is(err, mail.ErrNotOurs) {
+				t.Fatalf("%s: delivery to an account going away: %v, want ErrNotOurs", col, err)
+			}
+			var n int
+			if err := s.DB.NewRaw("SELECT count(*) FROM mail_messages WHERE user_id = ?", gone.OwnerID).Scan(t.Context(), &n); err != nil || n != 0 {
+				t.Fatalf("%s: %d messages stored (%v), want 0", col, n, err)
+			}
+			it := s.Bucket.List(&blob.ListOptions{Prefix: gone.UserID + "/"})
+			if obj, err := it.Next(t.Context()); err == nil {
+				t.Fatalf("%s: blob left behind: %s", col, obj.Key)
+			}
+		}
+	})
 }
