@@ -38,6 +38,13 @@ const (
 	MaxHeaderValueBytes = 2000
 	// MaxReferences bounds the message ids a message's threading reads.
 	MaxReferences = 50
+	// MaxHeaderBytes bounds a message's header section: real mail's is a
+	// few KiB, and parsing megabytes of addresses or message ids costs
+	// seconds of CPU. A larger one is refused as malformed.
+	MaxHeaderBytes = 1 << 20
+	// MaxEntities bounds the MIME entities (multiparts included) a read
+	// walks; further ones are ignored (they stay in the raw MIME).
+	MaxEntities = 1000
 )
 
 // Header is one header field as shown to readers.
@@ -84,6 +91,9 @@ var ErrMalformed = errors.New("mail: malformed message")
 // MaxTextBytes and MaxBodyBytes, at most MaxParts leaf parts are read and multiparts nest
 // at most MaxDepth deep.
 func Parse(raw []byte) (Parsed, error) {
+	if headerBytes(raw) > MaxHeaderBytes {
+		return Parsed{}, fmt.Errorf("%w: the header section is larger than %d bytes", ErrMalformed, MaxHeaderBytes)
+	}
 	msg, err := netmail.ReadMessage(bytes.NewReader(raw))
 	if err != nil {
 		return Parsed{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -138,15 +148,32 @@ func Parse(raw []byte) (Parsed, error) {
 const MaxDepth = 20
 
 type walker struct {
-	p     *Parsed
-	parts int
+	p        *Parsed
+	parts    int
+	entities int
+}
+
+// headerBytes is the length of raw's header section (all of raw when no
+// empty line ends it).
+func headerBytes(raw []byte) int {
+	if i := bytes.Index(raw, []byte("\n\r\n")); i >= 0 {
+		if j := bytes.Index(raw[:i+1], []byte("\n\n")); j >= 0 {
+			return j + 1
+		}
+		return i + 1
+	}
+	if j := bytes.Index(raw, []byte("\n\n")); j >= 0 {
+		return j + 1
+	}
+	return len(raw)
 }
 
 // entity reads one MIME entity: a multipart's children, or a leaf.
 func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
-	if w.parts >= MaxParts {
+	if w.parts >= MaxParts || w.entities >= MaxEntities {
 		return
 	}
+	w.entities++
 	ct, params, err := mime.ParseMediaType(h.Get("Content-Type"))
 	if err != nil {
 		ct, params = "text/plain", nil
@@ -156,7 +183,7 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 			return
 		}
 		mr := multipart.NewReader(body, params["boundary"])
-		for w.parts < MaxParts {
+		for w.parts < MaxParts && w.entities < MaxEntities {
 			part, err := mr.NextRawPart()
 			if err != nil {
 				return // the end, or a broken multipart: keep what was read

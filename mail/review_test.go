@@ -298,3 +298,36 @@ func TestMailReviewAccountGoneDuringDelivery(t *testing.T) {
 		}
 	})
 }
+
+// TestMailReviewParseBounds: a header section of megabytes (millions of
+// addresses or message ids: seconds of CPU to parse) is refused as
+// malformed, and a read walks at most MaxEntities MIME entities however
+// many empty multiparts precede the body.
+func TestMailReviewParseBounds(t *testing.T) {
+	huge := "From: a@elsewhere.test\r\nTo: " + strings.Repeat("a@b.c, ", mail.MaxHeaderBytes/7+1) + "x@y.z\r\nSubject: s\r\n\r\nbody\r\n"
+	if _, err := mail.Parse([]byte(huge)); !errors.Is(err, mail.ErrMalformed) {
+		t.Fatalf("header section over MaxHeaderBytes: %v, want ErrMalformed", err)
+	}
+	bare := strings.Repeat("X-A: b\n", mail.MaxHeaderBytes/7+1) + "\nbody"
+	if _, err := mail.Parse([]byte(bare)); !errors.Is(err, mail.ErrMalformed) {
+		t.Fatalf("LF-only header section over MaxHeaderBytes: %v, want ErrMalformed", err)
+	}
+	ok := "From: a@elsewhere.test\r\nTo: " + strings.Repeat("a@b.c, ", 1000) + "x@y.z\r\nSubject: s\r\n\r\nbody\r\n\r\nmore\r\n"
+	if p, err := mail.Parse([]byte(ok)); err != nil || !strings.Contains(p.Text, "more") {
+		t.Fatalf("a message with a normal header section: %+v, %v", p.Text, err)
+	}
+
+	var b strings.Builder
+	b.WriteString("From: a@elsewhere.test\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n")
+	for range mail.MaxEntities + 10 {
+		b.WriteString("--b\r\nContent-Type: multipart/mixed; boundary=c\r\n\r\n--c--\r\n")
+	}
+	b.WriteString("--b\r\nContent-Type: text/plain\r\n\r\nlate body\r\n--b--\r\n")
+	p, err := mail.Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Text != "" {
+		t.Fatalf("walked past MaxEntities entities: text %q", p.Text)
+	}
+}
