@@ -331,3 +331,42 @@ func TestMailReviewParseBounds(t *testing.T) {
 		t.Fatalf("walked past MaxEntities entities: text %q", p.Text)
 	}
 }
+
+// TestMailReviewThreadsStayInTheirMailbox: a message to alice that replies
+// to (or references) a message of bob's does not join bob's thread, and
+// neither can open the other's thread, message or attachment by id.
+func TestMailReviewThreadsStayInTheirMailbox(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice, bob := e.user("alice"), e.user("bob")
+		bobs, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "bob@" + domain, Raw: message("orig@elsewhere.test", "bob's", "", "for bob", []byte("bob's file"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alices, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: message("reply@elsewhere.test", "re", "orig@elsewhere.test", "for alice", nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bm := must[mail.Message](e, bob, "mailRead", map[string]any{"messageId": bobs.MessageID})
+		am := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": alices.MessageID})
+		if am.ThreadID == bm.ThreadID {
+			t.Fatalf("alice's reply joined bob's thread %s", bm.ThreadID)
+		}
+		if th := must[mail.Thread](e, bob, "mailThread", map[string]any{"threadId": bm.ThreadID}); len(th.Messages) != 1 {
+			t.Fatalf("bob's thread holds %d messages, want 1", len(th.Messages))
+		}
+		for name, in := range map[string]map[string]any{
+			"mailThread":        {"threadId": bm.ThreadID},
+			"mailRead":          {"messageId": bm.ID},
+			"mailAttachmentGet": {"attachmentId": bm.Attachments[0].ID},
+			"mailDelete":        {"messageId": bm.ID},
+		} {
+			if _, err := call[map[string]any](e, alice, name, in); code(err) != capabilities.CodeNotFound {
+				t.Errorf("alice %s on bob's ids: %v, want not found", name, err)
+			}
+		}
+		if out := must[mail.SearchOutput](e, alice, "mailSearch", map[string]any{"query": "bob"}); len(out.Messages) != 0 {
+			t.Errorf("alice's search found bob's mail: %+v", out.Messages)
+		}
+	})
+}
