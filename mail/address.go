@@ -55,7 +55,9 @@ func ParseRecipient(addr, domain string, reserved []string) (Recipient, error) {
 		return Recipient{}, ErrNotOurs
 	}
 	local, dom := addr[:at], addr[at+1:]
-	if !strings.EqualFold(dom, domain) {
+	// ASCII case only: strings.EqualFold folds Unicode too (the long s
+	// to "s", the Kelvin sign to "k"), which would take another name.
+	if !asciiEqualFold(dom, domain) {
 		return Recipient{}, ErrNotOurs
 	}
 	for _, c := range local {
@@ -74,4 +76,26 @@ func ParseRecipient(addr, domain string, reserved []string) (Recipient, error) {
 		return Recipient{}, ErrNotOurs
 	}
 	return Recipient{Local: name, Tag: tag, System: slices.Contains(reserved, name)}, nil
+}
+
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range len(a) {
+		x, y := a[i], b[i]
+		if x >= 0x80 || y >= 0x80 {
+			return false
+		}
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/uptrace/bun"
+	"gocloud.dev/gcerrors"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
@@ -38,6 +39,26 @@ type Delivery struct {
 	AuthResults string
 	// Quarantine stores the message in the quarantine folder.
 	Quarantine bool
+
+	// parsed and checked, when set, are Raw already parsed and
+	// authenticated: the SMTP listener does both once per transaction,
+	// not once per recipient.
+	parsed  *Parsed
+	checked *authOutcome
+}
+
+// authOutcome is what Options.Authenticate answered.
+type authOutcome struct {
+	results string
+	fail    bool
+}
+
+func (s *Service) authenticate(raw []byte) authOutcome {
+	if s.opts.Authenticate == nil {
+		return authOutcome{results: "none"}
+	}
+	r, fail := s.opts.Authenticate(raw)
+	return authOutcome{results: r, fail: fail}
 }
 
 // Delivered is the outcome of Deliver.
@@ -114,8 +135,10 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	if err != nil {
 		return Delivered{}, err
 	}
-	p, err := Parse(d.Raw)
-	if err != nil {
+	var p Parsed
+	if d.parsed != nil {
+		p = *d.parsed
+	} else if p, err = Parse(d.Raw); err != nil {
 		return Delivered{}, err
 	}
 	id := deliveryID(d, p, t)
@@ -133,7 +156,12 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 			return Delivered{}, fmt.Errorf("%w: %v", ErrOverQuota, err)
 		}
 	}
-	key := deliveryKey(id)
+	// The blob keys derive from the delivery id and the bytes: deliveries
+	// racing with the same id but other bytes (a sender who knows a
+	// Message-ID about to arrive) write keys of their own, so the loser
+	// can never overwrite the winner's raw MIME or attachments.
+	sum := sha256.Sum256(d.Raw)
+	key := deliveryKey(id + "\n" + hex.EncodeToString(sum[:]))
 	if err := s.store.Bucket.WriteAll(ctx, b.rawKey(key), d.Raw, nil); err != nil {
 		return Delivered{}, fmt.Errorf("mail: store raw message: %w", err)
 	}
@@ -148,10 +176,12 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	}
 	// A message whose DKIM signatures all fail is quarantined, whatever
 	// the rules say (an allow rule trusts a sender, not a forgery).
-	authResults, dkimFailed := "none", false
-	if s.opts.Authenticate != nil {
-		authResults, dkimFailed = s.opts.Authenticate(d.Raw)
+	checked := d.checked
+	if checked == nil {
+		a := s.authenticate(d.Raw)
+		checked = &a
 	}
+	authResults, dkimFailed := checked.results, checked.fail
 	if d.AuthResults != "" {
 		authResults = d.AuthResults + "; " + authResults
 	}
@@ -170,6 +200,17 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	}
 	now := s.now().UTC()
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if !t.rcpt.System {
+			// The account may have been suspended or marked for deletion
+			// since RCPT: its deletion would not see this message.
+			var live int
+			if err := tx.NewRaw("SELECT count(*) FROM users WHERE id = ? AND deleting_at IS NULL AND suspended_at IS NULL", b.owner.ID).Scan(ctx, &live); err != nil {
+				return fmt.Errorf("mail: look up recipient: %w", err)
+			}
+			if live == 0 {
+				return ErrNotOurs
+			}
+		}
 		res, err := tx.NewRaw("INSERT INTO ? (?, delivery_id, event, created_at) VALUES (?, ?, 'received', ?) ON CONFLICT DO NOTHING",
 			b.table("deliveries"), b.owned(), b.val, id, now).Exec(ctx)
 		if err != nil {
@@ -219,10 +260,36 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, ErrNotOurs) {
+		s.dropLoserBlobs(ctx, b, key, len(p.Parts))
+	}
 	if err != nil {
 		return Delivered{}, err
 	}
+	if out.Duplicate {
+		s.dropLoserBlobs(ctx, b, key, len(p.Parts))
+	}
 	return out, nil
+}
+
+// dropLoserBlobs removes the blobs a delivery that lost a race wrote,
+// unless a stored message uses them (an identical retry writes the very
+// keys of the stored message).
+func (s *Service) dropLoserBlobs(ctx context.Context, b box, key string, parts int) {
+	var n int
+	err := s.store.DB.NewRaw("SELECT count(*) FROM ? WHERE ? = ? AND delivery_key = ?", b.table("messages"), b.owned(), b.val, key).Scan(ctx, &n)
+	if err != nil || n > 0 {
+		return
+	}
+	keys := []string{b.rawKey(key)}
+	for i := range parts {
+		keys = append(keys, b.partKey(key, i))
+	}
+	for _, k := range keys {
+		if err := s.store.Bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			s.log.Warn("mail: removing a duplicate delivery's blob failed", "err", err)
+		}
+	}
 }
 
 // delivered looks a delivery id up in the ledger.

@@ -68,6 +68,16 @@ type Options struct {
 	Reserved []string
 	// Hostname is the name the listener greets with. Default Domain.
 	Hostname string
+	// MaxConnections bounds the SMTP connections served at once (each
+	// may hold a message of up to MaxMessageBytes in memory); further
+	// ones are answered 421 and closed. Default 100.
+	MaxConnections int
+	// MaxConnectionsPerIP bounds the SMTP connections served at once from
+	// one client address. Default 10.
+	MaxConnectionsPerIP int
+	// MaxSessionTime bounds how long one SMTP connection may last,
+	// however slowly its client trickles bytes. Default 15 minutes.
+	MaxSessionTime time.Duration
 	// Authenticate checks a message's sender authentication (DKIM) and
 	// returns the results to record and whether the message fails them;
 	// a failing message is quarantined. Nil: no check (results "none").
@@ -132,6 +142,9 @@ func New(cfg Config) (*Service, error) {
 		}
 	}
 	o.Hostname = cmp.Or(o.Hostname, o.Domain, "localhost")
+	o.MaxConnections = cmp.Or(max(o.MaxConnections, 0), DefaultMaxConnections)
+	o.MaxConnectionsPerIP = cmp.Or(max(o.MaxConnectionsPerIP, 0), DefaultMaxConnectionsPerIP)
+	o.MaxSessionTime = cmp.Or(max(o.MaxSessionTime, 0), DefaultMaxSessionTime)
 	s := &Service{opts: o, store: cfg.Store, owners: cfg.Owners, meter: cfg.Meter, audit: cfg.Audit, log: cfg.Logger, now: cfg.Now}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -26,13 +26,25 @@ const (
 	MaxParts = 200
 	// MaxAttachments bounds the attachments stored apart.
 	MaxAttachments = 100
-	// MaxBodyBytes bounds the text and the HTML kept in rows (the whole
-	// message is always in the raw MIME blob).
+	// MaxBodyBytes bounds the HTML kept in rows (the whole message is
+	// always in the raw MIME blob).
 	MaxBodyBytes = 1 << 20
+	// MaxTextBytes bounds the text body kept in rows. It is what search
+	// indexes, and PostgreSQL's full-text index of subject, sender and
+	// text holds at most 1 MB of lexemes (about three times the text at
+	// worst): a longer text would make the delivery fail for good.
+	MaxTextBytes = 256 << 10
 	// MaxHeaderValueBytes bounds a stored header value.
 	MaxHeaderValueBytes = 2000
 	// MaxReferences bounds the message ids a message's threading reads.
 	MaxReferences = 50
+	// MaxHeaderBytes bounds a message's header section: real mail's is a
+	// few KiB, and parsing megabytes of addresses or message ids costs
+	// seconds of CPU. A larger one is refused as malformed.
+	MaxHeaderBytes = 1 << 20
+	// MaxEntities bounds the MIME entities (multiparts included) a read
+	// walks; further ones are ignored (they stay in the raw MIME).
+	MaxEntities = 1000
 )
 
 // Header is one header field as shown to readers.
@@ -76,9 +88,12 @@ var ErrMalformed = errors.New("mail: malformed message")
 // encoding keeps the part's bytes as they are; a broken multipart keeps
 // what was read) and strict about bounds: every stored value is valid
 // UTF-8 without NUL or line breaks in headers, bodies are cut at
-// MaxBodyBytes, at most MaxParts leaf parts are read and multiparts nest
+// MaxTextBytes and MaxBodyBytes, at most MaxParts leaf parts are read and multiparts nest
 // at most MaxDepth deep.
 func Parse(raw []byte) (Parsed, error) {
+	if headerBytes(raw) > MaxHeaderBytes {
+		return Parsed{}, fmt.Errorf("%w: the header section is larger than %d bytes", ErrMalformed, MaxHeaderBytes)
+	}
 	msg, err := netmail.ReadMessage(bytes.NewReader(raw))
 	if err != nil {
 		return Parsed{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -133,15 +148,32 @@ func Parse(raw []byte) (Parsed, error) {
 const MaxDepth = 20
 
 type walker struct {
-	p     *Parsed
-	parts int
+	p        *Parsed
+	parts    int
+	entities int
+}
+
+// headerBytes is the length of raw's header section (all of raw when no
+// empty line ends it).
+func headerBytes(raw []byte) int {
+	if i := bytes.Index(raw, []byte("\n\r\n")); i >= 0 {
+		if j := bytes.Index(raw[:i+1], []byte("\n\n")); j >= 0 {
+			return j + 1
+		}
+		return i + 1
+	}
+	if j := bytes.Index(raw, []byte("\n\n")); j >= 0 {
+		return j + 1
+	}
+	return len(raw)
 }
 
 // entity reads one MIME entity: a multipart's children, or a leaf.
 func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
-	if w.parts >= MaxParts {
+	if w.parts >= MaxParts || w.entities >= MaxEntities {
 		return
 	}
+	w.entities++
 	ct, params, err := mime.ParseMediaType(h.Get("Content-Type"))
 	if err != nil {
 		ct, params = "text/plain", nil
@@ -151,7 +183,7 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 			return
 		}
 		mr := multipart.NewReader(body, params["boundary"])
-		for w.parts < MaxParts {
+		for w.parts < MaxParts && w.entities < MaxEntities {
 			part, err := mr.NextRawPart()
 			if err != nil {
 				return // the end, or a broken multipart: keep what was read
@@ -169,7 +201,7 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 			w.p.HTML = bodyText(data)
 			return
 		case ct == "text/plain" && w.p.Text == "":
-			w.p.Text = bodyText(data)
+			w.p.Text = truncate(bodyText(data), MaxTextBytes)
 			return
 		}
 	}

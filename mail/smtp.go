@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/emersion/go-smtp"
@@ -14,6 +15,13 @@ import (
 
 // MaxRecipients bounds the recipients of one SMTP transaction.
 const MaxRecipients = 50
+
+// Defaults of the listener's connection bounds (Options).
+const (
+	DefaultMaxConnections      = 100
+	DefaultMaxConnectionsPerIP = 10
+	DefaultMaxSessionTime      = 15 * time.Minute
+)
 
 // SMTPServer returns the inbound SMTP server: it accepts mail for the
 // mail domain's mailboxes only (unknown recipients are refused at RCPT
@@ -38,6 +46,8 @@ func (s *Service) SMTPServer() *smtp.Server {
 func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	srv := s.SMTPServer()
 	errc := make(chan error, 1)
+	ln = &limitListener{Listener: ln, total: s.opts.MaxConnections, perIP: s.opts.MaxConnectionsPerIP,
+		lifetime: s.opts.MaxSessionTime, byIP: map[string]int{}}
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
@@ -112,11 +122,23 @@ func (ss *session) Data(r io.Reader) error {
 		ss.svc.log.Warn("mail: reading a message failed", "err", err)
 		return errTemporary
 	}
+	if int64(buf.Len()) > ss.svc.opts.MaxMessageBytes {
+		return errTooLarge
+	}
+	// Parse and check the sender's signatures once for all recipients:
+	// per recipient, a message of MaxMessageBytes with MaxRecipients
+	// recipients would cost fifty parses and fifty rounds of DKIM key
+	// lookups.
+	parsed, err := Parse(buf.Bytes())
+	if err != nil {
+		return errMalformed
+	}
+	checked := ss.svc.authenticate(buf.Bytes())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var first error
 	for _, rcpt := range ss.rcpts {
-		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt, Raw: buf.Bytes()})
+		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt, Raw: buf.Bytes(), parsed: &parsed, checked: &checked})
 		if err == nil {
 			continue
 		}
@@ -140,4 +162,76 @@ func (ss *session) Data(r io.Reader) error {
 		}
 	}
 	return first
+}
+
+// limitListener bounds the connections served at once, in all and per
+// client address, and how long each may last: without it a client opening
+// connections (or trickling one byte per read timeout) holds memory and
+// goroutines without end. A connection over a bound is answered 421 and
+// closed at once.
+type limitListener struct {
+	net.Listener
+	total, perIP int
+	lifetime     time.Duration
+
+	mu   sync.Mutex
+	open int
+	byIP map[string]int
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := c.RemoteAddr().String()
+		if host, _, err := net.SplitHostPort(ip); err == nil {
+			ip = host
+		}
+		l.mu.Lock()
+		ok := l.open < l.total && l.byIP[ip] < l.perIP
+		if ok {
+			l.open++
+			l.byIP[ip]++
+		}
+		l.mu.Unlock()
+		if !ok {
+			go func() {
+				_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				_, _ = io.WriteString(c, "421 4.7.0 Too many connections, try again later\r\n")
+				_ = c.Close()
+			}()
+			continue
+		}
+		lc := &limitedConn{Conn: c}
+		lc.release = func() {
+			l.mu.Lock()
+			l.open--
+			if l.byIP[ip]--; l.byIP[ip] <= 0 {
+				delete(l.byIP, ip)
+			}
+			l.mu.Unlock()
+		}
+		// The timer closes the network connection only: the server then
+		// fails its read and closes lc, which releases the slot.
+		lc.timer = time.AfterFunc(l.lifetime, func() { _ = c.Close() })
+		return lc, nil
+	}
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+	timer   *time.Timer
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.timer.Stop()
+		c.release()
+	})
+	return err
 }
