@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -151,6 +152,9 @@ type recorder struct {
 	writing *recordBatch // being gathered or written, nil when none
 	next    *recordBatch // open for records: the one gathering, or the one after the write in flight
 	arrived chan struct{}
+
+	stmtMu sync.Mutex
+	stmts  [preparedRecordBatch + 1]*sql.Stmt // by batch size (see insert)
 }
 
 // recordBatch is one write: its rows, and done, closed once they are in
@@ -246,7 +250,7 @@ func (rc *recorder) write(b *recordBatch) {
 	for rows := b.rows; len(rows) > 0; {
 		chunk := rows[:min(len(rows), maxRecordBatch)]
 		rows = rows[len(chunk):]
-		if _, err := rc.s.store.DB.NewInsert().Model(&chunk).Returning("NULL").Exec(ctx); err != nil {
+		if err := rc.insert(ctx, chunk); err != nil {
 			rc.s.log.WarnContext(ctx, "codemode: recording runs failed", "runs", len(chunk), "err", err)
 		}
 	}
@@ -258,6 +262,81 @@ func (rc *recorder) write(b *recordBatch) {
 		go rc.write(next)
 	}
 	rc.mu.Unlock()
+}
+
+// insert writes rows in one INSERT. On SQLite, where parsing the
+// statement is a good part of what writing a run costs the server's CPU, a
+// batch of up to preparedRecordBatch rows goes through a statement prepared
+// once per batch size; anything else is built by bun. A prepared statement
+// bypasses bun's query hooks, so no tracing span covers it.
+func (rc *recorder) insert(ctx context.Context, rows []runRow) error {
+	if rc.s.store.Dialect() != storage.SQLite || len(rows) > preparedRecordBatch {
+		_, err := rc.s.store.DB.NewInsert().Model(&rows).Returning("NULL").Exec(ctx)
+		return err
+	}
+	stmt, err := rc.prepared(ctx, len(rows))
+	if err != nil {
+		return err
+	}
+	args := make([]any, 0, len(rows)*len(runColumns))
+	for _, r := range rows {
+		args = append(args, r.ID, r.UserID, r.Kind, r.PackageName, r.PackageVersion, r.ExportName, r.Status,
+			sqliteTime(r.StartedAt), r.DurationMs, r.ErrorKind, r.ErrorLimit, r.Error, r.Logs, r.LogsTruncated,
+			r.Calls, r.HostCalls)
+	}
+	_, err = stmt.ExecContext(ctx, args...)
+	return err
+}
+
+// runColumns are the columns of code_runs in the order insert binds them.
+var runColumns = []string{"id", "user_id", "kind", "package_name", "package_version", "export_name", "status",
+	"started_at", "duration_ms", "error_kind", "error_limit", "error", "logs", "logs_truncated", "calls", "host_calls"}
+
+// preparedRecordBatch is the largest batch insert writes through a
+// prepared statement: one statement is kept per batch size.
+const preparedRecordBatch = 32
+
+// sqliteTime is t as bun writes a time into SQLite, so that a prepared
+// insert stores started_at exactly as bun would (and bun reads it back).
+func sqliteTime(t time.Time) string {
+	return t.UTC().Format("2006-01-02 15:04:05.999999-07:00")
+}
+
+// prepared returns the statement inserting n rows, preparing it the first
+// time.
+func (rc *recorder) prepared(ctx context.Context, n int) (*sql.Stmt, error) {
+	rc.stmtMu.Lock()
+	defer rc.stmtMu.Unlock()
+	if stmt := rc.stmts[n]; stmt != nil {
+		return stmt, nil
+	}
+	var q strings.Builder
+	q.WriteString("INSERT INTO code_runs (" + strings.Join(runColumns, ", ") + ") VALUES ")
+	row := "(?" + strings.Repeat(", ?", len(runColumns)-1) + ")"
+	for i := range n {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(row)
+	}
+	stmt, err := rc.s.store.DB.DB.PrepareContext(ctx, q.String())
+	if err != nil {
+		return nil, err
+	}
+	rc.stmts[n] = stmt
+	return stmt, nil
+}
+
+// closeStatements closes the prepared statements.
+func (rc *recorder) closeStatements() {
+	rc.stmtMu.Lock()
+	defer rc.stmtMu.Unlock()
+	for i, stmt := range rc.stmts {
+		if stmt != nil {
+			_ = stmt.Close()
+			rc.stmts[i] = nil
+		}
+	}
 }
 
 // flush waits for every record added before it to be in SQL.
@@ -291,6 +370,7 @@ func (s *Service) Close() {
 		s.unfollow()
 	}
 	s.recorder.flush(context.Background())
+	s.recorder.closeStatements()
 }
 
 func truncate(s string, n int) string {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -274,6 +276,9 @@ func (r *run) preludeConfig() string {
 	}
 	if c.Capabilities == nil {
 		c.Capabilities = []string{}
+	}
+	if len(r.caps) != len(c.Capabilities) { // each name once: codemode lists its names as a Proxy's keys
+		c.Capabilities = slices.Sorted(maps.Keys(r.caps))
 	}
 	switch {
 	case r.prog == nil:

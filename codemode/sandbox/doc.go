@@ -51,18 +51,22 @@
 // Most of what a run costs is the engine's own: making the VM and freeing
 // it. What the sandbox adds is kept small: the prelude (prelude.js, the
 // bindings) is compiled to bytecode once per process and only loaded in each
-// VM; a program without static imports is evaluated as a script, which costs
-// less than the modules a program with imports needs; and the goroutines
-// that run engines are kept for the next run (BenchmarkRunTrivial).
+// VM; the codemode object is a Proxy that makes a capability's function when
+// the program first reads it, so a run pays for the capabilities it uses,
+// not for every one it may call (BenchmarkRunBindings: 50 bound cost about
+// 0.1 ms of CPU a run when each was made up front); a program without
+// static imports is evaluated as a script, which costs less than the
+// modules a program with imports needs; and the goroutines that run engines
+// are kept for the next run (BenchmarkRunTrivial).
 //
 // Why one fresh VM per run, measured (CPU per run on the project's 2-core
 // machine, BenchmarkRunTrivial and the stages of it): a trivial Run costs
 // about 0.43 ms, of which the VM is 0.16-0.2 ms (its runtime alone, made
 // and freed, about 0.02 ms: the realm, the context with its built-ins, is
 // the cost), loading the prelude's bytecode 0.085 ms, calling the prelude
-// 0.12 ms (about 2 µs of it for each capability bound) and the rest
-// evaluating the program, settling it and freeing the VM. The ways to pay
-// less were weighed against what they would cost in isolation:
+// 0.12 ms and the rest evaluating the program, settling it and freeing the
+// VM. The ways to pay less were weighed against what they would cost in
+// isolation:
 //
 //   - A fresh context on a runtime kept for the next run (of the same
 //     user only): it saves the runtime, under 5% of a run, since the

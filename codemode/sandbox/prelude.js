@@ -230,18 +230,53 @@ function json(value, what) {
 }
 
 // codemode has exactly the capabilities of the program, and no prototype,
-// so that codemode.toString is as undefined as any other name.
-// Its properties are made by assignment, which freeze then makes read-only.
-const codemode = create(null);
-for (let i = 0; i < CONFIG.capabilities.length; i++) {
-	const name = CONFIG.capabilities[i];
-	codemode[name] = {
-		async [name](args) {
-			return host("call", name, args === undefined ? "{}" : json(args, "the arguments of codemode." + name));
-		},
-	}[name];
+// so that codemode.toString is as undefined as any other name. It is a
+// Proxy that makes each capability's function the first time the program
+// reads it (and keeps it, so a name always gives the same function): a run
+// that calls one capability of many makes one function, not one per
+// capability. Its properties are read-only: every change is refused, so it
+// throws in the program's strict-mode code. The handler, its cache and the
+// target are out of the program's reach; the traps use only built-ins
+// captured above.
+const capabilityNames = CONFIG.capabilities;
+let capabilitySet = null; // name → true, made on the first lookup
+function isCapability(k) {
+	if (typeof k !== "string") return false;
+	if (capabilitySet === null) {
+		capabilitySet = create(null);
+		for (let i = 0; i < capabilityNames.length; i++) capabilitySet[capabilityNames[i]] = true;
+	}
+	return capabilitySet[k] === true;
 }
-freeze(codemode);
+const bindings = create(null);
+function binding(name) {
+	let f = bindings[name];
+	if (f === undefined) {
+		f = {
+			async [name](args) {
+				return host("call", name, args === undefined ? "{}" : json(args, "the arguments of codemode." + name));
+			},
+		}[name];
+		bindings[name] = f;
+	}
+	return f;
+}
+const refuse = () => false;
+const codemode = new ProxyClass(create(null), {
+	get(t, k) { return isCapability(k) ? binding(k) : undefined; },
+	has(t, k) { return isCapability(k); },
+	ownKeys(t) {
+		const out = [];
+		for (let i = 0; i < capabilityNames.length; i++) out[i] = capabilityNames[i];
+		return out;
+	},
+	getOwnPropertyDescriptor(t, k) {
+		// configurable, as a Proxy must call a property its target lacks
+		return isCapability(k) ? { value: binding(k), writable: false, enumerable: true, configurable: true } : undefined;
+	},
+	deleteProperty(t, k) { return !isCapability(k); },
+	set: refuse, defineProperty: refuse, setPrototypeOf: refuse, preventExtensions: refuse,
+});
 
 function headerObject(headers) {
 	const out = {};

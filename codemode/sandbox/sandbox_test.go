@@ -155,6 +155,18 @@ func TestCodemode(t *testing.T) {
 		{`try { await codemode.echo({n: 1n}) } catch (e) { return e.name }`, `"TypeError"`, ``},
 		{`try { await codemode.echo(() => 1) } catch (e) { return e.message }`, `"the arguments of codemode.echo cannot be encoded as JSON"`, ``},
 		{`try { codemode.extra = 1 } catch (e) { return e.name }`, `"TypeError"`, ``},
+		// codemode is made lazily (a Proxy), and behaves as a read-only
+		// object with exactly these names.
+		{`return [Object.keys(codemode).join(), Object.getPrototypeOf(codemode), "echo" in codemode, "toString" in codemode, codemode.echo === codemode.echo, codemode.echo.name]`,
+			`["echo,denied,broken,garbage,empty,users.list",null,true,false,true,"echo"]`, ``},
+		{`const d = Object.getOwnPropertyDescriptor(codemode, "empty"); return [typeof d.value, d.writable, d.enumerable, d.value === codemode.empty, Object.getOwnPropertyDescriptor(codemode, "nope")]`, `["function",false,true,true,null]`, ``},
+		{`const {echo} = codemode; return await echo({x: 1})`, `{"echo":{"x":1}}`, `call echo {"x":1}`},
+		{`for (const k in codemode) if (k === "empty") return await codemode[k]({})`, `null`, `call empty {}`},
+		{`try { codemode.echo = () => 1 } catch (e) { return [e.name, typeof codemode.echo({})] }`, `["TypeError","object"]`, `call echo {}`},
+		{`try { delete codemode.echo } catch (e) { return [e.name, "echo" in codemode] }`, `["TypeError",true]`, ``},
+		{`try { Object.defineProperty(codemode, "other", {value: 1}) } catch (e) { return [e.name, codemode.other] }`, `["TypeError",null]`, ``},
+		{`try { Object.setPrototypeOf(codemode, {toString() { return "x" }}) } catch (e) { return [e.name, typeof codemode.toString] }`, `["TypeError","undefined"]`, ``},
+		{`try { Object.preventExtensions(codemode) } catch (e) { return [e.name, Object.keys(codemode).length] }`, `["TypeError",6]`, ``},
 	} {
 		t.Run(test.code, func(t *testing.T) {
 			host.calls = nil
@@ -427,4 +439,10 @@ func TestErrorsAreBounded(t *testing.T) {
 			t.Errorf("%.40s: %d bytes of message, %d of stack", code, len(out.Err.Message), len(out.Err.Stack))
 		}
 	}
+}
+
+// TestCapabilityNamesOnce checks that a name given twice is bound once.
+func TestCapabilityNamesOnce(t *testing.T) {
+	out := runCode(t, `return Object.keys(codemode)`, Program{Capabilities: []string{"b", "a", "b"}, Host: &fakeHost{}})
+	wantResult(t, out, `["a","b"]`)
 }
