@@ -233,7 +233,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.cfg.CodeMode.Limits.Logs, "code-log-bytes", 64<<10, "console output of one code run kept, in bytes (the rest is dropped)")
 	fs.IntVar(&o.cfg.CodeMode.Limits.HostCalls, "code-host-calls", 1000, "capability, fetch and storage calls one code run may make")
 	fs.IntVar(&o.cfg.CodeMode.PerUser, "code-runs-per-user", 4, "code runs of one user at once (more wait, then are refused as busy)")
-	fs.IntVar(&o.cfg.CodeMode.Total, "code-runs-total", 0, "code runs of this process at once (0: twice the CPUs, at least 2)")
+	fs.IntVar(&o.cfg.CodeMode.Total, "code-runs-total", 0, "code runs of this process at once (0: 4 × GOMAXPROCS, at least 4)")
 	fs.IntVar(&o.cfg.CodeMode.MaxJobs, "code-max-jobs", 10, "scheduled package jobs per user, across their packages")
 	o.storageBytes = buckets.DefaultMaxBytes
 	fs.Var(&o.storageBytes, "storage-max-bytes", "each user's storage bucket budget: bytes of keys and values across all their buckets, as a number or with KiB, MiB or GiB")
