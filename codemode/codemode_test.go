@@ -469,9 +469,15 @@ func TestExportAndDeletion(t *testing.T) {
 
 // TestExecuteDeclaresTheCallersCapabilities checks that execute's
 // description, as tools/list shows it, declares the capabilities that
-// caller's programs may call, and only those.
+// caller's programs may call, and only those: as TypeScript while the
+// declarations fit the description's budget, else as a list of names
+// pointing to codemodeTypes (the whole server, with mail, connections and
+// the community, is past it for a plain user).
 func TestExecuteDeclaresTheCallersCapabilities(t *testing.T) {
-	s := enclavetest.Start(t, enclavetest.Options{})
+	var small enclave.Config
+	small.Mail.Disabled, small.Integrations.Disabled, small.Community.Disabled, small.Memory.Disabled = true, true, true, true
+	s := enclavetest.Start(t, enclavetest.Options{Config: small})
+	full := enclavetest.Start(t, enclavetest.Options{})
 	describe := func(c *enclavetest.Client) string {
 		raw, err := c.Request("tools/list", map[string]any{})
 		if err != nil {
@@ -501,6 +507,17 @@ func TestExecuteDeclaresTheCallersCapabilities(t *testing.T) {
 		}
 	}
 	t.Logf("a user's execute description: %d bytes", len(user))
+	names := describe(full.CreateUser(t, "erin").MCP(t))
+	for _, want := range []string{"codemode has: ", "whoami", "secretList", "mailList", "codemodeTypes for their TypeScript declarations"} {
+		if !strings.Contains(names, want) {
+			t.Errorf("the whole server's execute description lacks %q:\n%s", want, names)
+		}
+	}
+	for _, not := range []string{"adminUserList", "execute,", "feedbackSubmit", "declare const codemode"} {
+		if strings.Contains(names, not) {
+			t.Errorf("the whole server's execute description for a user has %q:\n%s", not, names)
+		}
+	}
 	admin := describe(s.CreateUser(t, "dana", capabilities.RoleAdmin).MCP(t))
 	t.Logf("an admin's execute description: %d bytes", len(admin))
 	if !strings.Contains(admin, "adminUserList") {
