@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,8 +51,11 @@ func TestPlansDailyThenWeekly(t *testing.T) {
 		}
 		m := quota.New(s, quota.Limits{Classes: map[string]string{"execute": quota.MeterExecute}, Flush: time.Hour}, nil)
 		m.SetPlans(plans)
-		now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC) // a Monday
-		quota.SetNow(m, func() time.Time { return now })
+		// The clock is read by the meter's alert goroutines too.
+		var clock atomic.Pointer[time.Time]
+		setNow := func(t time.Time) { clock.Store(&t) }
+		setNow(time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)) // a Monday
+		quota.SetNow(m, func() time.Time { return *clock.Load() })
 
 		use := func(c capabilities.Caller, times int) error {
 			t.Helper()
@@ -78,7 +82,7 @@ func TestPlansDailyThenWeekly(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		now = now.AddDate(0, 0, 1) // Tuesday: 2 more make the week's 5
+		setNow(clock.Load().AddDate(0, 0, 1)) // Tuesday: 2 more make the week's 5
 		if err := use(ann, 2); err != nil {
 			t.Fatalf("a new day: %v", err)
 		}
@@ -99,11 +103,11 @@ func TestPlansDailyThenWeekly(t *testing.T) {
 			t.Fatalf("top %+v (%v)", top, err)
 		}
 
-		now = now.AddDate(0, 0, 2) // Thursday: the week is still used up
+		setNow(clock.Load().AddDate(0, 0, 2)) // Thursday: the week is still used up
 		if err := use(ann, 1); err == nil || !strings.Contains(err.Error(), "weekly") {
 			t.Fatalf("later in the week: %v", err)
 		}
-		now = time.Date(2026, 12, 14, 0, 0, 1, 0, time.UTC) // next Monday
+		setNow(time.Date(2026, 12, 14, 0, 0, 1, 0, time.UTC)) // next Monday
 		if err := use(ann, 1); err != nil {
 			t.Fatalf("a new week: %v", err)
 		}
