@@ -71,6 +71,13 @@ type Caller struct {
 	Credential string
 }
 
+// Anonymous returns the caller of a visitor who is not signed in: the zero
+// Caller (no user, no account, no token). It may run only capabilities
+// marked Requirement.Public; every other capability answers it as unknown,
+// exactly like before it was asked. Any Caller with an empty UserID is
+// treated the same way.
+func Anonymous() Caller { return Caller{} }
+
 // Authenticated reports whether the caller is a signed-in user.
 func (c Caller) Authenticated() bool { return c.UserID != "" }
 

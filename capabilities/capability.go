@@ -55,6 +55,19 @@ type Requirement struct {
 	// a missing scope does not hide the capability: the client is told which
 	// scope to obtain (step-up authorization).
 	Scopes []string
+	// Public lets an unauthenticated caller (Anonymous, the zero Caller)
+	// see and run the capability: a visitor of a public web page who is
+	// not signed in. Only a read-only capability may be public, and not
+	// one kept to a role, to sessions, or to an account being deleted
+	// (Register refuses those). For an unauthenticated caller a public
+	// capability's Permissions and Scopes are not asked for (there is no
+	// account and no token); Feature, InteractiveOnly and the caller's
+	// confinement still apply. A signed-in caller is checked exactly as
+	// for any other capability. The handler gets the unauthenticated
+	// caller as is (Call.Caller.Authenticated() is false) and must answer
+	// with public data only. MCP never makes an unauthenticated call (it
+	// needs a token), so public only matters to web pages.
+	Public bool
 }
 
 // Capability is one named operation. Build one with Define; the zero value
@@ -244,6 +257,14 @@ func (c *Capability) validate(vocab *Vocabulary, names *regexp.Regexp) error {
 	}
 	if c.Handler == nil {
 		errs = append(errs, errors.New("handler is required"))
+	}
+	if r := c.Requires; r.Public {
+		switch {
+		case c.Annotations == nil || !c.Annotations.ReadOnly:
+			errs = append(errs, errors.New("a public capability must be read-only"))
+		case r.Role != "" || r.SessionOnly || r.DuringDeletion:
+			errs = append(errs, errors.New("a public capability cannot require a role, a session or run during deletion"))
+		}
 	}
 	for _, p := range c.Requires.Permissions {
 		if !vocab.Has(p) {

@@ -536,10 +536,10 @@ func (r *Registry) Admit(ctx context.Context, caller Caller, name string) error 
 // Invoke answers). A scope denial is recorded with the Auditor.
 func (r *Registry) CheckScope(ctx context.Context, caller Caller, name string) *Error {
 	c, ok, err := r.lookupFor(ctx, caller, name)
-	if err != nil || !ok || r.stateDenial(caller, c.runsWhileDeleting()) != "" || r.hiddenBy(ctx, caller, c.Name, c.Requires) != "" {
+	if err != nil || !ok || r.stateDenial(caller, c.runsWhileDeleting(), c.Requires.Public) != "" || r.hiddenBy(ctx, caller, c.Name, c.Requires) != "" {
 		return nil
 	}
-	if missing := missingScopes(caller, c.Requires.TokenScopes()); len(missing) > 0 {
+	if missing := missingScopes(caller, c.Requires.TokenScopes()); len(missing) > 0 && caller.Authenticated() {
 		r.deny(ctx, caller, "tool", name, ReasonScope)
 		return scopeError(missing)
 	}
@@ -549,7 +549,7 @@ func (r *Registry) CheckScope(ctx context.Context, caller Caller, name string) *
 // admit applies the account-state, requirement and scope checks shared by
 // capabilities, resources and prompts.
 func (r *Registry) admit(ctx context.Context, caller Caller, surface, name string, readOnly bool, req Requirement) error {
-	state := r.stateDenial(caller, readOnly)
+	state := r.stateDenial(caller, readOnly, publicTool(surface, req))
 	hidden := r.hiddenBy(ctx, caller, toolName(surface, name), req)
 	if state != "" || hidden != "" {
 		r.deny(ctx, caller, surface, name, cmp.Or(state, hidden))
@@ -562,7 +562,7 @@ func (r *Registry) admit(ctx context.Context, caller Caller, surface, name strin
 			return Errorf(CodeAccountDeleting, "this account is being deleted; only reads are allowed")
 		}
 	}
-	if missing := missingScopes(caller, req.TokenScopes()); len(missing) > 0 {
+	if missing := missingScopes(caller, req.TokenScopes()); len(missing) > 0 && caller.Authenticated() {
 		r.deny(ctx, caller, surface, name, ReasonScope)
 		return scopeError(missing)
 	}
@@ -630,10 +630,19 @@ func (c Capability) mayWrite() bool {
 	return !c.Annotations.ReadOnly && !c.Requires.DuringDeletion
 }
 
-// stateDenial is the account-state check.
-func (r *Registry) stateDenial(caller Caller, readOnly bool) DenialReason {
+// publicTool reports whether req opens a tool to unauthenticated callers
+// (Requirement.Public; resources and prompts are never public).
+func publicTool(surface string, req Requirement) bool { return surface == "tool" && req.Public }
+
+// stateDenial is the account-state check. An unauthenticated caller is
+// refused everything but a public capability (Requirement.Public, which
+// Register keeps to read-only ones).
+func (r *Registry) stateDenial(caller Caller, readOnly, public bool) DenialReason {
 	switch {
 	case !caller.Authenticated():
+		if public && readOnly {
+			return ""
+		}
 		return ReasonUnauthenticated
 	case caller.State == AccountSuspended:
 		return ReasonSuspended
@@ -653,7 +662,14 @@ func (r *Registry) hiddenBy(ctx context.Context, caller Caller, tool string, req
 	if req.Role != "" && !caller.HasRole(req.Role) {
 		return ReasonRole
 	}
+	// A public capability asks no permission of an unauthenticated caller
+	// (it has no account to hold one); tool is "" for resources and
+	// prompts, which are never public.
+	anonymousPublic := tool != "" && req.Public && !caller.Authenticated()
 	for _, p := range req.Permissions {
+		if anonymousPublic {
+			break
+		}
 		if !caller.HasPermission(p) {
 			return ReasonPermission
 		}
@@ -738,7 +754,7 @@ func (r *Registry) Screen(ctx context.Context, caller Caller, name string) bool 
 }
 
 func (r *Registry) screen(ctx context.Context, caller Caller, surface, name string, readOnly bool, req Requirement) bool {
-	state := r.stateDenial(caller, readOnly)
+	state := r.stateDenial(caller, readOnly, publicTool(surface, req))
 	hidden := r.hiddenBy(ctx, caller, toolName(surface, name), req)
 	if hidden == "" && state != ReasonUnauthenticated {
 		return false

@@ -174,7 +174,7 @@ func (r *Registry) findResource(uri string) (*Resource, map[string]string) {
 // scope for an admin resource) is not told.
 func (r *Registry) CanRead(ctx context.Context, caller Caller, uri string) bool {
 	res, params := r.findResource(uri)
-	if res == nil || r.stateDenial(caller, true) != "" || r.hiddenBy(ctx, caller, "", res.Requires) != "" {
+	if res == nil || r.stateDenial(caller, true, false) != "" || r.hiddenBy(ctx, caller, "", res.Requires) != "" {
 		return false
 	}
 	if len(missingScopes(caller, res.Requires.TokenScopes())) > 0 {

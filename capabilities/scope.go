@@ -41,5 +41,5 @@ func scopeHides(caller Caller, q Requirement) bool {
 // requirement checks that Invoke makes, and the admin scope (scopeHides).
 // tool is the capability's name, or "" for a resource or prompt.
 func (r *Registry) listed(ctx context.Context, caller Caller, tool string, readOnly bool, q Requirement) bool {
-	return r.stateDenial(caller, readOnly) == "" && r.hiddenBy(ctx, caller, tool, q) == "" && !scopeHides(caller, q)
+	return r.stateDenial(caller, readOnly, tool != "" && q.Public) == "" && r.hiddenBy(ctx, caller, tool, q) == "" && !scopeHides(caller, q)
 }
