@@ -136,6 +136,24 @@ func TestChromiumLayoutFits(t *testing.T) {
 		"files":    map[string]string{"main.js": `export async function forecast(args) { return {city: args.city}; }`},
 		"manifest": map[string]any{"description": "Weather tools: " + long, "exports": map[string]any{"forecast": map[string]any{"description": "Forecast for " + long, "readOnly": true}}},
 	})
+	// A community listing with a long readme, forked, rated and reported
+	// with long words by another user.
+	var listing struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(invoke("communityPublish", map[string]any{"package": "weather-tools-for-the-morning-briefing", "readme": "# Weather\n\nSee https://example.com/" + long + " and `" + long + "`"}), &listing); err != nil || listing.ID == "" {
+		t.Fatalf("communityPublish: %v %q", err, listing.ID)
+	}
+	rater := s.CreateUser(t, "rater-"+strings.Repeat("r", 26)).Caller(t)
+	for name, args := range map[string]map[string]any{
+		"communityFork":   {"listing": listing.ID, "name": "weather-fork"},
+		"communityRate":   {"listing": listing.ID, "score": 4},
+		"communityReport": {"listing": listing.ID, "reason": "other", "details": "It links to " + long},
+	} {
+		if res, err := s.Registry().Invoke(t.Context(), rater, name, mustJSONLayout(args)); err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", name, err, res)
+		}
+	}
 	if _, err := s.Registry().Invoke(t.Context(), ada.Caller(t), "execute",
 		json.RawMessage(`{"code":"throw new Error('the upstream answered https://api.example.com/v1/`+long+`/forecasts?city=Paris with 503')"}`)); err != nil {
 		t.Fatalf("execute: %v", err)
@@ -188,6 +206,11 @@ func TestChromiumLayoutFits(t *testing.T) {
 		"/admin/feedback/" + fb.Feedback.ID: {"Steps: " + long},
 		"/oauth/authorize":                  {clientName},
 		"/workspaces":                       {"Team workspace " + long},
+		"/community":                        {"weather-tools-for-the-morning-briefing"},
+		"/community/" + listing.ID:          {"https://example.com/" + long},
+		"/account/community":                {"weather-tools-for-the-morning-briefing"},
+		"/admin/community":                  {"It links to " + long},
+		"/admin/community/activity":         {"rater-" + strings.Repeat("r", 26)},
 	}
 
 	dir := os.Getenv("ENCLAVE_TEST_ARTIFACTS")
@@ -277,7 +300,7 @@ func TestChromiumLayoutFits(t *testing.T) {
 		}
 	}
 
-	for _, p := range []string{"/", "/connect", "/login", "/signup", "/password-reset"} {
+	for _, p := range []string{"/", "/connect", "/login", "/signup", "/password-reset", "/community", "/community/" + listing.ID} {
 		check(p)
 	}
 	// The check can fail: a phone-wide page given an unbreakable line
@@ -339,7 +362,16 @@ func TestChromiumLayoutFits(t *testing.T) {
 		"/admin/overview", "/admin/users", "/admin/users/new", "/admin/users/" + grace.StableID,
 		"/admin/clients", "/admin/invites", "/admin/roles", "/admin/webhooks", "/admin/audit",
 		"/admin/feedback", "/admin/feedback/" + fb.Feedback.ID,
+		"/community", "/community/" + listing.ID, "/account/community", "/admin/community", "/admin/community/activity",
 	} {
 		check(p)
 	}
+}
+
+func mustJSONLayout(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/codemode"
+	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -69,6 +70,10 @@ type packageView struct {
 	codemode.Package
 	Versions []codemode.Version
 	Jobs     []codemode.JobState
+	// Listing is the package's community listing, nil when unpublished;
+	// Publishable is set when the community pages exist.
+	Listing     *community.Listing
+	Publishable bool
 }
 
 // packagesView is what the packages page shows.
@@ -97,6 +102,19 @@ func (h *Handler) packagesPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := packagesView{Paged: after != "" || runsAfter != ""}
+	// The author's publish controls: which packages are listed, through
+	// communityListOwn.
+	listed := map[string]community.Listing{}
+	if h.communityOn() {
+		var own community.OwnOutput
+		if err := h.invoke(r, "communityListOwn", struct{}{}, &own); err != nil {
+			h.renderCapabilityError(w, r, err)
+			return
+		}
+		for _, l := range own.Listings {
+			listed[l.Package] = l
+		}
+	}
 	for _, p := range list.Packages {
 		var hist codemode.HistoryOutput
 		if err := h.invoke(r, "packageHistory", codemode.NameInput{Name: p.Name}, &hist); err != nil {
@@ -106,7 +124,10 @@ func (h *Handler) packagesPage(w http.ResponseWriter, r *http.Request) {
 			h.renderCapabilityError(w, r, err)
 			return
 		}
-		pv := packageView{Package: p, Versions: hist.Versions}
+		pv := packageView{Package: p, Versions: hist.Versions, Publishable: h.communityOn()}
+		if l, ok := listed[p.Name]; ok {
+			pv.Listing = &l
+		}
 		for _, j := range jobs {
 			if j.Package == p.Name {
 				pv.Jobs = append(pv.Jobs, j)
