@@ -3,6 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -177,24 +181,32 @@ func TestCommunityPagesJourney(t *testing.T) {
 		signIn(bob)
 		fail("bob opens the listing", chromedp.Do(ctx, chromedp.Navigate(s.URL+"/community/"+listing), chromedp.WaitVisible(chromedp.ID("fork-form"))))
 		assertInert("bob's readme")
-		fail("fork", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#fork-form button[type="submit"]`)),
-			chromedp.WaitVisible(chromedp.CSS(`p.notice`))))
+		// submit clicks a form's button and waits for the page it leads to
+		// (the listing again, with a notice).
+		submit := func(step, button, notice string) {
+			t.Helper()
+			resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(button)))
+			fail(step, err)
+			if resp.Status != 200 || !strings.HasSuffix(resp.URL, "/community/"+listing+"?notice="+notice) {
+				t.Fatalf("%s led to %d %s", step, resp.Status, resp.URL)
+			}
+			fail(step, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`p.notice`))))
+		}
+		submit("fork", `#fork-form button[type="submit"]`, "forked")
 		if got := text("fork notice", "p.notice"); !strings.Contains(got, "Forked") {
 			t.Fatalf("after forking: %q", got)
 		}
-		fail("rate", chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("rate-score"), "4"),
-			chromedp.SendKeys(chromedp.ID("rate-note"), "bob's private note"),
-			chromedp.Click(chromedp.CSS(`#rate-form button[type="submit"]`)),
-			chromedp.WaitVisible(chromedp.CSS(`p.notice`))))
+		fail("rate form", chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("rate-score"), "4"),
+			chromedp.SendKeys(chromedp.ID("rate-note"), "bob's private note")))
+		submit("rate", `#rate-form button[type="submit"]`, "rated")
 		if got := text("rating", "#listing-rating"); !strings.Contains(got, "4.0 of 5 (1 rating)") {
 			t.Fatalf("rating shown after bob rated: %q", got)
 		}
-		fail("report", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#report summary`)),
+		fail("report form", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#report summary`)),
 			chromedp.WaitVisible(chromedp.ID("report-reason")),
 			chromedp.SetValue(chromedp.ID("report-reason"), "malware"),
-			chromedp.SendKeys(chromedp.ID("report-details"), "it tries to run <script> in my browser"),
-			chromedp.Click(chromedp.CSS(`#report-form button[type="submit"]`)),
-			chromedp.WaitVisible(chromedp.CSS(`p.notice`))))
+			chromedp.SendKeys(chromedp.ID("report-details"), "it tries to run <script> in my browser")))
+		submit("report", `#report-form button[type="submit"]`, "reported")
 		bobOwn := invokeAs[community.OwnOutput](t, s, bob.Caller(t), "communityListOwn", map[string]any{})
 		if len(bobOwn.Forks) != 1 || bobOwn.Forks[0].Package != "greeter" || bobOwn.Forks[0].Listing != listing {
 			t.Fatalf("bob's forks: %+v", bobOwn.Forks)
@@ -261,4 +273,147 @@ func invokeAs[T any](t *testing.T, s *enclavetest.Server, c capabilities.Caller,
 		t.Fatalf("%s: %v", name, err)
 	}
 	return out
+}
+
+// pageClient is an HTTP client of the web shell that keeps its cookies
+// and does not follow redirects, signed in as u (nil: a visitor).
+func pageClient(t *testing.T, s *enclavetest.Server, u *enclavetest.User) *http.Client {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if u != nil {
+		resp, err := c.PostForm(s.URL+"/login", url.Values{"email": {u.Email}, "password": {u.Password}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign in %s: %d", u.Username, resp.StatusCode)
+		}
+	}
+	return c
+}
+
+func fetchPage(t *testing.T, c *http.Client, method, target string, form url.Values) (int, string) {
+	t.Helper()
+	var resp *http.Response
+	var err error
+	if method == http.MethodPost {
+		resp, err = c.PostForm(target, form)
+	} else {
+		resp, err = c.Get(target)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestCommunityPagesCrossUser: the community pages' forms act for the
+// signed-in person only. A visitor reads the catalogue and a listing (no
+// sources) but cannot fork, rate, report, publish or moderate; bob cannot
+// unpublish alice's listing or moderate; nothing they try changes
+// anything. A visitor's public reads are rate-limited per network (429
+// with Retry-After).
+func TestCommunityPagesCrossUser(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice, bob, ada := s.CreateUser(t, "alice"), s.CreateUser(t, "bob"), s.CreateUser(t, "ada", capabilities.RoleAdmin)
+		ac := alice.Caller(t)
+		if res, err := s.Registry().Invoke(t.Context(), ac, "packageSave", mustMarshal(t, map[string]any{
+			"name": "greeter", "files": map[string]string{"main.js": "export async function greet() { return 'secret-source-marker'; }"},
+			"manifest": map[string]any{"description": "Friendly greetings", "exports": map[string]any{"greet": map[string]any{"description": "Greets.", "readOnly": true}}},
+		})); err != nil || res.IsError {
+			t.Fatalf("packageSave: %v %+v", err, res)
+		}
+		pub := invokeAs[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": "greeter", "readme": "Say *hello*."})
+		rep := invokeAs[community.ReportResult](t, s, ada.Caller(t), "communityReport", map[string]any{"listing": pub.ID, "reason": "spam"})
+
+		anon, bc := pageClient(t, s, nil), pageClient(t, s, bob)
+		if st, body := fetchPage(t, anon, "GET", s.URL+"/community", nil); st != 200 || !strings.Contains(body, pub.ID) {
+			t.Fatalf("a visitor's catalogue: %d", st)
+		}
+		if st, body := fetchPage(t, anon, "GET", s.URL+"/community/"+pub.ID, nil); st != 200 || !strings.Contains(body, "<em>hello</em>") || strings.Contains(body, "secret-source-marker") {
+			t.Fatalf("a visitor's listing page: %d", st)
+		}
+		if st, _ := fetchPage(t, anon, "GET", s.URL+"/community/lst_nosuchlisting", nil); st != 404 {
+			t.Fatalf("an unknown listing: %d", st)
+		}
+		lid := url.PathEscape(pub.ID)
+		for _, try := range []struct {
+			who    string
+			c      *http.Client
+			method string
+			path   string
+			form   url.Values
+		}{
+			{"visitor", anon, "POST", "/community/" + lid + "/fork", url.Values{}},
+			{"visitor", anon, "POST", "/community/" + lid + "/rate", url.Values{"score": {"1"}}},
+			{"visitor", anon, "POST", "/community/" + lid + "/report", url.Values{"reason": {"spam"}}},
+			{"visitor", anon, "GET", "/account/community", nil},
+			{"visitor", anon, "POST", "/account/community/publish", url.Values{"package": {"greeter"}}},
+			{"visitor", anon, "POST", "/account/community/unpublish", url.Values{"listing": {pub.ID}}},
+			{"visitor", anon, "GET", "/admin/community", nil},
+			{"visitor", anon, "POST", "/admin/community/listings/" + lid + "/delist", url.Values{}},
+			{"bob", bc, "POST", "/account/community/unpublish", url.Values{"listing": {pub.ID}}},
+			{"bob", bc, "POST", "/account/community/unpublish", url.Values{"listing": {"greeter"}}},
+			{"bob", bc, "POST", "/account/community/publish", url.Values{"package": {"greeter"}}},
+			{"bob", bc, "GET", "/admin/community", nil},
+			{"bob", bc, "GET", "/admin/community/activity", nil},
+			{"bob", bc, "POST", "/admin/community/listings/" + lid + "/delist", url.Values{}},
+			{"bob", bc, "POST", "/admin/community/listings/" + lid + "/delete", url.Values{}},
+			{"bob", bc, "POST", "/admin/community/reports/" + url.PathEscape(rep.Report) + "/resolve", url.Values{"status": {"actioned"}, "action": {"delete"}}},
+		} {
+			st, body := fetchPage(t, try.c, try.method, s.URL+try.path, try.form)
+			if st < 300 || st == http.StatusSeeOther && try.who == "bob" {
+				t.Errorf("%s %s %s answered %d", try.who, try.method, try.path, st)
+			}
+			if strings.Contains(body, "secret-source-marker") {
+				t.Errorf("%s %s %s shows the sources", try.who, try.method, try.path)
+			}
+		}
+		// Nothing changed: the listing is public, unrated, unforked, and
+		// the report is still open.
+		l := invokeAs[community.Listing](t, s, ac, "communityGet", map[string]any{"listing": pub.ID})
+		if l.Status != community.StatusPublic || l.Forks != 0 || l.Rating.Count != 0 {
+			t.Fatalf("the listing changed: %+v", l)
+		}
+		reports := invokeAs[community.ReportPage](t, s, ada.Caller(t), "adminCommunityReportList", map[string]any{"status": "open"})
+		if len(reports.Reports) != 1 {
+			t.Fatalf("open reports: %+v", reports.Reports)
+		}
+		if own := invokeAs[community.OwnOutput](t, s, bob.Caller(t), "communityListOwn", map[string]any{}); len(own.Listings) != 0 || len(own.Forks) != 0 {
+			t.Fatalf("bob has %+v", own)
+		}
+		// Bob's own listings page does not show alice's listing.
+		if st, body := fetchPage(t, bc, "GET", s.URL+"/account/community", nil); st != 200 || strings.Contains(body, pub.ID) {
+			t.Fatalf("bob's listings page: %d", st)
+		}
+
+		// A visitor's public reads are limited per network; a signed-in
+		// person is metered by the quota instead.
+		limited := false
+		for i := 0; i < 200 && !limited; i++ {
+			resp, err := anon.Get(s.URL + "/community")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusTooManyRequests {
+				limited = true
+				if resp.Header.Get("Retry-After") == "" {
+					t.Fatal("429 without Retry-After")
+				}
+			} else if resp.StatusCode != 200 {
+				t.Fatalf("catalogue: %d", resp.StatusCode)
+			}
+		}
+		if !limited {
+			t.Fatal("a visitor was never rate-limited")
+		}
+		if st, _ := fetchPage(t, bc, "GET", s.URL+"/community", nil); st != 200 {
+			t.Fatalf("bob is limited with the visitors: %d", st)
+		}
+	})
 }
