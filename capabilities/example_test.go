@@ -56,3 +56,38 @@ func ExampleDefine() {
 	// {"tickets":[]}
 	// invalid_input invalid arguments: status must be one of "open", "closed" (got "pending")
 }
+
+// A public capability (Requirement.Public, read-only only) runs for a
+// visitor who is not signed in: capabilities.Anonymous, the zero Caller.
+// Every other capability answers that caller as unknown. The handler sees
+// that the caller is not authenticated and answers public data only.
+func ExampleAnonymous() {
+	type in struct{}
+	type out struct {
+		Visitor bool `json:"visitor"`
+	}
+	reg := capabilities.NewRegistry(capabilities.Options{})
+	read := &capabilities.Annotations{ReadOnly: true, Idempotent: true}
+	if err := reg.Register(
+		capabilities.Define(capabilities.Spec[in, out]{
+			Name: "catalogueList", Domain: "catalogue", Description: "Lists the public catalogue.",
+			Annotations: read, Requires: capabilities.Requirement{Public: true},
+			Handler: func(_ context.Context, call *capabilities.Call, _ in) (out, error) {
+				return out{Visitor: !call.Caller.Authenticated()}, nil
+			},
+		}),
+		capabilities.Define(capabilities.Spec[in, out]{
+			Name: "draftList", Domain: "catalogue", Description: "Lists your drafts.", Annotations: read,
+			Handler: func(context.Context, *capabilities.Call, in) (out, error) { return out{}, nil },
+		}),
+	); err != nil {
+		panic(err)
+	}
+	res, err := reg.Invoke(context.Background(), capabilities.Anonymous(), "catalogueList", nil)
+	fmt.Println(res.Content[0].(capabilities.Text).Text, err)
+	_, err = reg.Invoke(context.Background(), capabilities.Anonymous(), "draftList", nil)
+	fmt.Println(capabilities.CodeOf(err))
+	// Output:
+	// {"visitor":true} <nil>
+	// not_found
+}
