@@ -391,6 +391,26 @@ func TestCommunityPagesCrossUser(t *testing.T) {
 			t.Fatalf("bob's listings page: %d", st)
 		}
 
+		// Ada delists the listing with the moderation page's form, then
+		// lists it again (a delisted listing has no page to press a
+		// button on); a bad action is a 400.
+		dc := pageClient(t, s, ada)
+		for _, step := range []struct {
+			action string
+			status int
+			want   string
+		}{{"delist", http.StatusSeeOther, community.StatusDelisted}, {"launch", http.StatusBadRequest, community.StatusDelisted}, {"relist", http.StatusSeeOther, community.StatusPublic}} {
+			if st, _ := fetchPage(t, dc, "POST", s.URL+"/admin/community/listings", url.Values{"listing": {pub.ID}, "action": {step.action}}); st != step.status {
+				t.Fatalf("ada's %s: %d, want %d", step.action, st, step.status)
+			}
+			if l := invokeAs[community.Listing](t, s, ac, "communityGet", map[string]any{"listing": pub.ID}); l.Status != step.want {
+				t.Fatalf("after ada's %s the listing is %s", step.action, l.Status)
+			}
+		}
+		if st, _ := fetchPage(t, bc, "POST", s.URL+"/admin/community/listings", url.Values{"listing": {pub.ID}, "action": {"delist"}}); st < 400 {
+			t.Fatalf("bob used the moderation form: %d", st)
+		}
+
 		// A visitor's public reads are limited per network; a signed-in
 		// person is metered by the quota instead.
 		limited := false

@@ -76,6 +76,7 @@ func (h *Handler) communityRoutes(handle func(string, http.HandlerFunc)) {
 	handle("GET /admin/community/activity", admin(h.adminCommunityActivity))
 	handle("POST /admin/community/reports/{report}/resolve", admin(h.adminCommunityResolve))
 	handle("POST /admin/community/listings/{listing}/{action}", admin(h.adminCommunityListingAction))
+	handle("POST /admin/community/listings", admin(h.adminCommunityListingAction))
 }
 
 // invokePublic runs a public capability for whoever is asking: the
@@ -339,23 +340,32 @@ func (h *Handler) adminCommunityResolve(w http.ResponseWriter, r *http.Request) 
 }
 
 // adminCommunityListingAction features, delists or deletes a listing
-// (feature, unfeature, delist, relist, delete).
+// (feature, unfeature, delist, relist, delete): the listing and action
+// from the path (the buttons of a listing's page), or from the form (the
+// moderation page's form, for any listing, delisted ones included).
 func (h *Handler) adminCommunityListingAction(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
 	}
-	listing := r.PathValue("listing")
+	listing, action := r.PathValue("listing"), r.PathValue("action")
+	if listing == "" {
+		listing, action = strings.TrimSpace(r.PostForm.Get("listing")), r.PostForm.Get("action")
+	}
+	if listing == "" {
+		h.renderError(w, r, http.StatusBadRequest, "Give the listing's id (lst_…).")
+		return
+	}
 	var name, notice string
 	var in any
-	switch r.PathValue("action") {
+	switch action {
 	case "feature", "unfeature":
-		name, notice, in = "adminCommunityFeature", "featured", community.FeatureInput{Listing: listing, Featured: r.PathValue("action") == "feature"}
+		name, notice, in = "adminCommunityFeature", "featured", community.FeatureInput{Listing: listing, Featured: action == "feature"}
 	case "delist", "relist":
-		name, notice, in = "adminCommunityDelist", "delisted", community.DelistInput{Listing: listing, Delisted: r.PathValue("action") == "delist"}
+		name, notice, in = "adminCommunityDelist", "delisted", community.DelistInput{Listing: listing, Delisted: action == "delist"}
 	case "delete":
 		name, notice, in = "adminCommunityDelete", "deleted", community.ListingInput{Listing: listing}
 	default:
-		h.notFound(w, r)
+		h.renderError(w, r, http.StatusBadRequest, "Choose what to do with the listing: feature, unfeature, delist, relist or delete.")
 		return
 	}
 	if err := h.invoke(r, name, in, nil); err != nil {
