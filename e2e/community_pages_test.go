@@ -82,7 +82,7 @@ func TestCommunityPagesJourney(t *testing.T) {
 			t.Fatalf("packageSave: %v %+v", err, res)
 		}
 
-		browser, ctx := chromiumtest.Start(t, bin, 90*time.Second)
+		browser, ctx := chromiumtest.Start(t, bin, 3*time.Minute)
 		var dialogs atomic.Int32
 		if err := chromedp.Listen(browser, func(ev any) {
 			if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
