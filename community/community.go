@@ -31,9 +31,13 @@ const BlobDomain = "community"
 const (
 	// MaxReadmeBytes bounds a listing's readme.
 	MaxReadmeBytes = 64 << 10
-	// MaxQueryBytes bounds a search query; MaxQueryWords its words.
-	MaxQueryBytes = 256
+	// MaxQueryBytes bounds a search query (the capability's schema
+	// refuses a longer one). A search reads the query's first
+	// MaxQueryWords words of at most MaxWordBytes each and ignores the
+	// rest: a query is never an error.
+	MaxQueryBytes = 4096
 	MaxQueryWords = 8
+	MaxWordBytes  = 64
 	// PageSize is the number of listings a search page holds.
 	PageSize = 20
 	// MaxNoteChars bounds a rating's note, MaxDetailsChars a report's details.
@@ -500,44 +504,45 @@ type SearchResult struct {
 
 var listingKeyset = storage.Keyset[listingRow]{Kind: "community-search", Column: "l.id", Key: func(r *listingRow) any { return r.ID }, Desc: true}
 
-// likeEscape escapes LIKE's wildcards (with '\' as the escape).
-func likeEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
-}
+// searchColumns are the listing columns a search page reads.
+var searchColumns = []string{"l.id", "l.public_id", "l.user_id", "l.package_name", "l.package_version", "l.name", "l.description",
+	"l.author_username", "l.source_bytes", "l.status", "l.featured_at", "l.published_at", "l.updated_at"}
 
-// Search returns public listings whose public fields hold every word of
-// query (case-insensitive; an empty query lists them all), newest first.
-// onlyFeatured keeps featured ones; author keeps one author's.
+// Search returns public listings. An empty query lists them all, newest
+// first. Otherwise the query is words (see queryWords: quotes, operators,
+// column filters and wildcards are not syntax but separators), every one
+// of which a listing's public fields (name, description, readme, author's
+// username) must hold, stemmed; the best ranked come first (a match in
+// the name weighs most, then the description and the author, then the
+// readme), ties newest first. The index and its statistics cover public
+// listings only, the same for every caller. A query without any word
+// finds nothing.
 func (s *Service) Search(ctx context.Context, viewer storage.Owner, query, cursor string) (SearchResult, error) {
-	query = strings.TrimSpace(query)
-	if len(query) > MaxQueryBytes {
-		return SearchResult{}, invalid("query is %d bytes: at most %d", len(query), MaxQueryBytes)
+	var rows []listingRow
+	var next string
+	if strings.TrimSpace(query) == "" {
+		q := s.store.Reader.NewSelect().Model((*listingRow)(nil)).Column(searchColumns...).Where("l.status = ?", StatusPublic)
+		page, err := storage.Paginate(ctx, q, listingKeyset, storage.PageRequest{Cursor: cursor, Limit: PageSize})
+		if err != nil {
+			return SearchResult{}, err
+		}
+		rows, next = page.Items, page.Next
+	} else {
+		var err error
+		if rows, next, err = s.fullText(ctx, queryWords(query), cursor); err != nil {
+			return SearchResult{}, err
+		}
 	}
-	words := strings.Fields(strings.ToLower(query))
-	if len(words) > MaxQueryWords {
-		return SearchResult{}, invalid("query has %d words: at most %d", len(words), MaxQueryWords)
-	}
-	q := s.store.Reader.NewSelect().Model((*listingRow)(nil)).
-		Column("l.id", "l.public_id", "l.user_id", "l.package_name", "l.package_version", "l.name", "l.description", "l.author_username",
-			"l.source_bytes", "l.status", "l.featured_at", "l.published_at", "l.updated_at").
-		Where("l.status = ?", StatusPublic)
-	for _, w := range words {
-		q = q.Where(`l.search_text LIKE ? ESCAPE '\'`, "%"+likeEscape(w)+"%")
-	}
-	page, err := storage.Paginate(ctx, q, listingKeyset, storage.PageRequest{Cursor: cursor, Limit: PageSize})
-	if err != nil {
-		return SearchResult{}, err
-	}
-	ids := make([]int64, len(page.Items))
-	for i, r := range page.Items {
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
 		ids[i] = r.ID
 	}
 	forks, ratings, err := s.stats(ctx, ids)
 	if err != nil {
 		return SearchResult{}, wrap("search", err)
 	}
-	out := SearchResult{Listings: make([]Listing, 0, len(page.Items)), NextCursor: page.Next}
-	for _, r := range page.Items {
+	out := SearchResult{Listings: make([]Listing, 0, len(rows)), NextCursor: next}
+	for _, r := range rows {
 		l := r.listing(codemode.Manifest{})
 		l.Exports = nil
 		l.Forks, l.Rating, l.Mine = forks[r.ID], ratings[r.ID], r.UserID == viewer.ID
