@@ -110,9 +110,16 @@ func (s *Service) fullText(ctx context.Context, words []string, cursor string) (
 	var args []any
 	switch s.store.Dialect() {
 	case storage.Postgres:
-		// The expression of community_listings_search (migration 0380)
-		// verbatim, with status = 'public', so that the index serves it.
-		inner = `SELECT l.id, CAST(round(ts_rank(community_search_vector(l.name, l.description, l.readme, l.author_username), q.q) * ?) AS BIGINT) AS score
+		// The match is the expression of community_listings_search
+		// (migration 0380) verbatim, with status = 'public', so that the
+		// index serves it. The rank reads the short fields only (name,
+		// then description and author): ranking by the whole vector
+		// would compute every matching readme's vector again, thousands
+		// of them for a common word. A match in the readme alone ranks
+		// after those, newest first.
+		inner = `SELECT l.id, CAST(round(ts_rank(setweight(to_tsvector('english'::regconfig, l.name), 'A')
+				|| setweight(to_tsvector('english'::regconfig, l.description), 'B')
+				|| setweight(to_tsvector('english'::regconfig, l.author_username), 'B'), q.q) * ?) AS BIGINT) AS score
 			FROM community_listings AS l, plainto_tsquery('english'::regconfig, ?) AS q(q)
 			WHERE l.status = 'public' AND community_search_vector(l.name, l.description, l.readme, l.author_username) @@ q.q`
 		args = []any{scoreScale, strings.Join(words, " ")}
