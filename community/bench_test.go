@@ -127,7 +127,9 @@ func BenchmarkCommunitySearch(b *testing.B) {
 			}
 			b.Logf("%s: %d listings built in %.1f s", d, total, time.Since(start).Seconds())
 			svc, err := community.New(community.Config{Store: s, Packages: noPackages{},
-				Owners: func(context.Context, capabilities.Caller) (capabilities.Owner, error) { return capabilities.Owner{}, nil },
+				Owners: func(context.Context, capabilities.Caller) (capabilities.Owner, error) {
+					return capabilities.Owner{}, nil
+				},
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				b.Fatal(err)
