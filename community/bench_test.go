@@ -29,10 +29,6 @@ func (noPackages) Get(context.Context, storage.Owner, string, int) (codemode.Ver
 	return codemode.Version{}, capabilities.Errorf(capabilities.CodeNotFound, "no packages here")
 }
 
-func (noPackages) Save(context.Context, capabilities.Caller, storage.Owner, string, map[string]string, codemode.Manifest) (codemode.Version, error) {
-	return codemode.Version{}, capabilities.Errorf(capabilities.CodeNotFound, "no packages here")
-}
-
 func (noPackages) Create(context.Context, capabilities.Caller, storage.Owner, string, map[string]string, codemode.Manifest) (codemode.Version, error) {
 	return codemode.Version{}, capabilities.Errorf(capabilities.CodeNotFound, "no packages here")
 }

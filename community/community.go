@@ -58,11 +58,12 @@ var (
 )
 
 // Packages is what the community needs of code mode: reading one version
-// of the caller's package with its sources, and saving a new package for
-// the forker. *codemode.Service implements it.
+// of the caller's package with its sources, and creating a new package
+// for the forker (create-only: CodeConflict when the name is taken).
+// *codemode.Service implements it.
 type Packages interface {
 	Get(ctx context.Context, o storage.Owner, name string, version int) (codemode.Version, error)
-	Save(ctx context.Context, by capabilities.Caller, o storage.Owner, name string, files map[string]string, m codemode.Manifest) (codemode.Version, error)
+	Create(ctx context.Context, by capabilities.Caller, o storage.Owner, name string, files map[string]string, m codemode.Manifest) (codemode.Version, error)
 }
 
 // Events is where community.* events go; *events.Bus implements it.
@@ -586,7 +587,11 @@ type Fork struct {
 
 // Fork copies a public listing's snapshot into a new package of the
 // forker, named name (default: the listing's package name). The
-// manifest's jobs are left out: the forker schedules their own.
+// manifest's jobs are left out: the forker schedules their own. A fork
+// only ever creates a package: when the forker already has one of that
+// name (even one saved while the fork runs) it is refused with
+// CodeConflict and a sentence asking for another name, and the existing
+// package gets no version from the listing.
 func (s *Service) Fork(ctx context.Context, by capabilities.Caller, o storage.Owner, id, name string) (Fork, error) {
 	if err := s.checkNotBanned(ctx, s.store.Reader, o); err != nil {
 		return Fork{}, err
@@ -609,7 +614,10 @@ func (s *Service) Fork(ctx context.Context, by capabilities.Caller, o storage.Ow
 	}
 	m := snap.Manifest
 	m.Jobs = nil
-	v, err := s.pkgs.Save(ctx, by, o, name, snap.Files, m)
+	v, err := s.pkgs.Create(ctx, by, o, name, snap.Files, m)
+	if capabilities.CodeOf(err) == capabilities.CodeConflict {
+		return Fork{}, capabilities.Errorf(capabilities.CodeConflict, "you already have a package named %q: choose another name for the fork", name)
+	}
 	if err != nil {
 		return Fork{}, err
 	}
