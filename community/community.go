@@ -31,10 +31,10 @@ const BlobDomain = "community"
 const (
 	// MaxReadmeBytes bounds a listing's readme.
 	MaxReadmeBytes = 64 << 10
-	// MaxQueryBytes bounds a search query (the capability's schema
-	// refuses a longer one). A search reads the query's first
-	// MaxQueryWords words of at most MaxWordBytes each and ignores the
-	// rest: a query is never an error.
+	// MaxQueryBytes is how much of a search query is read: its first
+	// MaxQueryWords words of at most MaxWordBytes each within its first
+	// MaxQueryBytes bytes. The rest is ignored: a query of any length is
+	// never an error.
 	MaxQueryBytes = 4096
 	MaxQueryWords = 8
 	MaxWordBytes  = 64

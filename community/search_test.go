@@ -78,7 +78,7 @@ func TestCommunitySearchFullText(t *testing.T) {
 		for _, q := range []string{`"`, `"weather`, `weather"`, `NEAR(weather sky)`, `weather*`, `*`, `name:weather`, `{name readme}:weather`,
 			`weather OR tides`, `weather NOT sky`, `-weather`, `^weather`, `weather AND`, `(`, `'); DROP TABLE community_listings; --`,
 			`%`, `_`, `\`, "weather\x00sky", `weather & !sky | tides`, `weather:*`, `sky <-> weather`, strings.Repeat("weather ", 500),
-			strings.Repeat("x", 4000), strings.Repeat(`"*(`, 1300)} {
+			strings.Repeat("x", 4000), strings.Repeat(`"*(`, 1300), strings.Repeat("weather sky ", 5000)} {
 			res, err := call[community.SearchResult](t, s, bc, "communitySearch", map[string]any{"query": q})
 			if err != nil {
 				t.Fatalf("query %.40q: %v", q, err)
