@@ -12,6 +12,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // assembleCommunity declares the retention of the community's tables
@@ -123,6 +124,16 @@ func (s *Server) assemblePlans(owners capabilities.OwnerOf) error {
 		return err
 	}
 	s.meter.SetPlans(plans)
+	// The plan's storage bytes bound what an account stores in its
+	// storage buckets (docs/community.md, "Storage"): the buckets' counter
+	// enforces them, usageGet reports them.
+	if s.buckets != nil {
+		s.buckets.SetStorageLimit(plans.StorageLimit)
+		plans.Storage = func(ctx context.Context, owner int64) (int64, int64, error) {
+			u, err := s.buckets.Usage(ctx, storage.Owner{ID: owner})
+			return u.Bytes, u.MaxBytes, err
+		}
+	}
 	caps := plans.Capabilities(owners)
 	for i := range caps {
 		if action, ok := communityAuditActions[caps[i].Name]; ok {

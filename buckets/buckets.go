@@ -72,6 +72,9 @@ type Service struct {
 	owners capabilities.OwnerOf
 	log    *slog.Logger
 
+	// limit is the account's plan's byte budget (SetStorageLimit).
+	limit StorageLimit
+
 	// reconcileAfter is the users.id the next Reconcile sweep starts
 	// after (0: from the start).
 	reconcileMu    sync.Mutex
@@ -93,6 +96,31 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Service{cfg: cfg, store: cfg.Store, owners: cfg.Owners, log: cfg.Logger}, nil
+}
+
+// StorageLimit returns the bytes an account may store by its plan; ok is
+// false when the plan sets none (Options.MaxBytes applies).
+// *quota.Plans' StorageLimit is one.
+type StorageLimit func(ctx context.Context, userID int64) (limit int64, ok bool, err error)
+
+// SetStorageLimit makes each account's budget of bytes its plan's (f),
+// in place of Options.MaxBytes where the plan sets one. Call it before
+// serving.
+func (s *Service) SetStorageLimit(f StorageLimit) { s.limit = f }
+
+// maxBytes is the account's budget of bytes, and whether its plan set it.
+func (s *Service) maxBytes(ctx context.Context, userID int64) (int64, bool, error) {
+	if s.limit == nil {
+		return s.cfg.MaxBytes, false, nil
+	}
+	n, ok, err := s.limit(ctx, userID)
+	if err != nil {
+		return 0, false, fmt.Errorf("buckets: storage limit: %w", err)
+	}
+	if !ok {
+		return s.cfg.MaxBytes, false, nil
+	}
+	return n, true, nil
 }
 
 func (s *Service) owner(ctx context.Context, c capabilities.Caller) (storage.Owner, error) {

@@ -129,7 +129,7 @@ var (
 // storageDelete, storageList, storageTransact, storageBuckets and
 // storageDrop. Each acts on the caller's own buckets only.
 func (s *Service) Capabilities() []capabilities.Capability {
-	budget := fmt.Sprintf("Your buckets share a budget of %s and %d keys.", mib(s.cfg.MaxBytes), s.cfg.MaxKeys)
+	budget := fmt.Sprintf("Your buckets share a budget of %s (or your plan's storage bytes, when it sets them) and %d keys.", mib(s.cfg.MaxBytes), s.cfg.MaxKeys)
 	set := capabilities.Define(capabilities.Spec[SetInput, SetOutput]{
 		Name: "storageSet", Domain: "storage", Title: "Store a value",
 		Description: "Stores a JSON value (up to 1 MiB) under a key in one of your storage buckets, creating the bucket on first write, and returns the entry's new revision. " +

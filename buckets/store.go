@@ -161,6 +161,10 @@ func (s *Service) Transact(ctx context.Context, o storage.Owner, storageID strin
 
 	results := make([]OpResult, len(ops))
 	now := time.Now().UTC()
+	maxBytes, byPlan, err := s.maxBytes(ctx, o.ID)
+	if err != nil {
+		return nil, err
+	}
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		u, err := lockUsage(ctx, tx, o.ID, now)
 		if err != nil {
@@ -206,7 +210,7 @@ func (s *Service) Transact(ctx context.Context, o storage.Owner, storageID strin
 				results[i].Revision = u.revision
 			}
 		}
-		if err := s.reserve(ctx, tx, o.ID, u, dBytes, dKeys, now); err != nil {
+		if err := s.reserve(ctx, tx, o.ID, u, dBytes, dKeys, maxBytes, byPlan, now); err != nil {
 			return err
 		}
 		for _, op := range ops {
@@ -287,11 +291,14 @@ func lockUsage(ctx context.Context, tx bun.Tx, userID int64, now time.Time) (usa
 	return u, nil
 }
 
-// reserve charges dBytes and dKeys to the user's counters. The limit is
-// checked by the UPDATE itself; a write that shrinks usage always passes,
-// even over a lowered limit.
-func (s *Service) reserve(ctx context.Context, tx bun.Tx, userID int64, u usageRow, dBytes, dKeys int64, now time.Time) error {
-	maxBytes, maxKeys := s.cfg.MaxBytes, s.cfg.MaxKeys
+// reserve charges dBytes and dKeys to the user's counters, within
+// maxBytes (byPlan: the account's plan's storage bytes). The limit is
+// checked by the UPDATE itself, in the transaction that holds the
+// counter row (lockUsage), so two writers cannot both take the last
+// bytes; a write that shrinks usage always passes, even over a lowered
+// limit.
+func (s *Service) reserve(ctx context.Context, tx bun.Tx, userID int64, u usageRow, dBytes, dKeys, maxBytes int64, byPlan bool, now time.Time) error {
+	maxKeys := s.cfg.MaxKeys
 	res, err := tx.NewRaw(`UPDATE storage_usage SET bytes = bytes + ?, key_count = key_count + ?, updated_at = ?
 		WHERE user_id = ? AND (? <= 0 OR bytes + ? <= ?) AND (? <= 0 OR key_count + ? <= ?)`,
 		dBytes, dKeys, now, userID, dBytes, dBytes, maxBytes, dKeys, dKeys, maxKeys).Exec(ctx)
@@ -302,6 +309,11 @@ func (s *Service) reserve(ctx context.Context, tx bun.Tx, userID int64, u usageR
 		return fmt.Errorf("buckets: reserve: %w", err)
 	} else if n == 1 {
 		return nil
+	}
+	if dBytes > 0 && u.bytes+dBytes > maxBytes && byPlan {
+		return capabilities.Errorf(capabilities.CodeQuotaExceeded,
+			"storage limit of your plan reached: it allows %d bytes, %d are in use, and this write needs %d more; delete keys or drop buckets (storageBuckets lists them) to make room, or ask an admin for a larger plan",
+			maxBytes, u.bytes, dBytes)
 	}
 	if dBytes > 0 && u.bytes+dBytes > maxBytes {
 		return capabilities.Errorf(capabilities.CodeQuotaExceeded,
@@ -445,10 +457,15 @@ func (s *Service) Buckets(ctx context.Context, o storage.Owner, req storage.Page
 	return page, nil
 }
 
-// Usage returns o's use of the budget.
+// Usage returns o's use of the budget (its plan's storage bytes when
+// the plan sets them).
 func (s *Service) Usage(ctx context.Context, o storage.Owner) (Usage, error) {
-	u := Usage{MaxBytes: s.cfg.MaxBytes, MaxKeys: s.cfg.MaxKeys}
-	err := s.store.Reader.NewSelect().Table("storage_usage").Column("bytes", "key_count").
+	u := Usage{MaxKeys: s.cfg.MaxKeys}
+	var err error
+	if u.MaxBytes, _, err = s.maxBytes(ctx, o.ID); err != nil {
+		return u, err
+	}
+	err = s.store.Reader.NewSelect().Table("storage_usage").Column("bytes", "key_count").
 		Where("user_id = ?", o.ID).Scan(ctx, &u.Bytes, &u.Keys)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return u, fmt.Errorf("buckets: usage: %w", err)

@@ -341,6 +341,20 @@ func digest(src string) string {
 // by is the credential saving it: the package's jobs run with no more
 // authority than it has (its scopes and confinement are kept with them).
 func (s *Service) Save(ctx context.Context, by capabilities.Caller, o storage.Owner, name string, files map[string]string, m Manifest) (Version, error) {
+	return s.save(ctx, by, o, name, files, m, false)
+}
+
+// Create saves a new package, version 1, like Save, but only if the
+// owner has no package of that name: otherwise it answers
+// capabilities.CodeConflict and saves nothing. The check is made in the
+// transaction that inserts the package (the owner's saves take turns
+// there), so a concurrent Save of the same name either comes first (and
+// Create refuses) or adds its version after Create's.
+func (s *Service) Create(ctx context.Context, by capabilities.Caller, o storage.Owner, name string, files map[string]string, m Manifest) (Version, error) {
+	return s.save(ctx, by, o, name, files, m, true)
+}
+
+func (s *Service) save(ctx context.Context, by capabilities.Caller, o storage.Owner, name string, files map[string]string, m Manifest, createOnly bool) (Version, error) {
 	m, err := s.validate(name, files, m)
 	if err != nil {
 		return Version{}, err
@@ -408,6 +422,8 @@ func (s *Service) Save(ctx context.Context, by capabilities.Caller, o storage.Ow
 			}
 		case err != nil:
 			return err
+		case createOnly:
+			return capabilities.Errorf(capabilities.CodeConflict, "you already have a package named %q: choose another name", name)
 		default:
 			p.LatestVersion++
 			p.Description, p.UpdatedAt = m.Description, now

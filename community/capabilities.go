@@ -31,7 +31,7 @@ type UnpublishOutput struct {
 
 // SearchInput is the input of communitySearch.
 type SearchInput struct {
-	Query  string `json:"query" jsonschema:"words to find in listings' names, descriptions, readmes, authors and exports (empty: every listing, newest first)" schema:"maxLength=256"`
+	Query  string `json:"query" jsonschema:"plain words to find in listings' names, descriptions, readmes and authors, every one of them, best matches first; no search syntax (quotes, operators and wildcards only separate words; the first 8 words count). Empty: every listing, newest first"`
 	Cursor string `json:"cursor,omitempty" jsonschema:"the nextCursor of the previous page"`
 }
 

@@ -31,9 +31,13 @@ const BlobDomain = "community"
 const (
 	// MaxReadmeBytes bounds a listing's readme.
 	MaxReadmeBytes = 64 << 10
-	// MaxQueryBytes bounds a search query; MaxQueryWords its words.
-	MaxQueryBytes = 256
+	// MaxQueryBytes is how much of a search query is read: its first
+	// MaxQueryWords words of at most MaxWordBytes each within its first
+	// MaxQueryBytes bytes. The rest is ignored: a query of any length is
+	// never an error.
+	MaxQueryBytes = 4096
 	MaxQueryWords = 8
+	MaxWordBytes  = 64
 	// PageSize is the number of listings a search page holds.
 	PageSize = 20
 	// MaxNoteChars bounds a rating's note, MaxDetailsChars a report's details.
@@ -54,11 +58,12 @@ var (
 )
 
 // Packages is what the community needs of code mode: reading one version
-// of the caller's package with its sources, and saving a new package for
-// the forker. *codemode.Service implements it.
+// of the caller's package with its sources, and creating a new package
+// for the forker (create-only: CodeConflict when the name is taken).
+// *codemode.Service implements it.
 type Packages interface {
 	Get(ctx context.Context, o storage.Owner, name string, version int) (codemode.Version, error)
-	Save(ctx context.Context, by capabilities.Caller, o storage.Owner, name string, files map[string]string, m codemode.Manifest) (codemode.Version, error)
+	Create(ctx context.Context, by capabilities.Caller, o storage.Owner, name string, files map[string]string, m codemode.Manifest) (codemode.Version, error)
 }
 
 // Events is where community.* events go; *events.Bus implements it.
@@ -500,44 +505,45 @@ type SearchResult struct {
 
 var listingKeyset = storage.Keyset[listingRow]{Kind: "community-search", Column: "l.id", Key: func(r *listingRow) any { return r.ID }, Desc: true}
 
-// likeEscape escapes LIKE's wildcards (with '\' as the escape).
-func likeEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
-}
+// searchColumns are the listing columns a search page reads.
+var searchColumns = []string{"l.id", "l.public_id", "l.user_id", "l.package_name", "l.package_version", "l.name", "l.description",
+	"l.author_username", "l.source_bytes", "l.status", "l.featured_at", "l.published_at", "l.updated_at"}
 
-// Search returns public listings whose public fields hold every word of
-// query (case-insensitive; an empty query lists them all), newest first.
-// onlyFeatured keeps featured ones; author keeps one author's.
+// Search returns public listings. An empty query lists them all, newest
+// first. Otherwise the query is words (see queryWords: quotes, operators,
+// column filters and wildcards are not syntax but separators), every one
+// of which a listing's public fields (name, description, readme, author's
+// username) must hold, stemmed; the best ranked come first (a match in
+// the name weighs most, then the description and the author, then the
+// readme), ties newest first. The index and its statistics cover public
+// listings only, the same for every caller. A query without any word
+// finds nothing.
 func (s *Service) Search(ctx context.Context, viewer storage.Owner, query, cursor string) (SearchResult, error) {
-	query = strings.TrimSpace(query)
-	if len(query) > MaxQueryBytes {
-		return SearchResult{}, invalid("query is %d bytes: at most %d", len(query), MaxQueryBytes)
+	var rows []listingRow
+	var next string
+	if strings.TrimSpace(query) == "" {
+		q := s.store.Reader.NewSelect().Model((*listingRow)(nil)).Column(searchColumns...).Where("l.status = ?", StatusPublic)
+		page, err := storage.Paginate(ctx, q, listingKeyset, storage.PageRequest{Cursor: cursor, Limit: PageSize})
+		if err != nil {
+			return SearchResult{}, err
+		}
+		rows, next = page.Items, page.Next
+	} else {
+		var err error
+		if rows, next, err = s.fullText(ctx, queryWords(query), cursor); err != nil {
+			return SearchResult{}, err
+		}
 	}
-	words := strings.Fields(strings.ToLower(query))
-	if len(words) > MaxQueryWords {
-		return SearchResult{}, invalid("query has %d words: at most %d", len(words), MaxQueryWords)
-	}
-	q := s.store.Reader.NewSelect().Model((*listingRow)(nil)).
-		Column("l.id", "l.public_id", "l.user_id", "l.package_name", "l.package_version", "l.name", "l.description", "l.author_username",
-			"l.source_bytes", "l.status", "l.featured_at", "l.published_at", "l.updated_at").
-		Where("l.status = ?", StatusPublic)
-	for _, w := range words {
-		q = q.Where(`l.search_text LIKE ? ESCAPE '\'`, "%"+likeEscape(w)+"%")
-	}
-	page, err := storage.Paginate(ctx, q, listingKeyset, storage.PageRequest{Cursor: cursor, Limit: PageSize})
-	if err != nil {
-		return SearchResult{}, err
-	}
-	ids := make([]int64, len(page.Items))
-	for i, r := range page.Items {
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
 		ids[i] = r.ID
 	}
 	forks, ratings, err := s.stats(ctx, ids)
 	if err != nil {
 		return SearchResult{}, wrap("search", err)
 	}
-	out := SearchResult{Listings: make([]Listing, 0, len(page.Items)), NextCursor: page.Next}
-	for _, r := range page.Items {
+	out := SearchResult{Listings: make([]Listing, 0, len(rows)), NextCursor: next}
+	for _, r := range rows {
 		l := r.listing(codemode.Manifest{})
 		l.Exports = nil
 		l.Forks, l.Rating, l.Mine = forks[r.ID], ratings[r.ID], r.UserID == viewer.ID
@@ -581,7 +587,11 @@ type Fork struct {
 
 // Fork copies a public listing's snapshot into a new package of the
 // forker, named name (default: the listing's package name). The
-// manifest's jobs are left out: the forker schedules their own.
+// manifest's jobs are left out: the forker schedules their own. A fork
+// only ever creates a package: when the forker already has one of that
+// name (even one saved while the fork runs) it is refused with
+// CodeConflict and a sentence asking for another name, and the existing
+// package gets no version from the listing.
 func (s *Service) Fork(ctx context.Context, by capabilities.Caller, o storage.Owner, id, name string) (Fork, error) {
 	if err := s.checkNotBanned(ctx, s.store.Reader, o); err != nil {
 		return Fork{}, err
@@ -604,7 +614,10 @@ func (s *Service) Fork(ctx context.Context, by capabilities.Caller, o storage.Ow
 	}
 	m := snap.Manifest
 	m.Jobs = nil
-	v, err := s.pkgs.Save(ctx, by, o, name, snap.Files, m)
+	v, err := s.pkgs.Create(ctx, by, o, name, snap.Files, m)
+	if capabilities.CodeOf(err) == capabilities.CodeConflict {
+		return Fork{}, capabilities.Errorf(capabilities.CodeConflict, "you already have a package named %q: choose another name for the fork", name)
+	}
 	if err != nil {
 		return Fork{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -535,5 +536,61 @@ func TestConcurrentPublish(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("%d listings (%v)", n, err)
 		}
+	})
+}
+
+// A fork racing a save of the same package name never adds a version to
+// the forker's package: either the fork creates it (version 1 is the
+// listing's snapshot, the save's version comes after) or the save came
+// first and the fork is refused with a conflict.
+func TestCommunityForkRacesASave(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice, bob := s.CreateUser(t, "alice"), s.CreateUser(t, "bob")
+		ac, bc := alice.Caller(t), bob.Caller(t)
+		save(t, s, ac, greeter("greeter"))
+		pub := must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": "greeter"})
+		ctx := context.Background()
+		forked, refused := 0, 0
+		for i := range 12 {
+			name := fmt.Sprintf("race%d", i)
+			mine := pkgNamed(name, "bob's own package", "x")
+			var wg sync.WaitGroup
+			var forkErr, saveErr error
+			var fork community.Fork
+			wg.Go(func() {
+				fork, forkErr = call[community.Fork](t, s, bc, "communityFork", map[string]any{"listing": pub.ID, "name": name})
+			})
+			wg.Go(func() {
+				if res, err := s.Registry().Invoke(ctx, bc, "packageSave", mustJSON(mine)); err != nil || res.IsError {
+					saveErr = fmt.Errorf("%v %+v", err, res)
+				}
+			})
+			wg.Wait()
+			if saveErr != nil {
+				t.Fatalf("save %s: %v", name, saveErr)
+			}
+			v1, err := s.CodeMode().Get(ctx, bob.Owner(), name, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case forkErr == nil:
+				forked++
+				if fork.Version != 1 || v1.Manifest.Description != "Friendly greetings for everyone" {
+					t.Fatalf("%s: the fork is version %d, version 1 is %q", name, fork.Version, v1.Manifest.Description)
+				}
+			case code(forkErr) == capabilities.CodeConflict:
+				refused++
+				if v1.Manifest.Description != "bob's own package" {
+					t.Fatalf("%s: a refused fork, yet version 1 is %q", name, v1.Manifest.Description)
+				}
+				if _, err := s.CodeMode().Get(ctx, bob.Owner(), name, 2); code(err) != capabilities.CodeNotFound {
+					t.Fatalf("%s: a refused fork added a version: %v", name, err)
+				}
+			default:
+				t.Fatalf("fork %s: %v", name, forkErr)
+			}
+		}
+		t.Logf("%d forks created, %d refused", forked, refused)
 	})
 }

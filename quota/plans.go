@@ -119,6 +119,11 @@ type Plans struct {
 	// OnAlert, when set, records an alert inside tx (an admin event); it
 	// runs once per alert, in the transaction that marks it sent.
 	OnAlert func(ctx context.Context, tx bun.IDB, a Alert) error
+	// Storage, when set, reports the bytes an account stores and the most
+	// it may store (its plan's storage bytes, or the server's default
+	// budget): usageGet shows them. The server sets it to the storage
+	// buckets' counters, which enforce the limit.
+	Storage func(ctx context.Context, owner int64) (used, limit int64, err error)
 
 	mu    sync.Mutex
 	cache map[int64]cachedPlan
@@ -309,6 +314,26 @@ type PlanUsage struct {
 	WeekStart    string       `json:"weekStart" jsonschema:"this week's Monday (UTC)"`
 	Meters       []MeterUsage `json:"meters"`
 	StorageBytes *int64       `json:"storageBytes,omitempty" jsonschema:"the plan's storage budget, if it sets one"`
+	// Storage is the account's stored bytes against its limit (absent
+	// when the server stores nothing for accounts: buckets are off).
+	Storage *StorageUsage `json:"storage,omitempty" jsonschema:"the bytes you store (your storage buckets' keys and values) against the most you may store"`
+}
+
+// StorageUsage is an account's stored bytes against its limit.
+type StorageUsage struct {
+	Used  int64 `json:"used" jsonschema:"bytes stored now"`
+	Limit int64 `json:"limit" jsonschema:"the most bytes you may store: your plan's storage bytes, or the server's default budget"`
+}
+
+// StorageLimit returns the storage bytes of the account's plan; ok is
+// false when the plan sets none. It reads the plan through the same
+// short cache as the meter.
+func (p *Plans) StorageLimit(ctx context.Context, owner int64) (int64, bool, error) {
+	plan, err := p.Of(ctx, owner)
+	if err != nil || plan.StorageBytes == nil {
+		return 0, false, err
+	}
+	return *plan.StorageBytes, true, nil
 }
 
 // UsageFor returns the account's use of each meter today and this week
@@ -330,6 +355,13 @@ func (p *Plans) UsageFor(ctx context.Context, owner int64) (PlanUsage, error) {
 		return PlanUsage{}, fmt.Errorf("quota: usage: %w", err)
 	}
 	out := PlanUsage{Plan: plan.Name, Day: today, WeekStart: monday, StorageBytes: plan.StorageBytes}
+	if p.Storage != nil {
+		used, limit, err := p.Storage(ctx, owner)
+		if err != nil {
+			return PlanUsage{}, fmt.Errorf("quota: usage: %w", err)
+		}
+		out.Storage = &StorageUsage{Used: used, Limit: limit}
+	}
 	for _, m := range Meters {
 		u := MeterUsage{Meter: m, DailyLimit: plan.Of(m).Daily, WeeklyLimit: plan.Of(m).Weekly}
 		for _, r := range rows {

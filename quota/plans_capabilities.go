@@ -73,7 +73,7 @@ func (p *Plans) Capabilities(owners capabilities.OwnerOf) []capabilities.Capabil
 	return []capabilities.Capability{
 		capabilities.Define(capabilities.Spec[struct{}, PlanUsage]{
 			Name: "usageGet", Domain: "account", Title: "Your usage",
-			Description: "Returns your plan and, per meter (code runs, outbound fetches, mails sent and received), today's and this week's use against the plan's daily and weekly limits. Days are UTC; weeks run Monday to Sunday, UTC. Counts may trail by a second.",
+			Description: "Returns your plan and, per meter (code runs, outbound fetches, mails sent and received), today's and this week's use against the plan's daily and weekly limits, and the bytes you store against your storage limit. Days are UTC; weeks run Monday to Sunday, UTC. Counts may trail by a second.",
 			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
 			Requires:    capabilities.Requirement{Permissions: []capabilities.Permission{capabilities.ReadUserOwn}},
 			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (PlanUsage, error) {

@@ -46,6 +46,7 @@ type features struct {
 	Connections bool
 	// Community: the community pages (communitySearch registered).
 	Community bool
+	Usage     bool // the usage page (usageGet registered)
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -69,7 +70,7 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
 			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
 			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn(),
-			Memory: h.memoryOn(), Connections: h.connectionsOn(), Community: h.communityOn()},
+			Memory: h.memoryOn(), Connections: h.connectionsOn(), Community: h.communityOn(), Usage: h.usageOn()},
 	}
 	p.Logo = h.opts.LogoURL
 	if h.theme != nil {

@@ -69,6 +69,7 @@ func (h *Handler) routes() http.Handler {
 	h.packageRoutes(handle)
 	h.memoryRoutes(handle)
 	h.communityRoutes(handle)
+	h.usageRoutes(handle)
 	h.connectionRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
