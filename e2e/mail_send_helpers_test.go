@@ -133,18 +133,25 @@ func (c *mailConfirmer) Elicit(_ context.Context, req mcpgo.ElicitationRequest) 
 // mailAgent is an mcp-go client that can be asked (elicitation) on a
 // session-based protocol version.
 func mailAgent(t *testing.T, base, token string, confirmer *mailConfirmer) *mcpclient.Client {
+	return mailAgentOn(t, base, token, confirmer, "2025-11-25")
+}
+
+// mailAgentOn is mailAgent on protocol version: on the stateless
+// 2026-07-28 the question comes back as an input-required result that the
+// client answers by calling again.
+func mailAgentOn(t *testing.T, base, token string, confirmer *mailConfirmer, version string) *mcpclient.Client {
 	t.Helper()
 	tr, err := transport.NewStreamableHTTP(base+"/mcp", transport.WithHTTPBasicClient(&http.Client{Transport: mailBearer{token}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mcpclient.NewClient(tr, mcpclient.WithProtocolVersion("2025-11-25"), mcpclient.WithElicitationHandler(confirmer))
+	c := mcpclient.NewClient(tr, mcpclient.WithProtocolVersion(version), mcpclient.WithElicitationHandler(confirmer))
 	if err := c.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	if _, err := c.Initialize(t.Context(), mcpgo.InitializeRequest{Params: mcpgo.InitializeParams{
-		ProtocolVersion: "2025-11-25",
+		ProtocolVersion: version,
 		ClientInfo:      mcpgo.Implementation{Name: "mail-agent", Version: "1"},
 		Capabilities:    mcpgo.ClientCapabilities{Elicitation: &mcpgo.ElicitationCapability{}},
 	}}); err != nil {

@@ -50,6 +50,15 @@ func TestMailSendJourney(t *testing.T) {
 		}
 		outboundID, _ := out["outboundId"].(string)
 
+		// On the stateless protocol the question is an input-required
+		// result; the answer comes with the call made again.
+		modern := &mailConfirmer{action: mcpgo.ElicitationResponseActionAccept}
+		if text, out, isErr := mailSendCall(t, mailAgentOn(t, s.URL, alice.Token(t), modern, "2026-07-28"), map[string]any{"to": []string{"dave@outside.test"}, "subject": "Stateless", "text": "Asked by input-required."}); isErr || out["status"] != "queued" || len(modern.shown) != 1 {
+			t.Fatalf("mailSend on 2026-07-28: %s %v (asked %d)", text, out, len(modern.shown))
+		}
+		before++ // that message is on its way too
+		outside.waitUserMail(t, before+1)
+
 		// A declined message is never sent.
 		decline := &mailConfirmer{action: mcpgo.ElicitationResponseActionDecline}
 		if _, out, isErr := mailSendCall(t, mailAgent(t, s.URL, alice.Token(t), decline), map[string]any{"to": []string{"carol@outside.test"}, "subject": "Never", "text": "Not sent."}); isErr || out["status"] != "declined" {
