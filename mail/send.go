@@ -144,7 +144,7 @@ func checkDraft(from string, to []string, subject, text, html string) (draft, er
 	switch {
 	case d.subject == "":
 		return draft{}, invalid("subject is empty: write one line")
-	case !utf8.ValidString(d.subject) || strings.IndexFunc(d.subject, unicode.IsControl) >= 0:
+	case !utf8.ValidString(d.subject) || strings.IndexFunc(d.subject, unicode.IsControl) >= 0 || strings.IndexFunc(d.subject, bidiControl) >= 0:
 		return draft{}, invalid("subject must be one line of text, without line breaks or control characters")
 	case utf8.RuneCountInString(d.subject) > MaxSubjectChars:
 		return draft{}, invalid("subject is longer than %d characters", MaxSubjectChars)
@@ -160,15 +160,24 @@ func checkDraft(from string, to []string, subject, text, html string) (draft, er
 	return d, nil
 }
 
+// bidiControl reports the characters that reorder text: in a subject they
+// could make the confirmation show something else than what is sent.
+func bidiControl(r rune) bool {
+	return r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069 || r == 0x200e || r == 0x200f || r == 0x061c
+}
+
 // confirm asks the person to confirm d exactly. It returns "accept",
 // "decline" or "cancel", or an error: a client that cannot ask is refused
 // (nothing is ever sent without the person).
 func confirm(ctx context.Context, call *capabilities.Call, what string, d draft) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nFrom: %s\nTo: %s\nSubject: %s\n\n%s", what, d.from, strings.Join(d.to, ", "), d.subject, d.text)
+	// The headers come first and the text after a marked line, so a text
+	// that imitates headers cannot pass for them.
+	fmt.Fprintf(&b, "%s\n\nFrom: %s\nTo: %s\nSubject: %s\n", what, d.from, strings.Join(d.to, ", "), d.subject)
 	if d.html != "" {
-		b.WriteString("\n\n(An HTML version of this text is attached too.)")
+		b.WriteString("(an HTML version of the text goes with it)\n")
 	}
+	fmt.Fprintf(&b, "\n----- text of the message (%d characters) -----\n%s\n----- end of the message -----", utf8.RuneCountInString(d.text), d.text)
 	schema := json.RawMessage(`{"type":"object","properties":{"send":{"type":"boolean","title":"Send this message","description":"Send exactly this message now"}},"required":["send"]}`)
 	ans, err := call.Elicit(ctx, capabilities.ElicitRequest{Message: b.String(), Schema: schema})
 	if err != nil {

@@ -72,9 +72,17 @@ func (r *relay) SendRaw(_ context.Context, from string, to []string, raw []byte)
 
 type sendEnv struct {
 	*env
-	q      *queue
-	relay  *relay
+	q     *queue
+	relay *relay
+
+	mu     sync.Mutex // the SMTP listener's goroutines publish
 	events []string
+}
+
+func (se *sendEnv) published() []string {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	return append([]string(nil), se.events...)
 }
 
 func newSendEnv(t *testing.T, s *storage.Store, opts mail.Options) *sendEnv {
@@ -83,7 +91,9 @@ func newSendEnv(t *testing.T, s *storage.Store, opts mail.Options) *sendEnv {
 		Sender: func() mail.RawSender { return se.relay },
 		Publish: func(_ context.Context, _ bun.IDB, typ string, data any) error {
 			b, _ := json.Marshal(data)
+			se.mu.Lock()
 			se.events = append(se.events, typ+" "+string(b))
+			se.mu.Unlock()
 			return nil
 		}})
 	return se
@@ -143,8 +153,8 @@ func TestMailSendConfirmAndQueue(t *testing.T) {
 		if err != nil || out.Status != "queued" || out.From != "alice@"+domain {
 			t.Fatalf("accepted: %+v %v", out, err)
 		}
-		if len(a.asked) != 1 || !strings.Contains(a.asked[0], "To: carol@elsewhere.test") || !strings.Contains(a.asked[0], "Subject: Lunch?") ||
-			!strings.Contains(a.asked[0], "Shall we meet at noon?") {
+		if len(a.asked) != 1 || !strings.Contains(a.asked[0], "To: carol@elsewhere.test\nSubject: Lunch?\n") ||
+			!strings.Contains(a.asked[0], "-----\nShall we meet at noon?\n----- end of the message -----") {
 			t.Fatalf("the person was shown %q", a.asked)
 		}
 		se.flush()
@@ -216,6 +226,7 @@ func TestMailSendRefusesInjection(t *testing.T) {
 			{"to": []string{"a@b.test", "c@d.test", "e@f.test", "g@h.test", "i@j.test", "k@l.test"}, "subject": "x", "text": "x"},
 			{"to": []string{"carol@elsewhere.test"}, "subject": "Hi\r\nBcc: eve@evil.test", "text": "x"},
 			{"to": []string{"carol@elsewhere.test"}, "subject": "Hi\nthere", "text": "x"},
+			{"to": []string{"carol@elsewhere.test"}, "subject": "Invoice \u202etxt.exe", "text": "x"},
 			{"to": []string{"carol@elsewhere.test"}, "subject": "x", "text": strings.Repeat("x", mail.MaxSendTextBytes+1)},
 			{"to": []string{"carol@elsewhere.test"}, "subject": "x", "text": " "},
 		}
@@ -346,8 +357,8 @@ func TestMailReportsPauseAndResume(t *testing.T) {
 		if code(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "paused") || !strings.Contains(err.Error(), "administrator") || len(a.asked) != 0 {
 			t.Fatalf("paused send: %v (asked %d)", err, len(a.asked))
 		}
-		if len(se.events) != 1 || !strings.HasPrefix(se.events[0], mail.EventOutboundPaused) || !strings.Contains(se.events[0], `"reason":"bounces"`) {
-			t.Fatalf("events %q", se.events)
+		if ev := se.published(); len(ev) != 1 || !strings.HasPrefix(ev[0], mail.EventOutboundPaused) || !strings.Contains(ev[0], `"reason":"bounces"`) {
+			t.Fatalf("events %q", ev)
 		}
 		// bob is not paused.
 		if _, err := se.send(bob, &asker{action: "accept"}, map[string]any{"to": []string{"ok@elsewhere.test"}, "subject": "s", "text": "t"}); err != nil {
@@ -375,8 +386,8 @@ func TestMailReportsPauseAndResume(t *testing.T) {
 		if _, err := se.send(alice, &asker{action: "accept"}, map[string]any{"to": []string{"ok@elsewhere.test"}, "subject": "s", "text": "t"}); code(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "spam") {
 			t.Fatalf("after complaint: %v", err)
 		}
-		if len(se.events) != 2 || !strings.Contains(se.events[1], `"reason":"complaint"`) {
-			t.Fatalf("events %q", se.events)
+		if ev := se.published(); len(ev) != 2 || !strings.Contains(ev[1], `"reason":"complaint"`) {
+			t.Fatalf("events %q", ev)
 		}
 	})
 }
