@@ -419,3 +419,59 @@ func TestMailSystemSend(t *testing.T) {
 		}
 	})
 }
+
+// Account deletion through the inventory removes alice's outbound
+// records, reports, pause and sent copies (rows and blobs) and leaves
+// bob's.
+func TestMailOutboundAccountDeletion(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		se := newSendEnv(t, s, mail.Options{})
+		alice, bob := se.user("alice"), se.user("bob")
+		var bobOut mail.SendOutput
+		for _, c := range []capabilities.Caller{alice, bob} {
+			out, err := se.send(c, &asker{action: "accept"}, map[string]any{"to": []string{"carol@elsewhere.test"}, "subject": "s", "text": "t"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bobOut = out
+		}
+		se.flush()
+		m := se.relay.sent[0]
+		token := strings.TrimSuffix(strings.TrimPrefix(m.From, "bounces+"), "@"+domain)
+		p, _ := mail.Parse(m.Raw)
+		if ok, err := se.svc.HandleReport(t.Context(), token, arf(m.From, p.MessageID)); err != nil || !ok {
+			t.Fatalf("complaint: %v %v", ok, err)
+		}
+		if n := count(t, s, "mail_outbound_pauses"); n != 1 {
+			t.Fatalf("%d pauses", n)
+		}
+		inv := storage.NewInventory()
+		if err := mail.RegisterInventory(inv); err != nil {
+			t.Fatal(err)
+		}
+		o := storage.Owner{ID: alice.OwnerID, StableID: alice.UserID}
+		for _, p := range inv.BlobPrefixes() {
+			if _, err := storage.DeleteBlobs(t.Context(), s.Bucket, o, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.RunInTx(t.Context(), func(ctx context.Context, tx bun.Tx) error {
+			_, err := inv.DeleteRows(ctx, tx, o)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, table := range []string{"mail_outbound", "mail_outbound_events", "mail_outbound_pauses", "mail_messages", "mail_threads"} {
+			n, err := s.DB.NewSelect().TableExpr(table).Where("user_id = ?", alice.OwnerID).Count(t.Context())
+			if err != nil || n != 0 {
+				t.Errorf("%s: %d rows of alice left (%v)", table, n, err)
+			}
+		}
+		if st := must[mail.OutboundState](se.env, bob, "mailSendStatus", map[string]any{"outboundId": bobOut.OutboundID}); st.State != "sent" {
+			t.Errorf("bob's message: %+v", st)
+		}
+		if got := blobCount(t, s); got != 1 {
+			t.Errorf("%d blobs left, want bob's sent copy", got)
+		}
+	})
+}
