@@ -312,6 +312,14 @@ func TestMailReportsPauseAndResume(t *testing.T) {
 			}
 			return p.MessageID
 		}
+		// Even an account named after the report addresses receives no
+		// report, and plain bounces@ is no mailbox.
+		se.user(mail.BounceLocal)
+		for _, rcpt := range []string{mail.BounceLocal + "@" + domain, mail.BounceLocal + "+" + strings.Repeat("c", 32) + "@" + domain} {
+			if err := smtp.SendMail(addr, nil, "", []string{rcpt}, dsn(rcpt, "x@"+domain, "failed")); err == nil || !strings.HasPrefix(err.Error(), "550") {
+				t.Fatalf("report to %s: %v, want 550", rcpt, err)
+			}
+		}
 		// bob's message, and a DSN forged by bob with a made-up token for
 		// alice's message: refused at RCPT, nothing counts.
 		_, bobMsg := sendOne(bob, 99)
