@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -645,6 +646,7 @@ func (s *Server) RunBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	handlers := map[string]outbox.Handler{web.MailTopic: s.web.MailHandler()}
+	maps.Copy(handlers, s.mailOutboxHandlers())
 	for topic, h := range s.jobs.Topics() {
 		handlers[topic] = h
 	}

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/mail"
 )
 
@@ -21,7 +24,23 @@ func (s *Server) assembleMail(owners capabilities.OwnerOf) error {
 	if s.cfg.Mail.Disabled {
 		return nil
 	}
-	svc, err := mail.New(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: owners, Meter: s.meter, Audit: s.audit, Logger: s.log})
+	svc, err := mail.New(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: owners, Meter: s.meter, Audit: s.audit, Logger: s.log,
+		Outbox: s.outbox,
+		// The web shell (built later) owns the mailer: resolved per send.
+		Sender: func() mail.RawSender {
+			if s.web == nil {
+				return nil
+			}
+			rs, _ := s.web.Mailer().(mail.RawSender)
+			return rs
+		},
+		Publish: func(ctx context.Context, db bun.IDB, typ string, data any) error {
+			if s.events == nil {
+				return nil
+			}
+			_, err := s.events.Publish(ctx, db, typ, data)
+			return err
+		}})
 	if err != nil {
 		return err
 	}
@@ -37,6 +56,14 @@ func (s *Server) assembleMail(owners capabilities.OwnerOf) error {
 	}
 	s.mail = svc
 	return nil
+}
+
+// mailOutboxHandlers are the outbox handlers of mail: outbound messages.
+func (s *Server) mailOutboxHandlers() map[string]outbox.Handler {
+	if s.mail == nil {
+		return nil
+	}
+	return map[string]outbox.Handler{mail.OutboundTopic: s.mail.OutboundHandler()}
 }
 
 // serveSMTP serves the inbound SMTP listener, if any, until the returned

@@ -9,6 +9,8 @@
 # become the user's own tools, and a second user (its own OAuth flow) who
 # can neither list, call nor import them; storage buckets and memories
 # (the second user finds none of the first's) and the export carrying them;
+# mailSend confirmed through elicitation (a decline sends nothing) and the
+# message reaching the e2e server's capturing SMTP server;
 # after a restart of the server, the same tokens finding them again; the
 # first user deleting their account through the web form, after which
 # their token is refused, the second user still finds nothing and the

@@ -79,7 +79,7 @@ var (
 // on the system mailboxes (audited).
 func (s *Service) Capabilities() []capabilities.Capability {
 	ro := &capabilities.Annotations{ReadOnly: true, Idempotent: true}
-	return append(s.ruleCapabilities(),
+	return append(append(s.ruleCapabilities(), s.sendCapabilities()...),
 		capabilities.Define(capabilities.Spec[ListInput, ListOutput]{
 			Name: "mailList", Domain: "mail", Title: "List your mail",
 			Description: "Lists the messages in your mailbox, newest first: inbox by default, or quarantine (mail that failed the sender checks or matched a block rule) or sent. " +

@@ -93,6 +93,12 @@ func (s *Service) resolve(ctx context.Context, addr string) (target, error) {
 		return target{}, err
 	}
 	t := target{rcpt: rcpt, address: rcpt.Address(s.opts.Domain)}
+	if rcpt.Local == BounceLocal && !rcpt.System {
+		// The report addresses are the server's: a report never lands in
+		// a mailbox (not even of an account named after them), and one
+		// whose token names no message is refused like an unknown user.
+		return target{}, ErrNotOurs
+	}
 	if rcpt.System {
 		t.box = systemBox(rcpt.Local)
 		return t, nil

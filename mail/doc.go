@@ -18,6 +18,19 @@
 // id) finds its ledger row and is stored, and counted against the
 // receive quota (quota class mail_receive, which a plan limits too), once.
 //
+// Outbound mail (mailSend) goes from the caller's own address and only
+// after the person confirmed the exact message (Call.Elicit; a client that
+// cannot ask is refused). Recipients are single plain addresses and the
+// subject one line, so no header can be injected; the server writes the
+// message, keeps a copy in the sent folder, and queues it through the
+// outbox (OutboundTopic) for a RawSender, with a per-message VERP envelope
+// sender bounces+<token>@D. Delivery reports (RFC 3464 DSN, RFC 5965 ARF)
+// arriving at that address are matched by the token alone, update the
+// message's delivery state, and one complaint or five bounces in a UTC
+// day pause the account's outbound mail (event user.email_outbound.paused)
+// until adminMailOutboundResume. adminSystemMailSend sends from a reserved
+// address. Sends count against quota class mail_send.
+//
 // Everything a sender wrote reaches agents as data: fields carry
 // Untrusted names and a content warning, HTML is sanitised with
 // github.com/microcosm-cc/bluemonday (no script, style, form, frame,

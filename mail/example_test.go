@@ -38,3 +38,17 @@ func TestMailExampleDeliver(t *testing.T) {
 		t.Logf("stored as %s, duplicate %v", d.MessageID, d.Duplicate)
 	}
 }
+
+// ParseReport reads a delivery report arriving at a message's report
+// address (bounces+<token>@D): a failed recipient is a bounce.
+func ExampleParseReport() {
+	raw := "From: MAILER-DAEMON@elsewhere.test\r\nMIME-Version: 1.0\r\n" +
+		"Content-Type: multipart/report; report-type=delivery-status; boundary=\"R\"\r\n\r\n" +
+		"--R\r\nContent-Type: message/delivery-status\r\n\r\nReporting-MTA: dns; elsewhere.test\r\n\r\n" +
+		"Final-Recipient: rfc822; carol@elsewhere.test\r\nAction: failed\r\nStatus: 5.1.1\r\n\r\n" +
+		"--R\r\nContent-Type: text/rfc822-headers\r\n\r\nMessage-ID: <abc@mail.example.com>\r\n\r\n--R--\r\n"
+	r, ok := mail.ParseReport([]byte(raw))
+	fmt.Printf("%v %s %s (%s)\n", ok, r.Kind, r.MessageID, r.Detail)
+	// Output:
+	// true bounce abc@mail.example.com (carol@elsewhere.test 5.1.1)
+}

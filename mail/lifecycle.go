@@ -26,6 +26,9 @@ const (
 // attachment bytes are the blobs of BlobDomain (exported in chunks, paged,
 // and deleted with the account).
 var Tables = []storage.Table{
+	{Name: "mail_outbound_events"},
+	{Name: "mail_outbound"},
+	{Name: "mail_outbound_pauses"},
 	{Name: "mail_attachments"},
 	{Name: "mail_deliveries"},
 	{Name: "mail_messages", SizeColumn: "size_bytes"},
@@ -62,7 +65,11 @@ type Blobs interface {
 // rows; threads while they hold a message; ledger rows 90 days. The same
 // holds for the system mailboxes.
 func RetentionPolicies(bucket Blobs) []retention.Policy {
-	out := []retention.Policy{retention.UntilAccountDeleted("mail_rules").Because("or until the user deletes the rule")}
+	out := []retention.Policy{retention.UntilAccountDeleted("mail_rules").Because("or until the user deletes the rule"),
+		retention.Age("mail_outbound", "created_at", MessageRetention).Because("an outbound message's delivery record: 365 days, like the sent copy"),
+		retention.Age("mail_outbound_events", "created_at", DeliveryRetention).Because("bounces and complaints are delivery events: 90 days"),
+		retention.UntilAccountDeleted("mail_outbound_pauses").Because("the pause stays until an admin lifts it; the lifted row records the last lift"),
+	}
 	for _, sys := range []bool{false, true} {
 		prefix := "mail_"
 		if sys {

@@ -63,6 +63,10 @@ type Options struct {
 	// UTC day (quota class mail_receive, the meter a plan limits too). Default 500; a
 	// negative value is unlimited.
 	ReceivesPerDay int64
+	// SendsPerDay is how many messages one user may send per UTC day
+	// (quota class mail_send, the meter a plan limits too). Default 100;
+	// a negative value is unlimited.
+	SendsPerDay int64
 	// Reserved are the local parts of system mailboxes. Default
 	// DefaultReserved.
 	Reserved []string
@@ -98,6 +102,15 @@ type Config struct {
 	Owners capabilities.OwnerOf
 	// Meter counts receives; nil counts nothing.
 	Meter Meter
+	// Outbox queues outbound mail in the transaction that records it
+	// (internal/outbox); nil: mailSend is refused.
+	Outbox Outbox
+	// Sender returns what hands outbound mail to the outside world (the
+	// server's mailer), resolved at each send; nil: queued mail waits.
+	Sender func() RawSender
+	// Publish publishes an admin event inside a transaction (events.Bus);
+	// nil publishes nothing.
+	Publish func(ctx context.Context, db bun.IDB, typ string, data any) error
 	// Audit records admins' reads of system mail; nil records nothing.
 	Audit  *audit.Log
 	Logger *slog.Logger
@@ -114,6 +127,10 @@ type Service struct {
 	audit  *audit.Log
 	log    *slog.Logger
 	now    func() time.Time
+
+	outbox  Outbox
+	sender  func() RawSender
+	publish func(ctx context.Context, db bun.IDB, typ string, data any) error
 }
 
 // New returns the service.
@@ -131,6 +148,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, DefaultMaxMessageBytes)
 	o.ReceivesPerDay = cmp.Or(o.ReceivesPerDay, DefaultReceivesPerDay)
+	o.SendsPerDay = cmp.Or(o.SendsPerDay, DefaultSendsPerDay)
 	if o.Reserved == nil {
 		o.Reserved = DefaultReserved
 	}
@@ -145,7 +163,8 @@ func New(cfg Config) (*Service, error) {
 	o.MaxConnections = cmp.Or(max(o.MaxConnections, 0), DefaultMaxConnections)
 	o.MaxConnectionsPerIP = cmp.Or(max(o.MaxConnectionsPerIP, 0), DefaultMaxConnectionsPerIP)
 	o.MaxSessionTime = cmp.Or(max(o.MaxSessionTime, 0), DefaultMaxSessionTime)
-	s := &Service{opts: o, store: cfg.Store, owners: cfg.Owners, meter: cfg.Meter, audit: cfg.Audit, log: cfg.Logger, now: cfg.Now}
+	s := &Service{opts: o, store: cfg.Store, owners: cfg.Owners, meter: cfg.Meter, audit: cfg.Audit, log: cfg.Logger, now: cfg.Now,
+		outbox: cfg.Outbox, sender: cfg.Sender, publish: cfg.Publish}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -71,6 +71,9 @@ type session struct {
 	remote string
 	from   string
 	rcpts  []string
+	// reports are the VERP tokens of report addresses (bounces+<token>@D)
+	// among the recipients.
+	reports []string
 }
 
 var (
@@ -82,7 +85,7 @@ var (
 	errTemporary = &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "Temporary failure storing the message; try again later"}
 )
 
-func (ss *session) Reset()        { ss.from, ss.rcpts = "", nil }
+func (ss *session) Reset()        { ss.from, ss.rcpts, ss.reports = "", nil, nil }
 func (ss *session) Logout() error { return nil }
 
 func (ss *session) Mail(from string, _ *smtp.MailOptions) error {
@@ -93,6 +96,13 @@ func (ss *session) Mail(from string, _ *smtp.MailOptions) error {
 func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if tok, ok, err := ss.svc.reportToken(ctx, to); err != nil {
+		ss.svc.log.Warn("mail: resolving a recipient failed", "err", err)
+		return errTemporary
+	} else if ok {
+		ss.reports = append(ss.reports, tok)
+		return nil
+	}
 	if err := ss.svc.Resolve(ctx, to); err != nil {
 		if errors.Is(err, ErrNotOurs) {
 			return errNoMailbox
@@ -129,13 +139,24 @@ func (ss *session) Data(r io.Reader) error {
 	// per recipient, a message of MaxMessageBytes with MaxRecipients
 	// recipients would cost fifty parses and fifty rounds of DKIM key
 	// lookups.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A delivery report to a message's report address updates that
+	// message; it is never stored in a mailbox.
+	for _, tok := range ss.reports {
+		if _, err := ss.svc.HandleReport(ctx, tok, buf.Bytes()); err != nil {
+			ss.svc.log.Warn("mail: applying a delivery report failed", "err", err)
+			return errTemporary
+		}
+	}
+	if len(ss.rcpts) == 0 {
+		return nil
+	}
 	parsed, err := Parse(buf.Bytes())
 	if err != nil {
 		return errMalformed
 	}
 	checked := ss.svc.authenticate(buf.Bytes())
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	var first error
 	for _, rcpt := range ss.rcpts {
 		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt, Raw: buf.Bytes(), parsed: &parsed, checked: &checked})

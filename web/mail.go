@@ -83,6 +83,11 @@ func (d *DevMailer) Send(ctx context.Context, msg Message) error {
 	if _, err := msg.validate(); err != nil {
 		return err
 	}
+	d.keep(ctx, msg)
+	return nil
+}
+
+func (d *DevMailer) keep(ctx context.Context, msg Message) {
 	d.mu.Lock()
 	d.next++
 	d.msgs = append(d.msgs, KeptMessage{ID: d.next, SentAt: time.Now(), Message: msg})
@@ -92,7 +97,6 @@ func (d *DevMailer) Send(ctx context.Context, msg Message) error {
 	id := d.next
 	d.mu.Unlock()
 	d.log.InfoContext(ctx, "development mail kept; read it at /dev/mail", "id", id, "to", msg.To, "subject", msg.Subject)
-	return nil
 }
 
 // Messages returns the kept messages, newest first.

@@ -201,6 +201,25 @@ func (m *SMTPMailer) Send(ctx context.Context, msg Message) (err error) {
 	gm.SetBodyString(gomail.TypeTextPlain, strings.ReplaceAll(msg.Text, "\r\n", "\n"))
 	gm.AddAlternativeString(gomail.TypeTextHTML, cmp.Or(msg.HTML, textToHTML(msg.Text)))
 
+	c, err := m.client(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.DialAndSendWithContext(ctx, gm); err != nil {
+		if m.cfg.Password != "" {
+			err = errors.New(strings.ReplaceAll(err.Error(), m.cfg.Password, "[redacted]"))
+		}
+		if cause := context.Cause(ctx); cause != nil {
+			return fmt.Errorf("web: smtp: %w (%w)", err, cause)
+		}
+		return fmt.Errorf("web: smtp: %w", err)
+	}
+	return nil
+}
+
+// client is a go-mail client for the server, secured and authenticated as
+// configured; a connection it dials closes when ctx ends.
+func (m *SMTPMailer) client(ctx context.Context) (*gomail.Client, error) {
 	host, portText, _ := net.SplitHostPort(m.cfg.Addr)
 	port, _ := strconv.Atoi(portText)
 	opts := []gomail.Option{
@@ -252,18 +271,9 @@ func (m *SMTPMailer) Send(ctx context.Context, msg Message) (err error) {
 	}
 	c, err := gomail.NewClient(host, opts...)
 	if err != nil {
-		return fmt.Errorf("web: smtp: %w", err)
+		return nil, fmt.Errorf("web: smtp: %w", err)
 	}
-	if err := c.DialAndSendWithContext(ctx, gm); err != nil {
-		if m.cfg.Password != "" {
-			err = errors.New(strings.ReplaceAll(err.Error(), m.cfg.Password, "[redacted]"))
-		}
-		if cause := context.Cause(ctx); cause != nil {
-			return fmt.Errorf("web: smtp: %w (%w)", err, cause)
-		}
-		return fmt.Errorf("web: smtp: %w", err)
-	}
-	return nil
+	return c, nil
 }
 
 var mailLinkPattern = regexp.MustCompile(`https?://[^\s<>"]+`)

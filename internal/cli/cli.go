@@ -196,7 +196,7 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
 	"integrations-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
-	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-dkim"}
+	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-sends-per-day", "mail-dkim"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -269,6 +269,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.smtpTLSKey, "smtp-tls-key", "", "PEM private key of --smtp-tls-cert")
 	fs.BoolVar(&o.mailDKIM, "mail-dkim", true, "verify inbound mail's DKIM signatures and quarantine a message whose signatures all fail (--mail-dkim=false: record nothing, quarantine nothing)")
 	fs.Int64Var(&o.cfg.Mail.ReceivesPerDay, "mail-receives-per-day", mail.DefaultReceivesPerDay, "messages one user's mailbox accepts per UTC day; more are refused with a temporary error (-1: unlimited)")
+	fs.Int64Var(&o.cfg.Mail.SendsPerDay, "mail-sends-per-day", mail.DefaultSendsPerDay, "messages one user may send per UTC day with mailSend (quota class mail_send; a plan may limit it too; -1: unlimited)")
 }
 
 // applyEnv sets each shared flag from ENCLAVE_<NAME> when that variable is

@@ -6,7 +6,8 @@
 // after a restart), creates two verified accounts (or, on a data directory
 // and database that already hold them, finds them) and prints one JSON line
 // with the base URL, the accounts' credentials, the first account's ids and
-// the address of an inspection endpoint (see inspect). It serves until
+// the address of an inspection endpoint (see inspect; its /mail lists the
+// mail the server sent out, to a capturing SMTP server on loopback). It serves until
 // stdin closes or it gets SIGINT/SIGTERM.
 //
 // Login and consent are the web shell's own pages (fields email and
@@ -33,7 +34,9 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/internal/rrproxy"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/web"
 )
 
 func main() {
@@ -64,11 +67,21 @@ func run() error {
 		return err
 	}
 	base := "http://" + ln.Addr().String()
+	// Mail (mailSend) leaves through a capturing SMTP server on loopback.
+	if outside, err = startCapture(ctx); err != nil {
+		return err
+	}
+	relay, err := web.NewSMTPMailer(web.SMTPConfig{Addr: outside.addr, From: "noreply@" + mailDomain, Security: web.SMTPPlaintext})
+	if err != nil {
+		return err
+	}
 	cfg := enclave.Config{
 		BaseURL:     base,
 		DataDir:     *dataDir,
 		DatabaseURL: *databaseURL,
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Mail:        mail.Options{Domain: mailDomain},
+		Mailer:      relay,
 	}
 	if *replicas > 1 {
 		if !strings.HasPrefix(*databaseURL, "postgres") {
@@ -250,6 +263,10 @@ func inspect(ctx context.Context, srv *enclave.Server) (string, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"total": total, "surfaces": surfaces})
 	})
+	if outside != nil {
+		// GET /mail lists what the outside world received.
+		mux.HandleFunc("GET /mail", outside.serveHTTP)
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	context.AfterFunc(ctx, func() { _ = hs.Close() })

@@ -6,7 +6,9 @@
 // saved export as a tool) → a second user, authorized the same way with its
 // own client, cookies and tokens, who neither sees nor can call nor import
 // the first user's package → storage and memories of the first user, which
-// the second finds none of, and the export carrying them (phase 1); then,
+// the second finds none of, and the export carrying them; mailSend,
+// confirmed by the person through elicitation, reaching a capturing SMTP
+// server (phase 1); then,
 // after .ci/oauth-client.sh restarted the server on the same data directory
 // and database (phase 2): the same tokens find them again, the first user
 // deletes the account through the web form, their token is refused, the
@@ -22,7 +24,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
-import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { ElicitRequestSchema, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const [readyLine, phase, statePath] = process.argv.slice(2);
 const { baseURL, email, password, email2, password2, replicas = 1, userID, stableID, inspectURL } = JSON.parse(readyLine);
@@ -427,6 +429,46 @@ async function phase1() {
     assert.ok(r.isError, `the second user reads the first user's memory by id: ${show(r)}`);
     step('the second user finds none of it: same bucket id, same words, the memory\'s id');
     await bob.close();
+  }
+
+  // 8. mailSend: the server asks the person (elicitation) to confirm the
+  // exact message; a decline sends nothing; on accept the message leaves
+  // from the user's own address to the outside world's SMTP server.
+  {
+    const mailURL = inspectURL.replace(/\/owned$/, '/mail');
+    const outsideMail = async () => (await (await fetch(mailURL)).json()).messages.filter((m) => m.from.startsWith('bounces+'));
+    const asked = [];
+    let answer = 'decline';
+    const client = new Client({ name: 'enclave-e2e-mail', version: '1.0.0' }, { capabilities: { elicitation: {} } });
+    client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      asked.push(req.params.message);
+      return answer === 'accept' ? { action: 'accept', content: { send: true } } : { action: answer };
+    });
+    await first.session(client);
+    const message = { to: ['carol@outside.test'], subject: 'Atlas review moved', text: 'The atlas review moves to Thursday at ten.' };
+    let r = await client.callTool({ name: 'mailSend', arguments: message });
+    assert.ok(!r.isError && structured(r).status === 'declined', `a declined send: ${show(r)}`);
+    assert.equal(asked.length, 1, 'the person was asked once');
+    for (const part of ['To: carol@outside.test', 'Subject: Atlas review moved', 'The atlas review moves to Thursday at ten.', 'agentowner@' ]) {
+      assert.ok(asked[0].includes(part), `the confirmation shows ${part}: ${asked[0]}`);
+    }
+    answer = 'accept';
+    r = await client.callTool({ name: 'mailSend', arguments: message });
+    assert.ok(!r.isError && structured(r).status === 'queued', `an accepted send: ${show(r)}`);
+    assert.equal(asked.length, 2, 'the person was asked again');
+    let got = [];
+    for (let i = 0; i < 300 && got.length === 0; i++) {
+      got = await outsideMail();
+      if (got.length === 0) await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.equal(got.length, 1, `exactly the accepted message left: ${JSON.stringify(got).slice(0, 2000)}`);
+    assert.deepEqual(got[0].to, ['carol@outside.test']);
+    assert.match(got[0].raw, /^From: agentowner@mail\.e2e\.test\r?$/m, got[0].raw);
+    assert.match(got[0].raw, /Subject: Atlas review moved/);
+    r = await client.callTool({ name: 'mailSendStatus', arguments: { outboundId: structured(r).outboundId } });
+    assert.ok(!r.isError, show(r));
+    step('mailSend: the person confirms the exact message (elicitation); declined sends nothing, accepted leaves from the user\'s address to the outside SMTP server');
+    await client.close();
   }
 
   writeFileSync(statePath, JSON.stringify({ passed, first: first.saved, second: second.saved, words, memId }));
