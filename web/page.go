@@ -44,6 +44,7 @@ type features struct {
 	Memory     bool // the memory page (Options.Memory with the memory capabilities)
 	// Connections: the connected accounts page (connectionList registered).
 	Connections bool
+	Mail        bool // the mail page (the registry holds the mail capabilities)
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -67,7 +68,7 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
 			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
 			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn(),
-			Memory: h.memoryOn(), Connections: h.connectionsOn()},
+			Memory: h.memoryOn(), Connections: h.connectionsOn(), Mail: h.mailOn()},
 	}
 	p.Logo = h.opts.LogoURL
 	if h.theme != nil {

@@ -68,6 +68,7 @@ func (h *Handler) routes() http.Handler {
 	h.secretRoutes(handle)
 	h.packageRoutes(handle)
 	h.memoryRoutes(handle)
+	h.mailRoutes(handle)
 	h.connectionRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
