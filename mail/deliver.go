@@ -53,11 +53,11 @@ type authOutcome struct {
 	fail    bool
 }
 
-func (s *Service) authenticate(raw []byte) authOutcome {
+func (s *Service) authenticate(ctx context.Context, in AuthInput) authOutcome {
 	if s.opts.Authenticate == nil {
 		return authOutcome{results: "none"}
 	}
-	r, fail := s.opts.Authenticate(raw)
+	r, fail := s.opts.Authenticate(ctx, in)
 	return authOutcome{results: r, fail: fail}
 }
 
@@ -178,7 +178,7 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	// the rules say (an allow rule trusts a sender, not a forgery).
 	checked := d.checked
 	if checked == nil {
-		a := s.authenticate(d.Raw)
+		a := s.authenticate(ctx, AuthInput{Raw: d.Raw})
 		checked = &a
 	}
 	authResults, dkimFailed := checked.results, checked.fail
