@@ -251,7 +251,18 @@ func TestMailPageJourney(t *testing.T) {
 		)
 
 		signIn(alice)
+		for _, path := range []string{"/account/mail", msgURL[len(s.URL):], msgURL[len(s.URL):] + "&view=html"} {
+			step("at a phone's width: "+path,
+				chromedp.EmulateViewport(390, 844),
+				chromedp.Navigate(s.URL+path),
+				chromedp.WaitVisible(chromedp.CSS(`main`)),
+			)
+			if got := eval(`String(document.documentElement.scrollWidth - window.innerWidth)`); got != "0" {
+				t.Errorf("%s scrolls sideways on a phone by %s px", path, got)
+			}
+		}
 		step("alice's message is still there; she deletes it",
+			chromedp.EmulateViewport(1280, 900),
 			chromedp.Navigate(msgURL),
 			chromedp.WaitVisible(chromedp.ID("message-text")),
 			chromedp.Click(chromedp.CSS(`details.delete summary`)),
