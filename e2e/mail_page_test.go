@@ -185,10 +185,28 @@ func TestMailPageJourney(t *testing.T) {
 				t.Errorf("the frame's document holds %q: %q", bad, frameDoc)
 			}
 		}
-		step("the frame's document has loaded inside the frame and stayed there",
-			chromedp.Sleep(100*time.Millisecond))
-		if got := eval(`document.getElementById('message-html').getAttribute('src')`); got != "/account/mail/html?id="+id {
-			t.Errorf("frame src %q", got)
+		// The frame really shows the message (its policy lets this site
+		// frame it), and still holds it: nothing in it navigated it.
+		targets, err := chromedp.Targets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		framed := ""
+		for _, ti := range targets {
+			if ti.Type != "iframe" || ti.URL != s.URL+"/account/mail/html?id="+id {
+				continue
+			}
+			// Cancelling this context would close the frame's target
+			// (and detach the page): it ends with the test.
+			fctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithTargetID(ti.TargetID))
+			t.Cleanup(cancel)
+			framed, err = chromedp.Run(fctx, chromedp.Evaluate[string](`[document.scripts.length, document.forms.length, document.links.length, document.body.innerText.split(/\s+/).join(' ')].join('|')`))
+			if err != nil {
+				t.Fatalf("read the frame: %v", err)
+			}
+		}
+		if framed != "0|0|0|Meet at the harbour at six. open Sign in" {
+			t.Errorf("the frame shows %q (want the sanitised message: no script, form or link)", framed)
 		}
 
 		attURL := eval(`document.querySelector('#message-attachments a.attachment').getAttribute('href')`)
