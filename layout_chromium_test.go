@@ -356,7 +356,7 @@ func TestChromiumLayoutFits(t *testing.T) {
 	}
 
 	for _, p := range []string{
-		"/account", "/account/security", "/account/secrets", "/account/feedback", "/account/memory",
+		"/account", "/account/security", "/account/secrets", "/account/feedback", "/account/memory", "/account/mail",
 		"/account/packages", "/account/apps", "/account/export", "/account/delete",
 		"/workspaces", "/workspaces/" + ws.ID,
 		"/admin/overview", "/admin/users", "/admin/users/new", "/admin/users/" + grace.StableID,

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/uptrace/bun"
+	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -53,11 +54,11 @@ type authOutcome struct {
 	fail    bool
 }
 
-func (s *Service) authenticate(raw []byte) authOutcome {
+func (s *Service) authenticate(ctx context.Context, in AuthInput) authOutcome {
 	if s.opts.Authenticate == nil {
 		return authOutcome{results: "none"}
 	}
-	r, fail := s.opts.Authenticate(raw)
+	r, fail := s.opts.Authenticate(ctx, in)
 	return authOutcome{results: r, fail: fail}
 }
 
@@ -168,11 +169,11 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	// can never overwrite the winner's raw MIME or attachments.
 	sum := sha256.Sum256(d.Raw)
 	key := deliveryKey(id + "\n" + hex.EncodeToString(sum[:]))
-	if err := s.store.Bucket.WriteAll(ctx, b.rawKey(key), d.Raw, nil); err != nil {
+	if err := s.writeBlob(ctx, b.rawKey(key), d.Raw); err != nil {
 		return Delivered{}, fmt.Errorf("mail: store raw message: %w", err)
 	}
 	for n, part := range p.Parts {
-		if err := s.store.Bucket.WriteAll(ctx, b.partKey(key, n), part.Data, nil); err != nil {
+		if err := s.writeBlob(ctx, b.partKey(key, n), part.Data); err != nil {
 			return Delivered{}, fmt.Errorf("mail: store attachment: %w", err)
 		}
 	}
@@ -184,7 +185,7 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	// the rules say (an allow rule trusts a sender, not a forgery).
 	checked := d.checked
 	if checked == nil {
-		a := s.authenticate(d.Raw)
+		a := s.authenticate(ctx, AuthInput{Raw: d.Raw})
 		checked = &a
 	}
 	authResults, dkimFailed := checked.results, checked.fail
@@ -240,13 +241,20 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 			sent = p.Date
 		}
 		out.MessageID = newID("msg_")
-		var msgID int64
-		err = tx.NewRaw(`INSERT INTO ? (public_id, ?, thread_id, folder, delivery_key, message_id, in_reply_to, refs, from_addr,
+		// The bodies and headers (up to hundreds of KB) are bound as
+		// parameters: formatted into the statement, as bun does with its
+		// arguments, the database would parse them as SQL literals on
+		// every delivery. The other values, dates included, are
+		// formatted by bun as everywhere else.
+		bodies := bindPlaceholders(s.store.Dialect(), 3)
+		q := tx.NewRaw(`INSERT INTO ? (public_id, ?, thread_id, folder, delivery_key, message_id, in_reply_to, refs, from_addr,
 				to_addrs, cc_addrs, rcpt, subject, text_body, html_body, headers, auth_results, size_bytes, sent_at, received_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			b.table("messages"), b.owned(), out.MessageID, b.val, threadID, folder, key, p.MessageID, p.InReplyTo,
 			strings.Join(p.References, " "), p.From, strings.Join(p.To, ", "), strings.Join(p.Cc, ", "), t.address,
-			p.Subject, p.Text, p.HTML, string(headers), headerText(authResults), len(d.Raw), sent, now).Scan(ctx, &msgID)
+			p.Subject, bodies[0], bodies[1], bodies[2], headerText(authResults), len(d.Raw), sent, now).String()
+		var msgID int64
+		err = tx.Tx.QueryRowContext(ctx, q, p.Text, p.HTML, string(headers)).Scan(&msgID)
 		if err != nil {
 			return fmt.Errorf("mail: store message: %w", err)
 		}
@@ -276,6 +284,39 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		s.dropLoserBlobs(ctx, b, key, len(p.Parts))
 	}
 	return out, nil
+}
+
+// writeBlob writes a message's blob. Unlike Bucket.WriteAll it passes no
+// Content-MD5: WriteAll hashes the bytes twice (once to send the sum, once
+// to check what it wrote against it), the file driver a third time for its
+// attributes; the bytes are in memory, and the transport (TLS) and the
+// providers' own checksums guard them on the way.
+func (s *Service) writeBlob(ctx context.Context, key string, data []byte) error {
+	w, err := s.store.Bucket.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(data); err != nil {
+		_ = w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+// bindPlaceholders returns n driver placeholders for dialect, to be
+// formatted into a statement by bun (as bun.Safe) and bound by the driver
+// after the statement's other values: ?1… on SQLite (numbered, so their
+// position is explicit), $1… on PostgreSQL.
+func bindPlaceholders(d storage.Dialect, n int) []bun.Safe {
+	out := make([]bun.Safe, n)
+	for i := range out {
+		if d == storage.Postgres {
+			out[i] = bun.Safe(fmt.Sprintf("$%d", i+1))
+		} else {
+			out[i] = bun.Safe(fmt.Sprintf("?%d", i+1))
+		}
+	}
+	return out
 }
 
 // dropLoserBlobs removes the blobs a delivery that lost a race wrote,

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -82,11 +83,27 @@ type Options struct {
 	// MaxSessionTime bounds how long one SMTP connection may last,
 	// however slowly its client trickles bytes. Default 15 minutes.
 	MaxSessionTime time.Duration
-	// Authenticate checks a message's sender authentication (DKIM) and
-	// returns the results to record and whether the message fails them;
-	// a failing message is quarantined. Nil: no check (results "none").
-	// Package mailauth provides a DKIM checker; the enclave binary sets it.
-	Authenticate func(raw []byte) (results string, fail bool)
+	// Authenticate checks a message's sender authentication (SPF, DKIM,
+	// DMARC) from the message and its SMTP envelope, and returns the
+	// results to record and whether the message fails them; a failing
+	// message is quarantined. Nil: no check (results "none"). It must
+	// bound its own DNS lookups (ctx ends them too). Package mailauth
+	// provides the checker the enclave binary sets.
+	Authenticate func(ctx context.Context, in AuthInput) (results string, fail bool)
+}
+
+// AuthInput is what a sender check sees: the message as received and,
+// over SMTP, its envelope.
+type AuthInput struct {
+	// Raw is the message.
+	Raw []byte
+	// RemoteIP is the SMTP client's address; nil for a message that did
+	// not arrive over SMTP (no SPF check is possible then).
+	RemoteIP net.IP
+	// Helo is the name the client gave in HELO/EHLO.
+	Helo string
+	// MailFrom is the envelope sender (MAIL FROM), "" for a bounce.
+	MailFrom string
 }
 
 // Meter counts uses of a quota class (quota.Meter implements it).

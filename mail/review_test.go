@@ -169,7 +169,7 @@ func TestMailReviewSMTPConnectionLimits(t *testing.T) {
 func TestMailReviewSMTPChecksOncePerTransaction(t *testing.T) {
 	var calls atomic.Int32
 	s := storagetest.Open(t, storage.SQLite)
-	e := newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func([]byte) (string, bool) {
+	e := newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func(context.Context, mail.AuthInput) (string, bool) {
 		calls.Add(1)
 		return "dkim=pass header.d=elsewhere.test", false
 	}}})
@@ -274,7 +274,7 @@ func TestMailReviewAccountGoneDuringDelivery(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		for _, col := range []string{"deleting_at", "suspended_at"} {
 			var e *env
-			e = newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func([]byte) (string, bool) {
+			e = newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func(context.Context, mail.AuthInput) (string, bool) {
 				// Runs after the blobs are written and before the commit.
 				if _, err := s.DB.ExecContext(context.Background(), "UPDATE users SET "+col+" = ? WHERE username = ?", time.Now().UTC(), "gone"+col[:3]); err != nil {
 					t.Error(err)

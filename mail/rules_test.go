@@ -1,6 +1,7 @@
 package mail_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -80,8 +81,8 @@ func TestMailRules(t *testing.T) {
 // allowed sender, and its results are recorded.
 func TestMailQuarantineOnFailedAuth(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
-		e := newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func(raw []byte) (string, bool) {
-			if strings.Contains(string(raw), "forged") {
+		e := newEnv(t, s, mail.Config{Options: mail.Options{Authenticate: func(_ context.Context, in mail.AuthInput) (string, bool) {
+			if strings.Contains(string(in.Raw), "forged") {
 				return "dkim=fail header.d=bank.test", true
 			}
 			return "dkim=pass header.d=bank.test", false

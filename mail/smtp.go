@@ -29,7 +29,7 @@ const (
 // STARTTLS when Options.TLS is set. Serve it with Serve.
 func (s *Service) SMTPServer() *smtp.Server {
 	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
-		return &session{svc: s, remote: c.Conn().RemoteAddr().String()}, nil
+		return &session{svc: s, conn: c, remote: c.Conn().RemoteAddr().String()}, nil
 	}))
 	srv.Domain = s.opts.Hostname
 	srv.MaxMessageBytes = s.opts.MaxMessageBytes
@@ -68,6 +68,7 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 
 type session struct {
 	svc    *Service
+	conn   *smtp.Conn
 	remote string
 	from   string
 	rcpts  []string
@@ -156,7 +157,7 @@ func (ss *session) Data(r io.Reader) error {
 	if err != nil {
 		return errMalformed
 	}
-	checked := ss.svc.authenticate(buf.Bytes())
+	checked := ss.svc.authenticate(ctx, ss.authInput(buf.Bytes()))
 	var first error
 	for _, rcpt := range ss.rcpts {
 		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt, Raw: buf.Bytes(), parsed: &parsed, checked: &checked})
@@ -183,6 +184,18 @@ func (ss *session) Data(r io.Reader) error {
 		}
 	}
 	return first
+}
+
+// authInput is the message raw with this session's envelope.
+func (ss *session) authInput(raw []byte) AuthInput {
+	in := AuthInput{Raw: raw, MailFrom: ss.from}
+	if ss.conn != nil {
+		in.Helo = ss.conn.Hostname()
+	}
+	if host, _, err := net.SplitHostPort(ss.remote); err == nil {
+		in.RemoteIP = net.ParseIP(host)
+	}
+	return in
 }
 
 // limitListener bounds the connections served at once, in all and per

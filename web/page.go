@@ -47,6 +47,7 @@ type features struct {
 	// Community: the community pages (communitySearch registered).
 	Community bool
 	Usage     bool // the usage page (usageGet registered)
+	Mail      bool // the mail page (the registry holds the mail capabilities)
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -70,7 +71,7 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
 			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
 			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn(),
-			Memory: h.memoryOn(), Connections: h.connectionsOn(), Community: h.communityOn(), Usage: h.usageOn()},
+			Memory: h.memoryOn(), Connections: h.connectionsOn(), Community: h.communityOn(), Usage: h.usageOn(), Mail: h.mailOn()},
 	}
 	p.Logo = h.opts.LogoURL
 	if h.theme != nil {

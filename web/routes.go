@@ -70,6 +70,7 @@ func (h *Handler) routes() http.Handler {
 	h.memoryRoutes(handle)
 	h.communityRoutes(handle)
 	h.usageRoutes(handle)
+	h.mailRoutes(handle)
 	h.connectionRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)

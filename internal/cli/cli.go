@@ -187,6 +187,8 @@ type options struct {
 	smtpTLSCert      string
 	smtpTLSKey       string
 	mailDKIM         bool
+	mailSPF          bool
+	mailDMARC        bool
 }
 
 // sharedFlags lists the flags read from ENCLAVE_* variables.
@@ -196,7 +198,7 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
 	"integrations-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
-	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-sends-per-day", "mail-dkim"}
+	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-sends-per-day", "mail-dkim", "mail-spf", "mail-dmarc"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -268,6 +270,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.smtpTLSCert, "smtp-tls-cert", "", "PEM certificate chain the SMTP listener offers with STARTTLS (with --smtp-tls-key; default no STARTTLS)")
 	fs.StringVar(&o.smtpTLSKey, "smtp-tls-key", "", "PEM private key of --smtp-tls-cert")
 	fs.BoolVar(&o.mailDKIM, "mail-dkim", true, "verify inbound mail's DKIM signatures and quarantine a message whose signatures all fail (--mail-dkim=false: record nothing, quarantine nothing)")
+	fs.BoolVar(&o.mailSPF, "mail-spf", true, "check inbound mail's SPF (the SMTP client's address for the envelope sender's domain); a hard fail (-all) quarantines a message unless DMARC passes")
+	fs.BoolVar(&o.mailDMARC, "mail-dmarc", true, "check inbound mail's DMARC: the From domain aligned with a passing DKIM signature or SPF; a failing message of a domain whose policy is quarantine or reject is quarantined")
 	fs.Int64Var(&o.cfg.Mail.ReceivesPerDay, "mail-receives-per-day", mail.DefaultReceivesPerDay, "messages one user's mailbox accepts per UTC day; more are refused with a temporary error (-1: unlimited)")
 	fs.Int64Var(&o.cfg.Mail.SendsPerDay, "mail-sends-per-day", mail.DefaultSendsPerDay, "messages one user may send per UTC day with mailSend (quota class mail_send; a plan may limit it too; -1: unlimited)")
 }
@@ -354,8 +358,8 @@ func (o *options) finish(stderr io.Writer) error {
 		}
 		o.cfg.Mail.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	if o.mailDKIM {
-		o.cfg.Mail.Authenticate = mailauth.DKIM(nil)
+	if o.mailDKIM || o.mailSPF || o.mailDMARC {
+		o.cfg.Mail.Authenticate = mailauth.Check(mailauth.Options{NoDKIM: !o.mailDKIM, NoSPF: !o.mailSPF, NoDMARC: !o.mailDMARC})
 	}
 	if o.cfg.Mail.SMTPListen != "" && o.cfg.Mail.Domain == "" {
 		return errors.New("--smtp-listen needs --mail-domain: the domain whose addresses the listener accepts")

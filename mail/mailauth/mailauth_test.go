@@ -11,6 +11,7 @@ import (
 
 	"github.com/emersion/go-msgauth/dkim"
 
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mail/mailauth"
 )
 
@@ -49,7 +50,7 @@ func TestDKIM(t *testing.T) {
 		{"subject changed", strings.Replace(sign("outside.test", msg), "Subject: signed", "Subject: urgent", 1), "dkim=fail header.d=outside.test", true},
 		{"no key", sign("elsewhere.test", msg), "dkim=fail header.d=elsewhere.test", true},
 	} {
-		got, fail := check([]byte(tc.raw))
+		got, fail := check(t.Context(), mail.AuthInput{Raw: []byte(tc.raw)})
 		if got != tc.want || fail != tc.fail {
 			t.Errorf("%s: %q, fail %v; want %q, %v", tc.name, got, fail, tc.want, tc.fail)
 		}
