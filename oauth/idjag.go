@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -131,6 +133,25 @@ func ParseTrustedIdP(v string) (TrustedIdP, error) {
 		return idp, errors.New(strings.TrimPrefix(err.Error(), "oauth: "))
 	}
 	return idp, nil
+}
+
+// LoadTrustedIdPs reads a JSON array of trusted IdPs (issuer, jwksUrl,
+// clientIds) from the file at path and checks them.
+func LoadTrustedIdPs(path string) ([]TrustedIdP, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var idps []TrustedIdP
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&idps); err != nil {
+		return nil, fmt.Errorf("%s: want a JSON array of {issuer, jwksUrl, clientIds}: %w", path, err)
+	}
+	if err := (EnterpriseOptions{IdPs: idps}).check(); err != nil {
+		return nil, fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "oauth: "))
+	}
+	return idps, nil
 }
 
 // enterpriseEnabled reports whether the JWT bearer grant is on.

@@ -26,6 +26,7 @@ type trustedIdP struct {
 	keySet    []jose.JSONWebKey
 	fetchedAt time.Time
 	tried     time.Time // last fetch attempt, successful or not
+	lastErr   error     // why the last attempt failed
 }
 
 func newTrustedIdPs(o EnterpriseOptions, now func() time.Time) *trustedIdPs {
@@ -72,8 +73,13 @@ func (t *trustedIdPs) keys(ctx context.Context, idp *trustedIdP, kid string) ([]
 	if fresh && (kid == "" || hasKid(idp.keySet, kid)) {
 		return idp.keySet, nil
 	}
-	if !idp.tried.IsZero() && now.Sub(idp.tried) < idpJWKSRefetchIn && idp.keySet != nil {
-		return idp.keySet, nil
+	if !idp.tried.IsZero() && now.Sub(idp.tried) < idpJWKSRefetchIn {
+		if idp.keySet != nil {
+			return idp.keySet, nil
+		}
+		if idp.lastErr != nil {
+			return nil, idp.lastErr // a failure is remembered as long
+		}
 	}
 	idp.tried = now
 	body, err := getJSON(ctx, t.client, idp.cfg.JWKSURL)
@@ -82,12 +88,13 @@ func (t *trustedIdPs) keys(ctx context.Context, idp *trustedIdP, kid string) ([]
 		set, err = parseJWKS(body)
 	}
 	if err != nil {
+		idp.lastErr = errors.Join(errIdPKeys, err)
 		if idp.keySet != nil && now.Sub(idp.fetchedAt) < 2*idpJWKSCacheTTL {
 			return idp.keySet, nil
 		}
-		return nil, errors.Join(errIdPKeys, err)
+		return nil, idp.lastErr
 	}
-	idp.keySet, idp.fetchedAt = set, now
+	idp.keySet, idp.fetchedAt, idp.lastErr = set, now, nil
 	return set, nil
 }
 
