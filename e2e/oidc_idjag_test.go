@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/oauth"
 )
@@ -343,6 +345,34 @@ func TestOIDCIDJAGGoSDK(t *testing.T) {
 		if n := idp.jwksserved.Load(); n < 1 || n > 2 {
 			t.Errorf("the IdP's key set was fetched %d times for two assertions, want it cached", n)
 		}
+
+		// The export holds the link (issuer and subject); bob's does not;
+		// deleting alice removes it, and the subject no longer redeems.
+		var export bytes.Buffer
+		if err := s.Lifecycle().WriteExport(ctx, alice.Owner(), &export); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(export.String(), "oauth_enterprise_identities") || !strings.Contains(export.String(), "00u-alice") {
+			t.Errorf("alice's export lacks her enterprise identity")
+		}
+		export.Reset()
+		if err := s.Lifecycle().WriteExport(ctx, bob.Owner(), &export); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(export.String(), "00u-alice") {
+			t.Errorf("bob's export holds alice's enterprise identity")
+		}
+		if _, err := s.Lifecycle().Delete(ctx, alice.Owner()); err != nil {
+			t.Fatal(err)
+		}
+		var left int
+		if err := s.Store().DB.NewSelect().Table("oauth_enterprise_identities").ColumnExpr("count(*)").Scan(ctx, &left); err != nil || left != 0 {
+			t.Errorf("after alice's deletion %d enterprise identities are left (%v)", left, err)
+		}
+		a := idjagRedeem(t, s, clientID, idp.mint(nil, idp.claims(idjagPerson{Sub: "00u-alice"}, s.URL, s.URL+"/mcp", clientID, "mcp")))
+		if a.Status != http.StatusBadRequest || a.Error != "invalid_grant" {
+			t.Errorf("alice's subject after her deletion: %+v", a)
+		}
 	})
 }
 
@@ -405,6 +435,16 @@ func TestOIDCIDJAGRefusals(t *testing.T) {
 		refuse("trusted issuer, foreign key", clientID, idp.mint(other.key, good()), "invalid_grant", "signature")
 		refuse("not an ID-JAG", clientID, idjagSign(nil, idp.key, idp.kid, "JWT", good()), "invalid_grant", "typ")
 		refuse("not a JWT", clientID, "not.a.jwt", "invalid_grant", "signed JWT")
+		unsigned := func(alg string) string {
+			h, _ := json.Marshal(map[string]any{"alg": alg, "typ": "oauth-id-jag+jwt", "kid": idp.kid})
+			c, _ := json.Marshal(good())
+			return base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c) + "."
+		}
+		refuse("alg none", clientID, unsigned("none"), "invalid_grant", "")
+		hs, _ := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: []byte("a secret the attacker chose, 32+ bytes")},
+			(&jose.SignerOptions{}).WithType("oauth-id-jag+jwt").WithHeader("kid", idp.kid))
+		hsTok, _ := jwt.Signed(hs).Claims(good()).CompactSerialize()
+		refuse("HS256", clientID, hsTok, "invalid_grant", "algorithm")
 
 		// Replay: the same assertion redeems once.
 		once := idp.mint(nil, good())
@@ -453,6 +493,11 @@ func TestOIDCIDJAGRefusals(t *testing.T) {
 		if ids, _ := s.OAuth().EnterpriseIdentities(ctx, bob.ID); len(ids) != 0 {
 			t.Errorf("an unverified email linked bob: %+v", ids)
 		}
+		// An account whose own address is unverified is not linked either.
+		if _, _, err := s.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "dave@example.com", Username: "dave", Password: "dave's long password", Verified: false}); err != nil {
+			t.Fatal(err)
+		}
+		refuse("account address unverified", clientID, idp.mint(nil, idp.claims(idjagPerson{Sub: "00u-dave", Email: "dave@example.com", Verified: true}, aud, resource, clientID, "mcp")), "invalid_grant", "No account is linked")
 		// An account already linked to a subject of this IdP is not taken
 		// over by another subject claiming its email.
 		refuse("second subject for a linked account", clientID, idp.mint(nil, idp.claims(idjagPerson{Sub: "00u-impostor", Email: alice.Email, Verified: true}, aud, resource, clientID, "mcp")), "invalid_grant", "No account is linked")
