@@ -82,7 +82,10 @@ func (t *trustedIdPs) keys(ctx context.Context, idp *trustedIdP, kid string) ([]
 		}
 	}
 	idp.tried = now
-	body, err := getJSON(ctx, t.client, idp.cfg.JWKSURL)
+	// The fetch is not cancelled with the request that caused it: a client
+	// hanging up at once must not leave a failure for everyone else to
+	// meet. The egress client bounds it (idpJWKSTimeout).
+	body, err := getJSON(context.WithoutCancel(ctx), t.client, idp.cfg.JWKSURL)
 	var set []jose.JSONWebKey
 	if err == nil {
 		set, err = parseJWKS(body)

@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -100,6 +101,17 @@ func TestTrustedIdPKeyCache(t *testing.T) {
 	}
 	if n := fetches.Load() - before; n != 1 {
 		t.Fatalf("a failing IdP was fetched %d times within the refetch interval, want 1", n)
+	}
+
+	// A request that hung up does not cancel the fetch it caused.
+	mode.Store("ok")
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	hungUp := newTrustedIdPs(EnterpriseOptions{
+		IdPs: []TrustedIdP{{Issuer: "https://idp.example", JWKSURL: ts.URL + "/jwks"}}, AllowPrivate: true, TLSConfig: &tls.Config{RootCAs: pool},
+	}, func() time.Time { return now })
+	if _, err := hungUp.keys(gone, hungUp.byIssuer("https://idp.example"), "k1"); err != nil {
+		t.Fatalf("a cancelled request's fetch failed: %v", err)
 	}
 
 	// An oversized key set is refused.
