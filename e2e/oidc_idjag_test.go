@@ -532,3 +532,55 @@ func TestOIDCIDJAGAllowedClients(t *testing.T) {
 		t.Fatalf("a client outside the IdP's list: %+v", a)
 	}
 }
+
+// First redemptions racing: several assertions of one new subject all
+// redeem as the account and link it once; two subjects racing for one
+// account's email: exactly one is linked, the other refused.
+func TestOIDCIDJAGConcurrentLinking(t *testing.T) {
+	idp := newIDJAGIdP(t)
+	enclavetest.Each(t, enclavetest.Options{Config: idjagConfig(idp)}, func(t *testing.T, s *enclavetest.Server) {
+		ctx := t.Context()
+		alice := s.CreateUser(t, "alice")
+		bob := s.CreateUser(t, "bob")
+		clientID := idjagRegister(t, s, "enterprise agent", "authorization_code", oauth.GrantTypeJWTBearer)
+		aud, resource := s.URL, s.URL+"/mcp"
+		race := func(people []idjagPerson) []int {
+			statuses := make([]int, len(people))
+			var wg sync.WaitGroup
+			for i, p := range people {
+				jag := idp.mint(nil, idp.claims(p, aud, resource, clientID, "mcp"))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					statuses[i] = idjagRedeem(t, s, clientID, jag).Status
+				}()
+			}
+			wg.Wait()
+			return statuses
+		}
+		same := idjagPerson{Sub: "00u-alice", Email: alice.Email, Verified: true}
+		for i, st := range race([]idjagPerson{same, same, same, same}) {
+			if st != http.StatusOK {
+				t.Errorf("redemption %d of alice's subject answered %d", i, st)
+			}
+		}
+		if ids, err := s.OAuth().EnterpriseIdentities(ctx, alice.ID); err != nil || len(ids) != 1 {
+			t.Errorf("alice's identities after racing first redemptions: %+v %v", ids, err)
+		}
+
+		ok := 0
+		for _, st := range race([]idjagPerson{
+			{Sub: "00u-bob-1", Email: bob.Email, Verified: true},
+			{Sub: "00u-bob-2", Email: bob.Email, Verified: true},
+			{Sub: "00u-bob-3", Email: bob.Email, Verified: true},
+		}) {
+			if st == http.StatusOK {
+				ok++
+			}
+		}
+		ids, err := s.OAuth().EnterpriseIdentities(ctx, bob.ID)
+		if err != nil || len(ids) != 1 || ok != 1 {
+			t.Errorf("three subjects racing for bob's email: %d redeemed, identities %+v %v; want exactly one", ok, ids, err)
+		}
+	})
+}

@@ -457,6 +457,11 @@ func (s *Server) linkEnterpriseIdentity(ctx context.Context, claims *idjagClaims
 		Where("NOT EXISTS (SELECT 1 FROM oauth_enterprise_identities AS o WHERE o.user_id = users.id AND o.issuer = ?)", claims.Issuer).
 		Scan(ctx, &userID)
 	if errors.Is(err, sql.ErrNoRows) {
+		// A redemption of the same subject racing this one may have just
+		// linked it (and so hidden the account from the query above).
+		if err := s.store.db.DB.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); err == nil {
+			return row.UserID, nil
+		}
 		return 0, errNoLinkedAccount
 	}
 	if err != nil {
