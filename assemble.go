@@ -235,6 +235,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := s.assembleMemory(owners); err != nil {
 		return err
 	}
+	if err := s.assembleEnterpriseAuth(); err != nil {
+		return err
+	}
 	if err := s.assembleIntegrations(owners); err != nil {
 		return err
 	}

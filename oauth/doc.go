@@ -15,6 +15,9 @@
 //     which a concurrent duplicate exchange gets the same new pair;
 //   - per-user grants, remembered consent, and revocation of everything a
 //     user holds (password change, reset, deletion).
+//   - enterprise-managed authorization: ID-JAGs of trusted identity
+//     providers ([EnterpriseOptions]) redeemed with the RFC 7523 JWT bearer
+//     grant ([GrantTypeJWTBearer]), their subjects linked to accounts.
 //
 // Two scopes always exist: mcp, the default, and admin ([ScopeAdmin]), which
 // the admin capabilities need and which is granted only to an admin who

@@ -221,11 +221,12 @@ func (s *Server) Cleanup(ctx context.Context) (tokens, clients int64, err error)
 // InventoryTables lists the user-owned tables of package oauth for the
 // storage ownership inventory. Grants and consents are exported; tokens are
 // nothing but credentials, so they are deleted with the account and never
-// exported.
+// exported. Linked enterprise identities are exported (issuer and subject).
 func InventoryTables() []storage.Table {
 	return []storage.Table{
 		{Name: "oauth_grants"},
 		{Name: "oauth_consents"},
 		{Name: "oauth_tokens", KeyColumn: "signature", SkipExport: true},
+		{Name: "oauth_enterprise_identities"},
 	}
 }

@@ -48,6 +48,10 @@ func (s *Server) Metadata() ASMetadata {
 		methods = append(slices.Clone(authMethods), "private_key_jwt")
 		algs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
 	}
+	grants := []string{"authorization_code", "refresh_token"}
+	if s.enterpriseEnabled() {
+		grants = append(grants, GrantTypeJWTBearer)
+	}
 	return ASMetadata{
 		Issuer:                                     s.issuer,
 		AuthorizationEndpoint:                      s.issuer + PathAuthorize,
@@ -56,7 +60,7 @@ func (s *Server) Metadata() ASMetadata {
 		RevocationEndpoint:                         s.issuer + PathRevoke,
 		ResponseTypesSupported:                     []string{"code"},
 		ResponseModesSupported:                     []string{"query"},
-		GrantTypesSupported:                        []string{"authorization_code", "refresh_token"},
+		GrantTypesSupported:                        grants,
 		CodeChallengeMethodsSupported:              []string{"S256"},
 		TokenEndpointAuthMethodsSupported:          methods,
 		RevocationEndpointAuthMethodsSupported:     methods,

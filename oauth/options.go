@@ -106,6 +106,11 @@ type Options struct {
 	// (tests trust an httptest server's certificate with it).
 	MetadataTLSConfig *tls.Config
 
+	// Enterprise configures enterprise-managed authorization: the
+	// identity providers whose ID-JAGs the token endpoint redeems with the
+	// JWT bearer grant. Default: none (the grant is off).
+	Enterprise EnterpriseOptions
+
 	// AllowUnverifiedEmail lets accounts without a verified email use OAuth.
 	// By default they get no tokens and their bearers are refused.
 	AllowUnverifiedEmail bool
@@ -181,6 +186,9 @@ func (o Options) withDefaults() (Options, error) {
 		schemes = append(schemes, s)
 	}
 	o.PrivateURISchemes = schemes
+	if err := o.Enterprise.check(); err != nil {
+		return o, err
+	}
 	if o.ClientAddr == nil {
 		o.ClientAddr = peerAddr
 	}

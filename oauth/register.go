@@ -183,7 +183,7 @@ func (s *Server) normalizeMetadata(md *ClientMetadata) error {
 		md.GrantTypes = []string{"authorization_code", "refresh_token"}
 	}
 	for _, g := range md.GrantTypes {
-		if g != "authorization_code" && g != "refresh_token" {
+		if g != "authorization_code" && g != "refresh_token" && (g != GrantTypeJWTBearer || !s.enterpriseEnabled()) {
 			return invalidMetadata("The grant type %q is not supported.", g)
 		}
 	}

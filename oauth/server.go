@@ -37,6 +37,7 @@ type Server struct {
 	issuer   string
 	resource string
 	metadata *metadataFetcher // nil: client metadata documents are off
+	idps     *trustedIdPs     // nil: enterprise-managed authorization is off
 
 	stmtMu sync.Mutex
 	stmt   *sql.Stmt // the bearer check, prepared on first use
@@ -66,6 +67,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		resource: opts.BaseURL + ResourcePath,
 	}
 	s.store = &store{db: opts.Store, now: opts.Now, clientTT: opts.ClientIdleTTL, audience: []string{s.resource}, noDocuments: opts.DisableClientMetadataDocuments}
+	s.idps = newTrustedIdPs(opts.Enterprise, opts.Now)
 	if !opts.DisableClientMetadataDocuments {
 		s.metadata = newMetadataFetcher(opts.MetadataAllowPrivate, opts.MetadataTLSConfig)
 	}
@@ -124,6 +126,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cfg.AuthorizeEndpointHandlers = fosite.AuthorizeEndpointHandlers{code, challenge}
 	cfg.TokenEndpointHandlers = fosite.TokenEndpointHandlers{code, refresh, challenge}
+	if s.idps != nil {
+		cfg.TokenEndpointHandlers = append(cfg.TokenEndpointHandlers, &idjagHandler{srv: s, helper: &oauth2.HandleHelper{AccessTokenStrategy: s.strategy, AccessTokenStorage: s.store, Config: cfg}})
+	}
 	cfg.RevocationHandlers = fosite.RevocationHandlers{revoke}
 	s.provider = fosite.NewOAuth2Provider(s.store, cfg)
 	return s, nil

@@ -33,6 +33,7 @@ import (
 	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mail/mailauth"
 	"github.com/enclave-mcp/enclave/migrations"
+	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
@@ -184,6 +185,8 @@ type options struct {
 
 	integrations     []string // --integration, repeatable
 	integrationsFile string
+	enterpriseIdPs   []string // --enterprise-idp, repeatable
+	enterpriseFile   string
 	smtpTLSCert      string
 	smtpTLSKey       string
 	mailDKIM         bool
@@ -198,7 +201,8 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
 	"integrations-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
-	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-sends-per-day", "mail-dkim", "mail-spf", "mail-dmarc"}
+	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-sends-per-day", "mail-dkim", "mail-spf", "mail-dmarc",
+	"enterprise-idps-file", "enterprise-idp-allow-private"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
 // (a mounted Docker or systemd secret), so the value is in no environment
@@ -247,6 +251,12 @@ func (o *options) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&o.integrationsFile, "integrations-file", "", "a JSON file holding an array of OAuth providers (name, issuer or authUrl and tokenUrl, revokeUrl, clientId, clientSecretFile, scopes, apiHosts), besides --integration")
+	fs.Func("enterprise-idp", "an enterprise identity provider whose ID-JAGs agents may redeem for tokens with the JWT bearer grant (repeatable): issuer=URL,jwks-url=URL[,client-ids=ID ID ...] (default none: the grant is off; see docs/oauth.md)", func(v string) error {
+		o.enterpriseIdPs = append(o.enterpriseIdPs, v)
+		return nil
+	})
+	fs.StringVar(&o.enterpriseFile, "enterprise-idps-file", "", "a JSON file holding an array of enterprise identity providers (issuer, jwksUrl, clientIds), besides --enterprise-idp")
+	fs.BoolVar(&o.cfg.OAuth.Enterprise.AllowPrivate, "enterprise-idp-allow-private", false, "let enterprise IdP key sets be fetched from private and loopback addresses (an IdP on your own network); https is still required")
 	fs.StringVar(&o.cfg.Memory.Embeddings.KeyFile, "embeddings-key-file", "", "file holding the embeddings API key, sent as a Bearer token (default none)")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "comma-separated networks of reverse proxies whose X-Forwarded-For is believed (e.g. 10.0.0.0/8)")
@@ -427,6 +437,20 @@ func (o *options) finish(stderr io.Writer) error {
 			return err
 		}
 		o.cfg.Integrations.Providers = append(o.cfg.Integrations.Providers, p)
+	}
+	if o.enterpriseFile != "" {
+		idps, err := oauth.LoadTrustedIdPs(o.enterpriseFile)
+		if err != nil {
+			return fmt.Errorf("--enterprise-idps-file: %w", err)
+		}
+		o.cfg.OAuth.Enterprise.IdPs = append(o.cfg.OAuth.Enterprise.IdPs, idps...)
+	}
+	for _, v := range o.enterpriseIdPs {
+		idp, err := oauth.ParseTrustedIdP(v)
+		if err != nil {
+			return fmt.Errorf("--enterprise-idp %q: %w", v, err)
+		}
+		o.cfg.OAuth.Enterprise.IdPs = append(o.cfg.OAuth.Enterprise.IdPs, idp)
 	}
 	if o.smtpURL != "" {
 		if o.smtp.Addr != "" {
