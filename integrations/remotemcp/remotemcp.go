@@ -422,9 +422,13 @@ func hash(v string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func serverAD(stableID, publicID string) string { return "remotemcp:server:" + stableID + ":" + publicID }
+func serverAD(stableID, publicID string) string {
+	return "remotemcp:server:" + stableID + ":" + publicID
+}
 
-func stateAD(stableID, stateHash string) string { return "remotemcp:state:" + stableID + ":" + stateHash }
+func stateAD(stableID, stateHash string) string {
+	return "remotemcp:state:" + stableID + ":" + stateHash
+}
 
 // tokenSet is what is sealed in a server row.
 type tokenSet struct {
