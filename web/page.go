@@ -44,6 +44,8 @@ type features struct {
 	Memory     bool // the memory page (Options.Memory with the memory capabilities)
 	// Connections: the connected accounts page (connectionList registered).
 	Connections bool
+	// MCPServers: the remote MCP servers page (mcpServerList registered).
+	MCPServers bool
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -67,7 +69,7 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
 			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
 			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn(),
-			Memory: h.memoryOn(), Connections: h.connectionsOn()},
+			Memory: h.memoryOn(), Connections: h.connectionsOn(), MCPServers: h.mcpServersOn()},
 	}
 	p.Logo = h.opts.LogoURL
 	if h.theme != nil {

@@ -69,6 +69,7 @@ func (h *Handler) routes() http.Handler {
 	h.packageRoutes(handle)
 	h.memoryRoutes(handle)
 	h.connectionRoutes(handle)
+	h.mcpServerRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
 	h.workspaceRoutes(handle)

@@ -472,3 +472,10 @@ func (s *Service) open(ctx context.Context, o storage.Owner, r serverRow) (token
 	err = json.Unmarshal(b, &ts)
 	return ts, err
 }
+
+// QuotaClass is the quota class of every remote tool's capability.
+const QuotaClass = "remote"
+
+// DefaultDailyCalls is the daily limit of QuotaClass the server applies
+// unless the operator sets one.
+const DefaultDailyCalls = 2000
