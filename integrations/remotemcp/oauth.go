@@ -532,3 +532,14 @@ func (s *Service) revoke(ctx context.Context, o storage.Owner, r serverRow) bool
 	s.record(ctx, o, "mcp_server_revoke", result, "server="+r.Name)
 	return ok
 }
+
+// AccessToken returns the current access token of the owner's server
+// called name ("" for a server without authorization), renewed first when
+// it is due: for an embedder forwarding requests itself. Never show it.
+func (s *Service) AccessToken(ctx context.Context, o storage.Owner, name string) (string, error) {
+	r, err := s.get(ctx, s.store.Reader, o, name)
+	if err != nil {
+		return "", err
+	}
+	return s.accessToken(ctx, o, &r)
+}
