@@ -18,7 +18,8 @@ import (
 // assembleRemoteMCP declares the retention of the remote MCP tables (they
 // exist whether or not the feature is on) and, unless
 // Config.RemoteMCP.Disabled is set, builds remote MCP servers: their
-// capabilities and the provider offering each server's tools to its owner.
+// capabilities, the provider offering each server's tools to its owner and
+// the lane renewing tokens and tool lists.
 func (s *Server) assembleRemoteMCP(owners capabilities.OwnerOf) error {
 	if err := s.retention.Add(remotemcp.RetentionPolicies()...); err != nil {
 		return err
@@ -36,6 +37,9 @@ func (s *Server) assembleRemoteMCP(owners capabilities.OwnerOf) error {
 	}
 	if err := s.registry.Register(svc.Capabilities()...); err != nil {
 		return fmt.Errorf("register remote MCP servers: %w", err)
+	}
+	if err := s.schedules.Add(svc.Schedule()); err != nil {
+		return err
 	}
 	s.remoteMCP = svc
 	return nil

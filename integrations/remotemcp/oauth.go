@@ -262,9 +262,9 @@ type stateRow struct {
 func (s *Service) oauthConfig(r serverRow, secret string) *oauth2.Config {
 	c := &oauth2.Config{ClientID: r.ClientID, ClientSecret: secret, RedirectURL: s.RedirectURL(r.PublicID),
 		Endpoint: oauth2.Endpoint{AuthURL: r.AuthEndpoint, TokenURL: r.TokenEndpoint}}
-	if secret == "" {
-		c.Endpoint.AuthStyle = oauth2.AuthStyleInParams
-	}
+	// In the form (client_secret_post when a registration issued a
+	// secret): never the auto-detection, which would send a code twice.
+	c.Endpoint.AuthStyle = oauth2.AuthStyleInParams
 	if r.Scopes != "" {
 		c.Scopes = strings.Fields(r.Scopes)
 	}

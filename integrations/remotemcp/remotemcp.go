@@ -67,6 +67,9 @@ const (
 	// RefreshBefore is how long before its expiry an access token is
 	// renewed.
 	RefreshBefore = 2 * time.Minute
+	// MinRefreshInterval is the least time between two renewals of a
+	// server's token.
+	MinRefreshInterval = 30 * time.Second
 	// DefaultTimeout bounds each exchange with a remote server or its
 	// authorization server.
 	DefaultTimeout = 15 * time.Second
@@ -453,7 +456,12 @@ func (s *Service) seal(o storage.Owner, r *serverRow, ts tokenSet) error {
 		e := ts.Expiry.UTC()
 		r.ExpiresAt = &e
 		if ts.RefreshToken != "" {
+			// Not sooner than MinRefreshInterval: a token shorter-lived
+			// than RefreshBefore would be renewed at every use.
 			at := e.Add(-RefreshBefore)
+			if soonest := s.now().UTC().Add(MinRefreshInterval); at.Before(soonest) {
+				at = soonest
+			}
 			r.RefreshAt = &at
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,8 +53,27 @@ func addUser(t testing.TB, s *storage.Store, name string) capabilities.Caller {
 }
 
 type env struct {
-	reg *capabilities.Registry
-	svc *remotemcp.Service
+	reg   *capabilities.Registry
+	svc   *remotemcp.Service
+	clock *clock
+}
+
+// clock is a test clock starting now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }
 
 func newEnv(t testing.TB, s *storage.Store, timeout time.Duration) env {
@@ -63,8 +83,9 @@ func newEnv(t testing.TB, s *storage.Store, timeout time.Duration) env {
 		t.Fatal(err)
 	}
 	reg := capabilities.NewRegistry(capabilities.Options{Logger: quiet()})
+	clk := &clock{t: time.Now()}
 	svc, err := remotemcp.New(remotemcp.Config{Options: remotemcp.Options{AllowLoopbackHTTP: true, Timeout: timeout},
-		Store: s, Ring: ring, Owners: owners, Registry: reg, BaseURL: "https://enclave.example", Logger: quiet()})
+		Store: s, Ring: ring, Owners: owners, Registry: reg, BaseURL: "https://enclave.example", Logger: quiet(), Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +95,7 @@ func newEnv(t testing.TB, s *storage.Store, timeout time.Duration) env {
 	if err := reg.Register(svc.Capabilities()...); err != nil {
 		t.Fatal(err)
 	}
-	return env{reg: reg, svc: svc}
+	return env{reg: reg, svc: svc, clock: clk}
 }
 
 func (e env) invoke(t testing.TB, c capabilities.Caller, name string, args any) (capabilities.Result, error) {
