@@ -223,10 +223,20 @@ func TestConsentFlow(t *testing.T) {
 			if err != nil || !strings.Contains(text(res), "your token is [token removed]") || strings.Contains(text(res), token) {
 				t.Fatalf("echo: %q %v", text(res), err)
 			}
+			if cimd {
+				// Account deletion's hook revokes every server's tokens.
+				if err := e.svc.RevokeAll(t.Context(), ownerOf(alice)); err != nil || len(f.revoked) != 2 || f.revoked[1] != token {
+					t.Fatalf("revoke all: %v %v", err, f.revoked)
+				}
+				continue
+			}
 			// Removing revokes the refresh and the access token.
 			rm, err := e.svc.Remove(t.Context(), ownerOf(alice), "rem")
 			if err != nil || !rm.Revoked || len(f.revoked) != 2 || f.revoked[1] != token {
 				t.Fatalf("remove: %+v %v %v", rm, err, f.revoked)
+			}
+			if _, err := e.svc.Get(t.Context(), ownerOf(alice), "rem"); err != remotemcp.ErrNotFound {
+				t.Fatalf("after remove: %v", err)
 			}
 		}
 	})
