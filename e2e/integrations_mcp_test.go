@@ -75,7 +75,9 @@ func TestRemoteMCPConsentAtSecondServer(t *testing.T) {
 					chromedp.Click(chromedp.CSS(`form button[type="submit"]`)),
 				)
 			}
-			fail("sign in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/login"), signIn(aliceAtA), chromedp.WaitVisible(chromedp.CSS("h1"))))
+			// Signed in once the login form is gone (navigating earlier
+			// would abort the sign-in's own redirect).
+			fail("sign in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/login"), signIn(aliceAtA), chromedp.WaitNotPresent(chromedp.ID("password"))))
 			fail("servers page", chromedp.Do(ctx, chromedp.Navigate(added.ConsentAt), chromedp.WaitVisible(chromedp.ID("mcp-server-b"))))
 			fail("grant", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#mcp-server-b .mcp-server-consent`)),
 				chromedp.WaitVisible(chromedp.ID("mcp-consent-continue")), chromedp.Click(chromedp.ID("mcp-consent-continue")), signIn(aliceAtB)))
