@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -132,7 +133,9 @@ func (s *Service) probe(ctx context.Context, serverURL string) error {
 // session opens an MCP session with the remote (initialize), with the
 // access token when there is one.
 func (s *Service) session(ctx context.Context, hc *http.Client, serverURL, token string) (*mcpclient.Client, func(), error) {
-	opts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(hc), transport.WithHTTPTimeout(s.timeout)}
+	// Not WithHTTPTimeout: it sets the Timeout of the shared client hc
+	// (which has its own already).
+	opts := []transport.StreamableHTTPCOption{transport.WithHTTPBasicClient(hc)}
 	if token != "" {
 		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	}
@@ -292,24 +295,33 @@ func clip(s string, n int) string {
 }
 
 // callTool forwards one call to the remote.
-func (s *Service) callTool(ctx context.Context, serverURL, token, tool string, args json.RawMessage) (*mcpgo.CallToolResult, error) {
+// listChanged reports whether the remote sent
+// notifications/tools/list_changed during the call.
+func (s *Service) callTool(ctx context.Context, serverURL, token, tool string, args json.RawMessage) (res *mcpgo.CallToolResult, listChanged bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	c, done, err := s.session(ctx, s.callHTTP, serverURL, token)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer done()
+	var changed atomic.Bool
+	c.OnNotification(func(n mcpgo.JSONRPCNotification) {
+		if n.Method == mcpgo.MethodNotificationToolsListChanged {
+			changed.Store(true)
+		}
+	})
 	var req mcpgo.CallToolRequest
 	req.Params.Name = tool
 	if len(args) > 0 && string(args) != "null" {
 		var m map[string]any
 		if err := json.Unmarshal(args, &m); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		req.Params.Arguments = m
 	}
-	return c.CallTool(ctx, req)
+	res, err = c.CallTool(ctx, req)
+	return res, changed.Load(), err
 }
 
 // toResult turns a remote's answer into a capability result: text and

@@ -159,6 +159,9 @@ type Service struct {
 	gens     map[string]uint64
 	breakers map[string]*breaker
 	cache    map[string]capabilities.Capability
+	// refreshing: the servers whose tool list is being read again after
+	// a notifications/tools/list_changed.
+	refreshing map[string]bool
 }
 
 // New returns the service.
@@ -170,6 +173,7 @@ func New(cfg Config) (*Service, error) {
 		store: cfg.Store, ring: cfg.Ring, owners: cfg.Owners, reg: cfg.Registry, base: strings.TrimSuffix(cfg.BaseURL, "/"),
 		audit: cfg.Audit, log: cmp.Or(cfg.Logger, slog.Default()), opts: cfg.Options, timeout: cmp.Or(cfg.Timeout, DefaultTimeout),
 		now: cfg.Now, gens: map[string]uint64{}, breakers: map[string]*breaker{}, cache: map[string]capabilities.Capability{},
+		refreshing: map[string]bool{},
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -325,7 +325,13 @@ func TestSlowFailingAndHugeRemote(t *testing.T) {
 	if _, err := e.svc.Add(t.Context(), storage.Owner{ID: alice.OwnerID, StableID: alice.UserID}, r.srv.URL, "remote"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.invoke(t, alice, "mcp_remote__huge", struct{}{})
+	// The huge answer with a generous timeout (under -race, making 2 MiB
+	// may take longer than the slow tool's bound).
+	roomy := newEnv(t, s, 30*time.Second)
+	if _, err := roomy.svc.Add(t.Context(), ownerOf(alice), r.srv.URL, "roomy"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := roomy.invoke(t, alice, "mcp_roomy__huge", struct{}{})
 	if err == nil || !strings.Contains(err.Error(), "too large") {
 		t.Fatalf("huge answer: %v", err)
 	}
@@ -333,10 +339,12 @@ func TestSlowFailingAndHugeRemote(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "did not answer in time") {
 		t.Fatalf("slow answer: %v", err)
 	}
-	// A third failure opens the breaker; the next call does not reach the
+	// Three failures open the breaker; the next call does not reach the
 	// remote at all.
-	if _, err := e.invoke(t, alice, "mcp_remote__slow", struct{}{}); err == nil {
-		t.Fatal("slow call succeeded")
+	for range remotemcp.BreakerFailures - 1 {
+		if _, err := e.invoke(t, alice, "mcp_remote__slow", struct{}{}); err == nil {
+			t.Fatal("slow call succeeded")
+		}
 	}
 	before := r.calls.Load()
 	_, err = e.invoke(t, alice, "mcp_remote__slow", struct{}{})
@@ -345,5 +353,40 @@ func TestSlowFailingAndHugeRemote(t *testing.T) {
 	}
 	if r.calls.Load() != before {
 		t.Fatal("the open breaker let a call through")
+	}
+}
+
+// A remote announcing notifications/tools/list_changed during a call gets
+// its tool list read again, without mcpServerRefresh.
+func TestListChangedRefreshes(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	e := newEnv(t, s, 5*time.Second)
+	alice := addUser(t, s, "alice")
+	r := newRemote(t, func(m *mcpserver.MCPServer) {
+		m.AddTool(mcpgo.NewTool("grow"), func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			m.AddTool(mcpgo.NewTool("grown"), func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+				return mcpgo.NewToolResultText("new"), nil
+			})
+			if err := m.SendNotificationToClient(ctx, mcpgo.MethodNotificationToolsListChanged, nil); err != nil {
+				return nil, err
+			}
+			return mcpgo.NewToolResultText("grew"), nil
+		})
+	})
+	if _, err := e.svc.Add(t.Context(), ownerOf(alice), r.srv.URL, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.invoke(t, alice, "mcp_x__grow", struct{}{}); err != nil || text(res) != "grew" {
+		t.Fatalf("grow: %q %v", text(res), err)
+	}
+	// The refresh runs in the background: wait for it (bounded).
+	for i := 0; ; i++ {
+		if slices.Contains(names(e.reg.Visible(t.Context(), alice)), "mcp_x__grown") {
+			break
+		}
+		if i == 200 {
+			t.Fatal("the changed tool list was not read again")
+		}
+		time.Sleep(25 * time.Millisecond)
 	}
 }

@@ -141,8 +141,11 @@ func (s *Service) Call(ctx context.Context, o storage.Owner, server, tool string
 	if !b.allow(s.now()) {
 		return capabilities.Result{}, unavailable("Server %s failed repeatedly; enclave waits %s before calling it again.", server, BreakerCooldown)
 	}
-	res, err := s.callTool(ctx, r.URL, token, tool, args)
+	res, listChanged, err := s.callTool(ctx, r.URL, token, tool, args)
 	b.done(s.now(), err == nil)
+	if listChanged {
+		s.refreshSoon(o, server)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return capabilities.Result{}, ctx.Err()
@@ -277,4 +280,29 @@ func (s *Service) toolCapability(server string, t remoteTool) capabilities.Capab
 			return s.Call(ctx, o, server, t.Name, args)
 		},
 	}
+}
+
+// refreshSoon reads the server's tool list again in the background (once
+// at a time per server), after the remote said it changed.
+func (s *Service) refreshSoon(o storage.Owner, server string) {
+	key := o.StableID + "/" + server
+	s.mu.Lock()
+	if s.refreshing[key] {
+		s.mu.Unlock()
+		return
+	}
+	s.refreshing[key] = true
+	s.mu.Unlock()
+	go func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.refreshing, key)
+			s.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.timeout)
+		defer cancel()
+		if _, err := s.Refresh(ctx, o, server); err != nil {
+			s.log.Warn("remotemcp: refreshing a changed tool list failed", "server", server, "err", err)
+		}
+	}()
 }
