@@ -390,3 +390,23 @@ func TestListChangedRefreshes(t *testing.T) {
 		time.Sleep(25 * time.Millisecond)
 	}
 }
+
+// A tool list past MaxListBytes is refused whole: nothing is added.
+func TestHugeToolList(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	e := newEnv(t, s, 10*time.Second)
+	alice := addUser(t, s, "alice")
+	r := newRemote(t, func(m *mcpserver.MCPServer) {
+		h := func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) { return mcpgo.NewToolResultText("ok"), nil }
+		for i := range 300 {
+			m.AddTool(mcpgo.NewTool(fmt.Sprintf("t%03d", i), mcpgo.WithDescription(strings.Repeat("d", 10000))), h)
+		}
+	})
+	_, err := e.svc.Add(t.Context(), ownerOf(alice), r.srv.URL, "big")
+	if capabilities.CodeOf(err) != capabilities.CodeConflict || !strings.Contains(err.Error(), "too large") || !strings.Contains(err.Error(), "Nothing was added") {
+		t.Fatalf("huge list: %v", err)
+	}
+	if l, _ := e.svc.List(t.Context(), ownerOf(alice)); len(l) != 0 {
+		t.Fatalf("added anyway: %+v", l)
+	}
+}
