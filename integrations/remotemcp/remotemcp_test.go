@@ -397,7 +397,9 @@ func TestHugeToolList(t *testing.T) {
 	e := newEnv(t, s, 10*time.Second)
 	alice := addUser(t, s, "alice")
 	r := newRemote(t, func(m *mcpserver.MCPServer) {
-		h := func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) { return mcpgo.NewToolResultText("ok"), nil }
+		h := func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText("ok"), nil
+		}
 		for i := range 300 {
 			m.AddTool(mcpgo.NewTool(fmt.Sprintf("t%03d", i), mcpgo.WithDescription(strings.Repeat("d", 10000))), h)
 		}
