@@ -27,6 +27,7 @@ import (
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -123,7 +124,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		Logger: s.log,
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
 			return s.oauth.RevokeAll(ctx, o.ID)
-		}}, s.integrationsDeletionHook()},
+		}}, s.integrationsDeletionHook(), s.remoteMCPDeletionHook()},
 		// A deletion the deletion-resume lane finished is audited like one
 		// the account holder finished, with the reason "resumed".
 		Resumed: func(ctx context.Context, o storage.Owner) {
@@ -149,6 +150,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	}
 	if !s.cfg.CodeMode.Disabled {
 		s.cfg.QuotaLimits = codeModeQuota(s.cfg.QuotaLimits)
+	}
+	if !s.cfg.RemoteMCP.Disabled {
+		s.cfg.QuotaLimits = remoteMCPQuota(s.cfg.QuotaLimits)
 	}
 	if q == nil && s.cfg.QuotaLimits.Enabled() {
 		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
@@ -239,6 +243,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	if err := s.assembleIntegrations(owners); err != nil {
+		return err
+	}
+	if err := s.assembleRemoteMCP(owners); err != nil {
 		return err
 	}
 	if err := s.assembleCommunity(owners); err != nil {
@@ -498,6 +505,7 @@ func registerInventory(inv *storage.Inventory) error {
 		buckets.RegisterInventory(inv),
 		memory.RegisterInventory(inv),
 		integrations.RegisterInventory(inv),
+		remotemcp.RegisterInventory(inv),
 		community.RegisterInventory(inv),
 		quota.RegisterPlanInventory(inv),
 		mail.RegisterInventory(inv),

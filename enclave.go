@@ -33,6 +33,7 @@ import (
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -272,6 +273,11 @@ type Config struct {
 	// token refresh lane. On by default (with no provider, people have
 	// nothing to connect); Integrations.Disabled turns them off.
 	Integrations integrations.Options
+	// RemoteMCP tunes remote MCP servers (package integrations/remotemcp):
+	// mcpServerAdd/List/Remove/Refresh, the /account/mcp-servers page and
+	// each server's tools as its owner's capabilities (mcp_<name>__<tool>,
+	// quota class "remote"). On by default; RemoteMCP.Disabled turns it off.
+	RemoteMCP remotemcp.Options
 	// Community tunes community packages (package community): listings,
 	// forks, ratings, reports and their moderation. On whenever code mode
 	// is; Community.Disabled turns it off.
@@ -393,6 +399,8 @@ type Server struct {
 	memory *memory.Service
 	// integrations is nil when Config.Integrations.Disabled is set.
 	integrations *integrations.Service
+	// remoteMCP is nil when Config.RemoteMCP.Disabled is set.
+	remoteMCP *remotemcp.Service
 	// community is nil when the community (or code mode) is off.
 	community *community.Service
 	// mail is nil when Config.Mail.Disabled is set; smtpLn is its
@@ -566,6 +574,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle(mcp.Path, s.mcp)
 	mux.HandleFunc("GET /account/export.json", s.accountExport)
+	mux.HandleFunc("GET "+remotemcp.ClientMetadataPath+"/{id}", s.remoteMCPClientDocument)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
 	var routed http.Handler = mux

@@ -48,6 +48,8 @@ type features struct {
 	Community bool
 	Usage     bool // the usage page (usageGet registered)
 	Mail      bool // the mail page (the registry holds the mail capabilities)
+	// MCPServers: the remote MCP servers page (mcpServerList registered).
+	MCPServers bool
 }
 
 // viewer is the signed-in person, as far as the layout shows them.
@@ -71,7 +73,8 @@ func (h *Handler) page(r *http.Request, title string) page {
 		Features: features{Apps: h.opts.OAuth != nil, Lifecycle: h.opts.Lifecycle != nil, Audit: h.opts.Audit != nil, Secrets: h.opts.Secrets != nil,
 			Feedback:   h.opts.Registry != nil && h.opts.Registry.Has("feedbackSubmit"),
 			Workspaces: h.opts.Registry != nil && h.opts.Registry.Has("workspaceList"), Packages: h.packagesOn(),
-			Memory: h.memoryOn(), Connections: h.connectionsOn(), Community: h.communityOn(), Usage: h.usageOn(), Mail: h.mailOn()},
+			Memory: h.memoryOn(), Connections: h.connectionsOn(), Community: h.communityOn(), Usage: h.usageOn(), Mail: h.mailOn(),
+			MCPServers: h.mcpServersOn()},
 	}
 	p.Logo = h.opts.LogoURL
 	if h.theme != nil {

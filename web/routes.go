@@ -72,6 +72,7 @@ func (h *Handler) routes() http.Handler {
 	h.usageRoutes(handle)
 	h.mailRoutes(handle)
 	h.connectionRoutes(handle)
+	h.mcpServerRoutes(handle)
 	h.feedbackRoutes(handle)
 	h.adminRoutes(handle)
 	h.workspaceRoutes(handle)
