@@ -36,6 +36,16 @@ var anonymousLimit = Limit{Requests: 120, Window: time.Minute}
 // anonymousBucketPrefix prefixes a visitor's bucket of public reads.
 const anonymousBucketPrefix = "community:anon:ip:"
 
+// pathCommunityPublish is the author's publish form. Its body may be
+// larger than other forms' (communityPublishFormBytes): it carries a readme
+// of up to community.MaxReadmeBytes, and form encoding turns each byte of
+// it into up to three.
+const pathCommunityPublish = "/account/community/publish"
+
+// communityPublishFormBytes bounds the publish form's body: the largest
+// readme communityPublish takes, form-encoded, and the form's other fields.
+const communityPublishFormBytes = 3*community.MaxReadmeBytes + 4<<10
+
 // communityNotices are the messages the community pages show after an
 // action, by code (never text from the request).
 var communityNotices = map[string]string{
@@ -70,7 +80,7 @@ func (h *Handler) communityRoutes(handle func(string, http.HandlerFunc)) {
 	handle("POST /community/{listing}/rate", user(h.communityAction("communityRate", "rated")))
 	handle("POST /community/{listing}/report", user(h.communityAction("communityReport", "reported")))
 	handle("GET /account/community", user(h.communityOwn))
-	handle("POST /account/community/publish", user(h.communityPublish))
+	handle("POST "+pathCommunityPublish, user(h.communityPublish))
 	handle("POST /account/community/unpublish", user(h.communityUnpublish))
 	handle("GET /admin/community", admin(h.adminCommunityReports))
 	handle("GET /admin/community/activity", admin(h.adminCommunityActivity))

@@ -86,7 +86,11 @@ func (h *Handler) routes() http.Handler {
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+			n := int64(maxFormBytes)
+			if r.URL.Path == pathCommunityPublish {
+				n = communityPublishFormBytes // a readme up to community.MaxReadmeBytes
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, n)
 		}
 		next.ServeHTTP(w, r)
 	})

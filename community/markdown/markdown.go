@@ -49,7 +49,7 @@ func Render(src string) template.HTML {
 }
 
 var markdown = goldmark.New(
-	goldmark.WithExtensions(extension.Strikethrough, extension.Table, extension.Linkify),
+	goldmark.WithExtensions(extension.Strikethrough, boundedTable{}, extension.Linkify),
 	goldmark.WithParserOptions(parser.WithASTTransformers(util.Prioritized(linkFilter{}, 100))),
 	goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(escapedHTML{}, 100))),
 )
