@@ -291,12 +291,20 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 // to check what it wrote against it), the file driver a third time for its
 // attributes; the bytes are in memory, and the transport (TLS) and the
 // providers' own checksums guard them on the way.
+//
+// A failed Write abandons the object (its context is cancelled before
+// Close): closed normally, drivers such as the file driver commit what was
+// written, and a retry racing the stored delivery writes the very keys of
+// the stored message, whose raw MIME or attachment would be left cut.
 func (s *Service) writeBlob(ctx context.Context, key string, data []byte) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	w, err := s.store.Bucket.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
 	if err != nil {
 		return err
 	}
 	if _, err := w.Write(data); err != nil {
+		cancel()
 		_ = w.Close()
 		return err
 	}

@@ -70,7 +70,7 @@ type Options struct {
 // and fails (quarantines) a message when
 //   - DMARC fails (no passing DKIM signature or SPF aligned with the From
 //     domain) and the domain's policy is quarantine or reject, or the
-//     message has several From domains; or
+//     message has several From domains or a From it cannot read; or
 //   - DMARC does not pass and SPF fails (-all) or the message carries
 //     DKIM signatures and every one fails.
 //
@@ -270,7 +270,7 @@ func (o dmarcOutcome) words() string {
 // fail reports whether DMARC asks for the message to be quarantined.
 func (o dmarcOutcome) fail() bool {
 	switch {
-	case o.result == "permerror" && o.policy == dmarc.PolicyReject: // several From domains
+	case o.result == "permerror" && o.policy == dmarc.PolicyReject: // several From domains, or an unreadable one
 		return true
 	case o.result == "fail":
 		return o.policy == dmarc.PolicyQuarantine || o.policy == dmarc.PolicyReject
@@ -282,9 +282,15 @@ func (o dmarcOutcome) fail() bool {
 // DMARC cannot pick one, and a forger could hide behind the second.
 var errSeveralFrom = errors.New("several From domains")
 
+// errUnreadableFrom marks a message whose From header is not empty but
+// names no address net/mail can read: the mailbox still shows its text
+// (say an encoded word "Bank <ceo@bank.example>"), so it must not pass as
+// a message without a From (dmarc=none), which nothing quarantines.
+var errUnreadableFrom = errors.New("unreadable From")
+
 func checkDMARC(ctx context.Context, r Resolver, raw []byte, dk dkimOutcome, sp spfOutcome) dmarcOutcome {
 	from, err := fromDomain(raw)
-	if errors.Is(err, errSeveralFrom) {
+	if errors.Is(err, errSeveralFrom) || errors.Is(err, errUnreadableFrom) {
 		return dmarcOutcome{result: "permerror", policy: dmarc.PolicyReject}
 	}
 	if err != nil || from == "" {
@@ -358,7 +364,8 @@ const maxHeaderBytes = 1 << 20
 
 // fromDomain returns the domain of the message's From header, lowercase;
 // "" without one; errSeveralFrom when it names more than one domain (or
-// the header appears twice).
+// the header appears twice); errUnreadableFrom when it is not empty but
+// not an address list.
 func fromDomain(raw []byte) (string, error) {
 	if len(raw) > maxHeaderBytes {
 		if i := bytes.Index(raw[:maxHeaderBytes], []byte("\r\n\r\n")); i >= 0 {
@@ -378,9 +385,15 @@ func fromDomain(raw []byte) (string, error) {
 	if len(values) > 1 {
 		return "", errSeveralFrom
 	}
+	if strings.TrimSpace(values[0]) == "" {
+		return "", nil
+	}
 	addrs, err := mail.ParseAddressList(values[0])
-	if err != nil || len(addrs) == 0 {
-		return "", errors.New("unreadable From")
+	if err != nil {
+		return "", errUnreadableFrom
+	}
+	if len(addrs) == 0 { // an empty group ("undisclosed:;") names no one
+		return "", nil
 	}
 	domain := ""
 	for _, a := range addrs {
