@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -120,6 +122,46 @@ func TestMailSendReviewAcceptNeedsSendTrue(t *testing.T) {
 		out, err := sendVia(se, alice, &contentAsker{asker: asker{action: "accept"}, content: map[string]any{"send": true}}, in)
 		if err != nil || out.Status != "queued" {
 			t.Fatalf("accept with send=true: %+v %v", out, err)
+		}
+	})
+}
+
+// Review (#30): adminMailOutboundResume is audited with the account it
+// lifts (as a keyed hash, never the username), and a resume that cannot
+// be audited does not happen.
+func TestMailReviewResumeAuditNamesAccount(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		log := audit.New(s, []byte("0123456789abcdef0123456789abcdef"), quiet())
+		se := &sendEnv{q: &queue{}, relay: &relay{}}
+		se.env = newEnv(t, s, mail.Config{Outbox: se.q, Sender: func() mail.RawSender { return se.relay }, Audit: log})
+		alice, admin := se.user("alice"), se.user("root", "admin")
+		if _, err := s.DB.NewRaw("INSERT INTO mail_outbound_pauses (user_id, reason, paused_at) VALUES (?, 'bounces', ?)", alice.OwnerID, time.Now().UTC()).Exec(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if r := must[mail.ResumeOutput](se.env, admin, "adminMailOutboundResume", map[string]any{"username": "alice"}); !r.Resumed {
+			t.Fatalf("resume %+v", r)
+		}
+		page, err := log.Query(t.Context(), audit.Filter{Action: "adminMailOutboundResume"}, storage.PageRequest{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Items) != 1 || !strings.Contains(page.Items[0].Reason, log.HashUser(alice.UserID)) || strings.Contains(page.Items[0].Reason, "alice") ||
+			page.Items[0].UserHash != log.HashUser(admin.UserID) {
+			t.Fatalf("audit %+v", page.Items)
+		}
+		// An audit log that cannot be written: the pause stays.
+		if _, err := s.DB.NewRaw("UPDATE mail_outbound_pauses SET lifted_at = NULL").Exec(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DB.NewRaw("DROP TABLE audit_events").Exec(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := call[mail.ResumeOutput](se.env, admin, "adminMailOutboundResume", map[string]any{"username": "alice"}); err == nil {
+			t.Fatal("an unaudited resume succeeded")
+		}
+		var lifted int
+		if err := s.DB.NewRaw("SELECT count(*) FROM mail_outbound_pauses WHERE lifted_at IS NOT NULL").Scan(t.Context(), &lifted); err != nil || lifted != 0 {
+			t.Fatalf("lifted without an audit row: %d %v", lifted, err)
 		}
 	})
 }
