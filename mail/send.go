@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -175,9 +176,15 @@ func confirm(ctx context.Context, call *capabilities.Call, what string, d draft)
 	// that imitates headers cannot pass for them.
 	fmt.Fprintf(&b, "%s\n\nFrom: %s\nTo: %s\nSubject: %s\n", what, d.from, strings.Join(d.to, ", "), d.subject)
 	if d.html != "" {
-		b.WriteString("(an HTML version of the text goes with it)\n")
+		b.WriteString("(an HTML version goes with it: shown after the text)\n")
 	}
 	fmt.Fprintf(&b, "\n----- text of the message (%d characters) -----\n%s\n----- end of the message -----", utf8.RuneCountInString(d.text), d.text)
+	if d.html != "" {
+		// Most mail programs show the HTML version instead of the text:
+		// the person confirms it too, as its source.
+		fmt.Fprintf(&b, "\n\n----- HTML version, as its source (%d characters; most mail programs show this instead of the text) -----\n%s\n----- end of the HTML version -----",
+			utf8.RuneCountInString(d.html), d.html)
+	}
 	schema := json.RawMessage(`{"type":"object","properties":{"send":{"type":"boolean","title":"Send this message","description":"Send exactly this message now"}},"required":["send"]}`)
 	ans, err := call.Elicit(ctx, capabilities.ElicitRequest{Message: b.String(), Schema: schema})
 	if err != nil {
@@ -189,7 +196,9 @@ func confirm(ctx context.Context, call *capabilities.Call, what string, d draft)
 	}
 	switch ans.Action {
 	case "accept":
-		if v, ok := ans.Content["send"].(bool); ok && !v {
+		// Only the form's send=true sends: an accept without it (an empty
+		// form, a string, false) is not the person saying "send".
+		if v, ok := ans.Content["send"].(bool); !ok || !v {
 			return "decline", nil
 		}
 		return "accept", nil
@@ -207,7 +216,7 @@ func compose(d draft, msgID, inReplyTo string, refs []string, now time.Time) []b
 	h := func(k, v string) { b.WriteString(k + ": " + v + "\r\n") }
 	h("From", d.from)
 	h("To", strings.Join(d.to, ", "))
-	h("Subject", mime.QEncoding.Encode("utf-8", d.subject))
+	h("Subject", encodeSubject(d.subject))
 	h("Date", now.Format(time.RFC1123Z))
 	h("Message-ID", "<"+msgID+">")
 	if inReplyTo != "" {
@@ -237,6 +246,27 @@ func compose(d draft, msgID, inReplyTo string, refs []string, now time.Time) []b
 	part("text/html", strings.ReplaceAll(d.html, "\r\n", "\n"))
 	b.WriteString("--" + boundary + "--\r\n")
 	return b.Bytes()
+}
+
+// encodeSubject writes a subject as RFC 2047 encoded words when it needs
+// them, and always when it holds "=?": a subject that is itself an encoded
+// word would otherwise be shown to the person literally and decoded by
+// every recipient into other text. The words are folded onto lines of
+// their own, so no header line grows past the 998 bytes of RFC 5322.
+func encodeSubject(subject string) string {
+	if !strings.Contains(subject, "=?") {
+		return strings.ReplaceAll(mime.QEncoding.Encode("utf-8", subject), "?= =?", "?=\r\n =?")
+	}
+	var words []string
+	for rest := subject; rest != ""; {
+		n := min(len(rest), 45)
+		for n < len(rest) && !utf8.RuneStart(rest[n]) {
+			n--
+		}
+		words = append(words, "=?utf-8?b?"+base64.StdEncoding.EncodeToString([]byte(rest[:n]))+"?=")
+		rest = rest[n:]
+	}
+	return strings.Join(words, "\r\n ")
 }
 
 func randomBytes(n int) []byte {

@@ -81,27 +81,37 @@ func (s *Service) sendCapabilities() []capabilities.Capability {
 	}
 }
 
-// resume lifts a user's outbound pause.
+// resume lifts a user's outbound pause. The audit row names the account
+// by its keyed hash and is written first: a resume that cannot be audited
+// does not happen.
 func (s *Service) resume(ctx context.Context, c capabilities.Caller, username string) (ResumeOutput, error) {
-	var uid int64
-	err := s.store.Reader.NewRaw("SELECT id FROM users WHERE username = ?", strings.ToLower(strings.TrimSpace(username))).Scan(ctx, &uid)
+	var u struct {
+		ID       int64  `bun:"id"`
+		StableID string `bun:"stable_user_id"`
+	}
+	err := s.store.Reader.NewRaw("SELECT id, stable_user_id FROM users WHERE username = ?", strings.ToLower(strings.TrimSpace(username))).Scan(ctx, &u)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ResumeOutput{}, notFound("user", username)
 	}
 	if err != nil {
 		return ResumeOutput{}, fmt.Errorf("mail: look up the account: %w", err)
 	}
-	res, err := s.store.DB.NewRaw("UPDATE mail_outbound_pauses SET lifted_at = ? WHERE user_id = ? AND lifted_at IS NULL", s.now().UTC(), uid).Exec(ctx)
+	_, on, err := s.paused(ctx, s.store.Reader, u.ID)
+	if err != nil {
+		return ResumeOutput{}, err
+	}
+	if s.audit != nil {
+		if err := s.audit.Record(ctx, audit.Event{Category: "mail", Action: "adminMailOutboundResume", Result: audit.ResultSuccess,
+			Reason: fmt.Sprintf("user %s paused=%t", s.audit.HashUser(u.StableID), on), UserHash: s.audit.HashUser(c.UserID)}); err != nil {
+			s.log.Warn("mail: auditing a resume failed", "err", err)
+			return ResumeOutput{}, capabilities.Errorf(capabilities.CodeInternal, "the resume could not be audited, so it was not made; try again")
+		}
+	}
+	res, err := s.store.DB.NewRaw("UPDATE mail_outbound_pauses SET lifted_at = ? WHERE user_id = ? AND lifted_at IS NULL", s.now().UTC(), u.ID).Exec(ctx)
 	if err != nil {
 		return ResumeOutput{}, fmt.Errorf("mail: lift the pause: %w", err)
 	}
-	n, _ := res.RowsAffected()
-	result := audit.ResultSuccess
-	if s.audit != nil {
-		_ = s.audit.Record(ctx, audit.Event{Category: "mail", Action: "adminMailOutboundResume", Result: result,
-			Reason: fmt.Sprintf("lifted=%t", n > 0), UserHash: s.audit.HashUser(c.UserID)})
-	}
-	if n == 0 {
+	if n, _ := res.RowsAffected(); n == 0 {
 		return ResumeOutput{Resumed: false, Message: fmt.Sprintf("%s's outbound mail was not paused.", username)}, nil
 	}
 	return ResumeOutput{Resumed: true, Message: fmt.Sprintf("%s's outbound mail is resumed; only reports from now on count toward a new pause.", username)}, nil
