@@ -3,6 +3,7 @@ module github.com/enclave-mcp/enclave
 go 1.26.0
 
 require (
+	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/emersion/go-msgauth v0.7.0
 	github.com/emersion/go-smtp v0.26.0
 	github.com/go-jose/go-jose/v3 v3.0.5
