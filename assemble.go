@@ -26,6 +26,7 @@ import (
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/federation/fedtables"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
@@ -242,6 +243,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		return err
 	}
 	if err := s.assembleMail(owners); err != nil {
+		return err
+	}
+	if err := s.assembleFederation(); err != nil {
 		return err
 	}
 
@@ -498,6 +502,7 @@ func registerInventory(inv *storage.Inventory) error {
 		community.RegisterInventory(inv),
 		quota.RegisterPlanInventory(inv),
 		mail.RegisterInventory(inv),
+		fedtables.RegisterInventory(inv),
 	)
 }
 
