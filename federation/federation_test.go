@@ -387,3 +387,45 @@ func TestGitHubPreset(t *testing.T) {
 		}
 	})
 }
+
+// A sign-in left at the provider longer than StateTTL cannot finish.
+func TestStateExpires(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		var now atomic.Int64
+		now.Store(time.Now().UnixNano())
+		gh := federation.GitHub("gh-id", "gh-secret")
+		gh.AuthURL, gh.TokenURL, gh.APIURL = "https://gh.invalid/authorize", "https://gh.invalid/token", "https://gh.invalid/api"
+		svc, err := federation.New(federation.Config{Store: st, BaseURL: rpBase, Providers: []federation.Provider{gh},
+			StateTTL: 10 * time.Minute, Now: func() time.Time { return time.Unix(0, now.Load()) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		binding := federation.NewBinding()
+		authURL, err := svc.Begin(ctx, "github", binding, "https://evil.example/", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, _ := url.Parse(authURL)
+		if u.Query().Get("redirect_uri") != rpBase+federation.CallbackPath("github") {
+			t.Fatalf("redirect_uri %q", u.Query().Get("redirect_uri"))
+		}
+		now.Add(int64(11 * time.Minute))
+		if _, err := svc.Finish(ctx, "github", binding, url.Values{"state": {u.Query().Get("state")}, "code": {"x"}}); !errors.Is(err, federation.ErrBadState) {
+			t.Fatalf("expired state: %v", err)
+		}
+		if _, err := svc.Begin(ctx, "nope", binding, "/", 0); !errors.Is(err, federation.ErrUnknownProvider) {
+			t.Fatalf("unknown provider: %v", err)
+		}
+		for _, bad := range []federation.Provider{
+			{Name: "Bad Name", Kind: federation.KindOIDC, Issuer: "https://x.example", ClientID: "a"},
+			{Name: "x", Kind: federation.KindOIDC, Issuer: "not a url", ClientID: "a"},
+			{Name: "x", Kind: "saml", ClientID: "a"},
+			{Name: "x", Kind: federation.KindGitHub},
+		} {
+			if _, err := federation.New(federation.Config{Store: st, BaseURL: rpBase, Providers: []federation.Provider{bad}}); err == nil {
+				t.Errorf("provider %+v accepted", bad)
+			}
+		}
+	})
+}
