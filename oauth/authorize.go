@@ -193,6 +193,9 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		s.writeAuthorizeError(w, r, ar, fosite.ErrServerError.WithWrap(err))
 		return
 	}
+	if promptsConsent(r.Form) {
+		remembered = false // OpenID Connect's prompt=consent asks again
+	}
 	if !remembered {
 		var approved bool
 		var ticked []string

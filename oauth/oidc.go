@@ -129,6 +129,12 @@ func checkOpenIDParams(form url.Values) error {
 	return nil
 }
 
+// promptsConsent reports whether the request asks for the consent page
+// even when the person approved these scopes before (prompt=consent).
+func promptsConsent(form url.Values) bool {
+	return slices.Contains(strings.Fields(form.Get("prompt")), "consent")
+}
+
 // OpenIDConfiguration is the OpenID Connect discovery document.
 type OpenIDConfiguration struct {
 	ASMetadata

@@ -277,6 +277,32 @@ func TestOpenIDKeyRotation(t *testing.T) {
 	})
 }
 
+// prompt=consent shows the consent page even when the person approved
+// these scopes before.
+func TestOpenIDPromptConsent(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		e := newEnv(t, st)
+		conf := e.publicClient()
+		conf.Scopes = []string{"openid"}
+		uid, email := e.createUser(userState{})
+		e.authorize(conf, email, url.Values{"nonce": {"nonce-consent-01"}})
+		me := &http.Cookie{Name: "test_user", Value: itoa(uid)}
+		if resp := e.do(http.MethodGet, e.authURL(conf, nil), nil, me); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("remembered consent: %d", resp.StatusCode)
+		}
+		_, before := e.login.pages()
+		if resp := e.do(http.MethodGet, e.authURL(conf, url.Values{"prompt": {"consent"}}), nil, me); resp.StatusCode != http.StatusOK {
+			t.Fatalf("prompt=consent: %d, want the consent page", resp.StatusCode)
+		}
+		if _, after := e.login.pages(); after != before+1 {
+			t.Errorf("consent pages %d -> %d", before, after)
+		}
+		if !strings.Contains(e.login.last.FormAction, "prompt=consent") {
+			t.Errorf("the consent form drops prompt: %s", e.login.last.FormAction)
+		}
+	})
+}
+
 // A suspended account gets no ID token, and the OpenID parameters this
 // server does not implement are refused before anything else.
 func TestOpenIDRefusals(t *testing.T) {
