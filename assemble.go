@@ -245,7 +245,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := s.assembleMail(owners); err != nil {
 		return err
 	}
-	if err := s.assembleFederation(); err != nil {
+	if err := s.assembleFederation(owners); err != nil {
 		return err
 	}
 
@@ -274,11 +274,12 @@ func (s *Server) assemble(ctx context.Context) error {
 
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
-		CodeMode: s.codemode,
-		Memory:   s.memory != nil,
-		Outbox:   s.outbox,
-		Registry: s.registry,
-		BaseURL:  s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
+		CodeMode:   s.codemode,
+		Memory:     s.memory != nil,
+		Outbox:     s.outbox,
+		Federation: s.federation,
+		Registry:   s.registry,
+		BaseURL:    s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
 		// Session keys live in SQL, sealed by the keeper (or come from
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,

@@ -30,6 +30,7 @@ import (
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/federation"
 	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/envelope"
@@ -271,6 +272,11 @@ type Config struct {
 	// token refresh lane. On by default (with no provider, people have
 	// nothing to connect); Integrations.Disabled turns them off.
 	Integrations integrations.Options
+	// SignInProviders are the external identity providers people may sign
+	// in and sign up with (package federation; --sign-in-provider): buttons
+	// on the sign-in and sign-up pages and on /oauth/authorize's sign-in
+	// step. None by default.
+	SignInProviders []federation.Provider
 	// Community tunes community packages (package community): listings,
 	// forks, ratings, reports and their moderation. On whenever code mode
 	// is; Community.Disabled turns it off.
@@ -392,6 +398,8 @@ type Server struct {
 	memory *memory.Service
 	// integrations is nil when Config.Integrations.Disabled is set.
 	integrations *integrations.Service
+	// federation signs people in with external providers (never nil).
+	federation *federation.Service
 	// community is nil when the community (or code mode) is off.
 	community *community.Service
 	// mail is nil when Config.Mail.Disabled is set; smtpLn is its

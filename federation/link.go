@@ -102,9 +102,15 @@ func (s *Service) Resolve(ctx context.Context, res *Result) (Decision, error) {
 // Link links res's identity to userID. ErrLinkedElsewhere when another
 // account holds it.
 func (s *Service) Link(ctx context.Context, userID int64, res *Result) error {
+	return s.LinkTx(ctx, s.db, userID, res)
+}
+
+// LinkTx is Link inside the caller's transaction (the one opening the
+// account, see accounts.ExternalSignupInput.OnCreated).
+func (s *Service) LinkTx(ctx context.Context, db bun.IDB, userID int64, res *Result) error {
 	now := s.cfg.Now().UTC()
 	row := &Identity{UserID: userID, Provider: res.Provider, Issuer: res.Issuer, Subject: res.Subject, CreatedAt: now, LastUsedAt: now}
-	r, err := s.db.NewInsert().Model(row).On("CONFLICT (issuer, subject) DO NOTHING").Returning("NULL").Exec(ctx)
+	r, err := db.NewInsert().Model(row).On("CONFLICT (issuer, subject) DO NOTHING").Returning("NULL").Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("federation: link identity: %w", err)
 	}
@@ -112,7 +118,7 @@ func (s *Service) Link(ctx context.Context, userID int64, res *Result) error {
 		return nil
 	}
 	// Already linked: to this account is fine, to another is not.
-	held, err := s.db.NewSelect().Model((*Identity)(nil)).
+	held, err := db.NewSelect().Model((*Identity)(nil)).
 		Where("issuer = ? AND subject = ? AND user_id = ?", res.Issuer, res.Subject, userID).Exists(ctx)
 	if err != nil {
 		return fmt.Errorf("federation: link identity: %w", err)

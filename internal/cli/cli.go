@@ -27,6 +27,7 @@ import (
 	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/events"
+	"github.com/enclave-mcp/enclave/federation"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/tracing/otlpexport"
 	"github.com/enclave-mcp/enclave/internal/version"
@@ -184,6 +185,8 @@ type options struct {
 
 	integrations     []string // --integration, repeatable
 	integrationsFile string
+	signInProviders  []string
+	signInFile       string
 	smtpTLSCert      string
 	smtpTLSKey       string
 	mailDKIM         bool
@@ -195,7 +198,7 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security",
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
-	"integrations-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
+	"integrations-file", "sign-in-providers-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
 	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-dkim"}
 
 // secretFlags may also be read from a file named by ENCLAVE_<NAME>_FILE
@@ -244,6 +247,11 @@ func (o *options) register(fs *flag.FlagSet) {
 		o.integrations = append(o.integrations, v)
 		return nil
 	})
+	fs.Func("sign-in-provider", "an identity provider people may sign in and sign up with (repeatable): NAME=issuer=URL,client-id=ID[,client-secret-file=FILE][,label=TEXT][,scopes=A B][,trust-mfa=true]; the names google, github and microsoft (with tenant=T) are presets needing no issuer", func(v string) error {
+		o.signInProviders = append(o.signInProviders, v)
+		return nil
+	})
+	fs.StringVar(&o.signInFile, "sign-in-providers-file", "", "a JSON file holding an array of sign-in providers (name, label, issuer, tenant, clientId, clientSecretFile, scopes, trustMfa), besides --sign-in-provider")
 	fs.StringVar(&o.integrationsFile, "integrations-file", "", "a JSON file holding an array of OAuth providers (name, issuer or authUrl and tokenUrl, revokeUrl, clientId, clientSecretFile, scopes, apiHosts), besides --integration")
 	fs.StringVar(&o.cfg.Memory.Embeddings.KeyFile, "embeddings-key-file", "", "file holding the embeddings API key, sent as a Bearer token (default none)")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")
@@ -415,6 +423,20 @@ func (o *options) finish(stderr io.Writer) error {
 			return err
 		}
 		o.cfg.Integrations.Providers = append(o.cfg.Integrations.Providers, ps...)
+	}
+	if o.signInFile != "" {
+		ps, err := federation.LoadProviders(o.signInFile)
+		if err != nil {
+			return err
+		}
+		o.cfg.SignInProviders = append(o.cfg.SignInProviders, ps...)
+	}
+	for _, v := range o.signInProviders {
+		p, err := federation.ParseProviderFlag(v)
+		if err != nil {
+			return err
+		}
+		o.cfg.SignInProviders = append(o.cfg.SignInProviders, p)
 	}
 	for _, v := range o.integrations {
 		p, err := integrations.ParseProviderFlag(v)
