@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -428,4 +430,37 @@ func TestStateExpires(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestParseProviderFlag(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := federation.ParseProviderFlag("corp=issuer=https://idp.example.com,client-id=abc,client-secret-file=" + secret + ",label=Corp SSO,trust-mfa=true")
+	if err != nil || p.Name != "corp" || p.Kind != federation.KindOIDC || p.Issuer != "https://idp.example.com" || p.ClientID != "abc" ||
+		p.ClientSecret != "s3cret" || p.Label != "Corp SSO" || !p.TrustMFA {
+		t.Fatalf("corp: %+v %v", p, err)
+	}
+	if p, err := federation.ParseProviderFlag("github=client-id=gh"); err != nil || p.Kind != federation.KindGitHub || p.Label != "GitHub" || p.TrustMFA {
+		t.Fatalf("github preset: %+v %v", p, err)
+	}
+	if p, err := federation.ParseProviderFlag("microsoft=client-id=m,tenant=contoso.example"); err != nil || p.Issuer != "https://login.microsoftonline.com/contoso.example/v2.0" {
+		t.Fatalf("microsoft preset: %+v %v", p, err)
+	}
+	for _, bad := range []string{"corp", "corp=client-id=x", "microsoft=client-id=x", "corp=issuer=https://x,client-id=x,colour=red", "corp=issuer=https://x,trust-mfa=maybe"} {
+		if _, err := federation.ParseProviderFlag(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "providers.json")
+	_ = os.WriteFile(file, []byte(`[{"name":"google","clientId":"g","clientSecretFile":"`+secret+`"},{"name":"corp","issuer":"https://idp.example.com","clientId":"c","trustMfa":true}]`), 0o600)
+	ps, err := federation.LoadProviders(file)
+	if err != nil || len(ps) != 2 || ps[0].Issuer != "https://accounts.google.com" || ps[0].ClientSecret != "s3cret" || !ps[1].TrustMFA {
+		t.Fatalf("file: %+v %v", ps, err)
+	}
+	_ = os.WriteFile(file, []byte(`[{"name":"corp","issuer":"https://idp.example.com","clientId":"c","secret":"inline"}]`), 0o600)
+	if _, err := federation.LoadProviders(file); err == nil {
+		t.Error("an unknown field was accepted")
+	}
 }
