@@ -77,7 +77,9 @@ func TestOIDCIdentityCapabilities(t *testing.T) {
 		// carol signed up with her identity: it is her only way in.
 		res := &federation.Result{Provider: "corp", Issuer: "https://idp.example.com", Subject: "carol-at-corp"}
 		cu, err := s.Accounts().SignupExternal(ctx, accounts.ExternalSignupInput{Email: "carol@example.com",
-			OnCreated: func(ctx context.Context, tx bun.IDB, u accounts.User) error { return s.Federation().LinkTx(ctx, tx, u.ID, res) }})
+			OnCreated: func(ctx context.Context, tx bun.IDB, u accounts.User) error {
+				return s.Federation().LinkTx(ctx, tx, u.ID, res)
+			}})
 		if err != nil || !cu.EmailVerified() {
 			t.Fatalf("external signup: %+v %v", cu, err)
 		}

@@ -3,9 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +44,7 @@ func TestOIDCSignInWithSecondServer(t *testing.T) {
 			if _, _, err := b.Accounts().CreateUser(t.Context(), accounts.CreateUserInput{Email: eveAtB.Email, Username: "eve", Password: eveAtB.Password}); err != nil {
 				t.Fatal(err)
 			}
-			clientID := oidcRegisterRelyingParty(t, b.URL)
+			clientID := oidcRegisterRelyingParty(t, b.URL, "http://127.0.0.2"+federation.CallbackPath("b"))
 			a := enclavetest.Start(t, enclavetest.Options{Dialect: d, Host: "127.0.0.2", Config: enclave.Config{
 				SignInProviders: []federation.Provider{{Name: "b", Label: "Server B", Kind: federation.KindOIDC, Issuer: b.URL, ClientID: clientID}},
 			}})
@@ -67,6 +70,22 @@ func TestOIDCSignInWithSecondServer(t *testing.T) {
 			fail("signed in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/account/security"), chromedp.WaitVisible(chromedp.ID("identities-table"))))
 			if n, _ := a.Accounts().CountUsers(t.Context(), time.Time{}); n.Total != 2 {
 				t.Errorf("accounts at A after carol signed in again: %+v", n)
+			}
+
+			// An agent's consent flow at A begins with "Sign in with Server
+			// B" and comes back to the same authorization request.
+			agent := oidcRegisterRelyingParty(t, a.URL, "http://127.0.0.1:9/callback")
+			sum := sha256.Sum256([]byte("verifier-of-the-agent-0123456789-0123456789"))
+			authorize := a.URL + "/oauth/authorize?" + url.Values{"response_type": {"code"}, "client_id": {agent}, "redirect_uri": {"http://127.0.0.1:9/callback"},
+				"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
+				"state": {"state-of-the-agent-0123"}, "scope": {"mcp"}, "resource": {a.URL + "/mcp"}}.Encode()
+			browser, ctx = chromiumtest.Start(t, bin, 60*time.Second)
+			fail = oidcFail(t, browser)
+			fail("authorize: sign in with B", chromedp.Do(ctx, chromedp.Navigate(authorize), chromedp.WaitVisible(chromedp.ID("external-b")), chromedp.Click(chromedp.ID("external-b"))))
+			oidcThroughB(t, ctx, fail, a.URL, carolAtB)
+			fail("consent at A", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`button[value="approve"]`))))
+			if loc, _ := chromedp.Run(ctx, chromedp.Location()); !strings.HasPrefix(loc, a.URL+"/oauth/authorize?") || !strings.Contains(loc, agent) {
+				t.Fatalf("after the external sign-in the agent's flow is at %s", loc)
 			}
 
 			// dave: the identity links only after his A password.
@@ -146,12 +165,12 @@ func oidcThroughB(t *testing.T, ctx context.Context, fail func(string, error), a
 	t.Fatalf("never came back to A (at %s)", loc)
 }
 
-// oidcRegisterRelyingParty registers server A (on 127.0.0.2) at B as a
-// public client whose redirect URI is A's callback for provider "b".
-func oidcRegisterRelyingParty(t *testing.T, base string) string {
+// oidcRegisterRelyingParty registers a public client at the server at
+// base with one redirect URI.
+func oidcRegisterRelyingParty(t *testing.T, base, redirect string) string {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{
-		"client_name": "server A", "redirect_uris": []string{"http://127.0.0.2" + federation.CallbackPath("b")},
+		"client_name": "server A", "redirect_uris": []string{redirect},
 		"token_endpoint_auth_method": "none", "grant_types": []string{"authorization_code"}, "response_types": []string{"code"},
 	})
 	resp, err := http.Post(base+oauth.PathRegister, "application/json", bytes.NewReader(body))
