@@ -26,6 +26,7 @@ import (
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/federation/fedtables"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/callercache"
@@ -254,6 +255,9 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := s.assembleMail(owners); err != nil {
 		return err
 	}
+	if err := s.assembleFederation(owners); err != nil {
+		return err
+	}
 
 	// Workspaces come before the web shell, whose pages for them exist
 	// when their capabilities do.
@@ -280,11 +284,12 @@ func (s *Server) assemble(ctx context.Context) error {
 
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
-		CodeMode: s.codemode,
-		Memory:   s.memory != nil,
-		Outbox:   s.outbox,
-		Registry: s.registry,
-		BaseURL:  s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
+		CodeMode:   s.codemode,
+		Memory:     s.memory != nil,
+		Outbox:     s.outbox,
+		Federation: s.federation,
+		Registry:   s.registry,
+		BaseURL:    s.cfg.BaseURL, Production: s.cfg.Production, DevRoutes: !s.cfg.Production,
 		// Session keys live in SQL, sealed by the keeper (or come from
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,
@@ -509,6 +514,7 @@ func registerInventory(inv *storage.Inventory) error {
 		community.RegisterInventory(inv),
 		quota.RegisterPlanInventory(inv),
 		mail.RegisterInventory(inv),
+		fedtables.RegisterInventory(inv),
 	)
 }
 

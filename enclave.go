@@ -31,6 +31,7 @@ import (
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/federation"
 	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
@@ -278,6 +279,11 @@ type Config struct {
 	// each server's tools as its owner's capabilities (mcp_<name>__<tool>,
 	// quota class "remote"). On by default; RemoteMCP.Disabled turns it off.
 	RemoteMCP remotemcp.Options
+	// SignInProviders are the external identity providers people may sign
+	// in and sign up with (package federation; --sign-in-provider): buttons
+	// on the sign-in and sign-up pages and on /oauth/authorize's sign-in
+	// step. None by default.
+	SignInProviders []federation.Provider
 	// Community tunes community packages (package community): listings,
 	// forks, ratings, reports and their moderation. On whenever code mode
 	// is; Community.Disabled turns it off.
@@ -401,6 +407,8 @@ type Server struct {
 	integrations *integrations.Service
 	// remoteMCP is nil when Config.RemoteMCP.Disabled is set.
 	remoteMCP *remotemcp.Service
+	// federation signs people in with external providers (never nil).
+	federation *federation.Service
 	// community is nil when the community (or code mode) is off.
 	community *community.Service
 	// mail is nil when Config.Mail.Disabled is set; smtpLn is its

@@ -277,7 +277,7 @@ func routeClass(path string) string {
 // path: the MCP endpoint, the token and registration endpoints and the
 // metadata documents.
 func corsPath(path string) bool {
-	return path == "/mcp" || path == oauth.PathToken || path == oauth.PathRegister ||
+	return path == "/mcp" || path == oauth.PathToken || path == oauth.PathRegister || path == oauth.PathUserinfo ||
 		strings.HasPrefix(path, "/.well-known/oauth-authorization-server") ||
 		strings.HasPrefix(path, "/.well-known/oauth-protected-resource")
 }

@@ -103,6 +103,10 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	// parameter may only name it. fosite checks the audience against the
 	// client's, which is that same resource.
 	resourceErr := s.checkResources(r.Form)
+	if err := checkOpenIDParams(r.Form); err != nil {
+		s.writeAuthorizePage(w, r, nil, err)
+		return
+	}
 	r.Form.Set("audience", s.resource)
 	if r.Form.Get("scope") == "" {
 		r.Form.Set("scope", ScopeMCP)
@@ -189,6 +193,9 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 		s.writeAuthorizeError(w, r, ar, fosite.ErrServerError.WithWrap(err))
 		return
 	}
+	if promptsConsent(r.Form) {
+		remembered = false // OpenID Connect's prompt=consent asks again
+	}
 	if !remembered {
 		var approved bool
 		var ticked []string
@@ -230,7 +237,7 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 
 // authorizeParams are the parameters the login and consent forms carry
 // back to the authorization endpoint.
-var authorizeParams = []string{"response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge", "code_challenge_method", "resource", "response_mode"}
+var authorizeParams = []string{"response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge", "code_challenge_method", "resource", "response_mode", "nonce", "prompt"}
 
 func authorizeQuery(form url.Values) url.Values {
 	q := url.Values{}

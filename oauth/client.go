@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-jose/go-jose/v3"
 	"github.com/ory/fosite"
+	"github.com/ory/fosite/token/jwt"
 )
 
 // Client is a registered OAuth client.
@@ -55,12 +56,16 @@ func (c *Client) GetResponseTypes() fosite.Arguments { return fosite.Arguments{"
 
 // GetScopes implements fosite.Client: the scopes the client registered,
 // and ScopeAdmin, which every client may ask for (clients registered
-// before it existed included): a person decides whether to grant it.
+// before it existed included): a person decides whether to grant it; and
+// the OpenID Connect scopes (openid, email), which every client may ask for.
 func (c *Client) GetScopes() fosite.Arguments {
-	if slices.Contains(c.Scopes, ScopeAdmin) {
-		return c.Scopes
+	scopes := slices.Clone(c.Scopes)
+	for _, sc := range append([]string{ScopeAdmin}, openIDScopes...) {
+		if !slices.Contains(scopes, sc) {
+			scopes = append(scopes, sc)
+		}
 	}
-	return append(slices.Clone(c.Scopes), ScopeAdmin)
+	return scopes
 }
 
 // IsPublic implements fosite.Client.
@@ -102,6 +107,10 @@ type session struct {
 	UserID    int64                          `json:"uid"`
 	Subject   string                         `json:"sub"`
 	ExpiresAt map[fosite.TokenType]time.Time `json:"exp,omitempty"`
+
+	// The ID token being issued (openid.Session, oidc.go); never stored.
+	idClaims  *jwt.IDTokenClaims
+	idHeaders *jwt.Headers
 }
 
 var _ fosite.Session = (*session)(nil)
@@ -122,6 +131,7 @@ func (s *session) Clone() fosite.Session {
 		return nil
 	}
 	c := *s
+	c.idClaims, c.idHeaders = nil, nil
 	c.ExpiresAt = make(map[fosite.TokenType]time.Time, len(s.ExpiresAt))
 	for k, v := range s.ExpiresAt {
 		c.ExpiresAt[k] = v

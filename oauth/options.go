@@ -72,6 +72,11 @@ type Options struct {
 	AccessTokenLifetime  time.Duration
 	RefreshTokenLifetime time.Duration
 
+	// IDTokenLifetime is how long an OpenID Connect ID token is valid
+	// (default 1 h); a rotated signing key stays published that long
+	// after it stopped signing.
+	IDTokenLifetime time.Duration
+
 	// RefreshGracePeriod is how long after a refresh token was rotated a
 	// duplicate exchange of it returns the same new pair instead of revoking
 	// the grant. Default 30 s; negative disables the window.
@@ -155,7 +160,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RefreshTokenLifetime == 0 {
 		o.RefreshTokenLifetime = DefaultRefreshTokenLifetime
 	}
-	if o.AccessTokenLifetime < 0 || o.RefreshTokenLifetime < 0 {
+	if o.IDTokenLifetime == 0 {
+		o.IDTokenLifetime = DefaultIDTokenLifetime
+	}
+	if o.AccessTokenLifetime < 0 || o.RefreshTokenLifetime < 0 || o.IDTokenLifetime < 0 {
 		return o, errors.New("oauth: token lifetimes must be positive")
 	}
 	if o.RefreshGracePeriod == 0 {

@@ -38,6 +38,7 @@ type Server struct {
 	resource string
 	metadata *metadataFetcher // nil: client metadata documents are off
 	idps     *trustedIdPs     // nil: enterprise-managed authorization is off
+	idKeys   *signingKeys     // ID token keys (oidc_keys.go)
 
 	stmtMu sync.Mutex
 	stmt   *sql.Stmt // the bearer check, prepared on first use
@@ -124,8 +125,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		AccessTokenStrategy:    s.strategy,
 		RefreshTokenStrategy:   s.strategy,
 	}
-	cfg.AuthorizeEndpointHandlers = fosite.AuthorizeEndpointHandlers{code, challenge}
-	cfg.TokenEndpointHandlers = fosite.TokenEndpointHandlers{code, refresh, challenge}
+	oidc := s.openIDHandler(cfg) // after the code handler: it reads the code's row
+	cfg.AuthorizeEndpointHandlers = fosite.AuthorizeEndpointHandlers{code, challenge, oidc}
+	cfg.TokenEndpointHandlers = fosite.TokenEndpointHandlers{code, refresh, challenge, oidc}
 	if s.idps != nil {
 		cfg.TokenEndpointHandlers = append(cfg.TokenEndpointHandlers, &idjagHandler{srv: s, helper: &oauth2.HandleHelper{AccessTokenStrategy: s.strategy, AccessTokenStorage: s.store, Config: cfg}})
 	}
@@ -144,7 +146,8 @@ func (s *Server) Resource() string { return s.resource }
 // Register adds the OAuth endpoints and metadata documents to mux:
 // the two well-known metadata paths (and the MCP-specific protected
 // resource path), /oauth/authorize, /oauth/token, /oauth/revoke and
-// /oauth/register.
+// /oauth/register, and OpenID Connect's discovery document, JWKS and
+// userinfo (oidc.go).
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+PathASMetadata, s.serveASMetadata)
 	mux.HandleFunc("GET "+PathResourceMetadata, s.serveResourceMetadata)
@@ -154,6 +157,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+PathToken, s.serveToken)
 	mux.HandleFunc("POST "+PathRevoke, s.serveRevoke)
 	mux.HandleFunc("POST "+PathRegister, s.serveRegister)
+	s.registerOpenID(mux)
 }
 
 // Handler returns a handler serving only the OAuth endpoints (404 for

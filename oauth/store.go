@@ -315,7 +315,7 @@ type storedRequest struct {
 }
 
 // keptFormFields are the request parameters fosite reads back later.
-var keptFormFields = []string{"redirect_uri", "code_challenge", "code_challenge_method", "resource", "scope", "grant_type", "response_type", "client_id"}
+var keptFormFields = []string{"redirect_uri", "code_challenge", "code_challenge_method", "resource", "scope", "grant_type", "response_type", "client_id", "nonce"}
 
 var tokenKinds = map[string]fosite.TokenType{
 	kindCode:    fosite.AuthorizeCode,

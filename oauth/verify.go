@@ -28,6 +28,9 @@ var (
 	ErrTokenExpired   = errors.New("expired")
 	ErrWrongAudience  = errors.New("issued for another audience")
 	ErrClientBlocked  = errors.New("client blocked by an admin")
+	// ErrSignInOnly: the token carries only OpenID Connect scopes (openid,
+	// email): it reads userinfo, it does not reach the MCP resource.
+	ErrSignInOnly = errors.New("granted only sign-in scopes")
 )
 
 // TokenRefusal is the error of a token that matched a grant but is
@@ -83,6 +86,12 @@ type accessRow struct {
 // together), plus one write at most every few minutes per grant to record
 // its last use. A malformed token costs none.
 func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, error) {
+	return s.verifyAccess(ctx, token, false)
+}
+
+// verifyAccess is VerifyAccessToken; signIn also accepts a token granted
+// only OpenID Connect scopes (userinfo's check).
+func (s *Server) verifyAccess(ctx context.Context, token string, signIn bool) (*Access, error) {
 	if err := s.strategy.Enigma.Validate(ctx, trimPrefix(token, "ory_at_")); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, ErrTokenMalformed)
 	}
@@ -106,6 +115,8 @@ func (s *Server) VerifyAccessToken(ctx context.Context, token string) (*Access, 
 		return nil, refused(fmt.Errorf("%w: %w %v", ErrInvalidToken, ErrWrongAudience, audience))
 	case row.Blocked:
 		return nil, refused(fmt.Errorf("%w: %w", ErrInvalidToken, ErrClientBlocked))
+	case !signIn && signInOnly(strings.Fields(row.Scopes)):
+		return nil, refused(fmt.Errorf("%w: %w", ErrInvalidToken, ErrSignInOnly))
 	}
 	if err := s.refusal(&row.account, row.RequestedAt); err != nil {
 		return nil, refused(fmt.Errorf("%w: %w", ErrInvalidToken, err))

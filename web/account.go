@@ -36,6 +36,7 @@ const (
 // no text from the URL is ever echoed.
 var notices = map[string]string{
 	"signed-out":            "You are signed out.",
+	"identity-removed":      "The linked identity is removed: it no longer signs in to this account.",
 	"password-changed":      "Your password is changed. Every other browser and connected app was signed out.",
 	"password-set":          "Your password is set. Sign in with it.",
 	"email-change-sent":     "We sent a confirmation link to the new address. Your email changes when you open it.",
@@ -192,7 +193,7 @@ func (h *Handler) signupForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, http.StatusOK, signupPage(h.page(r, "Create an account"), authForm{MinPassword: h.minPassword(),
-		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: r.URL.Query().Get("invite")}))
+		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: r.URL.Query().Get("invite"), External: h.externalButtons("")}))
 }
 
 func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
@@ -277,6 +278,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := authForm{Action: h.prefix + pathLogin, RedirectTo: redirectParam(r.URL.Query().Get("redirectTo"))}
+	f.External = h.externalButtons(f.RedirectTo)
 	h.render(w, r, http.StatusOK, loginPage(h.withNotice(r, h.loginFramePage(r)), f))
 }
 
@@ -294,6 +296,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	f := authForm{Action: h.prefix + pathLogin, Email: strings.TrimSpace(r.PostFormValue("email")), RedirectTo: redirectParam(r.PostFormValue("redirectTo"))}
 	f.resumeDeletion = h.opts.Lifecycle != nil
+	f.External = h.externalButtons(f.RedirectTo)
 	if _, ok := h.signIn(w, r, &f); !ok {
 		if f.deletionResumed {
 			h.redirect(w, r, pathAccountDelete)

@@ -18,6 +18,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/federation"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
@@ -107,6 +108,11 @@ type securityView struct {
 	// when the server has workspaces.
 	Keys     []workspaces.OwnKey
 	ShowKeys bool
+	// Identities are the linked sign-in identities (identityList);
+	// ShowIdentities is set when the server has the capability.
+	Identities     []federation.Identity
+	ShowIdentities bool
+	LinkButtons    []externalButton
 }
 
 func (h *Handler) factorRoutes(handle func(string, http.HandlerFunc)) {
@@ -423,6 +429,15 @@ func (h *Handler) renderSecurity(w http.ResponseWriter, r *http.Request, status 
 			return
 		}
 		v.Keys, v.ShowKeys = out.Keys, true
+	}
+	if h.opts.Registry.Has("identityList") {
+		var out federation.IdentityListOutput
+		if err := h.invoke(r, "identityList", struct{}{}, &out); err != nil {
+			h.renderCapabilityError(w, r, err)
+			return
+		}
+		v.Identities, v.ShowIdentities = out.Identities, h.externalOn() || len(out.Identities) > 0
+		v.LinkButtons = h.externalButtons("")
 	}
 	p := h.withNotice(r, h.page(r, "Sign-in security"))
 	p.Script = true

@@ -32,6 +32,9 @@ type authForm struct {
 	// PasskeyNext, when set, shows the passkey sign-in button, which goes
 	// there on success.
 	PasskeyNext string
+	// External are the "Sign in with ..." buttons of the configured
+	// identity providers.
+	External []externalButton
 }
 
 // status is the HTTP status of a form shown again after an error.

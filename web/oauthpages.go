@@ -40,6 +40,8 @@ func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.Autho
 		}
 	}
 	f := authForm{Action: req.FormAction, ClientName: req.ClientName, PasskeyNext: req.FormAction}
+	// "Sign in with ..." comes back to this authorization request.
+	f.External = h.externalButtons(req.FormAction)
 	csp := authorizePolicy(req.RedirectURI)
 	if r.Method == http.MethodPost && r.PostFormValue("pending") != "" {
 		return h.oauthSecondFactor(w, r, req, f, csp)

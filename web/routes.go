@@ -64,6 +64,8 @@ func (h *Handler) routes() http.Handler {
 	handle("POST "+pathAccountVerify, limit(user(h.resendVerification)))
 	h.factorRoutes(handle)
 	h.accountIdentityRoutes(handle)
+	h.externalRoutes(handle)
+	h.identityRoutes(handle)
 	h.lifecycleRoutes(handle)
 	h.secretRoutes(handle)
 	h.packageRoutes(handle)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/enclave-mcp/enclave/federation"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -75,6 +76,12 @@ type Options struct {
 	// adds the memory page, where a person lists, searches, edits and
 	// deletes their memories.
 	Memory bool
+
+	// Federation, when it has providers, adds "Sign in with ..." buttons
+	// to the sign-in and sign-up pages and /oauth/authorize, the
+	// /auth/external routes and the linked identities of the security
+	// page (identityList, identityUnlink through Registry).
+	Federation *federation.Service
 
 	// MinPasswordLength is shown to people choosing a password (the
 	// accounts service enforces its own policy). Default

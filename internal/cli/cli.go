@@ -27,6 +27,7 @@ import (
 	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
 	"github.com/enclave-mcp/enclave/events"
+	"github.com/enclave-mcp/enclave/federation"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/tracing/otlpexport"
 	"github.com/enclave-mcp/enclave/internal/version"
@@ -187,6 +188,8 @@ type options struct {
 	integrationsFile string
 	enterpriseIdPs   []string // --enterprise-idp, repeatable
 	enterpriseFile   string
+	signInProviders  []string
+	signInFile       string
 	smtpTLSCert      string
 	smtpTLSKey       string
 	mailDKIM         bool
@@ -200,7 +203,7 @@ var sharedFlags = []string{"addr", "data-dir", "base-url", "database-url", "blob
 	"trusted-proxies", "quota", "quota-class", "webhook-allow-private", "denial-burst-threshold", "denial-burst-window", "denial-burst-cooldown", "smtp-url", "smtp-addr", "smtp-from", "smtp-username", "smtp-password", "smtp-security",
 	"code-mode", "code-memory-mib", "code-timeout", "code-stack", "code-result-bytes", "code-log-bytes", "code-host-calls", "code-runs-per-user", "code-runs-total", "code-max-jobs",
 	"storage-max-bytes", "storage-max-keys", "embeddings-url", "embeddings-model", "embeddings-key-file",
-	"integrations-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
+	"integrations-file", "sign-in-providers-file", "site-name", "site-description", "site-accent", "otlp-endpoint", "otlp-header",
 	"smtp-listen", "mail-domain", "smtp-tls-cert", "smtp-tls-key", "mail-receives-per-day", "mail-sends-per-day", "mail-dkim", "mail-spf", "mail-dmarc",
 	"enterprise-idps-file", "enterprise-idp-allow-private"}
 
@@ -250,6 +253,11 @@ func (o *options) register(fs *flag.FlagSet) {
 		o.integrations = append(o.integrations, v)
 		return nil
 	})
+	fs.Func("sign-in-provider", "an identity provider people may sign in and sign up with (repeatable): NAME=issuer=URL,client-id=ID[,client-secret-file=FILE][,label=TEXT][,scopes=A B][,trust-mfa=true]; the names google, github and microsoft (with tenant=T) are presets needing no issuer", func(v string) error {
+		o.signInProviders = append(o.signInProviders, v)
+		return nil
+	})
+	fs.StringVar(&o.signInFile, "sign-in-providers-file", "", "a JSON file holding an array of sign-in providers (name, label, issuer, tenant, clientId, clientSecretFile, scopes, trustMfa), besides --sign-in-provider")
 	fs.StringVar(&o.integrationsFile, "integrations-file", "", "a JSON file holding an array of OAuth providers (name, issuer or authUrl and tokenUrl, revokeUrl, clientId, clientSecretFile, scopes, apiHosts), besides --integration")
 	fs.Func("enterprise-idp", "an enterprise identity provider whose ID-JAGs agents may redeem for tokens with the JWT bearer grant (repeatable): issuer=URL,jwks-url=URL[,client-ids=ID ID ...] (default none: the grant is off; see docs/oauth.md)", func(v string) error {
 		o.enterpriseIdPs = append(o.enterpriseIdPs, v)
@@ -430,6 +438,20 @@ func (o *options) finish(stderr io.Writer) error {
 			return err
 		}
 		o.cfg.Integrations.Providers = append(o.cfg.Integrations.Providers, ps...)
+	}
+	if o.signInFile != "" {
+		ps, err := federation.LoadProviders(o.signInFile)
+		if err != nil {
+			return err
+		}
+		o.cfg.SignInProviders = append(o.cfg.SignInProviders, ps...)
+	}
+	for _, v := range o.signInProviders {
+		p, err := federation.ParseProviderFlag(v)
+		if err != nil {
+			return err
+		}
+		o.cfg.SignInProviders = append(o.cfg.SignInProviders, p)
 	}
 	for _, v := range o.integrations {
 		p, err := integrations.ParseProviderFlag(v)

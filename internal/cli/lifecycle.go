@@ -136,6 +136,10 @@ func runKeysRotate(ctx context.Context, e *Env, o *options, args []string) error
 			return fmt.Errorf("session key: %w", err)
 		}
 		fmt.Fprintln(e.Stdout, "new session signing key; existing sessions stay valid until they expire")
+		if err := srv.OAuth().RotateSigningKey(ctx); err != nil {
+			return fmt.Errorf("ID token key: %w", err)
+		}
+		fmt.Fprintln(e.Stdout, "new ID token signing key; it signs from a minute from now, the previous one stays published until its ID tokens expire")
 		if res.Failed > 0 {
 			return fmt.Errorf("%d secrets could not be decrypted and were left as they were: %s", res.Failed,
 				strings.TrimSpace("check that the keeper (--keeper-url) is the one that sealed them"))

@@ -109,7 +109,7 @@ func TestUserDeleteCommand(t *testing.T) {
 func TestKeysRotateCommand(t *testing.T) {
 	dir := seed(t, "alice", "bob")
 	code, stdout, stderr := run(t, nil, "keys", "rotate", "--data-dir", dir)
-	if code != 0 || !strings.Contains(stdout, "2 secrets re-encrypted, 0 failed") {
+	if code != 0 || !strings.Contains(stdout, "2 secrets re-encrypted, 0 failed") || !strings.Contains(stdout, "new ID token signing key") {
 		t.Fatalf("keys rotate: %d %q %q", code, stdout, stderr)
 	}
 }

@@ -1,0 +1,328 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/federation"
+	"github.com/uptrace/bun"
+)
+
+// Sign-in with external identity providers (package federation).
+const (
+	pathExternalPrefix = "/auth/external/"
+	pathExternalLink   = "/auth/external/link"
+	externalCookie     = "enclave_federation"
+)
+
+// externalButton is a "Sign in with ..." link.
+type externalButton struct {
+	Name  string
+	Label string
+	Href  string
+}
+
+// externalLinkView is the page asking a person to prove the account an
+// external identity's verified email belongs to.
+type externalLinkView struct {
+	Provider string
+	Email    string
+	Token    string
+	Error    string
+}
+
+func (h *Handler) externalOn() bool {
+	return h.opts.Federation != nil && len(h.opts.Federation.Providers()) > 0
+}
+
+func (h *Handler) externalRoutes(handle func(string, http.HandlerFunc)) {
+	if !h.externalOn() {
+		return
+	}
+	limit := func(fn http.HandlerFunc) http.HandlerFunc { return h.LimitCredentials(fn).ServeHTTP }
+	handle("GET "+pathExternalPrefix+"{name}/start", h.externalStart)
+	handle("GET "+pathExternalPrefix+"{name}/callback", limit(h.externalCallback))
+	handle("POST "+pathExternalLink, limit(h.externalLink))
+}
+
+// externalButtons returns the buttons of the configured providers, each
+// returning to returnTo (a local path with the prefix, or "").
+func (h *Handler) externalButtons(returnTo string) []externalButton {
+	if !h.externalOn() {
+		return nil
+	}
+	var out []externalButton
+	for _, p := range h.opts.Federation.Providers() {
+		href := h.prefix + pathExternalPrefix + p.Name + "/start"
+		if returnTo != "" && federation.LocalPath(returnTo) {
+			href += "?" + url.Values{"redirectTo": {returnTo}}.Encode()
+		}
+		out = append(out, externalButton{Name: p.Name, Label: p.Label, Href: href})
+	}
+	return out
+}
+
+func (h *Handler) providerLabel(name string) string {
+	for _, p := range h.opts.Federation.Providers() {
+		if p.Name == name {
+			return p.Label
+		}
+	}
+	return name
+}
+
+func (h *Handler) externalCookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{Name: externalCookie, Value: value, Path: h.prefix + pathExternalPrefix, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil || strings.HasPrefix(h.opts.BaseURL, "https://")}
+}
+
+func externalBinding(r *http.Request) string {
+	if c, err := r.Cookie(externalCookie); err == nil && len(c.Value) >= 32 && len(c.Value) <= 128 {
+		return c.Value
+	}
+	return ""
+}
+
+// externalStart sends the browser to the provider. It is a link, not a
+// form: form-action 'self' would stop a form's redirect to the provider.
+// A signed-in person links the identity to their account instead of
+// signing in. The state is bound to this browser by a cookie, so a
+// started link is useless in another browser.
+func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
+	returnTo := redirectParam(r.URL.Query().Get("redirectTo"))
+	var userID int64
+	if p := PrincipalFrom(r.Context()); p != nil {
+		userID = p.Session.User.ID
+		if returnTo == "" {
+			returnTo = h.prefix + pathSecurity
+		}
+	}
+	if returnTo == "" {
+		returnTo = h.prefix + pathAccount
+	}
+	binding := externalBinding(r)
+	if binding == "" {
+		binding = federation.NewBinding()
+	}
+	target, err := h.opts.Federation.Begin(r.Context(), r.PathValue("name"), binding, returnTo, userID)
+	switch {
+	case errors.Is(err, federation.ErrUnknownProvider):
+		h.notFound(w, r)
+		return
+	case err != nil:
+		h.log.WarnContext(r.Context(), "web: external sign-in start", "provider", r.PathValue("name"), "err", err)
+		h.renderError(w, r, http.StatusBadGateway, "The sign-in provider cannot be reached right now. Try again later, or sign in another way.")
+		return
+	}
+	http.SetCookie(w, h.externalCookie(r, binding, 15*60))
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// externalError answers a failed external sign-in with the package's
+// sentence (never the provider's detail, which is logged).
+func (h *Handler) externalError(w http.ResponseWriter, r *http.Request, err error) {
+	for _, known := range []error{federation.ErrUnknownProvider, federation.ErrBadState, federation.ErrDenied, federation.ErrUnverifiedEmail,
+		federation.ErrNoEmail, federation.ErrLinkedElsewhere} {
+		if errors.Is(err, known) {
+			status := http.StatusBadRequest
+			if errors.Is(err, federation.ErrUnverifiedEmail) || errors.Is(err, federation.ErrLinkedElsewhere) || errors.Is(err, federation.ErrDenied) {
+				status = http.StatusForbidden
+			}
+			h.audit(r, audit.CategoryAuth, "login_external", audit.ResultFailure, auditReason(known), nil)
+			h.renderError(w, r, status, known.Error()+".")
+			return
+		}
+	}
+	if errors.Is(err, federation.ErrProvider) {
+		h.log.WarnContext(r.Context(), "web: external sign-in", "err", err)
+		h.audit(r, audit.CategoryAuth, "login_external", audit.ResultFailure, "provider", nil)
+		h.renderError(w, r, http.StatusBadGateway, federation.ErrProvider.Error()+".")
+		return
+	}
+	h.internalError(w, r, "external sign-in", err)
+}
+
+// externalCallback finishes the provider's answer and applies the linking
+// rules: a linked identity signs in (its second factor still applies
+// unless the provider is trusted for it and reports one), a signed-in
+// person's identity is linked, a verified email of an existing account
+// asks for that account's password first, and a new identity opens an
+// account when sign-up allows it.
+func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	binding := externalBinding(r)
+	res, err := h.opts.Federation.Finish(ctx, r.PathValue("name"), binding, r.URL.Query())
+	if err != nil {
+		h.externalError(w, r, err)
+		return
+	}
+	d, err := h.opts.Federation.Resolve(ctx, res)
+	if err != nil {
+		h.externalError(w, r, err)
+		return
+	}
+	switch d.Outcome {
+	case federation.Linked:
+		u, _ := h.opts.Accounts.UserByID(ctx, d.UserID)
+		h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, res.Provider, &u)
+		http.Redirect(w, r, res.ReturnTo, http.StatusSeeOther)
+	case federation.SignIn:
+		u, err := h.opts.Accounts.UserByID(ctx, d.UserID)
+		if err != nil {
+			h.internalError(w, r, "external sign-in: account", err)
+			return
+		}
+		h.externalSignIn(w, r, u, res.MFA, res.ReturnTo)
+	case federation.Prove:
+		token, err := h.opts.Federation.HoldLink(ctx, binding, res, d.UserID)
+		if err != nil {
+			h.internalError(w, r, "external sign-in: hold link", err)
+			return
+		}
+		h.renderExternalLink(w, r, http.StatusOK, externalLinkView{Provider: h.providerLabel(res.Provider), Email: res.Email, Token: token})
+	case federation.Create:
+		u, err := h.opts.Accounts.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email,
+			OnCreated: func(ctx context.Context, tx bun.IDB, u accounts.User) error {
+				return h.opts.Federation.LinkTx(ctx, tx, u.ID, res)
+			}})
+		switch {
+		case errors.Is(err, accounts.ErrSignupClosed):
+			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "signup_closed", nil)
+			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and sign-up is closed on this server. Ask its administrator for an account.")
+			return
+		case errors.Is(err, accounts.ErrInviteInvalid):
+			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "invite_required", nil)
+			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and sign-up on this server is by invitation. Create your account with your invite code, then link this identity on the security page.")
+			return
+		case errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrEmailTaken):
+			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, auditReason(err), nil)
+			h.renderError(w, r, http.StatusConflict, "This email address belonged to another account here and cannot open a new one yet. Sign in another way.")
+			return
+		case errors.Is(err, federation.ErrLinkedElsewhere):
+			h.externalError(w, r, err)
+			return
+		case err != nil:
+			h.internalError(w, r, "external sign-up", err)
+			return
+		}
+		h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultSuccess, res.Provider, &u)
+		h.externalSignIn(w, r, u, res.MFA, res.ReturnTo)
+	default:
+		h.internalError(w, r, "external sign-in", errors.New("web: unknown outcome"))
+	}
+}
+
+// externalSignIn starts the session of u after an external sign-in, or
+// asks for the account's second factor first unless mfa (the provider is
+// trusted for it and reported one).
+func (h *Handler) externalSignIn(w http.ResponseWriter, r *http.Request, u accounts.User, mfa bool, returnTo string) {
+	if err := u.CheckActive(); err != nil {
+		h.audit(r, audit.CategoryAuth, "login_external", audit.ResultFailure, auditReason(err), &u)
+		_, msg, _ := userError(err)
+		h.renderError(w, r, statusOf(err), msg)
+		return
+	}
+	if !federation.LocalPath(returnTo) {
+		returnTo = h.prefix + pathAccount
+	}
+	if !mfa {
+		sf, err := h.beginSecondFactor(r, u, false)
+		if err != nil {
+			h.internalError(w, r, "external sign-in: second factor", err)
+			return
+		}
+		if sf != nil {
+			h.audit(r, audit.CategoryAuth, "login_external", audit.ResultSuccess, "second_factor_required", &u)
+			sf.Action, sf.RedirectTo, sf.Next = h.prefix+pathLogin2FA, returnTo, returnTo
+			h.renderSecondFactor(w, r, http.StatusOK, *sf, ContentSecurityPolicy)
+			return
+		}
+	}
+	if _, err := h.opts.Accounts.StartSession(w, r, u, false); err != nil {
+		h.internalError(w, r, "external sign-in: session", err)
+		return
+	}
+	h.audit(r, audit.CategoryAuth, "login_external", audit.ResultSuccess, "", &u)
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, returnTo, http.StatusSeeOther)
+}
+
+func (h *Handler) renderExternalLink(w http.ResponseWriter, r *http.Request, status int, v externalLinkView) {
+	w.Header().Set("Cache-Control", "no-store")
+	h.render(w, r, status, externalLinkPage(h.page(r, "Link your account"), v))
+}
+
+// externalLink completes a held link once the person typed the existing
+// account's password, then signs them in (the account's second factor
+// still applies).
+func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	ctx := r.Context()
+	binding, token := externalBinding(r), r.PostFormValue("token")
+	pending, err := h.opts.Federation.PeekLink(ctx, binding, token)
+	if err != nil {
+		h.externalError(w, r, err)
+		return
+	}
+	u, err := h.opts.Accounts.VerifyPassword(ctx, pending.UserID, r.PostFormValue("password"))
+	if err != nil {
+		if errors.Is(err, accounts.ErrInvalidCredentials) {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "invalid_credentials", &accounts.User{ID: pending.UserID})
+			h.renderExternalLink(w, r, http.StatusUnauthorized, externalLinkView{Provider: h.providerLabel(pending.Provider), Token: token,
+				Error: "That password is not this account's. Try again, or sign in another way."})
+			return
+		}
+		h.internalError(w, r, "external link: password", err)
+		return
+	}
+	done, err := h.opts.Federation.CompleteLink(ctx, binding, token, u.ID)
+	if err != nil {
+		h.externalError(w, r, err)
+		return
+	}
+	h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, done.Provider, &u)
+	h.externalSignIn(w, r, u, false, done.ReturnTo)
+}
+
+// pathSecurityIdentities is where a linked identity is removed.
+const pathSecurityIdentities = "/account/security/identities"
+
+func (h *Handler) identityRoutes(handle func(string, http.HandlerFunc)) {
+	if h.opts.Federation == nil {
+		return
+	}
+	user := func(fn http.HandlerFunc) http.HandlerFunc { return h.guards.RequireUser(fn).ServeHTTP }
+	handle("POST "+pathSecurityIdentities+"/{id}/remove", user(h.removeIdentity))
+}
+
+// removeIdentity unlinks one of the person's identities (identityUnlink).
+func (h *Handler) removeIdentity(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		h.notFound(w, r)
+		return
+	}
+	var out federation.IdentityUnlinkOutput
+	if err := h.invoke(r, "identityUnlink", federation.IdentityUnlinkInput{ID: id}, &out); err != nil {
+		if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code == capabilities.CodeConflict {
+			h.renderSecurity(w, r, http.StatusConflict, securityView{Error: ce.Message})
+			return
+		}
+		h.invokeFailed(w, r, "identity unlink", err)
+		return
+	}
+	h.redirect(w, r, pathSecurity+"?notice=identity-removed")
+}
