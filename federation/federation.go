@@ -450,14 +450,15 @@ func (p *provider) openID(ctx context.Context, tok *oauth2.Token, nonce string, 
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(nonce)) != 1 {
 		return fmt.Errorf("%w: the ID token's nonce is not this sign-in's", ErrProvider)
 	}
-	if len(idt.Audience) != 1 && idt.AccessTokenHash == "" {
-		// Several audiences are fine for go-oidc; azp is then ours to check.
-		var c struct {
-			AZP string `json:"azp"`
-		}
-		if err := idt.Claims(&c); err != nil || c.AZP != p.ClientID {
-			return fmt.Errorf("%w: the ID token was issued to another party", ErrProvider)
-		}
+	// go-oidc checks that the audience includes us; azp is ours to check
+	// (OpenID Connect Core 3.1.3.7): with several audiences it must be
+	// present, and when present it must name us, at_hash or not.
+	var c struct {
+		AZP *string `json:"azp"`
+	}
+	if err := idt.Claims(&c); err != nil ||
+		(c.AZP == nil && len(idt.Audience) != 1) || (c.AZP != nil && *c.AZP != p.ClientID) {
+		return fmt.Errorf("%w: the ID token was issued to another party", ErrProvider)
 	}
 	if idt.AccessTokenHash != "" {
 		if err := idt.VerifyAccessToken(tok.AccessToken); err != nil {

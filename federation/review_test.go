@@ -1,0 +1,129 @@
+package federation_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v3"
+
+	"github.com/enclave-mcp/enclave/federation"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// rawIdP is an OpenID Provider whose ID tokens the test writes claim by
+// claim (enclave's own provider only issues well-formed ones).
+type rawIdP struct {
+	ts  *httptest.Server
+	key *rsa.PrivateKey
+
+	mu     sync.Mutex
+	claims map[string]any // of the next ID token; iss, exp, iat and at_hash added
+}
+
+const rawAccessToken = "raw-access-token"
+
+func newRawIdP(t *testing.T) *rawIdP {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &rawIdP{key: key}
+	mux := http.NewServeMux()
+	p.ts = httptest.NewServer(mux)
+	t.Cleanup(p.ts.Close)
+	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"issuer": p.ts.URL, "authorization_endpoint": p.ts.URL + "/authorize",
+			"token_endpoint": p.ts.URL + "/token", "jwks_uri": p.ts.URL + "/jwks", "id_token_signing_alg_values_supported": []string{"RS256"}})
+	})
+	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	})
+	mux.HandleFunc("POST /token", func(w http.ResponseWriter, _ *http.Request) {
+		p.mu.Lock()
+		claims := map[string]any{"iss": p.ts.URL, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
+		for k, v := range p.claims {
+			claims[k] = v
+		}
+		p.mu.Unlock()
+		sum := sha256.Sum256([]byte(rawAccessToken))
+		claims["at_hash"] = base64.RawURLEncoding.EncodeToString(sum[:16])
+		signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: "k1"}}, nil)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		payload, _ := json.Marshal(claims)
+		jws, err := signer.Sign(payload)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		idt, _ := jws.CompactSerialize()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": rawAccessToken, "token_type": "Bearer", "id_token": idt})
+	})
+	return p
+}
+
+// An ID token issued to several parties, or authorized for another
+// party (azp), was minted for someone else: it must not sign anyone in
+// here, whether or not it carries at_hash (OpenID Connect Core 3.1.3.7,
+// steps 3 to 5).
+func TestReviewIDTokenAuthorizedParty(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		p := newRawIdP(t)
+		svc, err := federation.New(federation.Config{Store: st, BaseURL: rpBase, Providers: []federation.Provider{{
+			Name: "raw", Kind: federation.KindOIDC, Issuer: p.ts.URL, ClientID: "our-client", ClientSecret: "s"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name   string
+			claims map[string]any
+			ok     bool
+		}{
+			{"ours", map[string]any{"aud": "our-client"}, true},
+			{"ours, azp ours", map[string]any{"aud": "our-client", "azp": "our-client"}, true},
+			{"several audiences, azp ours", map[string]any{"aud": []string{"our-client", "other"}, "azp": "our-client"}, true},
+			{"several audiences, azp another", map[string]any{"aud": []string{"our-client", "other"}, "azp": "other"}, false},
+			{"several audiences, no azp", map[string]any{"aud": []string{"our-client", "other"}}, false},
+			{"one audience, azp another", map[string]any{"aud": "our-client", "azp": "other"}, false},
+			{"another audience", map[string]any{"aud": "other"}, false},
+		} {
+			binding := federation.NewBinding()
+			authURL, err := svc.Begin(ctx, "raw", binding, "/", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := url.Parse(authURL)
+			claims := map[string]any{"sub": "s-1", "nonce": u.Query().Get("nonce"), "email": "a@example.com", "email_verified": true}
+			for k, v := range tc.claims {
+				claims[k] = v
+			}
+			p.mu.Lock()
+			p.claims = claims
+			p.mu.Unlock()
+			res, err := svc.Finish(ctx, "raw", binding, url.Values{"state": {u.Query().Get("state")}, "code": {"c"}})
+			switch {
+			case tc.ok && err != nil:
+				t.Errorf("%s: refused: %v", tc.name, err)
+			case !tc.ok && !errors.Is(err, federation.ErrProvider):
+				t.Errorf("%s: accepted (%+v, %v)", tc.name, res, err)
+			}
+		}
+	})
+}
