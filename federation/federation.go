@@ -77,7 +77,9 @@ type Provider struct {
 	Label string
 	Kind  Kind
 	// Issuer is an OpenID Connect provider's issuer URL (KindOIDC); for
-	// GitHub it is recorded with the identities (default GitHubIssuer).
+	// GitHub it is recorded with the identities (default GitHubIssuer, or
+	// AuthURL's origin when AuthURL is set: a GitHub Enterprise server's
+	// user ids are not github.com's).
 	Issuer       string
 	ClientID     string
 	ClientSecret string
@@ -184,6 +186,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Now = time.Now
 	}
 	s := &Service{cfg: cfg, db: cfg.Store.DB, providers: map[string]*provider{}}
+	kinds := map[string]Kind{}
 	for _, p := range cfg.Providers {
 		if !nameRE.MatchString(p.Name) {
 			return nil, fmt.Errorf("federation: provider name %q: want lower-case letters, digits and hyphens", p.Name)
@@ -213,14 +216,29 @@ func New(cfg Config) (*Service, error) {
 			if len(p.Scopes) == 0 {
 				p.Scopes = []string{"read:user", "user:email"}
 			}
+			if p.Issuer == "" && p.AuthURL != "" {
+				// A GitHub Enterprise server numbers its users on its own:
+				// its identities are its origin's, never github.com's.
+				u, err := url.Parse(p.AuthURL)
+				if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+					return nil, fmt.Errorf("federation: provider %q: authorization URL %q is not an http(s) URL", p.Name, p.AuthURL)
+				}
+				p.Issuer = u.Scheme + "://" + u.Host
+			}
 			p.AuthURL = cmpOr(p.AuthURL, "https://github.com/login/oauth/authorize")
 			p.TokenURL = cmpOr(p.TokenURL, "https://github.com/login/oauth/access_token")
 			p.APIURL = strings.TrimRight(cmpOr(p.APIURL, "https://api.github.com"), "/")
-			// The issuer names GitHub (or a GitHub Enterprise server).
 			p.Issuer = cmpOr(p.Issuer, GitHubIssuer)
 		default:
 			return nil, fmt.Errorf("federation: provider %q: unknown kind %q", p.Name, p.Kind)
 		}
+		// Identities are keyed by issuer and subject: providers of
+		// different kinds (whose subjects mean different things) cannot
+		// share an issuer.
+		if k, ok := kinds[p.Issuer]; ok && k != p.Kind {
+			return nil, fmt.Errorf("federation: provider %q: issuer %q is another kind of provider's", p.Name, p.Issuer)
+		}
+		kinds[p.Issuer] = p.Kind
 		s.providers[p.Name] = &provider{Provider: p, svc: s}
 		s.order = append(s.order, p.Name)
 	}

@@ -127,3 +127,62 @@ func TestReviewIDTokenAuthorizedParty(t *testing.T) {
 		}
 	})
 }
+
+// A GitHub Enterprise server numbers its users independently of
+// github.com: its user 4242 is not github.com's user 4242, so configured
+// by its own endpoints without an explicit issuer it must not share
+// github.com's issuer (that would sign the one in to the other's account).
+func TestReviewGitHubEnterpriseIsNotGitHub(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/login/oauth/access_token":
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"access_token":"ghe_x","token_type":"bearer"}`))
+			case "/api/v3/user":
+				_, _ = w.Write([]byte(`{"id":4242,"login":"someone-else"}`))
+			case "/api/v3/user/emails":
+				_, _ = w.Write([]byte(`[{"email":"else@corp.example","primary":true,"verified":true}]`))
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		defer api.Close()
+		ghe := federation.GitHub("ghe-id", "ghe-secret")
+		ghe.Name = "ghe"
+		ghe.AuthURL, ghe.TokenURL, ghe.APIURL = api.URL+"/login/oauth/authorize", api.URL+"/login/oauth/access_token", api.URL+"/api/v3"
+		svc, err := federation.New(federation.Config{Store: st, BaseURL: rpBase,
+			Providers: []federation.Provider{federation.GitHub("gh-id", "gh-secret"), ghe}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := addUser(t, st, "victim@example.com", true, true)
+		if err := svc.Link(ctx, victim, &federation.Result{Provider: "github", Issuer: federation.GitHubIssuer, Subject: "4242"}); err != nil {
+			t.Fatal(err)
+		}
+		binding := federation.NewBinding()
+		authURL, err := svc.Begin(ctx, "ghe", binding, "/", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, _ := url.Parse(authURL)
+		res, err := svc.Finish(ctx, "ghe", binding, url.Values{"state": {u.Query().Get("state")}, "code": {"c"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Issuer == federation.GitHubIssuer {
+			t.Errorf("a GitHub Enterprise identity recorded with github.com's issuer")
+		}
+		if d, err := svc.Resolve(ctx, res); err == nil && d.UserID == victim {
+			t.Fatalf("GitHub Enterprise user 4242 signs in to github.com user 4242's account: %+v", d)
+		}
+		// Two providers of different kinds cannot claim one issuer.
+		_, err = federation.New(federation.Config{Store: st, BaseURL: rpBase, Providers: []federation.Provider{
+			federation.GitHub("gh-id", "gh-secret"),
+			{Name: "fake", Kind: federation.KindOIDC, Issuer: federation.GitHubIssuer, ClientID: "x"}}})
+		if err == nil {
+			t.Errorf("an OpenID provider sharing GitHub's issuer was accepted")
+		}
+	})
+}
