@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -183,6 +184,46 @@ func TestReviewGitHubEnterpriseIsNotGitHub(t *testing.T) {
 			{Name: "fake", Kind: federation.KindOIDC, Issuer: federation.GitHubIssuer, ClientID: "x"}}})
 		if err == nil {
 			t.Errorf("an OpenID provider sharing GitHub's issuer was accepted")
+		}
+	})
+}
+
+// Two removals at once of an account's only two identities (no password,
+// no passkey) must not both succeed: that would leave the account with no
+// way to sign in, which Unlink exists to prevent.
+func TestReviewConcurrentUnlinkKeepsOneSignIn(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		svc, err := federation.New(federation.Config{Store: st, BaseURL: rpBase})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := range 50 {
+			user := addUser(t, st, fmt.Sprintf("only-ext-%d@example.com", round), true, false)
+			for _, sub := range []string{"a", "b"} {
+				if err := svc.Link(ctx, user, &federation.Result{Provider: "corp", Issuer: "https://idp.example", Subject: fmt.Sprint(round, sub)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ids, err := svc.Identities(ctx, user)
+			if err != nil || len(ids) != 2 {
+				t.Fatalf("identities: %v %v", ids, err)
+			}
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for _, id := range ids {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_ = svc.Unlink(ctx, user, id.ID)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if left, err := svc.Identities(ctx, user); err != nil || len(left) == 0 {
+				t.Fatalf("round %d: concurrent removals left the account no way to sign in (%v)", round, err)
+			}
 		}
 	})
 }
