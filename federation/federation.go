@@ -163,6 +163,9 @@ type provider struct {
 	mu       sync.Mutex
 	oidc     *oidc.Provider // discovered on first use
 	verifier *oidc.IDTokenVerifier
+	// issParam: the provider announces that its authorization responses
+	// carry iss (RFC 9207), so one without it is refused.
+	issParam bool
 }
 
 // New checks cfg and returns the Service. OpenID Connect discovery happens
@@ -287,7 +290,11 @@ func (p *provider) setup(ctx context.Context) (*oauth2.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: discovery of %s: %v", ErrProvider, p.Issuer, err)
 		}
-		p.oidc = op
+		var md struct {
+			ISS bool `json:"authorization_response_iss_parameter_supported"`
+		}
+		_ = op.Claims(&md)
+		p.oidc, p.issParam = op, md.ISS
 		p.verifier = op.Verifier(&oidc.Config{ClientID: p.ClientID, Now: p.svc.cfg.Now})
 	}
 	conf.Endpoint = p.oidc.Endpoint()
@@ -430,9 +437,15 @@ func (s *Service) Finish(ctx context.Context, name, binding string, query url.Va
 	if err != nil {
 		return nil, err
 	}
-	if iss := query.Get("iss"); iss != "" && p.Kind == KindOIDC && iss != p.Issuer {
-		// RFC 9207: the answer comes from another issuer.
-		return nil, fmt.Errorf("%w: the authorization response names issuer %q", ErrProvider, iss)
+	if p.Kind == KindOIDC {
+		// RFC 9207: the answer comes from another issuer, or lacks the
+		// iss its provider says every answer carries.
+		p.mu.Lock()
+		issParam := p.issParam
+		p.mu.Unlock()
+		if iss, ok := query["iss"]; (ok && (len(iss) != 1 || iss[0] != p.Issuer)) || (!ok && issParam) {
+			return nil, fmt.Errorf("%w: the authorization response does not name this provider's issuer", ErrProvider)
+		}
 	}
 	hctx := s.ctx(ctx)
 	tok, err := conf.Exchange(hctx, query.Get("code"), oauth2.VerifierOption(row.Verifier))

@@ -28,6 +28,9 @@ import (
 type rawIdP struct {
 	ts  *httptest.Server
 	key *rsa.PrivateKey
+	// issParam: the discovery document says authorization responses
+	// carry iss (RFC 9207).
+	issParam bool
 
 	mu     sync.Mutex
 	claims map[string]any // of the next ID token; iss, exp, iat and at_hash added
@@ -47,7 +50,8 @@ func newRawIdP(t *testing.T) *rawIdP {
 	t.Cleanup(p.ts.Close)
 	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"issuer": p.ts.URL, "authorization_endpoint": p.ts.URL + "/authorize",
-			"token_endpoint": p.ts.URL + "/token", "jwks_uri": p.ts.URL + "/jwks", "id_token_signing_alg_values_supported": []string{"RS256"}})
+			"token_endpoint": p.ts.URL + "/token", "jwks_uri": p.ts.URL + "/jwks", "id_token_signing_alg_values_supported": []string{"RS256"},
+			"authorization_response_iss_parameter_supported": p.issParam})
 	})
 	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
@@ -223,6 +227,52 @@ func TestReviewConcurrentUnlinkKeepsOneSignIn(t *testing.T) {
 			wg.Wait()
 			if left, err := svc.Identities(ctx, user); err != nil || len(left) == 0 {
 				t.Fatalf("round %d: concurrent removals left the account no way to sign in (%v)", round, err)
+			}
+		}
+	})
+}
+
+// A provider that announces RFC 9207 puts iss in every authorization
+// response: an answer without it, or naming another issuer, is a mix-up
+// (another provider's response replayed at this callback) and refused.
+func TestReviewAuthorizationResponseIssuer(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, st *storage.Store) {
+		ctx := context.Background()
+		p := newRawIdP(t)
+		p.issParam = true
+		svc, err := federation.New(federation.Config{Store: st, BaseURL: rpBase, Providers: []federation.Provider{{
+			Name: "raw", Kind: federation.KindOIDC, Issuer: p.ts.URL, ClientID: "our-client", ClientSecret: "s"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name string
+			iss  []string
+			ok   bool
+		}{
+			{"its issuer", []string{p.ts.URL}, true},
+			{"no iss", nil, false},
+			{"another issuer", []string{"https://evil.example"}, false},
+		} {
+			binding := federation.NewBinding()
+			authURL, err := svc.Begin(ctx, "raw", binding, "/", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := url.Parse(authURL)
+			p.mu.Lock()
+			p.claims = map[string]any{"aud": "our-client", "sub": "s-1", "nonce": u.Query().Get("nonce")}
+			p.mu.Unlock()
+			q := url.Values{"state": {u.Query().Get("state")}, "code": {"c"}}
+			if tc.iss != nil {
+				q["iss"] = tc.iss
+			}
+			res, err := svc.Finish(ctx, "raw", binding, q)
+			switch {
+			case tc.ok && err != nil:
+				t.Errorf("%s: refused: %v", tc.name, err)
+			case !tc.ok && !errors.Is(err, federation.ErrProvider):
+				t.Errorf("%s: accepted (%+v, %v)", tc.name, res, err)
 			}
 		}
 	})
