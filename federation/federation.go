@@ -132,7 +132,9 @@ type Config struct {
 // CallbackPath is where provider name redirects back to.
 func CallbackPath(name string) string { return "/auth/external/" + name + "/callback" }
 
-// Errors of a sign-in. Their text is safe to show.
+// Errors of a sign-in. Their text is safe to show; an error that wraps
+// one (ErrProvider with the provider's answer, for instance) is for the
+// log: show the sentinel it matches with errors.Is, not its Error().
 var (
 	ErrUnknownProvider = errors.New("this sign-in provider is not configured")
 	ErrBadState        = errors.New("this sign-in link was already used, has expired, or was started in another browser; start again")
@@ -391,7 +393,11 @@ type Result struct {
 	MFA bool
 	// ReturnTo is the local path the sign-in was started for.
 	ReturnTo string
-	// UserID is the signed-in person who started a link, or 0.
+	// UserID is the signed-in person who started a link, or 0. Resolve
+	// links the identity to this account whatever the provider's email
+	// says, so the caller checks first that the browser is still signed in
+	// as UserID (the person may have signed out, and another signed in,
+	// while the provider's page was open) and refuses otherwise.
 	UserID int64
 }
 
