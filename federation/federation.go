@@ -77,7 +77,9 @@ type Provider struct {
 	Label string
 	Kind  Kind
 	// Issuer is an OpenID Connect provider's issuer URL (KindOIDC); for
-	// GitHub it is recorded with the identities (default GitHubIssuer).
+	// GitHub it is recorded with the identities (default GitHubIssuer, or
+	// AuthURL's origin when AuthURL is set: a GitHub Enterprise server's
+	// user ids are not github.com's).
 	Issuer       string
 	ClientID     string
 	ClientSecret string
@@ -130,7 +132,9 @@ type Config struct {
 // CallbackPath is where provider name redirects back to.
 func CallbackPath(name string) string { return "/auth/external/" + name + "/callback" }
 
-// Errors of a sign-in. Their text is safe to show.
+// Errors of a sign-in. Their text is safe to show; an error that wraps
+// one (ErrProvider with the provider's answer, for instance) is for the
+// log: show the sentinel it matches with errors.Is, not its Error().
 var (
 	ErrUnknownProvider = errors.New("this sign-in provider is not configured")
 	ErrBadState        = errors.New("this sign-in link was already used, has expired, or was started in another browser; start again")
@@ -161,6 +165,9 @@ type provider struct {
 	mu       sync.Mutex
 	oidc     *oidc.Provider // discovered on first use
 	verifier *oidc.IDTokenVerifier
+	// issParam: the provider announces that its authorization responses
+	// carry iss (RFC 9207), so one without it is refused.
+	issParam bool
 }
 
 // New checks cfg and returns the Service. OpenID Connect discovery happens
@@ -184,6 +191,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Now = time.Now
 	}
 	s := &Service{cfg: cfg, db: cfg.Store.DB, providers: map[string]*provider{}}
+	kinds := map[string]Kind{}
 	for _, p := range cfg.Providers {
 		if !nameRE.MatchString(p.Name) {
 			return nil, fmt.Errorf("federation: provider name %q: want lower-case letters, digits and hyphens", p.Name)
@@ -213,14 +221,29 @@ func New(cfg Config) (*Service, error) {
 			if len(p.Scopes) == 0 {
 				p.Scopes = []string{"read:user", "user:email"}
 			}
+			if p.Issuer == "" && p.AuthURL != "" {
+				// A GitHub Enterprise server numbers its users on its own:
+				// its identities are its origin's, never github.com's.
+				u, err := url.Parse(p.AuthURL)
+				if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+					return nil, fmt.Errorf("federation: provider %q: authorization URL %q is not an http(s) URL", p.Name, p.AuthURL)
+				}
+				p.Issuer = u.Scheme + "://" + u.Host
+			}
 			p.AuthURL = cmpOr(p.AuthURL, "https://github.com/login/oauth/authorize")
 			p.TokenURL = cmpOr(p.TokenURL, "https://github.com/login/oauth/access_token")
 			p.APIURL = strings.TrimRight(cmpOr(p.APIURL, "https://api.github.com"), "/")
-			// The issuer names GitHub (or a GitHub Enterprise server).
 			p.Issuer = cmpOr(p.Issuer, GitHubIssuer)
 		default:
 			return nil, fmt.Errorf("federation: provider %q: unknown kind %q", p.Name, p.Kind)
 		}
+		// Identities are keyed by issuer and subject: providers of
+		// different kinds (whose subjects mean different things) cannot
+		// share an issuer.
+		if k, ok := kinds[p.Issuer]; ok && k != p.Kind {
+			return nil, fmt.Errorf("federation: provider %q: issuer %q is another kind of provider's", p.Name, p.Issuer)
+		}
+		kinds[p.Issuer] = p.Kind
 		s.providers[p.Name] = &provider{Provider: p, svc: s}
 		s.order = append(s.order, p.Name)
 	}
@@ -269,7 +292,11 @@ func (p *provider) setup(ctx context.Context) (*oauth2.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: discovery of %s: %v", ErrProvider, p.Issuer, err)
 		}
-		p.oidc = op
+		var md struct {
+			ISS bool `json:"authorization_response_iss_parameter_supported"`
+		}
+		_ = op.Claims(&md)
+		p.oidc, p.issParam = op, md.ISS
 		p.verifier = op.Verifier(&oidc.Config{ClientID: p.ClientID, Now: p.svc.cfg.Now})
 	}
 	conf.Endpoint = p.oidc.Endpoint()
@@ -366,7 +393,11 @@ type Result struct {
 	MFA bool
 	// ReturnTo is the local path the sign-in was started for.
 	ReturnTo string
-	// UserID is the signed-in person who started a link, or 0.
+	// UserID is the signed-in person who started a link, or 0. Resolve
+	// links the identity to this account whatever the provider's email
+	// says, so the caller checks first that the browser is still signed in
+	// as UserID (the person may have signed out, and another signed in,
+	// while the provider's page was open) and refuses otherwise.
 	UserID int64
 }
 
@@ -412,9 +443,15 @@ func (s *Service) Finish(ctx context.Context, name, binding string, query url.Va
 	if err != nil {
 		return nil, err
 	}
-	if iss := query.Get("iss"); iss != "" && p.Kind == KindOIDC && iss != p.Issuer {
-		// RFC 9207: the answer comes from another issuer.
-		return nil, fmt.Errorf("%w: the authorization response names issuer %q", ErrProvider, iss)
+	if p.Kind == KindOIDC {
+		// RFC 9207: the answer comes from another issuer, or lacks the
+		// iss its provider says every answer carries.
+		p.mu.Lock()
+		issParam := p.issParam
+		p.mu.Unlock()
+		if iss, ok := query["iss"]; (ok && (len(iss) != 1 || iss[0] != p.Issuer)) || (!ok && issParam) {
+			return nil, fmt.Errorf("%w: the authorization response does not name this provider's issuer", ErrProvider)
+		}
 	}
 	hctx := s.ctx(ctx)
 	tok, err := conf.Exchange(hctx, query.Get("code"), oauth2.VerifierOption(row.Verifier))
@@ -450,14 +487,15 @@ func (p *provider) openID(ctx context.Context, tok *oauth2.Token, nonce string, 
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(nonce)) != 1 {
 		return fmt.Errorf("%w: the ID token's nonce is not this sign-in's", ErrProvider)
 	}
-	if len(idt.Audience) != 1 && idt.AccessTokenHash == "" {
-		// Several audiences are fine for go-oidc; azp is then ours to check.
-		var c struct {
-			AZP string `json:"azp"`
-		}
-		if err := idt.Claims(&c); err != nil || c.AZP != p.ClientID {
-			return fmt.Errorf("%w: the ID token was issued to another party", ErrProvider)
-		}
+	// go-oidc checks that the audience includes us; azp is ours to check
+	// (OpenID Connect Core 3.1.3.7): with several audiences it must be
+	// present, and when present it must name us, at_hash or not.
+	var c struct {
+		AZP *string `json:"azp"`
+	}
+	if err := idt.Claims(&c); err != nil ||
+		(c.AZP == nil && len(idt.Audience) != 1) || (c.AZP != nil && *c.AZP != p.ClientID) {
+		return fmt.Errorf("%w: the ID token was issued to another party", ErrProvider)
 	}
 	if idt.AccessTokenHash != "" {
 		if err := idt.VerifyAccessToken(tok.AccessToken); err != nil {

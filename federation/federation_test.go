@@ -354,6 +354,7 @@ func TestGitHubPreset(t *testing.T) {
 		defer api.Close()
 		gh := federation.GitHub("gh-id", "gh-secret")
 		gh.AuthURL, gh.TokenURL, gh.APIURL = api.URL+"/authorize", api.URL+"/token", api.URL+"/api"
+		gh.Issuer = federation.GitHubIssuer // the stand-in plays github.com itself
 		svc, err := federation.New(federation.Config{Store: st, BaseURL: rpBase, Providers: []federation.Provider{gh}})
 		if err != nil {
 			t.Fatal(err)

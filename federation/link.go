@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // Identity is an external identity linked to an account.
@@ -193,6 +195,18 @@ func (s *Service) Identities(ctx context.Context, userID int64) ([]Identity, err
 // last way to sign in (no password, no passkey, no other identity).
 func (s *Service) Unlink(ctx context.Context, userID, id int64) error {
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// Removals of one account's identities take turns (the account's
+		// row locked on PostgreSQL; SQLite has one writer): two at once
+		// would each see the other identity left and remove both.
+		if s.cfg.Store.Dialect() == storage.Postgres {
+			var locked int64
+			if err := tx.NewSelect().Table("users").Column("id").Where("id = ?", userID).For("UPDATE").Scan(ctx, &locked); err != nil {
+				if errors.Is(err, sql.ErrNoRows) {
+					return ErrNotFound
+				}
+				return fmt.Errorf("federation: unlink: %w", err)
+			}
+		}
 		var row Identity
 		err := tx.NewSelect().Model(&row).Where("id = ? AND user_id = ?", id, userID).Scan(ctx)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -107,6 +107,10 @@ func (o oidcStore) GetOpenIDConnectSession(ctx context.Context, code string, _ f
 
 func (o oidcStore) DeleteOpenIDConnectSession(context.Context, string) error { return nil }
 
+// maxNonceLen bounds the nonce, which the code's row keeps and the ID
+// token repeats.
+const maxNonceLen = 512
+
 // checkOpenIDParams refuses the OpenID Connect authorization parameters
 // this server does not implement, before fosite reads them: request
 // objects (fosite would fetch a request_uri itself, around the client
@@ -120,6 +124,9 @@ func checkOpenIDParams(form url.Values) error {
 		return fosite.ErrRequestURINotSupported.WithHint("Request objects are not supported; send the parameters in the query.")
 	case form.Get("max_age") != "":
 		return fosite.ErrInvalidRequest.WithHint("The max_age parameter is not supported.")
+	case len(form.Get("nonce")) > maxNonceLen:
+		// Kept with the code and copied into the ID token.
+		return fosite.ErrInvalidRequest.WithHintf("The nonce is longer than %d characters.", maxNonceLen)
 	}
 	for _, p := range strings.Fields(form.Get("prompt")) {
 		if p == "none" || p == "login" {
