@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode"
 
 	"github.com/enclave-mcp/enclave/mail"
 )
@@ -238,7 +239,10 @@ func attachmentFilename(name string) string {
 		name = name[i+1:]
 	}
 	name = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == '"' {
+		// Controls (C0 and C1) and format characters (bidi overrides
+		// and isolates, zero-width characters): a right-to-left override
+		// makes "invoice\u202Efdp.exe" read "invoiceexe.pdf".
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '"' {
 			return -1
 		}
 		return r
