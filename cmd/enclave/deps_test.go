@@ -16,8 +16,11 @@ import (
 // package pulls github.com/ory/x/otelx with its Jaeger, Zipkin and OTLP
 // exporters (gRPC, gogo protobuf, logrus). The standard library alone is
 // about 236 of them. The NATS bus (cluster, -tags nats) is not counted: the
-// default build leaves it out.
-const rootPackageBudget = 722
+// default build leaves it out. Of the last rise (715 to 740): goldmark
+// (community readmes, 9), go-oidc with go-jose v4 (sign in with external
+// providers, 4; fosite itself is on go-jose v3), fosite's openid handlers,
+// mcp-go's client (remote MCP servers, 2) and the new domains' own packages.
+const rootPackageBudget = 740
 
 // testOnly reports whether an import path is a package made for tests.
 func testOnly(p string) bool {
