@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/go-jose/go-jose/v3"
+	"github.com/go-jose/go-jose/v3/jwt"
 
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/oauth"
@@ -60,5 +64,46 @@ func TestOIDCIDJAGReviewEmailDomainTakeover(t *testing.T) {
 	a = idjagRedeem(t, s, clientID, idp.mint(nil, idp.claims(idjagPerson{Sub: "00u-alice", Email: strings.ToUpper(alice.Email), Verified: true}, s.URL, s.URL+"/mcp", clientID, "mcp")))
 	if a.Status != http.StatusOK || a.AccessToken == "" {
 		t.Fatalf("an IdP of example.com could not link %s: %+v", alice.Email, a)
+	}
+}
+
+// Review of #29 (ID-JAG): explicit typing holds only if typ is signed.
+// A JWT the IdP signed without typ (an ID token, say, or any other token
+// of its own) re-wrapped in the JWS JSON serialization with an unprotected
+// header typ oauth-id-jag+jwt must not pass as an ID-JAG: only the compact
+// serialization, whose headers are all protected, is accepted.
+func TestOIDCIDJAGReviewUnprotectedTyp(t *testing.T) {
+	idp := newIDJAGIdP(t)
+	s := enclavetest.Start(t, enclavetest.Options{Config: idjagConfig(idp)})
+	alice := s.CreateUser(t, "alice")
+	clientID := idjagRegister(t, s, "enterprise agent", "authorization_code", oauth.GrantTypeJWTBearer)
+	claims := idp.claims(idjagPerson{Sub: "00u-alice", Email: alice.Email, Verified: true}, s.URL, s.URL+"/mcp", clientID, "mcp")
+
+	// Signed by the IdP's key, with no typ in the protected header.
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: idp.key}, (&jose.SignerOptions{}).WithHeader("kid", idp.kid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact, err := jwt.Signed(signer).Claims(claims).CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := idjagRedeem(t, s, clientID, compact); a.Status != http.StatusBadRequest || a.AccessToken != "" {
+		t.Fatalf("a JWT without typ redeemed: %+v", a)
+	}
+	parts := strings.Split(compact, ".")
+	wrapped, _ := json.Marshal(map[string]any{
+		"protected": parts[0],
+		"header":    map[string]string{"typ": oauth.IDJAGType},
+		"payload":   parts[1],
+		"signature": parts[2],
+	})
+	a := idjagRedeem(t, s, clientID, string(wrapped))
+	if a.Status != http.StatusBadRequest || a.Error != "invalid_grant" || a.AccessToken != "" {
+		t.Fatalf("a JWT without a signed typ redeemed as an ID-JAG through the JSON serialization: %+v", a)
+	}
+	// The same claims as a proper ID-JAG redeem: the refusal was the typ.
+	if a := idjagRedeem(t, s, clientID, idp.mint(nil, claims)); a.Status != http.StatusOK {
+		t.Fatalf("the well-typed assertion was refused: %+v", a)
 	}
 }

@@ -323,6 +323,12 @@ func (s *Server) verifyIDJAG(ctx context.Context, raw string) (*idjagClaims, *tr
 	if len(raw) > idjagMaxBytes {
 		return nil, nil, invalidGrant("The assertion is too large.")
 	}
+	// Only the compact serialization, whose headers are all signed: in the
+	// JSON one an unprotected header could supply typ (or kid) to a JWT
+	// the IdP signed for another purpose.
+	if strings.Count(raw, ".") != 2 || strings.HasPrefix(strings.TrimSpace(raw), "{") {
+		return nil, nil, invalidGrant("The assertion is not a signed JWT in compact serialization.")
+	}
 	tok, err := jwt.ParseSigned(raw)
 	if err != nil || len(tok.Headers) != 1 {
 		return nil, nil, invalidGrant("The assertion is not a signed JWT.")
