@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/go-jose/go-jose/v3"
@@ -106,4 +107,50 @@ func TestOIDCIDJAGReviewUnprotectedTyp(t *testing.T) {
 	if a := idjagRedeem(t, s, clientID, idp.mint(nil, claims)); a.Status != http.StatusOK {
 		t.Fatalf("the well-typed assertion was refused: %+v", a)
 	}
+}
+
+// Review of #29 (ID-JAG): the single use of a jti holds across replicas
+// (two servers on one database, as behind a load balancer), with
+// redemptions of one assertion racing at both: exactly one wins, and a
+// later one at either is a replay. The record is a conditional write in
+// the shared database, not a per-process cache.
+func TestOIDCIDJAGReviewReplayAcrossReplicas(t *testing.T) {
+	idp := newIDJAGIdP(t)
+	enclavetest.Each(t, enclavetest.Options{Config: idjagConfig(idp)}, func(t *testing.T, s *enclavetest.Server) {
+		replica := s.Replica(t)
+		alice := s.CreateUser(t, "alice")
+		clientID := idjagRegister(t, s, "enterprise agent", "authorization_code", oauth.GrantTypeJWTBearer)
+		for round := range 3 {
+			jag := idp.mint(nil, idp.claims(idjagPerson{Sub: "00u-alice", Email: alice.Email, Verified: true}, s.URL, s.URL+"/mcp", clientID, "mcp"))
+			const n = 8
+			statuses := make([]int, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				at := s
+				if i%2 == 1 {
+					at = replica
+				}
+				wg.Go(func() { statuses[i] = idjagRedeem(t, at, clientID, jag).Status })
+			}
+			wg.Wait()
+			wins := 0
+			for _, st := range statuses {
+				switch st {
+				case http.StatusOK:
+					wins++
+				case http.StatusBadRequest:
+				default:
+					t.Errorf("round %d: a racing redemption answered %d", round, st)
+				}
+			}
+			if wins != 1 {
+				t.Fatalf("round %d: %d of %d redemptions of one assertion at two replicas won, want 1 (%v)", round, wins, n, statuses)
+			}
+			for _, at := range []*enclavetest.Server{s, replica} {
+				if a := idjagRedeem(t, at, clientID, jag); a.Status != http.StatusBadRequest || !strings.Contains(a.Description, "already used") {
+					t.Fatalf("round %d: a later replay: %+v", round, a)
+				}
+			}
+		}
+	})
 }
