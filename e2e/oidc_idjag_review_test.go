@@ -154,3 +154,28 @@ func TestOIDCIDJAGReviewReplayAcrossReplicas(t *testing.T) {
 		}
 	})
 }
+
+// Review of #29 (ID-JAG): an ID-JAG is for one authorization server. One
+// naming this server among others could be redeemed here by any of the
+// others it was shown to (as the client: the client_id of a public
+// client is no secret), so an aud of more than one value is refused; an
+// array of just this server's issuer is fine.
+func TestOIDCIDJAGReviewSingleAudience(t *testing.T) {
+	idp := newIDJAGIdP(t)
+	s := enclavetest.Start(t, enclavetest.Options{Config: idjagConfig(idp)})
+	alice := s.CreateUser(t, "alice")
+	clientID := idjagRegister(t, s, "enterprise agent", "authorization_code", oauth.GrantTypeJWTBearer)
+	person := idjagPerson{Sub: "00u-alice", Email: alice.Email, Verified: true}
+
+	multi := idp.claims(person, s.URL, s.URL+"/mcp", clientID, "mcp")
+	multi["aud"] = []string{"https://other-as.example", s.URL}
+	a := idjagRedeem(t, s, clientID, idp.mint(nil, multi))
+	if a.Status != http.StatusBadRequest || a.Error != "invalid_grant" || !strings.Contains(a.Description, "audience") || a.AccessToken != "" {
+		t.Fatalf("an ID-JAG for two authorization servers redeemed: %+v", a)
+	}
+	single := idp.claims(person, s.URL, s.URL+"/mcp", clientID, "mcp")
+	single["aud"] = []string{s.URL}
+	if a := idjagRedeem(t, s, clientID, idp.mint(nil, single)); a.Status != http.StatusOK {
+		t.Fatalf("an aud array of this server alone was refused: %+v", a)
+	}
+}

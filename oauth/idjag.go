@@ -374,8 +374,10 @@ func (s *Server) verifyIDJAG(ctx context.Context, raw string) (*idjagClaims, *tr
 	switch {
 	case claims.Issuer != idp.cfg.Issuer:
 		return nil, nil, invalidGrant("The assertion's issuer is not a trusted identity provider of this server.")
-	case !claims.Audience.Contains(s.issuer):
-		return nil, nil, invalidGrant("The assertion's audience is not this authorization server (" + s.issuer + ").")
+	case len(claims.Audience) != 1 || claims.Audience[0] != s.issuer:
+		// One audience: an ID-JAG naming other servers too could be
+		// redeemed here by any of them.
+		return nil, nil, invalidGrant("The assertion's audience is not this authorization server (" + s.issuer + ") alone.")
 	case claims.Expiry == nil || claims.IssuedAt == nil:
 		return nil, nil, invalidGrant("The assertion must carry exp and iat.")
 	case now.After(claims.Expiry.Time().Add(IDJAGClockSkew)):
