@@ -160,13 +160,14 @@ func idjagSign(key, fallback *ecdsa.PrivateKey, kid, typ string, claims map[stri
 	return out
 }
 
-// idjagConfig trusts idp (on loopback, over its test certificate).
+// idjagConfig trusts idp (on loopback, over its test certificate) to
+// vouch for addresses of example.com (enclavetest's users).
 func idjagConfig(idp *idjagIdP, clientIDs ...string) enclave.Config {
 	pool := x509.NewCertPool()
 	pool.AddCert(idp.ts.Certificate())
 	var cfg enclave.Config
 	cfg.OAuth.Enterprise = oauth.EnterpriseOptions{
-		IdPs:         []oauth.TrustedIdP{{Issuer: idp.ts.URL, JWKSURL: idp.ts.URL + "/jwks", ClientIDs: clientIDs}},
+		IdPs:         []oauth.TrustedIdP{{Issuer: idp.ts.URL, JWKSURL: idp.ts.URL + "/jwks", ClientIDs: clientIDs, EmailDomains: []string{"example.com"}}},
 		AllowPrivate: true,
 		TLSConfig:    &tls.Config{RootCAs: pool},
 	}

@@ -69,6 +69,28 @@ type TrustedIdP struct {
 	// ClientIDs, when not empty, are the only clients (their client_id at
 	// this server) that may redeem this IdP's assertions.
 	ClientIDs []string `json:"clientIds,omitempty"`
+	// EmailDomains are the email domains the IdP vouches for: a first
+	// assertion links an account by its verified email only when the
+	// address is of one of them (exact, case-insensitive; a subdomain
+	// must be listed itself). Empty: the IdP links by subject only, never
+	// by email, since any IdP can assert any address, and linking by an
+	// address of a domain it does not own would hand it that account.
+	EmailDomains []string `json:"emailDomains,omitempty"`
+}
+
+// vouchesFor reports whether email is of one of the IdP's email domains.
+func (idp TrustedIdP) vouchesFor(email string) bool {
+	at := strings.LastIndexByte(email, '@')
+	if at <= 0 {
+		return false
+	}
+	domain := email[at+1:]
+	for _, d := range idp.EmailDomains {
+		if strings.EqualFold(d, domain) {
+			return true
+		}
+	}
+	return false
 }
 
 // EnterpriseOptions configures enterprise-managed authorization. With no
@@ -105,12 +127,17 @@ func (o EnterpriseOptions) check() error {
 				return fmt.Errorf("oauth: trusted IdP %q: empty or malformed client id", idp.Issuer)
 			}
 		}
+		for _, d := range idp.EmailDomains {
+			if d == "" || len(d) > 253 || strings.ContainsAny(d, "@/ \t") || !strings.Contains(d, ".") || !storable(d) {
+				return fmt.Errorf("oauth: trusted IdP %q: email domain %q: want a domain name such as corp.example", idp.Issuer, d)
+			}
+		}
 	}
 	return nil
 }
 
 // ParseTrustedIdP reads a trusted IdP from its flag form:
-// issuer=URL,jwks-url=URL[,client-ids=ID ID ...].
+// issuer=URL,jwks-url=URL[,client-ids=ID ID ...][,email-domains=D D ...].
 func ParseTrustedIdP(v string) (TrustedIdP, error) {
 	var idp TrustedIdP
 	for _, part := range strings.Split(v, ",") {
@@ -125,8 +152,10 @@ func ParseTrustedIdP(v string) (TrustedIdP, error) {
 			idp.JWKSURL = val
 		case "client-ids":
 			idp.ClientIDs = strings.Fields(val)
+		case "email-domains":
+			idp.EmailDomains = strings.Fields(val)
 		default:
-			return idp, fmt.Errorf("unknown key %q: want issuer, jwks-url or client-ids", k)
+			return idp, fmt.Errorf("unknown key %q: want issuer, jwks-url, client-ids or email-domains", k)
 		}
 	}
 	if err := (EnterpriseOptions{IdPs: []TrustedIdP{idp}}).check(); err != nil {
@@ -136,7 +165,7 @@ func ParseTrustedIdP(v string) (TrustedIdP, error) {
 }
 
 // LoadTrustedIdPs reads a JSON array of trusted IdPs (issuer, jwksUrl,
-// clientIds) from the file at path and checks them.
+// clientIds, emailDomains) from the file at path and checks them.
 func LoadTrustedIdPs(path string) ([]TrustedIdP, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -146,7 +175,7 @@ func LoadTrustedIdPs(path string) ([]TrustedIdP, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&idps); err != nil {
-		return nil, fmt.Errorf("%s: want a JSON array of {issuer, jwksUrl, clientIds}: %w", path, err)
+		return nil, fmt.Errorf("%s: want a JSON array of {issuer, jwksUrl, clientIds, emailDomains}: %w", path, err)
 	}
 	if err := (EnterpriseOptions{IdPs: idps}).check(); err != nil {
 		return nil, fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "oauth: "))
@@ -250,7 +279,7 @@ func (h *idjagHandler) HandleTokenEndpointRequest(ctx context.Context, r fosite.
 		}
 		return err
 	}
-	userID, err := s.linkEnterpriseIdentity(ctx, claims)
+	userID, err := s.linkEnterpriseIdentity(ctx, claims, idp.cfg)
 	if err != nil {
 		return err
 	}
@@ -293,6 +322,12 @@ func (h *idjagHandler) PopulateTokenEndpointResponse(ctx context.Context, r fosi
 func (s *Server) verifyIDJAG(ctx context.Context, raw string) (*idjagClaims, *trustedIdP, error) {
 	if len(raw) > idjagMaxBytes {
 		return nil, nil, invalidGrant("The assertion is too large.")
+	}
+	// Only the compact serialization, whose headers are all signed: in the
+	// JSON one an unprotected header could supply typ (or kid) to a JWT
+	// the IdP signed for another purpose.
+	if strings.Count(raw, ".") != 2 || strings.HasPrefix(strings.TrimSpace(raw), "{") {
+		return nil, nil, invalidGrant("The assertion is not a signed JWT in compact serialization.")
 	}
 	tok, err := jwt.ParseSigned(raw)
 	if err != nil || len(tok.Headers) != 1 {
@@ -339,8 +374,10 @@ func (s *Server) verifyIDJAG(ctx context.Context, raw string) (*idjagClaims, *tr
 	switch {
 	case claims.Issuer != idp.cfg.Issuer:
 		return nil, nil, invalidGrant("The assertion's issuer is not a trusted identity provider of this server.")
-	case !claims.Audience.Contains(s.issuer):
-		return nil, nil, invalidGrant("The assertion's audience is not this authorization server (" + s.issuer + ").")
+	case len(claims.Audience) != 1 || claims.Audience[0] != s.issuer:
+		// One audience: an ID-JAG naming other servers too could be
+		// redeemed here by any of them.
+		return nil, nil, invalidGrant("The assertion's audience is not this authorization server (" + s.issuer + ") alone.")
 	case claims.Expiry == nil || claims.IssuedAt == nil:
 		return nil, nil, invalidGrant("The assertion must carry exp and iat.")
 	case now.After(claims.Expiry.Time().Add(IDJAGClockSkew)):
@@ -424,15 +461,18 @@ func enterpriseIdentityID(issuer, subject string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+var errForeignEmailDomain = invalidGrant("No account is linked to this identity, and the assertion's email is not of a domain this server lets the identity provider vouch for.")
+
 var errNoLinkedAccount = invalidGrant("No account is linked to this identity, and the assertion carries no verified email address of an account that could be linked.")
 
 // linkEnterpriseIdentity finds the account of an assertion's subject: the
 // (issuer, sub) identity linked before, else the account whose verified
-// email is the assertion's verified email, which it then links (unless
+// email is the assertion's verified email of a domain the IdP vouches for
+// (TrustedIdP.EmailDomains), which it then links (unless
 // that account is already linked to another subject of the same issuer:
 // an email the IdP reassigned never moves an account to a new person).
 // No account is created.
-func (s *Server) linkEnterpriseIdentity(ctx context.Context, claims *idjagClaims) (int64, error) {
+func (s *Server) linkEnterpriseIdentity(ctx context.Context, claims *idjagClaims, idp TrustedIdP) (int64, error) {
 	id := enterpriseIdentityID(claims.Issuer, claims.Subject)
 	now := s.opts.Now().UTC()
 	var row enterpriseIdentityRow
@@ -450,6 +490,9 @@ func (s *Server) linkEnterpriseIdentity(ctx context.Context, claims *idjagClaims
 	email := strings.ToLower(strings.TrimSpace(claims.Email))
 	if email == "" || !claims.emailVerified() {
 		return 0, errNoLinkedAccount
+	}
+	if !idp.vouchesFor(email) {
+		return 0, errForeignEmailDomain
 	}
 	var userID int64
 	err = s.store.db.DB.NewSelect().Table("users").Column("id").

@@ -73,6 +73,12 @@ func (t *trustedIdPs) keys(ctx context.Context, idp *trustedIdP, kid string) ([]
 	if fresh && (kid == "" || hasKid(idp.keySet, kid)) {
 		return idp.keySet, nil
 	}
+	// A set older than twice its age limit is never used: a key the IdP
+	// rotated out must not stay trusted for as long as its key set
+	// endpoint can be kept failing.
+	if idp.keySet != nil && now.Sub(idp.fetchedAt) >= 2*idpJWKSCacheTTL {
+		idp.keySet = nil
+	}
 	if !idp.tried.IsZero() && now.Sub(idp.tried) < idpJWKSRefetchIn {
 		if idp.keySet != nil {
 			return idp.keySet, nil

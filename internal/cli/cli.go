@@ -259,11 +259,11 @@ func (o *options) register(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&o.signInFile, "sign-in-providers-file", "", "a JSON file holding an array of sign-in providers (name, label, issuer, tenant, clientId, clientSecretFile, scopes, trustMfa), besides --sign-in-provider")
 	fs.StringVar(&o.integrationsFile, "integrations-file", "", "a JSON file holding an array of OAuth providers (name, issuer or authUrl and tokenUrl, revokeUrl, clientId, clientSecretFile, scopes, apiHosts), besides --integration")
-	fs.Func("enterprise-idp", "an enterprise identity provider whose ID-JAGs agents may redeem for tokens with the JWT bearer grant (repeatable): issuer=URL,jwks-url=URL[,client-ids=ID ID ...] (default none: the grant is off; see docs/oauth.md)", func(v string) error {
+	fs.Func("enterprise-idp", "an enterprise identity provider whose ID-JAGs agents may redeem for tokens with the JWT bearer grant (repeatable): issuer=URL,jwks-url=URL[,client-ids=ID ID ...][,email-domains=D D ...] (email-domains: the domains whose verified addresses it may link accounts by; default none: the grant is off; see docs/oauth.md)", func(v string) error {
 		o.enterpriseIdPs = append(o.enterpriseIdPs, v)
 		return nil
 	})
-	fs.StringVar(&o.enterpriseFile, "enterprise-idps-file", "", "a JSON file holding an array of enterprise identity providers (issuer, jwksUrl, clientIds), besides --enterprise-idp")
+	fs.StringVar(&o.enterpriseFile, "enterprise-idps-file", "", "a JSON file holding an array of enterprise identity providers (issuer, jwksUrl, clientIds, emailDomains), besides --enterprise-idp")
 	fs.BoolVar(&o.cfg.OAuth.Enterprise.AllowPrivate, "enterprise-idp-allow-private", false, "let enterprise IdP key sets be fetched from private and loopback addresses (an IdP on your own network); https is still required")
 	fs.StringVar(&o.cfg.Memory.Embeddings.KeyFile, "embeddings-key-file", "", "file holding the embeddings API key, sent as a Bearer token (default none)")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated browser origins, besides the server's own, allowed to call /mcp and the OAuth endpoints (Origin check and CORS), e.g. https://app.example.com")

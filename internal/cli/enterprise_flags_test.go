@@ -11,7 +11,7 @@ import (
 
 func TestEnterpriseIdPFlags(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "idps.json")
-	if err := os.WriteFile(file, []byte(`[{"issuer":"https://corp.example","jwksUrl":"https://corp.example/keys","clientIds":["agent"]}]`), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(`[{"issuer":"https://corp.example","jwksUrl":"https://corp.example/keys","clientIds":["agent"],"emailDomains":["corp.example"]}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.json")
@@ -24,6 +24,7 @@ func TestEnterpriseIdPFlags(t *testing.T) {
 		env     map[string]string
 		issuers []string
 		clients int
+		domains int
 		private bool
 		wantErr bool
 	}{
@@ -31,10 +32,14 @@ func TestEnterpriseIdPFlags(t *testing.T) {
 		{name: "flag", args: []string{"--enterprise-idp", "issuer=https://idp.example,jwks-url=https://idp.example/jwks"}, issuers: []string{"https://idp.example"}},
 		{name: "flag with clients and private", args: []string{"--enterprise-idp", "issuer=https://idp.example,jwks-url=https://idp.example/jwks,client-ids=a b", "--enterprise-idp-allow-private"},
 			issuers: []string{"https://idp.example"}, clients: 2, private: true},
+		{name: "flag with email domains", args: []string{"--enterprise-idp", "issuer=https://idp.example,jwks-url=https://idp.example/jwks,email-domains=idp.example eu.idp.example"},
+			issuers: []string{"https://idp.example"}, domains: 2},
 		{name: "file from env and a flag", env: map[string]string{"ENCLAVE_ENTERPRISE_IDPS_FILE": file}, args: []string{"--enterprise-idp", "issuer=https://idp.example,jwks-url=https://idp.example/jwks"},
-			issuers: []string{"https://corp.example", "https://idp.example"}, clients: 1},
+			issuers: []string{"https://corp.example", "https://idp.example"}, clients: 1, domains: 1},
 		{name: "http issuer", args: []string{"--enterprise-idp", "issuer=http://idp.example,jwks-url=https://idp.example/jwks"}, wantErr: true},
 		{name: "no jwks url", args: []string{"--enterprise-idp", "issuer=https://idp.example"}, wantErr: true},
+		{name: "email domain not a domain", args: []string{"--enterprise-idp", "issuer=https://idp.example,jwks-url=https://idp.example/jwks,email-domains=@idp.example"}, wantErr: true},
+		{name: "email domain without a dot", args: []string{"--enterprise-idp", "issuer=https://idp.example,jwks-url=https://idp.example/jwks,email-domains=com"}, wantErr: true},
 		{name: "unknown key", args: []string{"--enterprise-idp", "issuer=https://idp.example,jwks=https://idp.example/jwks"}, wantErr: true},
 		{name: "bad file", args: []string{"--enterprise-idps-file", bad}, wantErr: true},
 		{name: "missing file", args: []string{"--enterprise-idps-file", filepath.Join(t.TempDir(), "none.json")}, wantErr: true},
@@ -62,12 +67,13 @@ func TestEnterpriseIdPFlags(t *testing.T) {
 		}
 		e := o.cfg.OAuth.Enterprise
 		var issuers []string
-		clients := 0
+		clients, domains := 0, 0
 		for _, idp := range e.IdPs {
 			issuers = append(issuers, idp.Issuer)
 			clients += len(idp.ClientIDs)
+			domains += len(idp.EmailDomains)
 		}
-		if !slices.Equal(issuers, tc.issuers) || clients != tc.clients || e.AllowPrivate != tc.private {
+		if !slices.Equal(issuers, tc.issuers) || clients != tc.clients || domains != tc.domains || e.AllowPrivate != tc.private {
 			t.Errorf("%s: %+v", tc.name, e)
 		}
 	}
