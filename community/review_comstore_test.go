@@ -1,6 +1,8 @@
 package community_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/enclave-mcp/enclave/community"
@@ -21,6 +23,36 @@ func TestReviewSearchOddWordsNeverFail(t *testing.T) {
 			if _, err := call[community.SearchResult](t, s, ac, "communitySearch", map[string]any{"query": q}); err != nil {
 				t.Errorf("query %+q: %v", q, err)
 			}
+		}
+	})
+}
+
+// Ranking cannot be bought by repeating a word: a listing named after the
+// word ranks before one that repeats it all over its readme or its
+// description (bm25 saturates a word's frequency, so column weights
+// alone do not keep a name match first).
+func TestReviewSearchStuffingDoesNotOutrankTheName(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice, mallory := s.CreateUser(t, "alice"), s.CreateUser(t, "mallory")
+		ac, mc := alice.Caller(t), mallory.Caller(t)
+		save(t, s, ac, pkgNamed("weather", "Forecasts for tomorrow", "x"))
+		weather := must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": "weather", "readme": "Ask it about the sky, the wind and the rain over the coming days."})
+		save(t, s, mc, pkgNamed("spamreadme", "Handy tool", "x"))
+		must[community.Listing](t, s, mc, "communityPublish", map[string]any{"package": "spamreadme", "readme": strings.Repeat("weather ", community.MaxReadmeBytes/8-1)})
+		save(t, s, mc, pkgNamed("spamdesc", strings.TrimSpace(strings.Repeat("weather ", 120)), "x"))
+		must[community.Listing](t, s, mc, "communityPublish", map[string]any{"package": "spamdesc", "readme": "Nothing to see."})
+		for i := range 5 { // ordinary listings, so that the statistics are not all the attacker's
+			name := fmt.Sprintf("tool%d", i)
+			save(t, s, ac, pkgNamed(name, "A small helper for lists", "x"))
+			must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": name, "readme": "Reads the weather once."})
+		}
+		res := must[community.SearchResult](t, s, mc, "communitySearch", map[string]any{"query": "weather"})
+		if len(res.Listings) != 8 || res.Listings[0].ID != weather.ID {
+			var names []string
+			for _, l := range res.Listings {
+				names = append(names, l.Name)
+			}
+			t.Fatalf("weather ranks %v: the listing named weather must come first", names)
 		}
 	})
 }
