@@ -3,8 +3,10 @@ package community_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/enclavetest"
 )
@@ -54,5 +56,59 @@ func TestReviewSearchStuffingDoesNotOutrankTheName(t *testing.T) {
 			}
 			t.Fatalf("weather ranks %v: the listing named weather must come first", names)
 		}
+	})
+}
+
+// A fork that races the author's new snapshot or unpublishing either
+// forks a snapshot or answers not_found: the superseded snapshot it
+// read the listing for is gone, which is no internal error.
+func TestReviewForkRacesRepublishAndUnpublish(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice, bob := s.CreateUser(t, "alice"), s.CreateUser(t, "bob")
+		ac, bc := alice.Caller(t), bob.Caller(t)
+		save(t, s, ac, greeter("greeter"))
+		pub := must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": "greeter", "readme": "v0"})
+		forked := 0
+		for i := range 16 {
+			if i%2 == 1 { // a new version: the next snapshot is a new blob, the old one is deleted
+				pkg := greeter("greeter")
+				pkg["manifest"].(map[string]any)["description"] = fmt.Sprintf("Friendly greetings, take %d", i)
+				save(t, s, ac, pkg)
+			}
+			var wg sync.WaitGroup
+			var forkErr, getErr error
+			wg.Go(func() {
+				_, forkErr = call[community.Fork](t, s, bc, "communityFork", map[string]any{"listing": pub.ID, "name": fmt.Sprintf("race%d", i)})
+			})
+			wg.Go(func() {
+				_, getErr = call[community.Listing](t, s, bc, "communityGet", map[string]any{"listing": pub.ID})
+			})
+			wg.Go(func() {
+				must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": "greeter", "readme": fmt.Sprintf("v%d", i+1)})
+			})
+			wg.Wait()
+			for what, err := range map[string]error{"fork": forkErr, "get": getErr} {
+				if err != nil && code(err) != capabilities.CodeNotFound {
+					t.Fatalf("trial %d: %s racing a new snapshot: %v", i, what, err)
+				}
+			}
+			if forkErr == nil {
+				forked++
+			}
+		}
+		// Unpublishing: the fork forks or finds nothing.
+		var wg sync.WaitGroup
+		var forkErr error
+		wg.Go(func() {
+			_, forkErr = call[community.Fork](t, s, bc, "communityFork", map[string]any{"listing": pub.ID, "name": "last"})
+		})
+		wg.Go(func() {
+			must[community.UnpublishOutput](t, s, ac, "communityUnpublish", map[string]any{"listing": pub.ID})
+		})
+		wg.Wait()
+		if forkErr != nil && code(forkErr) != capabilities.CodeNotFound {
+			t.Fatalf("fork racing unpublish: %v", forkErr)
+		}
+		t.Logf("%d of 16 forks raced a new snapshot and forked", forked)
 	})
 }
