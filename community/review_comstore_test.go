@@ -1,6 +1,7 @@
 package community_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -110,5 +111,47 @@ func TestReviewForkRacesRepublishAndUnpublish(t *testing.T) {
 			t.Fatalf("fork racing unpublish: %v", forkErr)
 		}
 		t.Logf("%d of 16 forks raced a new snapshot and forked", forked)
+	})
+}
+
+// Two forks of one listing under one name at the same time: one creates
+// the package (version 1) and its fork record, the other is a conflict
+// that leaves neither a version nor a record.
+func TestReviewDoubleForkCreatesOnePackage(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice, bob := s.CreateUser(t, "alice"), s.CreateUser(t, "bob")
+		ac, bc := alice.Caller(t), bob.Caller(t)
+		save(t, s, ac, greeter("greeter"))
+		pub := must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": "greeter"})
+		for i := range 8 {
+			name := fmt.Sprintf("twin%d", i)
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			for w := range errs {
+				wg.Go(func() {
+					_, errs[w] = call[community.Fork](t, s, bc, "communityFork", map[string]any{"listing": pub.ID, "name": name})
+				})
+			}
+			wg.Wait()
+			ok := 0
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					ok++
+				case code(err) != capabilities.CodeConflict:
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+			if ok != 1 {
+				t.Fatalf("%s: %d forks created", name, ok)
+			}
+			if _, err := s.CodeMode().Get(context.Background(), bob.Owner(), name, 2); code(err) != capabilities.CodeNotFound {
+				t.Fatalf("%s: a second version: %v", name, err)
+			}
+		}
+		own := must[community.OwnOutput](t, s, bc, "communityListOwn", struct{}{})
+		if len(own.Forks) != 8 {
+			t.Fatalf("%d fork records, want 8", len(own.Forks))
+		}
 	})
 }
