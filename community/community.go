@@ -444,6 +444,34 @@ func (s *Service) readSnapshot(ctx context.Context, row listingRow) (snapshot, e
 	return snap, nil
 }
 
+// visibleSnapshot reads a listing the viewer may see with its snapshot.
+// The author may replace the snapshot (rewriting its blob, or writing a
+// new one and deleting the old) or unpublish between the two reads, and
+// a blob store may fail a read that meets a rewrite of the same key: then
+// the listing is read again and its snapshot once more, and a listing
+// gone since answers not found, never an internal error.
+func (s *Service) visibleSnapshot(ctx context.Context, viewer int64, id string, admin bool) (listingRow, snapshot, error) {
+	row, err := s.visibleListing(ctx, s.store.Reader, viewer, id, admin)
+	for attempt := 1; ; attempt++ {
+		if err != nil {
+			return listingRow{}, snapshot{}, err
+		}
+		snap, serr := s.readSnapshot(ctx, row)
+		if serr == nil {
+			return row, snap, nil
+		}
+		if attempt == 3 {
+			return listingRow{}, snapshot{}, serr
+		}
+		select {
+		case <-ctx.Done():
+			return listingRow{}, snapshot{}, serr
+		case <-time.After(time.Duration(attempt) * 5 * time.Millisecond):
+		}
+		row, err = s.visibleListing(ctx, s.store.Reader, viewer, id, admin)
+	}
+}
+
 // stats fills the fork counts and ratings of listings.
 func (s *Service) stats(ctx context.Context, ids []int64) (map[int64]int64, map[int64]Rating, error) {
 	forks, ratings := map[int64]int64{}, map[int64]Rating{}
@@ -480,13 +508,9 @@ func (s *Service) stats(ctx context.Context, ids []int64) (map[int64]int64, map[
 
 // Get returns a listing with its readme and sources.
 func (s *Service) Get(ctx context.Context, viewer storage.Owner, id string, admin bool) (Listing, error) {
-	row, err := s.visibleListing(ctx, s.store.Reader, viewer.ID, id, admin)
+	row, snap, err := s.visibleSnapshot(ctx, viewer.ID, id, admin)
 	if err != nil {
 		return Listing{}, wrap("get", err)
-	}
-	snap, err := s.readSnapshot(ctx, row)
-	if err != nil {
-		return Listing{}, err
 	}
 	forks, ratings, err := s.stats(ctx, []int64{row.ID})
 	if err != nil {
@@ -596,7 +620,7 @@ func (s *Service) Fork(ctx context.Context, by capabilities.Caller, o storage.Ow
 	if err := s.checkNotBanned(ctx, s.store.Reader, o); err != nil {
 		return Fork{}, err
 	}
-	row, err := s.visibleListing(ctx, s.store.Reader, o.ID, id, false)
+	row, snap, err := s.visibleSnapshot(ctx, o.ID, id, false)
 	if err != nil {
 		return Fork{}, wrap("fork", err)
 	}
@@ -606,10 +630,6 @@ func (s *Service) Fork(ctx context.Context, by capabilities.Caller, o storage.Ow
 	if _, err := s.pkgs.Get(ctx, o, name, 0); err == nil {
 		return Fork{}, capabilities.Errorf(capabilities.CodeConflict, "you already have a package named %q: choose another name for the fork", name)
 	} else if capabilities.CodeOf(err) != capabilities.CodeNotFound {
-		return Fork{}, err
-	}
-	snap, err := s.readSnapshot(ctx, row)
-	if err != nil {
 		return Fork{}, err
 	}
 	m := snap.Manifest
@@ -625,12 +645,20 @@ func (s *Service) Fork(ctx context.Context, by capabilities.Caller, o storage.Ow
 		f := forkRow{UserID: o.ID, ListingPublicID: row.PublicID, ListingName: row.Name, SourcePackageName: row.PackageName,
 			SourceVersion: row.PackageVersion, ForkedPackageName: name, CreatedAt: s.clock()}
 		// The listing may have gone since it was read: keep the link only
-		// while it exists.
-		n, err := tx.NewSelect().Model((*listingRow)(nil)).Where("id = ?", row.ID).Count(ctx)
-		if err != nil {
+		// while it exists. On PostgreSQL the row is held (FOR KEY SHARE)
+		// until the fork is recorded, so that an unpublishing or deletion
+		// committing meanwhile waits for it (then its ON DELETE clears the
+		// link) instead of failing the fork's insert on the foreign key
+		// after the package was created.
+		var live []int64
+		q := tx.NewSelect().Model((*listingRow)(nil)).Column("id").Where("id = ?", row.ID)
+		if s.store.Dialect() == storage.Postgres {
+			q = q.For("KEY SHARE")
+		}
+		if err := q.Scan(ctx, &live); err != nil {
 			return err
 		}
-		if n == 1 {
+		if len(live) == 1 {
 			f.ListingID = &row.ID
 		}
 		if _, err := tx.NewInsert().Model(&f).Exec(ctx); err != nil {

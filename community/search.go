@@ -51,6 +51,10 @@ func ftsQuote(w string) string { return `"` + strings.ReplaceAll(w, `"`, `""`) +
 // cursor keeps exactly.
 const scoreScale = 1_000_000
 
+// tierScale puts SQLite's word tiers (at most 10 a word) above any bm25
+// score times scoreScale.
+const tierScale = 1_000_000_000_000
+
 // searchCursor is the position after the last listing of a page: its
 // score and row id, and a digest of the query's words (a cursor of
 // another query is refused).
@@ -128,11 +132,27 @@ func (s *Service) fullText(ctx context.Context, words []string, cursor string) (
 		for i, w := range words {
 			quoted[i] = ftsQuote(w)
 		}
-		// bm25 is lower for better matches; the weights are those of the
-		// columns name, description, readme, author.
-		inner = `SELECT rowid AS id, CAST(-bm25(community_listings_fts, 10.0, 4.0, 1.0, 4.0) * ? AS INTEGER) AS score
+		// The score is tiered, as PostgreSQL's: each word adds 10 when the
+		// name holds it, else 4 when the description or the author does
+		// (a match in the readme alone adds nothing), and bm25 over the
+		// short fields only orders listings of the same tier. bm25 alone
+		// would not keep a name match first: it saturates a word's
+		// frequency, so a description or readme repeating the word
+		// outranks the listing named after it whatever the column
+		// weights. bm25 is lower for better matches; its weights are those
+		// of the columns name, description, readme, author.
+		var tier strings.Builder
+		for i, w := range quoted {
+			if i > 0 {
+				tier.WriteString(" + ")
+			}
+			tier.WriteString(`(CASE WHEN rowid IN (SELECT rowid FROM community_listings_fts WHERE community_listings_fts MATCH ?) THEN 10
+				WHEN rowid IN (SELECT rowid FROM community_listings_fts WHERE community_listings_fts MATCH ?) THEN 4 ELSE 0 END)`)
+			args = append(args, "{name} : "+w, "{description author} : "+w)
+		}
+		inner = `SELECT rowid AS id, (` + tier.String() + `) * ? + CAST(-bm25(community_listings_fts, 10.0, 4.0, 0.0, 4.0) * ? AS INTEGER) AS score
 			FROM community_listings_fts WHERE community_listings_fts MATCH ?`
-		args = []any{scoreScale, strings.Join(quoted, " AND ")}
+		args = append(args, tierScale, scoreScale, strings.Join(quoted, " AND "))
 	}
 	q := "SELECT h.id, h.score FROM (" + inner + ") AS h"
 	if after != nil {
