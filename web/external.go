@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -99,6 +100,21 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 	returnTo := redirectParam(r.URL.Query().Get("redirectTo"))
 	var userID int64
 	if p := PrincipalFrom(r.Context()); p != nil {
+		// A link adds a lasting way into the account: only from this
+		// server's own pages (the start is a GET any site can send a
+		// signed-in browser to, with the provider's session the
+		// attacker's), and only soon after the person signed in (a session
+		// cookie alone does not add one).
+		if !h.sameOriginNavigation(r) {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "cross_site", &p.Session.User)
+			h.renderError(w, r, http.StatusForbidden, "Linking a sign-in identity starts from the security page of your account. Open it and choose the provider there.")
+			return
+		}
+		if h.opts.Now().Sub(p.Session.IssuedAt) > externalLinkRecent {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "sign_in_not_recent", &p.Session.User)
+			h.renderError(w, r, http.StatusForbidden, "Linking a sign-in identity needs a recent sign-in: sign out, sign in again, then link it from the security page within 10 minutes.")
+			return
+		}
 		userID = p.Session.User.ID
 		if returnTo == "" {
 			returnTo = h.prefix + pathSecurity
@@ -124,6 +140,26 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, h.externalCookie(r, binding, 15*60))
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// externalLinkRecent is how recent a sign-in must be to link an identity.
+const externalLinkRecent = 10 * time.Minute
+
+// sameOriginNavigation reports whether r comes from one of this server's
+// pages: its Fetch Metadata says same-origin or, from a browser that
+// sends none, its Referer is on this server.
+func (h *Handler) sameOriginNavigation(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
+	ref, err := url.Parse(r.Referer())
+	if err != nil || ref.Host == "" {
+		return false
+	}
+	if base, err := url.Parse(h.opts.BaseURL); err == nil && base.Host != "" {
+		return ref.Scheme == base.Scheme && ref.Host == base.Host
+	}
+	return ref.Host == r.Host
 }
 
 // externalError answers a failed external sign-in with the package's
@@ -163,6 +199,16 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.externalError(w, r, err)
 		return
+	}
+	if res.UserID != 0 {
+		// A link is finished only for the person who started it, still
+		// signed in on this browser: whoever signed out or in since then,
+		// the identity the provider answers with is not theirs to link.
+		if p := PrincipalFrom(ctx); p == nil || p.Session.User.ID != res.UserID {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "session_changed", &accounts.User{ID: res.UserID})
+			h.renderError(w, r, http.StatusForbidden, "This link was started by an account that is no longer signed in on this browser, so nothing was linked. Sign in, then link the identity from the security page.")
+			return
+		}
 	}
 	d, err := h.opts.Federation.Resolve(ctx, res)
 	if err != nil {

@@ -1,0 +1,272 @@
+package e2e
+
+import (
+	"html"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/enclavetest"
+	"github.com/enclave-mcp/enclave/federation"
+	"github.com/enclave-mcp/enclave/storage"
+)
+
+// The attacker review of sign-in with external providers (#29): a Go
+// HTTP client with a cookie jar plays the browser (it sets the Fetch
+// Metadata and Referer headers an attacker's page makes a browser send),
+// server B is the OpenID Provider and server A the relying party, as in
+// TestOIDCSignInWithSecondServer.
+
+// oidcReviewServers starts B (the provider, on 127.0.0.1) and A (on
+// 127.0.0.2, with provider "b"); A's accounts clock runs offset behind.
+func oidcReviewServers(t *testing.T, d storage.Dialect, offset *atomic.Int64) (a, b *enclavetest.Server) {
+	t.Helper()
+	b = enclavetest.Start(t, enclavetest.Options{Dialect: d})
+	clientID := oidcRegisterRelyingParty(t, b.URL, "http://127.0.0.2"+federation.CallbackPath("b"))
+	cfg := enclave.Config{SignInProviders: []federation.Provider{{Name: "b", Label: "Server B", Kind: federation.KindOIDC, Issuer: b.URL, ClientID: clientID}}}
+	if offset != nil {
+		cfg.Accounts = accounts.Config{Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }}
+	}
+	a = enclavetest.Start(t, enclavetest.Options{Dialect: d, Host: "127.0.0.2", Config: cfg})
+	return a, b
+}
+
+// oidcReviewBrowser is a browser without JavaScript: it follows no
+// redirect by itself.
+type oidcReviewBrowser struct {
+	t *testing.T
+	c *http.Client
+}
+
+func newOIDCReviewBrowser(t *testing.T) *oidcReviewBrowser {
+	jar, _ := cookiejar.New(nil)
+	return &oidcReviewBrowser{t: t, c: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// do sends a request with headers and returns the answer and its body.
+func (b *oidcReviewBrowser) do(method, target string, form url.Values, hdr map[string]string) (*http.Response, string) {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, target, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: %v", method, target, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp, string(raw)
+}
+
+// signIn signs u in at s with the password.
+func (b *oidcReviewBrowser) signIn(s *enclavetest.Server, u *enclavetest.User) {
+	b.t.Helper()
+	resp, body := b.do("POST", s.URL+"/login", url.Values{"email": {u.Email}, "password": {u.Password}}, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		b.t.Fatalf("sign in %s: %d %.300s", u.Email, resp.StatusCode, body)
+	}
+}
+
+func (b *oidcReviewBrowser) signOut(s *enclavetest.Server) {
+	b.t.Helper()
+	if resp, _ := b.do("POST", s.URL+"/logout", url.Values{}, nil); resp.StatusCode != http.StatusSeeOther {
+		b.t.Fatalf("sign out: %d", resp.StatusCode)
+	}
+}
+
+var oidcReviewForm = regexp.MustCompile(`<form[^>]*method="post"[^>]*action="([^"]*/oauth/authorize[^"]*)"`)
+
+// throughB follows the redirect to B's authorization endpoint, signs u in
+// there and consents, and returns the URL of A's callback B redirects to
+// (not yet visited).
+func (b *oidcReviewBrowser) throughB(bs *enclavetest.Server, authURL string, u *enclavetest.User) string {
+	b.t.Helper()
+	step := "authorize"
+	next := func(resp *http.Response, body string) string {
+		b.t.Helper()
+		m := oidcReviewForm.FindStringSubmatch(body)
+		if resp.StatusCode != http.StatusOK || m == nil {
+			b.t.Fatalf("%s at B: %d %.300s", step, resp.StatusCode, body)
+		}
+		return bs.URL + html.UnescapeString(m[1])
+	}
+	action := next(b.do("GET", authURL, nil, nil))
+	step = "sign in"
+	resp, body := b.do("POST", action, url.Values{"email": {u.Email}, "password": {u.Password}}, nil)
+	if resp.StatusCode != http.StatusSeeOther { // B asks for consent unless u gave it before
+		action = next(resp, body)
+		resp, body = b.do("POST", action, url.Values{"decision": {"approve"}}, nil)
+	}
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(loc, federation.CallbackPath("b")) {
+		b.t.Fatalf("consent at B: %d %s %.300s", resp.StatusCode, loc, body)
+	}
+	return loc
+}
+
+// start visits A's start link with hdr and returns the answer.
+func (b *oidcReviewBrowser) start(a *enclavetest.Server, hdr map[string]string) (*http.Response, string) {
+	b.t.Helper()
+	return b.do("GET", a.URL+"/auth/external/b/start", nil, hdr)
+}
+
+var sameOrigin = map[string]string{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "navigate"}
+
+func identitiesOf(t *testing.T, a *enclavetest.Server, u *enclavetest.User) []federation.Identity {
+	t.Helper()
+	ids, err := a.Federation().Identities(t.Context(), u.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// TestOIDCReviewLinkFinishesOnlyForTheSameSignedInPerson: a link started
+// by a signed-in person is finished only while the same person is signed
+// in on that browser. Alice starts linking on a shared browser and walks
+// away; mallory, at the provider's page, signs in there as himself, and
+// the browser signs out (or bob signs in) before the provider's answer
+// comes back: the identity must not land on alice's (or anyone's)
+// account, which would give mallory a lasting way into alice's account.
+func TestOIDCReviewLinkFinishesOnlyForTheSameSignedInPerson(t *testing.T) {
+	for _, d := range enclavetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			a, b := oidcReviewServers(t, d, nil)
+			aliceAtB, malloryAtB := b.CreateUser(t, "alice"), b.CreateUser(t, "mallory")
+			alice, bob := a.CreateUser(t, "alice"), a.CreateUser(t, "bob")
+
+			for _, tc := range []struct {
+				name  string
+				after func(br *oidcReviewBrowser)
+			}{
+				{"signed out", func(br *oidcReviewBrowser) { br.signOut(a) }},
+				{"another person signed in", func(br *oidcReviewBrowser) { br.signOut(a); br.signIn(a, bob) }},
+			} {
+				br := newOIDCReviewBrowser(t)
+				br.signIn(a, alice)
+				resp, _ := br.start(a, sameOrigin)
+				if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), b.URL) {
+					t.Fatalf("%s: alice's link start: %d %s", tc.name, resp.StatusCode, resp.Header.Get("Location"))
+				}
+				callback := br.throughB(b, resp.Header.Get("Location"), malloryAtB)
+				tc.after(br)
+				resp, body := br.do("GET", callback, nil, nil)
+				if resp.StatusCode != http.StatusForbidden {
+					t.Errorf("%s: the callback answered %d %s", tc.name, resp.StatusCode, resp.Header.Get("Location"))
+				}
+				if strings.Contains(body, malloryAtB.StableID) {
+					t.Errorf("%s: the page shows the provider's subject", tc.name)
+				}
+				if ids := identitiesOf(t, a, alice); len(ids) != 0 {
+					t.Fatalf("%s: mallory's identity was linked to alice's account: %+v", tc.name, ids)
+				}
+				if ids := identitiesOf(t, a, bob); len(ids) != 0 {
+					t.Fatalf("%s: mallory's identity was linked to bob's account: %+v", tc.name, ids)
+				}
+			}
+
+			// The same person still signed in links her identity.
+			br := newOIDCReviewBrowser(t)
+			br.signIn(a, alice)
+			resp, _ := br.start(a, sameOrigin)
+			callback := br.throughB(b, resp.Header.Get("Location"), aliceAtB)
+			if resp, body := br.do("GET", callback, nil, nil); resp.StatusCode != http.StatusSeeOther {
+				t.Fatalf("alice's own link: %d %.300s", resp.StatusCode, body)
+			}
+			if ids := identitiesOf(t, a, alice); len(ids) != 1 || ids[0].Subject != aliceAtB.StableID {
+				t.Fatalf("alice's identities: %+v", ids)
+			}
+		})
+	}
+}
+
+// TestOIDCReviewLinkStartIsNotCrossSite: the start link is a GET, so any
+// site can send a signed-in person's browser to it. For a signed-in
+// person it links whatever identity the provider's session holds (an
+// attacker who logged the browser in to the provider as himself, or who
+// controls the provider session, gets a lasting way into the account):
+// only a navigation from this server's own pages may start a link. A
+// person who is not signed in may still arrive from anywhere.
+func TestOIDCReviewLinkStartIsNotCrossSite(t *testing.T) {
+	for _, d := range enclavetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			a, b := oidcReviewServers(t, d, nil)
+			alice := a.CreateUser(t, "alice")
+			br := newOIDCReviewBrowser(t)
+			br.signIn(a, alice)
+			for name, hdr := range map[string]map[string]string{
+				"cross-site":                   {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"},
+				"same-site":                    {"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "navigate"},
+				"no fetch metadata, elsewhere": {"Referer": "https://attacker.example/page"},
+				"no fetch metadata, nothing":   {},
+			} {
+				resp, body := br.start(a, hdr)
+				if resp.StatusCode != http.StatusForbidden || strings.HasPrefix(resp.Header.Get("Location"), b.URL) {
+					t.Errorf("%s: a signed-in person's link start answered %d %s", name, resp.StatusCode, resp.Header.Get("Location"))
+				} else if !strings.Contains(body, "security page") {
+					t.Errorf("%s: the refusal does not say where to link from: %.400s", name, body)
+				}
+			}
+			for name, hdr := range map[string]map[string]string{
+				"same-origin":                     sameOrigin,
+				"no fetch metadata, our own page": {"Referer": a.URL + "/account/security"},
+			} {
+				if resp, _ := br.start(a, hdr); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), b.URL) {
+					t.Errorf("%s: the link start answered %d %s", name, resp.StatusCode, resp.Header.Get("Location"))
+				}
+			}
+			// Signed out, a sign-in may start from anywhere.
+			anon := newOIDCReviewBrowser(t)
+			if resp, _ := anon.start(a, map[string]string{"Sec-Fetch-Site": "cross-site"}); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), b.URL) {
+				t.Errorf("a signed-out sign-in from another site answered %d", resp.StatusCode)
+			}
+		})
+	}
+}
+
+// TestOIDCReviewLinkNeedsARecentSignIn: linking adds a lasting way into
+// the account, so a session cookie alone (stolen, or a browser left
+// signed in for days) does not link: the person signed in within the last
+// ten minutes.
+func TestOIDCReviewLinkNeedsARecentSignIn(t *testing.T) {
+	for _, d := range enclavetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			var offset atomic.Int64
+			offset.Store(int64(-2 * time.Hour))
+			a, b := oidcReviewServers(t, d, &offset)
+			alice := a.CreateUser(t, "alice")
+			old := newOIDCReviewBrowser(t)
+			old.signIn(a, alice) // two hours ago
+			offset.Store(0)
+			resp, body := old.start(a, sameOrigin)
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "sign in again") {
+				t.Errorf("a link from a two-hour-old session answered %d %s %.400s", resp.StatusCode, resp.Header.Get("Location"), body)
+			}
+			fresh := newOIDCReviewBrowser(t)
+			fresh.signIn(a, alice)
+			if resp, _ := fresh.start(a, sameOrigin); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), b.URL) {
+				t.Errorf("a link right after signing in answered %d", resp.StatusCode)
+			}
+		})
+	}
+}
