@@ -270,3 +270,25 @@ func TestOIDCReviewLinkNeedsARecentSignIn(t *testing.T) {
 		})
 	}
 }
+
+// TestOIDCReviewStartIsRateLimited: every visit of the start link (no
+// session, no form, no CSRF check: a GET) records a sign-in state row for
+// ten minutes. Without a bound one client fills the table as fast as it
+// can send requests; visits are counted per client network.
+func TestOIDCReviewStartIsRateLimited(t *testing.T) {
+	a, b := oidcReviewServers(t, storage.SQLite, nil)
+	anon := newOIDCReviewBrowser(t)
+	refused := 0
+	for range 200 {
+		resp, _ := anon.start(a, nil)
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != "":
+			refused++
+		case resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), b.URL):
+			t.Fatalf("start: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
+	if refused < 150 {
+		t.Fatalf("%d of 200 starts in a row from one client were refused", refused)
+	}
+}

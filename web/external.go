@@ -3,6 +3,8 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -97,6 +99,21 @@ func externalBinding(r *http.Request) string {
 // signing in. The state is bound to this browser by a cookie, so a
 // started link is useless in another browser.
 func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
+	// Each start records a state row for StateTTL: a bounded number per
+	// client network.
+	d, err := h.limiter.Allow(r.Context(), externalStartBucketPrefix+clientBucket(h.ipOf.Addr(r)), externalStartLimit)
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "web: rate limit check failed", "err", err)
+		w.Header().Set("Retry-After", "5")
+		h.renderError(w, r, http.StatusServiceUnavailable, "The service is briefly unavailable. Please try again in a moment.")
+		return
+	}
+	if !d.Allowed {
+		secs := max(int64(math.Ceil(d.RetryAfter.Seconds())), 1)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.renderError(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many sign-ins started from your network. Try again in %s.", humanSeconds(secs)))
+		return
+	}
 	returnTo := redirectParam(r.URL.Query().Get("redirectTo"))
 	var userID int64
 	if p := PrincipalFrom(r.Context()); p != nil {
@@ -141,6 +158,12 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }
+
+// externalStartLimit bounds the sign-ins one client network starts (each
+// keeps a state row until it expires).
+var externalStartLimit = Limit{Requests: 30, Window: time.Minute}
+
+const externalStartBucketPrefix = "federation:start:ip:"
 
 // externalLinkRecent is how recent a sign-in must be to link an identity.
 const externalLinkRecent = 10 * time.Minute
