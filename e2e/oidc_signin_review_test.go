@@ -26,14 +26,18 @@ import (
 // TestOIDCSignInWithSecondServer.
 
 // oidcReviewServers starts B (the provider, on 127.0.0.1) and A (on
-// 127.0.0.2, with provider "b"); A's accounts clock runs offset behind.
-func oidcReviewServers(t *testing.T, d storage.Dialect, offset *atomic.Int64) (a, b *enclavetest.Server) {
+// 127.0.0.2, with provider "b"); A's accounts clock runs offset behind
+// (when not nil), and its sign-up mode is signup ("" for open).
+func oidcReviewServers(t *testing.T, d storage.Dialect, offset *atomic.Int64, signup ...accounts.SignupMode) (a, b *enclavetest.Server) {
 	t.Helper()
 	b = enclavetest.Start(t, enclavetest.Options{Dialect: d})
 	clientID := oidcRegisterRelyingParty(t, b.URL, "http://127.0.0.2"+federation.CallbackPath("b"))
 	cfg := enclave.Config{SignInProviders: []federation.Provider{{Name: "b", Label: "Server B", Kind: federation.KindOIDC, Issuer: b.URL, ClientID: clientID}}}
 	if offset != nil {
-		cfg.Accounts = accounts.Config{Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }}
+		cfg.Accounts.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	}
+	if len(signup) > 0 {
+		cfg.Accounts.Signup = signup[0]
 	}
 	a = enclavetest.Start(t, enclavetest.Options{Dialect: d, Host: "127.0.0.2", Config: cfg})
 	return a, b
@@ -290,5 +294,46 @@ func TestOIDCReviewStartIsRateLimited(t *testing.T) {
 	}
 	if refused < 150 {
 		t.Fatalf("%d of 200 starts in a row from one client were refused", refused)
+	}
+}
+
+// TestOIDCReviewSignupModesApplyToExternalSignIn: with sign-up closed or
+// by invitation, a new identity (verified email, no account) opens no
+// account, from the sign-in page or from an agent's /oauth/authorize;
+// an identity already linked still signs in.
+func TestOIDCReviewSignupModesApplyToExternalSignIn(t *testing.T) {
+	for _, d := range enclavetest.Dialects() {
+		for _, mode := range []accounts.SignupMode{accounts.SignupClosed, accounts.SignupInvite} {
+			t.Run(string(d)+"/"+string(mode), func(t *testing.T) {
+				a, b := oidcReviewServers(t, d, nil, mode)
+				carolAtB, daveAtB := b.CreateUser(t, "carol"), b.CreateUser(t, "dave")
+				dave := a.CreateUser(t, "dave")
+				if err := a.Federation().Link(t.Context(), dave.ID, &federation.Result{Provider: "b", Issuer: b.URL, Subject: daveAtB.StableID}); err != nil {
+					t.Fatal(err)
+				}
+				for _, redirect := range []string{"", "/oauth/authorize?client_id=x"} {
+					br := newOIDCReviewBrowser(t)
+					start := a.URL + "/auth/external/b/start"
+					if redirect != "" {
+						start += "?" + url.Values{"redirectTo": {redirect}}.Encode()
+					}
+					resp, _ := br.do("GET", start, nil, nil)
+					callback := br.throughB(b, resp.Header.Get("Location"), carolAtB)
+					resp, body := br.do("GET", callback, nil, nil)
+					if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "sign-up") {
+						t.Errorf("%s: a new identity answered %d %s %.300s", redirect, resp.StatusCode, resp.Header.Get("Location"), body)
+					}
+					if _, err := a.Accounts().UserByEmail(t.Context(), carolAtB.Email); err == nil {
+						t.Fatalf("%s: sign-up %s opened an account for a new identity", redirect, mode)
+					}
+				}
+				br := newOIDCReviewBrowser(t)
+				resp, _ := br.start(a, nil)
+				callback := br.throughB(b, resp.Header.Get("Location"), daveAtB)
+				if resp, body := br.do("GET", callback, nil, nil); resp.StatusCode != http.StatusSeeOther {
+					t.Errorf("dave's linked identity: %d %.300s", resp.StatusCode, body)
+				}
+			})
+		}
 	}
 }
