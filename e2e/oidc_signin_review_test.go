@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pquerna/otp/totp"
+
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/enclavetest"
@@ -335,5 +337,82 @@ func TestOIDCReviewSignupModesApplyToExternalSignIn(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+var (
+	oidcReviewToken      = regexp.MustCompile(`name="token" value="([^"]+)"`)
+	oidcReviewPending    = regexp.MustCompile(`name="pending" value="([^"]+)"`)
+	oidcReviewRedirectTo = regexp.MustCompile(`name="redirectTo" value="([^"]*)"`)
+)
+
+// TestOIDCReviewLinkWaitsForTheSecondFactor: an identity whose verified
+// email is an account's is linked once the person proves that account;
+// when the account has a second factor, the proof is the password AND
+// the second factor. Linked after the password alone, whoever has the
+// password (not the authenticator) adds a lasting way in, and through a
+// provider trusted for its MFA claim (trust-mfa) signs in without ever
+// giving the account's second factor.
+func TestOIDCReviewLinkWaitsForTheSecondFactor(t *testing.T) {
+	for _, d := range enclavetest.Dialects() {
+		t.Run(string(d), func(t *testing.T) {
+			var offset atomic.Int64
+			a, b := oidcReviewServers(t, d, &offset)
+			ctx := t.Context()
+			daveAtB, dave := b.CreateUser(t, "dave"), a.CreateUser(t, "dave")
+			u, err := a.Accounts().UserByID(ctx, dave.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := a.Accounts().BeginTOTP(ctx, u, "A")
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, _ := totp.GenerateCode(e.Secret, time.Now())
+			if _, err := a.Accounts().ConfirmTOTP(ctx, u, code); err != nil {
+				t.Fatal(err)
+			}
+			offset.Store(int64(time.Minute)) // the next time step: a fresh code
+
+			br := newOIDCReviewBrowser(t)
+			resp, _ := br.start(a, nil)
+			resp, body := br.do("GET", br.throughB(b, resp.Header.Get("Location"), daveAtB), nil, nil)
+			m := oidcReviewToken.FindStringSubmatch(body)
+			if resp.StatusCode != http.StatusOK || m == nil {
+				t.Fatalf("proof page: %d %.300s", resp.StatusCode, body)
+			}
+			resp, body = br.do("POST", a.URL+"/auth/external/link", url.Values{"token": {html.UnescapeString(m[1])}, "password": {dave.Password}}, nil)
+			pending, redirect := oidcReviewPending.FindStringSubmatch(body), oidcReviewRedirectTo.FindStringSubmatch(body)
+			if resp.StatusCode != http.StatusOK || pending == nil || redirect == nil {
+				t.Fatalf("after the password: %d %.300s", resp.StatusCode, body)
+			}
+			if ids := identitiesOf(t, a, dave); len(ids) != 0 {
+				t.Fatalf("linked after the password alone, before the second factor: %+v", ids)
+			}
+			// The link's finish is not reached without the second factor.
+			if resp, _ := br.do("GET", a.URL+"/auth/external/link/finish?"+url.Values{"token": {html.UnescapeString(m[1])}}.Encode(), nil, nil); resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("the link's finish before the second factor answered %d %s", resp.StatusCode, resp.Header.Get("Location"))
+			}
+			if ids := identitiesOf(t, a, dave); len(ids) != 0 {
+				t.Fatalf("linked without the second factor: %+v", ids)
+			}
+			code, _ = totp.GenerateCode(e.Secret, time.Now().Add(time.Minute))
+			resp, body = br.do("POST", a.URL+"/login/two-factor", url.Values{"pending": {html.UnescapeString(pending[1])},
+				"redirectTo": {html.UnescapeString(redirect[1])}, "code": {code}}, nil)
+			if resp.StatusCode != http.StatusSeeOther {
+				t.Fatalf("second factor: %d %.300s", resp.StatusCode, body)
+			}
+			for range 3 { // to where the sign-in was started for
+				if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusSeeOther && strings.Contains(loc, "/auth/external/") {
+					resp, body = br.do("GET", a.URL+loc, nil, nil)
+				}
+			}
+			if resp.StatusCode != http.StatusSeeOther || strings.Contains(resp.Header.Get("Location"), "/auth/external/") {
+				t.Fatalf("after the second factor: %d %s %.300s", resp.StatusCode, resp.Header.Get("Location"), body)
+			}
+			if ids := identitiesOf(t, a, dave); len(ids) != 1 || ids[0].Subject != daveAtB.StableID {
+				t.Fatalf("dave's identities after the password and the second factor: %+v", ids)
+			}
+		})
 	}
 }

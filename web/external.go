@@ -53,6 +53,7 @@ func (h *Handler) externalRoutes(handle func(string, http.HandlerFunc)) {
 	handle("GET "+pathExternalPrefix+"{name}/start", h.externalStart)
 	handle("GET "+pathExternalPrefix+"{name}/callback", limit(h.externalCallback))
 	handle("POST "+pathExternalLink, limit(h.externalLink))
+	handle("GET "+pathExternalLinkFinish, h.externalLinkFinish)
 }
 
 // externalButtons returns the buttons of the configured providers, each
@@ -354,6 +355,21 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 		h.internalError(w, r, "external link: password", err)
 		return
 	}
+	// With a second factor the proof is the password and the second
+	// factor: the link is completed after it (externalLinkFinish), never
+	// on the password alone.
+	sf, err := h.beginSecondFactor(r, u, false)
+	if err != nil {
+		h.internalError(w, r, "external link: second factor", err)
+		return
+	}
+	if sf != nil {
+		finish := h.prefix + pathExternalLinkFinish + "?" + url.Values{"token": {token}}.Encode()
+		h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultSuccess, "second_factor_required", &u)
+		sf.Action, sf.RedirectTo, sf.Next = h.prefix+pathLogin2FA, finish, finish
+		h.renderSecondFactor(w, r, http.StatusOK, *sf, ContentSecurityPolicy)
+		return
+	}
 	done, err := h.opts.Federation.CompleteLink(ctx, binding, token, u.ID)
 	if err != nil {
 		h.externalError(w, r, err)
@@ -361,6 +377,35 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, done.Provider, &u)
 	h.externalSignIn(w, r, u, false, done.ReturnTo)
+}
+
+// pathExternalLinkFinish completes a held link after the account's
+// second factor (the second step's redirect comes here).
+const pathExternalLinkFinish = pathExternalLink + "/finish"
+
+// externalLinkFinish links the held identity of the token once the
+// person passed the password and the second factor: the browser (holding
+// the binding) is signed in to the held link's account, recently, as
+// for a link from the security page.
+func (h *Handler) externalLinkFinish(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalFrom(r.Context())
+	if p == nil || h.opts.Now().Sub(p.Session.IssuedAt) > externalLinkRecent {
+		h.externalError(w, r, federation.ErrBadState)
+		return
+	}
+	u := p.Session.User
+	done, err := h.opts.Federation.CompleteLink(r.Context(), externalBinding(r), r.URL.Query().Get("token"), u.ID)
+	if err != nil {
+		h.externalError(w, r, err)
+		return
+	}
+	h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, done.Provider, &u)
+	returnTo := done.ReturnTo
+	if !federation.LocalPath(returnTo) {
+		returnTo = h.prefix + pathAccount
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, returnTo, http.StatusSeeOther)
 }
 
 // pathSecurityIdentities is where a linked identity is removed.
