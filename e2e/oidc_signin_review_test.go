@@ -416,3 +416,28 @@ func TestOIDCReviewLinkWaitsForTheSecondFactor(t *testing.T) {
 		})
 	}
 }
+
+// TestOIDCReviewSuspendedAccountGetsNoLink: a suspended account's
+// password on the proof page links nothing (the sign-in after it was
+// refused, but the identity stayed linked to the account).
+func TestOIDCReviewSuspendedAccountGetsNoLink(t *testing.T) {
+	a, b := oidcReviewServers(t, storage.SQLite, nil)
+	daveAtB, dave := b.CreateUser(t, "dave"), a.CreateUser(t, "dave")
+	if _, err := a.Accounts().Suspend(t.Context(), dave.ID); err != nil {
+		t.Fatal(err)
+	}
+	br := newOIDCReviewBrowser(t)
+	resp, _ := br.start(a, nil)
+	resp, body := br.do("GET", br.throughB(b, resp.Header.Get("Location"), daveAtB), nil, nil)
+	m := oidcReviewToken.FindStringSubmatch(body)
+	if resp.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("proof page: %d %.300s", resp.StatusCode, body)
+	}
+	resp, body = br.do("POST", a.URL+"/auth/external/link", url.Values{"token": {html.UnescapeString(m[1])}, "password": {dave.Password}}, nil)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a suspended account's proof answered %d %.300s", resp.StatusCode, body)
+	}
+	if ids := identitiesOf(t, a, dave); len(ids) != 0 {
+		t.Fatalf("an identity was linked to a suspended account: %+v", ids)
+	}
+}

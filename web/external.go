@@ -355,6 +355,12 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 		h.internalError(w, r, "external link: password", err)
 		return
 	}
+	if err := u.CheckActive(); err != nil { // a suspended or closing account gains no way in
+		h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, auditReason(err), &u)
+		_, msg, _ := userError(err)
+		h.renderError(w, r, statusOf(err), msg)
+		return
+	}
 	// With a second factor the proof is the password and the second
 	// factor: the link is completed after it (externalLinkFinish), never
 	// on the password alone.
