@@ -3,10 +3,13 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -50,6 +53,7 @@ func (h *Handler) externalRoutes(handle func(string, http.HandlerFunc)) {
 	handle("GET "+pathExternalPrefix+"{name}/start", h.externalStart)
 	handle("GET "+pathExternalPrefix+"{name}/callback", limit(h.externalCallback))
 	handle("POST "+pathExternalLink, limit(h.externalLink))
+	handle("GET "+pathExternalLinkFinish, h.externalLinkFinish)
 }
 
 // externalButtons returns the buttons of the configured providers, each
@@ -96,9 +100,39 @@ func externalBinding(r *http.Request) string {
 // signing in. The state is bound to this browser by a cookie, so a
 // started link is useless in another browser.
 func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
+	// Each start records a state row for StateTTL: a bounded number per
+	// client network.
+	d, err := h.limiter.Allow(r.Context(), externalStartBucketPrefix+clientBucket(h.ipOf.Addr(r)), externalStartLimit)
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "web: rate limit check failed", "err", err)
+		w.Header().Set("Retry-After", "5")
+		h.renderError(w, r, http.StatusServiceUnavailable, "The service is briefly unavailable. Please try again in a moment.")
+		return
+	}
+	if !d.Allowed {
+		secs := max(int64(math.Ceil(d.RetryAfter.Seconds())), 1)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.renderError(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many sign-ins started from your network. Try again in %s.", humanSeconds(secs)))
+		return
+	}
 	returnTo := redirectParam(r.URL.Query().Get("redirectTo"))
 	var userID int64
 	if p := PrincipalFrom(r.Context()); p != nil {
+		// A link adds a lasting way into the account: only from this
+		// server's own pages (the start is a GET any site can send a
+		// signed-in browser to, with the provider's session the
+		// attacker's), and only soon after the person signed in (a session
+		// cookie alone does not add one).
+		if !h.sameOriginNavigation(r) {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "cross_site", &p.Session.User)
+			h.renderError(w, r, http.StatusForbidden, "Linking a sign-in identity starts from the security page of your account. Open it and choose the provider there.")
+			return
+		}
+		if h.opts.Now().Sub(p.Session.IssuedAt) > externalLinkRecent {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "sign_in_not_recent", &p.Session.User)
+			h.renderError(w, r, http.StatusForbidden, "Linking a sign-in identity needs a recent sign-in: sign out, sign in again, then link it from the security page within 10 minutes.")
+			return
+		}
 		userID = p.Session.User.ID
 		if returnTo == "" {
 			returnTo = h.prefix + pathSecurity
@@ -124,6 +158,32 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, h.externalCookie(r, binding, 15*60))
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// externalStartLimit bounds the sign-ins one client network starts (each
+// keeps a state row until it expires).
+var externalStartLimit = Limit{Requests: 30, Window: time.Minute}
+
+const externalStartBucketPrefix = "federation:start:ip:"
+
+// externalLinkRecent is how recent a sign-in must be to link an identity.
+const externalLinkRecent = 10 * time.Minute
+
+// sameOriginNavigation reports whether r comes from one of this server's
+// pages: its Fetch Metadata says same-origin or, from a browser that
+// sends none, its Referer is on this server.
+func (h *Handler) sameOriginNavigation(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
+	ref, err := url.Parse(r.Referer())
+	if err != nil || ref.Host == "" {
+		return false
+	}
+	if base, err := url.Parse(h.opts.BaseURL); err == nil && base.Host != "" {
+		return ref.Scheme == base.Scheme && ref.Host == base.Host
+	}
+	return ref.Host == r.Host
 }
 
 // externalError answers a failed external sign-in with the package's
@@ -163,6 +223,16 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.externalError(w, r, err)
 		return
+	}
+	if res.UserID != 0 {
+		// A link is finished only for the person who started it, still
+		// signed in on this browser: whoever signed out or in since then,
+		// the identity the provider answers with is not theirs to link.
+		if p := PrincipalFrom(ctx); p == nil || p.Session.User.ID != res.UserID {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "session_changed", &accounts.User{ID: res.UserID})
+			h.renderError(w, r, http.StatusForbidden, "This link was started by an account that is no longer signed in on this browser, so nothing was linked. Sign in, then link the identity from the security page.")
+			return
+		}
 	}
 	d, err := h.opts.Federation.Resolve(ctx, res)
 	if err != nil {
@@ -285,6 +355,27 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 		h.internalError(w, r, "external link: password", err)
 		return
 	}
+	if err := u.CheckActive(); err != nil { // a suspended or closing account gains no way in
+		h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, auditReason(err), &u)
+		_, msg, _ := userError(err)
+		h.renderError(w, r, statusOf(err), msg)
+		return
+	}
+	// With a second factor the proof is the password and the second
+	// factor: the link is completed after it (externalLinkFinish), never
+	// on the password alone.
+	sf, err := h.beginSecondFactor(r, u, false)
+	if err != nil {
+		h.internalError(w, r, "external link: second factor", err)
+		return
+	}
+	if sf != nil {
+		finish := h.prefix + pathExternalLinkFinish + "?" + url.Values{"token": {token}}.Encode()
+		h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultSuccess, "second_factor_required", &u)
+		sf.Action, sf.RedirectTo, sf.Next = h.prefix+pathLogin2FA, finish, finish
+		h.renderSecondFactor(w, r, http.StatusOK, *sf, ContentSecurityPolicy)
+		return
+	}
 	done, err := h.opts.Federation.CompleteLink(ctx, binding, token, u.ID)
 	if err != nil {
 		h.externalError(w, r, err)
@@ -292,6 +383,35 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, done.Provider, &u)
 	h.externalSignIn(w, r, u, false, done.ReturnTo)
+}
+
+// pathExternalLinkFinish completes a held link after the account's
+// second factor (the second step's redirect comes here).
+const pathExternalLinkFinish = pathExternalLink + "/finish"
+
+// externalLinkFinish links the held identity of the token once the
+// person passed the password and the second factor: the browser (holding
+// the binding) is signed in to the held link's account, recently, as
+// for a link from the security page.
+func (h *Handler) externalLinkFinish(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalFrom(r.Context())
+	if p == nil || h.opts.Now().Sub(p.Session.IssuedAt) > externalLinkRecent {
+		h.externalError(w, r, federation.ErrBadState)
+		return
+	}
+	u := p.Session.User
+	done, err := h.opts.Federation.CompleteLink(r.Context(), externalBinding(r), r.URL.Query().Get("token"), u.ID)
+	if err != nil {
+		h.externalError(w, r, err)
+		return
+	}
+	h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, done.Provider, &u)
+	returnTo := done.ReturnTo
+	if !federation.LocalPath(returnTo) {
+		returnTo = h.prefix + pathAccount
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, returnTo, http.StatusSeeOther)
 }
 
 // pathSecurityIdentities is where a linked identity is removed.
