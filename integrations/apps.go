@@ -349,7 +349,7 @@ func (s *Service) appHosts(in []string) ([]string, error) {
 	}
 	hosts, err := secrets.NormalizeHosts(raw)
 	if err != nil {
-		return nil, invalid("%s.", strings.TrimPrefix(err.Error(), secrets.ErrInvalid.Error()+": "))
+		return nil, invalid("API hosts: %s.", strings.TrimPrefix(err.Error(), secrets.ErrInvalid.Error()+": "))
 	}
 	for _, h := range hosts {
 		name := h

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
@@ -354,4 +355,37 @@ func TestAppSSRF(t *testing.T) {
 			t.Fatalf("allowLoop=%v: the app client to a loopback https server: %v", allow, err)
 		}
 	}
+}
+
+// A connection to an own app is renewed by the lane and revoked at the
+// account's deletion like one to a provider, through the app's endpoints
+// and secret.
+func TestAppRefreshAndRevokeAll(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		f := newFakeProvider(t)
+		f.ttl = time.Minute // inside RefreshBefore: due at once
+		svc := newAppService(t, s, true, nil)
+		alice := addUser(t, s, "alice")
+		if _, err := svc.AddApp(t.Context(), ownerOf(alice), appInput(f, "mine", true)); err != nil {
+			t.Fatal(err)
+		}
+		u, err := svc.StartApp(t.Context(), ownerOf(alice), "mine", "work", binding)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := authorizeApp(t, u, "mine")
+		if _, err := svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{App: "mine", State: q.Get("state"), Code: q.Get("code")}); err != nil {
+			t.Fatal(err)
+		}
+		first := f.lastAccessToken()
+		if n, err := svc.RefreshDue(t.Context(), 10); err != nil || n != 1 || f.lastAccessToken() == first {
+			t.Fatalf("refresh: %d %v", n, err)
+		}
+		if err := svc.RevokeAll(t.Context(), ownerOf(alice)); err != nil {
+			t.Fatal(err)
+		}
+		if rev := f.revocations(); len(rev) != 2 || rev[1] != f.lastAccessToken() {
+			t.Fatalf("revocations: %v", rev)
+		}
+	})
 }
