@@ -26,6 +26,7 @@ type stateRow struct {
 	UserID        int64     `bun:"user_id,notnull"`
 	BindingHash   string    `bun:"binding_hash,notnull"`
 	Provider      string    `bun:"provider,notnull"`
+	AppID         *int64    `bun:"app_id"`
 	Name          string    `bun:"name,notnull"`
 	KeyID         int64     `bun:"key_id,notnull"`
 	Verifier      string    `bun:"verifier_ciphertext,notnull"`
@@ -48,8 +49,29 @@ func (s *Service) Start(ctx context.Context, o storage.Owner, provider, name, bi
 	if !ok {
 		return "", invalid("There is no provider named %q; connectionList names the providers you can connect.", provider)
 	}
+	return s.start(ctx, o, p, name, binding)
+}
+
+// StartApp is Start at the owner's own app called app (AddApp): the
+// same flow, whose callback is the app's own redirect URI (AppRedirectURL).
+func (s *Service) StartApp(ctx context.Context, o storage.Owner, app, name, binding string) (string, error) {
+	a, err := s.getApp(ctx, s.store.DB, o, app)
+	if errors.Is(err, ErrAppNotFound) {
+		return "", invalid("You have no app named %q; connectionAppList names your apps.", app)
+	}
+	if err != nil {
+		return "", err
+	}
+	p, err := s.appProvider(ctx, o, a)
+	if err != nil {
+		return "", err
+	}
+	return s.start(ctx, o, p, name, binding)
+}
+
+func (s *Service) start(ctx context.Context, o storage.Owner, p *providerState, name, binding string) (string, error) {
 	if name == "" {
-		name = provider
+		name = p.Name
 	}
 	if !connectionName.MatchString(name) {
 		return "", invalid("A connection name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.")
@@ -57,7 +79,7 @@ func (s *Service) Start(ctx context.Context, o storage.Owner, provider, name, bi
 	if len(binding) < 16 {
 		return "", invalid("The connect flow must be started from the account's Connections page.")
 	}
-	eps, err := p.resolve(ctx, s.client)
+	eps, err := p.resolve(ctx, p.hc)
 	if err != nil {
 		s.log.WarnContext(ctx, "integrations: provider endpoints unavailable", "provider", p.Name, "err", redactErr(err))
 		return "", &capabilities.Error{Code: capabilities.CodeConflict, Message: fmt.Sprintf("Provider %s cannot be reached now; try again later.", p.Name)}
@@ -70,7 +92,7 @@ func (s *Service) Start(ctx context.Context, o storage.Owner, provider, name, bi
 		return "", fmt.Errorf("integrations: start: %w", err)
 	}
 	now := s.now().UTC()
-	row := stateRow{StateHash: sh, UserID: o.ID, BindingHash: hash(binding), Provider: p.Name, Name: name,
+	row := stateRow{StateHash: sh, UserID: o.ID, BindingHash: hash(binding), Provider: p.Name, AppID: p.appIDPtr(), Name: name,
 		KeyID: keyID, Verifier: sealed, CreatedAt: now, ExpiresAt: now.Add(StateTTL)}
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		// Expired flows and those beyond the bound go first.
@@ -93,14 +115,25 @@ func (s *Service) Start(ctx context.Context, o storage.Owner, provider, name, bi
 	if err != nil {
 		return "", fmt.Errorf("integrations: start: %w", err)
 	}
-	return p.config(eps, s.RedirectURL(p.Name)).AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)), nil
+	return p.config(eps, s.redirectFor(p)).AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)), nil
+}
+
+// redirectFor is the redirect URI of p's flows.
+func (s *Service) redirectFor(p *providerState) string {
+	if p.appID != 0 {
+		return s.AppRedirectURL(p.Name)
+	}
+	return s.RedirectURL(p.Name)
 }
 
 // Callback is what the provider sent back to the callback URL.
 type Callback struct {
 	// Provider is the provider named by the callback's path (see
 	// CallbackPath); it must be the one the flow was started for.
-	Provider         string
+	Provider string
+	// App is the person's own app named by the callback's path
+	// (CallbackPath + "/app/" + its name), instead of Provider.
+	App              string
 	State            string
 	Code             string
 	Error            string
@@ -144,9 +177,22 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 		s.record(ctx, o, "connection_connect", audit.ResultDenied, "provider="+st.Provider+" state not bound to this session")
 		return Connection{}, invalid(stale)
 	}
-	if cb.Provider != st.Provider {
-		// A code from another provider's redirect: never send it (nor the
-		// verifier) to this flow's token endpoint.
+	// The flow's app, when it was started at one of the owner's own apps
+	// (nil when the app was removed meanwhile: its flows are gone too).
+	var app *appRow
+	if st.AppID != nil {
+		a, err := s.getAppByID(ctx, s.store.DB, o, *st.AppID)
+		if err != nil && !errors.Is(err, ErrAppNotFound) {
+			return Connection{}, err
+		}
+		if err == nil {
+			app = &a
+		}
+	}
+	if (st.AppID == nil && (cb.App != "" || cb.Provider != st.Provider)) ||
+		(st.AppID != nil && (cb.Provider != "" || app == nil || cb.App != app.Name)) {
+		// A code from another provider's (or app's) redirect: never send
+		// it (nor the verifier) to this flow's token endpoint.
 		s.record(ctx, o, "connection_connect", audit.ResultDenied, "provider="+st.Provider+" callback on another provider's path")
 		return Connection{}, invalid(stale)
 	}
@@ -160,21 +206,25 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 	if cb.Code == "" {
 		return Connection{}, invalid("The provider sent no authorization code; nothing was connected.")
 	}
-	p, ok := s.providers[st.Provider]
-	if !ok {
+	var p *providerState
+	if app != nil {
+		if p, err = s.appProvider(ctx, o, *app); err != nil {
+			return Connection{}, err
+		}
+	} else if p = s.providers[st.Provider]; p == nil {
 		return Connection{}, invalid("Provider %s is no longer configured.", st.Provider)
 	}
 	verifier, err := s.ring.Open(ctx, st.KeyID, st.Verifier, stateAD(o.StableID, sh))
 	if err != nil {
 		return Connection{}, invalid(stale)
 	}
-	eps, err := p.resolve(ctx, s.client)
+	eps, err := p.resolve(ctx, p.hc)
 	if err != nil {
 		return Connection{}, &capabilities.Error{Code: capabilities.CodeConflict, Message: fmt.Sprintf("Provider %s cannot be reached now; try again later.", p.Name)}
 	}
-	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), s.timeout)
+	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, p.hc), s.timeout)
 	defer cancel()
-	tok, err := p.config(eps, s.RedirectURL(p.Name)).Exchange(ctx2, cb.Code, oauth2.VerifierOption(string(verifier)))
+	tok, err := p.config(eps, s.redirectFor(p)).Exchange(ctx2, cb.Code, oauth2.VerifierOption(string(verifier)))
 	if err == nil {
 		err = validateToken(tok)
 	}
@@ -188,7 +238,7 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 	if granted, ok := tok.Extra("scope").(string); ok && granted != "" {
 		scopes = splitScopes(granted, tok.AccessToken, tok.RefreshToken)
 	}
-	c, err := s.save(ctx, o, st.Name, p.Name, scopes, tokenSet{AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, TokenType: "Bearer", Expiry: tok.Expiry})
+	c, err := s.save(ctx, o, st.Name, p.Name, p.appIDPtr(), scopes, tokenSet{AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, TokenType: "Bearer", Expiry: tok.Expiry})
 	if err != nil {
 		return Connection{}, err
 	}
@@ -262,7 +312,7 @@ func splitSpace(s string) []string {
 }
 
 // save creates or replaces the owner's connection called name.
-func (s *Service) save(ctx context.Context, o storage.Owner, name, provider string, scopes []string, ts tokenSet) (Connection, error) {
+func (s *Service) save(ctx context.Context, o storage.Owner, name, provider string, appID *int64, scopes []string, ts tokenSet) (Connection, error) {
 	if scopes == nil {
 		scopes = []string{}
 	}
@@ -280,7 +330,7 @@ func (s *Service) save(ctx context.Context, o storage.Owner, name, provider stri
 			if n >= MaxConnections {
 				return invalid("You have %d connections, the most one account may keep; disconnect one first.", MaxConnections)
 			}
-			out = connRow{UserID: o.ID, PublicID: "con_" + randomToken(15), Name: name, Provider: provider,
+			out = connRow{UserID: o.ID, PublicID: "con_" + randomToken(15), Name: name, Provider: provider, AppID: appID,
 				Scopes: string(sb), Status: StatusActive, CreatedAt: now, UpdatedAt: now}
 			if err := s.seal(o, &out, ts); err != nil {
 				return err
@@ -291,11 +341,11 @@ func (s *Service) save(ctx context.Context, o storage.Owner, name, provider stri
 			return err
 		}
 		out = existing
-		out.Provider, out.Scopes, out.Status, out.LastError, out.UpdatedAt = provider, string(sb), StatusActive, "", now
+		out.Provider, out.AppID, out.Scopes, out.Status, out.LastError, out.UpdatedAt = provider, appID, string(sb), StatusActive, "", now
 		if err := s.seal(o, &out, ts); err != nil {
 			return err
 		}
-		_, err = tx.NewUpdate().Model(&out).Column("provider", "scopes", "status", "last_error", "key_id", "token_ciphertext", "expires_at", "refresh_at", "updated_at").
+		_, err = tx.NewUpdate().Model(&out).Column("provider", "app_id", "scopes", "status", "last_error", "key_id", "token_ciphertext", "expires_at", "refresh_at", "updated_at").
 			Where("id = ? AND user_id = ?", out.ID, o.ID).Exec(ctx)
 		return err
 	})

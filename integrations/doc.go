@@ -4,6 +4,15 @@
 // token URLs; a client id and secret; scopes; and the API hosts the tokens
 // may be sent to), and keeps each connection's tokens sealed.
 //
+// A person may also add their own OAuth app (AddApp, the session-only
+// capability connectionAppAdd): a client they registered at a service,
+// with its secret sealed and bound to them and the app. Its endpoints and
+// API hosts must be public https hosts, discovery and every exchange with
+// it go through the egress client, and its flows have their own redirect
+// URI (AppCallbackPath + "/" + its name); otherwise a connection to it is
+// like one to a provider. RemoveApp disconnects (and revokes) its
+// connections.
+//
 // Connecting happens in the web shell only. Start (the session-only
 // capability connectionConnectStart) sends the browser to the provider
 // with an authorization-code request carrying a PKCE S256 challenge and a

@@ -92,6 +92,10 @@ type Options struct {
 	Disabled bool
 	// Providers are the operator's OAuth providers (--integration).
 	Providers []Provider
+	// AllowLoopbackHTTP lets people's own apps (AddApp) use plain http
+	// endpoints on a loopback host and loopback API hosts. For tests
+	// only: never set it in production.
+	AllowLoopbackHTTP bool
 }
 
 // Config configures the service: Options, plus what the server provides.
@@ -124,6 +128,8 @@ type Service struct {
 	audit     Auditor
 	log       *slog.Logger
 	client    *http.Client
+	appClient *http.Client
+	allowLoop bool
 	timeout   time.Duration
 	now       func() time.Time
 	providers map[string]*providerState
@@ -138,8 +144,9 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		store: cfg.Store, ring: cfg.Ring, owners: cfg.Owners, audit: cfg.Audit, log: cmp.Or(cfg.Logger, slog.Default()),
 		client: cfg.HTTPClient, timeout: cmp.Or(cfg.Timeout, DefaultHTTPTimeout), now: cfg.Now, providers: map[string]*providerState{},
-		redirect: strings.TrimSuffix(cfg.BaseURL, "/") + CallbackPath,
+		redirect: strings.TrimSuffix(cfg.BaseURL, "/") + CallbackPath, allowLoop: cfg.AllowLoopbackHTTP,
 	}
+	s.appClient = s.newAppClient()
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -160,7 +167,7 @@ func New(cfg Config) (*Service, error) {
 		if _, dup := s.providers[p.Name]; dup {
 			return nil, fmt.Errorf("integrations: provider %s is configured twice", p.Name)
 		}
-		s.providers[p.Name] = &providerState{Provider: p}
+		s.providers[p.Name] = &providerState{Provider: p, hc: s.client}
 		s.names = append(s.names, p.Name)
 	}
 	slices.Sort(s.names)
@@ -196,6 +203,7 @@ type Connection struct {
 	Name       string     `json:"name"`
 	Provider   string     `json:"provider"`
 	Scopes     []string   `json:"scopes"`
+	OwnApp     bool       `json:"ownApp,omitempty" jsonschema:"true when the provider is one of your own OAuth apps (connectionAppList), not one of the server's"`
 	Status     string     `json:"status" schema:"enum=active|expired"`
 	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
 	ExpiresAt  *time.Time `json:"expiresAt,omitempty" jsonschema:"when the current access token expires (it is renewed before then when the provider allows)"`
@@ -211,6 +219,7 @@ type connRow struct {
 	PublicID      string     `bun:"public_id,notnull"`
 	Name          string     `bun:"name,notnull"`
 	Provider      string     `bun:"provider,notnull"`
+	AppID         *int64     `bun:"app_id"`
 	Scopes        string     `bun:"scopes,notnull"`
 	Status        string     `bun:"status,notnull"`
 	KeyID         int64      `bun:"key_id,notnull"`
@@ -234,7 +243,7 @@ func utcPtr(t *time.Time) *time.Time {
 func (r connRow) meta() Connection {
 	scopes := []string{}
 	_ = json.Unmarshal([]byte(r.Scopes), &scopes) // a column this package wrote
-	return Connection{Name: r.Name, Provider: r.Provider, Scopes: scopes, Status: r.Status,
+	return Connection{Name: r.Name, Provider: r.Provider, OwnApp: r.AppID != nil, Scopes: scopes, Status: r.Status,
 		LastUsedAt: utcPtr(r.LastUsedAt), ExpiresAt: utcPtr(r.ExpiresAt), LastError: r.LastError,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
 }
@@ -295,7 +304,7 @@ func (s *Service) open(ctx context.Context, o storage.Owner, r connRow) (tokenSe
 func (s *Service) List(ctx context.Context, o storage.Owner) ([]Connection, error) {
 	var rows []connRow
 	err := s.store.Reader.NewSelect().Model(&rows).
-		Column("name", "provider", "scopes", "status", "expires_at", "last_used_at", "last_error", "created_at", "updated_at").
+		Column("name", "provider", "app_id", "scopes", "status", "expires_at", "last_used_at", "last_error", "created_at", "updated_at").
 		Where("user_id = ?", o.ID).Order("name").Limit(MaxConnections).Scan(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("integrations: list: %w", err)
@@ -348,11 +357,11 @@ func (s *Service) Disconnect(ctx context.Context, o storage.Owner, name string) 
 // token first (which revokes the grant at most providers), and records the
 // attempt. It reports whether the provider confirmed.
 func (s *Service) revoke(ctx context.Context, o storage.Owner, r connRow) bool {
-	p, ok := s.providers[r.Provider]
-	if !ok {
+	p, err := s.providerFor(ctx, o, r)
+	if err != nil {
 		return false
 	}
-	eps, err := p.resolve(ctx, s.client)
+	eps, err := p.resolve(ctx, p.hc)
 	if err != nil || eps.revoke == "" {
 		return false
 	}
@@ -399,7 +408,7 @@ func (s *Service) revokeOne(ctx context.Context, p *providerState, endpoint, tok
 	if p.ClientSecret != "" {
 		req.SetBasicAuth(url.QueryEscape(p.ClientID), url.QueryEscape(p.ClientSecret))
 	}
-	resp, err := s.client.Do(req)
+	resp, err := p.hc.Do(req)
 	if err != nil {
 		return err
 	}

@@ -187,8 +187,13 @@ type endpoints struct {
 // providerState is a configured provider and its discovered endpoints.
 type providerState struct {
 	Provider
-	mu  sync.Mutex
-	eps *endpoints
+	// hc talks to the provider: the operator's client for configured
+	// providers, the egress client for a person's own app.
+	hc *http.Client
+	// appID is the row of a person's own app (0: the operator's).
+	appID int64
+	mu    sync.Mutex
+	eps   *endpoints
 }
 
 // MaxMetadataBytes bounds a discovery document and a token response.

@@ -36,9 +36,9 @@ func (s *Service) Use(ctx context.Context, o storage.Owner, name string) (Usable
 	if err != nil {
 		return Usable{}, err
 	}
-	p, ok := s.providers[r.Provider]
-	if !ok {
-		return Usable{}, ErrNotFound
+	p, err := s.providerFor(ctx, o, r)
+	if err != nil {
+		return Usable{}, err
 	}
 	if r.Status != StatusActive {
 		return Usable{}, ErrExpired
@@ -80,15 +80,15 @@ func (s *Service) refresh(ctx context.Context, o storage.Owner, r connRow, ts to
 		}
 		return ts, ErrExpired
 	}
-	p, ok := s.providers[r.Provider]
-	if !ok {
-		return ts, ErrNotFound
-	}
-	eps, err := p.resolve(ctx, s.client)
+	p, err := s.providerFor(ctx, o, r)
 	if err != nil {
 		return ts, err
 	}
-	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.client), s.timeout)
+	eps, err := p.resolve(ctx, p.hc)
+	if err != nil {
+		return ts, err
+	}
+	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, p.hc), s.timeout)
 	defer cancel()
 	old := &oauth2.Token{RefreshToken: ts.RefreshToken, Expiry: time.Unix(1, 0)} // force the refresh
 	tok, err := p.config(eps, s.redirect).TokenSource(ctx2, old).Token()

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/integrations"
 )
 
@@ -15,7 +16,9 @@ import (
 // (package integrations), the providers they can connect, and the connect
 // flow. Every step runs a capability as the signed-in person:
 // connectionList, connectionDisconnect, and the session-only
-// connectionConnectStart and connectionConnectFinish.
+// connectionConnectStart and connectionConnectFinish; and the person's own
+// OAuth apps: connectionAppList, connectionAppRemove and the session-only
+// connectionAppAdd (the client secret is pasted here, never shown again).
 //
 // The flow is bound to the browser that started it: starting sets a
 // short-lived cookie holding a random binding, which the callback must
@@ -28,6 +31,17 @@ const connectCookie = "enclave_connect"
 var connectionNotices = map[string]string{
 	"connected":    "The account is connected.",
 	"disconnected": "The account is disconnected.",
+	"app-added":    "Your app is added. Connect an account with it below.",
+	"app-removed":  "Your app is removed, and its connections disconnected.",
+}
+
+// appsView is the "your own apps" part of the connections page: the
+// person's apps, and the add form as they filled it (never the secret)
+// with the error that refused it.
+type appsView struct {
+	List  integrations.AppListOutput
+	Form  integrations.AppInput
+	Error string
 }
 
 // connectionsOn reports whether the connections page exists: the registry
@@ -44,19 +58,71 @@ func (h *Handler) connectionRoutes(handle func(string, http.HandlerFunc)) {
 	handle("GET /account/connections", user(h.connectionsPage))
 	handle("POST /account/connections/connect", user(h.startConnection))
 	handle("GET "+integrations.CallbackPath+"/{provider}", user(h.finishConnection))
+	handle("GET "+integrations.AppCallbackPath+"/{app}", user(h.finishConnection))
 	handle("POST /account/connections/disconnect", user(h.disconnectConnection))
+	handle("POST /account/connections/apps", user(h.addConnectionApp))
+	handle("POST /account/connections/apps/remove", user(h.removeConnectionApp))
 }
 
 func (h *Handler) connectionsPage(w http.ResponseWriter, r *http.Request) {
+	h.renderConnections(w, r, http.StatusOK, appsView{})
+}
+
+// renderConnections renders the page with the person's connections and
+// apps; apps carries the add form's values and error, if any.
+func (h *Handler) renderConnections(w http.ResponseWriter, r *http.Request, status int, apps appsView) {
 	var out integrations.ListOutput
 	if err := h.invoke(r, "connectionList", struct{}{}, &out); err != nil {
+		h.renderCapabilityError(w, r, err)
+		return
+	}
+	if err := h.invoke(r, "connectionAppList", struct{}{}, &apps.List); err != nil {
 		h.renderCapabilityError(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	p := h.page(r, "Connections")
 	p.Notice = connectionNotices[r.URL.Query().Get("notice")]
-	h.render(w, r, http.StatusOK, connectionsPage(p, out))
+	h.render(w, r, status, connectionsPage(p, out, apps))
+}
+
+// addConnectionApp adds the person's own OAuth app from the form; a
+// refusal shows the page again with the form filled in (but the secret)
+// and the reason.
+func (h *Handler) addConnectionApp(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	f := r.PostForm
+	in := integrations.AppInput{Name: strings.TrimSpace(f.Get("app_name")), Issuer: strings.TrimSpace(f.Get("app_issuer")),
+		AuthURL: strings.TrimSpace(f.Get("app_auth_url")), TokenURL: strings.TrimSpace(f.Get("app_token_url")),
+		RevokeURL: strings.TrimSpace(f.Get("app_revoke_url")), ClientID: strings.TrimSpace(f.Get("app_client_id")),
+		ClientSecret: strings.TrimSpace(f.Get("app_client_secret")), Scopes: strings.Fields(f.Get("app_scopes")),
+		APIHosts: strings.Fields(strings.ReplaceAll(f.Get("app_hosts"), ",", " "))}
+	err := h.invoke(r, "connectionAppAdd", in, nil)
+	if err == nil {
+		h.redirect(w, r, "/account/connections?notice=app-added")
+		return
+	}
+	e, ok := errors.AsType[*capabilities.Error](err)
+	status, known := capabilityStatus[capabilities.CodeOf(err)]
+	if !ok || !known || status >= 500 || status == http.StatusForbidden || status == http.StatusTooManyRequests {
+		h.renderCapabilityError(w, r, err)
+		return
+	}
+	in.ClientSecret = "" // never sent back to the browser
+	h.renderConnections(w, r, status, appsView{Form: in, Error: pageMessage(e.Message)})
+}
+
+func (h *Handler) removeConnectionApp(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r) {
+		return
+	}
+	if err := h.invoke(r, "connectionAppRemove", integrations.AppNameInput{Name: r.PostForm.Get("name")}, nil); err != nil {
+		h.renderCapabilityError(w, r, err)
+		return
+	}
+	h.redirect(w, r, "/account/connections?notice=app-removed")
 }
 
 func (h *Handler) connectCookie(r *http.Request, value string, maxAge int) *http.Cookie {
@@ -73,7 +139,7 @@ func (h *Handler) startConnection(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(b)
 	binding := base64.RawURLEncoding.EncodeToString(b)
 	var out integrations.StartOutput
-	in := integrations.StartInput{Provider: r.PostForm.Get("provider"), Name: strings.TrimSpace(r.PostForm.Get("name")), Binding: binding}
+	in := integrations.StartInput{Provider: r.PostForm.Get("provider"), App: r.PostForm.Get("app"), Name: strings.TrimSpace(r.PostForm.Get("name")), Binding: binding}
 	if err := h.invoke(r, "connectionConnectStart", in, &out); err != nil {
 		h.renderCapabilityError(w, r, err)
 		return
@@ -86,7 +152,7 @@ func (h *Handler) startConnection(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, h.connectCookie(r, binding, int(integrations.StateTTL.Seconds())))
 	// A page with a link, not a redirect: form-action 'self' stops a form
 	// submission from being redirected to another origin.
-	h.render(w, r, http.StatusOK, connectionContinuePage(h.page(r, "Connect"), in.Provider, out.AuthorizationURL))
+	h.render(w, r, http.StatusOK, connectionContinuePage(h.page(r, "Connect"), in.Provider+in.App, out.AuthorizationURL))
 }
 
 // finishConnection is the callback the provider sends the browser back to.
@@ -97,7 +163,7 @@ func (h *Handler) finishConnection(w http.ResponseWriter, r *http.Request) {
 		binding = c.Value
 	}
 	http.SetCookie(w, h.connectCookie(r, "", -1))
-	in := integrations.FinishInput{Binding: binding, Provider: r.PathValue("provider"), State: q.Get("state"), Code: q.Get("code"), Error: q.Get("error"), ErrorDescription: q.Get("error_description")}
+	in := integrations.FinishInput{Binding: binding, Provider: r.PathValue("provider"), App: r.PathValue("app"), State: q.Get("state"), Code: q.Get("code"), Error: q.Get("error"), ErrorDescription: q.Get("error_description")}
 	if err := h.invoke(r, "connectionConnectFinish", in, nil); err != nil {
 		w.Header().Set("Cache-Control", "no-store")
 		h.renderCapabilityError(w, r, err)
