@@ -354,6 +354,8 @@ func toResult(server string, res *mcpgo.CallToolResult) capabilities.Result {
 // failures open it for BreakerCooldown; then one call is let through
 // (half-open), whose success closes it and whose failure opens it again.
 type breaker struct {
+	// renew serialises the renewals of the server's token (accessToken).
+	renew     sync.Mutex
 	mu        sync.Mutex
 	failures  int
 	openUntil time.Time

@@ -107,8 +107,12 @@ func (s *Service) Refresh(ctx context.Context, o storage.Owner, name string) (Ad
 	b.done(s.now(), err == nil)
 	now := s.now().UTC()
 	if err != nil {
-		r.LastError = "The tool list could not be read: " + describeFailure(err) + "."
-		_, _ = s.store.DB.NewUpdate().Model(&r).Column("last_error", "updated_at").Set("updated_at = ?", now).Where("id = ? AND user_id = ?", r.ID, o.ID).Exec(ctx)
+		r.LastError, r.UpdatedAt = "The tool list could not be read: "+describeFailure(err)+".", now
+		// Column alone: a Set of a listed column would name it twice,
+		// which PostgreSQL refuses.
+		if _, err := s.store.DB.NewUpdate().Model(&r).Column("last_error", "updated_at").Where("id = ? AND user_id = ?", r.ID, o.ID).Exec(ctx); err != nil {
+			s.log.WarnContext(ctx, "remotemcp: recording a failed refresh", "err", err)
+		}
 		return Added{}, unavailable("Server %s did not list its tools: %s.", name, describeFailure(err))
 	}
 	tb, _ := json.Marshal(tools)

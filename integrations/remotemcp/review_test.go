@@ -1,0 +1,103 @@
+package remotemcp_test
+
+// Tests of the attacker's review of remote MCP servers (#31).
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/integrations/remotemcp"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// consented adds f's server as rem for c and finishes consent.
+func consented(t *testing.T, e env, f *fakeRemote, o storage.Owner) {
+	t.Helper()
+	if _, err := e.svc.Add(t.Context(), o, f.srv.URL+"/mcp", "rem"); err != nil {
+		t.Fatal(err)
+	}
+	u, err := e.svc.ConsentStart(t.Context(), o, "rem", binding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := f.authorize(t, u)
+	if _, err := e.svc.ConsentFinish(t.Context(), o, binding, remotemcp.Callback{Server: publicID(q.Get("redirect_uri")), State: q.Get("state"), Code: q.Get("code")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A refused renewal expires the server and a failed refresh records its
+// error, on both dialects (an UPDATE naming updated_at twice is refused by
+// PostgreSQL, and the error was dropped).
+func TestReviewFailuresRecordedOnEveryDialect(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, 5*time.Second)
+		f := newFakeRemote(t, false)
+		f.expiresIn = 60
+		alice := ownerOf(addUser(t, s, "alice"))
+		consented(t, e, f, alice)
+		// The remote stops answering tools/list: Refresh fails, and says so
+		// on the row.
+		f.mu.Lock()
+		f.tokens = map[string]bool{}
+		f.mu.Unlock()
+		if _, err := e.svc.Refresh(t.Context(), alice, "rem"); err == nil {
+			t.Fatal("a refresh of a refusing remote succeeded")
+		}
+		l, _ := e.svc.List(t.Context(), alice)
+		if len(l) != 1 || l[0].LastError == "" {
+			t.Fatalf("after a failed refresh: %+v", l)
+		}
+		// The remote refusing the refresh token: the server expires.
+		f.mu.Lock()
+		f.refreshes = map[string]bool{}
+		f.mu.Unlock()
+		e.clock.Add(remotemcp.MinRefreshInterval)
+		if _, err := e.svc.AccessToken(t.Context(), alice, "rem"); err == nil {
+			t.Fatal("a refused renewal answered a token")
+		}
+		l, _ = e.svc.List(t.Context(), alice)
+		if len(l) != 1 || l[0].Status != remotemcp.StatusExpired {
+			t.Fatalf("after a refused renewal: %+v", l)
+		}
+	})
+}
+
+// Calls arriving together when the token is due renew it once: with an
+// authorization server that rotates refresh tokens (OAuth 2.1 for public
+// clients), the others' use of the old refresh token would be refused
+// (invalid_grant) and expire a server whose token was just renewed.
+func TestReviewConcurrentRenewalsWithRotation(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, 5*time.Second)
+		f := newFakeRemote(t, true)
+		f.expiresIn, f.rotate, f.tokenDelay = 60, true, 50*time.Millisecond
+		alice := ownerOf(addUser(t, s, "alice"))
+		consented(t, e, f, alice)
+		e.clock.Add(remotemcp.MinRefreshInterval)
+		var wg sync.WaitGroup
+		errs := make([]error, 6)
+		toks := make([]string, 6)
+		for i := range errs {
+			wg.Go(func() { toks[i], errs[i] = e.svc.AccessToken(t.Context(), alice, "rem") })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil || toks[i] == "" {
+				t.Fatalf("call %d: %q %v", i, toks[i], err)
+			}
+		}
+		l, _ := e.svc.List(t.Context(), alice)
+		if len(l) != 1 || l[0].Status != remotemcp.StatusActive {
+			t.Fatalf("after concurrent renewals: %+v", l)
+		}
+		f.mu.Lock()
+		n := f.refreshed
+		f.mu.Unlock()
+		if n != 1 {
+			t.Fatalf("%d renewals for one due token", n)
+		}
+	})
+}
