@@ -221,8 +221,14 @@ func (s *Service) listTools(ctx context.Context, serverURL, server, token string
 			return nil, 0, err
 		}
 		for _, t := range res.Tools {
+			if len(kept) >= MaxTools {
+				// Not compiled: a list of many thousand small tools
+				// would cost a schema compilation each.
+				skipped++
+				continue
+			}
 			rt, ok := s.sanitise(server, t)
-			if !ok || seen[rt.Name] || len(kept) >= MaxTools {
+			if !ok || seen[rt.Name] {
 				skipped++
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
 	"net/http"
@@ -158,7 +159,10 @@ type Service struct {
 	mu       sync.Mutex
 	gens     map[string]uint64
 	breakers map[string]*breaker
-	cache    map[string]capabilities.Capability
+	// cache: each server row's compiled tools, by owner, server and a
+	// hash (under seed) of its tool list.
+	cache map[string][]capabilities.Capability
+	seed  maphash.Seed
 	// refreshing: the servers whose tool list is being read again after
 	// a notifications/tools/list_changed.
 	refreshing map[string]bool
@@ -172,7 +176,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		store: cfg.Store, ring: cfg.Ring, owners: cfg.Owners, reg: cfg.Registry, base: strings.TrimSuffix(cfg.BaseURL, "/"),
 		audit: cfg.Audit, log: cmp.Or(cfg.Logger, slog.Default()), opts: cfg.Options, timeout: cmp.Or(cfg.Timeout, DefaultTimeout),
-		now: cfg.Now, gens: map[string]uint64{}, breakers: map[string]*breaker{}, cache: map[string]capabilities.Capability{},
+		now: cfg.Now, gens: map[string]uint64{}, breakers: map[string]*breaker{}, cache: map[string][]capabilities.Capability{}, seed: maphash.MakeSeed(),
 		refreshing: map[string]bool{},
 	}
 	if s.now == nil {

@@ -3,9 +3,17 @@ package remotemcp_test
 // Tests of the attacker's review of remote MCP servers (#31).
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/storage"
@@ -100,4 +108,64 @@ func TestReviewConcurrentRenewalsWithRotation(t *testing.T) {
 			t.Fatalf("%d renewals for one due token", n)
 		}
 	})
+}
+
+// bigRemote offers MaxTools tools of nearly MaxSchemaBytes of schema and
+// MaxDescription of description each, 32 a page.
+func bigRemote(t testing.TB) *remote {
+	r := &remote{mcp: mcpserver.NewMCPServer("remote", "1", mcpserver.WithToolCapabilities(false), mcpserver.WithPaginationLimit(32))}
+	h := func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		return mcpgo.NewToolResultText("ok"), nil
+	}
+	var props []string
+	for i := 0; len(strings.Join(props, ",")) < remotemcp.MaxSchemaBytes-600; i++ {
+		props = append(props, fmt.Sprintf(`"p%03d":{"type":"string","description":"%s"}`, i, strings.Repeat("s", 60)))
+	}
+	schema := json.RawMessage(`{"type":"object","properties":{` + strings.Join(props, ",") + `}}`)
+	for i := range remotemcp.MaxTools {
+		r.mcp.AddTool(mcpgo.NewToolWithRawSchema(fmt.Sprintf("t%03d", i), strings.Repeat("d", remotemcp.MaxDescription), schema), h)
+	}
+	hs := mcpserver.NewStreamableHTTPServer(r.mcp)
+	r.srv = httptest.NewServer(hs)
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// BenchmarkReviewVisibleBigServers lists the tools of a person with
+// MaxServers servers of MaxTools big tools each: the cost of every
+// tools/list they send (and of every call, which looks its tool up).
+func BenchmarkReviewVisibleBigServers(b *testing.B) {
+	s := storagetest.Open(b, storage.SQLite)
+	e := newEnv(b, s, 30*time.Second)
+	alice := addUser(b, s, "alice")
+	r := bigRemote(b)
+	for i := range remotemcp.MaxServers {
+		if _, err := e.svc.Add(b.Context(), ownerOf(alice), r.srv.URL, fmt.Sprintf("s%d", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if n := len(e.reg.VisibleOwn(b.Context(), alice)); n != remotemcp.MaxServers*remotemcp.MaxTools {
+		b.Fatalf("%d tools", n)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		e.reg.VisibleOwn(b.Context(), alice)
+	}
+}
+
+// BenchmarkReviewLookupBigServer looks one tool of a big server up, as
+// every call does.
+func BenchmarkReviewLookupBigServer(b *testing.B) {
+	s := storagetest.Open(b, storage.SQLite)
+	e := newEnv(b, s, 30*time.Second)
+	alice := addUser(b, s, "alice")
+	r := bigRemote(b)
+	if _, err := e.svc.Add(b.Context(), ownerOf(alice), r.srv.URL, "big"); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if !e.reg.IsOwn(b.Context(), alice, "mcp_big__t127") {
+			b.Fatal("not found")
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -194,17 +195,13 @@ func (p provider) Own(ctx context.Context, caller capabilities.Caller) ([]capabi
 	}
 	var out []capabilities.Capability
 	for _, r := range rows {
-		for _, t := range r.tools() {
-			if c, ok := p.s.compiled(o.StableID, r, t); ok {
-				out = append(out, c)
-			}
-		}
+		out = append(out, p.s.compiled(o.StableID, r)...)
 	}
 	return out, nil
 }
 
 func (p provider) LookupOwn(ctx context.Context, caller capabilities.Caller, name string) (capabilities.Capability, bool, error) {
-	server, tool, ok := parseName(name)
+	server, _, ok := parseName(name)
 	if !ok {
 		return capabilities.Capability{}, false, nil
 	}
@@ -219,37 +216,43 @@ func (p provider) LookupOwn(ctx context.Context, caller capabilities.Caller, nam
 	if err != nil {
 		return capabilities.Capability{}, false, err
 	}
-	for _, t := range r.tools() {
-		if t.Name == tool {
-			c, ok := p.s.compiled(o.StableID, r, t)
-			return c, ok, nil
+	for _, c := range p.s.compiled(o.StableID, r) {
+		if c.Name == name {
+			return c, true, nil
 		}
 	}
 	return capabilities.Capability{}, false, nil
 }
 
-// compiled returns the tool's capability, compiled once per owner, server
-// row and tool list.
-func (s *Service) compiled(stableID string, r serverRow, t remoteTool) (capabilities.Capability, bool) {
-	key := fmt.Sprintf("%s/%s/%s/%s", stableID, r.PublicID, hash(r.Tools)[:24], t.Name)
+// compiled returns the capabilities of the server row's tools, parsed and
+// compiled once per owner, server and tool list. The tool list (up to
+// MaxTools tools of MaxSchemaBytes each) is hashed once per row with a
+// per-process seed, not once per tool, and not parsed again while it is
+// the same: each tools/list and each call reads every row.
+func (s *Service) compiled(stableID string, r serverRow) []capabilities.Capability {
+	key := fmt.Sprintf("%s/%s/%x", stableID, r.PublicID, maphash.String(s.seed, r.Tools))
 	s.mu.Lock()
-	c, ok := s.cache[key]
+	caps, ok := s.cache[key]
 	s.mu.Unlock()
 	if ok {
-		return c, true
+		return caps
 	}
-	c, err := s.reg.Compile(s.toolCapability(r.Name, t))
-	if err != nil {
-		s.log.Warn("remotemcp: a remote tool cannot be offered as a capability", "server", r.Name, "tool", t.Name, "err", err)
-		return capabilities.Capability{}, false
+	caps = []capabilities.Capability{}
+	for _, t := range r.tools() {
+		c, err := s.reg.Compile(s.toolCapability(r.Name, t))
+		if err != nil {
+			s.log.Warn("remotemcp: a remote tool cannot be offered as a capability", "server", r.Name, "tool", t.Name, "err", err)
+			continue
+		}
+		caps = append(caps, c)
 	}
 	s.mu.Lock()
-	if len(s.cache) >= 10000 {
-		s.cache = map[string]capabilities.Capability{}
+	if len(s.cache) >= 2000 {
+		s.cache = map[string][]capabilities.Capability{}
 	}
-	s.cache[key] = c
+	s.cache[key] = caps
 	s.mu.Unlock()
-	return c, true
+	return caps
 }
 
 // toolCapability describes a remote tool as its owner's capability.
