@@ -15,7 +15,10 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
+	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -167,5 +170,56 @@ func BenchmarkReviewLookupBigServer(b *testing.B) {
 		if !e.reg.IsOwn(b.Context(), alice, "mcp_big__t127") {
 			b.Fatal("not found")
 		}
+	}
+}
+
+// A server added or removed on one replica changes the owner's generation
+// on every replica (through the cluster bus): their MCP sessions there are
+// told their tool list changed, and their cached visible sets are worked
+// out again.
+func TestReviewGenerationAcrossReplicas(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	bus := cluster.NewLocal()
+	t.Cleanup(func() { _ = bus.Close() })
+	replica := func() *remotemcp.Service {
+		ring, err := envelope.Open(t.Context(), s.DB, s.Keeper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := capabilities.NewRegistry(capabilities.Options{Logger: quiet()})
+		svc, err := remotemcp.New(remotemcp.Config{Options: remotemcp.Options{AllowLoopbackHTTP: true, Timeout: 5 * time.Second},
+			Store: s, Ring: ring, Owners: owners, Registry: reg, BaseURL: "https://enclave.example", Logger: quiet(), Bus: bus})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.AddProvider(remotemcp.Prefix, svc.Provider()); err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	a, b := replica(), replica()
+	alice := addUser(t, s, "alice")
+	bob := addUser(t, s, "bob")
+	r := newRemote(t, echoTools)
+	gen := func() (uint64, uint64) {
+		return b.Provider().Generation(alice.UserID), b.Provider().Generation(bob.UserID)
+	}
+	before, bobBefore := gen()
+	if _, err := a.Add(t.Context(), ownerOf(alice), r.srv.URL, "tools"); err != nil {
+		t.Fatal(err)
+	}
+	added, bobAdded := gen()
+	if added == before {
+		t.Fatal("an add on replica a left alice's generation on replica b as it was")
+	}
+	if _, err := a.Remove(t.Context(), ownerOf(alice), "tools"); err != nil {
+		t.Fatal(err)
+	}
+	removed, bobRemoved := gen()
+	if removed == added {
+		t.Fatal("a removal on replica a left alice's generation on replica b as it was")
+	}
+	if bobBefore != bobAdded || bobAdded != bobRemoved {
+		t.Fatal("alice's changes moved bob's generation")
 	}
 }
