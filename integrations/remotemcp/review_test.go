@@ -223,3 +223,22 @@ func TestReviewGenerationAcrossReplicas(t *testing.T) {
 		t.Fatal("alice's changes moved bob's generation")
 	}
 }
+
+// Adds racing each other keep MaxServers: the count is checked before the
+// remote is probed (seconds), and again after the row is written.
+func TestReviewConcurrentAddsKeepMaxServers(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, 10*time.Second)
+		r := newRemote(t, echoTools)
+		alice := ownerOf(addUser(t, s, "alice"))
+		var wg sync.WaitGroup
+		for i := range remotemcp.MaxServers + 10 {
+			wg.Go(func() { _, _ = e.svc.Add(t.Context(), alice, r.srv.URL, fmt.Sprintf("s%d", i)) })
+		}
+		wg.Wait()
+		l, err := e.svc.List(t.Context(), alice)
+		if err != nil || len(l) > remotemcp.MaxServers {
+			t.Fatalf("%d servers kept (limit %d): %v", len(l), remotemcp.MaxServers, err)
+		}
+	})
+}

@@ -82,6 +82,18 @@ func (s *Service) Add(ctx context.Context, o storage.Owner, rawURL, name string)
 		}
 		return Added{}, fmt.Errorf("remotemcp: add: %w", err)
 	}
+	// Counted again once written: Adds racing each other all passed the
+	// first count while they probed their remotes. Each keeps its row only
+	// if the rows written so far, its own included, are within the limit.
+	if n, err := s.store.DB.NewSelect().Model((*serverRow)(nil)).Where("user_id = ?", o.ID).Count(ctx); err != nil || n > MaxServers {
+		if _, derr := s.store.DB.NewDelete().Model((*serverRow)(nil)).Where("id = ? AND user_id = ?", row.ID, o.ID).Exec(ctx); derr != nil {
+			return Added{}, fmt.Errorf("remotemcp: add: %w", derr)
+		}
+		if err != nil {
+			return Added{}, fmt.Errorf("remotemcp: add: %w", err)
+		}
+		return Added{}, invalid("You have %d remote servers, the most one account may keep; remove one first.", MaxServers)
+	}
 	s.changed(o.StableID)
 	s.record(ctx, o, "mcp_server_add", audit.ResultSuccess, "server="+name+" auth="+row.Auth)
 	return Added{Server: s.meta(row), Skipped: skipped}, nil
