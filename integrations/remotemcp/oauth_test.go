@@ -94,7 +94,10 @@ func newFakeRemote(t *testing.T, cimd bool) *fakeRemote {
 	})
 	mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
 		_ = r.ParseForm()
-		time.Sleep(f.tokenDelay)
+		f.mu.Lock()
+		delay := f.tokenDelay
+		f.mu.Unlock()
+		time.Sleep(delay)
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.clientIDs = append(f.clientIDs, r.PostForm.Get("client_id"))

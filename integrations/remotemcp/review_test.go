@@ -242,3 +242,32 @@ func TestReviewConcurrentAddsKeepMaxServers(t *testing.T) {
 		}
 	})
 }
+
+// A server whose authorization server does not answer goes to the back of
+// the renewal lane's queue: it cannot hold the lane (every person's
+// renewals) tick after tick.
+func TestReviewLaneNotHeldBySlowServer(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, 500*time.Millisecond)
+		slow, good := newFakeRemote(t, false), newFakeRemote(t, false)
+		slow.expiresIn, good.expiresIn = 60, 60
+		mallory, alice := ownerOf(addUser(t, s, "mallory")), ownerOf(addUser(t, s, "alice"))
+		consented(t, e, slow, mallory)
+		e.clock.Add(time.Second)
+		consented(t, e, good, alice)
+		slow.mu.Lock()
+		slow.tokenDelay = 2 * time.Second
+		slow.mu.Unlock()
+		e.clock.Add(remotemcp.MinRefreshInterval)
+		for range 2 {
+			_, _ = e.svc.RenewDue(t.Context(), 1)
+			e.clock.Add(time.Second)
+		}
+		good.mu.Lock()
+		n := good.refreshed
+		good.mu.Unlock()
+		if n != 1 {
+			t.Fatalf("alice's token renewed %d times in two ticks behind a slow server", n)
+		}
+	})
+}
