@@ -175,6 +175,9 @@ type Service struct {
 	// refreshing: the servers whose tool list is being read again after
 	// a notifications/tools/list_changed.
 	refreshing map[string]bool
+	// listChangedAt: when each server's list was last read again after a
+	// notifications/tools/list_changed.
+	listChangedAt map[string]time.Time
 }
 
 // New returns the service.
@@ -186,7 +189,7 @@ func New(cfg Config) (*Service, error) {
 		store: cfg.Store, ring: cfg.Ring, owners: cfg.Owners, reg: cfg.Registry, base: strings.TrimSuffix(cfg.BaseURL, "/"),
 		audit: cfg.Audit, log: cmp.Or(cfg.Logger, slog.Default()), opts: cfg.Options, timeout: cmp.Or(cfg.Timeout, DefaultTimeout),
 		now: cfg.Now, gens: map[string]uint64{}, breakers: map[string]*breaker{}, cache: map[string][]capabilities.Capability{}, seed: maphash.MakeSeed(),
-		refreshing: map[string]bool{},
+		refreshing: map[string]bool{}, listChangedAt: map[string]time.Time{},
 	}
 	if s.now == nil {
 		s.now = time.Now

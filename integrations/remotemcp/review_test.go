@@ -3,12 +3,16 @@ package remotemcp_test
 // Tests of the attacker's review of remote MCP servers (#31).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,4 +274,46 @@ func TestReviewLaneNotHeldBySlowServer(t *testing.T) {
 			t.Fatalf("alice's token renewed %d times in two ticks behind a slow server", n)
 		}
 	})
+}
+
+// A remote announcing tools/list_changed at every call gets its tool list
+// read again at most once per MinRefreshInterval, not once per call (each
+// reading compiles up to MaxTools schemas and tells every session of the
+// owner that their tools changed).
+func TestReviewListChangedStorm(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	e := newEnv(t, s, 5*time.Second)
+	alice := addUser(t, s, "alice")
+	m := mcpserver.NewMCPServer("remote", "1", mcpserver.WithToolCapabilities(true))
+	m.AddTool(mcpgo.NewTool("ping"), func(ctx context.Context, _ mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+		if err := m.SendNotificationToClient(ctx, mcpgo.MethodNotificationToolsListChanged, nil); err != nil {
+			return nil, err
+		}
+		return mcpgo.NewToolResultText("pong"), nil
+	})
+	var lists atomic.Int64
+	h := mcpserver.NewStreamableHTTPServer(m)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			if strings.Contains(string(b), `"tools/list"`) {
+				lists.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	if _, err := e.svc.Add(t.Context(), ownerOf(alice), srv.URL, "x"); err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		if _, err := e.invoke(t, alice, "mcp_x__ping", struct{}{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the background reading ends
+	}
+	if n := lists.Load(); n > 2 {
+		t.Fatalf("%d tool list readings for 6 calls (1 by Add)", n)
+	}
 }

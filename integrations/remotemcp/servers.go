@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strings"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
@@ -305,12 +306,21 @@ func (s *Service) toolCapability(server string, t remoteTool) capabilities.Capab
 // at a time per server), after the remote said it changed.
 func (s *Service) refreshSoon(o storage.Owner, server string) {
 	key := o.StableID + "/" + server
+	now := s.now()
 	s.mu.Lock()
-	if s.refreshing[key] {
+	// At most once per MinRefreshInterval: a remote announcing a change
+	// at every call would otherwise have its list read (and up to
+	// MaxTools schemas compiled, and every session of its owner told)
+	// once per call.
+	if s.refreshing[key] || now.Before(s.listChangedAt[key].Add(MinRefreshInterval)) {
 		s.mu.Unlock()
 		return
 	}
 	s.refreshing[key] = true
+	if len(s.listChangedAt) >= 100000 {
+		s.listChangedAt = map[string]time.Time{}
+	}
+	s.listChangedAt[key] = now
 	s.mu.Unlock()
 	go func() {
 		defer func() {
