@@ -28,7 +28,7 @@ func (s *Server) assembleRemoteMCP(owners capabilities.OwnerOf) error {
 		return nil
 	}
 	svc, err := remotemcp.New(remotemcp.Config{Options: s.cfg.RemoteMCP, Store: s.store, Ring: s.ring, Owners: owners,
-		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log})
+		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Bus: s.bus})
 	if err != nil {
 		return err
 	}

@@ -221,8 +221,14 @@ func (s *Service) listTools(ctx context.Context, serverURL, server, token string
 			return nil, 0, err
 		}
 		for _, t := range res.Tools {
+			if len(kept) >= MaxTools {
+				// Not compiled: a list of many thousand small tools
+				// would cost a schema compilation each.
+				skipped++
+				continue
+			}
 			rt, ok := s.sanitise(server, t)
-			if !ok || seen[rt.Name] || len(kept) >= MaxTools {
+			if !ok || seen[rt.Name] {
 				skipped++
 				continue
 			}
@@ -354,6 +360,8 @@ func toResult(server string, res *mcpgo.CallToolResult) capabilities.Result {
 // failures open it for BreakerCooldown; then one call is let through
 // (half-open), whose success closes it and whose failure opens it again.
 type breaker struct {
+	// renew serialises the renewals of the server's token (accessToken).
+	renew     sync.Mutex
 	mu        sync.Mutex
 	failures  int
 	openUntil time.Time

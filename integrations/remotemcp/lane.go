@@ -60,8 +60,21 @@ func (s *Service) RenewDue(ctx context.Context, limit int) (int, error) {
 		o := storage.Owner{ID: it.UserID, StableID: it.StableID}
 		r := it.serverRow
 		if r.RefreshAt != nil && !now.Before(*r.RefreshAt) {
-			if _, err := s.accessToken(bctx, o, &r); err != nil {
-				continue // recorded on the row when the remote refused
+			_, err := s.accessToken(bctx, o, &r)
+			if r.RefreshAt != nil && !now.Before(*r.RefreshAt) {
+				// Not renewed (the remote refused, which is recorded on
+				// the row, or did not answer, the old token still serving
+				// until it expires): the server goes to the back of the
+				// queue, so that one whose authorization server does not
+				// answer cannot hold the lane tick after tick.
+				if _, uerr := s.store.DB.NewUpdate().Model((*serverRow)(nil)).Set("updated_at = ?", s.now().UTC()).
+					Where("id = ? AND user_id = ?", r.ID, o.ID).Exec(ctx); uerr != nil {
+					errs = append(errs, fmt.Errorf("remotemcp: renewal failure: %w", uerr))
+				}
+				continue
+			}
+			if err != nil {
+				continue
 			}
 		}
 		if r.ToolsAt == nil || !now.Before(r.ToolsAt.Add(ToolsTTL)) {

@@ -442,21 +442,33 @@ func validateToken(t *oauth2.Token) error {
 }
 
 // accessToken returns the server's access token ("" for a server without
-// authorization), renewed first when it is due.
+// authorization), renewed first when it is due. Renewals of one server
+// are serialised in this process, and the row is read again once the
+// turn comes: a renewal that another call (or replica) made meanwhile is
+// used rather than spending the old refresh token again, which an
+// authorization server rotating refresh tokens refuses (invalid_grant),
+// and which would expire a server whose token was just renewed.
 func (s *Service) accessToken(ctx context.Context, o storage.Owner, r *serverRow) (string, error) {
 	if r.Auth != AuthOAuth {
 		return "", nil
+	}
+	if tok, done, err := s.currentToken(ctx, o, r); done {
+		return tok, err
+	}
+	b := s.breakerOf(r.PublicID)
+	b.renew.Lock()
+	defer b.renew.Unlock()
+	if err := s.reload(ctx, o, r); err != nil {
+		return "", err
+	}
+	if tok, done, err := s.currentToken(ctx, o, r); done {
+		return tok, err
 	}
 	ts, err := s.open(ctx, o, *r)
 	if err != nil || ts.AccessToken == "" {
 		return "", unavailable("Server %s's token cannot be used; finish consent again on the MCP servers page.", r.Name)
 	}
-	if r.RefreshAt == nil || s.now().Before(*r.RefreshAt) {
-		if r.ExpiresAt != nil && !s.now().Before(*r.ExpiresAt) {
-			return "", unavailable("Server %s's token expired; finish consent again on the MCP servers page.", r.Name)
-		}
-		return ts.AccessToken, nil
-	}
+	used := r.Token
 	ctx2, cancel := context.WithTimeout(context.WithValue(ctx, oauth2.HTTPClient, s.listHTTP), s.timeout)
 	defer cancel()
 	tok, err := s.oauthConfig(*r, ts.ClientSecret).TokenSource(ctx2, &oauth2.Token{RefreshToken: ts.RefreshToken, Expiry: time.Unix(1, 0)}).Token()
@@ -467,8 +479,18 @@ func (s *Service) accessToken(ctx context.Context, o storage.Owner, r *serverRow
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && re.ErrorCode == "invalid_grant" {
-			r.Status, r.LastError = StatusExpired, "The server's authorization server refused to renew the token; finish consent again."
-			_, _ = s.store.DB.NewUpdate().Model(r).Column("status", "last_error", "updated_at").Set("updated_at = ?", now).Where("id = ? AND user_id = ?", r.ID, o.ID).Exec(ctx)
+			// Another replica may have renewed with this refresh token
+			// meanwhile: its token is then the one to use.
+			if s.reload(ctx, o, r) == nil && r.Token != used {
+				if tok, done, err := s.currentToken(ctx, o, r); done {
+					return tok, err
+				}
+			}
+			r.Status, r.LastError, r.UpdatedAt = StatusExpired, "The server's authorization server refused to renew the token; finish consent again.", now
+			if _, err := s.store.DB.NewUpdate().Model(r).Column("status", "last_error", "updated_at").
+				Where("id = ? AND user_id = ? AND token_ciphertext = ?", r.ID, o.ID, used).Exec(ctx); err != nil {
+				s.log.WarnContext(ctx, "remotemcp: recording a refused renewal", "err", err)
+			}
 			s.changed(o.StableID)
 		}
 		if r.ExpiresAt != nil && now.Before(*r.ExpiresAt) && r.Status == StatusActive {
@@ -487,6 +509,38 @@ func (s *Service) accessToken(ctx context.Context, o storage.Owner, r *serverRow
 		return "", fmt.Errorf("remotemcp: renew: %w", err)
 	}
 	return tok.AccessToken, nil
+}
+
+// currentToken answers the row's access token when no renewal is due
+// (done), or an error when it cannot be used.
+func (s *Service) currentToken(ctx context.Context, o storage.Owner, r *serverRow) (tok string, done bool, err error) {
+	if r.Status != StatusActive && r.Status != "" {
+		return "", true, unavailable("Server %s is not usable now (%s); see the MCP servers page.", r.Name, r.Status)
+	}
+	ts, err := s.open(ctx, o, *r)
+	if err != nil || ts.AccessToken == "" {
+		return "", true, unavailable("Server %s's token cannot be used; finish consent again on the MCP servers page.", r.Name)
+	}
+	if r.RefreshAt != nil && !s.now().Before(*r.RefreshAt) {
+		return "", false, nil
+	}
+	if r.ExpiresAt != nil && !s.now().Before(*r.ExpiresAt) {
+		return "", true, unavailable("Server %s's token expired; finish consent again on the MCP servers page.", r.Name)
+	}
+	return ts.AccessToken, true, nil
+}
+
+// reload reads the server's row again, from the primary.
+func (s *Service) reload(ctx context.Context, o storage.Owner, r *serverRow) error {
+	var fresh serverRow
+	if err := s.store.DB.NewSelect().Model(&fresh).Where("id = ? AND user_id = ?", r.ID, o.ID).Scan(ctx); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return unavailable("Server %s was removed.", r.Name)
+		}
+		return fmt.Errorf("remotemcp: renew: %w", err)
+	}
+	*r = fresh
+	return nil
 }
 
 // revoke asks the remote authorization server to revoke the server's

@@ -31,6 +31,10 @@ type fakeRemote struct {
 	srv       *httptest.Server
 	cimd      bool
 	expiresIn int
+	// rotate: a refresh token works once (OAuth 2.1 rotation for public
+	// clients); tokenDelay: the token endpoint answers that late.
+	rotate     bool
+	tokenDelay time.Duration
 
 	mu         sync.Mutex
 	n          int
@@ -91,6 +95,10 @@ func newFakeRemote(t *testing.T, cimd bool) *fakeRemote {
 	mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
 		_ = r.ParseForm()
 		f.mu.Lock()
+		delay := f.tokenDelay
+		f.mu.Unlock()
+		time.Sleep(delay)
+		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.clientIDs = append(f.clientIDs, r.PostForm.Get("client_id"))
 		f.secrets = append(f.secrets, r.PostForm.Get("client_secret"))
@@ -113,6 +121,9 @@ func newFakeRemote(t *testing.T, cimd bool) *fakeRemote {
 				return
 			}
 			f.refreshed++
+			if f.rotate {
+				delete(f.refreshes, r.PostForm.Get("refresh_token"))
+			}
 		}
 		f.n++
 		at, rt := fmt.Sprintf("remote-access-%d-%s", f.n, strings.Repeat("z", 8)), fmt.Sprintf("remote-refresh-%d", f.n)

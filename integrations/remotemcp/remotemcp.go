@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,12 +19,14 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -136,6 +139,11 @@ type Config struct {
 	BaseURL  string
 	Audit    Auditor
 	Logger   *slog.Logger
+	// Bus, when set, tells the other replicas that a person's servers
+	// changed, so that their generation (Provider.Generation) moves there
+	// too: their MCP sessions are told of the change and their cached
+	// visible sets are worked out again.
+	Bus cluster.Bus
 	// Now is the clock (tests). Default time.Now.
 	Now func() time.Time
 }
@@ -158,10 +166,18 @@ type Service struct {
 	mu       sync.Mutex
 	gens     map[string]uint64
 	breakers map[string]*breaker
-	cache    map[string]capabilities.Capability
+	// cache: each server row's compiled tools, by owner, server and a
+	// hash (under seed) of its tool list.
+	cache map[string][]capabilities.Capability
+	seed  maphash.Seed
+	bus   cluster.Bus
+	epoch atomic.Uint64 // bus gaps seen
 	// refreshing: the servers whose tool list is being read again after
 	// a notifications/tools/list_changed.
 	refreshing map[string]bool
+	// listChangedAt: when each server's list was last read again after a
+	// notifications/tools/list_changed.
+	listChangedAt map[string]time.Time
 }
 
 // New returns the service.
@@ -172,11 +188,16 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		store: cfg.Store, ring: cfg.Ring, owners: cfg.Owners, reg: cfg.Registry, base: strings.TrimSuffix(cfg.BaseURL, "/"),
 		audit: cfg.Audit, log: cmp.Or(cfg.Logger, slog.Default()), opts: cfg.Options, timeout: cmp.Or(cfg.Timeout, DefaultTimeout),
-		now: cfg.Now, gens: map[string]uint64{}, breakers: map[string]*breaker{}, cache: map[string]capabilities.Capability{},
-		refreshing: map[string]bool{},
+		now: cfg.Now, gens: map[string]uint64{}, breakers: map[string]*breaker{}, cache: map[string][]capabilities.Capability{}, seed: maphash.MakeSeed(),
+		refreshing: map[string]bool{}, listChangedAt: map[string]time.Time{},
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if cfg.Bus != nil {
+		s.bus = cfg.Bus
+		cfg.Bus.Subscribe(genTopic, func(_ string, payload []byte) { s.bump(string(payload)) })
+		cfg.Bus.OnGap(func() { s.epoch.Add(1) })
 	}
 	s.listHTTP = s.newHTTPClient(MaxListBytes)
 	s.callHTTP = s.newHTTPClient(MaxCallBytes)
@@ -396,17 +417,38 @@ func (s *Service) RevokeAll(ctx context.Context, o storage.Owner) error {
 	return nil
 }
 
-// changed bumps the owner's generation: their tool set may have changed.
+// genTopic carries, on the cluster bus, the stable id of a person whose
+// servers changed.
+const genTopic = "remotemcp.servers"
+
+// changed bumps the owner's generation, here and, through the bus, on
+// every replica: their tool set may have changed.
 func (s *Service) changed(stableID string) {
+	if s.bus == nil {
+		s.bump(stableID)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The bus delivers to this replica's subscriber too, even when it fails.
+	if err := s.bus.Publish(ctx, genTopic, []byte(stableID)); err != nil {
+		s.epoch.Add(1) // the others may not hear of it: a gap here too
+		s.log.Warn("remotemcp: telling the other replicas of changed servers failed", "err", err)
+	}
+}
+
+func (s *Service) bump(stableID string) {
 	s.mu.Lock()
 	s.gens[stableID]++
 	s.mu.Unlock()
 }
 
+// generation is the owner's count of changes seen here, plus the bus gaps
+// seen (after a gap, anyone's servers may have changed unseen).
 func (s *Service) generation(stableID string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.gens[stableID]
+	return s.gens[stableID] + s.epoch.Load()
 }
 
 func (s *Service) record(ctx context.Context, o storage.Owner, action, result, reason string) {

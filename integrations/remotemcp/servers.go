@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strings"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
@@ -81,6 +83,18 @@ func (s *Service) Add(ctx context.Context, o storage.Owner, rawURL, name string)
 		}
 		return Added{}, fmt.Errorf("remotemcp: add: %w", err)
 	}
+	// Counted again once written: Adds racing each other all passed the
+	// first count while they probed their remotes. Each keeps its row only
+	// if the rows written so far, its own included, are within the limit.
+	if n, err := s.store.DB.NewSelect().Model((*serverRow)(nil)).Where("user_id = ?", o.ID).Count(ctx); err != nil || n > MaxServers {
+		if _, derr := s.store.DB.NewDelete().Model((*serverRow)(nil)).Where("id = ? AND user_id = ?", row.ID, o.ID).Exec(ctx); derr != nil {
+			return Added{}, fmt.Errorf("remotemcp: add: %w", derr)
+		}
+		if err != nil {
+			return Added{}, fmt.Errorf("remotemcp: add: %w", err)
+		}
+		return Added{}, invalid("You have %d remote servers, the most one account may keep; remove one first.", MaxServers)
+	}
 	s.changed(o.StableID)
 	s.record(ctx, o, "mcp_server_add", audit.ResultSuccess, "server="+name+" auth="+row.Auth)
 	return Added{Server: s.meta(row), Skipped: skipped}, nil
@@ -107,8 +121,12 @@ func (s *Service) Refresh(ctx context.Context, o storage.Owner, name string) (Ad
 	b.done(s.now(), err == nil)
 	now := s.now().UTC()
 	if err != nil {
-		r.LastError = "The tool list could not be read: " + describeFailure(err) + "."
-		_, _ = s.store.DB.NewUpdate().Model(&r).Column("last_error", "updated_at").Set("updated_at = ?", now).Where("id = ? AND user_id = ?", r.ID, o.ID).Exec(ctx)
+		r.LastError, r.UpdatedAt = "The tool list could not be read: "+describeFailure(err)+".", now
+		// Column alone: a Set of a listed column would name it twice,
+		// which PostgreSQL refuses.
+		if _, err := s.store.DB.NewUpdate().Model(&r).Column("last_error", "updated_at").Where("id = ? AND user_id = ?", r.ID, o.ID).Exec(ctx); err != nil {
+			s.log.WarnContext(ctx, "remotemcp: recording a failed refresh", "err", err)
+		}
 		return Added{}, unavailable("Server %s did not list its tools: %s.", name, describeFailure(err))
 	}
 	tb, _ := json.Marshal(tools)
@@ -190,17 +208,13 @@ func (p provider) Own(ctx context.Context, caller capabilities.Caller) ([]capabi
 	}
 	var out []capabilities.Capability
 	for _, r := range rows {
-		for _, t := range r.tools() {
-			if c, ok := p.s.compiled(o.StableID, r, t); ok {
-				out = append(out, c)
-			}
-		}
+		out = append(out, p.s.compiled(o.StableID, r)...)
 	}
 	return out, nil
 }
 
 func (p provider) LookupOwn(ctx context.Context, caller capabilities.Caller, name string) (capabilities.Capability, bool, error) {
-	server, tool, ok := parseName(name)
+	server, _, ok := parseName(name)
 	if !ok {
 		return capabilities.Capability{}, false, nil
 	}
@@ -215,37 +229,43 @@ func (p provider) LookupOwn(ctx context.Context, caller capabilities.Caller, nam
 	if err != nil {
 		return capabilities.Capability{}, false, err
 	}
-	for _, t := range r.tools() {
-		if t.Name == tool {
-			c, ok := p.s.compiled(o.StableID, r, t)
-			return c, ok, nil
+	for _, c := range p.s.compiled(o.StableID, r) {
+		if c.Name == name {
+			return c, true, nil
 		}
 	}
 	return capabilities.Capability{}, false, nil
 }
 
-// compiled returns the tool's capability, compiled once per owner, server
-// row and tool list.
-func (s *Service) compiled(stableID string, r serverRow, t remoteTool) (capabilities.Capability, bool) {
-	key := fmt.Sprintf("%s/%s/%s/%s", stableID, r.PublicID, hash(r.Tools)[:24], t.Name)
+// compiled returns the capabilities of the server row's tools, parsed and
+// compiled once per owner, server and tool list. The tool list (up to
+// MaxTools tools of MaxSchemaBytes each) is hashed once per row with a
+// per-process seed, not once per tool, and not parsed again while it is
+// the same: each tools/list and each call reads every row.
+func (s *Service) compiled(stableID string, r serverRow) []capabilities.Capability {
+	key := fmt.Sprintf("%s/%s/%x", stableID, r.PublicID, maphash.String(s.seed, r.Tools))
 	s.mu.Lock()
-	c, ok := s.cache[key]
+	caps, ok := s.cache[key]
 	s.mu.Unlock()
 	if ok {
-		return c, true
+		return caps
 	}
-	c, err := s.reg.Compile(s.toolCapability(r.Name, t))
-	if err != nil {
-		s.log.Warn("remotemcp: a remote tool cannot be offered as a capability", "server", r.Name, "tool", t.Name, "err", err)
-		return capabilities.Capability{}, false
+	caps = []capabilities.Capability{}
+	for _, t := range r.tools() {
+		c, err := s.reg.Compile(s.toolCapability(r.Name, t))
+		if err != nil {
+			s.log.Warn("remotemcp: a remote tool cannot be offered as a capability", "server", r.Name, "tool", t.Name, "err", err)
+			continue
+		}
+		caps = append(caps, c)
 	}
 	s.mu.Lock()
-	if len(s.cache) >= 10000 {
-		s.cache = map[string]capabilities.Capability{}
+	if len(s.cache) >= 2000 {
+		s.cache = map[string][]capabilities.Capability{}
 	}
-	s.cache[key] = c
+	s.cache[key] = caps
 	s.mu.Unlock()
-	return c, true
+	return caps
 }
 
 // toolCapability describes a remote tool as its owner's capability.
@@ -286,12 +306,21 @@ func (s *Service) toolCapability(server string, t remoteTool) capabilities.Capab
 // at a time per server), after the remote said it changed.
 func (s *Service) refreshSoon(o storage.Owner, server string) {
 	key := o.StableID + "/" + server
+	now := s.now()
 	s.mu.Lock()
-	if s.refreshing[key] {
+	// At most once per MinRefreshInterval: a remote announcing a change
+	// at every call would otherwise have its list read (and up to
+	// MaxTools schemas compiled, and every session of its owner told)
+	// once per call.
+	if s.refreshing[key] || now.Before(s.listChangedAt[key].Add(MinRefreshInterval)) {
 		s.mu.Unlock()
 		return
 	}
 	s.refreshing[key] = true
+	if len(s.listChangedAt) >= 100000 {
+		s.listChangedAt = map[string]time.Time{}
+	}
+	s.listChangedAt[key] = now
 	s.mu.Unlock()
 	go func() {
 		defer func() {
