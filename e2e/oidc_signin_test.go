@@ -167,20 +167,27 @@ func oidcThroughB(t *testing.T, ctx context.Context, fail func(string, error), a
 	t.Helper()
 	signedIn, away := false, false
 	for range 100 {
-		loc, err := chromedp.Run(ctx, chromedp.Location())
-		fail("location", err)
+		// One look at the page: its address, what it asks and whether it
+		// is A's page with the button (two looks could see two pages).
+		snap, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[location.href,
+			document.readyState !== "complete" ? "" : document.querySelector('button[value="approve"]') ? "consent" : document.querySelector("#password") ? "login" : document.querySelector("main") ? "page" : "",
+			document.getElementById("external-b") ? "button" : ""].join("\n")`))
+		fail("look at the page", err)
+		parts := strings.SplitN(snap, "\n", 3)
+		if len(parts) != 3 {
+			t.Fatalf("page snapshot %q", snap)
+		}
+		loc, state, button := parts[0], parts[1], parts[2] != ""
 		if !strings.HasPrefix(loc, aURL+"/") {
 			away = true // at B: the page of A the click left is behind
-		} else if !away {
-			// At A: the page the click leaves (with its button) or, when B
-			// remembers the person and only redirects, already the answer.
-			left, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.readyState === "complete" && !document.getElementById("external-b")`))
-			away = left
+		} else if !away && state != "" && !button {
+			// At A, not the page the click leaves: B remembered the
+			// person and only redirected; this is already the answer.
+			away = true
 		}
 		if away && strings.HasPrefix(loc, aURL+"/") && !strings.Contains(loc, "/auth/external/") {
 			return
 		}
-		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState !== "complete" ? "" : document.querySelector('button[value="approve"]') ? "consent" : document.querySelector("#password") ? "login" : document.querySelector("main") ? "page" : ""`))
 		switch {
 		case state == "login" && !signedIn && !strings.HasPrefix(loc, aURL):
 			signedIn = true
