@@ -2,11 +2,13 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -19,7 +21,13 @@ import (
 const (
 	pathExternalPrefix = "/auth/external/"
 	pathExternalLink   = "/auth/external/link"
-	externalCookie     = "enclave_federation"
+	// pathExternalLinkPasskey starts the passkey proof of a held link.
+	pathExternalLinkPasskey = "/auth/external/link/passkey/options"
+	externalCookie          = "enclave_federation"
+	// ExternalLinkRecentSignIn is how recent a signed-in person's sign-in
+	// must be to link a new identity to their account: a stolen session
+	// must not add a lasting way in.
+	ExternalLinkRecentSignIn = 15 * time.Minute
 )
 
 // externalButton is a "Sign in with ..." link.
@@ -36,6 +44,8 @@ type externalLinkView struct {
 	Email    string
 	Token    string
 	Error    string
+	// Passkeys: the account has passkeys; offer one as the proof.
+	Passkeys bool
 }
 
 func (h *Handler) externalOn() bool {
@@ -50,6 +60,7 @@ func (h *Handler) externalRoutes(handle func(string, http.HandlerFunc)) {
 	handle("GET "+pathExternalPrefix+"{name}/start", h.externalStart)
 	handle("GET "+pathExternalPrefix+"{name}/callback", limit(h.externalCallback))
 	handle("POST "+pathExternalLink, limit(h.externalLink))
+	handle("POST "+pathExternalLinkPasskey, limit(h.externalLinkPasskeyOptions))
 }
 
 // externalButtons returns the buttons of the configured providers, each
@@ -67,6 +78,15 @@ func (h *Handler) externalButtons(returnTo string) []externalButton {
 		out = append(out, externalButton{Name: p.Name, Label: p.Label, Href: href})
 	}
 	return out
+}
+
+func (h *Handler) providerKnown(name string) bool {
+	for _, p := range h.opts.Federation.Providers() {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Handler) providerLabel(name string) string {
@@ -99,6 +119,19 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 	returnTo := redirectParam(r.URL.Query().Get("redirectTo"))
 	var userID int64
 	if p := PrincipalFrom(r.Context()); p != nil {
+		if !h.providerKnown(r.PathValue("name")) {
+			h.notFound(w, r)
+			return
+		}
+		if h.opts.Now().Sub(p.Session.IssuedAt) > ExternalLinkRecentSignIn {
+			// Linking adds a lasting way in: a session signed in long ago
+			// (perhaps left open, perhaps stolen) is not enough.
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "sign_in_not_recent", &p.Session.User)
+			w.Header().Set("Cache-Control", "no-store")
+			h.render(w, r, http.StatusForbidden, externalRecentPage(h.page(r, "Sign in again to link"), h.providerLabel(r.PathValue("name")),
+				int(ExternalLinkRecentSignIn/time.Minute)))
+			return
+		}
 		userID = p.Session.User.ID
 		if returnTo == "" {
 			returnTo = h.prefix + pathSecurity
@@ -164,6 +197,17 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 		h.externalError(w, r, err)
 		return
 	}
+	if res.UserID != 0 {
+		// A link started by a signed-in person: the browser must still be
+		// signed in as that account. Otherwise a link started by one
+		// person and finished after another signed in on this browser
+		// would give the second one's identity the first one's account.
+		if p := PrincipalFrom(ctx); p == nil || p.Session.User.ID != res.UserID {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "session_changed", &accounts.User{ID: res.UserID})
+			h.renderError(w, r, http.StatusBadRequest, "This browser is no longer signed in as the account that started the link. Sign in to that account and link again from its security page.")
+			return
+		}
+	}
 	d, err := h.opts.Federation.Resolve(ctx, res)
 	if err != nil {
 		h.externalError(w, r, err)
@@ -187,7 +231,8 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 			h.internalError(w, r, "external sign-in: hold link", err)
 			return
 		}
-		h.renderExternalLink(w, r, http.StatusOK, externalLinkView{Provider: h.providerLabel(res.Provider), Email: res.Email, Token: token})
+		h.renderExternalLink(w, r, http.StatusOK, externalLinkView{Provider: h.providerLabel(res.Provider), Email: res.Email, Token: token,
+			Passkeys: h.hasPasskeys(ctx, d.UserID)})
 	case federation.Create:
 		u, err := h.opts.Accounts.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email,
 			OnCreated: func(ctx context.Context, tx bun.IDB, u accounts.User) error {
@@ -257,12 +302,52 @@ func (h *Handler) externalSignIn(w http.ResponseWriter, r *http.Request, u accou
 
 func (h *Handler) renderExternalLink(w http.ResponseWriter, r *http.Request, status int, v externalLinkView) {
 	w.Header().Set("Cache-Control", "no-store")
-	h.render(w, r, status, externalLinkPage(h.page(r, "Link your account"), v))
+	p := h.page(r, "Link your account")
+	p.Script = v.Passkeys
+	h.render(w, r, status, externalLinkPage(p, v))
 }
 
-// externalLink completes a held link once the person typed the existing
-// account's password, then signs them in (the account's second factor
-// still applies).
+// hasPasskeys reports whether the account has passkeys (the link page
+// offers one as the proof); a failure to tell offers none.
+func (h *Handler) hasPasskeys(ctx context.Context, userID int64) bool {
+	keys, err := h.opts.Accounts.Passkeys(ctx, userID)
+	return err == nil && len(keys) > 0
+}
+
+// externalLinkPasskeyOptions starts the passkey proof of a held link: an
+// assertion limited to the passkeys of the account the link waits for
+// (user verification required), for the browser holding the link.
+func (h *Handler) externalLinkPasskeyOptions(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Token string `json:"token"`
+	}
+	if !h.readJSON(w, r, &in) {
+		return
+	}
+	ctx := r.Context()
+	pending, err := h.opts.Federation.PeekLink(ctx, externalBinding(r), in.Token)
+	if err != nil {
+		h.writeJSON(w, r, http.StatusBadRequest, jsonError{Error: "bad_state", Message: federation.ErrBadState.Error() + "."})
+		return
+	}
+	u, err := h.opts.Accounts.UserByID(ctx, pending.UserID)
+	if err != nil {
+		h.jsonFail(w, r, "external link: account", err)
+		return
+	}
+	c, err := h.opts.Accounts.BeginPasskeyProof(ctx, u)
+	if err != nil {
+		h.jsonFail(w, r, "external link: passkey options", err)
+		return
+	}
+	h.writeJSON(w, r, http.StatusOK, c)
+}
+
+// externalLink completes a held link once the person proved the existing
+// account with its password or one of its passkeys, then signs them in.
+// After the password the account's second factor still applies; a
+// passkey (user verification required) is a sign-in of its own, as on the
+// sign-in page.
 func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
@@ -274,24 +359,64 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 		h.externalError(w, r, err)
 		return
 	}
+	if pk := strings.TrimSpace(r.PostFormValue("passkeyToken")); pk != "" {
+		h.externalLinkWithPasskey(w, r, pending, binding, token, pk)
+		return
+	}
 	u, err := h.opts.Accounts.VerifyPassword(ctx, pending.UserID, r.PostFormValue("password"))
 	if err != nil {
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
 			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "invalid_credentials", &accounts.User{ID: pending.UserID})
 			h.renderExternalLink(w, r, http.StatusUnauthorized, externalLinkView{Provider: h.providerLabel(pending.Provider), Token: token,
-				Error: "That password is not this account's. Try again, or sign in another way."})
+				Passkeys: h.hasPasskeys(ctx, pending.UserID), Error: "That password is not this account's. Try again, or sign in another way."})
 			return
 		}
 		h.internalError(w, r, "external link: password", err)
 		return
 	}
-	done, err := h.opts.Federation.CompleteLink(ctx, binding, token, u.ID)
+	h.completeExternalLink(w, r, u, binding, token, false)
+}
+
+// externalLinkWithPasskey is externalLink with the assertion of a passkey
+// proof ceremony (externalLinkPasskeyOptions) instead of the password.
+func (h *Handler) externalLinkWithPasskey(w http.ResponseWriter, r *http.Request, pending *federation.PendingLink, binding, token, ceremony string) {
+	ctx := r.Context()
+	u, err := h.opts.Accounts.UserByID(ctx, pending.UserID)
+	if err != nil {
+		h.internalError(w, r, "external link: account", err)
+		return
+	}
+	var cred json.RawMessage
+	if raw := r.PostFormValue("passkeyCredential"); len(raw) <= maxPasskeyJSONBody && json.Valid([]byte(raw)) {
+		cred = json.RawMessage(raw)
+	}
+	if err := h.opts.Accounts.ProvePasskey(ctx, u, ceremony, cred); err != nil {
+		if accounts.CodeOf(err) == accounts.CodePasskeyInvalid {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "passkey_invalid", &accounts.User{ID: pending.UserID})
+			h.renderExternalLink(w, r, http.StatusUnauthorized, externalLinkView{Provider: h.providerLabel(pending.Provider), Token: token,
+				Passkeys: h.hasPasskeys(ctx, pending.UserID), Error: "That passkey could not be verified for this account. Try again, or use the password."})
+			return
+		}
+		if errors.Is(err, accounts.ErrSuspended) || errors.Is(err, accounts.ErrDeleting) {
+			h.externalSignIn(w, r, u, true, pending.ReturnTo) // refuses with the account's state
+			return
+		}
+		h.internalError(w, r, "external link: passkey", err)
+		return
+	}
+	h.completeExternalLink(w, r, u, binding, token, true)
+}
+
+// completeExternalLink links the held identity of token to u, whom the
+// person just proved, and signs them in (mfa: the proof was a passkey).
+func (h *Handler) completeExternalLink(w http.ResponseWriter, r *http.Request, u accounts.User, binding, token string, mfa bool) {
+	done, err := h.opts.Federation.CompleteLink(r.Context(), binding, token, u.ID)
 	if err != nil {
 		h.externalError(w, r, err)
 		return
 	}
 	h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, done.Provider, &u)
-	h.externalSignIn(w, r, u, false, done.ReturnTo)
+	h.externalSignIn(w, r, u, mfa, done.ReturnTo)
 }
 
 // pathSecurityIdentities is where a linked identity is removed.
