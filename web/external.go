@@ -24,6 +24,10 @@ const (
 	// pathExternalLinkPasskey starts the passkey proof of a held link.
 	pathExternalLinkPasskey = "/auth/external/link/passkey/options"
 	externalCookie          = "enclave_federation"
+	// externalInviteCookie carries the invite code of an external sign-up
+	// (--signup invite) from the start to the callback, in this browser.
+	externalInviteCookie = "enclave_federation_invite"
+	maxInviteCodeLength  = 128
 	// ExternalLinkRecentSignIn is how recent a signed-in person's sign-in
 	// must be to link a new identity to their account: a stolen session
 	// must not add a lasting way in.
@@ -78,6 +82,42 @@ func (h *Handler) externalButtons(returnTo string) []externalButton {
 		out = append(out, externalButton{Name: p.Name, Label: p.Label, Href: href})
 	}
 	return out
+}
+
+// signupExternalButtons are the sign-up page's buttons: with sign-up by
+// invitation and the page's invite code (an invite link's ?invite=), each
+// carries the code to the account the external sign-up opens.
+func (h *Handler) signupExternalButtons(invite string) []externalButton {
+	buttons := h.externalButtons("")
+	invite = strings.TrimSpace(invite)
+	if invite == "" || len(invite) > maxInviteCodeLength || h.opts.Accounts.SignupMode() != accounts.SignupInvite {
+		return buttons
+	}
+	for i := range buttons {
+		sep := "?"
+		if strings.Contains(buttons[i].Href, "?") {
+			sep = "&"
+		}
+		buttons[i].Href += sep + url.Values{"invite": {invite}}.Encode()
+	}
+	return buttons
+}
+
+// inviteCookie holds value (an invite code) for the external sign-in
+// paths; maxAge -1 removes it.
+func (h *Handler) inviteCookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	c := h.externalCookie(r, value, maxAge)
+	c.Name = externalInviteCookie
+	return c
+}
+
+// externalInvite is the invite code this browser brought to an external
+// sign-up, or "".
+func externalInvite(r *http.Request) string {
+	if c, err := r.Cookie(externalInviteCookie); err == nil && len(c.Value) <= maxInviteCodeLength {
+		return c.Value
+	}
+	return ""
 }
 
 func (h *Handler) providerKnown(name string) bool {
@@ -155,6 +195,10 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, h.externalCookie(r, binding, 15*60))
+	if invite := strings.TrimSpace(r.URL.Query().Get("invite")); userID == 0 && invite != "" && len(invite) <= maxInviteCodeLength &&
+		h.opts.Accounts.SignupMode() == accounts.SignupInvite {
+		http.SetCookie(w, h.inviteCookie(r, url.QueryEscape(invite), 15*60))
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }
@@ -234,7 +278,8 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 		h.renderExternalLink(w, r, http.StatusOK, externalLinkView{Provider: h.providerLabel(res.Provider), Email: res.Email, Token: token,
 			Passkeys: h.hasPasskeys(ctx, d.UserID)})
 	case federation.Create:
-		u, err := h.opts.Accounts.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email,
+		invite, _ := url.QueryUnescape(externalInvite(r))
+		u, err := h.opts.Accounts.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email, InviteCode: invite,
 			OnCreated: func(ctx context.Context, tx bun.IDB, u accounts.User) error {
 				return h.opts.Federation.LinkTx(ctx, tx, u.ID, res)
 			}})
@@ -243,9 +288,14 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "signup_closed", nil)
 			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and sign-up is closed on this server. Ask its administrator for an account.")
 			return
+		case errors.Is(err, accounts.ErrInviteInvalid) && invite != "":
+			http.SetCookie(w, h.inviteCookie(r, "", -1))
+			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "invite_invalid", nil)
+			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and the invite code is unknown, already used or expired. Ask for a new invite.")
+			return
 		case errors.Is(err, accounts.ErrInviteInvalid):
 			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "invite_required", nil)
-			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and sign-up on this server is by invitation. Create your account with your invite code, then link this identity on the security page.")
+			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and sign-up on this server is by invitation. Open your invite link and sign up from its page with this provider, or create your account with the invite code, then link this identity on the security page.")
 			return
 		case errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrEmailTaken):
 			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, auditReason(err), nil)
@@ -257,6 +307,9 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 		case err != nil:
 			h.internalError(w, r, "external sign-up", err)
 			return
+		}
+		if invite != "" {
+			http.SetCookie(w, h.inviteCookie(r, "", -1))
 		}
 		h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultSuccess, res.Provider, &u)
 		h.externalSignIn(w, r, u, res.MFA, res.ReturnTo)

@@ -29,7 +29,7 @@ func TestChromiumExternalLinkWithPasskey(t *testing.T) {
 				t.Fatal(err)
 			}
 			base := "http://localhost:" + strings.TrimPrefix(ln.Addr().String(), "127.0.0.1:")
-			e := newExternalEnvAt(t, s, ln, base, accounts.PasskeyConfig{RPID: "localhost", Origins: []string{base}})
+			e := newExternalEnvAt(t, s, ln, base, accounts.Config{Passkeys: accounts.PasskeyConfig{RPID: "localhost", Origins: []string{base}}})
 			dave := e.user(t, "dave")
 			e.as("77", "dave@example.com", true)
 			step := func(name string, actions ...chromedp.Action[chromedp.Void]) {

@@ -3,10 +3,12 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"html"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -53,13 +55,14 @@ func (e *externalEnv) as(id, email string, verified bool) {
 
 func newExternalEnv(t *testing.T, s *storage.Store) *externalEnv {
 	t.Helper()
-	return newExternalEnvAt(t, s, nil, "http://enclave.test", accounts.PasskeyConfig{})
+	return newExternalEnvAt(t, s, nil, "http://enclave.test", accounts.Config{})
 }
 
 // newExternalEnvAt is newExternalEnv serving on ln (nil: a test server's
-// own) with base as the public origin and pk as the passkey settings. The
+// own) with base as the public origin and cfg's passkey and sign-up
+// settings. The
 // stand-in's /authorize sends the browser straight back with a code.
-func newExternalEnvAt(t *testing.T, s *storage.Store, ln net.Listener, base string, pk accounts.PasskeyConfig) *externalEnv {
+func newExternalEnvAt(t *testing.T, s *storage.Store, ln net.Listener, base string, cfg accounts.Config) *externalEnv {
 	t.Helper()
 	e := &externalEnv{now: time.Now().UTC()}
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -88,8 +91,9 @@ func newExternalEnvAt(t *testing.T, s *storage.Store, ln net.Listener, base stri
 	t.Cleanup(api.Close)
 	gh := federation.GitHub("gh-id", "gh-secret")
 	gh.AuthURL, gh.TokenURL, gh.APIURL = api.URL+"/authorize", api.URL+"/token", api.URL+"/api"
-	acc, err := accounts.New(context.Background(), s, accounts.Config{
-		Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}, Now: e.clock, Logger: quietLogger(), Passkeys: pk})
+	cfg.Argon2 = accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}
+	cfg.Now, cfg.Logger = e.clock, quietLogger()
+	acc, err := accounts.New(context.Background(), s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +138,12 @@ func signInAs(t *testing.T, b *browser, name string) {
 // start begins a sign-in with the stand-in and returns its state.
 func (e *externalEnv) start(t *testing.T, b *browser) string {
 	t.Helper()
-	a := b.get(pathExternalPrefix + "github/start")
+	return e.startAt(t, b, pathExternalPrefix+"github/start")
+}
+
+func (e *externalEnv) startAt(t *testing.T, b *browser, path string) string {
+	t.Helper()
+	a := b.get(path)
 	if a.Status != http.StatusSeeOther || !strings.Contains(a.Location, "/authorize?") {
 		t.Fatalf("start: %d %s\n%s", a.Status, a.Location, a.Body)
 	}
@@ -311,4 +320,61 @@ func hiddenToken(t *testing.T, body string) string {
 	}
 	rest := body[i+len(marker):]
 	return rest[:strings.IndexByte(rest, '"')]
+}
+
+// With --signup invite, the sign-up page's invite code rides along an
+// external sign-up: an invite link's page puts it on the buttons, the start
+// keeps it for this browser and the account opened at the callback spends
+// it. Without a code the identity opens nothing; a spent code opens
+// nothing again.
+func TestExternalSignUpWithInvite(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newExternalEnvAt(t, s, nil, "http://enclave.test", accounts.Config{Signup: accounts.SignupInvite})
+		ctx := context.Background()
+		code, _, err := e.acc.CreateInvite(ctx, "for carol", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newBrowser(t, e.srv)
+		page := b.get(pathSignup + "?invite=" + url.QueryEscape(code))
+		expect(t, "invite link's sign-up page", page, http.StatusOK, `id="external-github"`)
+		m := regexp.MustCompile(`id="external-github" href="([^"]+)"`).FindStringSubmatch(page.Body)
+		if m == nil {
+			t.Fatalf("no button:\n%s", page.Body)
+		}
+		startPath := html.UnescapeString(m[1])
+		if !strings.Contains(startPath, "invite=") {
+			t.Fatalf("the button drops the invite: %s", startPath)
+		}
+
+		// No code: nothing opens.
+		e.as("501", "carol@example.org", true)
+		a := e.callback(b, e.start(t, b), nil)
+		expect(t, "without the invite", a, http.StatusForbidden, "by invitation")
+		if _, err := e.acc.UserByEmail(ctx, "carol@example.org"); err == nil {
+			t.Fatal("an account opened without an invite")
+		}
+
+		// The invite page's button: carol's account opens.
+		a = e.callback(b, e.startAt(t, b, startPath), nil)
+		if a.Status != http.StatusSeeOther {
+			t.Fatalf("sign-up with the invite: %d\n%s", a.Status, a.Body)
+		}
+		carol, err := e.acc.UserByEmail(ctx, "carol@example.org")
+		if err != nil || !carol.EmailVerified() {
+			t.Fatalf("carol: %+v %v", carol, err)
+		}
+		if ids := e.identities(t, carol.ID); len(ids) != 1 || ids[0].Subject != "501" {
+			t.Fatalf("carol's identities: %+v", ids)
+		}
+
+		// The code is spent: another identity, same button, another browser.
+		e.as("502", "mallory@example.org", true)
+		other := newBrowser(t, e.srv)
+		a = e.callback(other, e.startAt(t, other, startPath), nil)
+		expect(t, "a spent invite", a, http.StatusForbidden, "invite code is unknown, already used or expired")
+		if _, err := e.acc.UserByEmail(ctx, "mallory@example.org"); err == nil {
+			t.Fatal("a spent invite opened a second account")
+		}
+	})
 }
