@@ -126,6 +126,19 @@ func (s *Service) BeginPasskeyProof(ctx context.Context, u User) (PasskeyCeremon
 	return s.storeCeremony(ctx, &u.ID, purposePasskeyProof, assertion, session)
 }
 
+// ProvePasskey checks the assertion the browser made for u's proof
+// ceremony token (BeginPasskeyProof): one of u's passkeys signed it, with
+// user verification. Unlike ProveFactor it never passes an account
+// without a second factor: it is the proof that the person holds the
+// account (linking a sign-in identity to it), not an extra factor.
+// ErrPasskeyInvalid when it does not verify; the ceremony is used up.
+func (s *Service) ProvePasskey(ctx context.Context, u User, token string, response []byte) error {
+	if token == "" {
+		return ErrPasskeyInvalid
+	}
+	return s.finishPasskeyProof(ctx, u, token, response)
+}
+
 // finishPasskeyProof checks the assertion of u's proof ceremony token.
 func (s *Service) finishPasskeyProof(ctx context.Context, u User, token string, response []byte) error {
 	if len(response) == 0 || len(response) > maxCredentialJSONLength {

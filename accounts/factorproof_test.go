@@ -155,3 +155,34 @@ func TestPasskeyProofCeremonyIsTheAccounts(t *testing.T) {
 		}
 	})
 }
+
+// ProvePasskey is a proof of the account itself: unlike ProveFactor it
+// never passes an account without a second factor, and a ceremony of
+// another account or a made-up one does not verify.
+func TestProvePasskeyNeverPassesWithoutAnAssertion(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		svc, _ := newService(t, s, accounts.Config{Passkeys: accounts.PasskeyConfig{RPID: "localhost", Origins: []string{"http://localhost"}}})
+		ann, bob := signup(t, svc, "ann"), signup(t, svc, "bob")
+		// ann has no second factor: ProveFactor passes her, ProvePasskey not.
+		if err := svc.ProveFactor(ctx, ann, accounts.FactorProof{PasskeyToken: "made-up"}); err != nil {
+			t.Fatalf("ProveFactor without a factor: %v", err)
+		}
+		for _, token := range []string{"", "made-up"} {
+			if err := svc.ProvePasskey(ctx, ann, token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
+				t.Fatalf("ProvePasskey(%q) without a passkey: %v", token, err)
+			}
+		}
+		insertPasskey(t, s, bob.ID, "bob's laptop")
+		cer, err := svc.BeginPasskeyProof(ctx, bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.ProvePasskey(ctx, ann, cer.Token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
+			t.Fatalf("ann with bob's ceremony: %v", err)
+		}
+		if err := svc.ProvePasskey(ctx, bob, cer.Token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
+			t.Fatalf("a forged assertion: %v", err)
+		}
+	})
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/pquerna/otp/totp"
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
@@ -108,6 +109,27 @@ func TestOIDCSignInWithSecondServer(t *testing.T) {
 				t.Fatalf("dave's identities: %+v %v", ids, err)
 			}
 
+			// dave turns on an authenticator app at A: signing in with B
+			// (not trusted for MFA) still asks for his second factor.
+			acct, err := a.Accounts().UserByID(t.Context(), daveAtA.ID)
+			fail("dave's account", err)
+			en, err := a.Accounts().BeginTOTP(t.Context(), acct, "enclave")
+			fail("begin totp", err)
+			code, err := totp.GenerateCode(en.Secret, time.Now())
+			fail("totp code", err)
+			recovery, err := a.Accounts().ConfirmTOTP(t.Context(), acct, code)
+			fail("confirm totp", err)
+			browser, ctx = chromiumtest.Start(t, bin, 60*time.Second)
+			fail = oidcFail(t, browser)
+			fail("dave with a second factor", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/login"), chromedp.WaitVisible(chromedp.ID("external-b")), chromedp.Click(chromedp.ID("external-b"))))
+			oidcThroughB(t, ctx, fail, a.URL, daveAtB)
+			fail("second factor asked", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("code"))))
+			if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('form[action$="/logout"]').length`)); n != 0 {
+				t.Fatal("signed in before the second factor")
+			}
+			fail("recovery code", chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("code"), recovery[0]), chromedp.Click(chromedp.ID("code-submit")),
+				chromedp.WaitVisible(chromedp.CSS(`form[action$="/logout"] button`))))
+
 			// eve: B never verified her address; A refuses it.
 			browser, ctx = chromiumtest.Start(t, bin, 60*time.Second)
 			fail = oidcFail(t, browser)
@@ -138,17 +160,34 @@ func oidcFail(t *testing.T, browser context.Context) func(string, error) {
 }
 
 // oidcThroughB signs u in at B and consents, as B asks, until the browser
-// is back at A (at aURL).
+// is back at A (at aURL). It waits for the browser to leave the page of A
+// with the "external-b" button first: right after the click on it the
+// browser may still show that page.
 func oidcThroughB(t *testing.T, ctx context.Context, fail func(string, error), aURL string, u *enclavetest.User) {
 	t.Helper()
-	signedIn := false
+	signedIn, away := false, false
 	for range 100 {
-		loc, err := chromedp.Run(ctx, chromedp.Location())
-		fail("location", err)
-		if strings.HasPrefix(loc, aURL+"/") && !strings.Contains(loc, "/auth/external/") {
+		// One look at the page: its address, what it asks and whether it
+		// is A's page with the button (two looks could see two pages).
+		snap, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[location.href,
+			document.readyState !== "complete" ? "" : document.querySelector('button[value="approve"]') ? "consent" : document.querySelector("#password") ? "login" : document.querySelector("main") ? "page" : "",
+			document.getElementById("external-b") ? "button" : ""].join("\n")`))
+		fail("look at the page", err)
+		parts := strings.SplitN(snap, "\n", 3)
+		if len(parts) != 3 {
+			t.Fatalf("page snapshot %q", snap)
+		}
+		loc, state, button := parts[0], parts[1], parts[2] != ""
+		if !strings.HasPrefix(loc, aURL+"/") {
+			away = true // at B: the page of A the click left is behind
+		} else if !away && state != "" && !button {
+			// At A, not the page the click leaves: B remembered the
+			// person and only redirected; this is already the answer.
+			away = true
+		}
+		if away && strings.HasPrefix(loc, aURL+"/") && !strings.Contains(loc, "/auth/external/") {
 			return
 		}
-		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.readyState !== "complete" ? "" : document.querySelector('button[value="approve"]') ? "consent" : document.querySelector("#password") ? "login" : document.querySelector("main") ? "page" : ""`))
 		switch {
 		case state == "login" && !signedIn && !strings.HasPrefix(loc, aURL):
 			signedIn = true
@@ -156,7 +195,7 @@ func oidcThroughB(t *testing.T, ctx context.Context, fail func(string, error), a
 				chromedp.Click(chromedp.CSS(`form button[type="submit"]`))))
 		case state == "consent":
 			fail("consent at B", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[value="approve"]`))))
-		case state == "page" && strings.HasPrefix(loc, aURL):
+		case state == "page" && away && strings.HasPrefix(loc, aURL):
 			return // an answer of A's callback
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -193,7 +193,7 @@ func (h *Handler) signupForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, http.StatusOK, signupPage(h.page(r, "Create an account"), authForm{MinPassword: h.minPassword(),
-		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: r.URL.Query().Get("invite"), External: h.externalButtons("")}))
+		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: r.URL.Query().Get("invite"), External: h.signupExternalButtons(r.URL.Query().Get("invite"))}))
 }
 
 func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -22,7 +23,17 @@ import (
 const (
 	pathExternalPrefix = "/auth/external/"
 	pathExternalLink   = "/auth/external/link"
-	externalCookie     = "enclave_federation"
+	// pathExternalLinkPasskey starts the passkey proof of a held link.
+	pathExternalLinkPasskey = "/auth/external/link/passkey/options"
+	externalCookie          = "enclave_federation"
+	// externalInviteCookie carries the invite code of an external sign-up
+	// (--signup invite) from the start to the callback, in this browser.
+	externalInviteCookie = "enclave_federation_invite"
+	maxInviteCodeLength  = 128
+	// ExternalLinkRecentSignIn is how recent a signed-in person's sign-in
+	// must be to link a new identity to their account: a stolen session
+	// must not add a lasting way in.
+	ExternalLinkRecentSignIn = 15 * time.Minute
 )
 
 // externalButton is a "Sign in with ..." link.
@@ -39,6 +50,8 @@ type externalLinkView struct {
 	Email    string
 	Token    string
 	Error    string
+	// Passkeys: the account has passkeys; offer one as the proof.
+	Passkeys bool
 }
 
 func (h *Handler) externalOn() bool {
@@ -54,6 +67,7 @@ func (h *Handler) externalRoutes(handle func(string, http.HandlerFunc)) {
 	handle("GET "+pathExternalPrefix+"{name}/callback", limit(h.externalCallback))
 	handle("POST "+pathExternalLink, limit(h.externalLink))
 	handle("GET "+pathExternalLinkFinish, h.externalLinkFinish)
+	handle("POST "+pathExternalLinkPasskey, limit(h.externalLinkPasskeyOptions))
 }
 
 // externalButtons returns the buttons of the configured providers, each
@@ -71,6 +85,51 @@ func (h *Handler) externalButtons(returnTo string) []externalButton {
 		out = append(out, externalButton{Name: p.Name, Label: p.Label, Href: href})
 	}
 	return out
+}
+
+// signupExternalButtons are the sign-up page's buttons: with sign-up by
+// invitation and the page's invite code (an invite link's ?invite=), each
+// carries the code to the account the external sign-up opens.
+func (h *Handler) signupExternalButtons(invite string) []externalButton {
+	buttons := h.externalButtons("")
+	invite = strings.TrimSpace(invite)
+	if invite == "" || len(invite) > maxInviteCodeLength || h.opts.Accounts.SignupMode() != accounts.SignupInvite {
+		return buttons
+	}
+	for i := range buttons {
+		sep := "?"
+		if strings.Contains(buttons[i].Href, "?") {
+			sep = "&"
+		}
+		buttons[i].Href += sep + url.Values{"invite": {invite}}.Encode()
+	}
+	return buttons
+}
+
+// inviteCookie holds value (an invite code) for the external sign-in
+// paths; maxAge -1 removes it.
+func (h *Handler) inviteCookie(r *http.Request, value string, maxAge int) *http.Cookie {
+	c := h.externalCookie(r, value, maxAge)
+	c.Name = externalInviteCookie
+	return c
+}
+
+// externalInvite is the invite code this browser brought to an external
+// sign-up, or "".
+func externalInvite(r *http.Request) string {
+	if c, err := r.Cookie(externalInviteCookie); err == nil && len(c.Value) <= maxInviteCodeLength {
+		return c.Value
+	}
+	return ""
+}
+
+func (h *Handler) providerKnown(name string) bool {
+	for _, p := range h.opts.Federation.Providers() {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Handler) providerLabel(name string) string {
@@ -118,6 +177,10 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 	returnTo := redirectParam(r.URL.Query().Get("redirectTo"))
 	var userID int64
 	if p := PrincipalFrom(r.Context()); p != nil {
+		if !h.providerKnown(r.PathValue("name")) {
+			h.notFound(w, r)
+			return
+		}
 		// A link adds a lasting way into the account: only from this
 		// server's own pages (the start is a GET any site can send a
 		// signed-in browser to, with the provider's session the
@@ -128,9 +191,13 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 			h.renderError(w, r, http.StatusForbidden, "Linking a sign-in identity starts from the security page of your account. Open it and choose the provider there.")
 			return
 		}
-		if h.opts.Now().Sub(p.Session.IssuedAt) > externalLinkRecent {
+		if h.opts.Now().Sub(p.Session.IssuedAt) > ExternalLinkRecentSignIn {
+			// Linking adds a lasting way in: a session signed in long ago
+			// (perhaps left open, perhaps stolen) is not enough.
 			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "sign_in_not_recent", &p.Session.User)
-			h.renderError(w, r, http.StatusForbidden, "Linking a sign-in identity needs a recent sign-in: sign out, sign in again, then link it from the security page within 10 minutes.")
+			w.Header().Set("Cache-Control", "no-store")
+			h.render(w, r, http.StatusForbidden, externalRecentPage(h.page(r, "Sign in again to link"), h.providerLabel(r.PathValue("name")),
+				int(ExternalLinkRecentSignIn/time.Minute)))
 			return
 		}
 		userID = p.Session.User.ID
@@ -156,6 +223,10 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, h.externalCookie(r, binding, 15*60))
+	if invite := strings.TrimSpace(r.URL.Query().Get("invite")); userID == 0 && invite != "" && len(invite) <= maxInviteCodeLength &&
+		h.opts.Accounts.SignupMode() == accounts.SignupInvite {
+		http.SetCookie(w, h.inviteCookie(r, url.QueryEscape(invite), 15*60))
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }
@@ -166,8 +237,6 @@ var externalStartLimit = Limit{Requests: 30, Window: time.Minute}
 
 const externalStartBucketPrefix = "federation:start:ip:"
 
-// externalLinkRecent is how recent a sign-in must be to link an identity.
-const externalLinkRecent = 10 * time.Minute
 
 // sameOriginNavigation reports whether r comes from one of this server's
 // pages: its Fetch Metadata says same-origin or, from a browser that
@@ -257,9 +326,11 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 			h.internalError(w, r, "external sign-in: hold link", err)
 			return
 		}
-		h.renderExternalLink(w, r, http.StatusOK, externalLinkView{Provider: h.providerLabel(res.Provider), Email: res.Email, Token: token})
+		h.renderExternalLink(w, r, http.StatusOK, externalLinkView{Provider: h.providerLabel(res.Provider), Email: res.Email, Token: token,
+			Passkeys: h.hasPasskeys(ctx, d.UserID)})
 	case federation.Create:
-		u, err := h.opts.Accounts.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email,
+		invite, _ := url.QueryUnescape(externalInvite(r))
+		u, err := h.opts.Accounts.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email, InviteCode: invite,
 			OnCreated: func(ctx context.Context, tx bun.IDB, u accounts.User) error {
 				return h.opts.Federation.LinkTx(ctx, tx, u.ID, res)
 			}})
@@ -268,9 +339,14 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "signup_closed", nil)
 			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and sign-up is closed on this server. Ask its administrator for an account.")
 			return
+		case errors.Is(err, accounts.ErrInviteInvalid) && invite != "":
+			http.SetCookie(w, h.inviteCookie(r, "", -1))
+			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "invite_invalid", nil)
+			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and the invite code is unknown, already used or expired. Ask for a new invite.")
+			return
 		case errors.Is(err, accounts.ErrInviteInvalid):
 			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "invite_required", nil)
-			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and sign-up on this server is by invitation. Create your account with your invite code, then link this identity on the security page.")
+			h.renderError(w, r, http.StatusForbidden, "No account here uses this identity, and sign-up on this server is by invitation. Open your invite link and sign up from its page with this provider, or create your account with the invite code, then link this identity on the security page.")
 			return
 		case errors.Is(err, accounts.ErrEmailClaimed), errors.Is(err, accounts.ErrEmailTaken):
 			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, auditReason(err), nil)
@@ -282,6 +358,9 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 		case err != nil:
 			h.internalError(w, r, "external sign-up", err)
 			return
+		}
+		if invite != "" {
+			http.SetCookie(w, h.inviteCookie(r, "", -1))
 		}
 		h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultSuccess, res.Provider, &u)
 		h.externalSignIn(w, r, u, res.MFA, res.ReturnTo)
@@ -327,12 +406,52 @@ func (h *Handler) externalSignIn(w http.ResponseWriter, r *http.Request, u accou
 
 func (h *Handler) renderExternalLink(w http.ResponseWriter, r *http.Request, status int, v externalLinkView) {
 	w.Header().Set("Cache-Control", "no-store")
-	h.render(w, r, status, externalLinkPage(h.page(r, "Link your account"), v))
+	p := h.page(r, "Link your account")
+	p.Script = v.Passkeys
+	h.render(w, r, status, externalLinkPage(p, v))
 }
 
-// externalLink completes a held link once the person typed the existing
-// account's password, then signs them in (the account's second factor
-// still applies).
+// hasPasskeys reports whether the account has passkeys (the link page
+// offers one as the proof); a failure to tell offers none.
+func (h *Handler) hasPasskeys(ctx context.Context, userID int64) bool {
+	keys, err := h.opts.Accounts.Passkeys(ctx, userID)
+	return err == nil && len(keys) > 0
+}
+
+// externalLinkPasskeyOptions starts the passkey proof of a held link: an
+// assertion limited to the passkeys of the account the link waits for
+// (user verification required), for the browser holding the link.
+func (h *Handler) externalLinkPasskeyOptions(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Token string `json:"token"`
+	}
+	if !h.readJSON(w, r, &in) {
+		return
+	}
+	ctx := r.Context()
+	pending, err := h.opts.Federation.PeekLink(ctx, externalBinding(r), in.Token)
+	if err != nil {
+		h.writeJSON(w, r, http.StatusBadRequest, jsonError{Error: "bad_state", Message: federation.ErrBadState.Error() + "."})
+		return
+	}
+	u, err := h.opts.Accounts.UserByID(ctx, pending.UserID)
+	if err != nil {
+		h.jsonFail(w, r, "external link: account", err)
+		return
+	}
+	c, err := h.opts.Accounts.BeginPasskeyProof(ctx, u)
+	if err != nil {
+		h.jsonFail(w, r, "external link: passkey options", err)
+		return
+	}
+	h.writeJSON(w, r, http.StatusOK, c)
+}
+
+// externalLink completes a held link once the person proved the existing
+// account with its password or one of its passkeys, then signs them in.
+// After the password the account's second factor still applies; a
+// passkey (user verification required) is a sign-in of its own, as on the
+// sign-in page.
 func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
@@ -344,12 +463,16 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 		h.externalError(w, r, err)
 		return
 	}
+	if pk := strings.TrimSpace(r.PostFormValue("passkeyToken")); pk != "" {
+		h.externalLinkWithPasskey(w, r, pending, binding, token, pk)
+		return
+	}
 	u, err := h.opts.Accounts.VerifyPassword(ctx, pending.UserID, r.PostFormValue("password"))
 	if err != nil {
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
 			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "invalid_credentials", &accounts.User{ID: pending.UserID})
 			h.renderExternalLink(w, r, http.StatusUnauthorized, externalLinkView{Provider: h.providerLabel(pending.Provider), Token: token,
-				Error: "That password is not this account's. Try again, or sign in another way."})
+				Passkeys: h.hasPasskeys(ctx, pending.UserID), Error: "That password is not this account's. Try again, or sign in another way."})
 			return
 		}
 		h.internalError(w, r, "external link: password", err)
@@ -376,13 +499,49 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 		h.renderSecondFactor(w, r, http.StatusOK, *sf, ContentSecurityPolicy)
 		return
 	}
-	done, err := h.opts.Federation.CompleteLink(ctx, binding, token, u.ID)
+	h.completeExternalLink(w, r, u, binding, token, false)
+}
+
+// externalLinkWithPasskey is externalLink with the assertion of a passkey
+// proof ceremony (externalLinkPasskeyOptions) instead of the password.
+func (h *Handler) externalLinkWithPasskey(w http.ResponseWriter, r *http.Request, pending *federation.PendingLink, binding, token, ceremony string) {
+	ctx := r.Context()
+	u, err := h.opts.Accounts.UserByID(ctx, pending.UserID)
+	if err != nil {
+		h.internalError(w, r, "external link: account", err)
+		return
+	}
+	var cred json.RawMessage
+	if raw := r.PostFormValue("passkeyCredential"); len(raw) <= maxPasskeyJSONBody && json.Valid([]byte(raw)) {
+		cred = json.RawMessage(raw)
+	}
+	if err := h.opts.Accounts.ProvePasskey(ctx, u, ceremony, cred); err != nil {
+		if accounts.CodeOf(err) == accounts.CodePasskeyInvalid {
+			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "passkey_invalid", &accounts.User{ID: pending.UserID})
+			h.renderExternalLink(w, r, http.StatusUnauthorized, externalLinkView{Provider: h.providerLabel(pending.Provider), Token: token,
+				Passkeys: h.hasPasskeys(ctx, pending.UserID), Error: "That passkey could not be verified for this account. Try again, or use the password."})
+			return
+		}
+		if errors.Is(err, accounts.ErrSuspended) || errors.Is(err, accounts.ErrDeleting) {
+			h.externalSignIn(w, r, u, true, pending.ReturnTo) // refuses with the account's state
+			return
+		}
+		h.internalError(w, r, "external link: passkey", err)
+		return
+	}
+	h.completeExternalLink(w, r, u, binding, token, true)
+}
+
+// completeExternalLink links the held identity of token to u, whom the
+// person just proved, and signs them in (mfa: the proof was a passkey).
+func (h *Handler) completeExternalLink(w http.ResponseWriter, r *http.Request, u accounts.User, binding, token string, mfa bool) {
+	done, err := h.opts.Federation.CompleteLink(r.Context(), binding, token, u.ID)
 	if err != nil {
 		h.externalError(w, r, err)
 		return
 	}
 	h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, done.Provider, &u)
-	h.externalSignIn(w, r, u, false, done.ReturnTo)
+	h.externalSignIn(w, r, u, mfa, done.ReturnTo)
 }
 
 // pathExternalLinkFinish completes a held link after the account's
@@ -395,7 +554,7 @@ const pathExternalLinkFinish = pathExternalLink + "/finish"
 // for a link from the security page.
 func (h *Handler) externalLinkFinish(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalFrom(r.Context())
-	if p == nil || h.opts.Now().Sub(p.Session.IssuedAt) > externalLinkRecent {
+	if p == nil || h.opts.Now().Sub(p.Session.IssuedAt) > ExternalLinkRecentSignIn {
 		h.externalError(w, r, federation.ErrBadState)
 		return
 	}

@@ -86,8 +86,10 @@
 
   // proveWithPasskey signs the server's challenge with one of the
   // account's passkeys: the proof of a factor an action asks for.
-  function proveWithPasskey(optionsURL) {
-    return post(optionsURL, {}).then(function (c) {
+  // A button's data-token (a held link of an external sign-in) names what
+  // the proof is for.
+  function proveWithPasskey(optionsURL, token) {
+    return post(optionsURL, token ? { token: token } : {}).then(function (c) {
       return navigator.credentials.get(requestOptions(c.options)).then(function (cred) {
         return { passkeyToken: c.token, passkeyCredential: credentialJSON(cred) };
       });
@@ -120,7 +122,7 @@
     bindButton(b, function (b) {
       var form = b.form;
       if (!form.reportValidity()) return Promise.resolve();
-      return proveWithPasskey(b.dataset.options).then(function (p) {
+      return proveWithPasskey(b.dataset.options, b.dataset.token).then(function (p) {
         form.elements.passkeyToken.value = p.passkeyToken;
         form.elements.passkeyCredential.value = JSON.stringify(p.passkeyCredential);
         form.submit();
