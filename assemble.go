@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/buckets"
@@ -87,6 +85,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.secrets = secrets.NewWithRing(s.store, ring)
 	s.ring = ring
 	s.outbox = outbox.New(ring)
+	s.assembleTransactionalMail()
 
 	// One client-address rule and one SQL limiter for every transport: the
 	// OAuth server limits open registration with them, the web shell its
@@ -198,12 +197,10 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.auditedAdmin(s.oauth.AdminCapabilities())...)
 	caps = append(caps, s.auditedAdmin(s.accounts.InviteCapabilities())...)
 	caps = append(caps, s.accounts.AccountCapabilities(accounts.AccountOptions{
-		EmailChange: webMail{s},
-		Verification: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
-			return s.web.MailVerificationLink(ctx, tx, u, token)
-		},
-		UsernameChange: webMail{s},
-		EmailRelease:   webMail{s},
+		EmailChange:    s.accountMail,
+		Verification:   s.accountMail.MailVerificationLink,
+		UsernameChange: s.accountMail,
+		EmailRelease:   s.accountMail,
 		Audit:          s.auditAccount,
 	})...)
 	if !s.cfg.OAuth.AllowUnverifiedEmail {
@@ -211,14 +208,10 @@ func (s *Server) assemble(ctx context.Context) error {
 		// lane); off, like the lane, when unverified accounts may work.
 		caps = append(caps, s.auditedAdmin([]capabilities.Capability{s.lifecycle.PurgeCapability(s.recordUnverifiedPurge)})...)
 	}
-	// The setup link of an account an admin creates is mailed by the web
-	// shell (built below) through the outbox, in the creating transaction.
-	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{
-		MailSetupLink: func(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
-			return s.web.MailSetupLink(ctx, tx, u, token)
-		},
-	})...)
-	caps = append(caps, s.accounts.FactorCapabilities(s.cfg.SiteName, webMail{s})...) // the authenticator-app issuer
+	// The setup link of an account an admin creates is mailed through the
+	// outbox, in the creating transaction.
+	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{MailSetupLink: s.accountMail.MailSetupLink})...)
+	caps = append(caps, s.accounts.FactorCapabilities(s.cfg.SiteName, s.accountMail)...) // the authenticator-app issuer
 	caps = append(caps, s.overviewCapability())
 	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound
@@ -263,7 +256,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	// when their capabilities do.
 	if o := s.cfg.Workspaces; o != nil {
 		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
-			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: workspaceMail{s}, BaseURL: s.cfg.BaseURL,
+			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.accountMail, BaseURL: s.cfg.BaseURL,
 			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
 			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
 			Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
@@ -296,7 +289,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		TrustedProxies:        s.cfg.TrustedProxies,
 		ClientIP:              clientIP,
 		Limiter:               limiter,
-		Mailer:                s.cfg.Mailer,
+		Mail:                  s.txMail,
 		MinPasswordLength:     acfg.MinPasswordLength,
 		Logger:                s.log,
 		SiteName:              s.cfg.SiteName,
@@ -633,22 +626,6 @@ func auditName(s string) string {
 	return s
 }
 
-// webMail forwards the mail of an email change to the web shell, which is
-// built after the capabilities are registered.
-type webMail struct{ s *Server }
-
-func (m webMail) MailEmailChangeLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
-	return m.s.web.MailEmailChangeLink(ctx, tx, u, email, token)
-}
-
-func (m webMail) MailEmailTaken(ctx context.Context, address string) {
-	m.s.web.MailEmailTaken(ctx, address)
-}
-
-func (m webMail) FactorChanged(ctx context.Context, u accounts.User, change accounts.FactorChange) {
-	m.s.web.FactorChanged(ctx, u, change)
-}
-
 // passkeyConfig fills the WebAuthn relying party from the base URL: its
 // host is the relying party id and its origin the one origin passkeys
 // are used from.
@@ -664,26 +641,6 @@ func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyCon
 		c.Origins = []string{u.Scheme + "://" + u.Host}
 	}
 	return c
-}
-
-func (m webMail) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
-	m.s.web.MailEmailChangeRequested(ctx, u)
-}
-
-func (m webMail) MailUsernameChanged(ctx context.Context, tx bun.IDB, c accounts.UsernameChange) error {
-	return m.s.web.MailUsernameChanged(ctx, tx, c)
-}
-
-func (m webMail) MailEmailReleaseLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
-	return m.s.web.MailEmailReleaseLink(ctx, tx, u, email, token)
-}
-
-// workspaceMail forwards workspace invitations to the web shell (built
-// after the workspaces service), which mails them through the outbox.
-type workspaceMail struct{ s *Server }
-
-func (m workspaceMail) MailWorkspaceInvitation(ctx context.Context, tx bun.IDB, inv workspaces.InvitationMail) error {
-	return m.s.web.MailWorkspaceInvitation(ctx, tx, inv)
 }
 
 // assembleCodeMode builds code mode unless it is turned off: its

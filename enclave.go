@@ -105,10 +105,11 @@ type Config struct {
 	// SQL, so it holds across replicas. Default 30 per hour.
 	RegistrationLimit web.Limit
 
-	// Mailer sends verification and password-reset mail. Default: in
-	// development, a mailer that keeps messages and shows them at
-	// /dev/mail; production requires one (see web.NewSMTPMailer).
-	Mailer web.Mailer
+	// Mailer sends the platform's own mail (verification, reset, notices)
+	// and hands outbound mail to the relay. Default: in development, a
+	// mailer that keeps messages and shows them at /dev/mail; production
+	// requires one (see mail.NewSMTPMailer).
+	Mailer mail.Mailer
 
 	// Accounts tunes password hashing, password policy and sessions; see
 	// accounts.Config for each default.
@@ -415,6 +416,12 @@ type Server struct {
 	// listener, bound at assembly when Config.Mail.SMTPListen is set.
 	mail   *mail.Service
 	smtpLn net.Listener
+	// txMail sends the platform's own mail (mail.Transactional, never nil
+	// after assembly).
+	txMail *mail.Transactional
+	// accountMail writes the account, workspace and feedback mail and
+	// sends it through txMail; the domains' mailers are wired to it.
+	accountMail *mail.AccountMail
 
 	metrics  *serverMetrics
 	draining atomic.Bool
@@ -662,7 +669,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) RunBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	handlers := map[string]outbox.Handler{web.MailTopic: s.web.MailHandler()}
+	handlers := map[string]outbox.Handler{mail.TransactionalTopic: s.txMail.Handler()}
 	maps.Copy(handlers, s.mailOutboxHandlers())
 	for topic, h := range s.jobs.Topics() {
 		handlers[topic] = h
@@ -750,9 +757,9 @@ func (s *Server) Close() error {
 		if s.mcp != nil {
 			s.mcp.Close()
 		}
-		if s.web != nil {
+		if s.txMail != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-			if err := s.web.Close(ctx); err != nil {
+			if err := s.txMail.Close(ctx); err != nil {
 				s.log.Warn("queued mail not sent before shutdown", "err", err)
 			}
 			cancel()

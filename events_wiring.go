@@ -52,11 +52,8 @@ func (s *Server) assembleEvents() error {
 		_, err := bus.Publish(ctx, tx, c.Kind, data)
 		return err
 	})
-	// The decision mail is written by the web shell, built later.
 	s.feedback, err = feedback.New(feedback.Options{Store: s.store, Events: bus, Jobs: s.jobs, Logger: s.log, BaseURL: s.cfg.BaseURL,
-		Mail: func(ctx context.Context, tx bun.IDB, to, username, status string) error {
-			return s.web.MailFeedbackDecision(ctx, tx, to, username, status)
-		}})
+		Mail: s.accountMail.MailFeedbackDecision})
 	if err != nil {
 		return err
 	}

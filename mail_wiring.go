@@ -26,14 +26,8 @@ func (s *Server) assembleMail(owners capabilities.OwnerOf) error {
 	}
 	svc, err := mail.New(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: owners, Meter: s.meter, Audit: s.audit, Logger: s.log,
 		Outbox: s.outbox,
-		// The web shell (built later) owns the mailer: resolved per send.
-		Sender: func() mail.RawSender {
-			if s.web == nil {
-				return nil
-			}
-			rs, _ := s.web.Mailer().(mail.RawSender)
-			return rs
-		},
+		// Outbound mail leaves through the transactional sender's mailer.
+		Sender: s.txMail.RawSender,
 		Publish: func(ctx context.Context, db bun.IDB, typ string, data any) error {
 			if s.events == nil {
 				return nil
@@ -56,6 +50,16 @@ func (s *Server) assembleMail(owners capabilities.OwnerOf) error {
 	}
 	s.mail = svc
 	return nil
+}
+
+// assembleTransactionalMail builds the sender of the platform's own mail
+// (verification, reset and setup links, notices, invitations) from
+// Config.Mailer, writing through the outbox; the web shell and the
+// account, workspace and feedback mailers get it directly.
+func (s *Server) assembleTransactionalMail() {
+	s.txMail = mail.NewTransactional(mail.TransactionalConfig{Mailer: s.cfg.Mailer, Outbox: s.outbox,
+		Production: s.cfg.Production, Logger: s.log})
+	s.accountMail = mail.NewAccountMail(s.txMail, s.store.DB, s.cfg.SiteName, s.cfg.BaseURL)
 }
 
 // mailOutboxHandlers are the outbox handlers of mail: outbound messages.

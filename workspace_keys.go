@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
@@ -94,10 +92,4 @@ func (s *Server) wireWorkspaceKeys() {
 func (s *Server) reauthenticateKeyMaker(ctx context.Context, c capabilities.Caller, p workspaces.KeyProof) error {
 	return s.accounts.ReauthenticateCaller(ctx, c, p.Password,
 		accounts.FactorProof{Code: p.Code, PasskeyToken: p.PasskeyToken, PasskeyCredential: p.PasskeyCredential})
-}
-
-// MailWorkspaceKeyCreated tells the account that a workspace API key was
-// made with it, through the web shell's outbox mail (workspaces.KeyMailer).
-func (m workspaceMail) MailWorkspaceKeyCreated(ctx context.Context, tx bun.IDB, km workspaces.KeyMail) error {
-	return m.s.web.MailWorkspaceKeyCreated(ctx, tx, km)
 }

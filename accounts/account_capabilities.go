@@ -41,8 +41,8 @@ type EmailChangeOutput struct {
 	Requested bool `json:"requested"`
 }
 
-// EmailChangeMailer sends the mail of an email-change request. The web
-// shell implements it (it composes the messages and links).
+// EmailChangeMailer sends the mail of an email-change request.
+// mail.AccountMail implements it (it composes the messages and links).
 type EmailChangeMailer interface {
 	// MailEmailChangeLink sends token's confirmation link to the new
 	// address. It runs inside the transaction that stores the token

@@ -18,7 +18,7 @@ const (
 )
 
 // EmailReleaseMailer mails the link that releases a former address of an
-// account. The web shell implements it.
+// account. mail.AccountMail implements it.
 type EmailReleaseMailer interface {
 	// MailEmailReleaseLink sends token's link to email, a former address
 	// of u. It runs inside the transaction that stores the token (write

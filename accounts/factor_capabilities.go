@@ -23,7 +23,7 @@ const (
 )
 
 // FactorNotifier is told of every change of an account's second factors
-// (the web shell mails the account). It runs after the change committed.
+// (mail.AccountMail mails the account). It runs after the change committed.
 type FactorNotifier interface {
 	FactorChanged(ctx context.Context, u User, change FactorChange)
 }

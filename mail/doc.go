@@ -36,6 +36,17 @@
 // github.com/microcosm-cc/bluemonday (no script, style, form, frame,
 // handler or image survives), header values are single-line valid UTF-8.
 //
+// Transactional mail, the platform's own (verification, reset and setup
+// links, security notices, invitations), is sent here too: Transactional
+// writes a message in its caller's transaction through the outbox (topic
+// TransactionalTopic), or queues it in memory, or keeps it in a DevMailer
+// in development; Mailer is the transport (SMTPMailer, DevMailer), which
+// also carries mailSend's raw messages; AccountMail writes the messages
+// and implements the mailer interfaces of packages accounts and
+// workspaces, so the server wires them directly. The web shell only
+// calls the sender it is given. Bounce handling and the outbound pause
+// apply to mailSend only (docs/mail.md says why).
+//
 // Lifecycle: the mail_* tables have owner columns and are in the
 // ownership inventory with the "mail" blob domain (exported in blob
 // chunks, deleted with the account); the system_mail_* tables are

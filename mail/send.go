@@ -59,7 +59,7 @@ type Outgoing struct {
 }
 
 // RawSender hands a message to the outside world: the SMTP relay of the
-// server (web.SMTPMailer implements it), or a development mailer.
+// server (SMTPMailer implements it), or a DevMailer.
 type RawSender interface {
 	SendRaw(ctx context.Context, from string, to []string, raw []byte) error
 }

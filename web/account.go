@@ -4,31 +4,29 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/mail"
 )
 
 // Account page paths.
 const (
-	pathLogin         = "/login"
+	pathLogin         = mail.LinkLogin
 	pathSignup        = "/signup"
 	pathLogout        = "/logout"
-	pathVerifyEmail   = "/verify-email"
+	pathVerifyEmail   = mail.LinkVerifyEmail
 	pathResetRequest  = "/password-reset"
-	pathResetConfirm  = "/password-reset/confirm"
-	pathAccount       = "/account"
+	pathResetConfirm  = mail.LinkResetConfirm
+	pathAccount       = mail.LinkAccount
 	pathAccountPass   = "/account/password"
 	pathAccountEmail  = "/account/email"
 	pathAccountVerify = "/account/verify-email"
-	pathConfirmEmail  = "/account/email/confirm"
+	pathConfirmEmail  = mail.LinkConfirmEmail
 	pathAccountDelete = "/account/delete"
 )
 
@@ -238,24 +236,7 @@ func (h *Handler) sendSignupAttempt(ctx context.Context, rawEmail string) {
 	if err != nil {
 		return
 	}
-	h.sendNotice(ctx, Message{
-		To:      email,
-		Subject: "Someone tried to sign up for " + h.opts.SiteName + " with your address",
-		Text: "Someone tried to create an account on " + h.opts.SiteName + " with this email address, which already belongs to an account.\n\n" +
-			"No new account was created and yours is unchanged. If it was you, sign in instead:\n\n" + h.absURL(pathLogin, nil) +
-			"\n\nIf you forgot your password, reset it from the sign-in page. If it was not you, you can ignore this message.\n",
-	})
-}
-
-// verificationMessage is the mail carrying an email-verification link.
-func (h *Handler) verificationMessage(email, token string) Message {
-	link := h.absURL(pathVerifyEmail, url.Values{"token": {token}})
-	return Message{
-		To:      email,
-		Subject: "Verify your email address for " + h.opts.SiteName,
-		Text: "Open this link to verify your email address:\n\n" + link +
-			"\n\nThe link works once and expires in 24 hours. If you did not create an account, ignore this message.\n",
-	}
+	h.accountMail.MailSignupAttempt(ctx, email)
 }
 
 // sendVerification issues a verification token for userID's email and
@@ -263,7 +244,7 @@ func (h *Handler) verificationMessage(email, token string) Message {
 // from the account page.
 func (h *Handler) sendVerification(ctx context.Context, userID int64, email string) {
 	_, err := h.issueTokenMail(ctx, userID, purposeVerifyEmail, email, "", VerifyEmailTTL, func(token string) Message {
-		return h.verificationMessage(email, token)
+		return h.accountMail.VerificationMessage(email, token)
 	})
 	if err != nil {
 		h.log.ErrorContext(ctx, "web: verification token", "err", err)
@@ -474,13 +455,7 @@ func (h *Handler) sendReset(ctx context.Context, u accounts.User) {
 		return
 	}
 	_, err = h.issueTokenMail(ctx, u.ID, purposeResetPassword, u.Email, setup, ResetPasswordTTL, func(token string) Message {
-		link := h.absURL(pathResetConfirm, url.Values{"token": {token}})
-		return Message{
-			To:      u.Email,
-			Subject: "Reset your password for " + h.opts.SiteName,
-			Text: "Someone asked to reset the password of your account " + u.Username + ".\n\nOpen this link to choose a new password:\n\n" + link +
-				"\n\nThe link works once and expires in one hour. Choosing a new password signs out every browser and connected app.\nIf you did not ask for this, ignore this message; your password stays as it is.\n",
-		}
+		return h.accountMail.ResetMessage(u, token)
 	})
 	if err != nil {
 		h.log.ErrorContext(ctx, "web: reset token", "err", err)
@@ -551,7 +526,7 @@ func (h *Handler) setPassword(w http.ResponseWriter, r *http.Request, token, tit
 	u, cleared, err := h.opts.Accounts.ResetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
 	if err == nil && cleared {
 		h.audit(r, audit.CategoryAccount, "factors_cleared", audit.ResultSuccess, "password_reset", &u)
-		h.FactorChanged(r.Context(), u, accounts.FactorsClearedByPasswordReset)
+		h.accountMail.FactorChanged(r.Context(), u, accounts.FactorsClearedByPasswordReset)
 	}
 	if err == nil {
 		h.audit(r, audit.CategoryAuth, "password_set", audit.ResultSuccess, action, &u)
@@ -730,13 +705,7 @@ func (h *Handler) confirmEmail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if old.Email != u.Email {
-		h.sendNotice(ctx, Message{
-			To:      old.Email,
-			Subject: "Your email address on " + h.opts.SiteName + " was changed",
-			Text: "The account " + old.Username + " now uses the address " + u.Email + " instead of this one.\n\n" +
-				"This address stays claimed by the account until you release it: on the account page, ask for a link to this address and open it. If you did not make this change, reset your password from the sign-in page at once.\n\n" +
-				h.absURL(pathAccount, nil) + "\n",
-		})
+		h.accountMail.MailEmailChanged(ctx, old, u)
 	}
 	next, text := pathLogin, "Go to sign in"
 	if PrincipalFrom(ctx) != nil {
@@ -752,65 +721,4 @@ func (h *Handler) resendVerification(w http.ResponseWriter, r *http.Request) {
 		h.log.ErrorContext(r.Context(), "web: resend verification", "err", err)
 	}
 	h.redirect(w, r, pathAccount+"?notice=verify-sent")
-}
-
-// MailVerificationLink mails u a link to verify the current address
-// (accounts.VerificationMailer): inside tx, through the outbox when there
-// is one (otherwise to the mail queue or a DevMailer at once).
-func (h *Handler) MailVerificationLink(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
-	msg := h.verificationMessage(u.Email, token)
-	if h.opts.Outbox != nil && h.devMail == nil {
-		return h.enqueueMail(ctx, tx, msg)
-	}
-	if _, err := msg.validate(); err != nil {
-		return err
-	}
-	h.sendMail(ctx, msg)
-	return nil
-}
-
-// The mail of an email-change request (accounts.EmailChangeMailer).
-
-// MailEmailChangeLink mails the confirmation link to the new address:
-// inside tx, the token's transaction, through the outbox when there is
-// one (otherwise to the mail queue or a DevMailer at once).
-func (h *Handler) MailEmailChangeLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
-	link := h.absURL(pathConfirmEmail, url.Values{"token": {token}})
-	msg := Message{
-		To:      email,
-		Subject: "Confirm your new email address for " + h.opts.SiteName,
-		Text: "Someone asked to move the account " + u.Username + " to this email address.\n\nOpen this link to confirm:\n\n" + link +
-			"\n\nThe link works once and expires in 24 hours. If you did not ask for this, ignore this message; nothing changes.\n",
-	}
-	if h.opts.Outbox != nil && h.devMail == nil {
-		return h.enqueueMail(ctx, tx, msg)
-	}
-	if _, err := msg.validate(); err != nil {
-		return err
-	}
-	h.sendMail(ctx, msg)
-	return nil
-}
-
-// MailEmailTaken tells the owner of address, which already belongs to an
-// account, that someone tried to move another account to it.
-func (h *Handler) MailEmailTaken(ctx context.Context, address string) {
-	h.sendNotice(ctx, Message{
-		To:      address,
-		Subject: "Someone tried to use your address on " + h.opts.SiteName,
-		Text: "Someone asked to move another " + h.opts.SiteName + " account to this email address, which already belongs to an account.\n\n" +
-			"Nothing was changed. If it was you, sign in to the account that uses this address instead. Otherwise you can ignore this message.\n",
-	})
-}
-
-// MailEmailChangeRequested tells u's current address that a change was
-// asked for.
-func (h *Handler) MailEmailChangeRequested(ctx context.Context, u accounts.User) {
-	h.sendNotice(ctx, Message{
-		To:      u.Email,
-		Subject: "A change of your email address on " + h.opts.SiteName + " was requested",
-		Text: "Someone signed in to your account " + u.Username + " asked to change its email address from this one.\n\n" +
-			"The address changes only when the link sent to the new address is opened. If this was not you, change your password now: it signs out every browser and app.\n\n" +
-			h.absURL(pathAccount, nil) + "\n",
-	})
 }

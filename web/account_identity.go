@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
-
-	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/mail"
 )
 
 // The account page's identity forms: the username, and the release of a
@@ -20,7 +18,7 @@ import (
 const (
 	pathAccountUsername = "/account/username"
 	pathReleaseEmail    = "/account/email/release"
-	pathConfirmRelease  = "/account/email/release/confirm"
+	pathConfirmRelease  = mail.LinkConfirmRelease
 )
 
 // accountIdentityRoutes registers the username and email-release routes.
@@ -129,53 +127,6 @@ func (h *Handler) confirmRelease(w http.ResponseWriter, r *http.Request) {
 		email+" is no longer claimed by your account. An account opened with it verifies it first.", next, text))
 }
 
-// MailUsernameChanged tells the account that its username changed
-// (accounts.UsernameChangeMailer): inside tx, through the outbox when
-// there is one (otherwise to the mail queue or a DevMailer at once).
-func (h *Handler) MailUsernameChanged(ctx context.Context, tx bun.IDB, c accounts.UsernameChange) error {
-	held := ""
-	if c.HeldUntil != nil {
-		held = "Your previous username stays held for your account until " + c.HeldUntil.UTC().Format("2006-01-02") +
-			": nobody else can take it, and you can take it back until then.\n\n"
-	}
-	msg := Message{
-		To:      c.User.Email,
-		Subject: "Your username on " + h.opts.SiteName + " was changed",
-		Text: "The username of your account changed from " + c.Previous + " to " + c.User.Username + ".\n\n" + held +
-			"If you did not make this change, change your password now: it signs out every browser and connected app.\n\n" +
-			h.absURL(pathAccount, nil) + "\n",
-	}
-	return h.mailInTx(ctx, tx, msg)
-}
-
-// MailEmailReleaseLink mails the link that releases email, a former
-// address of u (accounts.EmailReleaseMailer), inside tx like
-// MailUsernameChanged.
-func (h *Handler) MailEmailReleaseLink(ctx context.Context, tx bun.IDB, u accounts.User, email, token string) error {
-	link := h.absURL(pathConfirmRelease, url.Values{"token": {token}})
-	msg := Message{
-		To:      email,
-		Subject: "Release this address from your " + h.opts.SiteName + " account",
-		Text: "The account " + u.Username + " used this address before and still claims it, so no other account can use it.\n\n" +
-			"Open this link to release it:\n\n" + link +
-			"\n\nThe link works once and expires in " + hours(accounts.ReleaseEmailTTL) + ". If you did not ask for this, ignore this message; the address stays claimed.\n",
-	}
-	return h.mailInTx(ctx, tx, msg)
-}
-
-// mailInTx writes msg to the outbox inside tx when there is one;
-// otherwise it goes to the mail queue or a DevMailer at once.
-func (h *Handler) mailInTx(ctx context.Context, tx bun.IDB, msg Message) error {
-	if h.opts.Outbox != nil && h.devMail == nil {
-		return h.enqueueMail(ctx, tx, msg)
-	}
-	if _, err := msg.validate(); err != nil {
-		return err
-	}
-	h.sendMail(ctx, msg)
-	return nil
-}
-
 // auditAccount records an account action of the built-in registry
 // (accounts.AccountOptions.Audit), without the client address, which a
 // capability call does not carry.
@@ -188,15 +139,6 @@ func (h *Handler) auditAccount(ctx context.Context, u accounts.User, action stri
 		e.Result = audit.ResultFailure
 	}
 	_ = h.opts.Audit.Record(ctx, e)
-}
-
-// hours writes d as "24 hours".
-func hours(d time.Duration) string {
-	n := int(d / time.Hour)
-	if n == 1 {
-		return "1 hour"
-	}
-	return strconv.Itoa(n) + " hours"
 }
 
 // usernameRules is the account page's sentence about username changes.

@@ -1,14 +1,11 @@
 package web
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
-
-	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -190,28 +187,6 @@ func (h *Handler) adminCreateUser(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(r, audit.CategoryAccount, "admin_create_user", audit.ResultSuccess, "", &accounts.User{StableID: out.User.StableUserID})
 	h.render(w, r, http.StatusCreated, adminCreatedPage(h.page(r, "Account created"), out.User))
-}
-
-// MailSetupLink mails the one-time password-setup link of an account an
-// admin created (accounts.AdminOptions.MailSetupLink). With an outbox the
-// message is written in tx, the transaction that creates the account;
-// otherwise it goes to the mail queue (or a DevMailer) at once.
-func (h *Handler) MailSetupLink(ctx context.Context, tx bun.IDB, u accounts.User, token string) error {
-	msg := Message{
-		To:      u.Email,
-		Subject: "Your new account on " + h.opts.SiteName,
-		Text: "An administrator created the account " + u.Username + " for you on " + h.opts.SiteName + ".\n\nOpen this link to choose your password:\n\n" +
-			accounts.PasswordSetupURL(h.opts.BaseURL, token) +
-			"\n\nThe link works once. If you did not expect this, ignore this message.\n",
-	}
-	if h.opts.Outbox != nil && h.devMail == nil {
-		return h.enqueueMail(ctx, tx, msg)
-	}
-	if _, err := msg.validate(); err != nil {
-		return err
-	}
-	h.sendMail(ctx, msg)
-	return nil
 }
 
 func (h *Handler) adminRoles(w http.ResponseWriter, r *http.Request) {

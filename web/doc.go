@@ -17,8 +17,10 @@
 // no inline scripts, frame-ancestors 'none', nosniff, a referrer policy,
 // HSTS on https). Non-safe requests pass cross-origin protection first.
 // Credential endpoints share one per-client rate-limit bucket counted in
-// SQL, so replicas share it. Mail goes through a Mailer: SMTPMailer, or a
-// DevMailer whose messages appear at /dev/mail in development.
+// SQL, so replicas share it. web does not own mail: the pages send the
+// platform's mail through a MailSender (package mail's Transactional,
+// Options.Mail) and compose it with mail.AccountMail; in development a
+// mail.DevMailer keeps it and /dev/mail lists it.
 //
 // New refuses, in production, settings that are unsafe on a public server.
 // See docs/web.md for the pages, mounting and the security model.

@@ -2,7 +2,6 @@ package web
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -19,6 +18,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/federation"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
@@ -48,7 +48,7 @@ const (
 	pathLogin2FAPasskey         = "/login/two-factor/passkey"
 	pathLoginPasskeyOptions     = "/login/passkey/options"
 	pathLoginPasskey            = "/login/passkey"
-	pathSecurity                = "/account/security"
+	pathSecurity                = mail.LinkSecurity
 	pathSecurityTOTP            = "/account/security/totp"
 	pathSecurityTOTPQR          = "/account/security/totp/qr.png"
 	pathSecurityTOTPConfirm     = "/account/security/totp/confirm"
@@ -733,30 +733,6 @@ func (h *Handler) passkeyRemove(w http.ResponseWriter, r *http.Request) {
 	if h.factorAction(w, r, "accountPasskeyRemove", "passkey_remove", in, nil) && h.renewSession(w, r) {
 		h.redirect(w, r, pathSecurity+"?notice=passkey-removed")
 	}
-}
-
-// FactorChanged mails the account about a change of its second factors
-// (accounts.FactorNotifier), through the outbox when there is one.
-func (h *Handler) FactorChanged(ctx context.Context, u accounts.User, change accounts.FactorChange) {
-	what := map[accounts.FactorChange]string{
-		accounts.FactorTOTPEnabled:             "An authenticator app was set up as a second factor",
-		accounts.FactorTOTPDisabled:            "The authenticator app was turned off",
-		accounts.FactorRecoveryCodesReset:      "New recovery codes were made (the old ones no longer work)",
-		accounts.FactorPasskeyAdded:            "A passkey was added",
-		accounts.FactorPasskeyRenamed:          "A passkey was renamed",
-		accounts.FactorPasskeyRemoved:          "A passkey was removed",
-		accounts.FactorsClearedByPasswordReset: "Your password was reset, which turned off the authenticator app and removed your passkeys and recovery codes",
-	}[change]
-	if what == "" {
-		what = "The sign-in security of your account changed"
-	}
-	h.sendNotice(ctx, Message{
-		To:      u.Email,
-		Subject: "Sign-in security changed on your " + h.opts.SiteName + " account",
-		Text: what + " on your account " + u.Username + ".\n\n" +
-			"If this was not you, reset your password at once: it signs out every browser and connected app.\n\n" +
-			h.absURL(pathSecurity, nil) + "\n",
-	})
 }
 
 // requireAdminFactor sends an admin without a second factor to enrolment

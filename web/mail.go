@@ -2,118 +2,110 @@ package web
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net/mail"
-	"slices"
-	"strings"
-	"sync"
-	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/internal/outbox"
+	"github.com/enclave-mcp/enclave/mail"
 )
 
-// Message is one plain-text email.
-type Message struct {
-	To      string // one address, "person@example.com" or "Name <person@example.com>"
-	Subject string
-	Text    string // UTF-8 plain text body
-	// HTML is an optional HTML alternative of Text. SMTPMailer sends both
-	// parts, making the HTML from Text when this is empty.
-	HTML string
+// The transactional mail sender lives in package mail; web only calls it
+// (MailSender). These names are kept for embedders.
+type (
+	// Deprecated: use mail.TransactionalMessage.
+	Message = mail.TransactionalMessage
+	// Deprecated: use mail.Mailer.
+	Mailer = mail.Mailer
+	// Deprecated: use mail.DevMailer.
+	DevMailer = mail.DevMailer
+	// Deprecated: use mail.KeptMessage.
+	KeptMessage = mail.KeptMessage
+	// Deprecated: use mail.SMTPMailer.
+	SMTPMailer = mail.SMTPMailer
+	// Deprecated: use mail.SMTPConfig.
+	SMTPConfig = mail.SMTPConfig
+	// Deprecated: use mail.SMTPSecurity.
+	SMTPSecurity = mail.SMTPSecurity
+	// Deprecated: use mail.SMTPAuth.
+	SMTPAuth = mail.SMTPAuth
+)
+
+// Deprecated: use the constants of package mail.
+const (
+	SMTPStartTLS    = mail.SMTPStartTLS
+	SMTPImplicitTLS = mail.SMTPImplicitTLS
+	SMTPPlaintext   = mail.SMTPPlaintext
+	SMTPAuthPlain   = mail.SMTPAuthPlain
+	SMTPAuthXOAUTH2 = mail.SMTPAuthXOAUTH2
+	DevMailKeep     = mail.DevMailKeep
+	MailTopic       = mail.TransactionalTopic
+)
+
+// Deprecated: use mail.ErrInvalidMessage.
+var ErrInvalidMessage = mail.ErrInvalidMessage
+
+// NewDevMailer returns mail.NewDevMailer(log).
+//
+// Deprecated: use mail.NewDevMailer.
+func NewDevMailer(log *slog.Logger) *DevMailer { return mail.NewDevMailer(log) }
+
+// NewSMTPMailer returns mail.NewSMTPMailer(cfg).
+//
+// Deprecated: use mail.NewSMTPMailer.
+func NewSMTPMailer(cfg SMTPConfig) (*SMTPMailer, error) { return mail.NewSMTPMailer(cfg) }
+
+// ParseSMTPURL returns mail.ParseSMTPURL(raw).
+//
+// Deprecated: use mail.ParseSMTPURL.
+func ParseSMTPURL(raw string) (SMTPConfig, error) { return mail.ParseSMTPURL(raw) }
+
+// MailSender is how the pages send the platform's own mail: package
+// mail's *Transactional implements it. Options.Mail sets it; without one
+// New builds a mail.Transactional from Options.Mailer and Options.Outbox.
+type MailSender interface {
+	// Durable reports whether SendInTx writes to the outbox (sent exactly
+	// when the transaction commits).
+	Durable() bool
+	// SendInTx sends msg as part of tx (see mail.Transactional.SendInTx).
+	SendInTx(ctx context.Context, tx bun.IDB, msg Message) error
+	// Send hands msg over outside any transaction; failures are logged.
+	Send(ctx context.Context, msg Message)
+	// SendNotice sends a message that belongs to no transaction, through
+	// the outbox (a row written in db) when durable; failures are logged.
+	SendNotice(ctx context.Context, db bun.IDB, msg Message)
+	// DevMail returns the development mailer, or nil when mail is really
+	// sent (the /dev/mail page exists only with one).
+	DevMail() *DevMailer
+	// Mailer returns the mailer in use; nil when none is configured,
+	// which production refuses.
+	Mailer() Mailer
 }
 
-// Mailer sends email. Send returns once the message is handed over (to an
-// SMTP server, or kept by a DevMailer); implementations are safe for
-// concurrent use.
-type Mailer interface {
-	Send(ctx context.Context, msg Message) error
+var _ MailSender = (*mail.Transactional)(nil)
+
+// sendMail hands msg over outside any transaction (after a commit).
+func (h *Handler) sendMail(ctx context.Context, msg Message) { h.mail.Send(ctx, msg) }
+
+// sendNotice mails msg, which carries no link to act on: through the
+// outbox (one row, written on its own) when the sender is durable,
+// otherwise like sendMail. A failure is logged.
+func (h *Handler) sendNotice(ctx context.Context, msg Message) {
+	h.mail.SendNotice(ctx, h.opts.Store.DB, msg)
 }
 
-// ErrInvalidMessage is returned for a message that cannot be sent as is
-// (bad address, line breaks in the subject, empty body).
-var ErrInvalidMessage = errors.New("web: invalid mail message")
+// mailInTx sends msg as part of tx: through the outbox inside tx when the
+// sender is durable; otherwise to the mail queue or a DevMailer at once.
+func (h *Handler) mailInTx(ctx context.Context, tx bun.IDB, msg Message) error {
+	return h.mail.SendInTx(ctx, tx, msg)
+}
 
-// validate checks msg and returns the parsed recipient.
-func (msg Message) validate() (*mail.Address, error) {
-	to, err := mail.ParseAddress(msg.To)
-	if err != nil || strings.ContainsAny(to.Address, "\r\n<>") {
-		return nil, fmt.Errorf("%w: recipient %q", ErrInvalidMessage, msg.To)
+// MailHandler is the outbox handler of MailTopic when New built the
+// sender (Options.Mail unset); nil when the sender came from Options.Mail,
+// whose owner registers its own handler (mail.Transactional.Handler).
+func (h *Handler) MailHandler() outbox.Handler {
+	if h.ownMail == nil {
+		return nil
 	}
-	if strings.ContainsAny(msg.Subject, "\r\n") || strings.TrimSpace(msg.Subject) == "" {
-		return nil, fmt.Errorf("%w: subject must be one non-empty line", ErrInvalidMessage)
-	}
-	if strings.TrimSpace(msg.Text) == "" {
-		return nil, fmt.Errorf("%w: empty body", ErrInvalidMessage)
-	}
-	return to, nil
-}
-
-// DevMailer keeps messages in memory instead of sending them, for
-// development: they are listed at /dev/mail when Options.DevRoutes is on.
-// It keeps the newest DevMailKeep messages.
-type DevMailer struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	msgs []KeptMessage
-	next int
-}
-
-// DevMailKeep is how many messages a DevMailer keeps.
-const DevMailKeep = 100
-
-// KeptMessage is a message kept by a DevMailer.
-type KeptMessage struct {
-	ID     int
-	SentAt time.Time
-	Message
-}
-
-// NewDevMailer returns an empty DevMailer that logs each message's
-// recipient and subject (never its body, which holds one-time links) to log
-// (nil: slog.Default()).
-func NewDevMailer(log *slog.Logger) *DevMailer {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &DevMailer{log: log}
-}
-
-// Send keeps msg.
-func (d *DevMailer) Send(ctx context.Context, msg Message) error {
-	if _, err := msg.validate(); err != nil {
-		return err
-	}
-	d.keep(ctx, msg)
-	return nil
-}
-
-func (d *DevMailer) keep(ctx context.Context, msg Message) {
-	d.mu.Lock()
-	d.next++
-	d.msgs = append(d.msgs, KeptMessage{ID: d.next, SentAt: time.Now(), Message: msg})
-	if len(d.msgs) > DevMailKeep {
-		d.msgs = slices.Delete(d.msgs, 0, len(d.msgs)-DevMailKeep)
-	}
-	id := d.next
-	d.mu.Unlock()
-	d.log.InfoContext(ctx, "development mail kept; read it at /dev/mail", "id", id, "to", msg.To, "subject", msg.Subject)
-}
-
-// Messages returns the kept messages, newest first.
-func (d *DevMailer) Messages() []KeptMessage {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := slices.Clone(d.msgs)
-	slices.Reverse(out)
-	return out
-}
-
-// Last returns the newest message sent to the address to, if any.
-func (d *DevMailer) Last(to string) (KeptMessage, bool) {
-	for _, m := range d.Messages() {
-		if a, err := mail.ParseAddress(m.To); err == nil && strings.EqualFold(a.Address, to) {
-			return m, true
-		}
-	}
-	return KeptMessage{}, false
+	return h.ownMail.Handler()
 }

@@ -51,16 +51,16 @@ func (h *Handler) issueToken(ctx context.Context, userID int64, purpose, email, 
 // right after; without one it goes to the mail queue after the commit.
 func (h *Handler) issueTokenMail(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration, compose func(token string) Message) (string, error) {
 	var inTx func(ctx context.Context, tx bun.IDB, token string) error
-	if compose != nil && h.opts.Outbox != nil && h.devMail == nil {
+	if compose != nil && h.mail.Durable() {
 		inTx = func(ctx context.Context, tx bun.IDB, token string) error {
-			return h.enqueueMail(ctx, tx, compose(token))
+			return h.mailInTx(ctx, tx, compose(token))
 		}
 	}
 	token, err := h.opts.Accounts.IssueMailToken(ctx, userID, purpose, email, token, ttl, inTx)
 	if err != nil {
 		return "", fmt.Errorf("web: %w", err)
 	}
-	if compose != nil && (h.opts.Outbox == nil || h.devMail != nil) {
+	if compose != nil && !h.mail.Durable() {
 		h.sendMail(ctx, compose(token))
 	}
 	return token, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/internal/outbox"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -133,11 +134,18 @@ type Options struct {
 	// DefaultCredentialWindow (10 per minute).
 	CredentialLimit Limit
 
-	// Mailer sends verification and reset links. Default in development: a
-	// DevMailer (see DevMail), which keeps each message at once. Any other
-	// mailer is fed by a background queue with retries, so requests never
-	// wait on the mail server (call Close on shutdown). Production requires
-	// a real one.
+	// Mail sends the platform's own mail (verification and reset links,
+	// notices): a *mail.Transactional, which the caller builds, closes and
+	// whose outbox handler it registers. When set, Mailer and Outbox play
+	// no part in mail.
+	Mail MailSender
+
+	// Mailer sends verification and reset links when Mail is unset: New
+	// builds a mail.Transactional from it and Outbox. Default in
+	// development: a DevMailer (see DevMail), which keeps each message at
+	// once. Any other mailer is fed by a background queue with retries, so
+	// requests never wait on the mail server (call Close on shutdown).
+	// Production requires a real one.
 	Mailer Mailer
 
 	// SiteName is the name of the service: in every page title and the
@@ -189,12 +197,18 @@ type Handler struct {
 	prefix  string // base URL path, "" at the root
 	limiter *Limiter
 	ipOf    *ClientIP
-	mailer  Mailer
-	queue   *mailQueue // nil with a DevMailer, which keeps mail at once
-	devMail *DevMailer
-	csrf    *http.CrossOriginProtection
-	guards  *Guards
-	mux     http.Handler
+	// mail sends the platform's own mail (Options.Mail, or ownMail).
+	mail MailSender
+	// ownMail is the sender New built when Options.Mail was unset; Close
+	// stops it and MailHandler serves its outbox rows.
+	ownMail *mail.Transactional
+	// accountMail writes the account mail the pages send (and the
+	// built-in registry's mailers) and sends it through mail.
+	accountMail *mail.AccountMail
+	devMail     *DevMailer
+	csrf        *http.CrossOriginProtection
+	guards      *Guards
+	mux         http.Handler
 	// builtinOnly is set when the registry is the one New made (Options
 	// had none): it holds only the account, admin, secrets and grant
 	// capabilities, so the pages of other capabilities are not mounted.
@@ -241,16 +255,17 @@ func New(opts Options) (*Handler, error) {
 	}
 	opts.CredentialLimit = opts.CredentialLimit.WithDefaults()
 
-	var devMail *DevMailer
-	switch m := opts.Mailer.(type) {
-	case nil:
-		if !opts.Production {
-			devMail = NewDevMailer(opts.Logger)
-			opts.Mailer = devMail
+	sender, own := opts.Mail, (*mail.Transactional)(nil)
+	if sender == nil {
+		tc := mail.TransactionalConfig{Mailer: opts.Mailer, Production: opts.Production, Logger: opts.Logger}
+		if opts.Outbox != nil {
+			tc.Outbox = opts.Outbox
 		}
-	case *DevMailer:
-		devMail = m
+		own = mail.NewTransactional(tc)
+		sender = own
+		opts.Mailer = own.Mailer()
 	}
+	devMail := sender.DevMail()
 	if opts.Production {
 		if err := checkProduction(opts, base); err != nil {
 			return nil, err
@@ -258,16 +273,18 @@ func New(opts Options) (*Handler, error) {
 	}
 
 	h := &Handler{
-		opts:    opts,
-		log:     opts.Logger,
-		base:    base,
-		https:   base.Scheme == "https",
-		prefix:  strings.TrimRight(base.Path, "/"),
-		limiter: opts.Limiter,
-		ipOf:    opts.ClientIP,
-		mailer:  opts.Mailer,
-		devMail: devMail,
-		theme:   themeCSS(opts.AccentColor),
+		opts:        opts,
+		log:         opts.Logger,
+		base:        base,
+		https:       base.Scheme == "https",
+		prefix:      strings.TrimRight(base.Path, "/"),
+		limiter:     opts.Limiter,
+		ipOf:        opts.ClientIP,
+		mail:        sender,
+		accountMail: mail.NewAccountMail(sender, opts.Store.DB, opts.SiteName, opts.BaseURL),
+		ownMail:     own,
+		devMail:     devMail,
+		theme:       themeCSS(opts.AccentColor),
 	}
 	h.themeVersion = assetVersion(h.theme)
 	if h.limiter == nil {
@@ -282,9 +299,6 @@ func New(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("web: trust origin %s: %w", origin, err)
 	}
 	h.csrf.SetDenyHandler(http.HandlerFunc(h.crossOriginDenied))
-	if devMail == nil && opts.Outbox == nil {
-		h.queue = newMailQueue(opts.Mailer, opts.Logger)
-	}
 	if h.opts.Registry == nil {
 		if err := h.ownRegistry(); err != nil {
 			return nil, err
@@ -310,11 +324,11 @@ func checkProduction(opts Options, base *url.URL) error {
 	if opts.DevRoutes {
 		problems = append(problems, "development routes are enabled")
 	}
-	switch opts.Mailer.(type) {
-	case nil:
-		problems = append(problems, "no mailer is configured")
-	case *DevMailer:
+	switch {
+	case opts.Mail != nil && opts.Mail.DevMail() != nil, opts.Mail == nil && isDevMailer(opts.Mailer):
 		problems = append(problems, "the development mailer keeps mail instead of sending it")
+	case opts.Mail == nil && opts.Mailer == nil, opts.Mail != nil && opts.Mail.Mailer() == nil:
+		problems = append(problems, "no mailer is configured")
 	}
 	if !opts.SessionKeysPersistent {
 		problems = append(problems, "session keys are not persistent")
@@ -325,43 +339,24 @@ func checkProduction(opts Options, base *url.URL) error {
 	return nil
 }
 
-// Close stops the background mail sender: it waits until queued mail is
-// handed to the Mailer or ctx ends (then the rest is dropped and logged).
+// Close stops the background mail sender New built (none with
+// Options.Mail): it waits until queued mail is handed to the Mailer or ctx ends (then the rest is dropped and logged).
 // Call it after the HTTP server has shut down. It is safe to call more than
 // once.
 func (h *Handler) Close(ctx context.Context) error {
-	if h.queue == nil {
+	if h.ownMail == nil {
 		return nil
 	}
-	if err := h.queue.close(ctx); err != nil {
-		return fmt.Errorf("web: close mail queue: %w", err)
+	if err := h.ownMail.Close(ctx); err != nil {
+		return fmt.Errorf("web: %w", err)
 	}
 	return nil
 }
 
-// sendMail hands msg to the mailer: through the background queue, or at
-// once to a DevMailer.
-func (h *Handler) sendMail(ctx context.Context, msg Message) {
-	if h.queue != nil {
-		h.queue.enqueue(ctx, msg)
-		return
-	}
-	if err := h.mailer.Send(ctx, msg); err != nil {
-		h.log.ErrorContext(ctx, "web: send mail", "to", msg.To, "err", err)
-	}
-}
-
-// sendNotice mails msg, which carries no link to act on: through the
-// outbox (one row, written on its own) when there is one, otherwise like
-// sendMail. A failure is logged.
-func (h *Handler) sendNotice(ctx context.Context, msg Message) {
-	if h.opts.Outbox == nil || h.devMail != nil {
-		h.sendMail(ctx, msg)
-		return
-	}
-	if err := h.enqueueMail(ctx, h.opts.Store.DB, msg); err != nil {
-		h.log.ErrorContext(ctx, "web: queue mail", "to", msg.To, "err", err)
-	}
+// isDevMailer reports whether m keeps mail instead of sending it.
+func isDevMailer(m Mailer) bool {
+	_, ok := m.(*DevMailer)
+	return ok
 }
 
 // ServeHTTP serves the web shell.
@@ -384,8 +379,16 @@ func (h *Handler) ClientKey(r *http.Request) string {
 // sent.
 func (h *Handler) DevMail() *DevMailer { return h.devMail }
 
-// Mailer returns the mailer in use.
-func (h *Handler) Mailer() Mailer { return h.mailer }
+// Mailer returns the mailer in use when New built the sender from
+// Options.Mailer, else nil (the owner of Options.Mail knows its mailer).
+//
+// Deprecated: keep the mail.Transactional (or the mailer) you pass.
+func (h *Handler) Mailer() Mailer {
+	if h.ownMail == nil {
+		return nil
+	}
+	return h.ownMail.Mailer()
+}
 
 // absURL returns the public URL of path (which starts with "/").
 func (h *Handler) absURL(path string, query url.Values) string {
@@ -400,10 +403,11 @@ func (h *Handler) absURL(path string, query url.Values) string {
 func (h *Handler) ownRegistry() error {
 	acc := h.opts.Accounts
 	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log, RoleGate: acc.AdminSecondFactorGate})
-	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: h, Verification: h.MailVerificationLink,
-		UsernameChange: h, EmailRelease: h, Audit: h.auditAccount})
-	caps = append(caps, acc.AdminCapabilities(accounts.AdminOptions{MailSetupLink: h.MailSetupLink})...)
-	caps = append(caps, acc.FactorCapabilities(h.opts.SiteName, h)...)
+	am := h.accountMail
+	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: am, Verification: am.MailVerificationLink,
+		UsernameChange: am, EmailRelease: am, Audit: h.auditAccount})
+	caps = append(caps, acc.AdminCapabilities(accounts.AdminOptions{MailSetupLink: am.MailSetupLink})...)
+	caps = append(caps, acc.FactorCapabilities(h.opts.SiteName, am)...)
 	owners := lifecycle.Owners(acc)
 	if h.opts.OAuth != nil {
 		caps = append(caps, oauth.GrantCapabilities(h.opts.OAuth, owners)...)

@@ -86,7 +86,7 @@ type InvitationMail struct {
 
 // Mailer sends invitation mail. It is called inside the transaction that
 // records the invitation, so that a mailer writing to the outbox sends the
-// message exactly when the invitation exists (enclave's web shell does).
+// message exactly when the invitation exists (enclave's mail.AccountMail does).
 type Mailer interface {
 	MailWorkspaceInvitation(ctx context.Context, tx bun.IDB, m InvitationMail) error
 }

@@ -37,7 +37,6 @@ import (
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/web"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
@@ -172,7 +171,7 @@ type options struct {
 	quota          string
 	quotaClass     string
 
-	smtp           web.SMTPConfig
+	smtp           mail.SMTPConfig
 	smtpURL        string
 	smtpSecurity   string
 	trustedProxies string
@@ -478,12 +477,12 @@ func (o *options) finish(stderr io.Writer) error {
 		if o.smtp.Addr != "" {
 			return errors.New("--smtp-url and --smtp-addr are both set; keep one")
 		}
-		c, err := web.ParseSMTPURL(o.smtpURL)
+		c, err := mail.ParseSMTPURL(o.smtpURL)
 		if err != nil {
 			return err
 		}
 		c.From = o.smtp.From
-		m, err := web.NewSMTPMailer(c)
+		m, err := mail.NewSMTPMailer(c)
 		if err != nil {
 			return err
 		}
@@ -491,15 +490,15 @@ func (o *options) finish(stderr io.Writer) error {
 	} else if o.smtp.Addr != "" {
 		switch o.smtpSecurity {
 		case "starttls":
-			o.smtp.Security = web.SMTPStartTLS
+			o.smtp.Security = mail.SMTPStartTLS
 		case "tls":
-			o.smtp.Security = web.SMTPImplicitTLS
+			o.smtp.Security = mail.SMTPImplicitTLS
 		case "plain":
-			o.smtp.Security = web.SMTPPlaintext
+			o.smtp.Security = mail.SMTPPlaintext
 		default:
 			return fmt.Errorf("--smtp-security %q: want starttls, tls or plain", o.smtpSecurity)
 		}
-		m, err := web.NewSMTPMailer(o.smtp)
+		m, err := mail.NewSMTPMailer(o.smtp)
 		if err != nil {
 			return err
 		}

@@ -36,7 +36,6 @@ import (
 	"github.com/enclave-mcp/enclave/internal/rrproxy"
 	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/web"
 )
 
 func main() {
@@ -71,7 +70,7 @@ func run() error {
 	if outside, err = startCapture(ctx); err != nil {
 		return err
 	}
-	relay, err := web.NewSMTPMailer(web.SMTPConfig{Addr: outside.addr, From: "noreply@" + mailDomain, Security: web.SMTPPlaintext})
+	relay, err := mail.NewSMTPMailer(mail.SMTPConfig{Addr: outside.addr, From: "noreply@" + mailDomain, Security: mail.SMTPPlaintext})
 	if err != nil {
 		return err
 	}

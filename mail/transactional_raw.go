@@ -1,4 +1,4 @@
-package web
+package mail
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
-	"net/mail"
+	netmail "net/mail"
 	"strings"
 )
 
@@ -57,9 +57,9 @@ func (m *SMTPMailer) smtpError(ctx context.Context, err error) error {
 		err = errors.New(strings.ReplaceAll(err.Error(), m.cfg.Password, "[redacted]"))
 	}
 	if cause := context.Cause(ctx); cause != nil {
-		return fmt.Errorf("web: smtp: %w (%w)", err, cause)
+		return fmt.Errorf("mail: smtp: %w (%w)", err, cause)
 	}
-	return fmt.Errorf("web: smtp: %w", err)
+	return fmt.Errorf("mail: smtp: %w", err)
 }
 
 // checkEnvelope refuses an envelope a line break or a bracket could
@@ -85,13 +85,13 @@ func (d *DevMailer) SendRaw(ctx context.Context, from string, to []string, raw [
 		return err
 	}
 	subject := "(no subject)"
-	if msg, err := mail.ReadMessage(bytes.NewReader(raw)); err == nil {
+	if msg, err := netmail.ReadMessage(bytes.NewReader(raw)); err == nil {
 		if s, err := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject")); err == nil && s != "" {
 			subject = s
 		}
 	}
 	for _, r := range to {
-		d.keep(ctx, Message{To: r, Subject: subject, Text: string(raw)})
+		d.keep(ctx, TransactionalMessage{To: r, Subject: subject, Text: string(raw)})
 	}
 	return nil
 }

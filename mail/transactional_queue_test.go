@@ -1,15 +1,11 @@
-package web
+package mail
 
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/url"
+	"log/slog"
 	"sync"
 	"testing"
-
-	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
 // scriptedMailer fails its first fails sends, then records messages. With
@@ -18,12 +14,12 @@ type scriptedMailer struct {
 	mu       sync.Mutex
 	fails    int
 	attempts int
-	sent     []Message
+	sent     []TransactionalMessage
 	block    chan struct{}
 	started  chan struct{}
 }
 
-func (m *scriptedMailer) Send(ctx context.Context, msg Message) error {
+func (m *scriptedMailer) Send(ctx context.Context, msg TransactionalMessage) error {
 	m.mu.Lock()
 	m.attempts++
 	fail := m.attempts <= m.fails
@@ -58,7 +54,7 @@ func (m *scriptedMailer) counts() (attempts, sent int) {
 }
 
 func TestMailQueue(t *testing.T) {
-	msg := Message{To: "a@example.com", Subject: "s", Text: "t"}
+	msg := TransactionalMessage{To: "a@example.com", Subject: "s", Text: "t"}
 	tests := []struct {
 		name         string
 		fails        int
@@ -72,7 +68,7 @@ func TestMailQueue(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := &scriptedMailer{fails: tt.fails}
-			q := newMailQueue(m, quietLogger())
+			q := newMailQueue(m, slog.New(slog.DiscardHandler))
 			q.backoff = 0
 			q.enqueue(t.Context(), msg)
 			if err := q.close(context.Background()); err != nil {
@@ -89,7 +85,7 @@ func TestMailQueue(t *testing.T) {
 	}
 	t.Run("shutdown deadline abandons the send in hand and drops the rest", func(t *testing.T) {
 		m := &scriptedMailer{block: make(chan struct{}), started: make(chan struct{}, 1)}
-		q := newMailQueue(m, quietLogger())
+		q := newMailQueue(m, slog.New(slog.DiscardHandler))
 		q.enqueue(t.Context(), msg)
 		q.enqueue(t.Context(), msg)
 		<-m.started
@@ -102,22 +98,4 @@ func TestMailQueue(t *testing.T) {
 			t.Fatalf("%d attempts, %d sent; want 1 abandoned attempt", a, s)
 		}
 	})
-}
-
-// With a real mailer, a request does not wait for the mail server: signup
-// answers while the server is stuck, and the mail goes out afterwards.
-func TestSignupDoesNotWaitForMail(t *testing.T) {
-	s := storagetest.Open(t, storage.SQLite)
-	m := &scriptedMailer{block: make(chan struct{})}
-	h := newTestHandler(t, s, func(o *Options) { o.Mailer = m; o.DevRoutes = false })
-	srv := serve(t, h)
-	a := newBrowser(t, srv).post("/signup", url.Values{"email": {"q@example.com"}, "username": {"queue"}, "password": {testPassword}})
-	expect(t, "signup", a, http.StatusOK, "Check your email")
-	close(m.block)
-	if err := h.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, sent := m.counts(); sent != 1 {
-		t.Fatalf("%d messages sent, want 1", sent)
-	}
 }

@@ -1,4 +1,4 @@
-package web
+package mail
 
 import (
 	"bufio"
@@ -13,7 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/mail"
+	netmail "net/mail"
 	"strings"
 	"sync"
 	"testing"
@@ -178,7 +178,7 @@ func testTLS(t *testing.T) (server, client *tls.Config) {
 
 func TestSMTPMailerDelivers(t *testing.T) {
 	serverTLS, clientTLS := testTLS(t)
-	msg := Message{
+	msg := TransactionalMessage{
 		To:      "Zoë <zoe@example.com>",
 		Subject: "Verify your address — enclave",
 		Text:    "Hello Zoë,\n.\nopen https://enclave.example/verify-email?token=" + strings.Repeat("x", 90) + "\n",
@@ -216,7 +216,7 @@ func TestSMTPMailerDelivers(t *testing.T) {
 			if g.From != "noreply@enclave.example" || g.To != "zoe@example.com" || g.TLS != tt.wantTLS || g.AuthUser != tt.wantUser {
 				t.Fatalf("envelope %+v", g)
 			}
-			parsed, err := mail.ReadMessage(strings.NewReader(g.Data))
+			parsed, err := netmail.ReadMessage(strings.NewReader(g.Data))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +275,7 @@ func TestSMTPMailerRefuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = m.Send(context.Background(), Message{To: "a@example.com", Subject: "s", Text: "t"})
+		err = m.Send(context.Background(), TransactionalMessage{To: "a@example.com", Subject: "s", Text: "t"})
 		if err == nil || !strings.Contains(err.Error(), "STARTTLS") {
 			t.Fatalf("error %v, want a refusal for missing STARTTLS", err)
 		}
@@ -289,14 +289,14 @@ func TestSMTPMailerRefuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Send(context.Background(), Message{To: "a@example.com", Subject: "s", Text: "t"}); err == nil {
+		if err := m.Send(context.Background(), TransactionalMessage{To: "a@example.com", Subject: "s", Text: "t"}); err == nil {
 			t.Fatal("sent over TLS with an untrusted certificate")
 		}
 	})
 	t.Run("wrong password", func(t *testing.T) {
 		srv := startFakeSMTP(t, &fakeSMTP{tlsConfig: serverTLS, user: "u", pass: "right"})
 		m, _ := NewSMTPMailer(SMTPConfig{Addr: srv.addr(), From: "noreply@enclave.example", TLSConfig: clientTLS, Username: "u", Password: "wrong-secret"})
-		err := m.Send(context.Background(), Message{To: "a@example.com", Subject: "s", Text: "t"})
+		err := m.Send(context.Background(), TransactionalMessage{To: "a@example.com", Subject: "s", Text: "t"})
 		if err == nil || strings.Contains(err.Error(), "wrong-secret") {
 			t.Fatalf("error %v: want a failure that does not echo the password", err)
 		}
@@ -306,7 +306,7 @@ func TestSMTPMailerRefuses(t *testing.T) {
 		m, _ := NewSMTPMailer(SMTPConfig{Addr: srv.addr(), From: "noreply@enclave.example", Security: SMTPPlaintext})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- m.Send(ctx, Message{To: "a@example.com", Subject: "s", Text: "t"}) }()
+		go func() { done <- m.Send(ctx, TransactionalMessage{To: "a@example.com", Subject: "s", Text: "t"}) }()
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("error %v, want context.Canceled", err)
@@ -314,7 +314,7 @@ func TestSMTPMailerRefuses(t *testing.T) {
 	})
 	t.Run("invalid messages", func(t *testing.T) {
 		m, _ := NewSMTPMailer(SMTPConfig{Addr: "127.0.0.1:1", From: "noreply@enclave.example", Security: SMTPPlaintext})
-		for _, msg := range []Message{
+		for _, msg := range []TransactionalMessage{
 			{To: "not an address", Subject: "s", Text: "t"},
 			{To: "a@example.com\r\nBcc: b@example.com", Subject: "s", Text: "t"},
 			{To: "a@example.com", Subject: "s\r\nBcc: b@example.com", Text: "t"},

@@ -1,4 +1,4 @@
-package web
+package mail
 
 import (
 	"cmp"
@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"html"
 	"net"
-	"net/mail"
+	netmail "net/mail"
 	"regexp"
 	"strconv"
 	"strings"
@@ -53,7 +53,7 @@ func ParseSMTPURL(raw string) (SMTPConfig, error) {
 	var c SMTPConfig
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "smtp" && u.Scheme != "smtps") || u.Hostname() == "" || (u.Path != "" && u.Path != "/") {
-		return c, errors.New("web: smtp URL: want smtp://USER:PASS@HOST:PORT?tls=starttls|tls|none")
+		return c, errors.New("mail: smtp URL: want smtp://USER:PASS@HOST:PORT?tls=starttls|tls|none")
 	}
 	q := u.Query()
 	tlsMode := q.Get("tls")
@@ -72,17 +72,17 @@ func ParseSMTPURL(raw string) (SMTPConfig, error) {
 		c.Security = SMTPPlaintext
 		port = cmp.Or(port, "25")
 	default:
-		return c, fmt.Errorf("web: smtp URL: tls=%q: want starttls, tls or none", tlsMode)
+		return c, fmt.Errorf("mail: smtp URL: tls=%q: want starttls, tls or none", tlsMode)
 	}
 	switch auth := SMTPAuth(q.Get("auth")); auth {
 	case "", SMTPAuthPlain, SMTPAuthXOAUTH2:
 		c.Auth = cmp.Or(auth, SMTPAuthPlain)
 	default:
-		return c, fmt.Errorf("web: smtp URL: auth=%q: want plain or xoauth2", auth)
+		return c, fmt.Errorf("mail: smtp URL: auth=%q: want plain or xoauth2", auth)
 	}
 	for k := range q {
 		if k != "tls" && k != "auth" {
-			return c, fmt.Errorf("web: smtp URL: unknown parameter %q", k)
+			return c, fmt.Errorf("mail: smtp URL: unknown parameter %q", k)
 		}
 	}
 	c.Addr = net.JoinHostPort(u.Hostname(), port)
@@ -123,7 +123,7 @@ type SMTPConfig struct {
 type SMTPMailer struct {
 	cfg  SMTPConfig
 	host string
-	from *mail.Address
+	from *netmail.Address
 }
 
 var _ Mailer = (*SMTPMailer)(nil)
@@ -132,20 +132,20 @@ var _ Mailer = (*SMTPMailer)(nil)
 func NewSMTPMailer(cfg SMTPConfig) (*SMTPMailer, error) {
 	host, _, err := net.SplitHostPort(cfg.Addr)
 	if err != nil || host == "" {
-		return nil, fmt.Errorf("web: smtp address %q: want host:port", cfg.Addr)
+		return nil, fmt.Errorf("mail: smtp address %q: want host:port", cfg.Addr)
 	}
-	from, err := mail.ParseAddress(cfg.From)
+	from, err := netmail.ParseAddress(cfg.From)
 	if err != nil {
-		return nil, fmt.Errorf("web: smtp sender %q: %w", cfg.From, err)
+		return nil, fmt.Errorf("mail: smtp sender %q: %w", cfg.From, err)
 	}
 	switch cfg.Security {
 	case SMTPStartTLS, SMTPImplicitTLS:
 	case SMTPPlaintext:
 		if !isLoopbackHost(host) {
-			return nil, fmt.Errorf("web: smtp to %s without TLS: plain text is allowed only to a loopback relay", host)
+			return nil, fmt.Errorf("mail: smtp to %s without TLS: plain text is allowed only to a loopback relay", host)
 		}
 	default:
-		return nil, fmt.Errorf("web: smtp security %d: unknown", cfg.Security)
+		return nil, fmt.Errorf("mail: smtp security %d: unknown", cfg.Security)
 	}
 	if cfg.HelloName == "" {
 		cfg.HelloName = "localhost"
@@ -176,10 +176,10 @@ func isLoopbackHost(host string) bool {
 
 // Send delivers msg to the server (through github.com/wneessen/go-mail),
 // as a multipart/alternative message with a plain-text part and an HTML
-// part (Message.HTML, or one made from the text). It fails when the
+// part (TransactionalMessage.HTML, or one made from the text). It fails when the
 // context ends, the connection cannot be secured as configured, or the
 // server refuses the message; the error never contains the password.
-func (m *SMTPMailer) Send(ctx context.Context, msg Message) (err error) {
+func (m *SMTPMailer) Send(ctx context.Context, msg TransactionalMessage) (err error) {
 	to, err := msg.validate()
 	if err != nil {
 		return err
@@ -210,9 +210,9 @@ func (m *SMTPMailer) Send(ctx context.Context, msg Message) (err error) {
 			err = errors.New(strings.ReplaceAll(err.Error(), m.cfg.Password, "[redacted]"))
 		}
 		if cause := context.Cause(ctx); cause != nil {
-			return fmt.Errorf("web: smtp: %w (%w)", err, cause)
+			return fmt.Errorf("mail: smtp: %w (%w)", err, cause)
 		}
-		return fmt.Errorf("web: smtp: %w", err)
+		return fmt.Errorf("mail: smtp: %w", err)
 	}
 	return nil
 }
@@ -271,7 +271,7 @@ func (m *SMTPMailer) client(ctx context.Context) (*gomail.Client, error) {
 	}
 	c, err := gomail.NewClient(host, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("web: smtp: %w", err)
+		return nil, fmt.Errorf("mail: smtp: %w", err)
 	}
 	return c, nil
 }

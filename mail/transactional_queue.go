@@ -1,17 +1,11 @@
-package web
+package mail
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/uptrace/bun"
-
-	"github.com/enclave-mcp/enclave/internal/outbox"
 )
 
 // mailQueue hands messages to a Mailer from a background worker, so a
@@ -25,7 +19,7 @@ import (
 type mailQueue struct {
 	mailer   Mailer
 	log      *slog.Logger
-	ch       chan Message
+	ch       chan TransactionalMessage
 	attempts int
 	backoff  time.Duration
 
@@ -48,7 +42,7 @@ const (
 func newMailQueue(m Mailer, log *slog.Logger) *mailQueue {
 	ctx, cancel := context.WithCancel(context.Background())
 	q := &mailQueue{
-		mailer: m, log: log, ch: make(chan Message, mailQueueSize),
+		mailer: m, log: log, ch: make(chan TransactionalMessage, mailQueueSize),
 		attempts: mailAttempts, backoff: mailFirstBackoff,
 		ctx: ctx, stop: cancel, done: make(chan struct{}),
 	}
@@ -58,21 +52,21 @@ func newMailQueue(m Mailer, log *slog.Logger) *mailQueue {
 
 // enqueue queues msg. It never blocks: when the queue is full or closed
 // the message is dropped and logged.
-func (q *mailQueue) enqueue(ctx context.Context, msg Message) {
+func (q *mailQueue) enqueue(ctx context.Context, msg TransactionalMessage) {
 	if _, err := msg.validate(); err != nil {
-		q.log.ErrorContext(ctx, "web: mail not queued", "err", err)
+		q.log.ErrorContext(ctx, "mail: mail not queued", "err", err)
 		return
 	}
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	if q.closed {
-		q.log.ErrorContext(ctx, "web: mail dropped: shutting down", "to", msg.To, "subject", msg.Subject)
+		q.log.ErrorContext(ctx, "mail: mail dropped: shutting down", "to", msg.To, "subject", msg.Subject)
 		return
 	}
 	select {
 	case q.ch <- msg:
 	default:
-		q.log.ErrorContext(ctx, "web: mail dropped: queue full", "to", msg.To, "subject", msg.Subject)
+		q.log.ErrorContext(ctx, "mail: mail dropped: queue full", "to", msg.To, "subject", msg.Subject)
 	}
 }
 
@@ -80,7 +74,7 @@ func (q *mailQueue) run() {
 	defer close(q.done)
 	for msg := range q.ch {
 		if q.ctx.Err() != nil {
-			q.log.Error("web: mail dropped: shutdown deadline passed", "to", msg.To, "subject", msg.Subject)
+			q.log.Error("mail: mail dropped: shutdown deadline passed", "to", msg.To, "subject", msg.Subject)
 			continue
 		}
 		q.deliver(msg)
@@ -89,7 +83,7 @@ func (q *mailQueue) run() {
 
 // deliver tries msg up to q.attempts times, doubling the wait between
 // attempts. Once the shutdown deadline has passed it gives up at once.
-func (q *mailQueue) deliver(msg Message) {
+func (q *mailQueue) deliver(msg TransactionalMessage) {
 	wait := q.backoff
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(q.ctx, mailAttemptBudget)
@@ -99,10 +93,10 @@ func (q *mailQueue) deliver(msg Message) {
 			return
 		}
 		if errors.Is(err, ErrInvalidMessage) || attempt >= q.attempts || q.ctx.Err() != nil {
-			q.log.Error("web: mail not delivered", "to", msg.To, "subject", msg.Subject, "attempts", attempt, "err", err)
+			q.log.Error("mail: mail not delivered", "to", msg.To, "subject", msg.Subject, "attempts", attempt, "err", err)
 			return
 		}
-		q.log.Warn("web: mail delivery failed; retrying", "to", msg.To, "attempt", attempt, "retry_in", wait, "err", err)
+		q.log.Warn("mail: mail delivery failed; retrying", "to", msg.To, "attempt", attempt, "retry_in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -130,32 +124,5 @@ func (q *mailQueue) close(ctx context.Context) error {
 		q.stop()
 		<-q.done
 		return ctx.Err()
-	}
-}
-
-// MailTopic is the outbox topic of mail.
-const MailTopic = "mail"
-
-// enqueueMail writes msg to the outbox inside tx.
-func (h *Handler) enqueueMail(ctx context.Context, tx bun.IDB, msg Message) error {
-	if _, err := msg.validate(); err != nil {
-		return err
-	}
-	payload, err := json.Marshal(msg)
-	if err != nil {
-		return fmt.Errorf("web: encode mail: %w", err)
-	}
-	return h.opts.Outbox.Add(ctx, tx, MailTopic, payload)
-}
-
-// MailHandler is the outbox handler of MailTopic: it hands a message to the
-// Mailer. Register it with the outbox relay.
-func (h *Handler) MailHandler() outbox.Handler {
-	return func(ctx context.Context, payload []byte) error {
-		var msg Message
-		if err := json.Unmarshal(payload, &msg); err != nil {
-			return fmt.Errorf("web: decode mail: %w", err)
-		}
-		return h.mailer.Send(ctx, msg)
 	}
 }
