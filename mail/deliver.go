@@ -212,7 +212,9 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		folder = FolderQuarantine
 	}
 	now := s.now().UTC()
-	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+	// Concurrent deliveries share one transaction (a group commit), each
+	// in a savepoint of its own; Deliver returns after that commit.
+	err = s.group.run(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if !t.rcpt.System {
 			// The account may have been suspended or marked for deletion
 			// since RCPT: its deletion would not see this message.

@@ -2,9 +2,11 @@ package mail_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/smtp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,6 +99,39 @@ func TestMailSMTPRecipientGoneAfterRcpt(t *testing.T) {
 		var n int
 		if err := s.DB.NewRaw("SELECT count(*) FROM mail_messages WHERE user_id = ?", gone.OwnerID).Scan(t.Context(), &n); err != nil || n != 0 {
 			t.Fatalf("%d messages stored (%v), want 0", n, err)
+		}
+	})
+}
+
+// Concurrent deliveries (committed in groups) are each stored once: ten
+// messages each delivered twice at the same time give ten messages, each
+// pair answered with one message id, one of the two a duplicate.
+func TestMailConcurrentDeliveriesStoredOnce(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice := e.user("alice")
+		const n = 10
+		got := make([]mail.Delivered, 2*n)
+		errs := make([]error, 2*n)
+		var wg sync.WaitGroup
+		for i := range 2 * n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				raw := message(fmt.Sprintf("concurrent-%d@elsewhere.test", i%n), "Concurrent", "", "same bytes twice", []byte("attached"))
+				got[i], errs[i] = e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: raw})
+			}()
+		}
+		wg.Wait()
+		for i := range n {
+			a, b := got[i], got[i+n]
+			if errs[i] != nil || errs[i+n] != nil || a.MessageID == "" || a.MessageID != b.MessageID || a.Duplicate == b.Duplicate {
+				t.Errorf("message %d: %+v %v / %+v %v", i, a, errs[i], b, errs[i+n])
+			}
+		}
+		var stored int
+		if err := s.DB.NewRaw("SELECT count(*) FROM mail_messages WHERE user_id = ?", alice.OwnerID).Scan(t.Context(), &stored); err != nil || stored != n {
+			t.Fatalf("%d messages stored (%v), want %d", stored, err, n)
 		}
 	})
 }
