@@ -212,9 +212,15 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		folder = FolderQuarantine
 	}
 	now := s.now().UTC()
-	// Concurrent deliveries share one transaction (a group commit), each
-	// in a savepoint of its own; Deliver returns after that commit.
-	err = s.group.run(ctx, func(ctx context.Context, tx bun.Tx) error {
+	// On SQLite (one writer) concurrent deliveries share one transaction
+	// (a group commit), each in a savepoint of its own; Deliver returns
+	// after that commit. PostgreSQL runs them in parallel transactions
+	// (and groups their WAL flushes itself).
+	inTx := s.store.RunInTx
+	if s.store.Dialect() == storage.SQLite {
+		inTx = s.group.run
+	}
+	err = inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if !t.rcpt.System {
 			// The account may have been suspended or marked for deletion
 			// since RCPT: its deletion would not see this message.
