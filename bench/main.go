@@ -16,6 +16,7 @@
 //	bench soak-serve           the soak's server (a process of its own)
 //	bench memory-search        memorySearch latency over a corpus of memories
 //	bench bucket-export        the account export of one bucket, its peak heap
+//	bench mail                 inbound SMTP deliveries/s and mailList latency
 //
 // Every process it starts is stopped when it returns, also on error or
 // interrupt, and each child also exits by itself after -max-lifetime.
@@ -44,6 +45,8 @@ func main() {
 			err = memorySearchMain(os.Args[2:])
 		case "bucket-export":
 			err = bucketExportMain(os.Args[2:])
+		case "mail":
+			err = mailMain(os.Args[2:])
 		default:
 			err = runMain(os.Args[1:])
 		}

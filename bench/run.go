@@ -52,6 +52,8 @@ type Report struct {
 	MemorySearch []MemorySearchResult `json:"memory_search,omitempty"`
 	// BucketExport is the account export of one large bucket.
 	BucketExport []BucketExportResult `json:"bucket_export,omitempty"`
+	// Mail is inbound SMTP deliveries/s and mailList's latency.
+	Mail []MailResult `json:"mail,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -110,6 +112,9 @@ func runMain(args []string) error {
 	memDB := fs.String("memory-db", "both", "memorySearch run database: sqlite, postgres or both (postgres needs ENCLAVE_TEST_POSTGRES)")
 	memCache := fs.String("memory-cache", filepath.Join(os.TempDir(), "enclave-memorybench"), "directory keeping the SQLite corpus of the memorySearch run between runs (empty: build it afresh)")
 	bucketRows := fs.String("bucket-export", "10000,1000000", "keys of one bucket exported with the account, each size in a fresh process, peak heap sampled (empty: skip)")
+	mailDB := fs.String("mail", "both", "the mail row (inbound SMTP deliveries/s of 100 KB messages, mailList p50): sqlite, postgres, both (postgres needs ENCLAVE_TEST_POSTGRES) or none")
+	mailDuration := fs.Duration("mail-duration", 10*time.Second, "measured window of the mail row's deliveries")
+	mailList := fs.Int("mail-list", 100_000, "messages of the mailbox the mail row times mailList on (0: skip)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -163,6 +168,7 @@ func runMain(args []string) error {
 		"codemode": *codeMode, "codemode_warmup": cmWarmup.String(), "codemode_duration": cmDuration.String(), "codemode_bombs": *bombs,
 		"storage": *withStorageRows, "storage_warmup": stWarmup.String(), "storage_duration": stDuration.String(),
 		"memory_search": *memSearch, "memory_total": *memTotal, "memory_db": *memDB, "bucket_export": *bucketRows,
+		"mail": *mailDB, "mail_duration": mailDuration.String(), "mail_list": *mailList,
 	}}
 	fmt.Printf("enclave bench: %s clients, %s warm-up + %s measured per server; %s, %d cores, pinned=%v\n",
 		*clientList, *warmup, *duration, rep.Machine.CPU, rep.Machine.Cores, pinned)
@@ -325,6 +331,19 @@ func runMain(args []string) error {
 				rep.BucketExport = append(rep.BucketExport, r)
 			}
 		}
+	}
+
+	for _, db := range mailDBs(*mailDB) {
+		if db == "postgres" && pg == "" {
+			fmt.Println("mail on postgres: skipped (ENCLAVE_TEST_POSTGRES not set)")
+			continue
+		}
+		fmt.Printf("mail: %s, inbound SMTP deliveries for %s, mailList at %d messages…\n", db, *mailDuration, *mailList)
+		r, err := runMail(self, logDir, db, []string{"-duration", mailDuration.String(), "-list", strconv.Itoa(*mailList)})
+		if err != nil {
+			return fmt.Errorf("mail: %w", err)
+		}
+		rep.Mail = append(rep.Mail, r)
 	}
 
 	printReport(os.Stdout, rep)
@@ -576,6 +595,7 @@ func printReport(w io.Writer, rep Report) {
 		printRevocation(w, rep)
 		printMemorySearch(w, rep.MemorySearch)
 		printBucketExport(w, rep.BucketExport)
+		printMail(w, rep.Mail)
 		return
 	}
 	load := "closed loop"
@@ -620,6 +640,7 @@ func printReport(w io.Writer, rep Report) {
 	}
 	printMemorySearch(w, rep.MemorySearch)
 	printBucketExport(w, rep.BucketExport)
+	printMail(w, rep.Mail)
 }
 
 func printLevel(w io.Writer, rep Report, clients int, load string, servers []ServerResult) {

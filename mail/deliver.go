@@ -46,6 +46,9 @@ type Delivery struct {
 	// not once per recipient.
 	parsed  *Parsed
 	checked *authOutcome
+	// rcpt, when set, is Recipient as the listener resolved it at RCPT
+	// (the transaction still checks that the account is live).
+	rcpt *target
 }
 
 // authOutcome is what Options.Authenticate answered.
@@ -138,8 +141,11 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	if int64(len(d.Raw)) > s.opts.MaxMessageBytes {
 		return Delivered{}, ErrTooLarge
 	}
-	t, err := s.resolve(ctx, d.Recipient)
-	if err != nil {
+	var t target
+	var err error
+	if d.rcpt != nil {
+		t = *d.rcpt
+	} else if t, err = s.resolve(ctx, d.Recipient); err != nil {
 		return Delivered{}, err
 	}
 	var p Parsed
@@ -206,7 +212,15 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		folder = FolderQuarantine
 	}
 	now := s.now().UTC()
-	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+	// On SQLite (one writer) concurrent deliveries share one transaction
+	// (a group commit), each in a savepoint of its own; Deliver returns
+	// after that commit. PostgreSQL runs them in parallel transactions
+	// (and groups their WAL flushes itself).
+	inTx := s.store.RunInTx
+	if s.store.Dialect() == storage.SQLite {
+		inTx = s.group.run
+	}
+	err = inTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if !t.rcpt.System {
 			// The account may have been suspended or marked for deletion
 			// since RCPT: its deletion would not see this message.
@@ -228,7 +242,7 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 			out.MessageID, out.Duplicate = pub, true
 			return err
 		}
-		threadID, err := s.threadFor(ctx, tx, b, p, now)
+		threadID, created, err := s.threadFor(ctx, tx, b, p, now)
 		if err != nil {
 			return err
 		}
@@ -264,9 +278,11 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 				return fmt.Errorf("mail: store attachment: %w", err)
 			}
 		}
-		if _, err := tx.NewRaw("UPDATE ? SET message_count = message_count + 1, last_message_at = ? WHERE id = ?",
-			b.table("threads"), now, threadID).Exec(ctx); err != nil {
-			return fmt.Errorf("mail: update thread: %w", err)
+		if !created { // a new thread was made counting this message
+			if _, err := tx.NewRaw("UPDATE ? SET message_count = message_count + 1, last_message_at = ? WHERE id = ?",
+				b.table("threads"), now, threadID).Exec(ctx); err != nil {
+				return fmt.Errorf("mail: update thread: %w", err)
+			}
 		}
 		if _, err := tx.NewRaw("UPDATE ? SET message_id = ? WHERE ? = ? AND delivery_id = ?",
 			b.table("deliveries"), msgID, b.owned(), b.val, id).Exec(ctx); err != nil {
@@ -362,29 +378,28 @@ func (s *Service) delivered(ctx context.Context, db bun.IDB, b box, id string) (
 }
 
 // threadFor returns the thread a message belongs to: that of the newest
-// message of the same mailbox it replies to or references, else a new one.
-func (s *Service) threadFor(ctx context.Context, tx bun.Tx, b box, p Parsed, now any) (int64, error) {
+// message of the same mailbox it replies to or references, else a new one
+// (created is then set: the new thread already counts the message).
+func (s *Service) threadFor(ctx context.Context, tx bun.Tx, b box, p Parsed, now any) (id int64, created bool, err error) {
 	refs := make([]string, 0, len(p.References)+1)
 	if p.InReplyTo != "" {
 		refs = append(refs, p.InReplyTo)
 	}
 	refs = append(refs, p.References...)
 	if len(refs) > 0 {
-		var id int64
 		err := tx.NewRaw("SELECT thread_id FROM ? WHERE ? = ? AND message_id IN (?) ORDER BY id DESC LIMIT 1",
 			b.table("messages"), b.owned(), b.val, bun.In(refs)).Scan(ctx, &id)
 		if err == nil {
-			return id, nil
+			return id, false, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return 0, fmt.Errorf("mail: find thread: %w", err)
+			return 0, false, fmt.Errorf("mail: find thread: %w", err)
 		}
 	}
-	var id int64
-	err := tx.NewRaw("INSERT INTO ? (public_id, ?, subject, message_count, last_message_at, created_at) VALUES (?, ?, ?, 0, ?, ?) RETURNING id",
+	err = tx.NewRaw("INSERT INTO ? (public_id, ?, subject, message_count, last_message_at, created_at) VALUES (?, ?, ?, 1, ?, ?) RETURNING id",
 		b.table("threads"), b.owned(), newID("thr_"), b.val, p.Subject, now, now).Scan(ctx, &id)
 	if err != nil {
-		return 0, fmt.Errorf("mail: new thread: %w", err)
+		return 0, false, fmt.Errorf("mail: new thread: %w", err)
 	}
-	return id, nil
+	return id, true, nil
 }

@@ -13,7 +13,9 @@
 // each attachment are written to blobs first, under keys derived from the
 // owner's stable id and the delivery id, then the delivery ledger row, the
 // thread (found from In-Reply-To and References), the message and its
-// attachments are written in one transaction. A retried delivery (the
+// attachments are written in one transaction (on SQLite shared by
+// concurrent deliveries, each in a savepoint of its own: a group commit;
+// each is acknowledged after that commit). A retried delivery (the
 // same Message-ID to the same recipient, or the same provider delivery
 // id) finds its ledger row and is stored, and counted against the
 // receive quota (quota class mail_receive, which a plan limits too), once.

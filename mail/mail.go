@@ -148,6 +148,9 @@ type Service struct {
 	outbox  Outbox
 	sender  func() RawSender
 	publish func(ctx context.Context, db bun.IDB, typ string, data any) error
+
+	// group commits concurrent deliveries together.
+	group *groupCommit
 }
 
 // New returns the service.
@@ -181,7 +184,7 @@ func New(cfg Config) (*Service, error) {
 	o.MaxConnectionsPerIP = cmp.Or(max(o.MaxConnectionsPerIP, 0), DefaultMaxConnectionsPerIP)
 	o.MaxSessionTime = cmp.Or(max(o.MaxSessionTime, 0), DefaultMaxSessionTime)
 	s := &Service{opts: o, store: cfg.Store, owners: cfg.Owners, meter: cfg.Meter, audit: cfg.Audit, log: cfg.Logger, now: cfg.Now,
-		outbox: cfg.Outbox, sender: cfg.Sender, publish: cfg.Publish}
+		outbox: cfg.Outbox, sender: cfg.Sender, publish: cfg.Publish, group: &groupCommit{store: cfg.Store}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -422,9 +422,9 @@ func (s *Service) send(ctx context.Context, call *capabilities.Call, in SendInpu
 		} else if on {
 			return pausedError(p)
 		}
-		threadID := reply.ThreadID
+		threadID, created := reply.ThreadID, false
 		if threadID == 0 {
-			if threadID, err = s.threadFor(ctx, tx, b, p, now); err != nil {
+			if threadID, created, err = s.threadFor(ctx, tx, b, p, now); err != nil {
 				return err
 			}
 		}
@@ -439,9 +439,11 @@ func (s *Service) send(ctx context.Context, call *capabilities.Call, in SendInpu
 		if err != nil {
 			return fmt.Errorf("mail: store the sent message: %w", err)
 		}
-		if _, err := tx.NewRaw("UPDATE ? SET message_count = message_count + 1, last_message_at = ? WHERE id = ?",
-			b.table("threads"), now, threadID).Exec(ctx); err != nil {
-			return fmt.Errorf("mail: update thread: %w", err)
+		if !created { // a new thread was made counting this message
+			if _, err := tx.NewRaw("UPDATE ? SET message_count = message_count + 1, last_message_at = ? WHERE id = ?",
+				b.table("threads"), now, threadID).Exec(ctx); err != nil {
+				return fmt.Errorf("mail: update thread: %w", err)
+			}
 		}
 		if err := tx.NewRaw("SELECT public_id FROM ? WHERE id = ?", b.table("threads"), threadID).Scan(ctx, &out.ThreadID); err != nil {
 			return fmt.Errorf("mail: read thread: %w", err)

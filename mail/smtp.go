@@ -71,7 +71,7 @@ type session struct {
 	conn   *smtp.Conn
 	remote string
 	from   string
-	rcpts  []string
+	rcpts  []target
 	// reports are the VERP tokens of report addresses (bounces+<token>@D)
 	// among the recipients.
 	reports []string
@@ -104,14 +104,15 @@ func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 		ss.reports = append(ss.reports, tok)
 		return nil
 	}
-	if err := ss.svc.Resolve(ctx, to); err != nil {
+	t, err := ss.svc.resolve(ctx, to)
+	if err != nil {
 		if errors.Is(err, ErrNotOurs) {
 			return errNoMailbox
 		}
 		ss.svc.log.Warn("mail: resolving a recipient failed", "err", err)
 		return errTemporary
 	}
-	ss.rcpts = append(ss.rcpts, to)
+	ss.rcpts = append(ss.rcpts, t)
 	return nil
 }
 
@@ -160,7 +161,7 @@ func (ss *session) Data(r io.Reader) error {
 	checked := ss.svc.authenticate(ctx, ss.authInput(buf.Bytes()))
 	var first error
 	for _, rcpt := range ss.rcpts {
-		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt, Raw: buf.Bytes(), parsed: &parsed, checked: &checked})
+		_, err := ss.svc.Deliver(ctx, Delivery{Recipient: rcpt.address, Raw: buf.Bytes(), parsed: &parsed, checked: &checked, rcpt: &rcpt})
 		if err == nil {
 			continue
 		}
