@@ -237,7 +237,6 @@ var externalStartLimit = Limit{Requests: 30, Window: time.Minute}
 
 const externalStartBucketPrefix = "federation:start:ip:"
 
-
 // sameOriginNavigation reports whether r comes from one of this server's
 // pages: its Fetch Metadata says same-origin or, from a browser that
 // sends none, its Referer is on this server.
