@@ -154,6 +154,10 @@ func (s *Service) markExpired(ctx context.Context, o storage.Owner, r connRow, w
 // RefreshLane names the lane renewing access tokens before they expire.
 const RefreshLane = "integrations-refresh"
 
+// RefreshRetry is how long the lane waits before it tries again a
+// renewal that failed (a provider down, slow or hostile).
+const RefreshRetry = 5 * time.Minute
+
 // refreshPerTick bounds the connections one tick renews.
 const refreshPerTick = 100
 
@@ -184,9 +188,15 @@ func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
 	// holds the lane (every person's renewals) no longer.
 	bctx, cancel := context.WithTimeout(ctx, refreshDueBudget)
 	defer cancel()
+	// A person whose provider failed (their own app may hang on purpose)
+	// costs the tick one failure: their other renewals wait for the next.
+	failed := map[int64]bool{}
 	for _, it := range due {
 		if bctx.Err() != nil {
 			break // the rest are still due at the next tick
+		}
+		if failed[it.UserID] {
+			continue
 		}
 		ctx := bctx
 		o := storage.Owner{ID: it.UserID, StableID: it.StableID}
@@ -199,6 +209,11 @@ func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
 			n++
 		} else if !errors.Is(err, ErrExpired) && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
+			failed[it.UserID] = true
+			// Tried again after RefreshRetry, behind the renewals due
+			// meanwhile, not first in line at every tick.
+			_, _ = s.store.DB.NewUpdate().Model((*connRow)(nil)).Set("refresh_at = ?", s.now().UTC().Add(RefreshRetry)).
+				Where("id = ? AND user_id = ? AND token_ciphertext = ?", it.ID, it.UserID, it.Ciphertext).Exec(context.WithoutCancel(ctx))
 		}
 	}
 	return n, errors.Join(errs...)

@@ -1,0 +1,80 @@
+package integrations_test
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/internal/envelope"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// Review (#31): a person's own app is a provider its owner chose, so it
+// may be hostile. An app whose token endpoint hangs must not hold the
+// refresh lane (every person's renewals): one tick waits for at most one
+// of its owner's failing renewals, and a failed renewal waits before it
+// is tried again instead of staying first in line at every tick.
+func TestReviewAppHangingRefreshDoesNotStarveLane(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	hostile, honest := newFakeProvider(t), newFakeProvider(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })               // before the servers close
+	hostile.ttl, honest.ttl = time.Minute, time.Minute // inside RefreshBefore: due at once
+	ring, err := envelope.Open(t.Context(), s.DB, s.Keeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := integrations.New(integrations.Config{Options: integrations.Options{Providers: []integrations.Provider{provider(honest, false)}, AllowLoopbackHTTP: true},
+		Store: s, Ring: ring, Owners: owners, BaseURL: "https://enclave.example", Logger: quiet(), Timeout: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory, bob := addUser(t, s, "mallory"), addUser(t, s, "bob")
+	if _, err := svc.AddApp(t.Context(), ownerOf(mallory), appInput(hostile, "slow", false)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"s1", "s2", "s3", "s4"} {
+		u, err := svc.StartApp(t.Context(), ownerOf(mallory), "slow", name, binding)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := authorizeApp(t, u, "slow")
+		if _, err := svc.Finish(t.Context(), ownerOf(mallory), binding, integrations.Callback{App: "slow", State: q.Get("state"), Code: q.Get("code")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(10 * time.Millisecond) // bob's renewal is due after mallory's
+	u, err := svc.Start(t.Context(), ownerOf(bob), "acme", "", binding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := honest.authorize(t, u)
+	if _, err := svc.Finish(t.Context(), ownerOf(bob), binding, integrations.Callback{Provider: "acme", State: q.Get("state"), Code: q.Get("code")}); err != nil {
+		t.Fatal(err)
+	}
+	first := honest.lastAccessToken()
+	var hangs atomic.Int32
+	hostile.tokenHook = func(http.ResponseWriter) bool {
+		hangs.Add(1)
+		select {
+		case <-release:
+		case <-time.After(3 * time.Second):
+		}
+		return true
+	}
+	integrations.SetRefreshDueBudget(t, 500*time.Millisecond)
+	_, _ = svc.RefreshDue(t.Context(), 10)
+	if honest.lastAccessToken() == first {
+		t.Fatalf("bob's connection was not renewed: mallory's hanging app held the tick (%d calls to it)", hangs.Load())
+	}
+	if n := hangs.Load(); n != 1 {
+		t.Fatalf("one tick called the hanging app %d times", n)
+	}
+	_, _ = svc.RefreshDue(t.Context(), 10)
+	if n := hangs.Load(); n > 2 {
+		t.Fatalf("the failed renewals were tried again at once: %d calls", n)
+	}
+}
