@@ -187,6 +187,11 @@ func (s *Service) publicHost(host string) string {
 	if !strings.Contains(host, ".") {
 		return "is not a public host name (it has no domain)"
 	}
+	if numericLabel(host[strings.LastIndexByte(host, '.')+1:]) {
+		// 127.1, 0177.0.0.1, 0x7f.0.0.1: an IPv4 address as inet_aton
+		// reads one (no top-level domain is a number).
+		return "is an IP address in another form, not a host name"
+	}
 	for _, n := range privateNames {
 		if host == n || strings.HasSuffix(host, "."+n) {
 			return "is a local name, not a public host"
@@ -361,6 +366,15 @@ func (s *Service) appHosts(in []string) ([]string, error) {
 		}
 	}
 	return hosts, nil
+}
+
+// numericLabel reports whether a host name's last label is a number
+// (decimal, octal or 0x hexadecimal), as no top-level domain is.
+func numericLabel(l string) bool {
+	if h, ok := strings.CutPrefix(l, "0x"); ok {
+		return strings.Trim(h, "0123456789abcdef") == ""
+	}
+	return l != "" && strings.Trim(l, "0123456789") == ""
 }
 
 func printable(v string) bool {

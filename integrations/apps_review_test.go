@@ -1,6 +1,9 @@
 package integrations_test
 
 import (
+	"errors"
+
+	"github.com/enclave-mcp/enclave/capabilities"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -76,5 +79,39 @@ func TestReviewAppHangingRefreshDoesNotStarveLane(t *testing.T) {
 	_, _ = svc.RefreshDue(t.Context(), 10)
 	if n := hangs.Load(); n > 2 {
 		t.Fatalf("the failed renewals were tried again at once: %d calls", n)
+	}
+}
+
+// Review (#31): IPv4 addresses in the forms inet_aton (and so some
+// resolvers and proxies) reads, octal, hexadecimal or with fewer than four
+// parts, are not host names: an own app's endpoints and API hosts refuse
+// them as they refuse 127.0.0.1.
+func TestReviewAppNumericHosts(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	svc := newAppService(t, s, false, nil)
+	alice := addUser(t, s, "alice")
+	for _, h := range []string{"0177.0.0.1", "127.1", "0x7f.0.0.1", "0x7f000001.", "10.1", "169.254.43518", "0251.0376.0251.0376", "127.0.0.1.", "1.2.3.4.5"} {
+		for field, in := range map[string]integrations.AppInput{
+			"token URL": {Name: "mine", AuthURL: "https://auth.example.com/a", TokenURL: "https://" + h + "/token", ClientID: "c", APIHosts: []string{"api.example.com"}},
+			"API host":  {Name: "mine", AuthURL: "https://auth.example.com/a", TokenURL: "https://auth.example.com/t", ClientID: "c", APIHosts: []string{h}},
+		} {
+			_, err := svc.AddApp(t.Context(), ownerOf(alice), in)
+			var ce *capabilities.Error
+			if !errors.As(err, &ce) || ce.Code != capabilities.CodeInvalidInput {
+				t.Errorf("%s %q: %v", field, h, err)
+			}
+			if err == nil {
+				_, _ = svc.RemoveApp(t.Context(), ownerOf(alice), "mine")
+			}
+		}
+	}
+	for _, h := range []string{"api.example.com", "1password.example.com", "api.0x7f.example.com"} {
+		in := integrations.AppInput{Name: "ok", AuthURL: "https://auth.example.com/a", TokenURL: "https://" + h + "/t", ClientID: "c", APIHosts: []string{h}}
+		if _, err := svc.AddApp(t.Context(), ownerOf(alice), in); err != nil {
+			t.Errorf("%q: %v", h, err)
+		}
+		if _, err := svc.RemoveApp(t.Context(), ownerOf(alice), "ok"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
