@@ -115,3 +115,46 @@ func TestReviewAppNumericHosts(t *testing.T) {
 		}
 	}
 }
+
+// Review (#31): an own app may issue tokens that expire at once
+// (expires_in 1) so that its connections are always due first: renewed
+// by the lane, such a connection is due again no sooner than
+// MinRefreshInterval later, behind the renewals already due, and does not
+// take every tick's places.
+func TestReviewAppShortTokensDoNotStarveLane(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	hostile, honest := newFakeProvider(t), newFakeProvider(t)
+	hostile.ttl, honest.ttl = time.Second, time.Minute // both inside RefreshBefore: due at once
+	svc := newAppService(t, s, true, nil, provider(honest, false))
+	mallory, bob := addUser(t, s, "mallory"), addUser(t, s, "bob")
+	if _, err := svc.AddApp(t.Context(), ownerOf(mallory), appInput(hostile, "fast", false)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"f1", "f2", "f3"} {
+		u, err := svc.StartApp(t.Context(), ownerOf(mallory), "fast", name, binding)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := authorizeApp(t, u, "fast")
+		if _, err := svc.Finish(t.Context(), ownerOf(mallory), binding, integrations.Callback{App: "fast", State: q.Get("state"), Code: q.Get("code")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := svc.Start(t.Context(), ownerOf(bob), "acme", "", binding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := honest.authorize(t, u)
+	if _, err := svc.Finish(t.Context(), ownerOf(bob), binding, integrations.Callback{Provider: "acme", State: q.Get("state"), Code: q.Get("code")}); err != nil {
+		t.Fatal(err)
+	}
+	first := honest.lastAccessToken()
+	for tick := range 3 { // a lane with 3 places per tick
+		if _, err := svc.RefreshDue(t.Context(), 3); err != nil {
+			t.Fatalf("tick %d: %v", tick, err)
+		}
+	}
+	if honest.lastAccessToken() == first {
+		t.Fatal("bob's connection was never renewed: mallory's instantly expiring tokens took every tick's places")
+	}
+}

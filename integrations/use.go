@@ -178,7 +178,10 @@ func (s *Service) RefreshDue(ctx context.Context, limit int) (int, error) {
 	err := s.store.Reader.NewSelect().TableExpr("integration_connections AS c").
 		ColumnExpr("c.*, u.stable_user_id").Join("JOIN users AS u ON u.id = c.user_id").
 		Where("c.status = ? AND c.refresh_at IS NOT NULL AND c.refresh_at <= ?", StatusActive, s.now().UTC()).
-		OrderExpr("c.refresh_at").Limit(int64(limit)).Scan(ctx, &due)
+		// Least recently renewed first: a connection whose tokens expire
+		// at once (a hostile own app's) renewed at this tick waits behind
+		// every other one due, instead of being first at every tick.
+		OrderExpr("c.updated_at, c.refresh_at").Limit(int64(limit)).Scan(ctx, &due)
 	if err != nil {
 		return 0, fmt.Errorf("integrations: due refreshes: %w", err)
 	}
