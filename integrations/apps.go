@@ -314,6 +314,15 @@ func (s *Service) AddApp(ctx context.Context, o storage.Owner, in AppInput) (App
 		row.KeyID, row.Secret = &keyID, sealed
 	}
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if s.store.Dialect() == storage.Postgres {
+			// One addition at a time per person, so the count and the
+			// name check below see the others' rows. (SQLite writes are
+			// serial already.)
+			var id int64
+			if err := tx.NewSelect().Table("users").Column("id").Where("id = ?", o.ID).For("UPDATE").Scan(ctx, &id); err != nil {
+				return err
+			}
+		}
 		n, err := tx.NewSelect().Model((*appRow)(nil)).Where("user_id = ?", o.ID).Count(ctx)
 		if err != nil {
 			return err

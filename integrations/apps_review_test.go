@@ -2,6 +2,8 @@ package integrations_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"net/http"
@@ -157,4 +159,57 @@ func TestReviewAppShortTokensDoNotStarveLane(t *testing.T) {
 	if honest.lastAccessToken() == first {
 		t.Fatal("bob's connection was never renewed: mallory's instantly expiring tokens took every tick's places")
 	}
+}
+
+// Review (#31): concurrent additions hold the bound on a person's apps
+// and answer a conflict (not an internal error) for a name taken
+// meanwhile, on PostgreSQL too (whose transactions do not see each
+// other's rows as SQLite's serial writes do).
+func TestReviewAppConcurrentAdds(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		svc := newAppService(t, s, false, nil)
+		alice := addUser(t, s, "alice")
+		in := func(name string) integrations.AppInput {
+			return integrations.AppInput{Name: name, AuthURL: "https://auth.example.com/a", TokenURL: "https://auth.example.com/t",
+				ClientID: "c", ClientSecret: "s", APIHosts: []string{"api.example.com"}}
+		}
+		for i := range integrations.MaxApps - 2 {
+			if _, err := svc.AddApp(t.Context(), ownerOf(alice), in(fmt.Sprint("a", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const n = 8
+		var wg sync.WaitGroup
+		errs := make([]error, 2*n)
+		for i := range n {
+			wg.Add(2)
+			go func() { defer wg.Done(); _, errs[i] = svc.AddApp(t.Context(), ownerOf(alice), in("dup")) }()
+			go func() {
+				defer wg.Done()
+				_, errs[n+i] = svc.AddApp(t.Context(), ownerOf(alice), in(fmt.Sprint("b", i)))
+			}()
+		}
+		wg.Wait()
+		ok := 0
+		for i, err := range errs {
+			var ce *capabilities.Error
+			switch {
+			case err == nil:
+				ok++
+			case !errors.As(err, &ce) || (ce.Code != capabilities.CodeConflict && ce.Code != capabilities.CodeInvalidInput):
+				t.Errorf("add %d: %v", i, err)
+			}
+		}
+		apps, err := svc.ListApps(t.Context(), ownerOf(alice))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int
+		if err := s.DB.NewSelect().Table("integration_apps").ColumnExpr("count(*)").Where("user_id = ?", alice.OwnerID).Scan(t.Context(), &total); err != nil {
+			t.Fatal(err)
+		}
+		if ok != 2 || total != integrations.MaxApps || len(apps) != integrations.MaxApps {
+			t.Fatalf("%d additions succeeded; %d apps kept (at most %d)", ok, total, integrations.MaxApps)
+		}
+	})
 }
