@@ -171,7 +171,14 @@ var privateNames = []string{"localhost", "local", "internal", "localdomain", "ho
 // publicHost reports why host (a URL's host name or an API host pattern's
 // name, lowercase) is not a public host, or "" when it is one.
 func (s *Service) publicHost(host string) string {
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "*."), ".")
+	host = strings.TrimRight(strings.TrimPrefix(host, "*."), ".")
+	for _, c := range host {
+		if c > 0x7e || c == '%' {
+			// An internationalized name is mapped (IDNA) only when it is
+			// used: the names below would not be recognized before.
+			return "is not written in ASCII (give an internationalized name in its xn-- form)"
+		}
+	}
 	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		if s.allowLoop && a.IsLoopback() {
 			return ""

@@ -213,3 +213,36 @@ func TestReviewAppConcurrentAdds(t *testing.T) {
 		}
 	})
 }
+
+// Review (#31): local names written with several trailing dots, with
+// percent-escapes, or outside ASCII (which the HTTP client maps with IDNA
+// only when it sends: "a.ｉｎｔｅｒｎａｌ" is a.internal) are refused as own
+// apps' endpoints; API hosts are normalized to ASCII first, then checked.
+func TestReviewAppHostForms(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	svc := newAppService(t, s, false, nil)
+	alice := addUser(t, s, "alice")
+	add := func(in integrations.AppInput) error {
+		_, err := svc.AddApp(t.Context(), ownerOf(alice), in)
+		if err == nil {
+			_, _ = svc.RemoveApp(t.Context(), ownerOf(alice), "mine")
+		}
+		return err
+	}
+	var ce *capabilities.Error
+	for _, h := range []string{"metadata.google.internal..", "localhost..", "%6c%6fcalhost", "metadata.google.internal%2e", "a.ｉｎｔｅｒｎａｌ", "api.exämple.com"} {
+		err := add(integrations.AppInput{Name: "mine", AuthURL: "https://auth.example.com/a", TokenURL: "https://" + h + "/token", ClientID: "c", APIHosts: []string{"api.example.com"}})
+		if !errors.As(err, &ce) || ce.Code != capabilities.CodeInvalidInput {
+			t.Errorf("token URL host %q: %v", h, err)
+		}
+	}
+	for _, h := range []string{"metadata.google.internal..", "a.ｉｎｔｅｒｎａｌ", "ｌｏｃａｌｈｏｓｔ.", "x.ｌｏｃａｌｈｏｓｔ"} {
+		err := add(integrations.AppInput{Name: "mine", AuthURL: "https://auth.example.com/a", TokenURL: "https://auth.example.com/t", ClientID: "c", APIHosts: []string{h}})
+		if !errors.As(err, &ce) || ce.Code != capabilities.CodeInvalidInput {
+			t.Errorf("API host %q: %v", h, err)
+		}
+	}
+	if err := add(integrations.AppInput{Name: "mine", AuthURL: "https://auth.xn--exmple-cua.com/a", TokenURL: "https://auth.example.com/t", ClientID: "c", APIHosts: []string{"api.exämple.com"}}); err != nil {
+		t.Errorf("an internationalized name in ASCII: %v", err)
+	}
+}
