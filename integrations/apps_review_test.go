@@ -1,8 +1,10 @@
 package integrations_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -245,4 +247,44 @@ func TestReviewAppHostForms(t *testing.T) {
 	if err := add(integrations.AppInput{Name: "mine", AuthURL: "https://auth.xn--exmple-cua.com/a", TokenURL: "https://auth.example.com/t", ClientID: "c", APIHosts: []string{"api.exämple.com"}}); err != nil {
 		t.Errorf("an internationalized name in ASCII: %v", err)
 	}
+}
+
+// Review (#31): an app removed while its connect flow's code is being
+// exchanged leaves nothing behind: the tokens the provider just issued
+// are revoked (no connection may hold them any more), and the person is
+// told why, not shown an internal error.
+func TestReviewAppRemovedDuringExchange(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		f := newFakeProvider(t)
+		svc := newAppService(t, s, true, nil)
+		alice := addUser(t, s, "alice")
+		if _, err := svc.AddApp(t.Context(), ownerOf(alice), appInput(f, "mine", false)); err != nil {
+			t.Fatal(err)
+		}
+		u, err := svc.StartApp(t.Context(), ownerOf(alice), "mine", "", binding)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := authorizeApp(t, u, "mine")
+		var once sync.Once
+		f.tokenHook = func(http.ResponseWriter) bool {
+			once.Do(func() {
+				if _, err := svc.RemoveApp(context.Background(), ownerOf(alice), "mine"); err != nil {
+					t.Error(err)
+				}
+			})
+			return false
+		}
+		_, err = svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{App: "mine", State: q.Get("state"), Code: q.Get("code")})
+		var ce *capabilities.Error
+		if !errors.As(err, &ce) || ce.Code == capabilities.CodeInternal {
+			t.Fatalf("finish at a removed app: %v", err)
+		}
+		if rev := f.revocations(); len(rev) != 2 || !slices.Contains(rev, f.lastAccessToken()) {
+			t.Fatalf("the tokens issued to a removed app were not revoked: %v", rev)
+		}
+		if list, err := svc.List(t.Context(), ownerOf(alice)); err != nil || len(list) != 0 {
+			t.Fatalf("connections: %+v %v", list, err)
+		}
+	})
 }

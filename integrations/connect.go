@@ -238,8 +238,19 @@ func (s *Service) Finish(ctx context.Context, o storage.Owner, binding string, c
 	if granted, ok := tok.Extra("scope").(string); ok && granted != "" {
 		scopes = splitScopes(granted, tok.AccessToken, tok.RefreshToken)
 	}
-	c, err := s.save(ctx, o, st.Name, p.Name, p.appIDPtr(), scopes, tokenSet{AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, TokenType: "Bearer", Expiry: tok.Expiry})
+	ts := tokenSet{AccessToken: tok.AccessToken, RefreshToken: tok.RefreshToken, TokenType: "Bearer", Expiry: tok.Expiry}
+	c, err := s.save(ctx, o, st.Name, p.Name, p.appIDPtr(), scopes, ts)
 	if err != nil {
+		// No connection holds the tokens just issued: they are revoked,
+		// not left live at the provider.
+		if eps.revoke != "" {
+			s.revokeTokens(context.WithoutCancel(ctx), o, p, eps, st.Name, ts)
+		}
+		if app != nil {
+			if _, gerr := s.getAppByID(ctx, s.store.DB, o, app.ID); errors.Is(gerr, ErrAppNotFound) {
+				return Connection{}, invalid("Your app %s was removed meanwhile; nothing was connected.", app.Name)
+			}
+		}
 		return Connection{}, err
 	}
 	s.record(ctx, o, "connection_connect", audit.ResultSuccess, "provider="+p.Name+" connection="+c.Name)
