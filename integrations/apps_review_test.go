@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"sync"
 
@@ -285,6 +286,57 @@ func TestReviewAppRemovedDuringExchange(t *testing.T) {
 		}
 		if list, err := svc.List(t.Context(), ownerOf(alice)); err != nil || len(list) != 0 {
 			t.Fatalf("connections: %+v %v", list, err)
+		}
+	})
+}
+
+// Review (#31): concurrent connect flows finishing at once hold
+// MaxConnections on PostgreSQL too; the tokens of the ones refused are
+// revoked.
+func TestReviewConcurrentFinishHoldsBound(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		f := newFakeProvider(t)
+		svc := newService(t, s, provider(f, false))
+		alice := addUser(t, s, "alice")
+		for i := range integrations.MaxConnections - 2 {
+			connect(t, svc, f, alice, fmt.Sprint("c", i))
+		}
+		const n = 8
+		qs := make([]url.Values, n)
+		for i := range n {
+			u, err := svc.Start(t.Context(), ownerOf(alice), "acme", fmt.Sprint("new", i), binding)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qs[i] = f.authorize(t, u)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				_, errs[i] = svc.Finish(t.Context(), ownerOf(alice), binding, integrations.Callback{Provider: "acme", State: qs[i].Get("state"), Code: qs[i].Get("code")})
+			})
+		}
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			if err == nil {
+				ok++
+			}
+		}
+		list, err := svc.List(t.Context(), ownerOf(alice))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int
+		if err := s.DB.NewSelect().Table("integration_connections").ColumnExpr("count(*)").Where("user_id = ?", alice.OwnerID).Scan(t.Context(), &total); err != nil {
+			t.Fatal(err)
+		}
+		if ok != 2 || total != integrations.MaxConnections || len(list) != integrations.MaxConnections {
+			t.Fatalf("%d flows finished; %d connections kept (at most %d): %v", ok, total, integrations.MaxConnections, errs)
+		}
+		if rev := f.revocations(); len(rev) != 2*(n-2) {
+			t.Fatalf("%d revocations for %d refused flows", len(rev), n-2)
 		}
 	})
 }

@@ -331,6 +331,14 @@ func (s *Service) save(ctx context.Context, o storage.Owner, name, provider stri
 	now := s.now().UTC()
 	var out connRow
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
+		if s.store.Dialect() == storage.Postgres {
+			// One save at a time per person, so the lookup and the count
+			// below see the others' rows. (SQLite writes are serial.)
+			var id int64
+			if err := tx.NewSelect().Table("users").Column("id").Where("id = ?", o.ID).For("UPDATE").Scan(ctx, &id); err != nil {
+				return err
+			}
+		}
 		existing, err := s.get(ctx, tx, o, name)
 		switch {
 		case errors.Is(err, ErrNotFound):
