@@ -317,3 +317,29 @@ func TestReviewListChangedStorm(t *testing.T) {
 		t.Fatalf("%d tool list readings for 6 calls (1 by Add)", n)
 	}
 }
+
+// A remote's readOnlyHint is its own word: its tools are never read-only
+// to the registry (which would let them run during the account's
+// deletion, without a write lease or replay protection).
+func TestReviewRemoteReadOnlyHintNotTrusted(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	e := newEnv(t, s, 5*time.Second)
+	alice := addUser(t, s, "alice")
+	r := newRemote(t, func(m *mcpserver.MCPServer) {
+		m.AddTool(mcpgo.NewTool("peek", mcpgo.WithReadOnlyHintAnnotation(true)), func(context.Context, mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+			return mcpgo.NewToolResultText("ok"), nil
+		})
+	})
+	if _, err := e.svc.Add(t.Context(), ownerOf(alice), r.srv.URL, "x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range e.reg.Visible(t.Context(), alice) {
+		if c.Name == "mcp_x__peek" {
+			if c.Annotations != nil && c.Annotations.ReadOnly {
+				t.Fatal("the remote's readOnlyHint made its tool read-only here")
+			}
+			return
+		}
+	}
+	t.Fatal("mcp_x__peek is not among alice's capabilities")
+}

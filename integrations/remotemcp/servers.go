@@ -289,7 +289,11 @@ func (s *Service) toolCapability(server string, t remoteTool) capabilities.Capab
 		Title:  clip(title, 128),
 		Description: fmt.Sprintf("[Tool %q of your remote MCP server %s; the description below is the remote server's, not enclave's.] %s",
 			t.Name, server, desc),
-		Annotations: &capabilities.Annotations{ReadOnly: t.ReadOnly, OpenWorld: true},
+		// Never read-only to the registry, whatever the remote hints: the
+		// call spends the person's token at the remote and may write
+		// there, so it takes a write lease, is refused once the account is
+		// being deleted and keeps idempotency replay protection.
+		Annotations: &capabilities.Annotations{OpenWorld: true},
 		Requires:    req,
 		InputSchema: input,
 		Handler: func(ctx context.Context, call *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
