@@ -122,6 +122,11 @@ func New(cfg Config) (*Service, error) {
 
 func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
+// SearchTimeout bounds one word search's query (communitySearch answers
+// anyone, signed in or not): a query of common words that takes longer
+// is refused with a sentence asking for more distinctive words.
+var SearchTimeout = 3 * time.Second
+
 func invalid(format string, args ...any) error {
 	return capabilities.Errorf(capabilities.CodeInvalidInput, format, args...)
 }
@@ -553,8 +558,15 @@ func (s *Service) Search(ctx context.Context, viewer storage.Owner, query, curso
 		}
 		rows, next = page.Items, page.Next
 	} else {
+		sctx, cancel := context.WithTimeout(ctx, SearchTimeout)
 		var err error
-		if rows, next, err = s.fullText(ctx, queryWords(query), cursor); err != nil {
+		rows, next, err = s.fullText(sctx, queryWords(query), cursor)
+		timedOut := sctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err != nil && timedOut {
+			return SearchResult{}, invalid("the search took too long: use fewer or more distinctive words")
+		}
+		if err != nil {
 			return SearchResult{}, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/community"
@@ -152,6 +153,28 @@ func TestReviewDoubleForkCreatesOnePackage(t *testing.T) {
 		own := must[community.OwnOutput](t, s, bc, "communityListOwn", struct{}{})
 		if len(own.Forks) != 8 {
 			t.Fatalf("%d fork records, want 8", len(own.Forks))
+		}
+	})
+}
+
+// A word search past SearchTimeout is refused with a sentence, not an
+// internal error (the catalogue answers visitors too).
+func TestSearchTimeoutIsASentence(t *testing.T) {
+	enclavetest.Each(t, enclavetest.Options{}, func(t *testing.T, s *enclavetest.Server) {
+		alice := s.CreateUser(t, "alice")
+		ac := alice.Caller(t)
+		save(t, s, ac, pkgNamed("weather", "Forecasts for tomorrow", "x"))
+		must[community.Listing](t, s, ac, "communityPublish", map[string]any{"package": "weather", "readme": "Ask it about the sky."})
+		old := community.SearchTimeout
+		community.SearchTimeout = time.Nanosecond
+		defer func() { community.SearchTimeout = old }()
+		_, err := call[community.SearchResult](t, s, ac, "communitySearch", map[string]any{"query": "weather"})
+		if capabilities.CodeOf(err) != capabilities.CodeInvalidInput || !strings.Contains(err.Error(), "took too long") {
+			t.Fatalf("a search past its time: %v", err)
+		}
+		community.SearchTimeout = old
+		if r, err := call[community.SearchResult](t, s, ac, "communitySearch", map[string]any{"query": "weather"}); err != nil || len(r.Listings) != 1 {
+			t.Fatalf("search: %+v %v", r, err)
 		}
 	})
 }
