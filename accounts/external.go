@@ -19,10 +19,11 @@ type ExternalSignupInput struct {
 	Email string
 	// InviteCode is spent when Config.Signup is SignupInvite.
 	InviteCode string
-	// OnCreated runs inside the creating transaction (link the identity
-	// there, so the account never exists without its way to sign in). Its
+	// OnCreated runs inside the creating transaction with the new
+	// account's id (link the identity there, so the account never exists
+	// without its way to sign in: federation.Service.LinkOnCreate). Its
 	// error rolls the account back.
-	OnCreated func(ctx context.Context, tx bun.IDB, u User) error
+	OnCreated func(ctx context.Context, tx bun.IDB, userID int64) error
 }
 
 // SignupExternal opens an account without a password for an external
@@ -46,7 +47,7 @@ func (s *Service) SignupExternal(ctx context.Context, in ExternalSignupInput) (U
 		}
 		u, _, err := s.create(ctx, in.Email, name, "", false, true, invite, func(ctx context.Context, tx bun.IDB, u User, _ string) error {
 			if in.OnCreated != nil {
-				return in.OnCreated(ctx, tx, u)
+				return in.OnCreated(ctx, tx, u.ID)
 			}
 			return nil
 		})

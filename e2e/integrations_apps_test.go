@@ -68,7 +68,7 @@ func TestIntegrationsUserAppAtSecondServer(t *testing.T) {
 					chromedp.Click(chromedp.CSS(`form button[type="submit"]`)),
 				)
 			}
-			fail("sign in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/login"), signIn(aliceAtA), chromedp.WaitVisible(chromedp.CSS("h1"))))
+			fail("sign in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/login"), signIn(aliceAtA), chromedp.WaitVisible(chromedp.CSS(`form[action$="/logout"] button`))))
 			fail("connections page", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/account/connections"),
 				chromedp.WaitVisible(chromedp.ID("app-add")), chromedp.WaitVisible(chromedp.ID("no-apps")), chromedp.WaitVisible(chromedp.ID("no-providers"))))
 			base, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("app-redirect-base")))

@@ -77,7 +77,7 @@ func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 					chromedp.Click(chromedp.CSS(`form button[type="submit"]`)),
 				)
 			}
-			fail("sign in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/login"), signIn(aliceAtA), chromedp.WaitVisible(chromedp.CSS("h1"))))
+			fail("sign in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/login"), signIn(aliceAtA), chromedp.WaitVisible(chromedp.CSS(`form[action$="/logout"] button`))))
 			fail("connections page", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/account/connections"),
 				chromedp.WaitVisible(chromedp.ID("connection-connect")), chromedp.WaitVisible(chromedp.ID("no-connections"))))
 			// To B: sign in there, then consent.

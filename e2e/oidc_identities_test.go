@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
-
-	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -77,9 +74,7 @@ func TestOIDCIdentityCapabilities(t *testing.T) {
 		// carol signed up with her identity: it is her only way in.
 		res := &federation.Result{Provider: "corp", Issuer: "https://idp.example.com", Subject: "carol-at-corp"}
 		cu, err := s.Accounts().SignupExternal(ctx, accounts.ExternalSignupInput{Email: "carol@example.com",
-			OnCreated: func(ctx context.Context, tx bun.IDB, u accounts.User) error {
-				return s.Federation().LinkTx(ctx, tx, u.ID, res)
-			}})
+			OnCreated: s.Federation().LinkOnCreate(res)})
 		if err != nil || !cu.EmailVerified() {
 			t.Fatalf("external signup: %+v %v", cu, err)
 		}

@@ -107,8 +107,16 @@ func (s *Service) Link(ctx context.Context, userID int64, res *Result) error {
 	return s.LinkTx(ctx, s.db, userID, res)
 }
 
+// LinkOnCreate returns the hook that links res to an account inside the
+// transaction opening it (accounts.ExternalSignupInput.OnCreated), so the
+// web shell hands one domain's step to the other without holding the
+// transaction itself.
+func (s *Service) LinkOnCreate(res *Result) func(ctx context.Context, db bun.IDB, userID int64) error {
+	return func(ctx context.Context, db bun.IDB, userID int64) error { return s.LinkTx(ctx, db, userID, res) }
+}
+
 // LinkTx is Link inside the caller's transaction (the one opening the
-// account, see accounts.ExternalSignupInput.OnCreated).
+// account, see LinkOnCreate).
 func (s *Service) LinkTx(ctx context.Context, db bun.IDB, userID int64, res *Result) error {
 	now := s.cfg.Now().UTC()
 	row := &Identity{UserID: userID, Provider: res.Provider, Issuer: res.Issuer, Subject: res.Subject, CreatedAt: now, LastUsedAt: now}

@@ -16,7 +16,6 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/federation"
-	"github.com/uptrace/bun"
 )
 
 // Sign-in with external identity providers (package federation).
@@ -330,9 +329,7 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 	case federation.Create:
 		invite, _ := url.QueryUnescape(externalInvite(r))
 		u, err := h.opts.Accounts.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email, InviteCode: invite,
-			OnCreated: func(ctx context.Context, tx bun.IDB, u accounts.User) error {
-				return h.opts.Federation.LinkTx(ctx, tx, u.ID, res)
-			}})
+			OnCreated: h.opts.Federation.LinkOnCreate(res)})
 		switch {
 		case errors.Is(err, accounts.ErrSignupClosed):
 			h.audit(r, audit.CategoryAuth, "signup_external", audit.ResultFailure, "signup_closed", nil)
