@@ -63,8 +63,9 @@ func (h *Handler) invoke(r *http.Request, name string, in, out any) error {
 }
 
 // invokeFailed answers a failed invoke: a capability error becomes the
-// status of its code (the shell's one table, capabilityStatus; a quota
-// refusal is a 429 with Retry-After) and its message, anything else a 500.
+// status of its code (capabilities' one table, through capabilityStatus;
+// a quota refusal is a 429 with Retry-After) and its message, anything
+// else a 500.
 func (h *Handler) invokeFailed(w http.ResponseWriter, r *http.Request, what string, err error) {
 	if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code != capabilities.CodeInternal {
 		h.renderCapabilityError(w, r, err)
