@@ -290,7 +290,7 @@ func (h *Handler) adminInviteCreate(w http.ResponseWriter, r *http.Request) {
 	err := h.invoke(r, "adminInviteCreate", map[string]any{"note": strings.TrimSpace(r.PostFormValue("note")), "expiresInDays": days}, &out)
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && ce.Code == capabilities.CodeInvalidInput {
-		h.renderInvites(w, r, http.StatusUnprocessableEntity, "", pageMessage(ce.Message))
+		h.renderInvites(w, r, formStatus(err), "", pageMessage(ce.Message))
 		return
 	}
 	if err != nil {
