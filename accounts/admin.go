@@ -226,21 +226,32 @@ type AdminOptions struct {
 	MailSetupLink SetupLinkMailer
 }
 
-// capabilityError maps the accounts domain errors to capability codes:
-// the capabilities transport's one table. Other errors pass through
-// (internal).
+// capabilityError maps the accounts domain errors to capability codes
+// (CapabilityCode). Other errors pass through (internal).
 func capabilityError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if code, ok := capabilityCodes[CodeOf(err)]; ok {
+	if code, ok := CapabilityCode(CodeOf(err)); ok {
 		return &capabilities.Error{Code: code, Message: MessageOf(err), Err: err}
 	}
 	return err
 }
 
-// capabilityCodes maps the accounts errors that capabilities report to
-// their capabilities.Code; any other error stays as it is (internal).
+// CapabilityCode returns the capabilities.Code an accounts error code is
+// answered with: the one mapping from accounts' codes to capabilities',
+// through which every transport reaches capabilities' tables of HTTP
+// statuses and JSON-RPC codes (capabilities.HTTPStatus, RPCCode). It
+// reports false for CodeNoSession (no one is signed in: a transport asks
+// for a sign-in, it does not refuse) and for a code this package does not
+// declare.
+func CapabilityCode(code Code) (capabilities.Code, bool) {
+	c, ok := capabilityCodes[code]
+	return c, ok
+}
+
+// capabilityCodes is CapabilityCode's table: every Code but CodeNoSession
+// has a row (TestEveryCodeHasACapabilityCode).
 var capabilityCodes = map[Code]capabilities.Code{
 	CodeNotFound:           capabilities.CodeNotFound,
 	CodeInvalidEmail:       capabilities.CodeInvalidInput,
@@ -249,6 +260,7 @@ var capabilityCodes = map[Code]capabilities.Code{
 	CodeWeakPassword:       capabilities.CodeInvalidInput,
 	CodeUnknownRole:        capabilities.CodeInvalidInput,
 	CodeInvalidToken:       capabilities.CodeInvalidInput,
+	CodeInviteInvalid:      capabilities.CodeInvalidInput,
 	CodeInvalidCredentials: capabilities.CodeInvalidInput,
 	CodeEmailTaken:         capabilities.CodeConflict,
 	CodeEmailClaimed:       capabilities.CodeConflict,
@@ -257,8 +269,12 @@ var capabilityCodes = map[Code]capabilities.Code{
 	CodeLastAdmin:          capabilities.CodeConflict,
 	CodeAdminRoleReserved:  capabilities.CodeConflict,
 	CodeSuspendSelf:        capabilities.CodeConflict,
-	CodeDeleting:           capabilities.CodeConflict,
-	CodeEmailUnverified:    capabilities.CodeConflict,
+	// An account being deleted that is not the caller's (the caller's own
+	// state is the registry's to refuse, as CodeAccountDeleting).
+	CodeDeleting:        capabilities.CodeConflict,
+	CodeEmailUnverified: capabilities.CodeConflict,
+	CodeSignupClosed:    capabilities.CodeConflict,
+	CodeSuspended:       capabilities.CodeAccountSuspended,
 
 	CodeSecondFactorInvalid:       capabilities.CodeInvalidInput,
 	CodeFactorConflict:            capabilities.CodeConflict,

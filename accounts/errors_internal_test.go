@@ -3,6 +3,12 @@ package accounts
 import (
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/enclave-mcp/enclave/capabilities"
@@ -52,5 +58,60 @@ func TestErrorCodes(t *testing.T) {
 	}
 	if err := capabilityError(ErrNoSession); errors.As(err, &ce) {
 		t.Fatalf("an unmapped accounts error became %+v", ce)
+	}
+}
+
+// Every declared Code but CodeNoSession reaches capabilities' status
+// tables through CapabilityCode, and the mapping names declared codes
+// only. The codes are read from the source, so a new Code without its
+// mapping fails here.
+func TestEveryCodeHasACapabilityCode(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[Code]string{}
+	for _, f := range pkgs["accounts"].Files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Code" {
+					continue
+				}
+				for i, name := range vs.Names {
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok {
+						t.Fatalf("%s: a Code that is not a string literal", name.Name)
+					}
+					v, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					declared[Code(v)] = name.Name
+				}
+			}
+		}
+	}
+	if _, ok := declared[CodeFactorProofRequired]; !ok || len(declared) < 20 {
+		t.Fatalf("the source scan found %d codes: %v", len(declared), declared)
+	}
+	for code, name := range declared {
+		c, ok := CapabilityCode(code)
+		if ok == (code == CodeNoSession) {
+			t.Errorf("%s: CapabilityCode = %q, %v", name, c, ok)
+		}
+		if ok && capabilities.HTTPStatus(c) >= 500 {
+			t.Errorf("%s maps to %s, an internal error", name, c)
+		}
+	}
+	for code := range capabilityCodes {
+		if _, ok := declared[code]; !ok {
+			t.Errorf("capabilityCodes maps %q, which no constant declares", code)
+		}
 	}
 }

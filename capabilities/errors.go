@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// Code is a domain error code. Transports map each code to their own
-// vocabulary (JSON-RPC error or tool error, HTTP status) in one table.
+// Code is a domain error code. Transports answer it in their own
+// vocabulary through one table, HTTPStatus and RPCCode (status.go): a new
+// Code needs its row there.
 type Code string
 
 // The domain error codes.

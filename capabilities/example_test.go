@@ -91,3 +91,16 @@ func ExampleAnonymous() {
 	// {"visitor":true} <nil>
 	// not_found
 }
+
+// A transport answers a refusal with the status and JSON-RPC code of its
+// domain code, read from the one table.
+func ExampleHTTPStatus() {
+	err := fmt.Errorf("save note: %w", capabilities.Errorf(capabilities.CodeQuotaExceeded, "daily limit reached"))
+	code := capabilities.CodeOf(err)
+	fmt.Println(code, capabilities.HTTPStatus(code), capabilities.RPCCode(code))
+	code = capabilities.CodeOf(errors.New("disk full"))
+	fmt.Println(code, capabilities.HTTPStatus(code), capabilities.RPCCode(code))
+	// Output:
+	// quota_exceeded 429 -32029
+	// internal 500 -32603
+}

@@ -24,28 +24,18 @@ import (
 //     CodeQuotaExceeded carrying when to retry (retryError);
 //   - resources/read, prompts/get, completion/complete: a JSON-RPC error
 //     carrying the domain message (mcp-go fixes its code);
-//   - refusals answered before the protocol layer: the HTTP status below.
+//   - refusals answered before the protocol layer: the HTTP status and
+//     JSON-RPC code of capabilities' one table (HTTPStatus, RPCCode).
 //
 // CodeInternal never carries its detail: the client gets a generic message
 // with the request id, and the log gets the error.
-var httpStatus = map[capabilities.Code]int{
-	capabilities.CodeNotFound:             http.StatusNotFound,
-	capabilities.CodeInvalidInput:         http.StatusBadRequest,
-	capabilities.CodeAccountSuspended:     http.StatusForbidden,
-	capabilities.CodeAccountDeleting:      http.StatusForbidden,
-	capabilities.CodeInsufficientScope:    http.StatusForbidden,
-	capabilities.CodeSecondFactorRequired: http.StatusForbidden,
-	capabilities.CodeQuotaExceeded:        http.StatusTooManyRequests,
-	capabilities.CodeConflict:             http.StatusConflict,
-	capabilities.CodeUnsupported:          http.StatusBadRequest,
-	capabilities.CodeInternal:             http.StatusInternalServerError,
-}
 
 // CodeQuotaExceeded is the JSON-RPC error code of a tools/call refused by
-// the quota: a server error code (-32000..-32099) that neither the MCP
-// specification nor this package uses otherwise. Its data is
+// the quota, capabilities.RPCCode(capabilities.CodeQuotaExceeded): a
+// server error code (-32000..-32099) that neither the MCP specification
+// nor this package uses otherwise. Its data is
 // {"code": "quota_exceeded", "retryAfter": RFC 3339 time}.
-const CodeQuotaExceeded = -32029
+const CodeQuotaExceeded = capabilities.RPCQuotaExceeded
 
 // retryError answers a tools/call refusal that says when to retry (a
 // quota) with the JSON-RPC error CodeQuotaExceeded, HTTP 200, in place of
@@ -57,7 +47,7 @@ func retryError(st *reqState, err error) bool {
 	if !ok || st.out == nil {
 		return false
 	}
-	st.out.replaceErrorStatus(st.rpcID, http.StatusOK, CodeQuotaExceeded, publicMessage(err, st.requestID), map[string]any{
+	st.out.replaceErrorStatus(st.rpcID, http.StatusOK, capabilities.RPCCode(capabilities.CodeQuotaExceeded), publicMessage(err, st.requestID), map[string]any{
 		"code":       string(capabilities.CodeOf(err)),
 		"retryAfter": at.UTC().Format(time.RFC3339),
 	})
@@ -72,17 +62,15 @@ func metaError(st *reqState, err error) bool {
 	if err == nil || !errors.Is(err, capabilities.ErrInvalidRequestMeta) || st.out == nil {
 		return false
 	}
-	st.out.replaceErrorStatus(st.rpcID, http.StatusOK, mcpgo.INVALID_PARAMS, publicMessage(err, st.requestID), nil)
+	st.out.replaceErrorStatus(st.rpcID, http.StatusOK, capabilities.RPCCode(capabilities.CodeInvalidInput), publicMessage(err, st.requestID), nil)
 	return true
 }
 
-// refuse answers a request with a domain error before the protocol layer.
+// refuse answers a request with a domain error before the protocol
+// layer: the HTTP status and JSON-RPC code of its domain code.
 func refuse(w http.ResponseWriter, err error, requestID string) {
-	status, ok := httpStatus[capabilities.CodeOf(err)]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
-	writeHTTPError(w, status, publicMessage(err, requestID), requestID)
+	code := capabilities.CodeOf(err)
+	writeRPCEnvelope(w, capabilities.HTTPStatus(code), capabilities.RPCCode(code), publicMessage(err, requestID), requestID)
 }
 
 // publicMessage is what the client may read about err: the domain message,
@@ -110,12 +98,19 @@ type safeError struct{ msg string }
 func (e safeError) Error() string { return e.msg }
 
 // writeHTTPError answers before the protocol layer with a JSON-RPC error
-// envelope, so that clients parse it like any other error.
+// envelope, so that clients parse it like any other error: invalid request
+// for a client's fault, internal error for the server's.
 func writeHTTPError(w http.ResponseWriter, status int, msg, requestID string) {
 	code := mcpgo.INVALID_REQUEST
 	if status >= 500 {
 		code = mcpgo.INTERNAL_ERROR
 	}
+	writeRPCEnvelope(w, status, code, msg, requestID)
+}
+
+// writeRPCEnvelope writes a JSON-RPC error without a request id, with
+// status.
+func writeRPCEnvelope(w http.ResponseWriter, status, code int, msg, requestID string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(requestid.Header, requestID)
 	w.WriteHeader(status)

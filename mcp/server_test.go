@@ -74,6 +74,17 @@ func TestInsufficientScope(t *testing.T) {
 	if got := resp.Header.Get("WWW-Authenticate"); got != want {
 		t.Fatalf("WWW-Authenticate = %s, want %s", got, want)
 	}
+	// The status and the JSON-RPC code are capabilities' table's.
+	var refusal struct {
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&refusal); err != nil || refusal.Error.Code != capabilities.RPCCode(capabilities.CodeInsufficientScope) ||
+		resp.StatusCode != capabilities.HTTPStatus(capabilities.CodeInsufficientScope) || refusal.Error.Message == "" {
+		t.Fatalf("refusal %d %+v %v", resp.StatusCode, refusal, err)
+	}
 
 	// A hidden capability never answers with a scope challenge: that would
 	// tell a user it exists.

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/mail"
 )
@@ -125,21 +126,38 @@ func (h *Handler) internalError(w http.ResponseWriter, r *http.Request, what str
 	h.renderError(w, r, http.StatusInternalServerError, "Something went wrong on our side. Please try again.")
 }
 
-// userError maps an accounts domain error to a status and a message fit
-// for the person; ok is false for errors that are not domain errors.
+// userError maps an accounts domain error that a page shows to the
+// person (userErrors) to a status and a message fit for them; ok is false
+// for other errors. The status is the one capabilities' table gives the
+// error's capabilities code (accounts.CapabilityCode, then
+// capabilities.HTTPStatus), unless the entry names a more exact one.
 func userError(err error) (status int, msg string, ok bool) {
-	m, ok := userErrors[accounts.CodeOf(err)]
+	code := accounts.CodeOf(err)
+	m, ok := userErrors[code]
 	if !ok {
 		return 0, "", false
 	}
-	if m.msg == "" {
-		return m.status, domainMessage(err), true
+	status = m.status
+	if status == 0 {
+		cc, mapped := accounts.CapabilityCode(code)
+		if !mapped {
+			return 0, "", false
+		}
+		status = capabilities.HTTPStatus(cc)
 	}
-	return m.status, m.msg, true
+	if m.msg == "" {
+		return status, domainMessage(err), true
+	}
+	return status, m.msg, true
 }
 
-// userErrors is the web shell's one table of accounts errors: the status,
-// and the message when it is not the domain's own.
+// userErrors are the accounts errors the account pages show to the
+// person, with the message when it is not the domain's own. Their status
+// comes from capabilities' one table (userError); status is set only where
+// a page says it more exactly than the shared codes: 422 for a field the
+// person typed (capabilities: invalid input, 400), 401 for a wrong
+// password (invalid input), and 403 where the person's own account or the
+// server's settings refuse (capabilities: conflict, 409).
 var userErrors = map[accounts.Code]struct {
 	status int
 	msg    string
@@ -149,18 +167,18 @@ var userErrors = map[accounts.Code]struct {
 	accounts.CodeUsernameReserved:   {http.StatusUnprocessableEntity, ""},
 	accounts.CodeWeakPassword:       {http.StatusUnprocessableEntity, ""}, // the policy's reason
 	accounts.CodeUnknownRole:        {http.StatusUnprocessableEntity, ""},
-	accounts.CodeUsernameTaken:      {http.StatusConflict, ""},
-	accounts.CodeEmailTaken:         {http.StatusConflict, ""},
-	accounts.CodeEmailClaimed:       {http.StatusConflict, ""},
-	accounts.CodeLastAdmin:          {http.StatusConflict, ""},
-	accounts.CodeAdminRoleReserved:  {http.StatusConflict, ""},
+	accounts.CodeUsernameTaken:      {},
+	accounts.CodeEmailTaken:         {},
+	accounts.CodeEmailClaimed:       {},
+	accounts.CodeLastAdmin:          {},
+	accounts.CodeAdminRoleReserved:  {},
 	accounts.CodeInvalidCredentials: {http.StatusUnauthorized, ""},
-	accounts.CodeSuspended:          {http.StatusForbidden, ""},
+	accounts.CodeSuspended:          {},
 	accounts.CodeDeleting:           {http.StatusForbidden, ""},
 	accounts.CodeEmailUnverified:    {http.StatusForbidden, ""},
-	accounts.CodeNotFound:           {http.StatusNotFound, ""},
-	accounts.CodeInvalidToken:       {http.StatusBadRequest, ""},
-	accounts.CodeInviteInvalid:      {http.StatusBadRequest, "That invite code is unknown, already used or expired."},
+	accounts.CodeNotFound:           {},
+	accounts.CodeInvalidToken:       {},
+	accounts.CodeInviteInvalid:      {0, "That invite code is unknown, already used or expired."},
 	accounts.CodeSignupClosed:       {http.StatusForbidden, "Sign-up is closed on this server."},
 }
 

@@ -70,16 +70,14 @@ func (h *Handler) requestEmailRelease(w http.ResponseWriter, r *http.Request) {
 // an internal failure is a 500 without detail.
 func (h *Handler) accountFormFailed(w http.ResponseWriter, r *http.Request, err error, set func(*accountView, string)) {
 	ce, ok := errors.AsType[*capabilities.Error](err)
-	status, known := 0, false
-	if ok {
-		status, known = capabilityStatus[ce.Code]
-	}
-	if !known || status >= 500 || ce.Message == "" {
+	status := capabilityStatus(err)
+	if !ok || status >= 500 || ce.Message == "" {
 		h.renderCapabilityError(w, r, err)
 		return
 	}
 	var v accountView
 	set(&v, pageMessage(ce.Message))
+	setRetryAfter(w, err)
 	h.renderAccount(w, r, status, v)
 }
 

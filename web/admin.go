@@ -141,9 +141,9 @@ func (h *Handler) adminUserAction(name, capability, notice string) http.HandlerF
 		err := h.invoke(r, capability, in, &out)
 		h.audit(r, audit.CategoryAccount, "admin_"+name, resultOf(err), auditReason(err), &accounts.User{StableID: sid})
 		if err != nil {
-			status, ok := capabilityStatus[capabilities.CodeOf(err)]
+			status := capabilityStatus(err)
 			ce, isCE := errors.AsType[*capabilities.Error](err)
-			if !ok || !isCE || status >= 500 || status == http.StatusNotFound {
+			if !isCE || status >= 500 || status == http.StatusNotFound {
 				h.renderCapabilityError(w, r, err)
 				return
 			}
@@ -152,6 +152,7 @@ func (h *Handler) adminUserAction(name, capability, notice string) http.HandlerF
 				h.renderCapabilityError(w, r, err)
 				return
 			}
+			setRetryAfter(w, err)
 			h.renderAdminUser(w, r, status, cur.User, pageMessage(ce.Message))
 			return
 		}
@@ -175,13 +176,14 @@ func (h *Handler) adminCreateUser(w http.ResponseWriter, r *http.Request) {
 		Email: f.Email, Username: f.Username, Verified: r.PostFormValue("verified") == "1",
 	}, &out)
 	if err != nil {
-		status, ok := capabilityStatus[capabilities.CodeOf(err)]
+		status := capabilityStatus(err)
 		ce, isCE := errors.AsType[*capabilities.Error](err)
-		if !ok || !isCE || status >= 500 || capabilities.CodeOf(err) == capabilities.CodeNotFound {
+		if !isCE || status >= 500 || capabilities.CodeOf(err) == capabilities.CodeNotFound {
 			h.renderCapabilityError(w, r, err)
 			return
 		}
 		f.Error = pageMessage(ce.Message)
+		setRetryAfter(w, err)
 		h.render(w, r, status, adminNewUserPage(h.page(r, "Create an account"), f))
 		return
 	}

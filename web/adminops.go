@@ -63,8 +63,9 @@ func (h *Handler) invoke(r *http.Request, name string, in, out any) error {
 }
 
 // invokeFailed answers a failed invoke: a capability error becomes the
-// status of its code (the shell's one table, capabilityStatus; a quota
-// refusal is a 429 with Retry-After) and its message, anything else a 500.
+// status of its code (capabilities' one table, through capabilityStatus;
+// a quota refusal is a 429 with Retry-After) and its message, anything
+// else a 500.
 func (h *Handler) invokeFailed(w http.ResponseWriter, r *http.Request, what string, err error) {
 	if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code != capabilities.CodeInternal {
 		h.renderCapabilityError(w, r, err)
@@ -289,7 +290,7 @@ func (h *Handler) adminInviteCreate(w http.ResponseWriter, r *http.Request) {
 	err := h.invoke(r, "adminInviteCreate", map[string]any{"note": strings.TrimSpace(r.PostFormValue("note")), "expiresInDays": days}, &out)
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && ce.Code == capabilities.CodeInvalidInput {
-		h.renderInvites(w, r, http.StatusUnprocessableEntity, "", pageMessage(ce.Message))
+		h.renderInvites(w, r, formStatus(err), "", pageMessage(ce.Message))
 		return
 	}
 	if err != nil {

@@ -1,16 +1,20 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
@@ -75,5 +79,70 @@ func TestInvokeFailedUsesTheOneTable(t *testing.T) {
 		if tc.header != "" && rec.Header().Get(tc.header) == "" {
 			t.Errorf("%v: no %s header", tc.err, tc.header)
 		}
+	}
+}
+
+// refuseQuota is a capabilities.Quota that refuses the named capabilities
+// until reset, as the quota service does.
+type refuseQuota struct {
+	names map[string]bool
+	reset time.Time
+}
+
+func (q refuseQuota) Allow(_ context.Context, _ capabilities.Caller, name string) error {
+	if !q.names[name] {
+		return nil
+	}
+	return &capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "daily limit reached", RetryAfter: q.reset}
+}
+
+// A quota refusal met by a page, through the registry's own quota check,
+// is a 429 with Retry-After whichever way the page answers it: the error
+// page (admin invites, once a 400; the account's password form) or the
+// form shown again (admin user actions).
+func TestPagesAnswerAQuotaRefusalWith429(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	acc := newAccounts(t, s, nil)
+	quota := refuseQuota{names: map[string]bool{"adminInviteCreate": true, "accountPasswordChange": true, "adminUserSuspend": true},
+		reset: time.Now().Add(2 * time.Minute)}
+	reg := capabilities.NewRegistry(capabilities.Options{Logger: quietLogger(), Quota: quota})
+	caps := append(acc.AccountCapabilities(accounts.AccountOptions{}), acc.InviteCapabilities()...)
+	if err := reg.Register(append(caps, acc.AdminCapabilities(accounts.AdminOptions{})...)...); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHandler(t, s, func(o *Options) { o.Accounts, o.Registry = acc, reg })
+	e := &pkgEnv{t: t, h: h, acc: acc, reg: reg}
+	ada, bob := e.user("ada"), e.user("bob")
+	if _, err := acc.GrantAdminAsOperator(t.Context(), ada.u.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		path string
+		form url.Values
+	}{
+		{"admin invite", "/admin/invites", url.Values{"note": {"for the team"}}},
+		{"account password", pathAccountPass, url.Values{"current": {"a long password for ada"}, "next": {"another long password"}}},
+		{"admin user action", "/admin/users/" + bob.u.StableID + "/suspend", url.Values{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := e.do(ada, "POST", tc.path, tc.form)
+			if w.Code != http.StatusTooManyRequests {
+				t.Fatalf("status %d, want 429: %.300s", w.Code, shownMessage(w.Body.String()))
+			}
+			if secs, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || secs < 100 || secs > 121 {
+				t.Errorf("Retry-After %q, want about 120", w.Header().Get("Retry-After"))
+			}
+			if msg := shownMessage(w.Body.String()); msg != "Daily limit reached." {
+				t.Errorf("shows %q", msg)
+			}
+		})
+	}
+	// The refused calls changed nothing.
+	if _, err := acc.Login(t.Context(), "ada@example.com", "a long password for ada"); err != nil {
+		t.Errorf("ada's password changed: %v", err)
+	}
+	if u, err := acc.UserByID(t.Context(), bob.u.ID); err != nil || u.State() != accounts.StateActive {
+		t.Errorf("bob: %+v %v", u, err)
 	}
 }

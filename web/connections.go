@@ -105,8 +105,8 @@ func (h *Handler) addConnectionApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, ok := errors.AsType[*capabilities.Error](err)
-	status, known := capabilityStatus[capabilities.CodeOf(err)]
-	if !ok || !known || status >= 500 || status == http.StatusForbidden || status == http.StatusTooManyRequests {
+	status := capabilityStatus(err)
+	if !ok || status >= 500 || status == http.StatusForbidden || status == http.StatusTooManyRequests {
 		h.renderCapabilityError(w, r, err)
 		return
 	}

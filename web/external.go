@@ -593,7 +593,7 @@ func (h *Handler) removeIdentity(w http.ResponseWriter, r *http.Request) {
 	var out federation.IdentityUnlinkOutput
 	if err := h.invoke(r, "identityUnlink", federation.IdentityUnlinkInput{ID: id}, &out); err != nil {
 		if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code == capabilities.CodeConflict {
-			h.renderSecurity(w, r, http.StatusConflict, securityView{Error: ce.Message})
+			h.renderSecurity(w, r, capabilityStatus(err), securityView{Error: ce.Message})
 			return
 		}
 		h.invokeFailed(w, r, "identity unlink", err)

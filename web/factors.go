@@ -34,11 +34,7 @@ func capabilityJSON(err error) *capabilityFailure {
 	if !ok || e.Code == capabilities.CodeInternal {
 		return nil
 	}
-	status, ok := capabilityStatus[e.Code]
-	if !ok {
-		status = http.StatusBadRequest
-	}
-	return &capabilityFailure{status: status, code: string(e.Code), msg: pageMessage(e.Message)}
+	return &capabilityFailure{status: capabilities.HTTPStatus(e.Code), code: string(e.Code), msg: pageMessage(e.Message)}
 }
 
 // Second-factor paths.

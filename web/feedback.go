@@ -110,7 +110,8 @@ func (h *Handler) feedbackSend(w http.ResponseWriter, r *http.Request) {
 			// person confirms with the preview's button.
 			msg = feedbackUnconfirmedMessage
 		}
-		h.renderFeedback(w, r, http.StatusUnprocessableEntity, f, msg)
+		setRetryAfter(w, err)
+		h.renderFeedback(w, r, formStatus(err), f, msg)
 		return
 	}
 	if err != nil {

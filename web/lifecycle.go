@@ -167,11 +167,8 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code != capabilities.CodeInternal {
-			status, known := capabilityStatus[ce.Code]
-			if !known || status >= 500 {
-				status = http.StatusInternalServerError
-			}
-			again(status, pageMessage(ce.Message))
+			setRetryAfter(w, err)
+			again(capabilityStatus(err), pageMessage(ce.Message))
 			return
 		}
 		h.log.ErrorContext(ctx, "web: delete account", "user_id", u.ID, "err", err)

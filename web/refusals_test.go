@@ -154,7 +154,7 @@ func TestFeedbackRefusalsAreSentences(t *testing.T) {
 		{"send without the preview's button", "POST", "/account/feedback", form(), nil, http.StatusUnprocessableEntity, feedbackUnconfirmedMessage},
 		{"rate limit", "POST", "/account/feedback", form("confirm", "yes"),
 			&capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "at most 5 submissions per hour; try again later"},
-			http.StatusUnprocessableEntity, "At most 5 submissions per hour; try again later."},
+			http.StatusTooManyRequests, "At most 5 submissions per hour; try again later."},
 		{"invalid input carrying a driver's words", "POST", "/account/feedback", form("confirm", "yes"),
 			&capabilities.Error{Code: capabilities.CodeInvalidInput, Message: "feedback: insert: sqlite: constraint failed: UNIQUE"},
 			http.StatusUnprocessableEntity, refusedMessage},

@@ -55,7 +55,7 @@ func (h *Handler) adminWebhookCreate(w http.ResponseWriter, r *http.Request) {
 	err := h.invoke(r, "adminWebhookCreate", in, &out)
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && ce.Code == capabilities.CodeInvalidInput {
-		h.renderWebhooks(w, r, http.StatusUnprocessableEntity, nil, in, pageMessage(ce.Message))
+		h.renderWebhooks(w, r, formStatus(err), nil, in, pageMessage(ce.Message))
 		return
 	}
 	if err != nil {

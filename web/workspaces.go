@@ -287,7 +287,7 @@ func (h *Handler) workspaceJoin(w http.ResponseWriter, r *http.Request) {
 	err := h.invoke(r, "workspaceInvitationAccept", map[string]any{"token": token}, &ws)
 	var ce *capabilities.Error
 	if errors.As(err, &ce) && ce.Code == capabilities.CodeNotFound {
-		h.render(w, r, http.StatusNotFound, workspaceJoinPage(h.page(r, "Join a workspace"), "", pageMessage(ce.Message)))
+		h.render(w, r, capabilityStatus(err), workspaceJoinPage(h.page(r, "Join a workspace"), "", pageMessage(ce.Message)))
 		return
 	}
 	if err != nil {

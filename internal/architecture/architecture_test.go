@@ -25,6 +25,7 @@ type pkg struct {
 	Doc        string
 	GoFiles    []string
 	Imports    []string
+	Deps       []string
 }
 
 // listModule runs go list once for all the tests.
@@ -84,7 +85,8 @@ var transports = []string{"mcp", "web", "oauth"}
 // the end-to-end suites, the benchmarks and the examples (embedders).
 var mayImportTransports = []string{"cmd", "internal/cli", "enclavetest", "e2e", "bench", "examples"}
 
-// No domain package imports a transport: data flows transport →
+// No domain package imports a transport, directly or through another
+// package (one of mayImportTransports, say): data flows transport →
 // capabilities/domains → storage, never back (DESIGN.md).
 func TestDomainsImportNoTransport(t *testing.T) {
 	checked := 0
@@ -97,6 +99,11 @@ func TestDomainsImportNoTransport(t *testing.T) {
 		for _, imp := range p.Imports {
 			if ir := strings.TrimPrefix(imp, module+"/"); ir != imp && under(ir, transports...) {
 				t.Errorf("%s imports the transport %s: a domain must not know how it is reached", r, ir)
+			}
+		}
+		for _, dep := range p.Deps {
+			if dr := strings.TrimPrefix(dep, module+"/"); dr != dep && under(dr, transports...) && !slices.Contains(p.Imports, dep) {
+				t.Errorf("%s depends on the transport %s through its imports: a domain must not know how it is reached", r, dr)
 			}
 		}
 	}

@@ -1,0 +1,157 @@
+package architecture
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// codeOwner is the package that owns the domain error codes and their one
+// table of HTTP statuses and JSON-RPC codes (capabilities.HTTPStatus,
+// capabilities.RPCCode).
+const codeOwner = "capabilities"
+
+// codeStatusRefinements are the functions outside capabilities allowed to
+// pick a status by a capabilities code: web's formStatus, the one rule of
+// the shell's forms (a form shown again for a mistake in its fields is a
+// 422, where the table says 400). Keyed by file, relative to the module;
+// an entry that no longer maps fails the test.
+var codeStatusRefinements = map[string]string{"web/capability_errors.go": "formStatus"}
+
+// Only capabilities maps its codes to HTTP statuses: no other package's
+// production code declares a map keyed by capabilities.Code whose values
+// are statuses or numbers, a switch whose case on a capabilities code
+// picks an http.Status, or an if that tests for a capabilities code and
+// answers an http.Status of its own. A page that shows a form again with
+// a refusal asks the table (web's capabilityStatus, formStatus) for its
+// status. The examples are an embedder's code and are not scanned.
+func TestOnlyCapabilitiesMapsCodesToStatuses(t *testing.T) {
+	scanned, refinements := 0, 0
+	for _, p := range packages(t) {
+		if r := rel(p.ImportPath); r == codeOwner || under(r, "examples") {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			path := filepath.Join(p.Dir, f)
+			fset := token.NewFileSet()
+			file, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			capName, httpName := importName(file, module+"/"+codeOwner), importName(file, "net/http")
+			if capName == "" || httpName == "" {
+				continue
+			}
+			scanned++
+			name := rel(p.ImportPath) + "/" + f
+			for _, d := range file.Decls {
+				found := codeStatusMappings(d, capName, httpName)
+				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && codeStatusRefinements[name] == fd.Name.Name {
+					if len(found) == 0 {
+						t.Errorf("%s: %s no longer maps a code to a status: drop it from codeStatusRefinements", name, fd.Name.Name)
+					}
+					refinements++
+					continue
+				}
+				for _, v := range found {
+					t.Errorf("%s:%d: %s: take the status from capabilities.HTTPStatus, the one table", name, fset.Position(v.pos).Line, v.what)
+				}
+			}
+		}
+	}
+	if scanned < 5 {
+		t.Fatalf("only %d files import both capabilities and net/http: the scan no longer sees them", scanned)
+	}
+	if refinements != len(codeStatusRefinements) {
+		t.Errorf("found %d of the %d functions of codeStatusRefinements", refinements, len(codeStatusRefinements))
+	}
+}
+
+type mapping struct {
+	pos  token.Pos
+	what string
+}
+
+// importName is the name file refers to the package path by, or "".
+func importName(file *ast.File, path string) string {
+	for _, imp := range file.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == path {
+			if imp.Name != nil {
+				return imp.Name.Name
+			}
+			return path[strings.LastIndex(path, "/")+1:]
+		}
+	}
+	return ""
+}
+
+// codeStatusMappings finds the maps, switch cases and ifs in n that turn
+// a capabilities code into an HTTP status.
+func codeStatusMappings(n ast.Node, capName, httpName string) []mapping {
+	// isCode: a reference to a capabilities code constant (CodeX, not
+	// CodeOf) or to the Code type.
+	isCode := func(n ast.Node) bool {
+		s, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return false
+		}
+		x, ok := s.X.(*ast.Ident)
+		return ok && x.Name == capName && strings.HasPrefix(s.Sel.Name, "Code") && s.Sel.Name != "CodeOf"
+	}
+	mentions := func(n ast.Node, match func(ast.Node) bool) bool {
+		found := false
+		ast.Inspect(n, func(m ast.Node) bool {
+			if found || m == nil {
+				return false
+			}
+			found = match(m)
+			return !found
+		})
+		return found
+	}
+	isStatus := func(n ast.Node) bool {
+		s, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return false
+		}
+		x, ok := s.X.(*ast.Ident)
+		return ok && x.Name == httpName && strings.HasPrefix(s.Sel.Name, "Status")
+	}
+	isNumber := func(n ast.Node) bool {
+		l, ok := n.(*ast.BasicLit)
+		return ok && l.Kind == token.INT
+	}
+	var found []mapping
+	ast.Inspect(n, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CompositeLit:
+			m, ok := n.Type.(*ast.MapType)
+			if !ok || !isCode(m.Key) {
+				return true
+			}
+			for _, e := range n.Elts {
+				if kv, ok := e.(*ast.KeyValueExpr); ok && (mentions(kv.Value, isStatus) || mentions(kv.Value, isNumber)) {
+					found = append(found, mapping{n.Pos(), "a map from capabilities codes to statuses"})
+					break
+				}
+			}
+		case *ast.SwitchStmt:
+			for _, s := range n.Body.List {
+				cc := s.(*ast.CaseClause)
+				if codeCase := len(cc.List) > 0 && mentions(&ast.CompositeLit{Elts: cc.List}, isCode); codeCase && mentions(&ast.BlockStmt{List: cc.Body}, isStatus) {
+					found = append(found, mapping{cc.Pos(), "a switch case from a capabilities code to a status"})
+				}
+			}
+		case *ast.IfStmt:
+			if mentions(n.Cond, isCode) && mentions(n.Body, isStatus) {
+				found = append(found, mapping{n.Pos(), "an if from a capabilities code to a status"})
+			}
+		}
+		return true
+	})
+	return found
+}
