@@ -1,6 +1,7 @@
 package mail
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -239,8 +240,13 @@ func (s *Service) attachment(ctx context.Context, b box, id string, offset int64
 		Size        int64  `bun:"size_bytes"`
 		Position    int    `bun:"position"`
 		Key         string `bun:"delivery_key"`
+		// RawOffset is set for an attachment stored as a byte range of
+		// the raw MIME blob (RawLength bytes, transfer-encoded).
+		RawOffset sql.NullInt64  `bun:"raw_offset"`
+		RawLength sql.NullInt64  `bun:"raw_length"`
+		Encoding  sql.NullString `bun:"transfer_encoding"`
 	}
-	err := s.store.Reader.NewRaw(`SELECT a.public_id, a.filename, a.content_type, a.size_bytes, a.position, m.delivery_key
+	err := s.store.Reader.NewRaw(`SELECT a.public_id, a.filename, a.content_type, a.size_bytes, a.position, m.delivery_key, a.raw_offset, a.raw_length, a.transfer_encoding
 		FROM ? AS a JOIN ? AS m ON m.id = a.message_id WHERE a.public_id = ? AND a.? = ? AND m.? = ?`,
 		b.table("attachments"), b.table("messages"), id, b.owned(), b.val, b.owned(), b.val).Scan(ctx, &a)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -255,15 +261,15 @@ func (s *Service) attachment(ctx context.Context, b box, id string, offset int64
 	}
 	n := min(int64(AttachmentChunkBytes), a.Size-offset)
 	if n > 0 {
-		rd, err := s.store.Bucket.NewRangeReader(ctx, b.partKey(a.Key, a.Position), offset, n, nil)
-		if err != nil {
-			if gcerrors.Code(err) == gcerrors.NotFound {
-				return AttachmentPage{}, notFound("attachment", id)
-			}
-			return AttachmentPage{}, fmt.Errorf("mail: read attachment: %w", err)
+		var data []byte
+		if a.RawOffset.Valid {
+			data, err = s.rangeAttachment(ctx, b.rawKey(a.Key), a.RawOffset.Int64, a.RawLength.Int64, a.Encoding.String, offset, n)
+		} else {
+			data, err = s.blobAttachment(ctx, b.partKey(a.Key, a.Position), offset, n)
 		}
-		data, err := io.ReadAll(rd)
-		rd.Close()
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return AttachmentPage{}, notFound("attachment", id)
+		}
 		if err != nil {
 			return AttachmentPage{}, fmt.Errorf("mail: read attachment: %w", err)
 		}
@@ -273,6 +279,51 @@ func (s *Service) attachment(ctx context.Context, b box, id string, offset int64
 		}
 	}
 	return out, nil
+}
+
+// blobAttachment reads n bytes from offset of an attachment stored in a
+// blob of its own (deliveries before byte ranges, or a part not found
+// verbatim in the raw message).
+func (s *Service) blobAttachment(ctx context.Context, key string, offset, n int64) ([]byte, error) {
+	rd, err := s.store.Bucket.NewRangeReader(ctx, key, offset, n, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return io.ReadAll(rd)
+}
+
+// rangeAttachment reads n decoded bytes from offset of an attachment
+// stored as the byte range [rawOff, rawOff+rawLen) of the raw MIME blob,
+// transfer-encoded with encoding: the range is decoded from its start (a
+// base64 or quoted-printable position does not map to an encoded one),
+// and what comes before offset is decoded and dropped.
+func (s *Service) rangeAttachment(ctx context.Context, key string, rawOff, rawLen int64, encoding string, offset, n int64) ([]byte, error) {
+	var rd io.ReadCloser
+	var err error
+	if encoding == "" {
+		// Stored as is: the decoded offset is the encoded one.
+		rd, err = s.store.Bucket.NewRangeReader(ctx, key, rawOff+offset, min(n, rawLen-offset), nil)
+		if err != nil {
+			return nil, err
+		}
+		defer rd.Close()
+		return io.ReadAll(rd)
+	}
+	rd, err = s.store.Bucket.NewRangeReader(ctx, key, rawOff, rawLen, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	dec := transferDecoder(encoding, bufio.NewReaderSize(rd, 64<<10))
+	if _, err := io.CopyN(io.Discard, dec, offset); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(dec, n))
+	if err != nil && errors.Is(err, io.ErrUnexpectedEOF) {
+		err = nil // a cut encoding decodes as far as it goes, as at delivery
+	}
+	return data, err
 }
 
 // remove deletes a message: its blobs first (a failure leaves the row for
@@ -296,7 +347,7 @@ func (s *Service) remove(ctx context.Context, b box, id string) (bool, error) {
 // blobs are not an error.
 func (s *Service) deleteBlobs(ctx context.Context, b box, msgID int64, key string) error {
 	var positions []int
-	if err := s.store.DB.NewRaw("SELECT position FROM ? WHERE message_id = ?", b.table("attachments"), msgID).Scan(ctx, &positions); err != nil {
+	if err := s.store.DB.NewRaw("SELECT position FROM ? WHERE message_id = ? AND raw_offset IS NULL", b.table("attachments"), msgID).Scan(ctx, &positions); err != nil {
 		return fmt.Errorf("mail: list attachments: %w", err)
 	}
 	keys := []string{b.rawKey(key)}
