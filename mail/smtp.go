@@ -184,7 +184,24 @@ func (ss *session) Data(r io.Reader) error {
 			first = serr
 		}
 	}
+	// A delivery report without a VERP token (at postmaster@D, or a
+	// user's address) is stored as addressed, and may also count against
+	// the outbound message it names, under HandleUntokenedReport's rules.
+	// Applying it again on a retry changes nothing (once per kind).
+	if first == nil && isReport(buf.Bytes()) {
+		if _, err := ss.svc.HandleUntokenedReport(ctx, buf.Bytes(), checked.results); err != nil {
+			ss.svc.log.Warn("mail: applying a delivery report failed", "err", err)
+			return errTemporary
+		}
+	}
 	return first
+}
+
+// isReport is a cheap first look: does the header section name a
+// multipart/report?
+func isReport(raw []byte) bool {
+	h := raw[:headerBytes(raw)]
+	return bytes.Contains(bytes.ToLower(h), []byte("multipart/report"))
 }
 
 // authInput is the message raw with this session's envelope.
