@@ -204,24 +204,30 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 		return
 	}
 	w.parts++
-	// The body as it stands in the message (multipart's raw parts and
-	// net/mail's body are verbatim slices of it), then decoded.
-	enc, _ := io.ReadAll(io.LimitReader(body, DefaultMaxMessageBytes+1))
 	cte := strings.ToLower(strings.TrimSpace(h.Get("Content-Transfer-Encoding")))
-	data, _ := io.ReadAll(transferDecoder(cte, bytes.NewReader(enc)))
 	disp, dparams, _ := mime.ParseMediaType(h.Get("Content-Disposition"))
 	if disp != "attachment" {
 		switch {
 		case ct == "text/html" && w.p.HTML == "":
+			data, _ := io.ReadAll(io.LimitReader(transferDecoder(cte, body), DefaultMaxMessageBytes+1))
 			w.p.HTML = bodyText(data)
 			return
 		case ct == "text/plain" && w.p.Text == "":
+			data, _ := io.ReadAll(io.LimitReader(transferDecoder(cte, body), DefaultMaxMessageBytes+1))
 			w.p.Text = truncate(bodyText(data), MaxTextBytes)
 			return
 		}
 	}
 	if len(w.p.Parts) >= MaxAttachments {
 		return
+	}
+	// An attachment: its body as it stands in the message (multipart's
+	// raw parts and net/mail's body are verbatim slices of it), then
+	// decoded.
+	enc, _ := io.ReadAll(io.LimitReader(body, DefaultMaxMessageBytes+1))
+	data := enc
+	if encodingName(cte) != "" {
+		data, _ = io.ReadAll(transferDecoder(cte, bytes.NewReader(enc)))
 	}
 	name := fileName(dparams["filename"])
 	if name == "" {
