@@ -16,7 +16,7 @@ import (
 
 // rangedMessage holds a base64 attachment (three pages), a
 // quoted-printable one, a 7bit one nested two multiparts deep, the same
-// base64 bytes a second time and a one-byte attachment.
+// base64 bytes a second time, a one-byte attachment and broken base64.
 func rangedMessage(bin, qp, plain []byte) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "From: Sender <sender@elsewhere.test>\r\nTo: alice@%s\r\nSubject: ranges\r\nMessage-ID: <ranges@elsewhere.test>\r\n", domain)
@@ -37,7 +37,10 @@ func rangedMessage(bin, qp, plain []byte) []byte {
 	b.WriteString("--O\r\nContent-Type: multipart/mixed; boundary=\"M\"\r\n\r\n--M\r\nContent-Type: multipart/related; boundary=\"I\"\r\n\r\n")
 	fmt.Fprintf(&b, "--I\r\nContent-Type: text/x-log\r\nContent-Disposition: attachment; filename=\"c.log\"\r\n\r\n%s\r\n--I--\r\n--M--\r\n", plain)
 	fmt.Fprintf(&b, "--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"d.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n%s\r\n", base64.StdEncoding.EncodeToString(bin))
-	b.WriteString("--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"e.bin\"\r\n\r\nx\r\n--O--\r\n")
+	b.WriteString("--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"e.bin\"\r\n\r\nx\r\n")
+	// Broken base64: what decodes before the padding in the middle is
+	// the attachment, at delivery and when read.
+	b.WriteString("--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"f.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\nQUJDRA==QUJD\r\n--O--\r\n")
 	return []byte(b.String())
 }
 
@@ -81,7 +84,7 @@ func TestMailAttachmentByteRanges(t *testing.T) {
 			t.Errorf("%d blobs after one delivery, want 1 (attachments are ranges of the raw MIME)", n)
 		}
 		msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": d.MessageID})
-		want := map[string][]byte{"a.bin": bin, "b.csv": qp, "c.log": plain, "d.bin": bin, "e.bin": []byte("x")}
+		want := map[string][]byte{"a.bin": bin, "b.csv": qp, "c.log": plain, "d.bin": bin, "e.bin": []byte("x"), "f.bin": []byte("ABCD")}
 		if len(msg.Attachments) != len(want) {
 			t.Fatalf("attachments: %+v", msg.Attachments)
 		}

@@ -315,15 +315,33 @@ func (s *Service) rangeAttachment(ctx context.Context, key string, rawOff, rawLe
 		return nil, err
 	}
 	defer rd.Close()
-	dec := transferDecoder(encoding, bufio.NewReaderSize(rd, 64<<10))
-	if _, err := io.CopyN(io.Discard, dec, offset); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+	src := &errReader{r: rd}
+	dec := transferDecoder(encoding, bufio.NewReaderSize(src, 64<<10))
+	// A decoding error ends the data where it ended at delivery (the
+	// parser kept what decoded, and the size counts that): only a
+	// failure to read the blob is an error here.
+	var data []byte
+	if _, err := io.CopyN(io.Discard, dec, offset); err == nil {
+		data, _ = io.ReadAll(io.LimitReader(dec, n))
 	}
-	data, err := io.ReadAll(io.LimitReader(dec, n))
-	if err != nil && errors.Is(err, io.ErrUnexpectedEOF) {
-		err = nil // a cut encoding decodes as far as it goes, as at delivery
+	if src.err != nil && !errors.Is(src.err, io.EOF) {
+		return nil, src.err
 	}
-	return data, err
+	return data, nil
+}
+
+// errReader remembers the error its reader returned.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(b []byte) (int, error) {
+	n, err := e.r.Read(b)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // remove deletes a message: its blobs first (a failure leaves the row for
