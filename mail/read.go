@@ -2,6 +2,7 @@ package mail
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -295,28 +296,50 @@ func (s *Service) blobAttachment(ctx context.Context, key string, offset, n int6
 
 // rangeAttachment reads n decoded bytes from offset of an attachment
 // stored as the byte range [rawOff, rawOff+rawLen) of the raw MIME blob,
-// transfer-encoded with encoding: the range is decoded from its start (a
-// base64 or quoted-printable position does not map to an encoded one),
-// and what comes before offset is decoded and dropped.
+// transfer-encoded with encoding. The range is read from its start (a
+// decoded position does not map to an encoded one): base64 skips the
+// whole quanta before offset, quoted-printable decodes and drops what
+// comes before it.
 func (s *Service) rangeAttachment(ctx context.Context, key string, rawOff, rawLen int64, encoding string, offset, n int64) ([]byte, error) {
-	var rd io.ReadCloser
-	var err error
 	if encoding == "" {
 		// Stored as is: the decoded offset is the encoded one.
-		rd, err = s.store.Bucket.NewRangeReader(ctx, key, rawOff+offset, min(n, rawLen-offset), nil)
+		rd, err := s.store.Bucket.NewRangeReader(ctx, key, rawOff+offset, min(n, rawLen-offset), nil)
 		if err != nil {
 			return nil, err
 		}
 		defer rd.Close()
 		return io.ReadAll(rd)
 	}
-	rd, err = s.store.Bucket.NewRangeReader(ctx, key, rawOff, rawLen, nil)
+	data, ok, err := s.decodeRange(ctx, key, rawOff, rawLen, encoding, offset, n, true)
+	if err == nil && !ok {
+		data, _, err = s.decodeRange(ctx, key, rawOff, rawLen, encoding, offset, n, false)
+	}
+	return data, err
+}
+
+// decodeRange decodes n bytes from offset of a transfer-encoded range.
+// With skip, base64 quanta before the page are skipped without decoding
+// (each is 3 bytes of its own, so a page costs a scan of what precedes
+// it, not a decode: the web shell reads an attachment page by page); ok
+// is false when padding came first, which cannot happen for an offset
+// inside the attachment (decoding stopped there at delivery), and the
+// caller decodes from the start instead.
+func (s *Service) decodeRange(ctx context.Context, key string, rawOff, rawLen int64, encoding string, offset, n int64, skip bool) ([]byte, bool, error) {
+	rd, err := s.store.Bucket.NewRangeReader(ctx, key, rawOff, rawLen, nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer rd.Close()
 	src := &errReader{r: rd}
-	dec := transferDecoder(encoding, bufio.NewReaderSize(src, 64<<10))
+	var in io.Reader = bufio.NewReaderSize(src, 64<<10)
+	if skip && encoding == "base64" && offset >= 3 {
+		rest, ok := skipBase64(in, offset/3*4)
+		if !ok {
+			return nil, false, nil
+		}
+		in, offset = rest, offset%3
+	}
+	dec := transferDecoder(encoding, in)
 	// A decoding error ends the data where it ended at delivery (the
 	// parser kept what decoded, and the size counts that): only a
 	// failure to read the blob is an error here.
@@ -325,9 +348,33 @@ func (s *Service) rangeAttachment(ctx context.Context, key string, rawOff, rawLe
 		data, _ = io.ReadAll(io.LimitReader(dec, n))
 	}
 	if src.err != nil && !errors.Is(src.err, io.EOF) {
-		return nil, src.err
+		return nil, false, src.err
 	}
-	return data, nil
+	return data, true, nil
+}
+
+// skipBase64 reads past the first chars base64 characters of r (what the
+// decoder would read: line breaks and stray bytes are not counted) and
+// returns the rest. ok is false when a padding '=' comes first.
+func skipBase64(r io.Reader, chars int64) (io.Reader, bool) {
+	buf := make([]byte, 32<<10)
+	for chars > 0 {
+		n, err := r.Read(buf)
+		for i, ch := range buf[:n] {
+			switch {
+			case ch == '=':
+				return nil, false
+			case ch >= 'A' && ch <= 'Z' || ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '+' || ch == '/':
+				if chars--; chars == 0 {
+					return io.MultiReader(bytes.NewReader(buf[i+1:n]), r), true
+				}
+			}
+		}
+		if err != nil {
+			return bytes.NewReader(nil), true // the range ends first: nothing after
+		}
+	}
+	return r, true
 }
 
 // errReader remembers the error its reader returned.
