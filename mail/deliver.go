@@ -131,9 +131,9 @@ func deliveryID(d Delivery, p Parsed, t target) string {
 	}
 }
 
-// Deliver stores an inbound message durably and once: the raw MIME and the
-// attachments go to blobs first (under keys derived from the delivery id,
-// so a retry rewrites the same objects), then the ledger row, the thread,
+// Deliver stores an inbound message durably and once: the raw MIME goes to
+// a blob first (under a key derived from the delivery id and the bytes;
+// the attachments are byte ranges of it), then the ledger row, the thread,
 // the message and its attachments in one transaction. A delivery whose id
 // the ledger already holds is reported as a duplicate and neither stored
 // nor counted against the receive quota again.
@@ -178,7 +178,12 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 	if err := s.writeBlob(ctx, b.rawKey(key), d.Raw); err != nil {
 		return Delivered{}, fmt.Errorf("mail: store raw message: %w", err)
 	}
+	// Attachments are byte ranges of the raw blob; only a part whose body
+	// the parser could not find verbatim in the message gets a blob.
 	for n, part := range p.Parts {
+		if part.RawOffset >= 0 {
+			continue
+		}
 		if err := s.writeBlob(ctx, b.partKey(key, n), part.Data); err != nil {
 			return Delivered{}, fmt.Errorf("mail: store attachment: %w", err)
 		}
@@ -273,8 +278,13 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 			return fmt.Errorf("mail: store message: %w", err)
 		}
 		for n, part := range p.Parts {
-			if _, err := tx.NewRaw(`INSERT INTO ? (public_id, ?, message_id, position, filename, content_type, size_bytes) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-				b.table("attachments"), b.owned(), newID("att_"), b.val, msgID, n, part.Filename, part.ContentType, len(part.Data)).Exec(ctx); err != nil {
+			var off, length, enc any // NULL: the part has a blob of its own
+			if part.RawOffset >= 0 {
+				off, length, enc = part.RawOffset, part.RawLength, part.Encoding
+			}
+			if _, err := tx.NewRaw(`INSERT INTO ? (public_id, ?, message_id, position, filename, content_type, size_bytes, raw_offset, raw_length, transfer_encoding)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				b.table("attachments"), b.owned(), newID("att_"), b.val, msgID, n, part.Filename, part.ContentType, len(part.Data), off, length, enc).Exec(ctx); err != nil {
 				return fmt.Errorf("mail: store attachment: %w", err)
 			}
 		}
@@ -291,13 +301,13 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		return nil
 	})
 	if errors.Is(err, ErrNotOurs) {
-		s.dropLoserBlobs(ctx, b, key, len(p.Parts))
+		s.dropLoserBlobs(ctx, b, key, p.Parts)
 	}
 	if err != nil {
 		return Delivered{}, err
 	}
 	if out.Duplicate {
-		s.dropLoserBlobs(ctx, b, key, len(p.Parts))
+		s.dropLoserBlobs(ctx, b, key, p.Parts)
 	}
 	return out, nil
 }
@@ -346,15 +356,17 @@ func bindPlaceholders(d storage.Dialect, n int) []bun.Safe {
 // dropLoserBlobs removes the blobs a delivery that lost a race wrote,
 // unless a stored message uses them (an identical retry writes the very
 // keys of the stored message).
-func (s *Service) dropLoserBlobs(ctx context.Context, b box, key string, parts int) {
+func (s *Service) dropLoserBlobs(ctx context.Context, b box, key string, parts []Part) {
 	var n int
 	err := s.store.DB.NewRaw("SELECT count(*) FROM ? WHERE ? = ? AND delivery_key = ?", b.table("messages"), b.owned(), b.val, key).Scan(ctx, &n)
 	if err != nil || n > 0 {
 		return
 	}
 	keys := []string{b.rawKey(key)}
-	for i := range parts {
-		keys = append(keys, b.partKey(key, i))
+	for i, p := range parts {
+		if p.RawOffset < 0 {
+			keys = append(keys, b.partKey(key, i))
+		}
 	}
 	for _, k := range keys {
 		if err := s.store.Bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {

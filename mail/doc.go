@@ -9,9 +9,10 @@
 // admins read them with adminSystemMailList and adminSystemMailGet, and
 // every such read is audited.
 //
-// Delivery is durable and idempotent (Service.Deliver): the raw MIME and
-// each attachment are written to blobs first, under keys derived from the
-// owner's stable id and the delivery id, then the delivery ledger row, the
+// Delivery is durable and idempotent (Service.Deliver): the raw MIME is
+// written to a blob first, under a key derived from the owner's stable id
+// and the delivery id (an attachment is a byte range of that blob, decoded
+// when read), then the delivery ledger row, the
 // thread (found from In-Reply-To and References), the message and its
 // attachments are written in one transaction (on SQLite shared by
 // concurrent deliveries, each in a savepoint of its own: a group commit;
@@ -27,8 +28,10 @@
 // message, keeps a copy in the sent folder, and queues it through the
 // outbox (OutboundTopic) for a RawSender, with a per-message VERP envelope
 // sender bounces+<token>@D. Delivery reports (RFC 3464 DSN, RFC 5965 ARF)
-// arriving at that address are matched by the token alone, update the
-// message's delivery state, and one complaint or five bounces in a UTC
+// arriving at that address are matched by the token, update the
+// message's delivery state (a report without the token counts only when
+// the recipient domain's mail system sent it: HandleUntokenedReport),
+// and one complaint or five bounces in a UTC
 // day pause the account's outbound mail (event user.email_outbound.paused)
 // until adminMailOutboundResume. adminSystemMailSend sends from a reserved
 // address. Sends count against quota class mail_send.

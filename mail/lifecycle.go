@@ -133,7 +133,7 @@ func purgeMessages(ctx context.Context, db bun.IDB, bucket Blobs, sys bool, now 
 			b = systemBox(r.Mailbox)
 		}
 		var positions []int
-		if err := db.NewRaw("SELECT position FROM ? WHERE message_id = ?", b.table("attachments"), r.ID).Scan(ctx, &positions); err != nil {
+		if err := db.NewRaw("SELECT position FROM ? WHERE message_id = ? AND raw_offset IS NULL", b.table("attachments"), r.ID).Scan(ctx, &positions); err != nil {
 			return n, fmt.Errorf("mail: expired attachments: %w", err)
 		}
 		keys := []string{b.rawKey(r.Key)}

@@ -74,6 +74,13 @@ type Part struct {
 	Filename    string
 	ContentType string
 	Data        []byte
+	// RawOffset and RawLength locate the part's body, still in its
+	// transfer encoding (Encoding), in the raw message: a delivery stores
+	// the attachment as this byte range of the raw MIME blob instead of a
+	// blob of its own. RawOffset is -1 when the body was not found
+	// verbatim in the raw message (then Data is stored apart).
+	RawOffset, RawLength int64
+	Encoding             string
 }
 
 // shownHeaders are the header fields readers see, in this order.
@@ -139,7 +146,7 @@ func Parse(raw []byte) (Parsed, error) {
 			}
 		}
 	}
-	walker := &walker{p: &p}
+	walker := &walker{p: &p, raw: raw, cursor: headerBytes(raw)}
 	walker.entity(textproto.MIMEHeader(h), msg.Body, 0)
 	return p, nil
 }
@@ -151,6 +158,10 @@ type walker struct {
 	p        *Parsed
 	parts    int
 	entities int
+	// raw is the message and cursor where the next leaf body is looked
+	// for in it (bodies appear in the raw message in reading order).
+	raw    []byte
+	cursor int
 }
 
 // headerBytes is the length of raw's header section (all of raw when no
@@ -193,20 +204,30 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 		return
 	}
 	w.parts++
-	data, _ := io.ReadAll(io.LimitReader(transferDecoder(h.Get("Content-Transfer-Encoding"), body), DefaultMaxMessageBytes+1))
+	cte := strings.ToLower(strings.TrimSpace(h.Get("Content-Transfer-Encoding")))
 	disp, dparams, _ := mime.ParseMediaType(h.Get("Content-Disposition"))
 	if disp != "attachment" {
 		switch {
 		case ct == "text/html" && w.p.HTML == "":
+			data, _ := io.ReadAll(io.LimitReader(transferDecoder(cte, body), DefaultMaxMessageBytes+1))
 			w.p.HTML = bodyText(data)
 			return
 		case ct == "text/plain" && w.p.Text == "":
+			data, _ := io.ReadAll(io.LimitReader(transferDecoder(cte, body), DefaultMaxMessageBytes+1))
 			w.p.Text = truncate(bodyText(data), MaxTextBytes)
 			return
 		}
 	}
 	if len(w.p.Parts) >= MaxAttachments {
 		return
+	}
+	// An attachment: its body as it stands in the message (multipart's
+	// raw parts and net/mail's body are verbatim slices of it), then
+	// decoded.
+	enc, _ := io.ReadAll(io.LimitReader(body, DefaultMaxMessageBytes+1))
+	data := enc
+	if encodingName(cte) != "" {
+		data, _ = io.ReadAll(transferDecoder(cte, bytes.NewReader(enc)))
 	}
 	name := fileName(dparams["filename"])
 	if name == "" {
@@ -215,7 +236,28 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 	if name == "" {
 		name = fmt.Sprintf("part-%d", len(w.p.Parts)+1)
 	}
-	w.p.Parts = append(w.p.Parts, Part{Filename: name, ContentType: contentType(ct), Data: data})
+	part := Part{Filename: name, ContentType: contentType(ct), Data: data, RawOffset: -1, Encoding: encodingName(cte)}
+	// Where the encoded body is in the raw message. Any occurrence of the
+	// same bytes decodes to the same data, so the first one after the
+	// previous body is as good as the body's own.
+	if w.cursor <= len(w.raw) {
+		if i := bytes.Index(w.raw[w.cursor:], enc); i >= 0 {
+			part.RawOffset, part.RawLength = int64(w.cursor+i), int64(len(enc))
+			w.cursor += i + len(enc)
+		}
+	}
+	w.p.Parts = append(w.p.Parts, part)
+}
+
+// encodingName is a Content-Transfer-Encoding as stored with a byte-range
+// attachment: base64 and quoted-printable are decoded on read, anything
+// else is read as it is (transferDecoder's rule).
+func encodingName(cte string) string {
+	switch cte {
+	case "base64", "quoted-printable":
+		return cte
+	}
+	return ""
 }
 
 // transferDecoder undoes a Content-Transfer-Encoding; an unknown one keeps

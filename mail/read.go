@@ -1,6 +1,8 @@
 package mail
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -239,8 +241,13 @@ func (s *Service) attachment(ctx context.Context, b box, id string, offset int64
 		Size        int64  `bun:"size_bytes"`
 		Position    int    `bun:"position"`
 		Key         string `bun:"delivery_key"`
+		// RawOffset is set for an attachment stored as a byte range of
+		// the raw MIME blob (RawLength bytes, transfer-encoded).
+		RawOffset sql.NullInt64  `bun:"raw_offset"`
+		RawLength sql.NullInt64  `bun:"raw_length"`
+		Encoding  sql.NullString `bun:"transfer_encoding"`
 	}
-	err := s.store.Reader.NewRaw(`SELECT a.public_id, a.filename, a.content_type, a.size_bytes, a.position, m.delivery_key
+	err := s.store.Reader.NewRaw(`SELECT a.public_id, a.filename, a.content_type, a.size_bytes, a.position, m.delivery_key, a.raw_offset, a.raw_length, a.transfer_encoding
 		FROM ? AS a JOIN ? AS m ON m.id = a.message_id WHERE a.public_id = ? AND a.? = ? AND m.? = ?`,
 		b.table("attachments"), b.table("messages"), id, b.owned(), b.val, b.owned(), b.val).Scan(ctx, &a)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -255,15 +262,15 @@ func (s *Service) attachment(ctx context.Context, b box, id string, offset int64
 	}
 	n := min(int64(AttachmentChunkBytes), a.Size-offset)
 	if n > 0 {
-		rd, err := s.store.Bucket.NewRangeReader(ctx, b.partKey(a.Key, a.Position), offset, n, nil)
-		if err != nil {
-			if gcerrors.Code(err) == gcerrors.NotFound {
-				return AttachmentPage{}, notFound("attachment", id)
-			}
-			return AttachmentPage{}, fmt.Errorf("mail: read attachment: %w", err)
+		var data []byte
+		if a.RawOffset.Valid {
+			data, err = s.rangeAttachment(ctx, b.rawKey(a.Key), a.RawOffset.Int64, a.RawLength.Int64, a.Encoding.String, offset, n)
+		} else {
+			data, err = s.blobAttachment(ctx, b.partKey(a.Key, a.Position), offset, n)
 		}
-		data, err := io.ReadAll(rd)
-		rd.Close()
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return AttachmentPage{}, notFound("attachment", id)
+		}
 		if err != nil {
 			return AttachmentPage{}, fmt.Errorf("mail: read attachment: %w", err)
 		}
@@ -273,6 +280,115 @@ func (s *Service) attachment(ctx context.Context, b box, id string, offset int64
 		}
 	}
 	return out, nil
+}
+
+// blobAttachment reads n bytes from offset of an attachment stored in a
+// blob of its own (deliveries before byte ranges, or a part not found
+// verbatim in the raw message).
+func (s *Service) blobAttachment(ctx context.Context, key string, offset, n int64) ([]byte, error) {
+	rd, err := s.store.Bucket.NewRangeReader(ctx, key, offset, n, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return io.ReadAll(rd)
+}
+
+// rangeAttachment reads n decoded bytes from offset of an attachment
+// stored as the byte range [rawOff, rawOff+rawLen) of the raw MIME blob,
+// transfer-encoded with encoding. The range is read from its start (a
+// decoded position does not map to an encoded one): base64 skips the
+// whole quanta before offset, quoted-printable decodes and drops what
+// comes before it.
+func (s *Service) rangeAttachment(ctx context.Context, key string, rawOff, rawLen int64, encoding string, offset, n int64) ([]byte, error) {
+	if encoding == "" {
+		// Stored as is: the decoded offset is the encoded one.
+		rd, err := s.store.Bucket.NewRangeReader(ctx, key, rawOff+offset, min(n, rawLen-offset), nil)
+		if err != nil {
+			return nil, err
+		}
+		defer rd.Close()
+		return io.ReadAll(rd)
+	}
+	data, ok, err := s.decodeRange(ctx, key, rawOff, rawLen, encoding, offset, n, true)
+	if err == nil && !ok {
+		data, _, err = s.decodeRange(ctx, key, rawOff, rawLen, encoding, offset, n, false)
+	}
+	return data, err
+}
+
+// decodeRange decodes n bytes from offset of a transfer-encoded range.
+// With skip, base64 quanta before the page are skipped without decoding
+// (each is 3 bytes of its own, so a page costs a scan of what precedes
+// it, not a decode: the web shell reads an attachment page by page); ok
+// is false when padding came first, which cannot happen for an offset
+// inside the attachment (decoding stopped there at delivery), and the
+// caller decodes from the start instead.
+func (s *Service) decodeRange(ctx context.Context, key string, rawOff, rawLen int64, encoding string, offset, n int64, skip bool) ([]byte, bool, error) {
+	rd, err := s.store.Bucket.NewRangeReader(ctx, key, rawOff, rawLen, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rd.Close()
+	src := &errReader{r: rd}
+	var in io.Reader = bufio.NewReaderSize(src, 64<<10)
+	if skip && encoding == "base64" && offset >= 3 {
+		rest, ok := skipBase64(in, offset/3*4)
+		if !ok {
+			return nil, false, nil
+		}
+		in, offset = rest, offset%3
+	}
+	dec := transferDecoder(encoding, in)
+	// A decoding error ends the data where it ended at delivery (the
+	// parser kept what decoded, and the size counts that): only a
+	// failure to read the blob is an error here.
+	var data []byte
+	if _, err := io.CopyN(io.Discard, dec, offset); err == nil {
+		data, _ = io.ReadAll(io.LimitReader(dec, n))
+	}
+	if src.err != nil && !errors.Is(src.err, io.EOF) {
+		return nil, false, src.err
+	}
+	return data, true, nil
+}
+
+// skipBase64 reads past the first chars base64 characters of r (what the
+// decoder would read: line breaks and stray bytes are not counted) and
+// returns the rest. ok is false when a padding '=' comes first.
+func skipBase64(r io.Reader, chars int64) (io.Reader, bool) {
+	buf := make([]byte, 32<<10)
+	for chars > 0 {
+		n, err := r.Read(buf)
+		for i, ch := range buf[:n] {
+			switch {
+			case ch == '=':
+				return nil, false
+			case ch >= 'A' && ch <= 'Z' || ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '+' || ch == '/':
+				if chars--; chars == 0 {
+					return io.MultiReader(bytes.NewReader(buf[i+1:n]), r), true
+				}
+			}
+		}
+		if err != nil {
+			return bytes.NewReader(nil), true // the range ends first: nothing after
+		}
+	}
+	return r, true
+}
+
+// errReader remembers the error its reader returned.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(b []byte) (int, error) {
+	n, err := e.r.Read(b)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // remove deletes a message: its blobs first (a failure leaves the row for
@@ -296,7 +412,7 @@ func (s *Service) remove(ctx context.Context, b box, id string) (bool, error) {
 // blobs are not an error.
 func (s *Service) deleteBlobs(ctx context.Context, b box, msgID int64, key string) error {
 	var positions []int
-	if err := s.store.DB.NewRaw("SELECT position FROM ? WHERE message_id = ?", b.table("attachments"), msgID).Scan(ctx, &positions); err != nil {
+	if err := s.store.DB.NewRaw("SELECT position FROM ? WHERE message_id = ? AND raw_offset IS NULL", b.table("attachments"), msgID).Scan(ctx, &positions); err != nil {
 		return fmt.Errorf("mail: list attachments: %w", err)
 	}
 	keys := []string{b.rawKey(key)}

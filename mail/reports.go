@@ -46,6 +46,10 @@ type Report struct {
 	MessageID string
 	// Detail is the failed recipient and status, or the feedback type.
 	Detail string
+	// Recipients are the addresses the report is about, lowercased: a
+	// DSN's failed Final-Recipient and Original-Recipient, a feedback
+	// report's Original-Rcpt-To.
+	Recipients []string
 }
 
 // maxReportParts bounds the parts walked in one report.
@@ -75,14 +79,19 @@ func ParseReport(raw []byte) (r Report, ok bool) {
 		body, _ := io.ReadAll(io.LimitReader(p, 256<<10))
 		switch {
 		case ct == "message/delivery-status" && want == "delivery-status":
-			if d, failed := failedRecipient(body); failed {
-				r.Kind, r.Detail = ReportBounce, d
+			if d, rcpts, failed := failedRecipient(body); failed {
+				r.Kind, r.Detail, r.Recipients = ReportBounce, d, rcpts
 			}
 		case ct == "message/feedback-report" && want == "feedback-report":
 			fields := readFields(body)
 			ft := strings.ToLower(strings.TrimSpace(firstField(fields, "Feedback-Type")))
 			if ft != "" {
 				r.Kind, r.Detail = ReportComplaint, "feedback-type "+headerText(ft)
+				for _, g := range fields {
+					for _, v := range g.Values("Original-Rcpt-To") {
+						r.Recipients = appendAddress(r.Recipients, v)
+					}
+				}
 			}
 		case ct == "message/rfc822" || ct == "text/rfc822-headers" || ct == "message/rfc822-headers":
 			if m, err := netmail.ReadMessage(io.MultiReader(bytes.NewReader(body), strings.NewReader("\r\n\r\n"))); err == nil {
@@ -119,17 +128,39 @@ func firstField(groups []textproto.MIMEHeader, name string) string {
 	return ""
 }
 
-func failedRecipient(body []byte) (string, bool) {
+// failedRecipient returns the detail of a DSN's first failed recipient
+// and the addresses of every failed one.
+func failedRecipient(body []byte) (detail string, rcpts []string, failed bool) {
 	for _, g := range readFields(body) {
 		if strings.EqualFold(strings.TrimSpace(g.Get("Action")), "failed") {
 			rcpt := g.Get("Final-Recipient")
-			if _, a, ok := strings.Cut(rcpt, ";"); ok {
-				rcpt = a
+			if !failed {
+				detail, failed = clip(headerText(strings.TrimSpace(typedAddress(rcpt))+" "+strings.TrimSpace(g.Get("Status"))), 300), true
 			}
-			return clip(headerText(strings.TrimSpace(rcpt)+" "+strings.TrimSpace(g.Get("Status"))), 300), true
+			rcpts = appendAddress(rcpts, rcpt)
+			rcpts = appendAddress(rcpts, g.Get("Original-Recipient"))
 		}
 	}
-	return "", false
+	return detail, rcpts, failed
+}
+
+// typedAddress is the address of a DSN/ARF address field
+// ("rfc822; bob@example.com"), the type prefix dropped.
+func typedAddress(v string) string {
+	if _, a, ok := strings.Cut(v, ";"); ok {
+		return a
+	}
+	return v
+}
+
+// appendAddress appends the address of a DSN/ARF address field, bare and
+// lowercased, when it reads as one (at most 50).
+func appendAddress(list []string, v string) []string {
+	a := strings.ToLower(strings.Trim(strings.TrimSpace(typedAddress(v)), "<>"))
+	if a == "" || len(list) >= 50 || !strings.Contains(a, "@") || strings.ContainsAny(a, " \t\r\n,") {
+		return list
+	}
+	return append(list, headerText(a))
 }
 
 // reportToken returns the VERP token of a report address
@@ -180,8 +211,116 @@ func (s *Service) HandleReport(ctx context.Context, token string, raw []byte) (b
 	if rep.MessageID != "" && !strings.EqualFold(rep.MessageID, row.HeaderMID) {
 		return false, nil
 	}
+	return s.applyReport(ctx, row, rep)
+}
+
+// reporterLocals are the local parts a report without a VERP token must
+// come from: the role addresses of a mail system, which its users cannot
+// take (so a user of the recipient's own provider cannot pose as it).
+var reporterLocals = map[string]bool{"mailer-daemon": true, "postmaster": true, "abuse": true}
+
+// HandleUntokenedReport applies a delivery report that arrived at one of
+// this server's mailboxes (postmaster@D, a user's own address) without a
+// VERP token; the message is stored where it was addressed either way.
+// authResults are the server's own sender checks of the message (what
+// Options.Authenticate answered). Unlike a token, a Message-ID is no
+// secret (every recipient sees it, replies and archives repeat it), so
+// the report counts only when all of these hold:
+//
+//   - its returned headers carry the Message-ID of a message this server
+//     sent (mail_outbound's own Message-ID, in the mail domain);
+//   - it names, as a failed DSN recipient (Final-Recipient or
+//     Original-Recipient) or a feedback report's Original-Rcpt-To, an
+//     address that message was sent to;
+//   - it comes from a role address (MAILER-DAEMON, postmaster, abuse) of
+//     that recipient's domain or a subdomain of it, and that From domain
+//     passed DMARC ("dmarc=pass header.from=…").
+//
+// So only the mail system of the recipient's domain, which could bounce
+// the message for real, can make it count; a forger who knows a
+// Message-ID and a recipient cannot. It reports whether the report
+// counted.
+func (s *Service) HandleUntokenedReport(ctx context.Context, raw []byte, authResults string) (bool, error) {
+	if s.opts.Domain == "" {
+		return false, nil
+	}
+	rep, ok := ParseReport(raw)
+	if !ok || rep.MessageID == "" || len(rep.Recipients) == 0 ||
+		!strings.HasSuffix(strings.ToLower(rep.MessageID), "@"+s.opts.Domain) {
+		return false, nil
+	}
+	from, ok := reportSender(raw)
+	if !ok {
+		return false, nil
+	}
+	local, fromDomain, _ := strings.Cut(from, "@")
+	if !reporterLocals[local] || !dmarcPassed(authResults, fromDomain) {
+		return false, nil
+	}
+	var row struct {
+		outboundRow
+		Rcpts string `bun:"rcpts"`
+	}
+	err := s.store.DB.NewRaw("SELECT id, user_id, header_message_id, rcpts FROM mail_outbound WHERE header_message_id = ?", rep.MessageID).Scan(ctx, &row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("mail: find the reported message: %w", err)
+	}
+	sent := map[string]bool{}
+	for _, a := range strings.Split(row.Rcpts, ",") {
+		sent[strings.ToLower(strings.TrimSpace(a))] = true
+	}
+	for _, r := range rep.Recipients {
+		_, rcptDomain, _ := strings.Cut(r, "@")
+		if sent[r] && (fromDomain == rcptDomain || strings.HasSuffix(fromDomain, "."+rcptDomain)) {
+			return s.applyReport(ctx, row.outboundRow, rep)
+		}
+	}
+	return false, nil
+}
+
+// reportSender is a report's single From address, lowercased.
+func reportSender(raw []byte) (string, bool) {
+	msg, err := netmail.ReadMessage(bytes.NewReader(raw))
+	if err != nil {
+		return "", false
+	}
+	l, err := msg.Header.AddressList("From")
+	if err != nil || len(l) != 1 || len(msg.Header["From"]) != 1 {
+		return "", false
+	}
+	a := strings.ToLower(l[0].Address)
+	if strings.Count(a, "@") != 1 {
+		return "", false
+	}
+	return a, true
+}
+
+// dmarcPassed reports whether results (the server's own sender checks)
+// say DMARC passed for the From domain domain.
+func dmarcPassed(results, domain string) bool {
+	for _, clause := range strings.Split(results, ";") {
+		f := strings.Fields(clause)
+		if len(f) < 2 || f[0] != "dmarc=pass" {
+			continue
+		}
+		for _, w := range f[1:] {
+			if strings.EqualFold(w, "header.from="+domain) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// applyReport records a report against an outbound message: its delivery
+// state, once per kind, and the owner's pause.
+func (s *Service) applyReport(ctx context.Context, row outboundRow, rep Report) (bool, error) {
 	now := s.now().UTC()
 	counted := false
+	var err error
 	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		res, err := tx.NewRaw("INSERT INTO mail_outbound_events (user_id, outbound_id, kind, detail, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 			row.UserID, row.ID, rep.Kind, rep.Detail, now).Exec(ctx)

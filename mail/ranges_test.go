@@ -1,0 +1,181 @@
+package mail_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"mime/quotedprintable"
+	"strings"
+	"testing"
+
+	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/mail"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// rangedMessage holds a base64 attachment (three pages), a
+// quoted-printable one, a 7bit one nested two multiparts deep, the same
+// base64 bytes a second time, a one-byte attachment and broken base64.
+func rangedMessage(bin, qp, plain []byte) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "From: Sender <sender@elsewhere.test>\r\nTo: alice@%s\r\nSubject: ranges\r\nMessage-ID: <ranges@elsewhere.test>\r\n", domain)
+	b.WriteString("MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"O\"\r\n\r\npreamble\r\n")
+	b.WriteString("--O\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nSee the attachments.\r\n")
+	enc := base64.StdEncoding.EncodeToString(bin)
+	b.WriteString("--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"a.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n")
+	for len(enc) > 76 {
+		b.WriteString(enc[:76] + "\r\n")
+		enc = enc[76:]
+	}
+	b.WriteString(enc + "\r\n")
+	var q bytes.Buffer
+	w := quotedprintable.NewWriter(&q)
+	w.Write(qp)
+	w.Close()
+	fmt.Fprintf(&b, "--O\r\nContent-Type: text/csv\r\nContent-Disposition: attachment; filename=\"b.csv\"\r\nContent-Transfer-Encoding: Quoted-Printable\r\n\r\n%s\r\n", q.String())
+	b.WriteString("--O\r\nContent-Type: multipart/mixed; boundary=\"M\"\r\n\r\n--M\r\nContent-Type: multipart/related; boundary=\"I\"\r\n\r\n")
+	fmt.Fprintf(&b, "--I\r\nContent-Type: text/x-log\r\nContent-Disposition: attachment; filename=\"c.log\"\r\n\r\n%s\r\n--I--\r\n--M--\r\n", plain)
+	fmt.Fprintf(&b, "--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"d.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n%s\r\n", base64.StdEncoding.EncodeToString(bin))
+	b.WriteString("--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"e.bin\"\r\n\r\nx\r\n")
+	// base64 in lines of varying length with stray spaces and tabs (the
+	// decoder drops them): pages after the first skip whole quanta.
+	enc = base64.StdEncoding.EncodeToString(bin[:590_000])
+	b.WriteString("--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"g.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n")
+	for i := 0; len(enc) > 0; i++ {
+		l := min(len(enc), []int{76, 13, 60, 1, 77}[i%5])
+		b.WriteString(enc[:l])
+		if i%7 == 0 {
+			b.WriteString(" \t")
+		}
+		b.WriteString("\r\n")
+		enc = enc[l:]
+	}
+	// Broken base64: what decodes before the padding in the middle is
+	// the attachment, at delivery and when read.
+	b.WriteString("--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"f.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\nQUJDRA==QUJD\r\n--O--\r\n")
+	return []byte(b.String())
+}
+
+// readAttachment reads an attachment back through mailAttachmentGet, page
+// by page.
+func readAttachment(e *env, c capabilities.Caller, id string) ([]byte, int) {
+	e.t.Helper()
+	var data []byte
+	offset, pages := int64(0), 0
+	for {
+		page := must[mail.AttachmentPage](e, c, "mailAttachmentGet", map[string]any{"attachmentId": id, "offset": offset})
+		b, err := base64.StdEncoding.DecodeString(page.DataBase64)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		data, pages = append(data, b...), pages+1
+		if page.NextOffset == 0 {
+			return data, pages
+		}
+		offset = page.NextOffset
+	}
+}
+
+func TestMailAttachmentByteRanges(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice, bob := e.user("alice"), e.user("bob")
+		bin := make([]byte, 600_000)
+		for i := range bin {
+			bin[i] = byte(i*31 + i>>8)
+		}
+		qp := []byte(strings.Repeat("naïve,café,=equals=,tab\there, trailing space \r\n", 3000) + "a line far longer than seventy-six characters, so the writer must break it with soft line breaks " + strings.Repeat("x", 300))
+		plain := []byte("line one\r\nline two, nested two multiparts deep")
+		raw := rangedMessage(bin, qp, plain)
+		d, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One blob for the delivery: the raw message.
+		if n := blobCount(t, s); n != 1 {
+			t.Errorf("%d blobs after one delivery, want 1 (attachments are ranges of the raw MIME)", n)
+		}
+		msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": d.MessageID})
+		want := map[string][]byte{"a.bin": bin, "b.csv": qp, "c.log": plain, "d.bin": bin, "e.bin": []byte("x"), "f.bin": []byte("ABCD"), "g.bin": bin[:590_000]}
+		if len(msg.Attachments) != len(want) {
+			t.Fatalf("attachments: %+v", msg.Attachments)
+		}
+		for _, a := range msg.Attachments {
+			got, pages := readAttachment(e, alice, a.ID)
+			if !bytes.Equal(got, want[a.Filename]) {
+				t.Errorf("%s: read back %d bytes that differ from the %d sent", a.Filename, len(got), len(want[a.Filename]))
+			}
+			if a.SizeBytes != int64(len(want[a.Filename])) {
+				t.Errorf("%s: size %d, want %d", a.Filename, a.SizeBytes, len(want[a.Filename]))
+			}
+			if (a.Filename == "a.bin" || a.Filename == "g.bin") && pages != 3 {
+				t.Errorf("%s in %d pages, want 3", a.Filename, pages)
+			}
+			// Another user gets not_found, exactly as for a missing id.
+			if _, err := call[mail.AttachmentPage](e, bob, "mailAttachmentGet", map[string]any{"attachmentId": a.ID}); code(err) != capabilities.CodeNotFound {
+				t.Errorf("bob's mailAttachmentGet of alice's %s: %v, want not_found", a.Filename, err)
+			}
+		}
+		var ranged int
+		if err := s.DB.NewRaw("SELECT count(*) FROM mail_attachments WHERE user_id = ? AND raw_offset IS NOT NULL", alice.OwnerID).Scan(t.Context(), &ranged); err != nil || ranged != len(want) {
+			t.Errorf("%d attachment rows are ranges (%v), want %d", ranged, err, len(want))
+		}
+
+		// Deleting the message leaves no blob and no row.
+		if del := must[mail.DeleteOutput](e, alice, "mailDelete", map[string]any{"messageId": d.MessageID}); !del.Deleted {
+			t.Fatal("not deleted")
+		}
+		if n := blobCount(t, s); n != 0 {
+			t.Errorf("%d blobs after the delete", n)
+		}
+		if n := count(t, s, "mail_attachments"); n != 0 {
+			t.Errorf("%d attachment rows after the delete", n)
+		}
+	})
+}
+
+// TestMailAttachmentOldRowsReadable: an attachment stored before byte
+// ranges (its own blob, NULL range columns) is still read, and deleted
+// with its message.
+func TestMailAttachmentOldRowsReadable(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice := e.user("alice")
+		att := []byte("the attachment of an older delivery")
+		d, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: message("old@elsewhere.test", "old", "", "old", att)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Make the row what an older build wrote: no range, a blob of its
+		// own next to the raw MIME (<prefix>/att/<key>/<position>).
+		var key string
+		if err := s.DB.NewRaw("SELECT delivery_key FROM mail_messages WHERE public_id = ?", d.MessageID).Scan(t.Context(), &key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DB.NewRaw("UPDATE mail_attachments SET raw_offset = NULL, raw_length = NULL, transfer_encoding = NULL WHERE user_id = ?", alice.OwnerID).Exec(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		// The legacy blob holds other bytes than the raw MIME's range, so
+		// reading the range by mistake would show.
+		legacy := []byte("the attachment, from its own blob")
+		if err := s.Bucket.WriteAll(t.Context(), fmt.Sprintf("%s/%s/att/%s/0", alice.UserID, mail.BlobDomain, key), legacy, nil); err != nil {
+			t.Fatal(err)
+		}
+		msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": d.MessageID})
+		if len(msg.Attachments) != 1 {
+			t.Fatalf("attachments: %+v", msg.Attachments)
+		}
+		page := must[mail.AttachmentPage](e, alice, "mailAttachmentGet", map[string]any{"attachmentId": msg.Attachments[0].ID})
+		if got, _ := base64.StdEncoding.DecodeString(page.DataBase64); !bytes.HasPrefix(legacy, got) || len(got) == 0 {
+			t.Errorf("old row read %q, want the start of its own blob %q", got, legacy)
+		}
+		if n := blobCount(t, s); n != 2 {
+			t.Fatalf("%d blobs, want the raw MIME and the old attachment blob", n)
+		}
+		must[mail.DeleteOutput](e, alice, "mailDelete", map[string]any{"messageId": d.MessageID})
+		if n := blobCount(t, s); n != 0 {
+			t.Errorf("%d blobs left after deleting an old message, want 0", n)
+		}
+	})
+}
