@@ -4,13 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"maps"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,151 +60,6 @@ func answerOf(t *testing.T, resp *http.Response) seen {
 		a.Messages = append(a.Messages, m)
 	}
 	return a
-}
-
-// TestDirectPath2026AnswersLikeMCPGo sends the same protocol 2026-07-28
-// tools/call requests (and a few of an older session, as a control) to a
-// server with the direct path and to one that hands everything to mcp-go's
-// transport, and compares what the client gets: status, media type and
-// every message, including the notifications of a streamed call, the
-// input-required round trip, and the answers to requests that the direct
-// path leaves to mcp-go. TestDirectPathAnswersLikeMCPGo covers the older
-// protocols in depth.
-func TestDirectPath2026AnswersLikeMCPGo(t *testing.T) {
-	direct := newFixture(t)
-	viaMCPGo := newFixture(t, func(o *Options) { o.noDirect = true })
-	type req struct {
-		name, token, contentType, body string
-		modern                         bool              // protocol 2026-07-28: no session
-		headers                        map[string]string // on top of the usual ones
-	}
-	// modern is a 2026-07-28 tools/call of tool with params, its _meta
-	// carrying the protocol version, client info and caps (nil: no caps).
-	modern := func(label, tool string, params map[string]any, caps any, headers map[string]string) req {
-		meta := map[string]any{
-			"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-			"io.modelcontextprotocol/clientInfo":      map[string]any{"name": "t", "version": "1"},
-		}
-		if caps != nil {
-			meta["io.modelcontextprotocol/clientCapabilities"] = caps
-		}
-		p := map[string]any{"name": tool, "_meta": meta}
-		for k, v := range params {
-			if k == "_meta" {
-				for mk, mv := range v.(map[string]any) {
-					meta[mk] = mv
-				}
-				continue
-			}
-			p[k] = v
-		}
-		h := map[string]string{versionHeader: "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool}
-		for k, v := range headers {
-			if v == "" {
-				delete(h, k)
-			} else {
-				h[k] = v
-			}
-		}
-		return req{name: "2026-07-28 " + label, modern: true, headers: h, body: rpc(7, "tools/call", p)}
-	}
-	noCaps := map[string]any{}
-	elicit := map[string]any{"elicitation": map[string]any{}}
-	text := map[string]any{"arguments": map[string]any{"text": "hi"}}
-	call := func(id any, params string) string {
-		b, _ := json.Marshal(id)
-		return `{"jsonrpc":"2.0","id":` + string(b) + `,"method":"tools/call","params":` + params + `}`
-	}
-	cases := []req{
-		{name: "echo", body: call(7, `{"name":"echo","arguments":{"text":"hi"}}`)},
-		{name: "progress and log", body: call(7, `{"name":"progress","arguments":{"tag":"t"},"_meta":{"progressToken":"p"}}`)},
-		modern("echo", "echo", text, noCaps, nil),
-		modern("unknown tool", "nope", text, noCaps, nil),
-		modern("hidden tool", "adminOnly", text, noCaps, nil),
-		modern("internal failure", "fail", nil, noCaps, nil),
-		modern("bad arguments", "echo", map[string]any{"arguments": map[string]any{"text": 1}}, noCaps, nil),
-		modern("progress, no log level", "progress", map[string]any{"arguments": map[string]any{"tag": "m"},
-			"_meta": map[string]any{"progressToken": "p"}}, noCaps, nil),
-		modern("progress and log", "progress", map[string]any{"arguments": map[string]any{"tag": "m"},
-			"_meta": map[string]any{"progressToken": "p", "io.modelcontextprotocol/logLevel": "info"}}, noCaps, nil),
-		modern("ask, elicitation declared", "ask", nil, elicit, nil),
-		modern("ask, elicitation not declared", "ask", nil, noCaps, nil),
-		modern("ask, bad request state", "ask", map[string]any{"requestState": "forged"}, elicit, nil),
-		modern("no client capabilities", "echo", text, nil, nil),
-		modern("no Mcp-Name", "echo", text, noCaps, map[string]string{"Mcp-Name": ""}),
-		modern("wrong Mcp-Name", "echo", text, noCaps, map[string]string{"Mcp-Name": "fail"}),
-		modern("wrong Mcp-Method", "echo", text, noCaps, map[string]string{"Mcp-Method": "tools/list"}),
-		modern("header version differs", "echo", text, noCaps, map[string]string{versionHeader: "2025-11-25"}),
-		modern("no version header", "echo", text, noCaps, map[string]string{versionHeader: ""}),
-		modern("Last-Event-ID", "echo", text, noCaps, map[string]string{"Last-Event-ID": "1"}),
-	}
-	send := func(f *fixture, sid string, c req) seen {
-		t.Helper()
-		r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(c.body))
-		must(t, err)
-		r.Header.Set("Authorization", "Bearer "+c.token)
-		r.Header.Set("Content-Type", c.contentType)
-		r.Header.Set("Accept", "application/json, text/event-stream")
-		if !c.modern {
-			r.Header.Set(sessionHeader, sid)
-			r.Header.Set(versionHeader, testProtocol)
-		}
-		for k, v := range c.headers {
-			r.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(r)
-		must(t, err)
-		defer resp.Body.Close()
-		return answerOf(t, resp)
-	}
-	sessions := map[*fixture]map[string]string{direct: {}, viaMCPGo: {}}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if c.token == "" {
-				c.token = "alice-token"
-			}
-			if c.contentType == "" {
-				c.contentType = "application/json"
-			}
-			var got [2]seen
-			for i, f := range []*fixture{direct, viaMCPGo} {
-				sid, ok := sessions[f][c.token]
-				if !ok && !c.modern {
-					sid = f.initialize(c.token)
-					sessions[f][c.token] = sid
-				}
-				got[i] = send(f, sid, c)
-			}
-			if !reflect.DeepEqual(got[0], got[1]) {
-				t.Fatalf("direct path answered\n  %+v\nmcp-go answered\n  %+v", got[0], got[1])
-			}
-			if len(got[0].Messages) == 0 && got[0].Status == http.StatusOK {
-				t.Fatalf("empty answer: %+v", got[0])
-			}
-		})
-	}
-}
-
-// TestDirectPathTaskCreatedLikeMCPGo: a 2026-07-28 call that continues as
-// a task answers with the same CreateTaskResult shape on both paths (the
-// task id and times differ by nature), and the task runs to its question.
-func TestDirectPathTaskCreatedLikeMCPGo(t *testing.T) {
-	var shapes [2]string
-	for i, noDirect := range []bool{false, true} {
-		f := taskFixture(t, func(o *Options) { o.noDirect = noDirect })
-		status, m := f.modernCall("alice-token", "tools/call", "longJob", map[string]any{"name": "longJob", "arguments": map[string]any{}}, taskCaps)
-		res, _ := m["result"].(map[string]any)
-		id, _ := res["taskId"].(string)
-		if status != http.StatusOK || id == "" {
-			t.Fatalf("noDirect=%v: %d %v", noDirect, status, m)
-		}
-		keys := slices.Sorted(maps.Keys(res))
-		shapes[i] = fmt.Sprint(status, keys, res["resultType"], res["status"], m["id"])
-		f.waitStatus("alice-token", id, "input_required")
-	}
-	if shapes[0] != shapes[1] {
-		t.Fatalf("direct path: %s\nmcp-go:      %s", shapes[0], shapes[1])
-	}
 }
 
 // TestCallersRequestHeaderUntouched: the transport no longer clones each

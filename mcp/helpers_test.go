@@ -25,7 +25,7 @@ const testProtocol = "2025-11-25"
 // fixture is a running MCP server with three users (alice, bob, admin)
 // and a set of test capabilities.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *Server
 	url    string
 	reg    *capabilities.Registry
@@ -114,7 +114,7 @@ var (
 	writes   = &capabilities.Annotations{Destructive: true}
 )
 
-func newFixture(t *testing.T, tweak ...func(*Options)) *fixture {
+func newFixture(t testing.TB, tweak ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{
 		t:     t,
@@ -246,7 +246,7 @@ func newFixture(t *testing.T, tweak ...func(*Options)) *fixture {
 	return f
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +306,7 @@ func readAll(resp *http.Response) string {
 }
 
 // messages decodes a response body: one JSON message, or an SSE stream.
-func messages(t *testing.T, resp *http.Response) []map[string]any {
+func messages(t testing.TB, resp *http.Response) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
@@ -326,7 +326,7 @@ func messages(t *testing.T, resp *http.Response) []map[string]any {
 }
 
 // result returns the final response message of a body.
-func result(t *testing.T, resp *http.Response) map[string]any {
+func result(t testing.TB, resp *http.Response) map[string]any {
 	t.Helper()
 	msgs := messages(t, resp)
 	for _, m := range msgs {

@@ -18,7 +18,7 @@ var taskCaps = map[string]any{"elicitation": map[string]any{}, "extensions": map
 
 // taskFixture serves a capability that continues as a task and asks a
 // question from there.
-func taskFixture(t *testing.T, tweak ...func(*Options)) *fixture {
+func taskFixture(t testing.TB, tweak ...func(*Options)) *fixture {
 	f := newFixture(t, append([]func(*Options){func(o *Options) { o.Tasks = MemoryTasks() }}, tweak...)...)
 	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
 		Name: "longJob", Domain: "test", Description: "Runs as a task and asks.", Annotations: readOnly, Task: capabilities.TaskOptional,
