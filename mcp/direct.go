@@ -153,6 +153,21 @@ func firstByte(b []byte) byte {
 
 // rpcResponse is a JSON-RPC response as the direct path writes it; the id
 // is echoed byte for byte.
+// mcpgoID is id as mcp-go writes it back after decoding it into its
+// RequestId: a string or an integer-valued number canonical, any other
+// number through float64. An id it cannot decode is kept as it came.
+func mcpgoID(id json.RawMessage) json.RawMessage {
+	var r mcpgo.RequestId
+	if err := json.Unmarshal(id, &r); err != nil {
+		return id
+	}
+	out, err := json.Marshal(r)
+	if err != nil {
+		return id
+	}
+	return out
+}
+
 type rpcResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
@@ -206,7 +221,10 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 	if s.reg.Screen(ctx, st.caller, name) {
 		// mcp-go's words, so that both paths answer an unknown or hidden
 		// tool the same way.
-		resp = rpcResponse{ID: id, Error: &rpcError{Code: mcpgo.INVALID_PARAMS,
+		// The id too: an unknown name is answered by mcp-go, which
+		// re-encodes the id (1e2 comes back as 100), so a hidden one
+		// must be, or its spelling would tell the two apart.
+		resp = rpcResponse{ID: mcpgoID(id), Error: &rpcError{Code: mcpgo.INVALID_PARAMS,
 			Message: fmt.Sprintf("tool '%s' not found: %v", name, mcpserver.ErrToolNotFound)}}
 	} else {
 		req := mcpgo.CallToolRequest{Request: mcpgo.Request{Method: string(mcpgo.MethodToolsCall)}}
