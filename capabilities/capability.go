@@ -192,8 +192,9 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 			args = withDefaults
 		}
 		if !absent(args) {
-			dec := json.NewDecoder(bytes.NewReader(args))
-			if err := dec.Decode(&in); err != nil {
+			// json.Unmarshal, not a Decoder: no decoder and buffer to
+			// allocate per call, and trailing data after the value is refused.
+			if err := json.Unmarshal(args, &in); err != nil {
 				return Result{}, &Error{Code: CodeInvalidInput, Message: "arguments do not match the input schema", Err: err}
 			}
 		}
