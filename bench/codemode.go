@@ -531,8 +531,9 @@ func printCodeMode(w io.Writer, rep Report, clients int, servers []ServerResult,
 	a, okA := byKey["a"]
 	fmt.Fprintf(w, "\n### Code mode ratios, %d clients: to (a) bare mcp-go's echo and to the same server's plain echo ((b) or (c)), same run\n\n", clients)
 	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| server\t throughput ×(a)\t p50 ×(a)\t p99 ×(a)\t CPU per call ×(a)\t throughput ×echo\t p50 ×echo\t p99 ×echo\t CPU per call ×echo\t")
-	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	fmt.Fprintln(tw, "| server\t throughput ×(a)\t p50 ×(a)\t p99 ×(a)\t CPU per call ×(a)\t throughput ×echo\t p50 ×echo\t p99 ×echo\t CPU per call ×echo\t throughput ×(f)\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	f, okF := floorOf(servers)
 	ratio := func(ok bool, x, y float64) string {
 		if !ok || y == 0 {
 			return "–"
@@ -544,9 +545,10 @@ func printCodeMode(w io.Writer, rep Report, clients int, servers []ServerResult,
 			continue
 		}
 		e, okE := byKey[codeModeKeys[s.Key].base]
-		fmt.Fprintf(tw, "| %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t\n", s.Name,
+		fmt.Fprintf(tw, "| %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t\n", s.Name,
 			ratio(okA, s.Load.RPS, a.Load.RPS), ratio(okA, s.Load.P50ms, a.Load.P50ms), ratio(okA, s.Load.P99ms, a.Load.P99ms), ratio(okA, s.CPUPer1k, a.CPUPer1k),
-			ratio(okE, s.Load.RPS, e.Load.RPS), ratio(okE, s.Load.P50ms, e.Load.P50ms), ratio(okE, s.Load.P99ms, e.Load.P99ms), ratio(okE, s.CPUPer1k, e.CPUPer1k))
+			ratio(okE, s.Load.RPS, e.Load.RPS), ratio(okE, s.Load.P50ms, e.Load.P50ms), ratio(okE, s.Load.P99ms, e.Load.P99ms), ratio(okE, s.CPUPer1k, e.CPUPer1k),
+			ratio(okF, s.Load.RPS, f.Load.RPS))
 	}
 	tw.Flush()
 	if paced {

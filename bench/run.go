@@ -65,6 +65,9 @@ type Machine struct {
 }
 
 var serverNames = map[string]string{
+	// The floor: net/http, one JSON-RPC envelope decoded and one answer
+	// encoded, no MCP library, no auth (floor.go).
+	"f": "(f) floor: net/http JSON-RPC echo, no MCP library, no auth",
 	"a": "(a) mcp-go bare, no auth",
 	"b": "(b) enclave, OAuth+roles+quota, SQLite, caller cache",
 	"c": "(c) enclave, OAuth+roles+quota, PostgreSQL, caller cache",
@@ -85,7 +88,7 @@ var serverNames = map[string]string{
 func runMain(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	revocations := fs.Int("revocations", 100, "revocations timed between two replicas on PostgreSQL (0: skip; needs ENCLAVE_TEST_POSTGRES)")
-	servers := fs.String("servers", "a,b,c,d", "servers to compare (c needs ENCLAVE_TEST_POSTGRES, d needs node; bsql is (b) with an SQL quota counter, bmeter (b) with enclave's quota.Meter)")
+	servers := fs.String("servers", "f,a,b,c,d", "servers to compare (f, also spelled floor: plain net/http JSON-RPC echo; c needs ENCLAVE_TEST_POSTGRES, d needs node; bsql is (b) with an SQL quota counter, bmeter (b) with enclave's quota.Meter)")
 	clientList := fs.String("clients", "16", "concurrent clients, each with its own user, token and session; a comma-separated list (e.g. 16,200) measures every server at each")
 	warmup := fs.Duration("warmup", 3*time.Second, "warm-up per server, not measured")
 	duration := fs.Duration("duration", 10*time.Second, "measured window per server and round")
@@ -177,7 +180,11 @@ func runMain(args []string) error {
 	var keys []string
 	if *servers != "" {
 		for _, k := range strings.Split(*servers, ",") {
-			keys = append(keys, strings.TrimSpace(k))
+			k = strings.TrimSpace(k)
+			if k == "floor" {
+				k = "f"
+			}
+			keys = append(keys, k)
 		}
 	}
 	if *withStorageRows {
@@ -394,8 +401,8 @@ func measureServer(r *ServerResult, self, logDir string, serverCore, loadCore, c
 	var argv, joinArgv []string
 	dir := ""
 	switch r.Key {
-	case "a":
-		argv = []string{self, "serve", "-kind", "a", "-max-lifetime", life.String()}
+	case "a", "f":
+		argv = []string{self, "serve", "-kind", r.Key, "-max-lifetime", life.String()}
 		tokens = ""
 	case "b", "c", "b0", "c0", "c2", "bsql", "bmeter", "bx", "bxe", "cx", "cxe", "bsg", "bss", "csg", "css":
 		kind, ttl := r.Key[:1], "30s"
@@ -623,6 +630,7 @@ func printReport(w io.Writer, rep Report) {
 		if len(plain) > 0 {
 			printLevel(w, rep, n, load, plain)
 			if !paced {
+				printFloorTargets(w, n, plain)
 				printTargets(w, n, plain)
 			}
 		}
@@ -647,37 +655,63 @@ func printLevel(w io.Writer, rep Report, clients int, load string, servers []Ser
 	fmt.Fprintf(w, "\n## MCP tools/call, %d clients, %s, %s measured per server and round, best of %v rounds\n", clients, load, rep.Flags["duration"], rep.Flags["rounds"])
 	fmt.Fprintf(w, "machine: %s, %d cores, %.1f GiB, kernel %s, %s, node %s, pinned=%v\n\n",
 		rep.Machine.CPU, rep.Machine.Cores, rep.Machine.MemGiB, rep.Machine.Kernel, rep.Machine.Go, rep.Machine.Node, rep.Machine.Pinned)
+	f, okF := floorOf(servers)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| server\t req/s\t p50 ms\t p99 ms\t p99.9 ms\t errors\t server CPU-s/1k calls\t server core use\t peak RSS MiB\t loadgen core use\t")
-	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	fmt.Fprintln(tw, "| server\t req/s\t throughput ×(f)\t p50 ms\t p99 ms\t p99.9 ms\t errors\t server CPU-s/1k calls\t server core use\t peak RSS MiB\t loadgen core use\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
 	var a *ServerResult
 	for i := range servers {
 		s := &servers[i]
 		if s.Skipped != "" {
-			fmt.Fprintf(tw, "| %s\t skipped: %s\t\t\t\t\t\t\t\t\t\n", s.Name, s.Skipped)
+			fmt.Fprintf(tw, "| %s\t skipped: %s\t\t\t\t\t\t\t\t\t\t\n", s.Name, s.Skipped)
 			continue
 		}
 		if s.Key == "a" {
 			a = s
 		}
-		fmt.Fprintf(tw, "| %s\t %.0f\t %.2f\t %.2f\t %.2f\t %d\t %.3f\t %.0f%%\t %.1f\t %.0f%%\t\n", s.Name, s.Load.RPS, s.Load.P50ms, s.Load.P99ms,
-			s.Load.P999ms, s.Load.Errors, s.CPUPer1k, 100*s.CPUUtil, s.PeakRSSMiB, 100*s.LoadCPUUtil)
+		fmt.Fprintf(tw, "| %s\t %.0f\t %s\t %.2f\t %.2f\t %.2f\t %d\t %.3f\t %.0f%%\t %.1f\t %.0f%%\t\n", s.Name, s.Load.RPS, ratioCell(okF, s.Load.RPS, f.Load.RPS),
+			s.Load.P50ms, s.Load.P99ms, s.Load.P999ms, s.Load.Errors, s.CPUPer1k, 100*s.CPUUtil, s.PeakRSSMiB, 100*s.LoadCPUUtil)
 	}
 	tw.Flush()
-	if a != nil && a.Load.RPS > 0 {
-		fmt.Fprintf(w, "\n### Ratios to (a), %d clients\n\n", clients)
-		tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-		fmt.Fprintln(tw, "| server\t throughput ×(a)\t p50 ×(a)\t p99 ×(a)\t CPU per call ×(a)\t")
-		fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t")
-		for _, s := range servers {
-			if s.Key == "a" || s.Skipped != "" {
-				continue
-			}
-			fmt.Fprintf(tw, "| %s\t %.2f\t %.2f\t %.2f\t %.2f\t\n", s.Name, s.Load.RPS/a.Load.RPS, s.Load.P50ms/a.Load.P50ms,
-				s.Load.P99ms/a.Load.P99ms, s.CPUPer1k/a.CPUPer1k)
-		}
-		tw.Flush()
+	if !okF && (a == nil || a.Load.RPS <= 0) {
+		return
 	}
+	fmt.Fprintf(w, "\n### Ratios to (f) the floor and to (a) bare mcp-go, %d clients\n\n", clients)
+	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| server\t throughput ×(f)\t p50 ×(f)\t p99 ×(f)\t CPU per call ×(f)\t throughput ×(a)\t p50 ×(a)\t p99 ×(a)\t CPU per call ×(a)\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	okA := a != nil
+	var sa ServerResult
+	if okA {
+		sa = *a
+	}
+	for _, s := range servers {
+		if s.Key == "f" || s.Skipped != "" {
+			continue
+		}
+		fmt.Fprintf(tw, "| %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t\n", s.Name,
+			ratioCell(okF, s.Load.RPS, f.Load.RPS), ratioCell(okF, s.Load.P50ms, f.Load.P50ms), ratioCell(okF, s.Load.P99ms, f.Load.P99ms), ratioCell(okF, s.CPUPer1k, f.CPUPer1k),
+			ratioCell(okA, s.Load.RPS, sa.Load.RPS), ratioCell(okA, s.Load.P50ms, sa.Load.P50ms), ratioCell(okA, s.Load.P99ms, sa.Load.P99ms), ratioCell(okA, s.CPUPer1k, sa.CPUPer1k))
+	}
+	tw.Flush()
+}
+
+// floorOf is the measured floor row (f) among servers of one level.
+func floorOf(servers []ServerResult) (ServerResult, bool) {
+	for _, s := range servers {
+		if s.Key == "f" && s.Skipped == "" && s.Load.RPS > 0 {
+			return s, true
+		}
+	}
+	return ServerResult{}, false
+}
+
+// ratioCell is x/y with two decimals, or "–" when y is not measured.
+func ratioCell(ok bool, x, y float64) string {
+	if !ok || y == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", x/y)
 }
 
 // printTargets judges the targets of issue 19 on one concurrency level:
@@ -690,7 +724,7 @@ func printTargets(w io.Writer, clients int, servers []ServerResult) {
 			byKey[s.Key] = s
 		}
 	}
-	fmt.Fprintf(w, "\n### Targets, %d clients\n\n", clients)
+	fmt.Fprintf(w, "\n### Targets of issue 19, %d clients\n\n", clients)
 	target := func(name string, ok bool, have bool, detail string) {
 		verdict := "not measured"
 		if have {
@@ -713,6 +747,41 @@ func printTargets(w io.Writer, clients int, servers []ServerResult) {
 		target(fmt.Sprintf("(%s) p99 ≤ %.1f× (a)", t.key, t.p99), okA && ok && s.Load.P99ms <= t.p99*sa.Load.P99ms, okA && ok, fmt.Sprintf("%.2f×", safeDiv(s.Load.P99ms, sa.Load.P99ms)))
 		target(fmt.Sprintf("(%s) throughput ≥ %.0f× (d)", t.key, t.vd), ok && okD && s.Load.RPS >= t.vd*sd.Load.RPS, ok && okD, fmt.Sprintf("%.2f×", safeDiv(s.Load.RPS, sd.Load.RPS)))
 	}
+}
+
+// printFloorTargets judges the performance targets of issue 27 on one
+// concurrency level, in the same run: at up to 16 clients (b) ≥ 0.65× the
+// floor and ≥ 1.25× bare mcp-go, (c) ≥ 0.6× the floor, and the CPU per
+// call of (b) and (c) ≤ 0.8× bare mcp-go's; at 200 clients and more, (b)'s
+// p99 ≤ bare mcp-go's.
+func printFloorTargets(w io.Writer, clients int, servers []ServerResult) {
+	byKey := map[string]ServerResult{}
+	for _, s := range servers {
+		if s.Skipped == "" && s.Load.RPS > 0 {
+			byKey[s.Key] = s
+		}
+	}
+	sf, okF := byKey["f"]
+	sa, okA := byKey["a"]
+	sb, okB := byKey["b"]
+	sc, okC := byKey["c"]
+	fmt.Fprintf(w, "\n### Targets of issue 27 (the floor), %d clients\n\n", clients)
+	target := func(name string, have, ok bool, x, y float64) {
+		verdict := "not measured"
+		if have {
+			verdict = map[bool]string{true: "REACHED", false: "NOT reached"}[ok]
+		}
+		fmt.Fprintf(w, "- %s: %s (%.2f×)\n", name, verdict, safeDiv(x, y))
+	}
+	if clients >= 200 {
+		target(fmt.Sprintf("(b) p99 ≤ (a)'s at %d clients", clients), okA && okB, sb.Load.P99ms <= sa.Load.P99ms, sb.Load.P99ms, sa.Load.P99ms)
+		return
+	}
+	target("(b) throughput ≥ 0.65× (f) the floor", okF && okB, sb.Load.RPS >= 0.65*sf.Load.RPS, sb.Load.RPS, sf.Load.RPS)
+	target("(b) throughput ≥ 1.25× (a) bare mcp-go", okA && okB, sb.Load.RPS >= 1.25*sa.Load.RPS, sb.Load.RPS, sa.Load.RPS)
+	target("(c) throughput ≥ 0.6× (f) the floor", okF && okC, sc.Load.RPS >= 0.6*sf.Load.RPS, sc.Load.RPS, sf.Load.RPS)
+	target("(b) server CPU per call ≤ 0.8× (a)'s", okA && okB, sb.CPUPer1k <= 0.8*sa.CPUPer1k, sb.CPUPer1k, sa.CPUPer1k)
+	target("(c) server CPU per call ≤ 0.8× (a)'s (the database's CPU not counted)", okA && okC, sc.CPUPer1k <= 0.8*sa.CPUPer1k, sc.CPUPer1k, sa.CPUPer1k)
 }
 
 func printRevocation(w io.Writer, rep Report) {

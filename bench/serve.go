@@ -41,7 +41,7 @@ import (
 // users are written to -tokens-out first, one a line.
 func serveMain(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	kind := fs.String("kind", "a", "a (bare mcp-go), b (enclave on SQLite) or c (enclave on PostgreSQL)")
+	kind := fs.String("kind", "a", "f or floor (plain net/http JSON-RPC echo, no MCP library), a (bare mcp-go), b (enclave on SQLite) or c (enclave on PostgreSQL)")
 	users := fs.Int("users", 16, "users to create, each with its own OAuth client and token (b, c)")
 	tokensOut := fs.String("tokens-out", "", "file to write the users' access tokens to (b, c)")
 	traceOut := fs.String("trace-out", "", "file to write the SQL statements of one traced tools/call to (b, c)")
@@ -97,6 +97,8 @@ func serveMain(args []string) error {
 	}
 	defer ln.Close()
 	switch *kind {
+	case "f", "floor":
+		return serveFloor(ctx, ln)
 	case "a":
 		return serveBare(ctx, ln)
 	case "b":
@@ -114,7 +116,8 @@ func serveMain(args []string) error {
 func ready(ln net.Listener) { fmt.Printf("READY %s\n", ln.Addr()) }
 
 // serveBare is server (a): mcp-go's streamable HTTP transport with one
-// echo tool, its defaults, no authentication. The floor.
+// echo tool, its defaults, no authentication: what an MCP library alone
+// costs (the floor, (f), is below it).
 func serveBare(ctx context.Context, ln net.Listener) error {
 	s := mcpserver.NewMCPServer("bench-bare", "1", mcpserver.WithToolCapabilities(false))
 	s.AddTool(mcpgo.NewTool("echo",

@@ -150,8 +150,9 @@ func printStorage(w io.Writer, rep Report, clients int, servers []ServerResult) 
 	fmt.Fprintf(w, "\n## Storage buckets: MCP tools/call storageGet / storageSet, %d clients, %s measured per server and round\n\n", clients, rep.Flags["storage_duration"])
 	fmt.Fprintf(w, "each client its own user and key (%d-byte value); storageSet cycles over 64 keys; the plain capability call is the same server's echo, same run\n\n", len(storageValue(0, 0)))
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| server\t req/s\t p50 ms\t p99 ms\t errors\t server CPU-s/1k calls\t throughput ×echo\t p50 ×echo\t p99 ×echo\t CPU per call ×echo\t")
-	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	fmt.Fprintln(tw, "| server\t req/s\t p50 ms\t p99 ms\t errors\t server CPU-s/1k calls\t throughput ×echo\t p50 ×echo\t p99 ×echo\t CPU per call ×echo\t throughput ×(f)\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	f, okF := floorOf(servers)
 	ratio := func(ok bool, x, y float64) string {
 		if !ok || y == 0 {
 			return "–"
@@ -160,12 +161,13 @@ func printStorage(w io.Writer, rep Report, clients int, servers []ServerResult) 
 	}
 	for _, s := range rows {
 		if s.Skipped != "" {
-			fmt.Fprintf(tw, "| %s\t skipped: %s\t\t\t\t\t\t\t\t\t\n", s.Name, s.Skipped)
+			fmt.Fprintf(tw, "| %s\t skipped: %s\t\t\t\t\t\t\t\t\t\t\n", s.Name, s.Skipped)
 			continue
 		}
 		e, okE := byKey[storageKeys[s.Key].base]
-		fmt.Fprintf(tw, "| %s\t %.0f\t %.2f\t %.2f\t %d\t %.3f\t %s\t %s\t %s\t %s\t\n", s.Name, s.Load.RPS, s.Load.P50ms, s.Load.P99ms, s.Load.Errors, s.CPUPer1k,
-			ratio(okE, s.Load.RPS, e.Load.RPS), ratio(okE, s.Load.P50ms, e.Load.P50ms), ratio(okE, s.Load.P99ms, e.Load.P99ms), ratio(okE, s.CPUPer1k, e.CPUPer1k))
+		fmt.Fprintf(tw, "| %s\t %.0f\t %.2f\t %.2f\t %d\t %.3f\t %s\t %s\t %s\t %s\t %s\t\n", s.Name, s.Load.RPS, s.Load.P50ms, s.Load.P99ms, s.Load.Errors, s.CPUPer1k,
+			ratio(okE, s.Load.RPS, e.Load.RPS), ratio(okE, s.Load.P50ms, e.Load.P50ms), ratio(okE, s.Load.P99ms, e.Load.P99ms), ratio(okE, s.CPUPer1k, e.CPUPer1k),
+			ratio(okF, s.Load.RPS, f.Load.RPS))
 	}
 	tw.Flush()
 }

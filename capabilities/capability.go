@@ -95,7 +95,8 @@ type Capability struct {
 	Describe func(ctx context.Context, caller Caller) string
 
 	input *jsonschema.Resolved
-	err   error // a definition error found by Define, reported by Register
+	flat  *flatObject // input's compiled check, when input is that simple
+	err   error       // a definition error found by Define, reported by Register
 }
 
 // TaskSupport says whether a capability may run as a task: a long-running
@@ -191,8 +192,9 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 			args = withDefaults
 		}
 		if !absent(args) {
-			dec := json.NewDecoder(bytes.NewReader(args))
-			if err := dec.Decode(&in); err != nil {
+			// json.Unmarshal, not a Decoder: no decoder and buffer to
+			// allocate per call, and trailing data after the value is refused.
+			if err := json.Unmarshal(args, &in); err != nil {
 				return Result{}, &Error{Code: CodeInvalidInput, Message: "arguments do not match the input schema", Err: err}
 			}
 		}
@@ -284,6 +286,9 @@ func (c *Capability) validate(vocab *Vocabulary, names *regexp.Regexp) error {
 		errs = append(errs, fmt.Errorf("input schema: %w", err))
 	}
 	c.input = rs
+	if rs != nil {
+		c.flat = compileFlatObject(rs.Schema())
+	}
 	if len(c.OutputSchema) > 0 {
 		if _, err := resolveObjectSchema(c.OutputSchema); err != nil {
 			errs = append(errs, fmt.Errorf("output schema: %w", err))
@@ -325,6 +330,9 @@ func (c *Capability) validateInput(args json.RawMessage) (json.RawMessage, error
 		if args, err = json.Marshal(tree); err != nil {
 			return nil, &Error{Code: CodeInvalidInput, Message: "arguments are not valid JSON"}
 		}
+	}
+	if c.flat != nil && c.flat.valid(v) {
+		return args, nil
 	}
 	if err := c.input.Validate(v); err != nil {
 		return nil, &Error{Code: CodeInvalidInput, Message: "invalid arguments: " + describeInvalid(schema, v, err)}

@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,11 @@ type Metrics struct {
 	laneRuns      *prometheus.CounterVec
 	rateLimited   *prometheus.CounterVec
 	purged        *prometheus.CounterVec
+
+	// httpSeries keeps the request counter and duration observer of each
+	// (route, status) seen (httpKey → *httpSeries): ObserveHTTP runs on
+	// every request, and a vector's label lookup hashes and locks each time.
+	httpSeries sync.Map
 
 	// Daily keeps per-day call and denial counts for the admin overview.
 	Daily *Daily
@@ -84,11 +90,31 @@ func (m *Metrics) Handler() http.Handler {
 
 // ObserveHTTP records one finished request.
 func (m *Metrics) ObserveHTTP(route string, status int, d time.Duration) {
-	m.httpRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
-	m.httpDuration.WithLabelValues(route).Observe(d.Seconds())
+	k := httpKey{route: route, status: status}
+	v, ok := m.httpSeries.Load(k)
+	if !ok {
+		v, _ = m.httpSeries.LoadOrStore(k, &httpSeries{
+			requests: m.httpRequests.WithLabelValues(route, strconv.Itoa(status)),
+			duration: m.httpDuration.WithLabelValues(route),
+		})
+	}
+	series := v.(*httpSeries)
+	series.requests.Inc()
+	series.duration.Observe(d.Seconds())
 	if status == http.StatusTooManyRequests {
 		m.rateLimited.WithLabelValues(route).Inc()
 	}
+}
+
+type httpKey struct {
+	route  string
+	status int
+}
+
+// httpSeries is one (route, status)'s series.
+type httpSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 // ObserveCall implements capabilities.Observer.

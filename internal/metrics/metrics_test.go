@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,47 @@ func TestDailyRollup(t *testing.T) {
 		days, _ = NewDaily().Read(ctx, st.Reader, 30, now)
 		if days[27].Calls != 0 || days[29].Calls != 4 {
 			t.Fatalf("purge: %+v %+v", days[27], days[29])
+		}
+	})
+}
+
+// TestObserveHTTPSeries: requests land on their own (route, status)
+// series, however many times each is seen.
+func TestObserveHTTPSeries(t *testing.T) {
+	m := New()
+	for range 3 {
+		m.ObserveHTTP("mcp", 200, time.Millisecond)
+	}
+	m.ObserveHTTP("mcp", 401, time.Millisecond)
+	m.ObserveHTTP("web", 200, time.Millisecond)
+	for _, tc := range []struct {
+		route, status string
+		want          float64
+	}{{"mcp", "200", 3}, {"mcp", "401", 1}, {"web", "200", 1}, {"web", "401", 0}} {
+		if got := testutil.ToFloat64(m.httpRequests.WithLabelValues(tc.route, tc.status)); got != tc.want {
+			t.Errorf("%s %s: %v requests, want %v", tc.route, tc.status, got, tc.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.httpDuration); n != 2 {
+		t.Errorf("%d duration series, want 2 (one per route)", n)
+	}
+}
+
+// BenchmarkObserveHTTP: the access log's per-request metrics, through the
+// kept series and through the vectors' label lookups (as before).
+func BenchmarkObserveHTTP(b *testing.B) {
+	m := New()
+	b.Run("kept", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.ObserveHTTP("mcp", 200, time.Millisecond)
+		}
+	})
+	b.Run("vectors", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.httpRequests.WithLabelValues("mcp", strconv.Itoa(200)).Inc()
+			m.httpDuration.WithLabelValues("mcp").Observe(time.Millisecond.Seconds())
 		}
 	})
 }

@@ -1,0 +1,148 @@
+package capabilities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+type flatIn struct {
+	Text  string   `json:"text" jsonschema:"some text"`
+	N     int      `json:"n,omitempty" jsonschema:"a count"`
+	X     *float64 `json:"x,omitempty" jsonschema:"a number"`
+	Flag  bool     `json:"flag,omitempty" jsonschema:"a flag"`
+	Other string   `json:"other,omitempty" jsonschema:"more text"`
+}
+
+type notFlatIn struct {
+	State string `json:"state" jsonschema:"the state" schema:"enum=open|closed"`
+}
+
+func resolvedOf(t testing.TB, c Capability) *Capability {
+	t.Helper()
+	c.Handler = func(context.Context, *Call, json.RawMessage) (Result, error) { return Result{}, nil }
+	if c.Annotations == nil {
+		c.Annotations = &Annotations{ReadOnly: true}
+	}
+	if err := c.validate(builtin, capabilityName); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// TestFlatObjectAgreesWithValidator: for the schemas the compiled check
+// covers, it says valid exactly when jsonschema-go does, over generated
+// arguments of every JSON kind; schemas with other keywords are not
+// compiled.
+func TestFlatObjectAgreesWithValidator(t *testing.T) {
+	defined := resolvedOf(t, Define(Spec[flatIn, Result]{Name: "flat", Domain: "test", Description: "d"}))
+	if defined.flat == nil {
+		t.Fatalf("the schema Define derives for a struct of primitives is not compiled: %s", defined.InputSchema)
+	}
+	if c := resolvedOf(t, Define(Spec[notFlatIn, Result]{Name: "notFlat", Domain: "test", Description: "d"})); c.flat != nil {
+		t.Errorf("a schema with an enum was compiled: %s", c.InputSchema)
+	}
+	for _, raw := range []string{
+		`{"type":"object","properties":{"a":{"type":"string","maxLength":3}}}`,
+		`{"type":"object","properties":{"a":{"type":["string","null"]}}}`,
+		`{"type":"object","properties":{"a":{"type":"array"}}}`,
+		`{"type":"object","properties":{"a":{}}}`,
+		`{"type":"object","additionalProperties":{"type":"string"}}`,
+		`{"type":"object","minProperties":1}`,
+		`{"type":"object","$ref":"#/$defs/x","$defs":{"x":{"type":"object"}}}`,
+	} {
+		if c := resolvedOf(t, Capability{Name: "raw", Domain: "test", Description: "d", InputSchema: json.RawMessage(raw)}); c.flat != nil {
+			t.Errorf("compiled %s", raw)
+		}
+	}
+	caps := []*Capability{defined}
+	for _, raw := range []string{
+		`{"type":"object"}`,
+		`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"number"},"c":{"type":"boolean"}},"required":["a","c"]}`,
+		`{"type":"object","properties":{"a":{"type":"string"}},"required":["a","zz"],"additionalProperties":false}`,
+	} {
+		c := resolvedOf(t, Capability{Name: "raw", Domain: "test", Description: "d", InputSchema: json.RawMessage(raw)})
+		if c.flat == nil {
+			t.Fatalf("not compiled: %s", raw)
+		}
+		caps = append(caps, c)
+	}
+	names := []string{"text", "n", "x", "flag", "other", "a", "b", "c", "zz", "extra"}
+	values := []string{`"s"`, `""`, `1`, `-3`, `1.5`, `1e3`, `2.0`, `true`, `false`, `null`, `[]`, `["s"]`, `{}`, `{"text":"s"}`}
+	rng := rand.New(rand.NewPCG(1, 2))
+	checked := map[bool]int{}
+	for range 20000 {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := range rng.IntN(5) {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, "%q:%s", names[rng.IntN(len(names))], values[rng.IntN(len(values))])
+		}
+		b.WriteString("}")
+		raw := b.String()
+		if rng.IntN(20) == 0 {
+			raw = values[rng.IntN(len(values))] // not an object
+		}
+		var v any
+		if err := json.Unmarshal([]byte(raw), &v); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range caps {
+			dropNulls(c.input.Schema(), v)
+			fast, slow := c.flat.valid(v), c.input.Validate(v) == nil
+			if fast != slow {
+				t.Fatalf("schema %s, arguments %s: compiled check %v, jsonschema-go %v", c.InputSchema, raw, fast, slow)
+			}
+			checked[slow]++
+		}
+	}
+	if checked[true] < 1000 || checked[false] < 1000 {
+		t.Errorf("the generated arguments are too one-sided: %v", checked)
+	}
+}
+
+// TestFlatObjectErrorsUnchanged: arguments the compiled check does not
+// pass get the general validator's refusal, as before.
+func TestFlatObjectErrorsUnchanged(t *testing.T) {
+	c := resolvedOf(t, Define(Spec[flatIn, Result]{Name: "flat", Domain: "test", Description: "d"}))
+	for _, raw := range []string{`{}`, `{"text":1}`, `{"text":"s","n":1.5}`, `{"text":"s","extra":1}`, `[]`} {
+		_, err := c.validateInput(json.RawMessage(raw))
+		if err == nil {
+			t.Errorf("%s accepted", raw)
+			continue
+		}
+		flat := c.flat
+		c.flat = nil
+		_, want := c.validateInput(json.RawMessage(raw))
+		c.flat = flat
+		if want == nil || err.Error() != want.Error() {
+			t.Errorf("%s: %v, without the compiled check %v", raw, err, want)
+		}
+	}
+	if got, err := c.validateInput(json.RawMessage(`{"text":"s","other":null}`)); err != nil || string(got) != `{"text":"s"}` {
+		t.Errorf("a null optional argument: %s, %v", got, err)
+	}
+}
+
+// BenchmarkValidateInput: the input check of a capability with a flat
+// schema, with the compiled check and with jsonschema-go alone.
+func BenchmarkValidateInput(b *testing.B) {
+	c := resolvedOf(b, Define(Spec[flatIn, Result]{Name: "flat", Domain: "test", Description: "d"}))
+	args := json.RawMessage(`{"text":"client 3 call 7","n":3,"flag":true}`)
+	run := func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.validateInput(args); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("compiled", run)
+	c.flat = nil
+	b.Run("jsonschema-go", run)
+}
