@@ -415,7 +415,10 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 // keyed repeat gets the stored result; see MetaIdempotencyKey); for a
 // capability that may write, a write lease (Options.WriteLease); then the
 // handler, with panics recovered. A denial is recorded with the Auditor. A capability
-// hidden from caller answers exactly like an unknown one.
+// hidden from caller answers exactly like an unknown one. The operator's
+// caller (OperatorCaller) runs only operator capabilities, is not metered,
+// takes no write lease, and each of its calls that reaches the handler is
+// recorded with Options.OperatorAudit.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
 	if r.tracer == nil {
 		return r.invoke(ctx, caller, name, args)
