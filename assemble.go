@@ -164,11 +164,14 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
 		Auditor:    burstAuditor{s.audit, s},
-		AuditKey:   auditKey,
-		Quota:      q,
-		Features:   flags,
-		Observer:   s.metrics,
-		Logger:     s.log,
+		// The operator's command-line actions, audited by the choke point
+		// with the operator as the actor.
+		OperatorAudit: s.audit,
+		AuditKey:      auditKey,
+		Quota:         q,
+		Features:      flags,
+		Observer:      s.metrics,
+		Logger:        s.log,
 		// Keyed calls (_meta enclave/idempotencyKey) run once per user,
 		// capability and key; results kept 24 hours.
 		Idempotency: idempotency.New(s.store, s.ring),
@@ -212,6 +215,12 @@ func (s *Server) assemble(ctx context.Context) error {
 	// outbox, in the creating transaction.
 	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{MailSetupLink: s.accountMail.MailSetupLink})...)
 	caps = append(caps, s.accounts.FactorCapabilities(s.cfg.SiteName, s.accountMail)...) // the authenticator-app issuer
+	// The command line's account actions (internal/cli), as capabilities of
+	// the operator's caller alone: invisible to and refused for everyone
+	// else, audited like every call through the choke point.
+	caps = append(caps, s.accounts.OperatorCapabilities()...)
+	caps = append(caps, s.lifecycle.OperatorCapabilities()...)
+	caps = append(caps, s.secrets.OperatorCapability(), s.oauth.OperatorCapability())
 	caps = append(caps, s.overviewCapability())
 	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound

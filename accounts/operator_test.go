@@ -45,12 +45,13 @@ func TestRoleMethodsRefuseAdmin(t *testing.T) {
 	})
 }
 
-// The operator's functions are reachable only from the command line (and
-// from the accounts package itself and the embedder test kit): no transport
-// or capability package may name them.
+// The operator's functions are reachable only through the operator's
+// capabilities (OperatorCapabilities, in this package), which only the
+// command line's caller runs, and from the embedder test kit: no transport,
+// other capability package, nor the command line itself may name them.
 func TestOperatorFunctionsOnlyFromCLI(t *testing.T) {
 	t.Parallel()
-	allowed := []string{"accounts/", "internal/cli/", "enclavetest/"}
+	allowed := []string{"accounts/", "enclavetest/"}
 	operator := map[string]bool{"GrantAdminAsOperator": true, "RevokeAdminAsOperator": true}
 	root := ".."
 	fset := token.NewFileSet()

@@ -74,10 +74,12 @@ func (s *Service) AssignRole(ctx context.Context, userID int64, role string) (bo
 }
 
 // GrantAdminAsOperator gives userID the admin role and reports whether it
-// was added. It is the operator's path, for the command line
-// (internal/cli) run by whoever operates the server: the web shell, MCP and
-// capabilities never call it (a test in this package enforces that), so
-// no runtime path grants admin. Errors: ErrNotFound, ErrDeleting.
+// was added. It is the operator's path: the operatorAdminGrant capability
+// (OperatorCapabilities), which only capabilities.OperatorCaller runs, and
+// so only the command line (internal/cli) run by whoever operates the
+// server. The web shell, MCP and other capabilities never call it (a test
+// in this package enforces that), so no runtime path grants admin.
+// Errors: ErrNotFound, ErrDeleting.
 func (s *Service) GrantAdminAsOperator(ctx context.Context, userID int64) (bool, error) {
 	return s.assignRole(ctx, userID, capabilities.RoleAdmin)
 }
@@ -144,8 +146,7 @@ func (s *Service) RemoveRole(ctx context.Context, userID int64, role string) (bo
 
 // RevokeAdminAsOperator takes the admin role from userID and reports
 // whether it was removed (false, nil when the account did not have it). It
-// is the operator's path, for the command line only, like
-// GrantAdminAsOperator. When no other active (not suspended, not deleting)
+// is the operator's path (operatorAdminRevoke), like GrantAdminAsOperator. When no other active (not suspended, not deleting)
 // admin remains it returns ErrLastAdmin: the refusal is decided inside the
 // DELETE statement itself, so concurrent removals, suspensions and
 // deletions can never leave zero active admins.

@@ -81,7 +81,14 @@ type Call struct {
 	Caller     Caller
 	Capability string
 	client     Client
+	subject    string // SetSubject
 }
+
+// SetSubject names the account the call acts on (its stable user id), for
+// the audit record of an operator's call (see OperatorCall): the operator
+// has no user id of its own, so the row names the account it acted on.
+// Other callers' calls ignore it.
+func (c *Call) SetSubject(userID string) { c.subject = userID }
 
 // Progress reports progress on this request. It is a no-op when the client
 // did not ask for progress or the transport has none.

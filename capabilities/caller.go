@@ -69,7 +69,32 @@ type Caller struct {
 	// CLI), for the domain that issued it to look up afresh (a workspace
 	// API key is "wk:<id>").
 	Credential string
+
+	// operator marks the caller of OperatorCaller: the person running the
+	// server's command line. Unexported, so that no token, session, MCP
+	// request or decoded value can ever set it: only in-process code that
+	// calls OperatorCaller holds such a caller.
+	operator bool
 }
+
+// OperatorCaller returns the caller of the server's operator: the person
+// at the command line of the machine the server runs on (the enclave
+// CLI's account commands). It is no user (UserID is empty) and holds no
+// role, permission or scope; it may see and run exactly the capabilities
+// marked Requirement.Operator, and nothing else: every other capability,
+// resource and prompt answers it as unknown. Every capability it runs is
+// recorded with Options.OperatorAudit (actor: the operator).
+//
+// Only in-process code can obtain this caller: transports build callers
+// from tokens, sessions and cookies (CallerLoader), which can never mark
+// one as the operator's, so an operator capability answers every other
+// caller, admins included, like a name that does not exist.
+func OperatorCaller() Caller {
+	return Caller{operator: true, State: AccountActive, AllScopes: true, Interactive: true}
+}
+
+// Operator reports whether c is the operator's caller (OperatorCaller).
+func (c Caller) Operator() bool { return c.operator }
 
 // Anonymous returns the caller of a visitor who is not signed in: the zero
 // Caller (no user, no account, no token). It may run only capabilities

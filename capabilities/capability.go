@@ -68,6 +68,13 @@ type Requirement struct {
 	// with public data only. MCP never makes an unauthenticated call (it
 	// needs a token), so public only matters to web pages.
 	Public bool
+	// Operator keeps the capability to the server's operator
+	// (OperatorCaller): the command line's account actions. No other
+	// caller sees or runs it (it answers them, admins included, as
+	// unknown), and the operator's caller runs nothing else. An operator
+	// capability asks for no role, permission, scope, feature, session or
+	// public access (Register refuses those): the operator holds none.
+	Operator bool
 }
 
 // Capability is one named operation. Build one with Define; the zero value
@@ -267,6 +274,9 @@ func (c *Capability) validate(vocab *Vocabulary, names *regexp.Regexp) error {
 		case r.Role != "" || r.SessionOnly || r.DuringDeletion:
 			errs = append(errs, errors.New("a public capability cannot require a role, a session or run during deletion"))
 		}
+	}
+	if r := c.Requires; r.Operator && (r.Public || r.Role != "" || len(r.Permissions) > 0 || len(r.Scopes) > 0 || r.Feature != "" || r.SessionOnly) {
+		errs = append(errs, errors.New("an operator capability cannot require a role, permissions, scopes, a feature or a session, nor be public"))
 	}
 	for _, p := range c.Requires.Permissions {
 		if !vocab.Has(p) {

@@ -39,4 +39,13 @@
 // (step-up) but leaves the capability listed, except the admin scope
 // ([ScopeAdmin]): everything kept to the admin role needs it, and a token
 // without it lists what a user's would.
+//
+// The server's operator, the person at its command line, is a caller of its
+// own: [OperatorCaller], which only in-process code can hold (no token,
+// session or decoded value carries its mark). It runs exactly the
+// capabilities marked [Requirement].Operator (the command line's account
+// actions), which every other caller, admins included, is answered as if
+// they did not exist; each operator call that runs is recorded with
+// [Options].OperatorAudit, naming the account its handler acted on
+// ([Call.SetSubject]).
 package capabilities

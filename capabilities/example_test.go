@@ -104,3 +104,46 @@ func ExampleHTTPStatus() {
 	// quota_exceeded 429 -32029
 	// internal 500 -32603
 }
+
+// The operator's capabilities (Requirement.Operator) run only for the
+// caller of OperatorCaller, which in-process code alone can hold (the
+// server's command line): for everyone else, admins included, they do not
+// exist. Each call of the operator that runs is recorded with
+// Options.OperatorAudit, naming the account its handler acted on.
+func ExampleOperatorCaller() {
+	type ref struct {
+		Email string `json:"email" jsonschema:"the account's email address"`
+	}
+	type done struct {
+		Done bool `json:"done"`
+	}
+	grant := capabilities.Define(capabilities.Spec[ref, done]{
+		Name: "operatorAdminGrant", Domain: "operator", Description: "Grants admin.",
+		Annotations: &capabilities.Annotations{Idempotent: true},
+		Requires:    capabilities.Requirement{Operator: true},
+		Handler: func(_ context.Context, call *capabilities.Call, in ref) (done, error) {
+			call.SetSubject("u-" + in.Email) // the account's stable id, for the audit row
+			return done{Done: true}, nil
+		},
+	})
+	reg := capabilities.NewRegistry(capabilities.Options{NoBuiltins: true, OperatorAudit: printAudit{}})
+	if err := reg.Register(grant); err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	args := json.RawMessage(`{"email":"ann@example.com"}`)
+	_, err := reg.Invoke(ctx, capabilitiestest.Admin("a1"), "operatorAdminGrant", args)
+	fmt.Println("admin:", capabilities.CodeOf(err))
+	res, err := reg.Invoke(ctx, capabilities.OperatorCaller(), "operatorAdminGrant", args)
+	fmt.Println("operator:", res.Structured, err)
+	// Output:
+	// admin: not_found
+	// audit: operatorAdminGrant on u-ann@example.com: ok
+	// operator: {true} <nil>
+}
+
+type printAudit struct{}
+
+func (printAudit) RecordOperatorCall(_ context.Context, c capabilities.OperatorCall) {
+	fmt.Printf("audit: %s on %s: %s\n", c.Name, c.Subject, c.Outcome)
+}

@@ -52,6 +52,10 @@ const (
 	// ReasonConfined: the caller's credential is confined to other
 	// capabilities (Caller.Only).
 	ReasonConfined DenialReason = "confined"
+	// ReasonOperator: the capability is the operator's
+	// (Requirement.Operator) and the caller is not, or the caller is the
+	// operator (OperatorCaller) and the capability is not one of its own.
+	ReasonOperator DenialReason = "operator_only"
 )
 
 // Denial is one refused call, as recorded for the audit log. Subject is a
@@ -72,6 +76,27 @@ type Denial struct {
 // from one subject is what probing looks like.
 type Auditor interface {
 	RecordDenial(ctx context.Context, d Denial)
+}
+
+// OperatorCall is one call of the operator (OperatorCaller) that the
+// checks let run, as recorded for the audit log: the actor is the
+// operator, who has no user id.
+type OperatorCall struct {
+	At time.Time
+	// Name is the capability.
+	Name string
+	// Subject is the stable user id of the account the call acted on, as
+	// its handler named it (Call.SetSubject); "" when it named none (the
+	// account was not found, or the call is about no account).
+	Subject string
+	// Outcome is "ok", "tool_error" (the handler answered an error
+	// result), or the error's Code.
+	Outcome string
+}
+
+// OperatorAuditor records the operator's calls (Options.OperatorAudit).
+type OperatorAuditor interface {
+	RecordOperatorCall(ctx context.Context, c OperatorCall)
 }
 
 // Quota decides whether a caller may run a capability now. A non-nil error
@@ -101,6 +126,10 @@ type Options struct {
 	Vocabulary *Vocabulary
 	// Auditor receives every denial; nil logs them with Logger.
 	Auditor Auditor
+	// OperatorAudit receives every call of the operator (OperatorCaller)
+	// that the checks let run, with its outcome: the choke point's record
+	// of the command line's account actions. Nil logs them with Logger.
+	OperatorAudit OperatorAuditor
 	// AuditKey keys the hash of user ids in denials; nil uses plain SHA-256.
 	AuditKey []byte
 	// Quota limits calls per caller; nil is unlimited.
@@ -352,6 +381,7 @@ func (r *Registry) VisibilityKey(caller Caller) (key uint64, ok bool) {
 	flag(caller.Interactive)
 	flag(caller.Session)
 	flag(caller.Only != nil)
+	flag(caller.operator)
 	flag(caller.HasScope(ScopeAdmin))
 	num(uint64(len(caller.Roles)))
 	for _, v := range caller.Roles {
@@ -385,7 +415,10 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 // keyed repeat gets the stored result; see MetaIdempotencyKey); for a
 // capability that may write, a write lease (Options.WriteLease); then the
 // handler, with panics recovered. A denial is recorded with the Auditor. A capability
-// hidden from caller answers exactly like an unknown one.
+// hidden from caller answers exactly like an unknown one. The operator's
+// caller (OperatorCaller) runs only operator capabilities, is not metered,
+// takes no write lease, and each of its calls that reaches the handler is
+// recorded with Options.OperatorAudit.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
 	if r.tracer == nil {
 		return r.invoke(ctx, caller, name, args)
@@ -444,7 +477,8 @@ func (r *Registry) invoke(ctx context.Context, caller Caller, name string, args 
 	if err := r.admit(ctx, caller, "tool", name, c.runsWhileDeleting(), c.Requires); err != nil {
 		return Result{}, err
 	}
-	if q := r.opts.Quota; q != nil {
+	// The operator holds no account to meter: its calls are not counted.
+	if q := r.opts.Quota; q != nil && !caller.operator {
 		if err := q.Allow(ctx, caller, name); err != nil {
 			r.deny(ctx, caller, "tool", name, ReasonQuota)
 			msg := "quota exceeded"
@@ -480,10 +514,36 @@ func (r *Registry) invoke(ctx context.Context, caller Caller, name string, args 
 		}
 		return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
 	}
+	if caller.operator {
+		// No write lease: a lease is taken on the caller's account, and
+		// the operator has none (an operator action on an account, its
+		// deletion included, is the domain's to order).
+		res, err := run(ctx)
+		r.recordOperator(ctx, call, res, err)
+		return res, err
+	}
 	if r.opts.WriteLease != nil && c.mayWrite() {
 		return r.withWriteLease(ctx, caller, name, run)
 	}
 	return run(ctx)
+}
+
+// recordOperator records one call of the operator that ran (or failed)
+// with Options.OperatorAudit.
+func (r *Registry) recordOperator(ctx context.Context, call *Call, res Result, err error) {
+	outcome := "ok"
+	switch {
+	case err != nil:
+		outcome = string(CodeOf(err))
+	case res.IsError:
+		outcome = "tool_error"
+	}
+	oc := OperatorCall{At: time.Now().UTC(), Name: call.Capability, Subject: call.subject, Outcome: outcome}
+	if r.opts.OperatorAudit != nil {
+		r.opts.OperatorAudit.RecordOperatorCall(ctx, oc)
+		return
+	}
+	r.log.InfoContext(ctx, "operator call", "capability", oc.Name, "subject", r.HashSubject(oc.Subject), "outcome", outcome)
 }
 
 // withWriteLease runs fn under a write lease on caller's account
@@ -639,6 +699,8 @@ func publicTool(surface string, req Requirement) bool { return surface == "tool"
 // Register keeps to read-only ones).
 func (r *Registry) stateDenial(caller Caller, readOnly, public bool) DenialReason {
 	switch {
+	case caller.operator:
+		return "" // no account: which capabilities it runs is hiddenBy's
 	case !caller.Authenticated():
 		if public && readOnly {
 			return ""
@@ -656,6 +718,12 @@ func (r *Registry) stateDenial(caller Caller, readOnly, public bool) DenialReaso
 // hiddenBy is the requirement check: the first condition caller fails, or "".
 // tool is the capability's name, or "" for a resource or prompt.
 func (r *Registry) hiddenBy(ctx context.Context, caller Caller, tool string, req Requirement) DenialReason {
+	// The operator's capabilities are for the operator's caller alone, and
+	// that caller runs nothing else (no account behind it for another
+	// capability to act as).
+	if caller.operator != req.Operator {
+		return ReasonOperator
+	}
 	if caller.Only != nil && (tool == "" || !slices.Contains(caller.Only, tool)) {
 		return ReasonConfined
 	}

@@ -141,6 +141,26 @@ func (l *Log) RecordDenial(ctx context.Context, d capabilities.Denial) {
 	})
 }
 
+// ActorOperator is the Reason of a row recording a call of the server's
+// operator (the command line), and the start of it when the call failed
+// ("operator: conflict").
+const ActorOperator = "operator"
+
+// RecordOperatorCall implements capabilities.OperatorAuditor: every call
+// of the operator's command line that the choke point let run, as a
+// capability row ("tool:<name>") whose Reason names the actor, the
+// operator (with the failure's code after a colon when it failed), and
+// whose UserHash is the account the call acted on (HashUser of its stable
+// id; empty when it named none). The operator has no user id of its own.
+func (l *Log) RecordOperatorCall(ctx context.Context, c capabilities.OperatorCall) {
+	e := Event{At: c.At.UTC(), Category: CategoryCapability, Action: "tool:" + c.Name, Result: ResultSuccess,
+		Reason: ActorOperator, UserHash: l.HashUser(c.Subject)}
+	if c.Outcome != "ok" {
+		e.Result, e.Reason = ResultFailure, ActorOperator+": "+c.Outcome
+	}
+	_ = l.Record(ctx, e)
+}
+
 // Purge removes events older than retention (DefaultRetention when zero).
 func (l *Log) Purge(ctx context.Context, retention time.Duration) (int64, error) {
 	if retention <= 0 {
@@ -184,4 +204,7 @@ func (l *Log) Query(ctx context.Context, f Filter, req storage.PageRequest) (sto
 	}, req)
 }
 
-var _ capabilities.Auditor = (*Log)(nil)
+var (
+	_ capabilities.Auditor         = (*Log)(nil)
+	_ capabilities.OperatorAuditor = (*Log)(nil)
+)

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,25 +12,71 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/capabilities"
 )
 
 // The operator's account commands. They are the only way to make the first
-// admin: no runtime path grants it.
+// admin: no runtime path grants it. Each runs an operator capability
+// (capabilities.Requirement.Operator) through the registry's choke point
+// with capabilities.OperatorCaller, so the choke point audits it with the
+// operator as the actor; none of them calls a domain service directly.
 
-// withAccounts assembles the server's services without serving, and runs
-// fn with the account service and a recorder that writes the operator's
-// change to the audit log (category account, action "operator:<what>").
-func withAccounts(ctx context.Context, o *options, fn func(svc *accounts.Service, record func(action string, u accounts.User)) error) error {
-	return withServer(ctx, o, func(srv *enclave.Server) error {
-		record := func(action string, u accounts.User) {
-			_ = srv.Audit().Record(ctx, audit.Event{
-				Category: audit.CategoryAccount, Action: "operator:" + action, Result: audit.ResultSuccess,
-				UserHash: srv.Audit().HashUser(u.StableID),
-			})
+// operator invokes the operator's capabilities of an assembled server.
+type operator struct{ reg *capabilities.Registry }
+
+// withOperator assembles the server's services without serving, and runs
+// fn with the operator's access to its registry.
+func withOperator(ctx context.Context, o *options, fn func(op operator) error) error {
+	return withServer(ctx, o, func(srv *enclave.Server) error { return fn(operator{srv.Registry()}) })
+}
+
+// invoke runs the capability name with in as its arguments, as the
+// operator, and decodes its structured answer into out (when not nil). A
+// refusal is returned as the registry answers it (see cliError).
+func (op operator) invoke(ctx context.Context, name string, in, out any) (capabilities.Result, error) {
+	args, err := json.Marshal(in)
+	if err != nil {
+		return capabilities.Result{}, err
+	}
+	res, err := op.reg.Invoke(ctx, capabilities.OperatorCaller(), name, args)
+	if err != nil {
+		return res, err
+	}
+	if out != nil && res.Structured != nil {
+		raw, err := json.Marshal(res.Structured)
+		if err != nil {
+			return res, err
 		}
-		return fn(srv.Accounts(), record)
-	})
+		if err := json.Unmarshal(raw, out); err != nil {
+			return res, fmt.Errorf("%s: decode the answer: %w", name, err)
+		}
+	}
+	return res, nil
+}
+
+// cliError is an operator capability's refusal as the command prints it:
+// the domain's own error when the capability wrapped one (the words the
+// command has always printed), else the capability's sentence.
+func cliError(err error) error {
+	e, ok := errors.AsType[*capabilities.Error](err)
+	if !ok {
+		return err
+	}
+	if e.Err != nil {
+		return e.Err
+	}
+	return errors.New(e.Message)
+}
+
+// resultText joins the text blocks of an error result.
+func resultText(res capabilities.Result) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(capabilities.Text); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
 }
 
 // oneEmail returns the single EMAIL argument of a command.
@@ -40,36 +87,22 @@ func oneEmail(name string, args []string) (string, error) {
 	return args[0], nil
 }
 
-// userByEmail finds the account, with an operator-friendly error.
-func userByEmail(ctx context.Context, svc *accounts.Service, email string) (accounts.User, error) {
-	u, err := svc.UserByEmail(ctx, email)
-	if errors.Is(err, accounts.ErrNotFound) {
-		return u, fmt.Errorf("no account has the email %s", strings.ToLower(strings.TrimSpace(email)))
-	}
-	return u, err
-}
-
-func describe(u accounts.User) string { return fmt.Sprintf("%s (%s)", u.Email, u.Username) }
+func describe(u accounts.OperatorUser) string { return fmt.Sprintf("%s (%s)", u.Email, u.Username) }
 
 func runAdminGrant(ctx context.Context, e *Env, o *options, args []string) error {
 	email, err := oneEmail("admin grant", args)
 	if err != nil {
 		return err
 	}
-	return withAccounts(ctx, o, func(svc *accounts.Service, record func(string, accounts.User)) error {
-		u, err := userByEmail(ctx, svc, email)
-		if err != nil {
-			return err
+	return withOperator(ctx, o, func(op operator) error {
+		var out accounts.OperatorUserOutput
+		if _, err := op.invoke(ctx, "operatorAdminGrant", accounts.OperatorUserRef{Email: email}, &out); err != nil {
+			return cliError(err)
 		}
-		added, err := svc.GrantAdminAsOperator(ctx, u.ID)
-		if err != nil {
-			return err
-		}
-		if added {
-			record("admin_grant", u)
-			fmt.Fprintf(e.Stdout, "granted admin to %s\n", describe(u))
+		if out.Changed {
+			fmt.Fprintf(e.Stdout, "granted admin to %s\n", describe(out.User))
 		} else {
-			fmt.Fprintf(e.Stdout, "%s already has admin; nothing changed\n", describe(u))
+			fmt.Fprintf(e.Stdout, "%s already has admin; nothing changed\n", describe(out.User))
 		}
 		return nil
 	})
@@ -80,23 +113,20 @@ func runAdminRevoke(ctx context.Context, e *Env, o *options, args []string) erro
 	if err != nil {
 		return err
 	}
-	return withAccounts(ctx, o, func(svc *accounts.Service, record func(string, accounts.User)) error {
-		u, err := userByEmail(ctx, svc, email)
-		if err != nil {
-			return err
-		}
-		removed, err := svc.RevokeAdminAsOperator(ctx, u.ID)
-		if errors.Is(err, accounts.ErrLastAdmin) {
-			return fmt.Errorf("refused: %s is the last admin. Grant admin to another account first (enclave admin grant EMAIL)", describe(u))
+	return withOperator(ctx, o, func(op operator) error {
+		var out accounts.OperatorUserOutput
+		_, err := op.invoke(ctx, "operatorAdminRevoke", accounts.OperatorUserRef{Email: email}, &out)
+		if ce, ok := errors.AsType[*capabilities.Error](err); ok && errors.Is(err, accounts.ErrLastAdmin) {
+			// The capability's sentence names the account ("… is the last admin").
+			return fmt.Errorf("refused: %s. Grant admin to another account first (enclave admin grant EMAIL)", ce.Message)
 		}
 		if err != nil {
-			return err
+			return cliError(err)
 		}
-		if removed {
-			record("admin_revoke", u)
-			fmt.Fprintf(e.Stdout, "revoked admin from %s\n", describe(u))
+		if out.Changed {
+			fmt.Fprintf(e.Stdout, "revoked admin from %s\n", describe(out.User))
 		} else {
-			fmt.Fprintf(e.Stdout, "%s did not have admin; nothing changed\n", describe(u))
+			fmt.Fprintf(e.Stdout, "%s did not have admin; nothing changed\n", describe(out.User))
 		}
 		return nil
 	})
@@ -115,24 +145,19 @@ func setSuspended(ctx context.Context, e *Env, o *options, name string, args []s
 	if err != nil {
 		return err
 	}
-	return withAccounts(ctx, o, func(svc *accounts.Service, record func(string, accounts.User)) error {
-		u, err := userByEmail(ctx, svc, email)
-		if err != nil {
-			return err
-		}
-		change, state, action := svc.Unsuspend, "no longer suspended", "unsuspend"
+	return withOperator(ctx, o, func(op operator) error {
+		capability, state := "operatorUserUnsuspend", "no longer suspended"
 		if suspend {
-			change, state, action = svc.Suspend, "suspended", "suspend"
+			capability, state = "operatorUserSuspend", "suspended"
 		}
-		changed, err := change(ctx, u.ID)
-		if err != nil {
-			return err
+		var out accounts.OperatorUserOutput
+		if _, err := op.invoke(ctx, capability, accounts.OperatorUserRef{Email: email}, &out); err != nil {
+			return cliError(err)
 		}
-		if changed {
-			record(action, u)
-			fmt.Fprintf(e.Stdout, "%s is now %s\n", describe(u), state)
+		if out.Changed {
+			fmt.Fprintf(e.Stdout, "%s is now %s\n", describe(out.User), state)
 		} else {
-			fmt.Fprintf(e.Stdout, "%s is already %s; nothing changed\n", describe(u), state)
+			fmt.Fprintf(e.Stdout, "%s is already %s; nothing changed\n", describe(out.User), state)
 		}
 		return nil
 	})
@@ -157,7 +182,7 @@ func userCreate() command {
 			if len(args) > 0 || email == "" || username == "" {
 				return fmt.Errorf("%w: enclave user create --email EMAIL --username USERNAME [--password-stdin] [--verified]", errUsage)
 			}
-			in := accounts.CreateUserInput{Email: email, Username: username, Verified: verified}
+			in := accounts.OperatorUserCreateInput{Email: email, Username: username, Verified: verified}
 			if passwordStdin {
 				pw, err := readPasswordLine(e.Stdin)
 				if err != nil {
@@ -165,20 +190,19 @@ func userCreate() command {
 				}
 				in.Password = pw
 			}
-			return withAccounts(ctx, o, func(svc *accounts.Service, record func(string, accounts.User)) error {
-				u, token, err := svc.CreateUser(ctx, in)
-				if err != nil {
-					return err
+			return withOperator(ctx, o, func(op operator) error {
+				var out accounts.OperatorUserCreateOutput
+				if _, err := op.invoke(ctx, "operatorUserCreate", in, &out); err != nil {
+					return cliError(err)
 				}
-				record("user_create", u)
-				fmt.Fprintf(e.Stdout, "created %s with the role user\nstable id: %s\n", describe(u), u.StableID)
-				if token != "" {
+				fmt.Fprintf(e.Stdout, "created %s with the role user\nstable id: %s\n", describe(out.User), out.User.StableUserID)
+				if out.SetupToken != "" {
 					base := o.cfg.BaseURL
 					if base == "" {
 						base = "http://" + o.cfg.Addr
 					}
 					fmt.Fprintf(e.Stdout, "one-time password-setup link (give it to the person; it expires in %s):\n  %s\n",
-						accounts.DefaultPasswordSetupTTL, accounts.PasswordSetupURL(base, token))
+						accounts.DefaultPasswordSetupTTL, accounts.PasswordSetupURL(base, out.SetupToken))
 				}
 				return nil
 			})

@@ -1,7 +1,9 @@
 // Package cli is the enclave command line: flags and ENCLAVE_* environment
 // variables become an enclave.Config, and subcommands act on it. It holds no
 // logic a library user needs; cmd/enclave only adds signal handling and the
-// cloud drivers.
+// cloud drivers. The account commands act through the server's registry:
+// each invokes an operator capability with capabilities.OperatorCaller, so
+// the choke point checks and audits it like any other call.
 package cli
 
 import (

@@ -12,8 +12,9 @@ import (
 	"strings"
 
 	"github.com/enclave-mcp/enclave"
-	"github.com/enclave-mcp/enclave/capabilities/audit"
-	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities/secrets"
 )
 
 // withServer assembles the server (stores, migrations, domains, inventory)
@@ -44,19 +45,21 @@ func exportCommand() command {
 			if user == "" || out == "" || len(args) > 0 {
 				return fmt.Errorf("%w: enclave export --user EMAIL --out FILE", errUsage)
 			}
-			return withServer(ctx, o, func(srv *enclave.Server) error {
-				u, err := userByEmail(ctx, srv.Accounts(), user)
-				if err != nil {
-					return err
+			return withOperator(ctx, o, func(op operator) error {
+				// The export streams to its destination (the writer in the
+				// call's context), never through the answer.
+				var res lifecycle.OperatorExportOutput
+				export := func(w io.Writer) error {
+					_, err := op.invoke(lifecycle.WithExportWriter(ctx, w), "operatorUserExport", accounts.OperatorUserRef{Email: user}, &res)
+					return cliError(err)
 				}
-				owner := storage.Owner{ID: u.ID, StableID: u.StableID}
 				if out == "-" {
-					return srv.Lifecycle().WriteExport(ctx, owner, e.Stdout)
+					return export(e.Stdout)
 				}
-				if err := writeFileAtomic(out, func(w io.Writer) error { return srv.Lifecycle().WriteExport(ctx, owner, w) }); err != nil {
+				if err := writeFileAtomic(out, export); err != nil {
 					return err
 				}
-				fmt.Fprintf(e.Stdout, "exported %s to %s\n", describe(u), out)
+				fmt.Fprintf(e.Stdout, "exported %s to %s\n", describe(res.User), out)
 				return nil
 			})
 		},
@@ -94,30 +97,22 @@ func runUserDelete(ctx context.Context, e *Env, o *options, args []string) error
 	if err != nil {
 		return err
 	}
-	return withServer(ctx, o, func(srv *enclave.Server) error {
-		u, err := userByEmail(ctx, srv.Accounts(), email)
+	return withOperator(ctx, o, func(op operator) error {
+		var out lifecycle.OperatorDeleteOutput
+		res, err := op.invoke(ctx, "operatorUserDelete", accounts.OperatorUserRef{Email: email}, &out)
 		if err != nil {
-			return err
+			return cliError(err)
 		}
-		res, err := srv.Lifecycle().Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID})
-		surfaces := make([]string, 0, len(res.Deleted))
-		for s := range res.Deleted {
-			surfaces = append(surfaces, s)
+		for _, s := range slices.Sorted(maps.Keys(out.Deletion.Deleted)) {
+			fmt.Fprintf(e.Stdout, "  %-28s %d removed\n", s, out.Deletion.Deleted[s])
 		}
-		slices.Sort(surfaces)
-		for _, s := range surfaces {
-			fmt.Fprintf(e.Stdout, "  %-28s %d removed\n", s, res.Deleted[s])
+		for _, s := range slices.Sorted(maps.Keys(out.Deletion.Updated)) {
+			fmt.Fprintf(e.Stdout, "  %-28s %d cleared\n", s, out.Deletion.Updated[s])
 		}
-		cleared := slices.Sorted(maps.Keys(res.Updated))
-		for _, s := range cleared {
-			fmt.Fprintf(e.Stdout, "  %-28s %d cleared\n", s, res.Updated[s])
+		if res.IsError {
+			return fmt.Errorf("%s\nthe account is kept, marked deleting (writes refused); run the command again to finish", resultText(res))
 		}
-		if err != nil {
-			return fmt.Errorf("%w\nthe account is kept, marked deleting (writes refused); run the command again to finish", err)
-		}
-		_ = srv.Audit().Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "operator:delete", Result: audit.ResultSuccess,
-			UserHash: srv.Audit().HashUser(u.StableID)})
-		fmt.Fprintf(e.Stdout, "deleted %s\n", describe(u))
+		fmt.Fprintf(e.Stdout, "deleted %s\n", describe(out.User))
 		return nil
 	})
 }
@@ -126,18 +121,18 @@ func runKeysRotate(ctx context.Context, e *Env, o *options, args []string) error
 	if len(args) > 0 {
 		return fmt.Errorf("%w: keys rotate takes no arguments", errUsage)
 	}
-	return withServer(ctx, o, func(srv *enclave.Server) error {
-		res, err := srv.Secrets().RotateKeys(ctx)
-		if err != nil {
-			return err
+	return withOperator(ctx, o, func(op operator) error {
+		var res secrets.OperatorRotateOutput
+		if _, err := op.invoke(ctx, "operatorSecretKeysRotate", struct{}{}, &res); err != nil {
+			return cliError(err)
 		}
 		fmt.Fprintf(e.Stdout, "new data key %d; %d secrets re-encrypted, %d failed\n", res.KeyID, res.Reencrypted, res.Failed)
-		if err := srv.Accounts().RotateSessionKey(ctx); err != nil {
-			return fmt.Errorf("session key: %w", err)
+		if _, err := op.invoke(ctx, "operatorSessionKeyRotate", struct{}{}, nil); err != nil {
+			return fmt.Errorf("session key: %w", cliError(err))
 		}
 		fmt.Fprintln(e.Stdout, "new session signing key; existing sessions stay valid until they expire")
-		if err := srv.OAuth().RotateSigningKey(ctx); err != nil {
-			return fmt.Errorf("ID token key: %w", err)
+		if _, err := op.invoke(ctx, "operatorSigningKeyRotate", struct{}{}, nil); err != nil {
+			return fmt.Errorf("ID token key: %w", cliError(err))
 		}
 		fmt.Fprintln(e.Stdout, "new ID token signing key; it signs from a minute from now, the previous one stays published until its ID tokens expire")
 		if res.Failed > 0 {

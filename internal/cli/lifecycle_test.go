@@ -116,11 +116,29 @@ func TestKeysRotateCommand(t *testing.T) {
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// The operator's changes are in the audit log, with a hashed user id.
+// The operator's changes go through the registry's choke point as operator
+// capability calls, and it audits each: a capability row naming the
+// capability, the operator as the actor, and the keyed hash of the account
+// acted on (never an email).
 func TestOperatorActionsAreAudited(t *testing.T) {
 	dir := seed(t, "alice", "bob")
+	ctx := context.Background()
+	stable := map[string]string{}
+	srv, err := enclave.New(ctx, enclave.Config{DataDir: dir, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"alice", "bob"} {
+		u, err := srv.Accounts().UserByEmail(ctx, n+"@example.com")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stable[n] = u.StableID
+	}
+	srv.Close()
 	for _, args := range [][]string{
 		{"admin", "grant", "--data-dir", dir, "alice@example.com"},
+		{"admin", "grant", "--data-dir", dir, "alice@example.com"}, // nothing changes: still a call
 		{"user", "suspend", "--data-dir", dir, "bob@example.com"},
 		{"user", "delete", "--data-dir", dir, "bob@example.com"},
 	} {
@@ -128,25 +146,51 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr)
 		}
 	}
-	ctx := context.Background()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: dir, Logger: quietLog()})
+	// A refused action is audited too, as a failure with its code.
+	if code, _, _ := run(t, nil, "admin", "revoke", "--data-dir", dir, "alice@example.com"); code != 1 {
+		t.Fatalf("revoking the last admin: exit %d", code)
+	}
+	srv, err = enclave.New(ctx, enclave.Config{DataDir: dir, Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	page, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryAccount}, storage.PageRequest{})
+	page, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryCapability}, storage.PageRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var actions []string
+	type row struct{ action, result, reason, user string }
+	var got []row
 	for _, e := range page.Items {
-		actions = append(actions, e.Action)
-		if e.UserHash == "" || strings.Contains(e.UserHash, "@") {
-			t.Errorf("event %+v: want a hashed user id", e)
+		got = append(got, row{e.Action, e.Result, e.Reason, e.UserHash})
+	}
+	alice, bob := srv.Audit().HashUser(stable["alice"]), srv.Audit().HashUser(stable["bob"])
+	want := []row{ // newest first
+		{"tool:operatorAdminRevoke", audit.ResultFailure, "operator: conflict", alice},
+		{"tool:operatorUserDelete", audit.ResultSuccess, audit.ActorOperator, bob},
+		{"tool:operatorUserSuspend", audit.ResultSuccess, audit.ActorOperator, bob},
+		{"tool:operatorAdminGrant", audit.ResultSuccess, audit.ActorOperator, alice},
+		{"tool:operatorAdminGrant", audit.ResultSuccess, audit.ActorOperator, alice},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("audited %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("row %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	want := []string{"operator:delete", "operator:suspend", "operator:admin_grant"} // newest first
-	if strings.Join(actions, ",") != strings.Join(want, ",") {
-		t.Fatalf("audited %v, want %v", actions, want)
+	if alice == "" || bob == "" || alice == bob {
+		t.Fatalf("user hashes %q and %q", alice, bob)
+	}
+	// The command line writes no account rows of its own any more.
+	acc, err := srv.Audit().Query(ctx, audit.Filter{Category: audit.CategoryAccount}, storage.PageRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range acc.Items {
+		if strings.HasPrefix(e.Action, "operator") {
+			t.Errorf("an account row of the command line's own: %+v", e)
+		}
 	}
 }
