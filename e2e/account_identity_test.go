@@ -95,14 +95,7 @@ func TestAdminUnverifiedPurgeRun(t *testing.T) {
 
 // With unverified accounts allowed to work, there is no purge to run.
 func TestAdminUnverifiedPurgeRunOffWhenUnverifiedWork(t *testing.T) {
-	sc := storagetest.Config(t, storage.SQLite)
-	cfg := enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet()}
-	cfg.OAuth.AllowUnverifiedEmail = true
-	srv, err := enclave.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.OAuth.AllowUnverifiedEmail = true })
 	if srv.Registry().Has("adminUnverifiedAccountPurgeRun") {
 		t.Fatal("the purge is offered while unverified accounts may work")
 	}

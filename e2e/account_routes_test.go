@@ -13,7 +13,6 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/storage/storagetest"
 	"github.com/enclave-mcp/enclave/web"
 )
 
@@ -80,13 +79,7 @@ func TestAccountExportJSON(t *testing.T) {
 // Open registration is rate limited per client network, with an OAuth-style
 // 429 and Retry-After.
 func TestRegistrationIsRateLimited(t *testing.T) {
-	sc := storagetest.Config(t, storage.SQLite)
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, Logger: quiet(),
-		RegistrationLimit: web.Limit{Requests: 2, Window: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.RegistrationLimit = web.Limit{Requests: 2, Window: time.Hour} })
 	register := func(remote string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", "/oauth/register", strings.NewReader(`{"client_name":"a","redirect_uris":["http://127.0.0.1:1234/cb"],"token_endpoint_auth_method":"none"}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -119,14 +112,10 @@ func TestRegistrationIsRateLimited(t *testing.T) {
 // as the web shell: behind a trusted proxy, the forwarded address is the
 // bucket, not the proxy.
 func TestRegistrationLimitTrustsTheSameProxies(t *testing.T) {
-	sc := storagetest.Config(t, storage.SQLite)
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, Logger: quiet(),
-		TrustedProxies:    []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-		RegistrationLimit: web.Limit{Requests: 1, Window: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) {
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		c.RegistrationLimit = web.Limit{Requests: 1, Window: time.Hour}
+	})
 	register := func(remote, forwarded string) int {
 		req := httptest.NewRequest("POST", "/oauth/register", strings.NewReader(`{"client_name":"a","redirect_uris":["http://127.0.0.1:1234/cb"],"token_endpoint_auth_method":"none"}`))
 		req.Header.Set("Content-Type", "application/json")

@@ -8,7 +8,6 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
 // With --require-admin-2fa every admin page sends an admin without a
@@ -16,12 +15,7 @@ import (
 // included), not only the pages whose capabilities refuse.
 func TestEveryAdminPageSendsToEnrolment(t *testing.T) {
 	ctx := context.Background()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: storagetest.Config(t, storage.SQLite).DataDir, Logger: quiet(), RequireAdmin2FA: true,
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.RequireAdmin2FA = true })
 	u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "root@example.com", Username: "chief", Password: "a long password for chief", Verified: true})
 	if err != nil {
 		t.Fatal(err)

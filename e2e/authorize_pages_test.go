@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -35,24 +34,10 @@ type consentEnv struct {
 func newConsentEnv(t *testing.T, d storage.Dialect, edits ...func(*enclave.Config)) *consentEnv {
 	t.Helper()
 	ctx := context.Background()
-	sc := storagetest.Config(t, d)
-	ts := httptest.NewUnstartedServer(nil)
-	base := "http://" + ts.Listener.Addr().String()
-	cfg := enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, Logger: quiet(),
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}},
-		OAuth:    oauth.Options{PrivateURISchemes: []string{"cursor", "vscode"}}}
-	for _, edit := range edits {
-		edit(&cfg)
-	}
-	srv, err := enclave.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	ts.Config.Handler = srv.Handler()
-	ts.Start()
-	t.Cleanup(ts.Close)
+	schemes := func(c *enclave.Config) { c.OAuth = oauth.Options{PrivateURISchemes: []string{"cursor", "vscode"}} }
+	srv, base := serveHTTP(t, d, append([]func(*enclave.Config){schemes}, edits...)...)
 	e := &consentEnv{srv: srv, base: base, email: "browser-user@example.com", password: "correct horse battery staple"}
+	var err error
 	e.user, _, err = srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: e.email, Username: "browseruser", Password: e.password, Verified: true})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/enclavetest"
+	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 )
 
@@ -105,19 +106,14 @@ func TestConfigBrandingRefused(t *testing.T) {
 		{LogoURL: "https://cdn.example/logo.png"},
 		{SiteName: "Acme\nBcc: x@example.com"},
 	} {
-		_, err := enclave.New(t.Context(), withTempStorage(t, cfg))
-		if err == nil || !strings.Contains(err.Error(), "web: ") {
+		err := newServerError(t, storage.SQLite, func(c *enclave.Config) {
+			c.AccentColor, c.LogoURL, c.SiteName = cfg.AccentColor, cfg.LogoURL, cfg.SiteName
+		})
+		if !strings.Contains(err.Error(), "web: ") {
 			t.Errorf("%+v: %v", cfg, err)
 		}
 	}
 	if web.DefaultSiteName != "enclave" {
 		t.Fatal("the default site name changed")
 	}
-}
-
-// withTempStorage gives cfg a data directory of its own and a quiet logger.
-func withTempStorage(t *testing.T, cfg enclave.Config) enclave.Config {
-	t.Helper()
-	cfg.DataDir, cfg.Logger, cfg.Accounts = t.TempDir(), quiet(), fastArgon
-	return cfg
 }

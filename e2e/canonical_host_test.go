@@ -1,12 +1,12 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 )
 
@@ -17,11 +17,7 @@ func TestProductionIPv6BaseHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: t.TempDir(), BaseURL: "https://[2001:db8::1]", Production: true, Mailer: mailer, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.BaseURL, c.Production, c.Mailer = "https://[2001:db8::1]", true, mailer })
 	for host, want := range map[string]int{"[2001:db8::1]": http.StatusOK, "[2001:db8::1]:443": http.StatusOK, "[2001:DB8::1]": http.StatusOK, "[2001:db8::2]": http.StatusNotFound, "[2001:db8::1]:8443": http.StatusNotFound} {
 		req := httptest.NewRequest(http.MethodGet, "https://"+host+"/login", nil)
 		req.Host = host
@@ -41,11 +37,7 @@ func TestProductionRefusesOtherHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: t.TempDir(), BaseURL: "https://mcp.example.com", Production: true, Mailer: mailer, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.BaseURL, c.Production, c.Mailer = "https://mcp.example.com", true, mailer })
 	get := func(host, path string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodGet, "https://"+host+path, nil)
 		req.Host = host

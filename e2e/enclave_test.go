@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,19 +17,6 @@ import (
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 	"github.com/enclave-mcp/enclave/web"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func newServer(t *testing.T, d storage.Dialect) *enclave.Server {
-	t.Helper()
-	sc := storagetest.Config(t, d)
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return srv
-}
 
 func TestHealthz(t *testing.T) {
 	for _, d := range storagetest.Dialects() {
@@ -121,13 +107,10 @@ func TestConfigValidation(t *testing.T) {
 		{"not a URL scheme", enclave.Config{BaseURL: "ftp://example.com"}, "want http(s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.DataDir = t.TempDir()
-			tc.cfg.Logger = quiet()
-			srv, err := enclave.New(context.Background(), tc.cfg)
-			if err == nil {
-				srv.Close()
-				t.Fatal("New succeeded")
-			}
+			err := newServerError(t, storage.SQLite, func(c *enclave.Config) {
+				tc.cfg.DataDir, tc.cfg.DatabaseURL, tc.cfg.Logger = c.DataDir, c.DatabaseURL, c.Logger
+				*c = tc.cfg
+			})
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q lacks %q", err, tc.want)
 			}
@@ -137,11 +120,7 @@ func TestConfigValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: t.TempDir(), BaseURL: "https://mcp.example.com/", Production: true, Mailer: mailer, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.BaseURL, c.Production, c.Mailer = "https://mcp.example.com/", true, mailer })
 	if got := srv.Config().BaseURL; got != "https://mcp.example.com" {
 		t.Fatalf("BaseURL = %q, want the trailing slash trimmed", got)
 	}

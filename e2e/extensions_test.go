@@ -26,20 +26,14 @@ import (
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
-var fastArgon = accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}
-
 // extServer starts a server on a fresh store of dialect d with cfg (its
 // storage fields and logger filled in).
 func extServer(t *testing.T, d storage.Dialect, cfg enclave.Config) *enclave.Server {
 	t.Helper()
-	sc := storagetest.Config(t, d)
-	cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Accounts = sc.DataDir, sc.DatabaseURL, quiet(), fastArgon
-	srv, err := enclave.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return srv
+	return newServer(t, d, func(c *enclave.Config) {
+		cfg.DataDir, cfg.DatabaseURL, cfg.Logger, cfg.Accounts = c.DataDir, c.DatabaseURL, c.Logger, c.Accounts
+		*c = cfg
+	})
 }
 
 // background runs srv's background work until the test ends.
@@ -513,11 +507,7 @@ func TestDailyQuota(t *testing.T) {
 			sc := storagetest.Config(t, d)
 			limits := quota.Limits{Daily: map[string]int64{quota.DefaultClass: 3, "cheap": 100}, Classes: map[string]string{"probeInteractive": "cheap"}, Flush: time.Hour}
 			open := func() *enclave.Server {
-				srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet(), Accounts: fastArgon, QuotaLimits: limits})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { srv.Close() })
+				srv := openServer(t, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet(), Accounts: fastArgon, QuotaLimits: limits})
 				if err := srv.Registry().Register(probes()...); err != nil {
 					t.Fatal(err)
 				}
@@ -614,11 +604,7 @@ func TestScheduleRunsOnOneReplicaPerPeriod(t *testing.T) {
 			const every = 2 * time.Second
 			start := time.Now()
 			for range 2 {
-				srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet(), Accounts: fastArgon})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { srv.Close() })
+				srv := openServer(t, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet(), Accounts: fastArgon})
 				if err := srv.Schedules().Add(schedules.Schedule{Name: "tick", Every: every, Run: func(context.Context, schedules.Tick) error {
 					runs.Add(1)
 					return nil

@@ -35,13 +35,7 @@ func TestSecondFactorsLifecycleAndAdminGate(t *testing.T) {
 
 func secondFactorsLifecycle(t *testing.T, d storage.Dialect) {
 	ctx := context.Background()
-	sc := storagetest.Config(t, d)
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet(), RequireAdmin2FA: true,
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := newServer(t, d, func(c *enclave.Config) { c.RequireAdmin2FA = true })
 	acc := srv.Accounts()
 	u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "fay@example.com", Username: "fay", Password: "correct horse battery", Verified: true})
 	if err != nil {

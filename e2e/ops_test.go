@@ -14,7 +14,6 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 	dto "github.com/prometheus/client_model/go"
@@ -95,17 +94,6 @@ func TestReadyz(t *testing.T) {
 		if code != http.StatusServiceUnavailable || !strings.Contains(body["reason"], "migrations pending") {
 			t.Fatalf("readyz on an unmigrated database with NoMigrate = %d %v", code, body)
 		}
-	})
-}
-
-// testVerifier accepts "test-token:<stable id>" for the server at *base.
-func testVerifier(base *string) mcp.TokenVerifier {
-	return mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
-		sid, ok := strings.CutPrefix(token, "test-token:")
-		if !ok {
-			return mcp.TokenInfo{}, mcp.ErrInvalidToken
-		}
-		return mcp.TokenInfo{UserID: sid, Audience: []string{*base + "/mcp"}}, nil
 	})
 }
 

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/storage/storagetest"
 	"github.com/enclave-mcp/enclave/web"
 )
 
@@ -18,14 +16,10 @@ import (
 // fails to parse is counted before it is read, and other methods, a
 // trailing slash and CORS preflights never register a client.
 func TestRegistrationLimitOnEveryPath(t *testing.T) {
-	sc := storagetest.Config(t, storage.SQLite)
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, Logger: quiet(),
-		AllowedOrigins:    []string{"https://app.example"},
-		RegistrationLimit: web.Limit{Requests: 2, Window: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) {
+		c.AllowedOrigins = []string{"https://app.example"}
+		c.RegistrationLimit = web.Limit{Requests: 2, Window: time.Hour}
+	})
 	do := func(method, path, body string, hdr map[string]string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

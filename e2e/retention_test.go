@@ -20,15 +20,7 @@ import (
 // newRetentionServer is newServer with cheap password hashing.
 func newRetentionServer(t *testing.T, d storage.Dialect) *enclave.Server {
 	t.Helper()
-	sc := storagetest.Config(t, d)
-	cfg := enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet()}
-	cfg.Accounts.Argon2 = accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}
-	srv, err := enclave.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return srv
+	return newServer(t, d)
 }
 
 // Every table of the migrated schema, on both dialects, has exactly one
@@ -331,15 +323,7 @@ func TestRetentionKeepsUnverifiedAccountsWhenAllowed(t *testing.T) {
 	for _, d := range storagetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
-			sc := storagetest.Config(t, d)
-			cfg := enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Logger: quiet()}
-			cfg.Accounts.Argon2 = accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}
-			cfg.OAuth.AllowUnverifiedEmail = true
-			srv, err := enclave.New(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { srv.Close() })
+			srv := newServer(t, d, func(c *enclave.Config) { c.OAuth.AllowUnverifiedEmail = true })
 			u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "carol@example.com", Username: "carol", Password: "correct horse battery"})
 			if err != nil {
 				t.Fatal(err)
