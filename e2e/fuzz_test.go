@@ -16,6 +16,7 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/internal/fuzzseed"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
@@ -114,7 +115,7 @@ func newFuzzWorld(tb testing.TB) *fuzzWorld {
 			} `json:"tools"`
 		} `json:"result"`
 	}
-	if err := json.Unmarshal(sseData(rec.Body.Bytes()), &list); err != nil || len(list.Result.Tools) == 0 {
+	if err := json.Unmarshal(enclavetest.Message(rec.Header().Get("Content-Type"), rec.Body.Bytes()), &list); err != nil || len(list.Result.Tools) == 0 {
 		tb.Fatalf("tools/list: %v %s", err, rec.Body.String())
 	}
 	for _, tl := range list.Result.Tools {
@@ -125,20 +126,6 @@ func newFuzzWorld(tb testing.TB) *fuzzWorld {
 	}
 	slices.Sort(w.tools)
 	return w
-}
-
-// sseData returns the last data line of an SSE body, or the body itself.
-func sseData(b []byte) []byte {
-	if !bytes.HasPrefix(b, []byte("event:")) && !bytes.HasPrefix(b, []byte("data:")) && !bytes.Contains(b, []byte("\ndata: ")) {
-		return b
-	}
-	var last []byte
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
-			last = d
-		}
-	}
-	return last
 }
 
 func (w *fuzzWorld) serve(tb testing.TB, req *http.Request) *httptest.ResponseRecorder {

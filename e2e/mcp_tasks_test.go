@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -39,17 +37,9 @@ func modern(t *testing.T, base, token, method, name string, params map[string]an
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	text := string(raw)
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		for _, line := range strings.Split(text, "\n") {
-			if data, ok := strings.CutPrefix(line, "data: "); ok {
-				text = data
-			}
-		}
-	}
+	raw := readMessage(t, resp)
 	var m map[string]any
-	if err := json.Unmarshal([]byte(text), &m); err != nil {
+	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatalf("%s: %d %q", method, resp.StatusCode, raw)
 	}
 	return resp.StatusCode, m
@@ -62,27 +52,11 @@ func TestMCPTasksAndRequestStateArePerUser(t *testing.T) {
 	for _, d := range storagetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
-			sc := storagetest.Config(t, d)
 			var base string
-			verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
-				sid, ok := strings.CutPrefix(token, "test-token:")
-				if !ok {
-					return mcp.TokenInfo{}, mcp.ErrInvalidToken
-				}
-				return mcp.TokenInfo{UserID: sid, Audience: []string{base + "/mcp"}}, nil
+			srv, base := serveHTTP(t, d, func(c *enclave.Config) {
+				c.TokenVerifier = testVerifier(&base)
 			})
-			ts := httptest.NewUnstartedServer(nil)
-			base = "http://" + ts.Listener.Addr().String()
-			srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
-				Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			ts.Config.Handler = srv.Handler()
-			ts.Start()
-			defer ts.Close()
-			err = srv.Registry().Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			err := srv.Registry().Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
 				Name: "confirmThenWork", Domain: "test", Description: "Asks, then works as a task.",
 				Annotations: &capabilities.Annotations{ReadOnly: true}, Task: capabilities.TaskOptional,
 				Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
@@ -154,29 +128,13 @@ func TestMCPTaskStopsWhenOwnerSuspended(t *testing.T) {
 	for _, d := range storagetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
-			sc := storagetest.Config(t, d)
 			var base string
-			verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
-				sid, ok := strings.CutPrefix(token, "test-token:")
-				if !ok {
-					return mcp.TokenInfo{}, mcp.ErrInvalidToken
-				}
-				return mcp.TokenInfo{UserID: sid, Audience: []string{base + "/mcp"}}, nil
+			srv, base := serveHTTP(t, d, func(c *enclave.Config) {
+				c.TokenVerifier = testVerifier(&base)
+				c.MCP = mcp.Options{Recheck: 50 * time.Millisecond}
 			})
-			ts := httptest.NewUnstartedServer(nil)
-			base = "http://" + ts.Listener.Addr().String()
-			srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
-				MCP:      mcp.Options{Recheck: 50 * time.Millisecond},
-				Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			ts.Config.Handler = srv.Handler()
-			ts.Start()
-			defer ts.Close()
 			ended := make(chan bool, 1)
-			err = srv.Registry().Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			err := srv.Registry().Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
 				Name: "longWrite", Domain: "test", Description: "Writes for a long time as a task.",
 				Annotations: &capabilities.Annotations{}, Task: capabilities.TaskOptional,
 				Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
 // rpc posts one JSON-RPC request to /mcp and returns the response body
@@ -37,16 +34,7 @@ func rpc(t *testing.T, url, token, session, body string) (int, string, string, h
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	text := string(raw)
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		for _, line := range strings.Split(text, "\n") {
-			if data, ok := strings.CutPrefix(line, "data: "); ok {
-				text = data // the last event is the response
-			}
-		}
-	}
-	return resp.StatusCode, text, resp.Header.Get("Mcp-Session-Id"), resp.Header
+	return resp.StatusCode, string(readMessage(t, resp)), resp.Header.Get("Mcp-Session-Id"), resp.Header
 }
 
 // The assembled server serves MCP at /mcp: tokens checked by the
@@ -54,7 +42,6 @@ func rpc(t *testing.T, url, token, session, body string) (int, string, string, h
 // registry (built-ins included).
 func TestMCPEndpoint(t *testing.T) {
 	ctx := context.Background()
-	sc := storagetest.Config(t, storage.SQLite)
 	var base string
 	verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
 		if sid, ok := strings.CutPrefix(token, "refused-token:"); ok {
@@ -67,18 +54,9 @@ func TestMCPEndpoint(t *testing.T) {
 		}
 		return mcp.TokenInfo{UserID: sid, Audience: []string{base + "/mcp"}}, nil
 	})
-	ts := httptest.NewUnstartedServer(nil)
-	base = "http://" + ts.Listener.Addr().String()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
-		AllowedOrigins: []string{"https://app.example"},
-		Accounts:       accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ts.Config.Handler = srv.Handler()
-	ts.Start()
-	defer ts.Close()
+	srv, base := serveHTTP(t, storage.SQLite, func(c *enclave.Config) {
+		c.TokenVerifier, c.AllowedOrigins = verifier, []string{"https://app.example"}
+	})
 
 	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {

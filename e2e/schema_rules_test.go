@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"regexp"
@@ -340,10 +339,7 @@ func TestMCPInstructions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if i := strings.Index(string(raw), "data: "); i >= 0 { // an SSE answer
-		raw = []byte(strings.TrimSpace(strings.SplitN(string(raw[i+len("data: "):]), "\n", 2)[0]))
-	}
+	raw := readMessage(t, resp)
 	var msg struct {
 		Result struct {
 			Instructions string `json:"instructions"`

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,17 +119,9 @@ func tracedCall(t testing.TB, base, token, name string, args, meta map[string]an
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	text := string(raw)
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		for line := range strings.SplitSeq(text, "\n") {
-			if data, ok := strings.CutPrefix(line, "data: "); ok {
-				text = data
-			}
-		}
-	}
+	raw := readMessage(t, resp)
 	var out map[string]any
-	if err := json.Unmarshal([]byte(text), &out); err != nil || (out["error"] != nil) != (name == "adminAuditLogQuery") {
+	if err := json.Unmarshal(raw, &out); err != nil || (out["error"] != nil) != (name == "adminAuditLogQuery") {
 		t.Fatalf("tools/call %s: %d %s", name, resp.StatusCode, raw)
 	}
 	return out
