@@ -19,6 +19,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/internal/relclient"
 	"github.com/enclave-mcp/enclave/mcp"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // Limits under abuse: while slowloris clients trickle headers and bodies,
@@ -47,14 +48,10 @@ func TestAbuseStaysResponsive(t *testing.T) {
 		return mcp.TokenInfo{UserID: sid, Audience: []string{base + "/mcp"}, Scopes: []string{"mcp"}}, nil
 	})
 	const bodyTimeout = 2 * time.Second
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: t.TempDir(), BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
-		BodyReadTimeout: bodyTimeout,
-		TrustedProxies:  []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
-		Accounts:        accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) {
+		c.BaseURL, c.TokenVerifier, c.BodyReadTimeout = base, verifier, bodyTimeout
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	})
 	sctx, stopServe := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(sctx, ln) }()

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -33,19 +32,7 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 	for _, d := range storagetest.Dialects() {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
-			sc := storagetest.Config(t, d)
-			ts := httptest.NewUnstartedServer(nil)
-			base := "http://" + ts.Listener.Addr().String()
-			srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, Logger: quiet(),
-				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
-				Accounts:       accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			ts.Config.Handler = srv.Handler()
-			ts.Start()
-			defer ts.Close()
+			srv, base := serveHTTP(t, d, func(c *enclave.Config) { c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} })
 
 			const email, password = "agent-owner@example.com", "correct horse battery staple"
 			u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "agentfriend", Password: password, Verified: true})

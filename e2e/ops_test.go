@@ -101,18 +101,14 @@ func TestReadyz(t *testing.T) {
 // whole shutdown timeout for it; the stream's client sees it end.
 func TestShutdownEndsOpenStreams(t *testing.T) {
 	ctx := context.Background()
-	sc := storagetest.Config(t, storage.SQLite)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := "http://" + ln.Addr().String()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, BaseURL: base, TokenVerifier: testVerifier(&base), Logger: quiet(),
-		ShutdownTimeout: 30 * time.Second, Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) {
+		c.BaseURL, c.TokenVerifier, c.ShutdownTimeout = base, testVerifier(&base), 30*time.Second
+	})
 	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +188,6 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 // official parser reads; the counters move with traffic.
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
-	sc := storagetest.Config(t, storage.SQLite)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -204,12 +199,9 @@ func TestMetrics(t *testing.T) {
 	metricsAddr := mln.Addr().String()
 	mln.Close()
 	base := "http://" + ln.Addr().String()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, BaseURL: base, TokenVerifier: testVerifier(&base), Logger: quiet(), MetricsAddr: metricsAddr,
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) {
+		c.BaseURL, c.TokenVerifier, c.MetricsAddr = base, testVerifier(&base), metricsAddr
+	})
 	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {
 		t.Fatal(err)
@@ -312,12 +304,7 @@ func TestMetrics(t *testing.T) {
 // CORS is off by default and answers only the listed origins, only on the
 // endpoints a browser MCP client needs.
 func TestCORS(t *testing.T) {
-	sc := storagetest.Config(t, storage.SQLite)
-	srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, Logger: quiet(), AllowedOrigins: []string{"https://app.example.com"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.AllowedOrigins = []string{"https://app.example.com"} })
 	plain := newServer(t, storage.SQLite)
 	preflight := func(h http.Handler, path, origin string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()

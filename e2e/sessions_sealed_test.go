@@ -4,15 +4,13 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/mcp"
-	"github.com/enclave-mcp/enclave/storage/storagetest"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // TestSessionEventsSealedAtRest: on PostgreSQL the assembled server records
@@ -21,29 +19,9 @@ import (
 // not kept in the clear.
 func TestSessionEventsSealedAtRest(t *testing.T) {
 	ctx := context.Background()
-	sc := storagetest.Config(t, "postgres")
-	if !strings.HasPrefix(sc.DatabaseURL, "postgres") {
-		t.Skip("shared sessions need PostgreSQL")
-	}
+	// Shared sessions need PostgreSQL: skipped without it.
 	var base string
-	verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
-		sid, ok := strings.CutPrefix(token, "test-token:")
-		if !ok {
-			return mcp.TokenInfo{}, mcp.ErrInvalidToken
-		}
-		return mcp.TokenInfo{UserID: sid, Audience: []string{base + "/mcp"}}, nil
-	})
-	ts := httptest.NewUnstartedServer(nil)
-	base = "http://" + ts.Listener.Addr().String()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ts.Config.Handler = srv.Handler()
-	ts.Start()
-	defer ts.Close()
+	srv, base := serveHTTP(t, storage.Postgres, func(c *enclave.Config) { c.TokenVerifier = testVerifier(&base) })
 	const secret = "sk-live-sealed-4242"
 	if err := srv.Registry().Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
 		Name: "mintKey", Domain: "test", Description: "Reports progress, then shows a key once.",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
 // An embedder's verifier that refuses a recognised token with an error of
@@ -25,7 +23,6 @@ import (
 // never sees.
 func TestVerifierErrorsAreRefusalsUnlessMarkedUnavailable(t *testing.T) {
 	ctx := context.Background()
-	sc := storagetest.Config(t, storage.SQLite)
 	verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
 		if sid, ok := strings.CutPrefix(token, "revoked:"); ok {
 			return mcp.TokenInfo{UserID: sid}, errors.New("token revoked at the issuer")
@@ -35,17 +32,7 @@ func TestVerifierErrorsAreRefusalsUnlessMarkedUnavailable(t *testing.T) {
 		}
 		return mcp.TokenInfo{}, mcp.ErrInvalidToken
 	})
-	ts := httptest.NewUnstartedServer(nil)
-	base := "http://" + ts.Listener.Addr().String()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, BaseURL: base, TokenVerifier: verifier, Logger: quiet(),
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ts.Config.Handler = srv.Handler()
-	ts.Start()
-	defer ts.Close()
+	srv, base := serveHTTP(t, storage.SQLite, func(c *enclave.Config) { c.TokenVerifier = verifier })
 	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {
 		t.Fatal(err)
