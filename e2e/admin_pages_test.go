@@ -53,12 +53,7 @@ func sessionFor(t *testing.T, srv *enclave.Server, u accounts.User) recorderClie
 func newAdminServer(t *testing.T, dir string, mode accounts.SignupMode) (*enclave.Server, recorderClient, recorderClient) {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: dir, Logger: quiet(), Signup: mode,
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := openServer(t, enclave.Config{DataDir: dir, Logger: quiet(), Signup: mode, Accounts: fastArgon})
 	admin, err := srv.Accounts().UserByEmail(ctx, "root@example.com")
 	if err != nil {
 		if admin, _, err = srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "root@example.com", Username: "chief", Password: "a long password for chief", Verified: true}); err != nil {

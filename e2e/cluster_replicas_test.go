@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -33,19 +31,11 @@ func TestReplicasRunJobsAndSchedulesOnce(t *testing.T) {
 	)
 	var servers []*enclave.Server
 	for range 3 {
-		srv, err := enclave.New(t.Context(), enclave.Config{
-			DataDir: dataDir, DatabaseURL: dbURL,
-			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { srv.Close() })
+		srv := openServer(t, enclave.Config{DataDir: dataDir, DatabaseURL: dbURL, Logger: quiet(), Accounts: fastArgon})
 		if _, ok := srv.Bus().(*cluster.Postgres); !ok {
 			t.Fatalf("bus on a postgres:// database: %T, want *cluster.Postgres", srv.Bus())
 		}
-		err = srv.Schedules().Add(schedules.Schedule{Name: "tick", Every: time.Second, Run: func(_ context.Context, tk schedules.Tick) error {
+		err := srv.Schedules().Add(schedules.Schedule{Name: "tick", Every: time.Second, Run: func(_ context.Context, tk schedules.Tick) error {
 			mu.Lock()
 			ticks[tk.At.Unix()]++
 			mu.Unlock()
@@ -111,14 +101,11 @@ func TestReplicasShareMCPSessions(t *testing.T) {
 	base := "http://" + lnA.Addr().String()
 	var servers []*enclave.Server
 	for _, ln := range []net.Listener{lnA, lnB} {
-		srv, err := enclave.New(t.Context(), enclave.Config{BaseURL: base, DataDir: dataDir, DatabaseURL: dbURL, Logger: quiet(), Accounts: fastArgon})
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv := openServer(t, enclave.Config{BaseURL: base, DataDir: dataDir, DatabaseURL: dbURL, Logger: quiet(), Accounts: fastArgon})
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { _ = srv.Serve(ctx, ln); close(done) }()
-		t.Cleanup(func() { stop(); <-done; srv.Close() })
+		t.Cleanup(func() { stop(); <-done })
 		servers = append(servers, srv)
 	}
 	const password = "a long password for the replica test"

@@ -73,12 +73,8 @@ func oauthSecondFactors(t *testing.T, d storage.Dialect, bin string) {
 	ts.Listener = ln
 	base := fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port)
 	clk := &totpClock{}
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, Logger: quiet(),
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}, Now: clk.Now}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := openServer(t, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, BaseURL: base, Logger: quiet(),
+		Accounts: accounts.Config{Argon2: fastArgon.Argon2, Now: clk.Now}})
 	ts.Config.Handler = srv.Handler()
 	ts.Start()
 	t.Cleanup(ts.Close)

@@ -20,7 +20,6 @@ import (
 	"github.com/enclave-mcp/enclave/internal/fuzzseed"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
 
 // The fuzz targets of this file drive the assembled server in process:
@@ -60,7 +59,6 @@ type fuzzWorld struct {
 
 func newFuzzWorld(tb testing.TB) *fuzzWorld {
 	ctx := context.Background()
-	sc := storagetest.Config(tb, storage.SQLite)
 	w := &fuzzWorld{panics: &panicLog{}, tokens: map[string]string{}, sessions: map[string]string{}, cookies: map[string]*http.Cookie{}, ids: map[string]int64{},
 		base: "http://enclave.test", maxResponse: 4 << 20, callDeadline: 10 * time.Second}
 	verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
@@ -70,12 +68,9 @@ func newFuzzWorld(tb testing.TB) *fuzzWorld {
 		}
 		return mcp.TokenInfo{UserID: sid, Audience: []string{w.base + "/mcp"}, Scopes: []string{"mcp"}}, nil
 	})
-	srv, err := enclave.New(ctx, enclave.Config{DataDir: sc.DataDir, BaseURL: w.base, TokenVerifier: verifier, Logger: slog.New(w.panics),
-		Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { srv.Close() })
+	srv := newServer(tb, storage.SQLite, func(c *enclave.Config) {
+		c.BaseURL, c.TokenVerifier, c.Logger = w.base, verifier, slog.New(w.panics)
+	})
 	w.srv, w.h = srv, srv.Handler()
 	for _, name := range []string{"alice", "carol"} {
 		u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})

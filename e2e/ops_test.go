@@ -71,23 +71,16 @@ func TestReadyz(t *testing.T) {
 	t.Run("no-migrate", func(t *testing.T) {
 		sc := storagetest.Config(t, storage.SQLite)
 		// A database never migrated: New refuses, naming the fix.
-		if _, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, NoMigrate: true, Logger: quiet()}); err == nil || !strings.Contains(err.Error(), "enclave migrate") {
+		if err := newServerError(t, storage.SQLite, func(c *enclave.Config) { c.DataDir, c.NoMigrate = sc.DataDir, true }); !strings.Contains(err.Error(), "enclave migrate") {
 			t.Fatalf("NoMigrate on an empty database: %v", err)
 		}
 		// A database one migration behind: it starts, and is not ready.
-		first, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		first := openServer(t, enclave.Config{DataDir: sc.DataDir, Logger: quiet()})
 		if _, err := first.Store().DB.ExecContext(context.Background(), "DELETE FROM schema_migrations WHERE version = (SELECT max(version) FROM schema_migrations)"); err != nil {
 			t.Fatal(err)
 		}
 		first.Close()
-		srv, err := enclave.New(context.Background(), enclave.Config{DataDir: sc.DataDir, NoMigrate: true, Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Close()
+		srv := openServer(t, enclave.Config{DataDir: sc.DataDir, NoMigrate: true, Logger: quiet()})
 		ts := httptest.NewServer(srv.Handler())
 		defer ts.Close()
 		code, body := getJSON(t, ts.URL+"/readyz")

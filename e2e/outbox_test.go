@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave"
-	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 	"github.com/enclave-mcp/enclave/web"
 )
@@ -49,16 +48,12 @@ func TestMailSurvivesARestart(t *testing.T) {
 			ctx := context.Background()
 			sc := storagetest.Config(t, d)
 			cfg := func(m web.Mailer) enclave.Config {
-				return enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Mailer: m, Logger: quiet(),
-					Accounts: accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}}}
+				return enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Mailer: m, Logger: quiet(), Accounts: fastArgon}
 			}
 
 			// First process: the mail server is down; sign up, then stop.
 			down := &recordingMailer{down: true}
-			srv, err := enclave.New(ctx, cfg(down))
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv := openServer(t, cfg(down))
 			bg, stopBG := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { srv.RunBackground(bg); close(done) }()
@@ -81,11 +76,7 @@ func TestMailSurvivesARestart(t *testing.T) {
 
 			// Second process: the mail server is back; the link goes out.
 			up := &recordingMailer{}
-			srv, err = enclave.New(ctx, cfg(up))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
+			srv = openServer(t, cfg(up))
 			// Past the first attempt's lease or backoff, it is due again.
 			if _, err := srv.Store().DB.ExecContext(ctx, "UPDATE outbox SET next_attempt_at = ?", time.Now().UTC().Add(-time.Second)); err != nil {
 				t.Fatal(err)

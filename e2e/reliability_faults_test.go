@@ -42,11 +42,8 @@ func startLive(t *testing.T, cfg enclave.Config, prepare ...func(*enclave.Server
 	if cfg.Logger == nil {
 		cfg.Logger = quiet()
 	}
-	cfg.Accounts.Argon2 = accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}
-	srv, err := enclave.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg.Accounts.Argon2 = fastArgon.Argon2
+	srv := openServer(t, cfg) // closed after the cleanup below
 	for _, p := range prepare {
 		p(srv)
 	}
@@ -60,7 +57,6 @@ func startLive(t *testing.T, cfg enclave.Config, prepare ...func(*enclave.Server
 		ts.Close()
 		stop()
 		<-done
-		srv.Close()
 	})
 	return &liveServer{srv: srv, base: base, ts: ts}
 }
