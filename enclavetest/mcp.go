@@ -190,16 +190,7 @@ func (c *Client) post(body []byte) (int, []byte, error) {
 	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
 		c.session = sid
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		var last []byte
-		for line := range strings.SplitSeq(string(raw), "\n") {
-			if data, ok := strings.CutPrefix(line, "data: "); ok {
-				last = []byte(data)
-			}
-		}
-		raw = last
-	}
-	return resp.StatusCode, raw, nil
+	return resp.StatusCode, Message(resp.Header.Get("Content-Type"), raw), nil
 }
 
 func (c *Client) close() {

@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/enclave-mcp/enclave"
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/web"
+)
+
+func TestAccountExportJSON(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, storage.SQLite)
+	cookies := map[string]*http.Cookie{}
+	for _, name := range []string{"alice", "bob"} {
+		u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		if _, err := srv.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+			t.Fatal(err)
+		}
+		cookies[name] = rec.Result().Cookies()[0]
+	}
+	get := func(c *http.Cookie) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/account/export.json", nil)
+		if c != nil {
+			req.AddCookie(c)
+		}
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := get(nil); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("anonymous: %d", rec.Code)
+	}
+	rec := get(cookies["bob"])
+	if rec.Code != 200 || !strings.Contains(rec.Header().Get("Content-Disposition"), "attachment") {
+		t.Fatalf("bob: %d %v", rec.Code, rec.Header())
+	}
+	var m struct {
+		SchemaVersion int `json:"schemaVersion"`
+		User          struct {
+			Username string `json:"username"`
+		} `json:"user"`
+		Security struct {
+			SecretValuesExported bool `json:"secretValuesExported"`
+		} `json:"security"`
+		Sections []struct {
+			Name  string `json:"name"`
+			Count int    `json:"count"`
+		} `json:"sections"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.SchemaVersion != 1 || m.User.Username != "bob" || m.Security.SecretValuesExported || len(m.Sections) == 0 {
+		t.Fatalf("bob's manifest: %s", rec.Body)
+	}
+	if strings.Contains(rec.Body.String(), "alice") {
+		t.Fatal("bob's manifest mentions alice")
+	}
+	forged := *cookies["bob"]
+	forged.Value = strings.Replace(forged.Value, "a", "b", 1)
+	if rec := get(&forged); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("forged cookie: %d", rec.Code)
+	}
+}
+
+// Open registration is rate limited per client network, with an OAuth-style
+// 429 and Retry-After.
+func TestRegistrationIsRateLimited(t *testing.T) {
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.RegistrationLimit = web.Limit{Requests: 2, Window: time.Hour} })
+	register := func(remote string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/oauth/register", strings.NewReader(`{"client_name":"a","redirect_uris":["http://127.0.0.1:1234/cb"],"token_endpoint_auth_method":"none"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	for i := range 2 {
+		if rec := register("192.0.2.7:1000"); rec.Code != http.StatusCreated {
+			t.Fatalf("registration %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	rec := register("192.0.2.7:2000")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), `"error":"slow_down"`) {
+		t.Fatalf("third registration: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+	// Another network is not affected; an IPv6 /64 is one bucket.
+	if rec := register("198.51.100.1:1000"); rec.Code != http.StatusCreated {
+		t.Fatalf("another address: %d", rec.Code)
+	}
+	register("[2001:db8::1]:1000")
+	register("[2001:db8::2]:1000")
+	if rec := register("[2001:db8::3]:1000"); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("third registration from one /64: %d", rec.Code)
+	}
+}
+
+// The registration limit finds the client under the same trusted-proxy rule
+// as the web shell: behind a trusted proxy, the forwarded address is the
+// bucket, not the proxy.
+func TestRegistrationLimitTrustsTheSameProxies(t *testing.T) {
+	srv := newServer(t, storage.SQLite, func(c *enclave.Config) {
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		c.RegistrationLimit = web.Limit{Requests: 1, Window: time.Hour}
+	})
+	register := func(remote, forwarded string) int {
+		req := httptest.NewRequest("POST", "/oauth/register", strings.NewReader(`{"client_name":"a","redirect_uris":["http://127.0.0.1:1234/cb"],"token_endpoint_auth_method":"none"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Forwarded-For", forwarded)
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := register("10.0.0.1:1000", "192.0.2.7"); code != http.StatusCreated {
+		t.Fatalf("first client through the proxy: %d", code)
+	}
+	if code := register("10.0.0.1:1000", "198.51.100.1"); code != http.StatusCreated {
+		t.Fatalf("second client through the same proxy: %d", code)
+	}
+	if code := register("10.0.0.2:1000", "192.0.2.7"); code != http.StatusTooManyRequests {
+		t.Fatalf("first client again, through another proxy: %d", code)
+	}
+	// An untrusted peer's forwarded header is ignored: the peer is the bucket.
+	if code := register("203.0.113.5:1000", "192.0.2.99"); code != http.StatusCreated {
+		t.Fatalf("untrusted peer: %d", code)
+	}
+	if code := register("203.0.113.5:1000", "192.0.2.100"); code != http.StatusTooManyRequests {
+		t.Fatalf("untrusted peer again, another forwarded address: %d", code)
+	}
+}
