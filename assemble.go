@@ -117,9 +117,6 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := registerInventory(s.inventory); err != nil {
 		return err
 	}
-	if s.retention, err = s.newRetention(); err != nil {
-		return err
-	}
 	s.lifecycle = lifecycle.New(s.store, s.inventory, s.accounts, lifecycle.Options{
 		Logger: s.log,
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
@@ -133,6 +130,9 @@ func (s *Server) assemble(ctx context.Context) error {
 		},
 		TxHooks: s.lifecycleTxHooks(),
 	})
+	if s.retention, err = s.newRetention(); err != nil {
+		return err
+	}
 
 	// The embedder's entities reach SQL and the built-in roles before the
 	// first caller is loaded.
@@ -206,7 +206,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	if !s.cfg.OAuth.AllowUnverifiedEmail {
 		// The purge of unverified sign-ups on demand (also a retention
 		// lane); off, like the lane, when unverified accounts may work.
-		caps = append(caps, s.auditedAdmin([]capabilities.Capability{s.lifecycle.PurgeCapability(s.recordUnverifiedPurge)})...)
+		caps = append(caps, s.auditedAdmin([]capabilities.Capability{s.lifecycle.PurgeCapability(lifecycle.AuditPurge(s.audit))})...)
 	}
 	// The setup link of an account an admin creates is mailed through the
 	// outbox, in the creating transaction.
@@ -269,7 +269,7 @@ func (s *Server) assemble(ctx context.Context) error {
 			return err
 		}
 		if s.store.Dialect() == storage.Postgres {
-			if err := s.retention.Add(s.workspaceRetention()...); err != nil {
+			if err := s.retention.Add(workspaces.StateRetentionPolicies(o.IdempotencyTTL)...); err != nil {
 				return err
 			}
 		}

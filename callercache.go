@@ -29,7 +29,7 @@ func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 		// Written even when this process caches nothing, for those that do.
 		var err error
 		notices, err = cluster.NewSQLNotices(cluster.SQLNoticesOptions{DB: s.store.DB, Reader: s.store.Reader,
-			Local: s.bus, Table: "caller_invalidations", Topic: callercache.Topic, Logger: s.log})
+			Local: s.bus, Table: callercache.InvalidationTable, Topic: callercache.Topic, Logger: s.log})
 		if err != nil {
 			panic(err) // the options above are complete
 		}

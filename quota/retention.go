@@ -1,0 +1,13 @@
+package quota
+
+import (
+	"time"
+
+	"github.com/enclave-mcp/enclave/retention"
+)
+
+// RetentionPolicies declares how long the daily usage counters live:
+// KeepDays days, today included.
+func RetentionPolicies() []retention.Policy {
+	return []retention.Policy{retention.Age("quota_usage", "day", (KeepDays-1)*24*time.Hour).In(retention.Day)}
+}
