@@ -3,7 +3,6 @@ package enclave
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
-	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/idempotency"
@@ -22,21 +20,15 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
-	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/features"
-	"github.com/enclave-mcp/enclave/federation/fedtables"
-	"github.com/enclave-mcp/enclave/integrations"
-	"github.com/enclave-mcp/enclave/integrations/remotemcp"
-	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
-	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
-	"github.com/enclave-mcp/enclave/memory"
+	"github.com/enclave-mcp/enclave/mcp/verifiers"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -90,12 +82,12 @@ func (s *Server) assemble(ctx context.Context) error {
 	// One client-address rule and one SQL limiter for every transport: the
 	// OAuth server limits open registration with them, the web shell its
 	// credential endpoints.
-	clientIP := &web.ClientIP{TrustedProxies: s.cfg.TrustedProxies}
+	ipRule := &web.ClientIP{TrustedProxies: s.cfg.TrustedProxies}
 	limiter := ratelimit.New(s.store, nil)
 
 	oopts := s.cfg.OAuth
 	oopts.Store, oopts.BaseURL = s.store, s.cfg.BaseURL
-	oopts.RegistrationLimiter, oopts.RegistrationLimit, oopts.ClientAddr = limiter, s.cfg.RegistrationLimit, clientIP.Addr
+	oopts.RegistrationLimiter, oopts.RegistrationLimit, oopts.ClientAddr = limiter, s.cfg.RegistrationLimit, ipRule.Addr
 	if oopts.Logger == nil {
 		oopts.Logger = s.log
 	}
@@ -212,7 +204,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	// outbox, in the creating transaction.
 	caps = append(caps, s.accounts.AdminCapabilities(accounts.AdminOptions{MailSetupLink: s.accountMail.MailSetupLink})...)
 	caps = append(caps, s.accounts.FactorCapabilities(s.cfg.SiteName, s.accountMail)...) // the authenticator-app issuer
-	caps = append(caps, s.overviewCapability())
+	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.overviewDays}))
 	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
@@ -287,7 +279,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,
 		TrustedProxies:        s.cfg.TrustedProxies,
-		ClientIP:              clientIP,
+		ClientIP:              ipRule,
 		Limiter:               limiter,
 		Mail:                  s.txMail,
 		MinPasswordLength:     acfg.MinPasswordLength,
@@ -307,12 +299,12 @@ func (s *Server) assemble(ctx context.Context) error {
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
-		mopts.Verifier = oauthVerifier{s.oauth, s.newCallerCache()}
+		mopts.Verifier = verifiers.OAuth{Server: s.oauth, Cache: s.newCallerCache()}
 	}
 	if s.workspaces != nil {
-		mopts.Verifier = workspaceKeyVerifier{mopts.Verifier, s}
+		mopts.Verifier = verifiers.WorkspaceKeys{Next: mopts.Verifier, Keys: s.workspaces, Accounts: s.accounts, Resource: func() string { return s.mcp.Resource() }}
 	}
-	mopts.Verifier = burstVerifier{auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}, s}
+	mopts.Verifier = burstVerifier{verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientIP}, s}
 	if mopts.Version == "" {
 		mopts.Version = Version()
 	}
@@ -374,149 +366,6 @@ func (l *loginConsent) ConsentScopes(w http.ResponseWriter, r *http.Request, req
 // AuthorizeError forwards oauth.ErrorPage: the shell's error page.
 func (l *loginConsent) AuthorizeError(w http.ResponseWriter, r *http.Request, e *oauth.AuthorizeError) {
 	l.web.AuthorizeError(w, r, e)
-}
-
-// auditedVerifier records refused tokens in the audit log, with the hash
-// of the user the token was issued to and of the client's address (the
-// same schemes as every other row). Only a token that resolved to a grant
-// is recorded (the verifier then names its user next to the error, see
-// Config.TokenVerifier): anyone can send made-up tokens, and logging those
-// would let them flood the log. This holds for any verifier, enclave's own
-// or an embedder's.
-type auditedVerifier struct {
-	next    mcp.TokenVerifier
-	audit   *audit.Log
-	refused func(reason string) // metrics
-}
-
-func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
-	info, err := v.next.VerifyToken(ctx, token)
-	if err == nil {
-		return info, nil
-	}
-	if errors.Is(err, mcp.ErrTokenUnavailable) {
-		return info, err // not a refusal, an outage: nothing to audit
-	}
-	reason := tokenRefusal(err)
-	if v.refused != nil {
-		v.refused(reason)
-	}
-	if info.UserID == "" {
-		return info, err
-	}
-	_ = v.audit.Record(ctx, audit.Event{
-		Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: reason,
-		UserHash: v.audit.HashUser(info.UserID),
-		IPHash:   v.audit.HashIP(clientIP(ctx)),
-	})
-	return info, err
-}
-
-// tokenRefusal names why a token was refused, from the verifier's error.
-func tokenRefusal(err error) string {
-	for _, r := range []struct {
-		err    error
-		reason string
-	}{
-		{oauth.ErrTokenMalformed, "malformed"},
-		{oauth.ErrTokenExpired, "expired"},
-		{oauth.ErrWrongAudience, "wrong_audience"},
-		{oauth.ErrClientBlocked, "client_blocked"},
-		{oauth.ErrTokenUnknown, "unknown_or_revoked"},
-		{oauth.ErrPasswordChanged, "revoked_by_password_change"},
-		{oauth.ErrAccountSuspended, "account_suspended"},
-		{oauth.ErrAccountDeleting, "account_deleting"},
-		{oauth.ErrEmailNotVerified, "email_not_verified"},
-	} {
-		if errors.Is(err, r.err) {
-			return r.reason
-		}
-	}
-	return "invalid"
-}
-
-// oauthVerifier checks /mcp bearer tokens against enclave's own
-// authorization server, through the revocation-aware cache of verified
-// callers (nil when Config.CallerCacheTTL is negative).
-type oauthVerifier struct {
-	s     *oauth.Server
-	cache *callercache.Cache[mcp.TokenInfo]
-}
-
-func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
-	if info, ok := v.cache.Get(token); ok {
-		return cachedToken(info), nil
-	}
-	ticket := v.cache.Begin() // before the read: a change meanwhile voids the Put
-	a, err := v.s.VerifyAccessToken(ctx, token)
-	// A token that matched a grant names its user next to the refusal, for
-	// the audit log; one that matched nothing names no one.
-	var refused mcp.TokenInfo
-	if ref := (*oauth.TokenRefusal)(nil); errors.As(err, &ref) {
-		refused.UserID = ref.StableUserID
-	}
-	if errors.Is(err, oauth.ErrAccountSuspended) {
-		// 403, not 401: a new token would not help.
-		return refused, &capabilities.Error{Code: capabilities.CodeAccountSuspended, Message: "account suspended", Err: err}
-	}
-	if errors.Is(err, oauth.ErrInvalidToken) {
-		return refused, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
-	}
-	if err != nil {
-		// Not a refusal: the token could not be checked (503 at /mcp). A
-		// client cannot cause this: the token passed its HMAC check before
-		// any SQL, and the lookup is by the token's signature.
-		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrTokenUnavailable, err)
-	}
-	// The token check loaded the account's state, roles and permissions in
-	// its one query: hand them over instead of loading the account again.
-	caller := a.Caller()
-	info := mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller,
-		Grant: a.GrantID}
-	v.cache.Put(ticket, token, a.UserID, a.GrantID, a.ExpiresAt, cachedToken(info))
-	return info, nil
-}
-
-// registerInventory records where enclave's own user-owned data lives. A
-// test applies every migration and fails when an owned table is missing.
-func registerInventory(inv *storage.Inventory) error {
-	return errors.Join(
-		lifecycle.RegisterInventory(inv), // users (first: deleted last), user_roles
-		inv.AddTable(storage.Table{Name: "email_claims", KeyColumn: "email"}),
-		inv.AddTable(accounts.UsernameHoldsTable),
-		inv.AddTable(storage.Table{Name: "password_setup_tokens", KeyColumn: "token_hash", SkipExport: true}),
-		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
-		addTables(inv, accounts.FactorTables()),
-		secrets.RegisterInventory(inv),
-		addTables(inv, oauth.InventoryTables()),
-		// Jobs that concern a user (package jobs); mail rows have no owner.
-		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
-		inv.AddTable(storage.Table{Name: "quota_usage"}),
-		inv.AddTable(sqltasks.Table),
-		// Replayable results of keyed calls: deleted with the account,
-		// never exported (they repeat what the account's data says).
-		inv.AddTable(idempotency.Table),
-		registerEventInventory(inv),
-		addTables(inv, sqlsessions.Tables),
-		workspaces.RegisterInventory(inv),
-		codemode.RegisterInventory(inv),
-		buckets.RegisterInventory(inv),
-		memory.RegisterInventory(inv),
-		integrations.RegisterInventory(inv),
-		remotemcp.RegisterInventory(inv),
-		community.RegisterInventory(inv),
-		quota.RegisterPlanInventory(inv),
-		mail.RegisterInventory(inv),
-		fedtables.RegisterInventory(inv),
-	)
-}
-
-func addTables(inv *storage.Inventory, tables []storage.Table) error {
-	var errs []error
-	for _, t := range tables {
-		errs = append(errs, inv.AddTable(t))
-	}
-	return errors.Join(errs...)
 }
 
 // adminAuditActions names the audit action of each admin capability whose

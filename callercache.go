@@ -2,7 +2,6 @@ package enclave
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"time"
 
@@ -104,21 +103,6 @@ func revokePayload(userID int64, grantID string) string {
 		return "g:" + grantID
 	}
 	return userPayload(userID)
-}
-
-// cachedToken returns a copy of a cached verification: the caller's
-// slices are not shared with later requests.
-func cachedToken(info mcp.TokenInfo) mcp.TokenInfo {
-	info.Scopes = slices.Clone(info.Scopes)
-	info.Audience = slices.Clone(info.Audience)
-	if info.Caller != nil {
-		c := *info.Caller
-		c.Roles = slices.Clone(c.Roles)
-		c.Permissions = slices.Clone(c.Permissions)
-		c.Scopes = slices.Clone(c.Scopes)
-		info.Caller = &c
-	}
-	return info
 }
 
 // cacheBus adapts the cluster bus to callercache.Bus.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/retention"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // RetentionPolicies declares how long the accounts service's own tables
@@ -29,4 +30,17 @@ func RetentionPolicies() []retention.Policy {
 		retention.Kept("retired_user_ids", "identities are never reused"),
 		retention.Kept("invite_codes", "admins create and revoke them"),
 	}
+}
+
+// RegisterInventory records the accounts service's user-owned tables (the
+// users and user_roles tables are lifecycle.RegisterInventory's): email
+// claims, username holds, the tokens of mailed links (credentials, never
+// exported) and the second factors (FactorTables).
+func RegisterInventory(inv *storage.Inventory) error {
+	return inv.AddTables(append([]storage.Table{
+		{Name: "email_claims", KeyColumn: "email"},
+		UsernameHoldsTable,
+		{Name: "password_setup_tokens", KeyColumn: "token_hash", SkipExport: true},
+		{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true},
+	}, FactorTables()...)...)
 }
