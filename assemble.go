@@ -37,22 +37,71 @@ import (
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
+// wiring carries what one assembly step hands to a later one.
+type wiring struct {
+	auditKey []byte             // keys the audit log's hashes
+	accounts accounts.Config    // as the accounts service was built
+	clientIP *web.ClientIP      // one client-address rule for every transport
+	limiter  *ratelimit.Limiter // one SQL limiter for every transport
+	pages    *loginConsent      // the OAuth pages, forwarded to the web shell
+	owners   capabilities.OwnerOf
+}
+
 // assemble builds the domain services on the open store and registers the
-// built-in capabilities and ownership surfaces.
+// built-in capabilities and ownership surfaces: a list of wiring steps, in
+// dependency order.
 func (s *Server) assemble(ctx context.Context) error {
+	w := &wiring{}
+	for _, step := range []func() error{
+		func() error { return s.openKeys(ctx, w) },
+		func() error { return s.assembleAccounts(ctx, w) },
+		func() error { return s.assembleOAuth(ctx, w) },
+		s.assembleLifecycle,
+		func() error { return s.assembleRegistry(ctx, w) },
+		s.assembleEvents,
+		func() error { w.owners = lifecycle.Owners(s.accounts); return s.assembleBuiltins(w) },
+		func() error { return s.assembleBuckets(w.owners) },
+		func() error { return s.assembleCodeMode(w.owners) },
+		func() error { return s.assembleMemory(w.owners) },
+		s.assembleEnterpriseAuth,
+		func() error { return s.assembleIntegrations(w.owners) },
+		func() error { return s.assembleRemoteMCP(w.owners) },
+		func() error { return s.assembleCommunity(w.owners) },
+		func() error { return s.assembleMail(w.owners) },
+		func() error { return s.assembleFederation(w.owners) },
+		func() error { return s.assembleWorkspaces(ctx) },
+		func() error { return s.assembleWeb(w) },
+		func() error { return s.assembleMCP(ctx) },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openKeys opens the data key ring (followed on the bus: a key rotated on
+// any replica is sealed with on every replica at once) and the audit log.
+func (s *Server) openKeys(ctx context.Context, w *wiring) error {
 	ring, err := envelope.Open(ctx, s.store.DB, s.store.Keeper)
 	if err != nil {
 		return err
 	}
-	// A key rotated on any replica is sealed with on every replica at once.
 	s.unfollow = ring.Follow(s.bus, func(err error) { s.log.Warn("enclave: data key reload failed", "err", err) })
-	auditKey, err := ring.NamedKey(ctx, "audit")
-	if err != nil {
+	if w.auditKey, err = ring.NamedKey(ctx, "audit"); err != nil {
 		return err
 	}
-	s.audit = audit.New(s.store, auditKey, s.log)
+	s.audit = audit.New(s.store, w.auditKey, s.log)
+	s.ring = ring
+	return nil
+}
 
-	acfg := s.cfg.Accounts
+// assembleAccounts builds the accounts service from Config.Accounts and
+// the server's settings, the secrets store, the outbox and the
+// transactional mail.
+func (s *Server) assembleAccounts(ctx context.Context, w *wiring) error {
+	w.accounts = s.cfg.Accounts
+	acfg := &w.accounts
 	if s.cfg.Signup != "" {
 		acfg.Signup = s.cfg.Signup
 	}
@@ -71,40 +120,51 @@ func (s *Server) assemble(ctx context.Context) error {
 		acfg.Passkeys.RPName = s.cfg.SiteName // what the passkey prompt names
 	}
 	acfg.Passkeys = passkeyConfig(acfg.Passkeys, s.cfg.BaseURL)
-	if s.accounts, err = accounts.New(ctx, s.store, acfg); err != nil {
+	var err error
+	if s.accounts, err = accounts.New(ctx, s.store, *acfg); err != nil {
 		return err
 	}
-	s.secrets = secrets.NewWithRing(s.store, ring)
-	s.ring = ring
-	s.outbox = outbox.New(ring)
+	s.secrets = secrets.NewWithRing(s.store, s.ring)
+	s.outbox = outbox.New(s.ring)
 	s.assembleTransactionalMail()
+	return nil
+}
 
+// assembleOAuth builds the authorization server, whose login and consent
+// pages the web shell renders (through w.pages, set by assembleWeb).
+func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 	// One client-address rule and one SQL limiter for every transport: the
 	// OAuth server limits open registration with them, the web shell its
 	// credential endpoints.
-	ipRule := &web.ClientIP{TrustedProxies: s.cfg.TrustedProxies}
-	limiter := ratelimit.New(s.store, nil)
+	w.clientIP = &web.ClientIP{TrustedProxies: s.cfg.TrustedProxies}
+	w.limiter = ratelimit.New(s.store, nil)
 
 	oopts := s.cfg.OAuth
 	oopts.Store, oopts.BaseURL = s.store, s.cfg.BaseURL
-	oopts.RegistrationLimiter, oopts.RegistrationLimit, oopts.ClientAddr = limiter, s.cfg.RegistrationLimit, ipRule.Addr
+	oopts.RegistrationLimiter, oopts.RegistrationLimit, oopts.ClientAddr = w.limiter, s.cfg.RegistrationLimit, w.clientIP.Addr
 	if oopts.Logger == nil {
 		oopts.Logger = s.log
 	}
 	// The web shell renders the OAuth login and consent pages; it is built
 	// after the OAuth server (it lists and revokes grants), so the OAuth
 	// server reaches it through a forwarder set below.
-	pages := &loginConsent{}
+	w.pages = &loginConsent{}
 	if oopts.LoginConsent == nil {
-		oopts.LoginConsent = pages
+		oopts.LoginConsent = w.pages
 	}
+	var err error
 	if s.oauth, err = oauth.New(ctx, oopts); err != nil {
 		return err
 	}
 	// Sessions die with the password: a password change or reset revokes
 	// every grant in the same transaction.
 	s.accounts.OnPasswordChange(s.oauth.RevokeAllInTx)
+	return nil
+}
 
+// assembleLifecycle collects the ownership inventory and the retention
+// declarations and builds the account lifecycle (deletion, export).
+func (s *Server) assembleLifecycle() error {
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
 		return err
@@ -122,10 +182,16 @@ func (s *Server) assemble(ctx context.Context) error {
 		},
 		TxHooks: s.lifecycleTxHooks(),
 	})
+	var err error
 	if s.retention, err = s.newRetention(); err != nil {
 		return err
 	}
+	return nil
+}
 
+// assembleRegistry builds the capability registry (vocabulary, quota,
+// features, idempotency, write leases), the jobs and the schedules.
+func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 	// The embedder's entities reach SQL and the built-in roles before the
 	// first caller is loaded.
 	vocab := s.cfg.Vocabulary
@@ -156,7 +222,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
 		Auditor:    burstAuditor{s.audit, s},
-		AuditKey:   auditKey,
+		AuditKey:   w.auditKey,
 		Quota:      q,
 		Features:   flags,
 		Observer:   s.metrics,
@@ -175,10 +241,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
-	if err := s.assembleEvents(); err != nil {
-		return err
-	}
-	owners := lifecycle.Owners(s.accounts)
+	return nil
+}
+
+// assembleBuiltins registers the built-in capabilities of the core
+// domains and the outbound gateway.
+func (s *Server) assembleBuiltins(w *wiring) error {
+	owners := w.owners
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
 	if s.features != nil {
@@ -216,57 +285,40 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
-	if err := s.assembleBuckets(owners); err != nil {
-		return err
-	}
-	if err := s.assembleCodeMode(owners); err != nil {
-		return err
-	}
-	if err := s.assembleMemory(owners); err != nil {
-		return err
-	}
-	if err := s.assembleEnterpriseAuth(); err != nil {
-		return err
-	}
-	if err := s.assembleIntegrations(owners); err != nil {
-		return err
-	}
-	if err := s.assembleRemoteMCP(owners); err != nil {
-		return err
-	}
-	if err := s.assembleCommunity(owners); err != nil {
-		return err
-	}
-	if err := s.assembleMail(owners); err != nil {
-		return err
-	}
-	if err := s.assembleFederation(owners); err != nil {
-		return err
-	}
+	return nil
+}
 
-	// Workspaces come before the web shell, whose pages for them exist
-	// when their capabilities do.
-	if o := s.cfg.Workspaces; o != nil {
-		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
-			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.accountMail, BaseURL: s.cfg.BaseURL,
-			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
-			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
-			Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
-			Reauthenticate: s.reauthenticateKeyMaker,
-		}); err != nil {
+// assembleWorkspaces builds workspaces when configured; they come before
+// the web shell, whose pages for them exist when their capabilities do.
+func (s *Server) assembleWorkspaces(ctx context.Context) error {
+	o := s.cfg.Workspaces
+	if o == nil {
+		return nil
+	}
+	var err error
+	if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
+		Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.accountMail, BaseURL: s.cfg.BaseURL,
+		DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
+		MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
+		Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
+		Reauthenticate: s.reauthenticateKeyMaker,
+	}); err != nil {
+		return err
+	}
+	s.wireWorkspaceKeys()
+	if err := s.workspaces.Inventory(s.inventory); err != nil {
+		return err
+	}
+	if s.store.Dialect() == storage.Postgres {
+		if err := s.retention.Add(workspaces.StateRetentionPolicies(o.IdempotencyTTL)...); err != nil {
 			return err
 		}
-		s.wireWorkspaceKeys()
-		if err := s.workspaces.Inventory(s.inventory); err != nil {
-			return err
-		}
-		if s.store.Dialect() == storage.Postgres {
-			if err := s.retention.Add(workspaces.StateRetentionPolicies(o.IdempotencyTTL)...); err != nil {
-				return err
-			}
-		}
 	}
+	return nil
+}
 
+// assembleWeb builds the web shell.
+func (s *Server) assembleWeb(w *wiring) error {
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
 		CodeMode:   s.codemode,
@@ -279,21 +331,28 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,
 		TrustedProxies:        s.cfg.TrustedProxies,
-		ClientIP:              ipRule,
-		Limiter:               limiter,
+		ClientIP:              w.clientIP,
+		Limiter:               w.limiter,
 		Mail:                  s.txMail,
-		MinPasswordLength:     acfg.MinPasswordLength,
+		MinPasswordLength:     w.accounts.MinPasswordLength,
 		Logger:                s.log,
 		SiteName:              s.cfg.SiteName,
 		SiteDescription:       s.cfg.SiteDescription,
 		LogoURL:               s.cfg.LogoURL,
 		AccentColor:           s.cfg.AccentColor,
 	}
+	var err error
 	if s.web, err = web.New(wopts); err != nil {
 		return err
 	}
-	pages.web = s.web
+	w.pages.web = s.web
+	return nil
+}
 
+// assembleMCP builds the /mcp transport: its token verifiers (OAuth or
+// the embedder's, workspace keys, audited refusals), shared sessions,
+// tasks and request states.
+func (s *Server) assembleMCP(ctx context.Context) error {
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
@@ -334,6 +393,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		// A requestState is good once, whichever replica sees it.
 		mopts.States = sqlsessions.New(s.store)
 	}
+	var err error
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
 		// of an input-required call.
