@@ -3,7 +3,6 @@ package enclave
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
-	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/idempotency"
@@ -22,21 +20,15 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
-	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/features"
-	"github.com/enclave-mcp/enclave/federation/fedtables"
-	"github.com/enclave-mcp/enclave/integrations"
-	"github.com/enclave-mcp/enclave/integrations/remotemcp"
-	"github.com/enclave-mcp/enclave/internal/callercache"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
-	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
-	"github.com/enclave-mcp/enclave/memory"
+	"github.com/enclave-mcp/enclave/mcp/verifiers"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -45,22 +37,71 @@ import (
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
+// wiring carries what one assembly step hands to a later one.
+type wiring struct {
+	auditKey []byte             // keys the audit log's hashes
+	accounts accounts.Config    // as the accounts service was built
+	clientIP *web.ClientIP      // one client-address rule for every transport
+	limiter  *ratelimit.Limiter // one SQL limiter for every transport
+	pages    *loginConsent      // the OAuth pages, forwarded to the web shell
+	owners   capabilities.OwnerOf
+}
+
 // assemble builds the domain services on the open store and registers the
-// built-in capabilities and ownership surfaces.
+// built-in capabilities and ownership surfaces: a list of wiring steps, in
+// dependency order.
 func (s *Server) assemble(ctx context.Context) error {
+	w := &wiring{}
+	for _, step := range []func() error{
+		func() error { return s.openKeys(ctx, w) },
+		func() error { return s.assembleAccounts(ctx, w) },
+		func() error { return s.assembleOAuth(ctx, w) },
+		s.assembleLifecycle,
+		func() error { return s.assembleRegistry(ctx, w) },
+		s.assembleEvents,
+		func() error { w.owners = lifecycle.Owners(s.accounts); return s.assembleBuiltins(w) },
+		func() error { return s.assembleBuckets(w.owners) },
+		func() error { return s.assembleCodeMode(w.owners) },
+		func() error { return s.assembleMemory(w.owners) },
+		s.assembleEnterpriseAuth,
+		func() error { return s.assembleIntegrations(w.owners) },
+		func() error { return s.assembleRemoteMCP(w.owners) },
+		func() error { return s.assembleCommunity(w.owners) },
+		func() error { return s.assembleMail(w.owners) },
+		func() error { return s.assembleFederation(w.owners) },
+		func() error { return s.assembleWorkspaces(ctx) },
+		func() error { return s.assembleWeb(w) },
+		func() error { return s.assembleMCP(ctx) },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openKeys opens the data key ring (followed on the bus: a key rotated on
+// any replica is sealed with on every replica at once) and the audit log.
+func (s *Server) openKeys(ctx context.Context, w *wiring) error {
 	ring, err := envelope.Open(ctx, s.store.DB, s.store.Keeper)
 	if err != nil {
 		return err
 	}
-	// A key rotated on any replica is sealed with on every replica at once.
 	s.unfollow = ring.Follow(s.bus, func(err error) { s.log.Warn("enclave: data key reload failed", "err", err) })
-	auditKey, err := ring.NamedKey(ctx, "audit")
-	if err != nil {
+	if w.auditKey, err = ring.NamedKey(ctx, "audit"); err != nil {
 		return err
 	}
-	s.audit = audit.New(s.store, auditKey, s.log)
+	s.audit = audit.New(s.store, w.auditKey, s.log)
+	s.ring = ring
+	return nil
+}
 
-	acfg := s.cfg.Accounts
+// assembleAccounts builds the accounts service from Config.Accounts and
+// the server's settings, the secrets store, the outbox and the
+// transactional mail.
+func (s *Server) assembleAccounts(ctx context.Context, w *wiring) error {
+	w.accounts = s.cfg.Accounts
+	acfg := &w.accounts
 	if s.cfg.Signup != "" {
 		acfg.Signup = s.cfg.Signup
 	}
@@ -79,45 +120,53 @@ func (s *Server) assemble(ctx context.Context) error {
 		acfg.Passkeys.RPName = s.cfg.SiteName // what the passkey prompt names
 	}
 	acfg.Passkeys = passkeyConfig(acfg.Passkeys, s.cfg.BaseURL)
-	if s.accounts, err = accounts.New(ctx, s.store, acfg); err != nil {
+	var err error
+	if s.accounts, err = accounts.New(ctx, s.store, *acfg); err != nil {
 		return err
 	}
-	s.secrets = secrets.NewWithRing(s.store, ring)
-	s.ring = ring
-	s.outbox = outbox.New(ring)
+	s.secrets = secrets.NewWithRing(s.store, s.ring)
+	s.outbox = outbox.New(s.ring)
 	s.assembleTransactionalMail()
+	return nil
+}
 
+// assembleOAuth builds the authorization server, whose login and consent
+// pages the web shell renders (through w.pages, set by assembleWeb).
+func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 	// One client-address rule and one SQL limiter for every transport: the
 	// OAuth server limits open registration with them, the web shell its
 	// credential endpoints.
-	clientIP := &web.ClientIP{TrustedProxies: s.cfg.TrustedProxies}
-	limiter := ratelimit.New(s.store, nil)
+	w.clientIP = &web.ClientIP{TrustedProxies: s.cfg.TrustedProxies}
+	w.limiter = ratelimit.New(s.store, nil)
 
 	oopts := s.cfg.OAuth
 	oopts.Store, oopts.BaseURL = s.store, s.cfg.BaseURL
-	oopts.RegistrationLimiter, oopts.RegistrationLimit, oopts.ClientAddr = limiter, s.cfg.RegistrationLimit, clientIP.Addr
+	oopts.RegistrationLimiter, oopts.RegistrationLimit, oopts.ClientAddr = w.limiter, s.cfg.RegistrationLimit, w.clientIP.Addr
 	if oopts.Logger == nil {
 		oopts.Logger = s.log
 	}
 	// The web shell renders the OAuth login and consent pages; it is built
 	// after the OAuth server (it lists and revokes grants), so the OAuth
 	// server reaches it through a forwarder set below.
-	pages := &loginConsent{}
+	w.pages = &loginConsent{}
 	if oopts.LoginConsent == nil {
-		oopts.LoginConsent = pages
+		oopts.LoginConsent = w.pages
 	}
+	var err error
 	if s.oauth, err = oauth.New(ctx, oopts); err != nil {
 		return err
 	}
 	// Sessions die with the password: a password change or reset revokes
 	// every grant in the same transaction.
 	s.accounts.OnPasswordChange(s.oauth.RevokeAllInTx)
+	return nil
+}
 
+// assembleLifecycle collects the ownership inventory and the retention
+// declarations and builds the account lifecycle (deletion, export).
+func (s *Server) assembleLifecycle() error {
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
-		return err
-	}
-	if s.retention, err = s.newRetention(); err != nil {
 		return err
 	}
 	s.lifecycle = lifecycle.New(s.store, s.inventory, s.accounts, lifecycle.Options{
@@ -133,7 +182,16 @@ func (s *Server) assemble(ctx context.Context) error {
 		},
 		TxHooks: s.lifecycleTxHooks(),
 	})
+	var err error
+	if s.retention, err = s.newRetention(); err != nil {
+		return err
+	}
+	return nil
+}
 
+// assembleRegistry builds the capability registry (vocabulary, quota,
+// features, idempotency, write leases), the jobs and the schedules.
+func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 	// The embedder's entities reach SQL and the built-in roles before the
 	// first caller is loaded.
 	vocab := s.cfg.Vocabulary
@@ -167,7 +225,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		// The operator's command-line actions, audited by the choke point
 		// with the operator as the actor.
 		OperatorAudit: s.audit,
-		AuditKey:      auditKey,
+		AuditKey:      w.auditKey,
 		Quota:         q,
 		Features:      flags,
 		Observer:      s.metrics,
@@ -186,10 +244,13 @@ func (s *Server) assemble(ctx context.Context) error {
 	})
 	s.jobs = jobs.New(s.outbox, s.InvokeBackground)
 	s.schedules = schedules.New(s.InvokeBackground)
-	if err := s.assembleEvents(); err != nil {
-		return err
-	}
-	owners := lifecycle.Owners(s.accounts)
+	return nil
+}
+
+// assembleBuiltins registers the built-in capabilities of the core
+// domains and the outbound gateway.
+func (s *Server) assembleBuiltins(w *wiring) error {
+	owners := w.owners
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
 	if s.features != nil {
@@ -209,7 +270,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	if !s.cfg.OAuth.AllowUnverifiedEmail {
 		// The purge of unverified sign-ups on demand (also a retention
 		// lane); off, like the lane, when unverified accounts may work.
-		caps = append(caps, s.auditedAdmin([]capabilities.Capability{s.lifecycle.PurgeCapability(s.recordUnverifiedPurge)})...)
+		caps = append(caps, s.auditedAdmin([]capabilities.Capability{s.lifecycle.PurgeCapability(lifecycle.AuditPurge(s.audit))})...)
 	}
 	// The setup link of an account an admin creates is mailed through the
 	// outbox, in the creating transaction.
@@ -221,7 +282,7 @@ func (s *Server) assemble(ctx context.Context) error {
 	caps = append(caps, s.accounts.OperatorCapabilities()...)
 	caps = append(caps, s.lifecycle.OperatorCapabilities()...)
 	caps = append(caps, s.secrets.OperatorCapability(), s.oauth.OperatorCapability())
-	caps = append(caps, s.overviewCapability())
+	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.overviewDays}))
 	caps = append(caps, s.eventCapabilities()...)
 	olim := s.cfg.Outbound
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
@@ -233,57 +294,40 @@ func (s *Server) assemble(ctx context.Context) error {
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
 	}
-	if err := s.assembleBuckets(owners); err != nil {
-		return err
-	}
-	if err := s.assembleCodeMode(owners); err != nil {
-		return err
-	}
-	if err := s.assembleMemory(owners); err != nil {
-		return err
-	}
-	if err := s.assembleEnterpriseAuth(); err != nil {
-		return err
-	}
-	if err := s.assembleIntegrations(owners); err != nil {
-		return err
-	}
-	if err := s.assembleRemoteMCP(owners); err != nil {
-		return err
-	}
-	if err := s.assembleCommunity(owners); err != nil {
-		return err
-	}
-	if err := s.assembleMail(owners); err != nil {
-		return err
-	}
-	if err := s.assembleFederation(owners); err != nil {
-		return err
-	}
+	return nil
+}
 
-	// Workspaces come before the web shell, whose pages for them exist
-	// when their capabilities do.
-	if o := s.cfg.Workspaces; o != nil {
-		if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
-			Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.accountMail, BaseURL: s.cfg.BaseURL,
-			DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
-			MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
-			Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
-			Reauthenticate: s.reauthenticateKeyMaker,
-		}); err != nil {
+// assembleWorkspaces builds workspaces when configured; they come before
+// the web shell, whose pages for them exist when their capabilities do.
+func (s *Server) assembleWorkspaces(ctx context.Context) error {
+	o := s.cfg.Workspaces
+	if o == nil {
+		return nil
+	}
+	var err error
+	if s.workspaces, err = workspaces.New(ctx, workspaces.Config{
+		Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.accountMail, BaseURL: s.cfg.BaseURL,
+		DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
+		MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
+		Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
+		Reauthenticate: s.reauthenticateKeyMaker,
+	}); err != nil {
+		return err
+	}
+	s.wireWorkspaceKeys()
+	if err := s.workspaces.Inventory(s.inventory); err != nil {
+		return err
+	}
+	if s.store.Dialect() == storage.Postgres {
+		if err := s.retention.Add(workspaces.StateRetentionPolicies(o.IdempotencyTTL)...); err != nil {
 			return err
 		}
-		s.wireWorkspaceKeys()
-		if err := s.workspaces.Inventory(s.inventory); err != nil {
-			return err
-		}
-		if s.store.Dialect() == storage.Postgres {
-			if err := s.retention.Add(s.workspaceRetention()...); err != nil {
-				return err
-			}
-		}
 	}
+	return nil
+}
 
+// assembleWeb builds the web shell.
+func (s *Server) assembleWeb(w *wiring) error {
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
 		CodeMode:   s.codemode,
@@ -296,32 +340,39 @@ func (s *Server) assemble(ctx context.Context) error {
 		// Config.Accounts.SessionKeys): every replica and restart shares them.
 		SessionKeysPersistent: true,
 		TrustedProxies:        s.cfg.TrustedProxies,
-		ClientIP:              clientIP,
-		Limiter:               limiter,
+		ClientIP:              w.clientIP,
+		Limiter:               w.limiter,
 		Mail:                  s.txMail,
-		MinPasswordLength:     acfg.MinPasswordLength,
+		MinPasswordLength:     w.accounts.MinPasswordLength,
 		Logger:                s.log,
 		SiteName:              s.cfg.SiteName,
 		SiteDescription:       s.cfg.SiteDescription,
 		LogoURL:               s.cfg.LogoURL,
 		AccentColor:           s.cfg.AccentColor,
 	}
+	var err error
 	if s.web, err = web.New(wopts); err != nil {
 		return err
 	}
-	pages.web = s.web
+	w.pages.web = s.web
+	return nil
+}
 
+// assembleMCP builds the /mcp transport: its token verifiers (OAuth or
+// the embedder's, workspace keys, audited refusals), shared sessions,
+// tasks and request states.
+func (s *Server) assembleMCP(ctx context.Context) error {
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
-		mopts.Verifier = oauthVerifier{s.oauth, s.newCallerCache()}
+		mopts.Verifier = verifiers.OAuth{Server: s.oauth, Cache: s.newCallerCache()}
 	}
 	if s.workspaces != nil {
-		mopts.Verifier = workspaceKeyVerifier{mopts.Verifier, s}
+		mopts.Verifier = verifiers.WorkspaceKeys{Next: mopts.Verifier, Keys: s.workspaces, Accounts: s.accounts, Resource: func() string { return s.mcp.Resource() }}
 	}
-	mopts.Verifier = burstVerifier{auditedVerifier{mopts.Verifier, s.audit, s.metrics.TokenRefused}, s}
+	mopts.Verifier = burstVerifier{verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientIP}, s}
 	if mopts.Version == "" {
 		mopts.Version = Version()
 	}
@@ -351,6 +402,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		// A requestState is good once, whichever replica sees it.
 		mopts.States = sqlsessions.New(s.store)
 	}
+	var err error
 	if mopts.RequestStateKey == nil {
 		// Shared by every replica, so any of them can take the next round
 		// of an input-required call.
@@ -383,149 +435,6 @@ func (l *loginConsent) ConsentScopes(w http.ResponseWriter, r *http.Request, req
 // AuthorizeError forwards oauth.ErrorPage: the shell's error page.
 func (l *loginConsent) AuthorizeError(w http.ResponseWriter, r *http.Request, e *oauth.AuthorizeError) {
 	l.web.AuthorizeError(w, r, e)
-}
-
-// auditedVerifier records refused tokens in the audit log, with the hash
-// of the user the token was issued to and of the client's address (the
-// same schemes as every other row). Only a token that resolved to a grant
-// is recorded (the verifier then names its user next to the error, see
-// Config.TokenVerifier): anyone can send made-up tokens, and logging those
-// would let them flood the log. This holds for any verifier, enclave's own
-// or an embedder's.
-type auditedVerifier struct {
-	next    mcp.TokenVerifier
-	audit   *audit.Log
-	refused func(reason string) // metrics
-}
-
-func (v auditedVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
-	info, err := v.next.VerifyToken(ctx, token)
-	if err == nil {
-		return info, nil
-	}
-	if errors.Is(err, mcp.ErrTokenUnavailable) {
-		return info, err // not a refusal, an outage: nothing to audit
-	}
-	reason := tokenRefusal(err)
-	if v.refused != nil {
-		v.refused(reason)
-	}
-	if info.UserID == "" {
-		return info, err
-	}
-	_ = v.audit.Record(ctx, audit.Event{
-		Category: audit.CategoryMCP, Action: "token", Result: audit.ResultDenied, Reason: reason,
-		UserHash: v.audit.HashUser(info.UserID),
-		IPHash:   v.audit.HashIP(clientIP(ctx)),
-	})
-	return info, err
-}
-
-// tokenRefusal names why a token was refused, from the verifier's error.
-func tokenRefusal(err error) string {
-	for _, r := range []struct {
-		err    error
-		reason string
-	}{
-		{oauth.ErrTokenMalformed, "malformed"},
-		{oauth.ErrTokenExpired, "expired"},
-		{oauth.ErrWrongAudience, "wrong_audience"},
-		{oauth.ErrClientBlocked, "client_blocked"},
-		{oauth.ErrTokenUnknown, "unknown_or_revoked"},
-		{oauth.ErrPasswordChanged, "revoked_by_password_change"},
-		{oauth.ErrAccountSuspended, "account_suspended"},
-		{oauth.ErrAccountDeleting, "account_deleting"},
-		{oauth.ErrEmailNotVerified, "email_not_verified"},
-	} {
-		if errors.Is(err, r.err) {
-			return r.reason
-		}
-	}
-	return "invalid"
-}
-
-// oauthVerifier checks /mcp bearer tokens against enclave's own
-// authorization server, through the revocation-aware cache of verified
-// callers (nil when Config.CallerCacheTTL is negative).
-type oauthVerifier struct {
-	s     *oauth.Server
-	cache *callercache.Cache[mcp.TokenInfo]
-}
-
-func (v oauthVerifier) VerifyToken(ctx context.Context, token string) (mcp.TokenInfo, error) {
-	if info, ok := v.cache.Get(token); ok {
-		return cachedToken(info), nil
-	}
-	ticket := v.cache.Begin() // before the read: a change meanwhile voids the Put
-	a, err := v.s.VerifyAccessToken(ctx, token)
-	// A token that matched a grant names its user next to the refusal, for
-	// the audit log; one that matched nothing names no one.
-	var refused mcp.TokenInfo
-	if ref := (*oauth.TokenRefusal)(nil); errors.As(err, &ref) {
-		refused.UserID = ref.StableUserID
-	}
-	if errors.Is(err, oauth.ErrAccountSuspended) {
-		// 403, not 401: a new token would not help.
-		return refused, &capabilities.Error{Code: capabilities.CodeAccountSuspended, Message: "account suspended", Err: err}
-	}
-	if errors.Is(err, oauth.ErrInvalidToken) {
-		return refused, fmt.Errorf("%w: %w", mcp.ErrInvalidToken, err)
-	}
-	if err != nil {
-		// Not a refusal: the token could not be checked (503 at /mcp). A
-		// client cannot cause this: the token passed its HMAC check before
-		// any SQL, and the lookup is by the token's signature.
-		return mcp.TokenInfo{}, fmt.Errorf("%w: %w", mcp.ErrTokenUnavailable, err)
-	}
-	// The token check loaded the account's state, roles and permissions in
-	// its one query: hand them over instead of loading the account again.
-	caller := a.Caller()
-	info := mcp.TokenInfo{UserID: a.StableUserID, Scopes: a.Scopes, Audience: a.Audience, ExpiresAt: a.ExpiresAt, Caller: &caller,
-		Grant: a.GrantID}
-	v.cache.Put(ticket, token, a.UserID, a.GrantID, a.ExpiresAt, cachedToken(info))
-	return info, nil
-}
-
-// registerInventory records where enclave's own user-owned data lives. A
-// test applies every migration and fails when an owned table is missing.
-func registerInventory(inv *storage.Inventory) error {
-	return errors.Join(
-		lifecycle.RegisterInventory(inv), // users (first: deleted last), user_roles
-		inv.AddTable(storage.Table{Name: "email_claims", KeyColumn: "email"}),
-		inv.AddTable(accounts.UsernameHoldsTable),
-		inv.AddTable(storage.Table{Name: "password_setup_tokens", KeyColumn: "token_hash", SkipExport: true}),
-		inv.AddTable(storage.Table{Name: "mail_tokens", KeyColumn: "token_hash", SkipExport: true}),
-		addTables(inv, accounts.FactorTables()),
-		secrets.RegisterInventory(inv),
-		addTables(inv, oauth.InventoryTables()),
-		// Jobs that concern a user (package jobs); mail rows have no owner.
-		inv.AddTable(storage.Table{Name: "outbox", Redact: []string{"payload"}}),
-		inv.AddTable(storage.Table{Name: "quota_usage"}),
-		inv.AddTable(sqltasks.Table),
-		// Replayable results of keyed calls: deleted with the account,
-		// never exported (they repeat what the account's data says).
-		inv.AddTable(idempotency.Table),
-		registerEventInventory(inv),
-		addTables(inv, sqlsessions.Tables),
-		workspaces.RegisterInventory(inv),
-		codemode.RegisterInventory(inv),
-		buckets.RegisterInventory(inv),
-		memory.RegisterInventory(inv),
-		integrations.RegisterInventory(inv),
-		remotemcp.RegisterInventory(inv),
-		community.RegisterInventory(inv),
-		quota.RegisterPlanInventory(inv),
-		mail.RegisterInventory(inv),
-		fedtables.RegisterInventory(inv),
-	)
-}
-
-func addTables(inv *storage.Inventory, tables []storage.Table) error {
-	var errs []error
-	for _, t := range tables {
-		errs = append(errs, inv.AddTable(t))
-	}
-	return errors.Join(errs...)
 }
 
 // adminAuditActions names the audit action of each admin capability whose

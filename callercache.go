@@ -2,7 +2,6 @@ package enclave
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"time"
 
@@ -29,7 +28,7 @@ func (s *Server) newCallerCache() *callercache.Cache[mcp.TokenInfo] {
 		// Written even when this process caches nothing, for those that do.
 		var err error
 		notices, err = cluster.NewSQLNotices(cluster.SQLNoticesOptions{DB: s.store.DB, Reader: s.store.Reader,
-			Local: s.bus, Table: "caller_invalidations", Topic: callercache.Topic, Logger: s.log})
+			Local: s.bus, Table: callercache.InvalidationTable, Topic: callercache.Topic, Logger: s.log})
 		if err != nil {
 			panic(err) // the options above are complete
 		}
@@ -104,21 +103,6 @@ func revokePayload(userID int64, grantID string) string {
 		return "g:" + grantID
 	}
 	return userPayload(userID)
-}
-
-// cachedToken returns a copy of a cached verification: the caller's
-// slices are not shared with later requests.
-func cachedToken(info mcp.TokenInfo) mcp.TokenInfo {
-	info.Scopes = slices.Clone(info.Scopes)
-	info.Audience = slices.Clone(info.Audience)
-	if info.Caller != nil {
-		c := *info.Caller
-		c.Roles = slices.Clone(c.Roles)
-		c.Permissions = slices.Clone(c.Permissions)
-		c.Scopes = slices.Clone(c.Scopes)
-		info.Caller = &c
-	}
-	return info
 }
 
 // cacheBus adapts the cluster bus to callercache.Bus.

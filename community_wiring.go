@@ -8,6 +8,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/community"
@@ -85,8 +86,7 @@ func (s *Server) auditedCommunity(c capabilities.Capability, action string) capa
 		case in.Username != "" && len(in.Username) <= 64 && len(in.Plan) <= 64:
 			// The account as a keyed hash (as every identifier in the log),
 			// never its username: the row outlives the account.
-			var stable string
-			_ = s.store.Reader.NewSelect().Table("users").Column("stable_user_id").Where("username = ?", in.Username).Scan(ctx, &stable)
+			stable, _ := accounts.StableIDByUsername(ctx, s.store.Reader, in.Username)
 			e.Reason = "user " + cmp.Or(s.audit.HashUser(stable), "(none)") + " plan " + auditName(in.Plan)
 		case in.Name != "" && len(in.Name) <= 64:
 			e.Reason = "plan " + auditName(in.Name)
@@ -114,11 +114,11 @@ func (s *Server) assemblePlans(owners capabilities.OwnerOf) error {
 	}
 	plans := quota.NewPlans(s.store)
 	plans.OnAlert = func(ctx context.Context, tx bun.IDB, a quota.Alert) error {
-		var username string
-		if err := tx.NewSelect().Table("users").Column("username").Where("id = ?", a.Owner).Scan(ctx, &username); err != nil {
+		username, err := accounts.UsernameOf(ctx, tx, a.Owner)
+		if err != nil {
 			return err
 		}
-		_, err := s.events.Publish(ctx, tx, QuotaThreshold, map[string]any{
+		_, err = s.events.Publish(ctx, tx, QuotaThreshold, map[string]any{
 			"username": username, "meter": a.Meter, "window": a.Window, "period": a.Period, "threshold": a.Threshold, "limit": a.Limit,
 		})
 		return err

@@ -3,7 +3,6 @@ package enclave
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -128,11 +127,6 @@ func (s *Server) lifecycleTxHooks() []lifecycle.TxHook {
 func (s *Server) eventCapabilities() []capabilities.Capability {
 	caps := s.auditedAdmin(s.events.WebhookCapabilities())
 	return append(caps, s.auditedAdmin(s.feedback.Capabilities())...)
-}
-
-// registerEventInventory registers the tables of events and feedback.
-func registerEventInventory(inv *storage.Inventory) error {
-	return errors.Join(inv.AddTable(events.WebhookTable), inv.AddTable(feedback.Table))
 }
 
 // Feedback returns the platform feedback service.

@@ -1,8 +1,6 @@
 package enclave
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/enclave-mcp/enclave/internal/requestid"
-	"github.com/enclave-mcp/enclave/oauth"
 )
 
 func TestPanicsBecomeGeneric500s(t *testing.T) {
@@ -32,41 +29,6 @@ func TestPanicsBecomeGeneric500s(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "hunter2") || !strings.Contains(logged.String(), id) {
 		t.Fatalf("log lacks the panic or the request id: %q", logged.String())
-	}
-}
-
-func TestStatusWriterKeepsStreaming(t *testing.T) {
-	rec := httptest.NewRecorder()
-	var w http.ResponseWriter = &statusWriter{ResponseWriter: rec}
-	if _, ok := w.(http.Flusher); !ok {
-		t.Fatal("statusWriter hides http.Flusher")
-	}
-	if err := http.NewResponseController(w).Flush(); err != nil {
-		t.Fatalf("ResponseController cannot reach the writer: %v", err)
-	}
-	if !rec.Flushed {
-		t.Fatal("flush did not pass through")
-	}
-}
-
-func TestTokenRefusalReasons(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrTokenMalformed), "malformed"},
-		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrTokenExpired), "expired"},
-		{fmt.Errorf("%w: %w [https://other/mcp]", oauth.ErrInvalidToken, oauth.ErrWrongAudience), "wrong_audience"},
-		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrTokenUnknown), "unknown_or_revoked"},
-		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrPasswordChanged), "revoked_by_password_change"},
-		{errors.New("expired, but not from oauth"), "invalid"},
-		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrAccountSuspended), "account_suspended"},
-		{fmt.Errorf("%w: %w", oauth.ErrInvalidToken, oauth.ErrAccountDeleting), "account_deleting"},
-		{errors.New("anything else"), "invalid"},
-	} {
-		if got := tokenRefusal(tc.err); got != tc.want {
-			t.Errorf("tokenRefusal(%v) = %q, want %q", tc.err, got, tc.want)
-		}
 	}
 }
 

@@ -11,41 +11,9 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/internal/requestid"
+	"github.com/enclave-mcp/enclave/internal/statuswriter"
 	"github.com/enclave-mcp/enclave/mcp"
 )
-
-// statusWriter records the status and size of a response. It keeps
-// streaming working: Flush passes through, and Unwrap lets
-// http.ResponseController reach the underlying writer.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.bytes += int64(n)
-	return n, err
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type clientIPKey struct{}
 
@@ -67,22 +35,20 @@ func clientIP(ctx context.Context) string {
 func (s *Server) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := statuswriter.New(w)
 		next.ServeHTTP(sw, r)
-		if sw.status == 0 {
-			sw.status = http.StatusOK
-		}
+		status := sw.StatusOr200()
 		elapsed := time.Since(start)
-		s.metrics.ObserveHTTP(routeClass(r.URL.Path), sw.status, elapsed)
+		s.metrics.ObserveHTTP(routeClass(r.URL.Path), status, elapsed)
 		level := slog.LevelInfo
-		if sw.status >= 500 {
+		if status >= 500 {
 			level = slog.LevelError
 		}
 		s.log.LogAttrs(r.Context(), level, "http request",
 			slog.String("method", r.Method),
 			slog.String("path", r.URL.Path),
-			slog.Int("status", sw.status),
-			slog.Int64("bytes", sw.bytes),
+			slog.Int("status", status),
+			slog.Int64("bytes", sw.Bytes()),
 			slog.Duration("duration", elapsed),
 			slog.String("request_id", requestid.FromContext(r.Context())),
 		)

@@ -5,50 +5,28 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/capabilities"
 )
 
 // OverviewDay is one day of the admin overview's chart.
-type OverviewDay struct {
-	Day     string `json:"day" jsonschema:"UTC date, YYYY-MM-DD" schema:"format=date"`
-	Calls   int64  `json:"calls" jsonschema:"capability calls let through"`
-	Denials int64  `json:"denials" jsonschema:"capability calls refused"`
-}
+//
+// Deprecated: use accounts.OverviewDay (adminOverview lives in accounts).
+type OverviewDay = accounts.OverviewDay
 
 // OverviewOutput is the output of adminOverview.
-type OverviewOutput struct {
-	Users        accounts.UserCounts `json:"users"`
-	ActiveGrants int                 `json:"activeGrants" jsonschema:"OAuth authorizations holding an unexpired token"`
-	Days         []OverviewDay       `json:"days" jsonschema:"the last 30 days, oldest first"`
-}
+//
+// Deprecated: use accounts.OverviewOutput.
+type OverviewOutput = accounts.OverviewOutput
 
-// overviewCapability returns adminOverview: the numbers of the admin
-// overview page. The daily counts come from the metrics' in-memory rollup
-// (flushed to SQL every minute), never from a write per call.
-func (s *Server) overviewCapability() capabilities.Capability {
-	return capabilities.Define(capabilities.Spec[struct{}, OverviewOutput]{
-		Name: "adminOverview", Domain: "admin", Title: "Server overview",
-		Description: "Account totals (all, new in 30 days, unverified, suspended), active OAuth authorizations, and capability calls and denials per day for the last 30 days. Admins only.",
-		Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
-		Requires:    capabilities.Requirement{Role: capabilities.RoleAdmin},
-		Handler: func(ctx context.Context, _ *capabilities.Call, _ struct{}) (OverviewOutput, error) {
-			now := time.Now().UTC()
-			var out OverviewOutput
-			var err error
-			if out.Users, err = s.accounts.CountUsers(ctx, now.AddDate(0, 0, -30)); err != nil {
-				return out, err
-			}
-			if out.ActiveGrants, err = s.oauth.ActiveGrants(ctx); err != nil {
-				return out, err
-			}
-			days, err := s.metrics.Daily.Read(ctx, s.store.Reader, 30, now)
-			if err != nil {
-				return out, err
-			}
-			for _, d := range days {
-				out.Days = append(out.Days, OverviewDay{Day: d.Day.Format(time.DateOnly), Calls: d.Calls, Denials: d.Denials})
-			}
-			return out, nil
-		},
-	})
+// overviewDays is accounts.OverviewSources.Days: the metrics' daily
+// rollup, read from the replica database.
+func (s *Server) overviewDays(ctx context.Context, n int, now time.Time) ([]accounts.OverviewDay, error) {
+	days, err := s.metrics.Daily.Read(ctx, s.store.Reader, n, now)
+	if err != nil {
+		return nil, err
+	}
+	var out []accounts.OverviewDay
+	for _, d := range days {
+		out = append(out, accounts.OverviewDay{Day: d.Day.Format(time.DateOnly), Calls: d.Calls, Denials: d.Denials})
+	}
+	return out, nil
 }

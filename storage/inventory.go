@@ -136,6 +136,16 @@ func (inv *Inventory) AddTable(t Table) error {
 	return nil
 }
 
+// AddTables registers user-owned tables, in order (AddTable each); it
+// reports every refusal at once.
+func (inv *Inventory) AddTables(tables ...Table) error {
+	var errs []error
+	for _, t := range tables {
+		errs = append(errs, inv.AddTable(t))
+	}
+	return errors.Join(errs...)
+}
+
 // DeclarePlatform records that table holds platform data, not any user's,
 // even if it has a column that looks like an owner column; reason says why.
 func (inv *Inventory) DeclarePlatform(table, reason string) error {

@@ -3,6 +3,7 @@ package architecture
 import (
 	"bytes"
 	"encoding/json"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -212,4 +213,56 @@ func lines(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return bytes.Count(b, []byte("\n"))
+}
+
+// sqlBuilders are the calls that write SQL (bun's query builders and
+// database/sql's entry points).
+var sqlBuilders = []string{"NewSelect", "NewInsert", "NewUpdate", "NewDelete", "NewRaw", "NewMerge",
+	"NewCreateTable", "NewDropTable", "ExecContext", "QueryContext", "QueryRowContext"}
+
+// The root's production files assemble and hold nothing else: no SQL (a
+// query belongs to the package that owns its table), no capability of its
+// own (a capability belongs to its domain), no token verifier (verifiers
+// live next to what they verify, mcp/verifiers).
+func TestRootHoldsOnlyAssembly(t *testing.T) {
+	files, err := filepath.Glob("../../*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		checked++
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Base(f)
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncDecl:
+				if n.Recv != nil && n.Name.Name == "VerifyToken" {
+					t.Errorf("%s: a token verifier (%s) in the root: put it next to what it verifies (mcp/verifiers)", fset.Position(n.Pos()), n.Name.Name)
+				}
+			case *ast.CallExpr:
+				sel, ok := n.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if slices.Contains(sqlBuilders, sel.Sel.Name) {
+					t.Errorf("%s: SQL (%s) in the root's %s: the package that owns the table runs it", fset.Position(n.Pos()), sel.Sel.Name, name)
+				}
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "capabilities" && sel.Sel.Name == "Define" {
+					t.Errorf("%s: a capability defined in the root's %s: it belongs to its domain's package", fset.Position(n.Pos()), name)
+				}
+			}
+			return true
+		})
+	}
+	if checked < 5 {
+		t.Fatalf("only %d root production files checked", checked)
+	}
 }

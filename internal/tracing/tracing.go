@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/enclave-mcp/enclave/internal/statuswriter"
 )
 
 // Scope is the instrumentation scope (tracer name) of every enclave span.
@@ -116,7 +118,7 @@ func HTTP(tracer trace.Tracer, class func(*http.Request) string, requestID func(
 			trace.WithAttributes(attribute.String("http.request.method", method)))
 		defer span.End()
 		var route string
-		sw := &statusWriter{ResponseWriter: w}
+		sw := statuswriter.New(w)
 		ctx = context.WithValue(ctx, routeKey{}, &route)
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		if route == "" || route == "/" {
@@ -125,10 +127,7 @@ func HTTP(tracer trace.Tracer, class func(*http.Request) string, requestID func(
 			span.SetAttributes(attribute.String("http.route", route))
 		}
 		span.SetName(method + " " + route)
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
+		status := sw.StatusOr200()
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		if id := requestID(ctx); id != "" {
 			span.SetAttributes(attribute.String("enclave.request_id", id))
@@ -169,32 +168,3 @@ func Route(mux http.Handler) http.Handler {
 		}
 	})
 }
-
-// statusWriter records the status of a response. Flush passes through and
-// Unwrap lets http.ResponseController reach the writer below.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
