@@ -17,7 +17,7 @@ func TestHiddenToolIDsAnsweredLikeUnknown(t *testing.T) {
 	lw.register(t, fx.reg)
 	ids := []string{`-0`, `-0.0`, `-0e3`, `0`, `1e2`, `1.0`, `1.5`, `-1.25e-7`, `1e21`, `1e-7`,
 		`9223372036854775807`, `9223372036854775808`, `-9223372036854775808`, `18446744073709551616`,
-		`12345678901234567890123`, `"\u0041\n\u00e9<>&"`, `"\ud83d\ude00"`, `""`}
+		`12345678901234567890123`, `"\u0041\n\u00e9<>&"`, `"\ud83d\ude00"`, `""`, `null`, `{"b":1,"a":2}`, `[1,2]`, `true`}
 	for _, id := range ids {
 		send := func(tool string) wireAnswer {
 			body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"` + tool + `","arguments":{},` +
