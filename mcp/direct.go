@@ -151,23 +151,25 @@ func firstByte(b []byte) byte {
 	return 0
 }
 
-// rpcResponse is a JSON-RPC response as the direct path writes it; the id
-// is echoed byte for byte.
-// mcpgoID is id as mcp-go writes it back after decoding it into its
-// RequestId: a string or an integer-valued number canonical, any other
-// number through float64. An id it cannot decode is kept as it came.
+// mcpgoID is id as mcp-go writes it back: its request handler decodes
+// the id into an any (a string, or a float64 for any number) and its
+// error answer marshals that value again, so 1e2 comes back as 100 and -0
+// as -0 (not through RequestId's own decoding, which would make it 0). An
+// id it cannot decode is kept as it came.
 func mcpgoID(id json.RawMessage) json.RawMessage {
-	var r mcpgo.RequestId
-	if err := json.Unmarshal(id, &r); err != nil {
+	var v any
+	if err := json.Unmarshal(id, &v); err != nil {
 		return id
 	}
-	out, err := json.Marshal(r)
+	out, err := json.Marshal(mcpgo.NewRequestId(v))
 	if err != nil {
 		return id
 	}
 	return out
 }
 
+// rpcResponse is a JSON-RPC response as the direct path writes it; the id
+// is echoed byte for byte.
 type rpcResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
