@@ -146,10 +146,15 @@ func Parse(raw []byte) (Parsed, error) {
 			}
 		}
 	}
-	walker := &walker{p: &p, raw: raw, cursor: headerBytes(raw)}
+	walker := &walker{p: &p, raw: raw, cursor: headerBytes(raw), budget: locateBudget(len(raw))}
 	walker.entity(textproto.MIMEHeader(h), msg.Body, 0)
 	return p, nil
 }
+
+// locateBudget is the bytes locate may compare for a message of n bytes:
+// finding every body where it stands compares each once (at most n in
+// all), so four times that leaves room for a few false starts.
+func locateBudget(n int) int { return 4*n + 64<<10 }
 
 // MaxDepth bounds how deep multiparts nest.
 const MaxDepth = 20
@@ -162,6 +167,8 @@ type walker struct {
 	// for in it (bodies appear in the raw message in reading order).
 	raw    []byte
 	cursor int
+	// budget is the bytes locate may still compare for this message.
+	budget int
 }
 
 // headerBytes is the length of raw's header section (all of raw when no
@@ -240,13 +247,51 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 	// Where the encoded body is in the raw message. Any occurrence of the
 	// same bytes decodes to the same data, so the first one after the
 	// previous body is as good as the body's own.
-	if w.cursor <= len(w.raw) {
-		if i := bytes.Index(w.raw[w.cursor:], enc); i >= 0 {
-			part.RawOffset, part.RawLength = int64(w.cursor+i), int64(len(enc))
-			w.cursor += i + len(enc)
-		}
+	if i := locate(w.raw, w.cursor, enc, &w.budget); i >= 0 {
+		part.RawOffset, part.RawLength = int64(i), int64(len(enc))
+		w.cursor = i + len(enc)
 	}
 	w.p.Parts = append(w.p.Parts, part)
+}
+
+// locateProbe is how much of a body locate looks for before comparing
+// the rest: short enough for bytes.Index's bounded-cost search (longer
+// patterns go through Rabin-Karp, whose 32-bit rolling hash a sender can
+// make collide at every position of a repetitive stretch, each collision
+// then costing a compare of the whole body: quadratic in the message).
+const locateProbe = 32
+
+// locate returns where enc occurs in raw at or after from, or -1. Each
+// candidate (an occurrence of enc's first locateProbe bytes) costs
+// len(enc) of *budget to verify; when the budget runs out locate gives
+// up (-1: the part is stored as a blob of its own), so a message whose
+// body prefix repeats all over (say a preamble of blank lines before a
+// body of blank lines) costs a bounded amount of work, not
+// (message size)² byte compares.
+func locate(raw []byte, from int, enc []byte, budget *int) int {
+	if from < 0 || from > len(raw) || len(enc) > len(raw)-from {
+		return -1
+	}
+	if len(enc) == 0 {
+		return from
+	}
+	probe := enc[:min(len(enc), locateProbe)]
+	last := len(raw) - len(enc) // the last offset enc can start at
+	for from <= last {
+		i := bytes.Index(raw[from:last+len(probe)], probe)
+		if i < 0 {
+			return -1
+		}
+		at := from + i
+		if *budget -= len(enc); *budget < 0 {
+			return -1
+		}
+		if bytes.Equal(raw[at:at+len(enc)], enc) {
+			return at
+		}
+		from = at + 1
+	}
+	return -1
 }
 
 // encodingName is a Content-Transfer-Encoding as stored with a byte-range

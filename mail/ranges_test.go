@@ -179,3 +179,35 @@ func TestMailAttachmentOldRowsReadable(t *testing.T) {
 		}
 	})
 }
+
+// TestMailAttachmentRepeatedBodyPrefix: a message built so that finding
+// an attachment's body in the raw MIME would compare the whole body at
+// every position of a long preamble (bytes.Index's Rabin-Karp hash made
+// to collide) is delivered without that work: the attachment gets a blob
+// of its own, reads back exactly, and goes with its message.
+func TestMailAttachmentRepeatedBodyPrefix(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice := e.user("alice")
+		raw, body := mail.CollidingMessage(t, 64<<10)
+		raw = bytes.Replace(raw, []byte("To: c@d.test"), []byte("To: alice@"+domain), 1)
+		d, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": d.MessageID})
+		if len(msg.Attachments) != 1 {
+			t.Fatalf("attachments: %+v", msg.Attachments)
+		}
+		if got, _ := readAttachment(e, alice, msg.Attachments[0].ID); !bytes.Equal(got, body) {
+			t.Errorf("read back %d bytes that differ from the %d sent", len(got), len(body))
+		}
+		if n := blobCount(t, s); n != 2 {
+			t.Errorf("%d blobs, want the raw MIME and the attachment's own", n)
+		}
+		must[mail.DeleteOutput](e, alice, "mailDelete", map[string]any{"messageId": d.MessageID})
+		if n := blobCount(t, s); n != 0 {
+			t.Errorf("%d blobs left after the delete", n)
+		}
+	})
+}
