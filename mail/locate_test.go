@@ -82,6 +82,11 @@ func TestLocateBounded(t *testing.T) {
 	if got := locate(raw, 0, body, &budget); got != -1 {
 		t.Errorf("locate in a repetitive message = %d, want -1 (budget spent)", got)
 	}
+	// Once spent, nothing more is looked for, not even a body that is
+	// right there.
+	if got := locate(raw, 0, []byte("From"), &budget); got != -1 {
+		t.Errorf("locate after the budget ran out = %d, want -1", got)
+	}
 	// With room for every candidate it finds the body itself.
 	raw, body = collidingMessage(t, 1<<10)
 	budget = len(raw) * len(raw)

@@ -269,8 +269,8 @@ const locateProbe = 32
 // body of blank lines) costs a bounded amount of work, not
 // (message size)² byte compares.
 func locate(raw []byte, from int, enc []byte, budget *int) int {
-	if from < 0 || from > len(raw) || len(enc) > len(raw)-from {
-		return -1
+	if from < 0 || from > len(raw) || len(enc) > len(raw)-from || *budget < 0 {
+		return -1 // (a spent budget: the later parts are not looked for either)
 	}
 	if len(enc) == 0 {
 		return from
