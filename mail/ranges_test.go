@@ -211,3 +211,57 @@ func TestMailAttachmentRepeatedBodyPrefix(t *testing.T) {
 		}
 	})
 }
+
+// TestMailAttachmentLargeQuotedPrintable: a quoted-printable attachment
+// longer than a page is stored decoded in a blob of its own (a later page
+// of a range would decode everything before it), reads back exactly, and
+// goes with its message; a short one stays a range.
+func TestMailAttachmentLargeQuotedPrintable(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice := e.user("alice")
+		long := []byte(strings.Repeat("tarif=5€, naïve café;\tligne suivante\r\n", 12_000))
+		short := []byte("court=1€\r\n")
+		var b strings.Builder
+		fmt.Fprintf(&b, "From: s@elsewhere.test\r\nTo: alice@%s\r\nSubject: qp\r\nMessage-ID: <qp@elsewhere.test>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"O\"\r\n\r\n", domain)
+		for _, a := range []struct {
+			name string
+			data []byte
+		}{{"long.csv", long}, {"short.csv", short}} {
+			var q bytes.Buffer
+			w := quotedprintable.NewWriter(&q)
+			w.Write(a.data)
+			w.Close()
+			if a.name == "long.csv" && q.Len() <= mail.AttachmentChunkBytes {
+				t.Fatalf("the long attachment encodes to %d bytes, not more than a page", q.Len())
+			}
+			fmt.Fprintf(&b, "--O\r\nContent-Type: text/csv\r\nContent-Disposition: attachment; filename=%q\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n%s\r\n", a.name, q.String())
+		}
+		b.WriteString("--O--\r\n")
+		d, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: []byte(b.String())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": d.MessageID})
+		want := map[string][]byte{"long.csv": long, "short.csv": short}
+		if len(msg.Attachments) != 2 {
+			t.Fatalf("attachments: %+v", msg.Attachments)
+		}
+		for _, a := range msg.Attachments {
+			if got, _ := readAttachment(e, alice, a.ID); !bytes.Equal(got, want[a.Filename]) {
+				t.Errorf("%s: read back %d bytes that differ from the %d sent", a.Filename, len(got), len(want[a.Filename]))
+			}
+		}
+		var ranged []string
+		if err := s.DB.NewRaw("SELECT filename FROM mail_attachments WHERE user_id = ? AND raw_offset IS NOT NULL", alice.OwnerID).Scan(t.Context(), &ranged); err != nil || len(ranged) != 1 || ranged[0] != "short.csv" {
+			t.Errorf("ranged attachments %v (%v), want only short.csv", ranged, err)
+		}
+		if n := blobCount(t, s); n != 2 {
+			t.Errorf("%d blobs, want the raw MIME and long.csv's own", n)
+		}
+		must[mail.DeleteOutput](e, alice, "mailDelete", map[string]any{"messageId": d.MessageID})
+		if n := blobCount(t, s); n != 0 {
+			t.Errorf("%d blobs left after the delete", n)
+		}
+	})
+}
