@@ -137,3 +137,41 @@ func BenchmarkParseRepeatedBodyPrefix(b *testing.B) {
 
 // CollidingMessage is collidingMessage for the external tests.
 var CollidingMessage = collidingMessage
+
+// TestBase64Layout: only base64 in regular lines gets a layout a page can
+// be found by.
+func TestBase64Layout(t *testing.T) {
+	lines := func(s, eol string, n int) string {
+		var b strings.Builder
+		for len(s) > n {
+			b.WriteString(s[:n] + eol)
+			s = s[n:]
+		}
+		b.WriteString(s)
+		return b.String()
+	}
+	enc := "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ejAxMjM0NTY3ODk="
+	for _, c := range []struct {
+		name      string
+		enc       string
+		chars, eo int
+		ok        bool
+	}{
+		{"crlf 76", lines(enc, "\r\n", 76), 76, 2, true},
+		{"lf 8", lines(enc, "\n", 8), 8, 1, true},
+		{"crlf 8, a trailing break", lines(enc, "\r\n", 8) + "\r\n", 8, 2, true},
+		{"one line", enc, 0, 0, false},
+		{"lines of 6", lines(enc, "\r\n", 6), 0, 0, false},
+		{"mixed breaks", strings.Replace(lines(enc, "\r\n", 8), "\r\n", "\n", 1), 0, 0, false},
+		{"a short line inside", strings.Replace(lines(enc, "\r\n", 8), "\r\n", "\r\n\r\n", 3), 0, 0, false},
+		{"a stray space", strings.Replace(lines(enc, "\r\n", 8), "Q", " ", 1), 0, 0, false},
+		{"padding inside", "QQ==QUJD\r\nQUJD", 0, 0, false},
+		{"a last line of a partial quantum", lines(enc[:len(enc)-2], "\r\n", 8), 0, 0, false},
+		{"a last line longer than the others", lines(enc, "\r\n", 8) + "QUJDQUJDQUJD", 0, 0, false},
+	} {
+		chars, eol, ok := base64Layout([]byte(c.enc))
+		if ok != c.ok || ok && (chars != c.chars || eol != c.eo) {
+			t.Errorf("%s: %d, %d, %v; want %d, %d, %v", c.name, chars, eol, ok, c.chars, c.eo, c.ok)
+		}
+	}
+}

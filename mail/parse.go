@@ -81,6 +81,10 @@ type Part struct {
 	// verbatim in the raw message (then Data is stored apart).
 	RawOffset, RawLength int64
 	Encoding             string
+	// layout is how a base64 range longer than a page is laid out when
+	// its lines are regular (" <chars a line> <line-break bytes>"), so a
+	// page is read at its place; empty otherwise.
+	layout string
 }
 
 // shownHeaders are the header fields readers see, in this order.
@@ -259,6 +263,11 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 	if i := locate(w.raw, w.cursor, enc, &w.budget); i >= 0 {
 		part.RawOffset, part.RawLength = int64(i), int64(len(enc))
 		w.cursor = i + len(enc)
+		if part.Encoding == "base64" && len(enc) > AttachmentChunkBytes {
+			if chars, eol, ok := base64Layout(enc); ok {
+				part.layout = fmt.Sprintf(" %d %d", chars, eol)
+			}
+		}
 	}
 	w.p.Parts = append(w.p.Parts, part)
 }
@@ -301,6 +310,54 @@ func locate(raw []byte, from int, enc []byte, budget *int) int {
 		from = at + 1
 	}
 	return -1
+}
+
+// base64Layout reports whether enc is base64 in lines of the same number
+// of characters (a multiple of 4), each ended by the same line break
+// ("\r\n": 2, "\n": 1), with nothing else in it and padding only at
+// the very end, a shorter last line of whole quanta allowed: then the
+// quantum holding decoded byte k starts at a position computed from k,
+// and decoding from there gives the bytes decoding from the start would.
+func base64Layout(enc []byte) (chars, eol int, ok bool) {
+	first := bytes.IndexByte(enc, '\n')
+	if first <= 0 {
+		return 0, 0, false
+	}
+	chars, eol = first, 1
+	if enc[first-1] == '\r' {
+		chars, eol = first-1, 2
+	}
+	if chars == 0 || chars%4 != 0 {
+		return 0, 0, false
+	}
+	stride := chars + eol
+	i := 0
+	for ; i+stride <= len(enc); i += stride {
+		if !base64Chars(enc[i:i+chars]) || enc[i+stride-1] != '\n' || eol == 2 && enc[i+chars] != '\r' {
+			return 0, 0, false
+		}
+	}
+	last := enc[i:]
+	if eol == 2 {
+		last = bytes.TrimSuffix(last, []byte("\r\n"))
+	} else {
+		last = bytes.TrimSuffix(last, []byte("\n"))
+	}
+	body := bytes.TrimSuffix(bytes.TrimSuffix(last, []byte("=")), []byte("="))
+	if len(last)%4 != 0 || len(last) > chars || !base64Chars(body) {
+		return 0, 0, false
+	}
+	return chars, eol, true
+}
+
+// base64Chars reports whether b holds base64 characters only (no padding).
+func base64Chars(b []byte) bool {
+	for _, ch := range b {
+		if !(ch >= 'A' && ch <= 'Z' || ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '+' || ch == '/') {
+			return false
+		}
+	}
+	return true
 }
 
 // encodingName is a Content-Transfer-Encoding as stored with a byte-range
