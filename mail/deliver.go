@@ -280,7 +280,7 @@ func (s *Service) Deliver(ctx context.Context, d Delivery) (Delivered, error) {
 		for n, part := range p.Parts {
 			var off, length, enc any // NULL: the part has a blob of its own
 			if part.RawOffset >= 0 {
-				off, length, enc = part.RawOffset, part.RawLength, part.Encoding
+				off, length, enc = part.RawOffset, part.RawLength, part.Encoding+part.layout
 			}
 			if _, err := tx.NewRaw(`INSERT INTO ? (public_id, ?, message_id, position, filename, content_type, size_bytes, raw_offset, raw_length, transfer_encoding)
 				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,

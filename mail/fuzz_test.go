@@ -15,6 +15,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("Subject: =?utf-8?B?w6k=?=\r\nContent-Type: multipart/mixed; boundary=a\r\n\r\n--a\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\r\nx\r\n--b--\r\n--a--\r\n"))
 	f.Add([]byte("From: a\r\n\tb\r\nSubject: x\x00\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n=FF=00abc"))
 	f.Add([]byte("Content-Type: text/html; charset=koi8-r\r\n\r\n<script>x</script>"))
+	f.Add([]byte("Content-Type: multipart/mixed; boundary=a\r\n\r\nab\r\n--a\r\nContent-Type: x/y\r\n\r\nab\r\n--a\r\nContent-Type: x/y\r\nContent-Transfer-Encoding: base64\r\n\r\nYWI=\r\n--a--\r\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		p, err := mail.Parse(raw)
 		if err != nil {
@@ -39,6 +40,16 @@ func FuzzParse(f *testing.F) {
 		for _, a := range p.Parts {
 			if strings.ContainsAny(a.Filename, "/\\\r\n\x00") || a.Filename == "" {
 				t.Fatalf("unsafe file name %q", a.Filename)
+			}
+			// A byte range stays inside the message, and one stored as
+			// is holds exactly the part's bytes.
+			if a.RawOffset >= 0 {
+				if a.RawLength < 0 || a.RawOffset+a.RawLength > int64(len(raw)) {
+					t.Fatalf("range %d+%d outside a message of %d bytes", a.RawOffset, a.RawLength, len(raw))
+				}
+				if a.Encoding == "" && string(raw[a.RawOffset:a.RawOffset+a.RawLength]) != string(a.Data) {
+					t.Fatalf("range %d+%d does not hold the part's bytes", a.RawOffset, a.RawLength)
+				}
 			}
 		}
 		if out := mail.Sanitize(p.HTML); strings.Contains(strings.ToLower(out), "<script") {

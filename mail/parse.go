@@ -81,6 +81,10 @@ type Part struct {
 	// verbatim in the raw message (then Data is stored apart).
 	RawOffset, RawLength int64
 	Encoding             string
+	// layout is how a base64 range longer than a page is laid out when
+	// its lines are regular (" <chars a line> <line-break bytes>"), so a
+	// page is read at its place; empty otherwise.
+	layout string
 }
 
 // shownHeaders are the header fields readers see, in this order.
@@ -146,10 +150,15 @@ func Parse(raw []byte) (Parsed, error) {
 			}
 		}
 	}
-	walker := &walker{p: &p, raw: raw, cursor: headerBytes(raw)}
+	walker := &walker{p: &p, raw: raw, cursor: headerBytes(raw), budget: locateBudget(len(raw))}
 	walker.entity(textproto.MIMEHeader(h), msg.Body, 0)
 	return p, nil
 }
+
+// locateBudget is the bytes locate may compare for a message of n bytes:
+// finding every body where it stands compares each once (at most n in
+// all), so four times that leaves room for a few false starts.
+func locateBudget(n int) int { return 4*n + 64<<10 }
 
 // MaxDepth bounds how deep multiparts nest.
 const MaxDepth = 20
@@ -162,6 +171,8 @@ type walker struct {
 	// for in it (bodies appear in the raw message in reading order).
 	raw    []byte
 	cursor int
+	// budget is the bytes locate may still compare for this message.
+	budget int
 }
 
 // headerBytes is the length of raw's header section (all of raw when no
@@ -240,13 +251,113 @@ func (w *walker) entity(h textproto.MIMEHeader, body io.Reader, depth int) {
 	// Where the encoded body is in the raw message. Any occurrence of the
 	// same bytes decodes to the same data, so the first one after the
 	// previous body is as good as the body's own.
-	if w.cursor <= len(w.raw) {
-		if i := bytes.Index(w.raw[w.cursor:], enc); i >= 0 {
-			part.RawOffset, part.RawLength = int64(w.cursor+i), int64(len(enc))
-			w.cursor += i + len(enc)
+	// A quoted-printable body longer than a page is not a range: no
+	// decoded position maps to an encoded one, so every page of it would
+	// decode all that comes before (a 25 MB attachment: ~100 ms of CPU
+	// and the whole range read, for each 256 KB page); its decoded bytes
+	// get a blob of their own and a page is one ranged read again.
+	if part.Encoding == "quoted-printable" && len(enc) > AttachmentChunkBytes {
+		w.p.Parts = append(w.p.Parts, part)
+		return
+	}
+	if i := locate(w.raw, w.cursor, enc, &w.budget); i >= 0 {
+		part.RawOffset, part.RawLength = int64(i), int64(len(enc))
+		w.cursor = i + len(enc)
+		if part.Encoding == "base64" && len(enc) > AttachmentChunkBytes {
+			if chars, eol, ok := base64Layout(enc); ok {
+				part.layout = fmt.Sprintf(" %d %d", chars, eol)
+			}
 		}
 	}
 	w.p.Parts = append(w.p.Parts, part)
+}
+
+// locateProbe is how much of a body locate looks for before comparing
+// the rest: short enough for bytes.Index's bounded-cost search (longer
+// patterns go through Rabin-Karp, whose 32-bit rolling hash a sender can
+// make collide at every position of a repetitive stretch, each collision
+// then costing a compare of the whole body: quadratic in the message).
+const locateProbe = 32
+
+// locate returns where enc occurs in raw at or after from, or -1. Each
+// candidate (an occurrence of enc's first locateProbe bytes) costs
+// len(enc) of *budget to verify; when the budget runs out locate gives
+// up (-1: the part is stored as a blob of its own), so a message whose
+// body prefix repeats all over (say a preamble of blank lines before a
+// body of blank lines) costs a bounded amount of work, not
+// (message size)² byte compares.
+func locate(raw []byte, from int, enc []byte, budget *int) int {
+	if from < 0 || from > len(raw) || len(enc) > len(raw)-from || *budget < 0 {
+		return -1 // (a spent budget: the later parts are not looked for either)
+	}
+	if len(enc) == 0 {
+		return from
+	}
+	probe := enc[:min(len(enc), locateProbe)]
+	last := len(raw) - len(enc) // the last offset enc can start at
+	for from <= last {
+		i := bytes.Index(raw[from:last+len(probe)], probe)
+		if i < 0 {
+			return -1
+		}
+		at := from + i
+		if *budget -= len(enc); *budget < 0 {
+			return -1
+		}
+		if bytes.Equal(raw[at:at+len(enc)], enc) {
+			return at
+		}
+		from = at + 1
+	}
+	return -1
+}
+
+// base64Layout reports whether enc is base64 in lines of the same number
+// of characters (a multiple of 4), each ended by the same line break
+// ("\r\n": 2, "\n": 1), with nothing else in it and padding only at
+// the very end, a shorter last line of whole quanta allowed: then the
+// quantum holding decoded byte k starts at a position computed from k,
+// and decoding from there gives the bytes decoding from the start would.
+func base64Layout(enc []byte) (chars, eol int, ok bool) {
+	first := bytes.IndexByte(enc, '\n')
+	if first <= 0 {
+		return 0, 0, false
+	}
+	chars, eol = first, 1
+	if enc[first-1] == '\r' {
+		chars, eol = first-1, 2
+	}
+	if chars == 0 || chars%4 != 0 {
+		return 0, 0, false
+	}
+	stride := chars + eol
+	i := 0
+	for ; i+stride <= len(enc); i += stride {
+		if !base64Chars(enc[i:i+chars]) || enc[i+stride-1] != '\n' || eol == 2 && enc[i+chars] != '\r' {
+			return 0, 0, false
+		}
+	}
+	last := enc[i:]
+	if eol == 2 {
+		last = bytes.TrimSuffix(last, []byte("\r\n"))
+	} else {
+		last = bytes.TrimSuffix(last, []byte("\n"))
+	}
+	body := bytes.TrimSuffix(bytes.TrimSuffix(last, []byte("=")), []byte("="))
+	if len(last)%4 != 0 || len(last) > chars || !base64Chars(body) {
+		return 0, 0, false
+	}
+	return chars, eol, true
+}
+
+// base64Chars reports whether b holds base64 characters only (no padding).
+func base64Chars(b []byte) bool {
+	for _, ch := range b {
+		if !(ch >= 'A' && ch <= 'Z' || ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '+' || ch == '/') {
+			return false
+		}
+	}
+	return true
 }
 
 // encodingName is a Content-Transfer-Encoding as stored with a byte-range

@@ -179,3 +179,164 @@ func TestMailAttachmentOldRowsReadable(t *testing.T) {
 		}
 	})
 }
+
+// TestMailAttachmentRepeatedBodyPrefix: a message built so that finding
+// an attachment's body in the raw MIME would compare the whole body at
+// every position of a long preamble (bytes.Index's Rabin-Karp hash made
+// to collide) is delivered without that work: the attachment gets a blob
+// of its own, reads back exactly, and goes with its message.
+func TestMailAttachmentRepeatedBodyPrefix(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice := e.user("alice")
+		raw, body := mail.CollidingMessage(t, 64<<10)
+		raw = bytes.Replace(raw, []byte("To: c@d.test"), []byte("To: alice@"+domain), 1)
+		d, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": d.MessageID})
+		if len(msg.Attachments) != 1 {
+			t.Fatalf("attachments: %+v", msg.Attachments)
+		}
+		if got, _ := readAttachment(e, alice, msg.Attachments[0].ID); !bytes.Equal(got, body) {
+			t.Errorf("read back %d bytes that differ from the %d sent", len(got), len(body))
+		}
+		if n := blobCount(t, s); n != 2 {
+			t.Errorf("%d blobs, want the raw MIME and the attachment's own", n)
+		}
+		must[mail.DeleteOutput](e, alice, "mailDelete", map[string]any{"messageId": d.MessageID})
+		if n := blobCount(t, s); n != 0 {
+			t.Errorf("%d blobs left after the delete", n)
+		}
+	})
+}
+
+// TestMailAttachmentLargeQuotedPrintable: a quoted-printable attachment
+// longer than a page is stored decoded in a blob of its own (a later page
+// of a range would decode everything before it), reads back exactly, and
+// goes with its message; a short one stays a range.
+func TestMailAttachmentLargeQuotedPrintable(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice := e.user("alice")
+		long := []byte(strings.Repeat("tarif=5€, naïve café;\tligne suivante\r\n", 12_000))
+		short := []byte("court=1€\r\n")
+		var b strings.Builder
+		fmt.Fprintf(&b, "From: s@elsewhere.test\r\nTo: alice@%s\r\nSubject: qp\r\nMessage-ID: <qp@elsewhere.test>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"O\"\r\n\r\n", domain)
+		for _, a := range []struct {
+			name string
+			data []byte
+		}{{"long.csv", long}, {"short.csv", short}} {
+			var q bytes.Buffer
+			w := quotedprintable.NewWriter(&q)
+			w.Write(a.data)
+			w.Close()
+			if a.name == "long.csv" && q.Len() <= mail.AttachmentChunkBytes {
+				t.Fatalf("the long attachment encodes to %d bytes, not more than a page", q.Len())
+			}
+			fmt.Fprintf(&b, "--O\r\nContent-Type: text/csv\r\nContent-Disposition: attachment; filename=%q\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n%s\r\n", a.name, q.String())
+		}
+		b.WriteString("--O--\r\n")
+		d, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: []byte(b.String())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": d.MessageID})
+		want := map[string][]byte{"long.csv": long, "short.csv": short}
+		if len(msg.Attachments) != 2 {
+			t.Fatalf("attachments: %+v", msg.Attachments)
+		}
+		for _, a := range msg.Attachments {
+			if got, _ := readAttachment(e, alice, a.ID); !bytes.Equal(got, want[a.Filename]) {
+				t.Errorf("%s: read back %d bytes that differ from the %d sent", a.Filename, len(got), len(want[a.Filename]))
+			}
+		}
+		var ranged []string
+		if err := s.DB.NewRaw("SELECT filename FROM mail_attachments WHERE user_id = ? AND raw_offset IS NOT NULL", alice.OwnerID).Scan(t.Context(), &ranged); err != nil || len(ranged) != 1 || ranged[0] != "short.csv" {
+			t.Errorf("ranged attachments %v (%v), want only short.csv", ranged, err)
+		}
+		if n := blobCount(t, s); n != 2 {
+			t.Errorf("%d blobs, want the raw MIME and long.csv's own", n)
+		}
+		must[mail.DeleteOutput](e, alice, "mailDelete", map[string]any{"messageId": d.MessageID})
+		if n := blobCount(t, s); n != 0 {
+			t.Errorf("%d blobs left after the delete", n)
+		}
+	})
+}
+
+// TestMailAttachmentBase64PageInPlace: a later page of a base64
+// attachment in regular lines is read where it stands, not by scanning
+// (or reading) the encoded bytes before it: with those overwritten in the
+// blob, later pages still read back exactly, in CRLF and LF lines, with
+// or without padding.
+func TestMailAttachmentBase64PageInPlace(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		e := newEnv(t, s, mail.Config{})
+		alice := e.user("alice")
+		for i, c := range []struct {
+			size int
+			eol  string
+		}{{700_000, "\r\n"}, {600_001, "\n"}, {524_290, "\r\n"}} {
+			bin := make([]byte, c.size)
+			for j := range bin {
+				bin[j] = byte(j*7 + j>>9 + i)
+			}
+			enc := base64.StdEncoding.EncodeToString(bin)
+			var b strings.Builder
+			fmt.Fprintf(&b, "From: s@elsewhere.test\r\nTo: alice@%s\r\nSubject: b64\r\nMessage-ID: <b64-%d@elsewhere.test>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"O\"\r\n\r\n", domain, i)
+			b.WriteString("--O\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"x.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n")
+			start := b.Len()
+			for len(enc) > 76 {
+				b.WriteString(enc[:76] + c.eol)
+				enc = enc[76:]
+			}
+			b.WriteString(enc + "\r\n--O--\r\n")
+			raw := []byte(b.String())
+			d, err := e.svc.Deliver(t.Context(), mail.Delivery{Recipient: "alice@" + domain, Raw: raw})
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := must[mail.Message](e, alice, "mailRead", map[string]any{"messageId": d.MessageID})
+			if len(msg.Attachments) != 1 {
+				t.Fatalf("attachments: %+v", msg.Attachments)
+			}
+			id := msg.Attachments[0].ID
+			if got, _ := readAttachment(e, alice, id); !bytes.Equal(got, bin) {
+				t.Fatalf("%d: read back %d bytes that differ from the %d sent", i, len(got), len(bin))
+			}
+			// Overwrite the first page's encoded bytes (same length,
+			// no base64 characters left) in the stored blob.
+			var key string
+			if err := s.DB.NewRaw("SELECT delivery_key FROM mail_messages WHERE public_id = ?", d.MessageID).Scan(t.Context(), &key); err != nil {
+				t.Fatal(err)
+			}
+			blobKey := fmt.Sprintf("%s/%s/raw/%s.eml", alice.UserID, mail.BlobDomain, key)
+			stored, err := s.Bucket.ReadAll(t.Context(), blobKey)
+			if err != nil || !bytes.Equal(stored, raw) {
+				t.Fatalf("the raw blob is not at %s (%v)", blobKey, err)
+			}
+			firstPage := mail.AttachmentChunkBytes / 3 * 4 * (76 + len(c.eol)) / 76
+			for j := start; j < start+firstPage-400; j++ {
+				stored[j] = '*'
+			}
+			if err := s.Bucket.WriteAll(t.Context(), blobKey, stored, nil); err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			for offset := int64(mail.AttachmentChunkBytes); offset < int64(len(bin)); {
+				page := must[mail.AttachmentPage](e, alice, "mailAttachmentGet", map[string]any{"attachmentId": id, "offset": offset})
+				p, _ := base64.StdEncoding.DecodeString(page.DataBase64)
+				got = append(got, p...)
+				if page.NextOffset == 0 || len(p) == 0 {
+					break
+				}
+				offset = page.NextOffset
+			}
+			if want := bin[mail.AttachmentChunkBytes:]; !bytes.Equal(got, want) {
+				t.Errorf("%d: the pages after the first read %d bytes that differ from the %d sent", i, len(got), len(want))
+			}
+		}
+	})
+}
