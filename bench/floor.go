@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"time"
 )
 
 // The floor (server f): a plain net/http handler that decodes one JSON-RPC
@@ -120,21 +119,5 @@ func floorSessionID() string {
 
 // serveFloor is server (f), the floor, on ln until ctx ends.
 func serveFloor(ctx context.Context, ln net.Listener) error {
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", floorHandler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	ready(ln)
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		_ = hs.Close()
-	}
-	return nil
+	return serveMCPHandler(ctx, ln, floorHandler())
 }

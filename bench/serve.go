@@ -126,8 +126,14 @@ func serveBare(ctx context.Context, ln net.Listener) error {
 	), func(_ context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 		return mcpgo.NewToolResultText(req.GetString("text", "")), nil
 	})
+	return serveMCPHandler(ctx, ln, mcpserver.NewStreamableHTTPServer(s))
+}
+
+// serveMCPHandler serves h at /mcp on ln, says READY, and shuts down
+// (5 s grace) when ctx ends.
+func serveMCPHandler(ctx context.Context, ln net.Listener, h http.Handler) error {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcpserver.NewStreamableHTTPServer(s))
+	mux.Handle("/mcp", h)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
