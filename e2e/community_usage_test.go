@@ -47,22 +47,8 @@ func TestCommunityUsagePage(t *testing.T) {
 			invoke(ac, "storageSet", map[string]any{"storageId": "notes", "key": "k", "value": strings.Repeat("v", 1021)})
 
 			browser, ctx := chromiumtest.Start(t, bin, 90*time.Second)
-			step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-				t.Helper()
-				if err := chromedp.Do(ctx, actions...); err != nil {
-					loc, _ := chromedp.Run(browser, chromedp.Location())
-					chromiumtest.Screenshot(t, browser, "usage-failed")
-					t.Fatalf("%s (at %s): %v", name, loc, err)
-				}
-			}
-			text := func(sel string) string {
-				t.Helper()
-				v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-				if err != nil {
-					t.Fatalf("text of %s: %v", sel, err)
-				}
-				return v
-			}
+			step := chromiumtest.Stepper(t, browser, ctx, "usage-failed")
+			text := chromiumtest.Texter(t, ctx)
 			step("sign in",
 				chromedp.EmulateViewport(1280, 900),
 				chromedp.Navigate(s.URL+"/login"),

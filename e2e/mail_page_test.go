@@ -73,22 +73,8 @@ func TestMailPageJourney(t *testing.T) {
 		}
 
 		browserCtx, ctx := chromiumtest.Start(t, bin, 3*time.Minute)
-		step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-			t.Helper()
-			if err := chromedp.Do(ctx, actions...); err != nil {
-				loc, _ := chromedp.Run(browserCtx, chromedp.Location())
-				chromiumtest.Screenshot(t, browserCtx, "mail-page-failed")
-				t.Fatalf("%s (at %s): %v", name, loc, err)
-			}
-		}
-		text := func(sel string) string {
-			t.Helper()
-			v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-			if err != nil {
-				t.Fatalf("text of %s: %v", sel, err)
-			}
-			return v
-		}
+		step := chromiumtest.Stepper(t, browserCtx, ctx, "mail-page-failed")
+		text := chromiumtest.Texter(t, ctx)
 		eval := func(js string) string {
 			t.Helper()
 			v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js, chromedp.EvalAwaitPromise))

@@ -41,22 +41,8 @@ func TestChromiumMemoryJourney(t *testing.T) {
 	bens := save(ben.Caller(t), "Ben's favourite colour is teal too")
 
 	browserCtx, ctx := chromiumtest.Start(t, bin, 2*time.Minute)
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			loc, _ := chromedp.Run(browserCtx, chromedp.Location())
-			chromiumtest.Screenshot(t, browserCtx, "memory-failed")
-			t.Fatalf("%s (at %s): %v", name, loc, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
+	step := chromiumtest.Stepper(t, browserCtx, ctx, "memory-failed")
+	text := chromiumtest.Texter(t, ctx)
 	overflow := func() int {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth - window.innerWidth`))

@@ -70,22 +70,8 @@ func TestChromiumPackagesJourney(t *testing.T) {
 	}
 
 	browserCtx, ctx := chromiumtest.Start(t, bin, 2*time.Minute)
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			loc, _ := chromedp.Run(browserCtx, chromedp.Location())
-			chromiumtest.Screenshot(t, browserCtx, "packages-failed")
-			t.Fatalf("%s (at %s): %v", name, loc, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return v
-	}
+	step := chromiumtest.Stepper(t, browserCtx, ctx, "packages-failed")
+	text := chromiumtest.Texter(t, ctx)
 	// overflow is how many CSS pixels the page is wider than the window.
 	overflow := func() int {
 		t.Helper()

@@ -88,3 +88,30 @@ func Screenshot(t testing.TB, ctx context.Context, name string) {
 		t.Logf("screenshot: %s", path)
 	}
 }
+
+// Stepper returns a journey's step: it runs actions in the tab of steps and
+// fails the test with the step's name, the page's address and a screenshot
+// named shot when one fails.
+func Stepper(t testing.TB, browser, steps context.Context, shot string) func(name string, actions ...chromedp.Action[chromedp.Void]) {
+	return func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(steps, actions...); err != nil {
+			loc, _ := chromedp.Run(browser, chromedp.Location())
+			Screenshot(t, browser, shot)
+			t.Fatalf("%s (at %s): %v", name, loc, err)
+		}
+	}
+}
+
+// Texter returns a reader of the text of the first element matching a CSS
+// selector in the tab of steps; it fails the test when there is none.
+func Texter(t testing.TB, steps context.Context) func(sel string) string {
+	return func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(steps, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return v
+	}
+}
