@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -329,6 +331,13 @@ func (c *Capability) validateInput(args json.RawMessage) (json.RawMessage, error
 	} else if err := json.Unmarshal(args, &v); err != nil {
 		return nil, &Error{Code: CodeInvalidInput, Message: "arguments are not valid JSON"}
 	}
+	// JSON writes U+0000 only as the escape \u0000: arguments without it
+	// are not walked.
+	if bytes.Contains(args, nulEscape) {
+		if at, ok := nulAt(v, ""); ok {
+			return nil, &Error{Code: CodeInvalidInput, Message: "invalid arguments: " + at + " contains the character U+0000 (NUL), which no argument may hold"}
+		}
+	}
 	schema := c.input.Schema()
 	if dropNulls(schema, v) {
 		// Rewrite from a tree that keeps numbers exactly as written.
@@ -348,6 +357,44 @@ func (c *Capability) validateInput(args json.RawMessage) (json.RawMessage, error
 		return nil, &Error{Code: CodeInvalidInput, Message: "invalid arguments: " + describeInvalid(schema, v, err)}
 	}
 	return args, nil
+}
+
+var nulEscape = []byte(`\u0000`)
+
+// nulAt finds a string, or an object key, in v holding U+0000 and names
+// where: neither database stores it in text (PostgreSQL refuses it, SQLite
+// ends a statement's text at it), so every capability refuses it as bad
+// input instead of failing on it in storage.
+func nulAt(v any, path string) (string, bool) {
+	switch t := v.(type) {
+	case string:
+		if strings.IndexByte(t, 0) >= 0 {
+			if path == "" {
+				return "the arguments", true
+			}
+			return "argument " + strconv.Quote(path), true
+		}
+	case map[string]any:
+		for k, e := range t {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if strings.IndexByte(k, 0) >= 0 {
+				return "the name of argument " + strconv.Quote(p), true
+			}
+			if at, ok := nulAt(e, p); ok {
+				return at, true
+			}
+		}
+	case []any:
+		for i, e := range t {
+			if at, ok := nulAt(e, path+"["+strconv.Itoa(i)+"]"); ok {
+				return at, true
+			}
+		}
+	}
+	return "", false
 }
 
 // absent reports whether raw arguments are missing: empty or JSON null.

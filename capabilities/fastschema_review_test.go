@@ -2,6 +2,7 @@ package capabilities
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -59,8 +60,10 @@ func TestFlatObjectOddArguments(t *testing.T) {
 		if fast && !slow {
 			t.Errorf("arguments %s: the compiled check passes what jsonschema-go refuses", a)
 		}
-		if _, err := c.validateInput(json.RawMessage(a)); (err == nil) != slow {
-			t.Errorf("arguments %s: validateInput err %v, jsonschema-go valid %v", a, err, slow)
+		// U+0000 is refused before either check (TestNULArgumentsRefused).
+		want := slow && !strings.Contains(a, `\u0000`)
+		if _, err := c.validateInput(json.RawMessage(a)); (err == nil) != want {
+			t.Errorf("arguments %s: validateInput err %v, want valid %v", a, err, want)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package capabilities
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -145,4 +146,32 @@ func BenchmarkValidateInput(b *testing.B) {
 	b.Run("compiled", run)
 	c.flat = nil
 	b.Run("jsonschema-go", run)
+}
+
+// TestNULArgumentsRefused: U+0000 anywhere in the arguments (a string, a
+// nested one, an element, an object's key) is refused as invalid input
+// naming where it is, before any handler runs: neither database stores it
+// in text. An escaped backslash followed by u0000 is not a NUL and passes.
+func TestNULArgumentsRefused(t *testing.T) {
+	raw := `{"type":"object","properties":{"s":{"type":"string"},"o":{"type":"object"},"l":{"type":"array"}}}`
+	c := resolvedOf(t, Capability{Name: "raw", Domain: "test", Description: "d", InputSchema: json.RawMessage(raw)})
+	for args, where := range map[string]string{
+		`{"s":"\u0000"}`:              `argument "s"`,
+		`{"s":"ok\u0000ok"}`:          `argument "s"`,
+		`{"o":{"k":"\u0000"}}`:        `argument "o.k"`,
+		`{"l":["a","b\u0000"]}`:       `argument "l[1]"`,
+		`{"o":{"k\u0000":1}}`:         `the name of argument "o.k\x00"`,
+		`{"l":[{"deep":["\u0000"]}]}`: `argument "l[0].deep[0]"`,
+	} {
+		_, err := c.validateInput(json.RawMessage(args))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Code != CodeInvalidInput || !strings.Contains(ce.Message, where+" contains the character U+0000") {
+			t.Errorf("arguments %s: %v, want invalid input naming %s", args, err, where)
+		}
+	}
+	for _, args := range []string{`{"s":"\\u0000"}`, `{"s":"a\\\\u0000"}`, `{"s":"plain"}`, `{}`} {
+		if _, err := c.validateInput(json.RawMessage(args)); err != nil {
+			t.Errorf("arguments %s: %v, want valid", args, err)
+		}
+	}
 }

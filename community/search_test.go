@@ -74,10 +74,14 @@ func TestCommunitySearchFullText(t *testing.T) {
 			t.Fatalf("owner-dependent results: %v vs %v", a, b)
 		}
 
+		// U+0000 is refused before search, as in every argument.
+		if _, err := call[community.SearchResult](t, s, bc, "communitySearch", map[string]any{"query": "weather\x00sky"}); capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+			t.Fatalf("query with NUL: %v, want invalid input", err)
+		}
 		// Hostile syntax is words: never an error, never more than the words.
 		for _, q := range []string{`"`, `"weather`, `weather"`, `NEAR(weather sky)`, `weather*`, `*`, `name:weather`, `{name readme}:weather`,
 			`weather OR tides`, `weather NOT sky`, `-weather`, `^weather`, `weather AND`, `(`, `'); DROP TABLE community_listings; --`,
-			`%`, `_`, `\`, "weather\x00sky", `weather & !sky | tides`, `weather:*`, `sky <-> weather`, strings.Repeat("weather ", 500),
+			`%`, `_`, `\`, `weather & !sky | tides`, `weather:*`, `sky <-> weather`, strings.Repeat("weather ", 500),
 			strings.Repeat("x", 4000), strings.Repeat(`"*(`, 1300), strings.Repeat("weather sky ", 5000)} {
 			res, err := call[community.SearchResult](t, s, bc, "communitySearch", map[string]any{"query": q})
 			if err != nil {

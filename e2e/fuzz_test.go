@@ -51,6 +51,7 @@ type fuzzWorld struct {
 	cookies      map[string]*http.Cookie
 	ids          map[string]int64
 	tools        []string
+	nulArgs      map[string][]byte // tool -> every declared string argument a lone NUL
 	base         string
 	remote       atomic.Int64
 	maxResponse  int
@@ -59,7 +60,7 @@ type fuzzWorld struct {
 
 func newFuzzWorld(tb testing.TB) *fuzzWorld {
 	ctx := context.Background()
-	w := &fuzzWorld{panics: &panicLog{}, tokens: map[string]string{}, sessions: map[string]string{}, cookies: map[string]*http.Cookie{}, ids: map[string]int64{},
+	w := &fuzzWorld{panics: &panicLog{}, tokens: map[string]string{}, sessions: map[string]string{}, cookies: map[string]*http.Cookie{}, ids: map[string]int64{}, nulArgs: map[string][]byte{},
 		base: "http://enclave.test", maxResponse: 4 << 20, callDeadline: 10 * time.Second}
 	verifier := mcp.TokenVerifierFunc(func(_ context.Context, token string) (mcp.TokenInfo, error) {
 		sid, ok := strings.CutPrefix(token, "test-token:")
@@ -106,7 +107,12 @@ func newFuzzWorld(tb testing.TB) *fuzzWorld {
 	var list struct {
 		Result struct {
 			Tools []struct {
-				Name string `json:"name"`
+				Name   string `json:"name"`
+				Schema struct {
+					Properties map[string]struct {
+						Type any `json:"type"`
+					} `json:"properties"`
+				} `json:"inputSchema"`
 			} `json:"tools"`
 		} `json:"result"`
 	}
@@ -117,6 +123,13 @@ func newFuzzWorld(tb testing.TB) *fuzzWorld {
 		// Deleting the fuzzing accounts would end the run early.
 		if !strings.Contains(strings.ToLower(tl.Name), "delet") {
 			w.tools = append(w.tools, tl.Name)
+			nul := map[string]string{}
+			for prop, p := range tl.Schema.Properties {
+				if p.Type == "string" {
+					nul[prop] = "\x00"
+				}
+			}
+			w.nulArgs[tl.Name], _ = json.Marshal(nul)
 		}
 	}
 	slices.Sort(w.tools)
@@ -185,10 +198,13 @@ func FuzzCapabilityArguments(f *testing.F) {
 	)
 	// NUL bytes in every string argument, to every tool.
 	nul := []byte(`{"name":"n\u0000","value":"v\u0000","description":"d\u0000","section":"sql:users\u0000","cursor":"\u0000","query":"\u0000","grantId":"\u0000","clientId":"\u0000","userId":"\u0000"}`)
-	for i := range 16 {
-		f.Add(uint8(i), i%2 == 0, nul)
-	}
 	w := newFuzzWorld(f)
+	for i := range w.tools {
+		f.Add(uint8(i), false, nul)
+		f.Add(uint8(i), true, nul)
+		// A lone NUL as every string argument the tool declares.
+		f.Add(uint8(i), i%2 == 0, w.nulArgs[w.tools[i]])
+	}
 	f.Fuzz(func(t *testing.T, tool uint8, admin bool, args []byte) {
 		who, other := "alice", "carol"
 		if admin {

@@ -450,7 +450,7 @@ func TestSearch(t *testing.T) {
 				`"`, `""`, `"green`, `*`, `tea*`, `NEAR(`, `NEAR(green tea)`, `NEAR(green tea, 1)`, `user_id:1`, `user_id:`,
 				`text:green`, `tags:drinks`, `{text tags}:tea`, `- tea`, `^green`, `OR`, `AND`, `NOT`, `green OR`, `OR OR OR`,
 				`tea AND NOT alps`, `(`, `)`, `green) OR (1=1`, `'`, `\`, `';--`, `%`, `_`, `rowid:1`, `memory_fts:x`,
-				`!tea`, `tea & alps`, `tea | bob`, `tea <-> alps`, `tea:*`, `'tea':A`, `--`, `\x00`, "tea\u0000",
+				`!tea`, `tea & alps`, `tea | bob`, `tea <-> alps`, `tea:*`, `'tea':A`, `--`, `\x00`,
 				`$$`, `websearch "or" -alps`, strings.Repeat("(", 500),
 			}
 			for _, q := range hostile {
@@ -464,6 +464,10 @@ func TestSearch(t *testing.T) {
 						t.Errorf("query %q returned bob's memory", q)
 					}
 				}
+			}
+			// U+0000 is refused before search, as in every argument.
+			if _, err := call[memory.SearchOutput](e, alice, "memorySearch", map[string]any{"query": "tea\u0000"}); capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+				t.Errorf("query with NUL: %v, want invalid input", err)
 			}
 			// A column filter or an operator is just words: "text:green"
 			// finds what "text green" finds, and "NOT" excludes nothing.
