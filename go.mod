@@ -20,7 +20,6 @@ require (
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/pgdialect v1.3.0
 	github.com/uptrace/bun/dialect/sqlitedialect v1.3.0
-	github.com/wneessen/go-mail v0.8.1
 	gocloud.dev v0.47.0
 	modernc.org/libquickjs v0.14.0
 	modernc.org/quickjs v0.27.0
@@ -29,7 +28,7 @@ require (
 
 require (
 	github.com/aymerick/douceur v0.2.0 // indirect
-	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6 // indirect
+	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6
 	github.com/gorilla/css v1.0.1 // indirect
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/segmentio/asm v1.1.3 // indirect

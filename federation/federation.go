@@ -1,6 +1,6 @@
 // Package federation signs people in with identities they hold at external
 // providers: any OpenID Connect provider by its issuer URL (discovery, PKCE,
-// nonce, ID token verified with go-oidc), and GitHub (OAuth 2 and its user
+// nonce, ID token verified with go-jose v3), and GitHub (OAuth 2 and its user
 // and emails API), with Google and Microsoft as named OpenID Connect
 // presets.
 //
@@ -46,7 +46,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/uptrace/bun"
 	"golang.org/x/oauth2"
 
@@ -162,12 +161,8 @@ type provider struct {
 	Provider
 	svc *Service
 
-	mu       sync.Mutex
-	oidc     *oidc.Provider // discovered on first use
-	verifier *oidc.IDTokenVerifier
-	// issParam: the provider announces that its authorization responses
-	// carry iss (RFC 9207), so one without it is refused.
-	issParam bool
+	mu   sync.Mutex
+	oidc *openIDProvider // discovered on first use
 }
 
 // New checks cfg and returns the Service. OpenID Connect discovery happens
@@ -212,10 +207,10 @@ func New(cfg Config) (*Service, error) {
 				return nil, fmt.Errorf("federation: provider %q: issuer %q is not an http(s) URL", p.Name, p.Issuer)
 			}
 			if len(p.Scopes) == 0 {
-				p.Scopes = []string{oidc.ScopeOpenID, "email"}
+				p.Scopes = []string{scopeOpenID, "email"}
 			}
-			if !slices.Contains(p.Scopes, oidc.ScopeOpenID) {
-				p.Scopes = append([]string{oidc.ScopeOpenID}, p.Scopes...)
+			if !slices.Contains(p.Scopes, scopeOpenID) {
+				p.Scopes = append([]string{scopeOpenID}, p.Scopes...)
 			}
 		case KindGitHub:
 			if len(p.Scopes) == 0 {
@@ -270,7 +265,7 @@ func (s *Service) Providers() []Provider {
 }
 
 func (s *Service) ctx(ctx context.Context) context.Context {
-	return oidc.ClientContext(ctx, s.cfg.HTTPClient)
+	return context.WithValue(ctx, oauth2.HTTPClient, s.cfg.HTTPClient)
 }
 
 // setup discovers an OpenID Connect provider once.
@@ -288,18 +283,13 @@ func (p *provider) setup(ctx context.Context) (*oauth2.Config, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.oidc == nil {
-		op, err := oidc.NewProvider(p.svc.ctx(ctx), p.Issuer)
+		op, err := discover(ctx, p.svc.cfg.HTTPClient, p.Issuer)
 		if err != nil {
 			return nil, fmt.Errorf("%w: discovery of %s: %v", ErrProvider, p.Issuer, err)
 		}
-		var md struct {
-			ISS bool `json:"authorization_response_iss_parameter_supported"`
-		}
-		_ = op.Claims(&md)
-		p.oidc, p.issParam = op, md.ISS
-		p.verifier = op.Verifier(&oidc.Config{ClientID: p.ClientID, Now: p.svc.cfg.Now})
+		p.oidc = op
 	}
-	conf.Endpoint = p.oidc.Endpoint()
+	conf.Endpoint = p.oidc.endpoint()
 	return conf, nil
 }
 
@@ -376,7 +366,7 @@ func (s *Service) Begin(ctx context.Context, name, binding, returnTo string, use
 	}
 	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(verifier)}
 	if p.Kind == KindOIDC {
-		opts = append(opts, oidc.Nonce(nonce))
+		opts = append(opts, oauth2.SetAuthURLParam("nonce", nonce))
 	}
 	return conf.AuthCodeURL(state, opts...), nil
 }
@@ -447,7 +437,7 @@ func (s *Service) Finish(ctx context.Context, name, binding string, query url.Va
 		// RFC 9207: the answer comes from another issuer, or lacks the
 		// iss its provider says every answer carries.
 		p.mu.Lock()
-		issParam := p.issParam
+		issParam := p.oidc.md.ISSParam
 		p.mu.Unlock()
 		if iss, ok := query["iss"]; (ok && (len(iss) != 1 || iss[0] != p.Issuer)) || (!ok && issParam) {
 			return nil, fmt.Errorf("%w: the authorization response does not name this provider's issuer", ErrProvider)
@@ -480,47 +470,38 @@ func (p *provider) openID(ctx context.Context, tok *oauth2.Token, nonce string, 
 	if raw == "" {
 		return fmt.Errorf("%w: no ID token", ErrProvider)
 	}
-	idt, err := p.verifier.Verify(ctx, raw)
+	p.mu.Lock()
+	op := p.oidc
+	p.mu.Unlock()
+	idt, err := op.verifyIDToken(ctx, raw, p.ClientID, p.svc.cfg.Now())
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrProvider, err)
 	}
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(nonce)) != 1 {
 		return fmt.Errorf("%w: the ID token's nonce is not this sign-in's", ErrProvider)
 	}
-	// go-oidc checks that the audience includes us; azp is ours to check
-	// (OpenID Connect Core 3.1.3.7): with several audiences it must be
-	// present, and when present it must name us, at_hash or not.
-	var c struct {
-		AZP *string `json:"azp"`
-	}
-	if err := idt.Claims(&c); err != nil ||
-		(c.AZP == nil && len(idt.Audience) != 1) || (c.AZP != nil && *c.AZP != p.ClientID) {
+	// verifyIDToken checks that the audience includes us; azp is checked
+	// here (OpenID Connect Core 3.1.3.7): with several audiences it must
+	// be present, and when present it must name us, at_hash or not.
+	if (idt.AZP == nil && len(idt.Audience) != 1) || (idt.AZP != nil && *idt.AZP != p.ClientID) {
 		return fmt.Errorf("%w: the ID token was issued to another party", ErrProvider)
 	}
 	if idt.AccessTokenHash != "" {
-		if err := idt.VerifyAccessToken(tok.AccessToken); err != nil {
+		if err := idt.verifyAccessToken(tok.AccessToken); err != nil {
 			return fmt.Errorf("%w: %v", ErrProvider, err)
 		}
 	}
-	var claims struct {
-		Email         string   `json:"email"`
-		EmailVerified any      `json:"email_verified"`
-		AMR           []string `json:"amr"`
-	}
-	if err := idt.Claims(&claims); err != nil {
-		return fmt.Errorf("%w: %v", ErrProvider, err)
-	}
 	res.Issuer, res.Subject = idt.Issuer, idt.Subject
-	res.Email, res.EmailVerified = claims.Email, truthy(claims.EmailVerified)
-	if claims.Email == "" && slices.Contains(p.Scopes, "email") {
-		info, err := p.oidc.UserInfo(ctx, oauth2.StaticTokenSource(tok))
+	res.Email, res.EmailVerified = idt.Email, truthy(idt.EmailVerified)
+	if idt.Email == "" && slices.Contains(p.Scopes, "email") {
+		info, err := op.userInfo(ctx, tok)
 		if err == nil && info.Subject == idt.Subject {
-			res.Email, res.EmailVerified = info.Email, info.EmailVerified
+			res.Email, res.EmailVerified = info.Email, truthy(info.EmailVerified)
 		}
 	}
 	res.Email = strings.ToLower(strings.TrimSpace(res.Email))
 	if p.TrustMFA {
-		for _, m := range claims.AMR {
+		for _, m := range idt.AMR {
 			if slices.Contains([]string{"mfa", "otp", "hwk", "swk", "sms", "fido"}, m) {
 				res.MFA = true
 			}

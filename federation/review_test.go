@@ -34,6 +34,12 @@ type rawIdP struct {
 
 	mu     sync.Mutex
 	claims map[string]any // of the next ID token; iss, exp, iat and at_hash added
+	// mint, when set, signs the next ID token instead of key as k1.
+	mint func(payload []byte) string
+	// jwks, when set, is the key set served instead of key's as k1.
+	jwks *jose.JSONWebKeySet
+	// userinfo, when set, is the userinfo endpoint's JSON answer.
+	userinfo map[string]any
 }
 
 const rawAccessToken = "raw-access-token"
@@ -51,20 +57,48 @@ func newRawIdP(t *testing.T) *rawIdP {
 	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"issuer": p.ts.URL, "authorization_endpoint": p.ts.URL + "/authorize",
 			"token_endpoint": p.ts.URL + "/token", "jwks_uri": p.ts.URL + "/jwks", "id_token_signing_alg_values_supported": []string{"RS256"},
+			"userinfo_endpoint": p.ts.URL + "/userinfo",
 			"authorization_response_iss_parameter_supported": p.issParam})
 	})
 	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, _ *http.Request) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.jwks != nil {
+			_ = json.NewEncoder(w).Encode(p.jwks)
+			return
+		}
 		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	})
+	mux.HandleFunc("GET /userinfo", func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.userinfo == nil || r.Header.Get("Authorization") != "Bearer "+rawAccessToken {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p.userinfo)
 	})
 	mux.HandleFunc("POST /token", func(w http.ResponseWriter, _ *http.Request) {
 		p.mu.Lock()
 		claims := map[string]any{"iss": p.ts.URL, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
-		for k, v := range p.claims {
-			claims[k] = v
-		}
-		p.mu.Unlock()
 		sum := sha256.Sum256([]byte(rawAccessToken))
 		claims["at_hash"] = base64.RawURLEncoding.EncodeToString(sum[:16])
+		for k, v := range p.claims {
+			if v == nil {
+				delete(claims, k)
+			} else {
+				claims[k] = v
+			}
+		}
+		mint := p.mint
+		p.mu.Unlock()
+		if mint != nil {
+			payload, _ := json.Marshal(claims)
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{"access_token": rawAccessToken, "token_type": "Bearer", "id_token": mint(payload)})
+			return
+		}
 		signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: "k1"}}, nil)
 		if err != nil {
 			http.Error(w, err.Error(), 500)

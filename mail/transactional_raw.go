@@ -19,37 +19,7 @@ func (m *SMTPMailer) SendRaw(ctx context.Context, from string, to []string, raw 
 	if err := checkEnvelope(from, to, raw); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-	defer cancel()
-	c, err := m.client(ctx)
-	if err != nil {
-		return err
-	}
-	sc, err := c.DialToSMTPClientWithContext(ctx)
-	if err != nil {
-		return m.smtpError(ctx, err)
-	}
-	defer func() { _ = c.CloseWithSMTPClient(sc) }()
-	if err := sc.Mail(from); err != nil {
-		return m.smtpError(ctx, err)
-	}
-	for _, rcpt := range to {
-		if err := sc.Rcpt(rcpt); err != nil {
-			return m.smtpError(ctx, err)
-		}
-	}
-	w, err := sc.Data()
-	if err != nil {
-		return m.smtpError(ctx, err)
-	}
-	if _, err := w.Write(raw); err != nil {
-		_ = w.Close()
-		return m.smtpError(ctx, err)
-	}
-	if err := w.Close(); err != nil {
-		return m.smtpError(ctx, err)
-	}
-	return nil
+	return m.deliver(ctx, from, to, raw)
 }
 
 func (m *SMTPMailer) smtpError(ctx context.Context, err error) error {

@@ -1,21 +1,29 @@
 package mail
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html"
+	"io"
+	"mime"
+	"mime/multipart"
+	"mime/quotedprintable"
 	"net"
 	netmail "net/mail"
-	"regexp"
-	"strconv"
-	"strings"
-
-	gomail "github.com/wneessen/go-mail"
+	"net/textproto"
 	"net/url"
+	"regexp"
+	"strings"
 	"time"
+
+	"github.com/emersion/go-sasl"
+	"github.com/emersion/go-smtp"
 )
 
 // SMTPSecurity says how an SMTPMailer protects its connection.
@@ -112,7 +120,9 @@ type SMTPConfig struct {
 	// TLSConfig is used for STARTTLS and implicit TLS. Default: verify the
 	// server's certificate against the system roots for Addr's host.
 	TLSConfig *tls.Config
-	// HelloName is the name sent in EHLO. Default "localhost".
+	// HelloName is the name sent in EHLO. Default "localhost". With
+	// STARTTLS it is sent in the EHLO after the upgrade; the one before
+	// it says "localhost".
 	HelloName string
 	// Timeout bounds one Send when its context has no earlier deadline.
 	// Default 30 s.
@@ -174,107 +184,165 @@ func isLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Send delivers msg to the server (through github.com/wneessen/go-mail),
-// as a multipart/alternative message with a plain-text part and an HTML
-// part (TransactionalMessage.HTML, or one made from the text). It fails when the
+// Send delivers msg to the server as a multipart/alternative message with
+// a plain-text part and an HTML part (TransactionalMessage.HTML, or one
+// made from the text), both UTF-8 and quoted-printable. It fails when the
 // context ends, the connection cannot be secured as configured, or the
 // server refuses the message; the error never contains the password.
-func (m *SMTPMailer) Send(ctx context.Context, msg TransactionalMessage) (err error) {
+func (m *SMTPMailer) Send(ctx context.Context, msg TransactionalMessage) error {
 	to, err := msg.validate()
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-	defer cancel()
-
-	gm := gomail.NewMsg(gomail.WithCharset(gomail.CharsetUTF8), gomail.WithEncoding(gomail.EncodingQP))
-	if err := gm.From(m.from.String()); err != nil {
-		return fmt.Errorf("%w: sender: %v", ErrInvalidMessage, err)
-	}
-	if err := gm.To(to.String()); err != nil {
-		return fmt.Errorf("%w: recipient %q", ErrInvalidMessage, msg.To)
-	}
-	gm.Subject(msg.Subject)
-	gm.SetDate()
-	gm.SetMessageID()
-	gm.SetGenHeader("Auto-Submitted", "auto-generated")
-	gm.SetBodyString(gomail.TypeTextPlain, strings.ReplaceAll(msg.Text, "\r\n", "\n"))
-	gm.AddAlternativeString(gomail.TypeTextHTML, cmp.Or(msg.HTML, textToHTML(msg.Text)))
-
-	c, err := m.client(ctx)
+	raw, err := m.compose(msg, to)
 	if err != nil {
 		return err
 	}
-	if err := c.DialAndSendWithContext(ctx, gm); err != nil {
-		if m.cfg.Password != "" {
-			err = errors.New(strings.ReplaceAll(err.Error(), m.cfg.Password, "[redacted]"))
+	return m.deliver(ctx, m.from.Address, []string{to.Address}, raw)
+}
+
+// compose writes msg as an RFC 5322 message from m's sender to to.
+func (m *SMTPMailer) compose(msg TransactionalMessage, to *netmail.Address) ([]byte, error) {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	for _, part := range []struct{ typ, text string }{
+		{"text/plain", strings.ReplaceAll(msg.Text, "\r\n", "\n")},
+		{"text/html", cmp.Or(msg.HTML, textToHTML(msg.Text))},
+	} {
+		w, err := mw.CreatePart(textproto.MIMEHeader{
+			"Content-Type":              {part.typ + "; charset=UTF-8"},
+			"Content-Transfer-Encoding": {"quoted-printable"},
+		})
+		if err != nil {
+			return nil, err
 		}
-		if cause := context.Cause(ctx); cause != nil {
-			return fmt.Errorf("mail: smtp: %w (%w)", err, cause)
+		qp := quotedprintable.NewWriter(w)
+		// Lines end in CRLF on the wire; quotedprintable keeps a CRLF
+		// as a line break.
+		if _, err := io.WriteString(qp, strings.ReplaceAll(part.text, "\n", "\r\n")); err != nil {
+			return nil, err
 		}
-		return fmt.Errorf("mail: smtp: %w", err)
+		if err := qp.Close(); err != nil {
+			return nil, err
+		}
 	}
+	if err := mw.Close(); err != nil {
+		return nil, err
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	_, domain, _ := strings.Cut(m.from.Address, "@")
+	var b bytes.Buffer
+	for _, h := range [][2]string{
+		{"Date", time.Now().Format(time.RFC1123Z)},
+		{"From", m.from.String()},
+		{"To", to.String()},
+		{"Subject", mime.QEncoding.Encode("UTF-8", msg.Subject)},
+		{"Message-ID", "<" + hex.EncodeToString(id[:]) + "@" + cmp.Or(domain, "localhost") + ">"},
+		{"Auto-Submitted", "auto-generated"},
+		{"MIME-Version", "1.0"},
+		{"Content-Type", "multipart/alternative; boundary=\"" + mw.Boundary() + "\""},
+	} {
+		b.WriteString(h[0] + ": " + h[1] + "\r\n")
+	}
+	b.WriteString("\r\n")
+	b.Write(body.Bytes())
+	return b.Bytes(), nil
+}
+
+// deliver hands raw to the server from the envelope sender from to the
+// envelope recipients to, on one connection secured and authenticated
+// as configured, which closes when ctx (bounded by the timeout) ends.
+func (m *SMTPMailer) deliver(ctx context.Context, from string, to []string, raw []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	c, err := m.dial(ctx)
+	if err != nil {
+		return m.smtpError(ctx, err)
+	}
+	defer c.Close()
+	if err := c.Mail(from, nil); err != nil {
+		return m.smtpError(ctx, err)
+	}
+	for _, rcpt := range to {
+		if err := c.Rcpt(rcpt, nil); err != nil {
+			return m.smtpError(ctx, err)
+		}
+	}
+	w, err := c.Data()
+	if err != nil {
+		return m.smtpError(ctx, err)
+	}
+	if _, err := w.Write(raw); err != nil {
+		_ = w.Close()
+		return m.smtpError(ctx, err)
+	}
+	if err := w.Close(); err != nil {
+		return m.smtpError(ctx, err)
+	}
+	_ = c.Quit()
 	return nil
 }
 
-// client is a go-mail client for the server, secured and authenticated as
-// configured; a connection it dials closes when ctx ends.
-func (m *SMTPMailer) client(ctx context.Context) (*gomail.Client, error) {
-	host, portText, _ := net.SplitHostPort(m.cfg.Addr)
-	port, _ := strconv.Atoi(portText)
-	opts := []gomail.Option{
-		gomail.WithPort(port),
-		gomail.WithHELO(m.cfg.HelloName),
-		gomail.WithTimeout(m.cfg.Timeout),
-		gomail.WithoutNoop(),
-		gomail.WithoutRset(), // one message per connection
-		// Close the connection when ctx ends, which unblocks any read or
-		// write (go-mail checks the context only between steps).
-		gomail.WithDialContextFunc(func(dctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			conn, err := d.DialContext(dctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			// Send's context, not the dial's (which go-mail ends once
-			// connected).
-			context.AfterFunc(ctx, func() { _ = conn.Close() })
-			return conn, nil
-		}),
+// dial connects to the server (emersion/go-smtp's client), secures the
+// connection as configured (a server without STARTTLS is refused unless
+// plain text was asked for), greets it and authenticates. The connection
+// closes when ctx ends, which unblocks any read or write.
+func (m *SMTPMailer) dial(ctx context.Context) (*smtp.Client, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", m.cfg.Addr)
+	if err != nil {
+		return nil, err
 	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	tlsConfig := m.cfg.TLSConfig
-	if tlsConfig == nil {
-		tlsConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
-	} else if tlsConfig.ServerName == "" {
-		tlsConfig = tlsConfig.Clone()
-		tlsConfig.ServerName = host
-	}
-	opts = append(opts, gomail.WithTLSConfig(tlsConfig))
+	var c *smtp.Client
 	switch m.cfg.Security {
 	case SMTPImplicitTLS:
-		opts = append(opts, gomail.WithSSL())
+		c = smtp.NewClient(tls.Client(conn, tlsConfig))
 	case SMTPPlaintext:
-		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS))
+		c = smtp.NewClient(conn)
 	default:
-		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSMandatory))
+		if c, err = smtp.NewClientStartTLS(conn, tlsConfig); err != nil {
+			stop()
+			_ = conn.Close()
+			return nil, err
+		}
+	}
+	fail := func(err error) (*smtp.Client, error) {
+		_ = c.Close()
+		return nil, err
+	}
+	if err := c.Hello(m.cfg.HelloName); err != nil {
+		return fail(err)
 	}
 	if m.cfg.Username != "" {
-		mech := gomail.SMTPAuthPlain
-		if m.cfg.Security == SMTPPlaintext {
-			// Only ever to a loopback relay (NewSMTPMailer checks).
-			mech = gomail.SMTPAuthPlainNoEnc
-		}
+		var a sasl.Client
 		if m.cfg.Auth == SMTPAuthXOAUTH2 {
-			mech = gomail.SMTPAuthXOAUTH2
+			a = xoauth2{user: m.cfg.Username, token: m.cfg.Password}
+		} else {
+			// PLAIN only ever over TLS or to a loopback relay
+			// (NewSMTPMailer checks).
+			a = sasl.NewPlainClient("", m.cfg.Username, m.cfg.Password)
 		}
-		opts = append(opts, gomail.WithSMTPAuth(mech), gomail.WithUsername(m.cfg.Username), gomail.WithPassword(m.cfg.Password))
-	}
-	c, err := gomail.NewClient(host, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("mail: smtp: %w", err)
+		if err := c.Auth(a); err != nil {
+			return fail(err)
+		}
 	}
 	return c, nil
 }
+
+// xoauth2 is the XOAUTH2 SASL mechanism (Google Workspace, Microsoft
+// 365): the user and an OAuth 2 access token in the initial response.
+type xoauth2 struct{ user, token string }
+
+func (x xoauth2) Start() (string, []byte, error) {
+	return "XOAUTH2", []byte("user=" + x.user + "\x01auth=Bearer " + x.token + "\x01\x01"), nil
+}
+
+// Next answers the server's error challenge (a JSON status) with an
+// empty response, after which the server fails the exchange.
+func (x xoauth2) Next([]byte) ([]byte, error) { return []byte{}, nil }
 
 var mailLinkPattern = regexp.MustCompile(`https?://[^\s<>"]+`)
 

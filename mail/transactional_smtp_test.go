@@ -27,6 +27,7 @@ type fakeSMTP struct {
 	user      string
 	pass      string
 	hang      bool // never greet (to test cancellation)
+	implicit  bool // speak TLS (tlsConfig) from the first byte
 
 	mu       sync.Mutex
 	received []fakeMail
@@ -77,9 +78,16 @@ func (f *fakeSMTP) session(c net.Conn) {
 		_, _ = io.Copy(io.Discard, c) // until the client gives up
 		return
 	}
-	r, w := bufio.NewReader(c), c
-	say := func(s string) { _, _ = io.WriteString(w, s+"\r\n") }
 	var cur fakeMail
+	if f.implicit {
+		tc := tls.Server(c, f.tlsConfig)
+		if err := tc.Handshake(); err != nil {
+			return
+		}
+		c, cur.TLS = tc, true
+	}
+	r, w := bufio.NewReader(c), io.Writer(c)
+	say := func(s string) { _, _ = io.WriteString(w, s+"\r\n") }
 	say("220 fake ESMTP")
 	for {
 		line, err := r.ReadString('\n')
@@ -91,7 +99,7 @@ func (f *fakeSMTP) session(c net.Conn) {
 		switch strings.ToUpper(verb) {
 		case "EHLO":
 			exts := []string{"250-fake", "250-8BITMIME"}
-			if f.tlsConfig != nil && !cur.TLS {
+			if f.tlsConfig != nil && !cur.TLS && !f.implicit {
 				exts = append(exts, "250-STARTTLS")
 			}
 			if f.user != "" && cur.TLS {
@@ -193,6 +201,8 @@ func TestSMTPMailerDelivers(t *testing.T) {
 		{"plain text to a loopback relay", &fakeSMTP{}, SMTPConfig{Security: SMTPPlaintext}, false, ""},
 		{"starttls with auth", &fakeSMTP{tlsConfig: serverTLS, user: "mailer", pass: "s3cret"},
 			SMTPConfig{Username: "mailer", Password: "s3cret", TLSConfig: clientTLS}, true, "mailer"},
+		{"implicit tls with auth", &fakeSMTP{tlsConfig: serverTLS, implicit: true, user: "mailer", pass: "s3cret"},
+			SMTPConfig{Username: "mailer", Password: "s3cret", Security: SMTPImplicitTLS, TLSConfig: clientTLS}, true, "mailer"},
 		{"starttls with xoauth2", &fakeSMTP{tlsConfig: serverTLS, user: "mailer@example.com", pass: "ya29.token"},
 			SMTPConfig{Username: "mailer@example.com", Password: "ya29.token", Auth: SMTPAuthXOAUTH2, TLSConfig: clientTLS}, true, "mailer@example.com (xoauth2)"},
 	}
