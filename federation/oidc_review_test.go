@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,5 +103,72 @@ func TestReviewHTTPSIssuerKeepsHTTPS(t *testing.T) {
 	// A plain-HTTP issuer (a test, a loopback provider) is unchanged.
 	if _, _, err := getBody(ctx, plain.Client(), plain.URL+"/jwks", "application/json"); err != nil {
 		t.Errorf("plain http issuer: %v", err)
+	}
+}
+
+// Only a compact JWS with exactly one signature, by a key of the
+// provider's key set under an accepted algorithm, verifies: not the JSON
+// serialization (whose unprotected header is not signed), not several
+// signatures, not a JWE, not plain JSON; a kid the key set lacks costs
+// one fetch of the key set per token, never more, and several keys under
+// one kid are each tried.
+func TestReviewJOSEShapes(t *testing.T) {
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	other, _ := rsa.GenerateKey(rand.Reader, 2048)
+	var fetches atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fetches.Add(1)
+		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
+			{Key: &other.PublicKey, KeyID: "dup", Algorithm: "RS256", Use: "sig"},
+			{Key: &key.PublicKey, KeyID: "dup", Algorithm: "RS256", Use: "sig"},
+			{Key: []byte("symmetric-secret-0123456789abcdef"), KeyID: "hmac", Algorithm: "HS256"},
+		}})
+	}))
+	defer ts.Close()
+	p := &openIDProvider{client: ts.Client(), md: discovery{Issuer: "https://idp.example", JWKSURL: ts.URL}, algs: []string{"RS256"}}
+	now := time.Now()
+	payload, _ := json.Marshal(map[string]any{"iss": "https://idp.example", "aud": "cid", "sub": "s", "exp": now.Add(time.Hour).Unix()})
+	sign := func(alg jose.SignatureAlgorithm, k any, kid string) *jose.JSONWebSignature {
+		s, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: jose.JSONWebKey{Key: k, KeyID: kid}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jws, err := s.Sign(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jws
+	}
+	compact := func(j *jose.JSONWebSignature) string { s, _ := j.CompactSerialize(); return s }
+	multi, err := jose.NewMultiSigner([]jose.SigningKey{
+		{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: "dup"}},
+		{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: other, KeyID: "dup"}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mjws, _ := multi.Sign(payload)
+	enc, _ := jose.NewEncrypter(jose.A128GCM, jose.Recipient{Algorithm: jose.RSA_OAEP, Key: &key.PublicKey}, nil)
+	jwe, _ := enc.Encrypt(payload)
+	jweCompact, _ := jwe.CompactSerialize()
+
+	if _, err := p.verifyIDToken(context.Background(), compact(sign(jose.RS256, key, "dup")), "cid", now); err != nil {
+		t.Fatalf("signed by the second of two keys under one kid: %v", err)
+	}
+	for name, raw := range map[string]string{
+		"JSON serialization":          sign(jose.RS256, key, "dup").FullSerialize(),
+		"two signatures":              mjws.FullSerialize(),
+		"JWE":                         jweCompact,
+		"unsigned JSON":               string(payload),
+		"HS256 with the set's secret": compact(sign(jose.HS256, []byte("symmetric-secret-0123456789abcdef"), "hmac")),
+		"unknown kid":                 compact(sign(jose.RS256, other, "nope")),
+	} {
+		before := fetches.Load()
+		if _, err := p.verifyIDToken(context.Background(), raw, "cid", now); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if n := fetches.Load() - before; n > 1 {
+			t.Errorf("%s: %d key set fetches for one token", name, n)
+		}
 	}
 }
