@@ -2,7 +2,9 @@ package mail
 
 import (
 	"context"
+	"io"
 	"mime"
+	"mime/multipart"
 	netmail "net/mail"
 	"strings"
 	"testing"
@@ -60,9 +62,16 @@ func TestReviewSMTPUTF8WhenOffered(t *testing.T) {
 		t.Fatalf("MAIL parameters %q, recipient %q: want SMTPUTF8 asked for", got[0].MailParams, got[0].To)
 	}
 
+	// An account's address may be internationalized
+	// (accounts.NormalizeEmail takes what net/mail parses).
+	g := sendOne(t, startFakeSMTP(t, &fakeSMTP{utf8: true}), TransactionalMessage{To: "zoë@exämple.com", Subject: "s", Text: "t"})
+	if !strings.Contains(g.MailParams, "SMTPUTF8") || g.To != "zoë@exämple.com" {
+		t.Fatalf("MAIL parameters %q, recipient %q: want SMTPUTF8 asked for", g.MailParams, g.To)
+	}
+
 	// A server that does not offer it is not sent the parameter.
 	plain := startFakeSMTP(t, &fakeSMTP{})
-	g := sendOne(t, plain, TransactionalMessage{To: "a@example.com", Subject: "s", Text: "t"})
+	g = sendOne(t, plain, TransactionalMessage{To: "a@example.com", Subject: "s", Text: "t"})
 	if strings.Contains(g.MailParams, "SMTPUTF8") {
 		t.Fatalf("MAIL parameters %q: SMTPUTF8 to a server that does not offer it", g.MailParams)
 	}
@@ -173,5 +182,48 @@ func TestReviewMessageIDsAreUnique(t *testing.T) {
 			t.Fatalf("Message-ID %q (seen before: %v), Date %q", id, seen[id], parsed.Header.Get("Date"))
 		}
 		seen[id] = true
+	}
+}
+
+// Implicit TLS verifies the server's certificate like STARTTLS does:
+// nothing (no AUTH, no message) goes to a server it does not trust.
+func TestReviewImplicitTLSVerifiesCertificate(t *testing.T) {
+	serverTLS, _ := testTLS(t)
+	srv := startFakeSMTP(t, &fakeSMTP{tlsConfig: serverTLS, implicit: true, user: "u", pass: "p"})
+	m, err := NewSMTPMailer(SMTPConfig{Addr: srv.addr(), From: "noreply@enclave.example", Security: SMTPImplicitTLS, Username: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Send(context.Background(), TransactionalMessage{To: "a@example.com", Subject: "s", Text: "t"}); err == nil || len(srv.mails()) != 0 {
+		t.Fatalf("sent over implicit TLS to an untrusted certificate (%v)", err)
+	}
+}
+
+// An HTML part given with CRLF line ends keeps its lines: each CRLF is
+// one line break on the wire, not two (which a <pre> would show).
+func TestReviewHTMLLineBreaks(t *testing.T) {
+	srv := startFakeSMTP(t, &fakeSMTP{})
+	html := "<pre>one\r\ntwo\nthree</pre>"
+	g := sendOne(t, srv, TransactionalMessage{To: "a@example.com", Subject: "s", Text: "one\r\ntwo\nthree", HTML: html})
+	parsed, err := netmail.ReadMessage(strings.NewReader(g.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, params, _ := mime.ParseMediaType(parsed.Header.Get("Content-Type"))
+	mr := multipart.NewReader(parsed.Body, params["boundary"])
+	for {
+		p, err := mr.NextPart() // decodes quoted-printable
+		if err != nil {
+			break
+		}
+		b, _ := io.ReadAll(p)
+		ct, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type"))
+		want := "one\r\ntwo\r\nthree"
+		if ct == "text/html" {
+			want = "<pre>one\r\ntwo\r\nthree</pre>"
+		}
+		if string(b) != want {
+			t.Errorf("%s part %q, want %q", ct, b, want)
+		}
 	}
 }

@@ -207,7 +207,7 @@ func (m *SMTPMailer) compose(msg TransactionalMessage, to *netmail.Address) ([]b
 	mw := multipart.NewWriter(&body)
 	for _, part := range []struct{ typ, text string }{
 		{"text/plain", strings.ReplaceAll(msg.Text, "\r\n", "\n")},
-		{"text/html", cmp.Or(msg.HTML, textToHTML(msg.Text))},
+		{"text/html", strings.ReplaceAll(cmp.Or(msg.HTML, textToHTML(msg.Text)), "\r\n", "\n")},
 	} {
 		w, err := mw.CreatePart(textproto.MIMEHeader{
 			"Content-Type":              {part.typ + "; charset=UTF-8"},
