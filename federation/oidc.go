@@ -11,6 +11,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -82,6 +83,25 @@ func getBody(ctx context.Context, client *http.Client, u, accept string) (string
 		return "", nil, err
 	}
 	req.Header.Set("Accept", accept)
+	if req.URL.Scheme == "https" {
+		// What was asked over HTTPS is answered over HTTPS: a redirect to
+		// plain HTTP would let anyone on the path answer (a key set that
+		// verifies any ID token they write).
+		c := *client
+		c.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+			if r.URL.Scheme != "https" {
+				return fmt.Errorf("a redirect from https to %s", r.URL.Scheme)
+			}
+			if client.CheckRedirect != nil {
+				return client.CheckRedirect(r, via)
+			}
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			return nil
+		}
+		client = &c
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return "", nil, err
@@ -115,6 +135,16 @@ func discover(ctx context.Context, client *http.Client, issuer string) (*openIDP
 		return nil, fmt.Errorf("the discovery document names the issuer %q, not %q", md.Issuer, issuer)
 	case md.AuthURL == "" || md.TokenURL == "" || md.JWKSURL == "":
 		return nil, errors.New("the discovery document lacks the authorization, token or key set endpoint")
+	}
+	// An issuer on HTTPS keeps its endpoints on HTTPS: a key set fetched
+	// over plain HTTP could be replaced by anyone on the path, and with
+	// it every ID token forged (go-oidc did not check this either).
+	if strings.HasPrefix(issuer, "https://") {
+		for _, e := range []string{md.AuthURL, md.TokenURL, md.JWKSURL, md.UserInfoURL} {
+			if u, err := url.Parse(e); e != "" && (err != nil || u.Scheme != "https" || u.Host == "") {
+				return nil, fmt.Errorf("the discovery document names %q, not an https URL", e)
+			}
+		}
 	}
 	p := &openIDProvider{client: client, md: md}
 	for _, a := range md.Algs {
@@ -246,6 +276,9 @@ func (p *openIDProvider) verifyIDToken(ctx context.Context, raw, clientID string
 	case t.Subject == "":
 		return nil, errors.New("the ID token names no subject")
 	}
+	// One issuer, one name: identities are keyed by issuer and subject,
+	// and Google's tokens name theirs with or without the scheme.
+	t.Issuer = p.md.Issuer
 	return &t, nil
 }
 

@@ -207,7 +207,7 @@ func (m *SMTPMailer) compose(msg TransactionalMessage, to *netmail.Address) ([]b
 	mw := multipart.NewWriter(&body)
 	for _, part := range []struct{ typ, text string }{
 		{"text/plain", strings.ReplaceAll(msg.Text, "\r\n", "\n")},
-		{"text/html", cmp.Or(msg.HTML, textToHTML(msg.Text))},
+		{"text/html", strings.ReplaceAll(cmp.Or(msg.HTML, textToHTML(msg.Text)), "\r\n", "\n")},
 	} {
 		w, err := mw.CreatePart(textproto.MIMEHeader{
 			"Content-Type":              {part.typ + "; charset=UTF-8"},
@@ -237,17 +237,81 @@ func (m *SMTPMailer) compose(msg TransactionalMessage, to *netmail.Address) ([]b
 		{"Date", time.Now().Format(time.RFC1123Z)},
 		{"From", m.from.String()},
 		{"To", to.String()},
-		{"Subject", mime.QEncoding.Encode("UTF-8", msg.Subject)},
+		{"Subject", encodeHeaderText(msg.Subject)},
 		{"Message-ID", "<" + hex.EncodeToString(id[:]) + "@" + cmp.Or(domain, "localhost") + ">"},
 		{"Auto-Submitted", "auto-generated"},
 		{"MIME-Version", "1.0"},
 		{"Content-Type", "multipart/alternative; boundary=\"" + mw.Boundary() + "\""},
 	} {
-		b.WriteString(h[0] + ": " + h[1] + "\r\n")
+		writeHeader(&b, h[0], h[1])
 	}
 	b.WriteString("\r\n")
 	b.Write(body.Bytes())
 	return b.Bytes(), nil
+}
+
+// maxHeaderLine is the length a header line is folded to where a space
+// allows (RFC 5322 2.1.1 recommends 78 octets; 998 is the hard limit).
+const maxHeaderLine = 78
+
+// writeHeader writes the header field name: value, folded at its spaces
+// so that its lines stay within maxHeaderLine: a subject or a name people
+// chose may be long, and an encoded-word is up to 75 octets (RFC 2047).
+// A line never holds only white space.
+func writeHeader(b *bytes.Buffer, name, value string) {
+	b.WriteString(name + ":")
+	line := len(name) + 1
+	for _, w := range strings.Split(value, " ") {
+		if w != "" && line+1+len(w) > maxHeaderLine {
+			b.WriteString("\r\n")
+			line = 0
+		}
+		b.WriteString(" " + w)
+		line += 1 + len(w)
+	}
+	b.WriteString("\r\n")
+}
+
+// encodeHeaderText encodes s for an unstructured header field (Subject):
+// as RFC 2047 encoded-words when it is not plain printable ASCII, or
+// when plain text could not be folded (a word longer than a line) or
+// would read as encoded-words ("=?").
+func encodeHeaderText(s string) string {
+	if enc := mime.QEncoding.Encode("UTF-8", s); enc != s {
+		return enc
+	}
+	force := strings.Contains(s, "=?")
+	for _, w := range strings.Split(s, " ") {
+		force = force || len(w) > maxHeaderLine-2
+	}
+	if !force {
+		return s
+	}
+	// s is ASCII here (mime left it as it was), so no character is
+	// split between two encoded-words.
+	const prefix, suffix, maxWord = "=?UTF-8?q?", "?=", 75
+	var words []string
+	var w strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		enc := string(c)
+		switch {
+		case c == ' ':
+			enc = "_"
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte("!*+-/", c) >= 0:
+		default:
+			enc = fmt.Sprintf("=%02X", c)
+		}
+		if len(prefix)+w.Len()+len(enc)+len(suffix) > maxWord {
+			words = append(words, prefix+w.String()+suffix)
+			w.Reset()
+		}
+		w.WriteString(enc)
+	}
+	if w.Len() > 0 {
+		words = append(words, prefix+w.String()+suffix)
+	}
+	return strings.Join(words, " ")
 }
 
 // deliver hands raw to the server from the envelope sender from to the
@@ -261,7 +325,12 @@ func (m *SMTPMailer) deliver(ctx context.Context, from string, to []string, raw 
 		return m.smtpError(ctx, err)
 	}
 	defer c.Close()
-	if err := c.Mail(from, nil); err != nil {
+	// SMTPUTF8 whenever the server offers it, as before (go-mail): an
+	// internationalized address in the envelope (SendRaw's come from the
+	// mail domain) is refused without it.
+	var opts smtp.MailOptions
+	opts.UTF8, _ = c.Extension("SMTPUTF8")
+	if err := c.Mail(from, &opts); err != nil {
 		return m.smtpError(ctx, err)
 	}
 	for _, rcpt := range to {

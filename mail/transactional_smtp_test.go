@@ -28,6 +28,7 @@ type fakeSMTP struct {
 	pass      string
 	hang      bool // never greet (to test cancellation)
 	implicit  bool // speak TLS (tlsConfig) from the first byte
+	utf8      bool // offer SMTPUTF8
 
 	mu       sync.Mutex
 	received []fakeMail
@@ -36,9 +37,11 @@ type fakeSMTP struct {
 
 type fakeMail struct {
 	From, To string
-	Data     string
-	TLS      bool
-	AuthUser string
+	// MailParams are the MAIL command's parameters (BODY=8BITMIME ...).
+	MailParams string
+	Data       string
+	TLS        bool
+	AuthUser   string
 }
 
 func startFakeSMTP(t *testing.T, f *fakeSMTP) *fakeSMTP {
@@ -105,6 +108,9 @@ func (f *fakeSMTP) session(c net.Conn) {
 			if f.user != "" && cur.TLS {
 				exts = append(exts, "250-AUTH PLAIN XOAUTH2")
 			}
+			if f.utf8 {
+				exts = append(exts, "250-SMTPUTF8")
+			}
 			exts = append(exts, "250 SIZE 1000000")
 			say(strings.Join(exts, "\r\n"))
 		case "STARTTLS":
@@ -138,7 +144,7 @@ func (f *fakeSMTP) session(c net.Conn) {
 		case "MAIL":
 			cur.From = strings.Trim(strings.TrimPrefix(arg, "FROM:"), "<>")
 			if i := strings.Index(cur.From, ">"); i >= 0 {
-				cur.From = cur.From[:i]
+				cur.From, cur.MailParams = cur.From[:i], strings.TrimSpace(cur.From[i+1:])
 			}
 			say("250 ok")
 		case "RCPT":
