@@ -155,3 +155,68 @@ func codeStatusMappings(n ast.Node, capName, httpName string) []mapping {
 	})
 	return found
 }
+
+// statusRecorder is the package that owns the one response writer that
+// records a response's status (statuswriter.Writer).
+const statusRecorder = "internal/statuswriter"
+
+// One response writer records statuses: no production type outside
+// internal/statuswriter has a WriteHeader method that keeps the status it
+// is given in a field (a transport that needs the status its handler
+// wrote wraps the response in statuswriter.New). The rule must find the
+// recorder it allows, or it no longer sees one.
+func TestOneStatusRecorder(t *testing.T) {
+	owned := 0
+	for _, p := range packages(t) {
+		r := rel(p.ImportPath)
+		for _, f := range p.GoFiles {
+			path := filepath.Join(p.Dir, f)
+			fset := token.NewFileSet()
+			file, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range file.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || !recordsStatus(fd) {
+					continue
+				}
+				if r == statusRecorder {
+					owned++
+					continue
+				}
+				t.Errorf("%s/%s:%d: %s records the status it writes: wrap the response in statuswriter.New, the one recorder",
+					r, f, fset.Position(fd.Pos()).Line, fd.Name.Name)
+			}
+		}
+	}
+	if owned == 0 {
+		t.Fatalf("no WriteHeader in %s records its status: the rule no longer recognises a recorder", statusRecorder)
+	}
+}
+
+// recordsStatus reports whether fd is a WriteHeader method that assigns
+// its status parameter to a field.
+func recordsStatus(fd *ast.FuncDecl) bool {
+	if fd.Recv == nil || fd.Name.Name != "WriteHeader" || fd.Body == nil || len(fd.Type.Params.List) != 1 || len(fd.Type.Params.List[0].Names) != 1 {
+		return false
+	}
+	param := fd.Type.Params.List[0].Names[0].Name
+	found := false
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		a, ok := n.(*ast.AssignStmt)
+		if !ok || found {
+			return !found
+		}
+		for i, lhs := range a.Lhs {
+			if _, field := lhs.(*ast.SelectorExpr); !field || i >= len(a.Rhs) {
+				continue
+			}
+			if id, ok := a.Rhs[i].(*ast.Ident); ok && id.Name == param {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
+}
