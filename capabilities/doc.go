@@ -45,7 +45,7 @@
 // session or decoded value carries its mark). It runs exactly the
 // capabilities marked [Requirement].Operator (the command line's account
 // actions), which every other caller, admins included, is answered as if
-// they did not exist; each operator call that runs is recorded with
-// [Options].OperatorAudit, naming the account its handler acted on
-// ([Call.SetSubject]).
+// they did not exist; each operator call the checks let through is
+// recorded with [Options].OperatorAudit, one refused for its arguments
+// included, naming the account its handler acted on ([Call.SetSubject]).
 package capabilities

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/capabilitiestest"
@@ -201,11 +202,16 @@ func TestOperatorCallerRunsOnlyOperatorCapabilities(t *testing.T) {
 
 // Every call of the operator that the checks let run is recorded with
 // Options.OperatorAudit: the capability, the account its handler named,
-// and the outcome. Other callers' calls are not.
+// and the outcome; a call refused for its arguments (the input schema, a
+// NUL, a malformed idempotency key) too, as invalid_input naming no
+// account, as an ordinary caller's is an admitted call's outcome and not a
+// denial. A capability that is not the operator's is a denial (Auditor),
+// never an operator call; other callers' calls are neither.
 func TestOperatorCallsAudited(t *testing.T) {
 	ctx := context.Background()
 	rec := &operatorAudit{}
-	reg, _ := operatorFixture(t, capabilities.Options{Auditor: &capabilitiestest.Auditor{}, OperatorAudit: rec})
+	aud := &capabilitiestest.Auditor{}
+	reg, s := operatorFixture(t, capabilities.Options{Auditor: aud, OperatorAudit: rec})
 	op := capabilities.OperatorCaller()
 	if _, err := reg.Invoke(ctx, op, "operatorPoke", json.RawMessage(`{"who":"u7"}`)); err != nil {
 		t.Fatal(err)
@@ -213,18 +219,40 @@ func TestOperatorCallsAudited(t *testing.T) {
 	if _, err := reg.Invoke(ctx, op, "operatorPoke", json.RawMessage(`{"who":"u8","fail":true}`)); capabilities.CodeOf(err) != capabilities.CodeConflict {
 		t.Fatalf("failing poke = %v", err)
 	}
-	// Refused before the handler (bad arguments, someone else's capability,
-	// another caller): no operator call.
-	_, _ = reg.Invoke(ctx, op, "operatorPoke", json.RawMessage(`{"who":7}`))
+	badKey := capabilities.WithRequestMeta(ctx, map[string]any{capabilities.MetaIdempotencyKey: 7})
+	for name, call := range map[string]func() error{
+		"a number for a string": func() error {
+			_, err := reg.Invoke(ctx, op, "operatorPoke", json.RawMessage(`{"who":7}`))
+			return err
+		},
+		"a NUL": func() error {
+			_, err := reg.Invoke(ctx, op, "operatorPoke", json.RawMessage(`{"who":"u\u00009"}`))
+			return err
+		},
+		"a malformed idempotency key": func() error {
+			_, err := reg.Invoke(badKey, op, "operatorPoke", json.RawMessage(`{"who":"u9"}`))
+			return err
+		},
+	} {
+		if err := call(); capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
+			t.Fatalf("%s: %v, want invalid input", name, err)
+		}
+	}
+	runs := s.runs
+	// Refused by the checks (someone else's capability, another caller):
+	// no operator call.
 	_, _ = reg.Invoke(ctx, op, "userEcho", json.RawMessage(`{"text":"x"}`))
 	_, _ = reg.Invoke(ctx, capabilitiestest.User("u1"), "userEcho", json.RawMessage(`{"text":"x"}`))
+	_, _ = reg.Invoke(ctx, capabilitiestest.User("u1"), "userEcho", json.RawMessage(`{"text":7}`))
 	got := rec.Calls()
-	if len(got) != 2 {
-		t.Fatalf("recorded %+v, want 2 calls", got)
+	if len(got) != 5 || runs != 2 {
+		t.Fatalf("recorded %+v (handler runs %d), want 5 calls of which 2 ran", got, runs)
 	}
+	invalid := capabilities.OperatorCall{Name: "operatorPoke", Outcome: string(capabilities.CodeInvalidInput)}
 	for i, want := range []capabilities.OperatorCall{
 		{Name: "operatorPoke", Subject: "u7", Outcome: "ok"},
 		{Name: "operatorPoke", Subject: "u8", Outcome: string(capabilities.CodeConflict)},
+		invalid, invalid, invalid,
 	} {
 		if got[i].At.IsZero() {
 			t.Errorf("call %d has no time", i)
@@ -233,6 +261,14 @@ func TestOperatorCallsAudited(t *testing.T) {
 		if got[i] != want {
 			t.Errorf("call %d = %+v, want %+v", i, got[i], want)
 		}
+	}
+	var denials []capabilities.Denial
+	for _, d := range aud.Denials() {
+		d.At, d.Subject = time.Time{}, ""
+		denials = append(denials, d)
+	}
+	if want := []capabilities.Denial{{Surface: "tool", Name: "userEcho", Reason: capabilities.ReasonOperator}}; !reflect.DeepEqual(denials, want) {
+		t.Fatalf("denials %+v, want %+v", denials, want)
 	}
 }
 

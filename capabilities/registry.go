@@ -127,8 +127,9 @@ type Options struct {
 	// Auditor receives every denial; nil logs them with Logger.
 	Auditor Auditor
 	// OperatorAudit receives every call of the operator (OperatorCaller)
-	// that the checks let run, with its outcome: the choke point's record
-	// of the command line's account actions. Nil logs them with Logger.
+	// that the checks let run, with its outcome (invalid_input for one
+	// refused for its arguments): the choke point's record of the command
+	// line's account actions. Nil logs them with Logger.
 	OperatorAudit OperatorAuditor
 	// AuditKey keys the hash of user ids in denials; nil uses plain SHA-256.
 	AuditKey []byte
@@ -417,8 +418,9 @@ func (r *Registry) IsVisible(ctx context.Context, caller Caller, name string) bo
 // handler, with panics recovered. A denial is recorded with the Auditor. A capability
 // hidden from caller answers exactly like an unknown one. The operator's
 // caller (OperatorCaller) runs only operator capabilities, is not metered,
-// takes no write lease, and each of its calls that reaches the handler is
-// recorded with Options.OperatorAudit.
+// takes no write lease, and each of its calls the checks let through is
+// recorded with Options.OperatorAudit, one refused for its arguments
+// included.
 func (r *Registry) Invoke(ctx context.Context, caller Caller, name string, args json.RawMessage) (Result, error) {
 	if r.tracer == nil {
 		return r.invoke(ctx, caller, name, args)
@@ -491,7 +493,25 @@ func (r *Registry) invoke(ctx context.Context, caller Caller, name string, args 
 	if o := r.opts.Observer; o != nil {
 		o.ObserveCall(name, OutcomeAllowed)
 	}
-	args, err = c.validateInput(args)
+	call := &Call{Caller: caller, Capability: name, client: clientFrom(ctx)}
+	if caller.operator {
+		// Every call of the operator the checks let run is recorded with
+		// its outcome, one refused for its arguments (the schema, a
+		// malformed idempotency key) included: as for any caller, such a
+		// refusal is the outcome of an admitted call, not a denial.
+		res, err := r.invokeAdmitted(ctx, c, call, args)
+		r.recordOperator(ctx, call, res, err)
+		return res, err
+	}
+	return r.invokeAdmitted(ctx, c, call, args)
+}
+
+// invokeAdmitted runs a call the checks let through: the input schema,
+// the idempotency key, the write lease (never the operator's), then the
+// handler.
+func (r *Registry) invokeAdmitted(ctx context.Context, c *Capability, call *Call, args json.RawMessage) (Result, error) {
+	caller, name := call.Caller, call.Capability
+	args, err := c.validateInput(args)
 	if err != nil {
 		return Result{}, err
 	}
@@ -502,7 +522,6 @@ func (r *Registry) invoke(ctx context.Context, caller Caller, name string, args 
 	// The request's _meta is this call's: a handler that invokes other
 	// capabilities must not pass its idempotency key on to them.
 	ctx = withoutRequestMeta(ctx)
-	call := &Call{Caller: caller, Capability: name, client: clientFrom(ctx)}
 	run := func(ctx context.Context) (Result, error) {
 		// A read has no effect to run once: a key on a read-only capability is
 		// checked but ignored, so a read's result (perhaps a secret, perhaps
@@ -514,22 +533,18 @@ func (r *Registry) invoke(ctx context.Context, caller Caller, name string, args 
 		}
 		return r.run(ctx, name, func() (Result, error) { return c.Handler(ctx, call, args) })
 	}
-	if caller.operator {
-		// No write lease: a lease is taken on the caller's account, and
-		// the operator has none (an operator action on an account, its
-		// deletion included, is the domain's to order).
-		res, err := run(ctx)
-		r.recordOperator(ctx, call, res, err)
-		return res, err
-	}
-	if r.opts.WriteLease != nil && c.mayWrite() {
+	// No write lease for the operator: a lease is taken on the caller's
+	// account, and the operator has none (an operator action on an
+	// account, its deletion included, is the domain's to order).
+	if r.opts.WriteLease != nil && c.mayWrite() && !caller.operator {
 		return r.withWriteLease(ctx, caller, name, run)
 	}
 	return run(ctx)
 }
 
-// recordOperator records one call of the operator that ran (or failed)
-// with Options.OperatorAudit.
+// recordOperator records one call of the operator that the checks let
+// through (it ran, or its arguments were refused) with
+// Options.OperatorAudit.
 func (r *Registry) recordOperator(ctx context.Context, call *Call, res Result, err error) {
 	outcome := "ok"
 	switch {

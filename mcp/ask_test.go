@@ -19,6 +19,13 @@ import (
 // status and the decoded response message.
 func (f *fixture) modernCall(token, method, name string, params map[string]any, caps map[string]any) (int, map[string]any) {
 	f.t.Helper()
+	status, _, m := f.modernCallHeader(token, method, name, params, caps)
+	return status, m
+}
+
+// modernCallHeader is modernCall that also returns the answer's header.
+func (f *fixture) modernCallHeader(token, method, name string, params map[string]any, caps map[string]any) (int, http.Header, map[string]any) {
+	f.t.Helper()
 	p := map[string]any{"_meta": map[string]any{
 		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "t", "version": "1"},
@@ -39,7 +46,7 @@ func (f *fixture) modernCall(token, method, name string, params map[string]any, 
 	resp, err := http.DefaultClient.Do(req)
 	must(f.t, err)
 	defer resp.Body.Close()
-	return resp.StatusCode, result(f.t, resp)
+	return resp.StatusCode, resp.Header, result(f.t, resp)
 }
 
 // askTwice is a capability asking two questions in two rounds, then

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"github.com/enclave-mcp/enclave/internal/statuswriter"
 )
 
 // Cancelling a 2026-07-28 request.
@@ -74,26 +76,6 @@ func (c *modernCalls) cancel(userID, credential string, rpcID []byte) {
 	}
 }
 
-// statusWriter records the status of a response.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(p)
-}
-
 // cancelModern serves a 2026-07-28 notifications/cancelled: mcp-go judges
 // the request (headers, versions) from a copy without the requestId, and
 // once it accepted it, the caller's own requests with that id are
@@ -110,9 +92,11 @@ func (s *Server) cancelModern(w http.ResponseWriter, r *http.Request, st *reqSta
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	sw := &statusWriter{ResponseWriter: w}
+	// mcp-go's answer says whether it accepted the notification: its
+	// status, read through the one status recorder.
+	sw := statuswriter.New(w)
 	s.http.ServeHTTP(sw, r)
-	if sw.status == http.StatusAccepted && msg.decoded && len(msg.Params.RequestID) > 0 {
+	if sw.Status() == http.StatusAccepted && msg.decoded && len(msg.Params.RequestID) > 0 {
 		s.modernCalls.cancel(st.caller.UserID, st.credential, msg.Params.RequestID)
 	}
 }

@@ -25,7 +25,11 @@ import (
 //   - resources/read, prompts/get, completion/complete: a JSON-RPC error
 //     carrying the domain message (mcp-go fixes its code);
 //   - refusals answered before the protocol layer: the HTTP status and
-//     JSON-RPC code of capabilities' one table (HTTPStatus, RPCCode).
+//     JSON-RPC code of capabilities' one table (HTTPStatus, RPCCode);
+//   - tasks/update refused by the registry's decision for the task's
+//     capability: the same table, with {"code": domain code} and, for a
+//     quota, "retryAfter" in the error's data (taskRefused); a hidden
+//     capability answers like an unknown task.
 //
 // CodeInternal never carries its detail: the client gets a generic message
 // with the request id, and the log gets the error.

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -475,7 +477,7 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 		err = ErrTaskNotFound
 	}
 	if errors.Is(err, ErrTaskNotFound) {
-		fail(http.StatusBadRequest, mcpgo.INVALID_PARAMS, "unknown task id", nil)
+		fail(unknownTask())
 		return
 	} else if err != nil {
 		s.log.ErrorContext(ctx, "mcp: task", "err", err, "request_id", st.requestID)
@@ -491,7 +493,7 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 		// of the capability would be (an account being deleted resumes no
 		// writing task).
 		if e := s.reg.Admit(ctx, st.caller, t.Capability); e != nil {
-			fail(http.StatusForbidden, mcpgo.INVALID_REQUEST, publicMessage(e, st.requestID), nil)
+			s.taskRefused(ctx, w, st, t.Capability, e, fail)
 			return
 		}
 		_, err = s.tasks.Update(ctx, st.caller.UserID, t.ID, func(t *Task) error {
@@ -528,4 +530,37 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": rpcIDOrNull(st.rpcID), "result": result})
+}
+
+// unknownTask is the answer to a task id the caller has no task under: an
+// unknown one, another user's, or one of a capability the caller may no
+// longer see.
+func unknownTask() (status, code int, msg string, data any) {
+	return http.StatusBadRequest, mcpgo.INVALID_PARAMS, "unknown task id", nil
+}
+
+// taskRefused answers a task operation the registry's decision refused
+// (Admit) as the transport answers any refusal: the HTTP status and
+// JSON-RPC code of capabilities' one table (HTTPStatus, RPCCode) and the
+// domain message, with the domain code in the error's data and, for a
+// quota, when to retry (data and Retry-After) as tools/call says it. A
+// refusal that hides the capability (not found) is the unknown-task
+// answer, and an internal error's detail goes to the log only.
+func (s *Server) taskRefused(ctx context.Context, w http.ResponseWriter, st *reqState, capability string, err error, fail func(status, code int, msg string, data any)) {
+	code := capabilities.CodeOf(err)
+	switch {
+	case code == capabilities.CodeNotFound:
+		fail(unknownTask())
+		return
+	case code == capabilities.CodeInternal || errors.Is(err, context.Canceled):
+		s.logIfInternal(ctx, st, "tasks/update "+capability, err)
+		code = capabilities.CodeInternal
+	}
+	data := map[string]any{"code": string(code)}
+	if at, ok := capabilities.RetryAfterOf(err); ok {
+		data["retryAfter"] = at.UTC().Format(time.RFC3339)
+		secs := int64(math.Ceil(at.Sub(s.now()).Seconds()))
+		w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+	}
+	fail(capabilities.HTTPStatus(code), capabilities.RPCCode(code), publicMessage(err, st.requestID), data)
 }

@@ -3,7 +3,9 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -300,7 +302,8 @@ func TestTaskUpdateRefusedWhileDeleting(t *testing.T) {
 	deleting.State = capabilities.AccountDeleting
 	f.loader.Set(deleting)
 	status, m := f.taskOp("alice-token", "tasks/update", id, map[string]any{"inputResponses": map[string]any{"ok": accept("y")}})
-	if e, _ := m["error"].(map[string]any); status != http.StatusForbidden || !strings.Contains(fmt.Sprint(e["message"]), "being deleted") {
+	if e, _ := m["error"].(map[string]any); status != http.StatusForbidden || e["code"] != float64(capabilities.RPCInvalidRequest) ||
+		!strings.Contains(fmt.Sprint(e["message"]), "being deleted") || fmt.Sprint(e["data"]) != "map[code:account_deleting]" {
 		t.Fatalf("tasks/update while deleting: %d %v, want 403 naming the deletion", status, m)
 	}
 	select {
@@ -475,4 +478,104 @@ func TestTasks2026TransportChecks(t *testing.T) {
 			t.Errorf("%s: tasks/get answered %d %v; mcp-go answers a tools/call %d %v", c.name, gotStatus, got["error"], wantStatus, want["error"])
 		}
 	}
+}
+
+// flagCountdown is a feature flag that is on until armed, then on for n
+// more reads and off from then on.
+type flagCountdown struct{ left atomic.Int32 }
+
+func (c *flagCountdown) Enabled(context.Context, capabilities.Caller, string) bool {
+	return c.left.Load() < 0 || c.left.Add(-1) >= 0
+}
+
+// TestTaskUpdateRefusalsReadTheTable: tasks/update answers each refusal
+// of the registry's decision for the task's capability with the HTTP
+// status and JSON-RPC code of capabilities' one table, the domain message
+// and the domain code in the error's data: a quota with when to retry
+// (data and Retry-After, as tools/call says it), a missing second factor,
+// an internal failure without its detail; a refusal that hides the
+// capability answers exactly like an unknown task.
+func TestTaskUpdateRefusalsReadTheTable(t *testing.T) {
+	var gate atomic.Pointer[error]
+	flag := &flagCountdown{}
+	flag.left.Store(-1)
+	f := newFixture(t, func(o *Options) {
+		reg := capabilities.NewRegistry(capabilities.Options{
+			Logger: slog.New(slog.DiscardHandler), Features: flag,
+			RoleGate: func(context.Context, capabilities.Caller, string) error {
+				if e := gate.Load(); e != nil {
+					return *e
+				}
+				return nil
+			},
+		})
+		must(t, reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+			Name: "gatedJob", Domain: "test", Description: "Asks, then writes.", Annotations: writes, Task: capabilities.TaskOptional,
+			Requires: capabilities.Requirement{Role: capabilities.RoleAdmin, Feature: "jobs"},
+			Handler: func(ctx context.Context, call *capabilities.Call, _ struct{}) (capabilities.Result, error) {
+				ctx, err := call.Detach(ctx)
+				if err != nil {
+					return capabilities.Result{}, err
+				}
+				if _, err := call.Ask(ctx, capabilities.Question{Key: "ok", Elicit: &capabilities.ElicitRequest{Message: "write?"}}); err != nil {
+					return capabilities.Result{}, err
+				}
+				return capabilities.TextResult("wrote"), nil
+			},
+		})))
+		o.Registry = reg
+		o.Tasks = MemoryTasks()
+	})
+	id := f.startTask("admin-token", "gatedJob")
+	f.waitStatus("admin-token", id, "input_required")
+	update := func(refusal error) (int, http.Header, map[string]any) {
+		t.Helper()
+		gate.Store(&refusal)
+		defer gate.Store(nil)
+		return f.modernCallHeader("admin-token", "tasks/update", id, map[string]any{"taskId": id, "inputResponses": map[string]any{"ok": accept("y")}}, taskCaps)
+	}
+	errorOf := func(m map[string]any) (e, data map[string]any) {
+		e, _ = m["error"].(map[string]any)
+		data, _ = e["data"].(map[string]any)
+		return e, data
+	}
+
+	reset := f.clock.Now().Add(90 * time.Second)
+	status, header, m := update(&capabilities.Error{Code: capabilities.CodeQuotaExceeded, Message: "daily limit reached", RetryAfter: reset})
+	if e, data := errorOf(m); status != http.StatusTooManyRequests || e["code"] != float64(capabilities.RPCQuotaExceeded) || e["message"] != "daily limit reached" ||
+		data["code"] != "quota_exceeded" || data["retryAfter"] != reset.Format(time.RFC3339) || header.Get("Retry-After") != "90" || m["id"] != float64(7) {
+		t.Errorf("tasks/update over quota: %d %v (Retry-After %q), want 429 -32029 saying when to retry", status, m, header.Get("Retry-After"))
+	}
+
+	status, _, m = update(capabilities.Errorf(capabilities.CodeSecondFactorRequired, "set up a second factor first"))
+	if e, data := errorOf(m); status != http.StatusForbidden || e["code"] != float64(capabilities.RPCInvalidRequest) ||
+		e["message"] != "set up a second factor first" || data["code"] != "second_factor_required" {
+		t.Errorf("tasks/update without a second factor: %d %v, want 403 -32600", status, m)
+	}
+
+	status, _, m = update(errors.New("db: password hunter2 rejected"))
+	if e, _ := errorOf(m); status != http.StatusInternalServerError || e["code"] != float64(capabilities.RPCInternalError) ||
+		!strings.Contains(fmt.Sprint(e["message"]), "internal error (request id") || strings.Contains(fmt.Sprint(m), "hunter2") {
+		t.Errorf("tasks/update failing internally: %d %v, want 500 -32603 without the detail", status, m)
+	}
+
+	// The flag turns off after the task's screen and scope check (two
+	// reads): only the registry's decision sees the capability hidden.
+	_, unknown := f.taskOp("admin-token", "tasks/get", "no-such-task", nil)
+	flag.left.Store(2)
+	status, _, m = update(nil)
+	left := flag.left.Load()
+	flag.left.Store(-1)
+	if left != -1 {
+		t.Fatalf("the flag was read %d times, want 3 (screen, scope, decision)", 2-left)
+	}
+	if status != http.StatusBadRequest || fmt.Sprint(m["error"]) != fmt.Sprint(unknown["error"]) {
+		t.Errorf("tasks/update of a capability hidden since the screen: %d %v, want the unknown-task answer %v", status, m, unknown)
+	}
+
+	// Nothing refused: the answer goes through and the task completes.
+	if status, m := f.taskOp("admin-token", "tasks/update", id, map[string]any{"inputResponses": map[string]any{"ok": accept("y")}}); status != http.StatusOK || m["result"] == nil {
+		t.Fatalf("tasks/update allowed: %d %v", status, m)
+	}
+	f.waitStatus("admin-token", id, "completed")
 }

@@ -288,9 +288,8 @@ func (h *Handler) adminInviteCreate(w http.ResponseWriter, r *http.Request) {
 		Code string `json:"code"`
 	}
 	err := h.invoke(r, "adminInviteCreate", map[string]any{"note": strings.TrimSpace(r.PostFormValue("note")), "expiresInDays": days}, &out)
-	var ce *capabilities.Error
-	if errors.As(err, &ce) && ce.Code == capabilities.CodeInvalidInput {
-		h.renderInvites(w, r, formStatus(err), "", pageMessage(ce.Message))
+	if status, msg, ok := formRefusal(w, err, capabilities.CodeInvalidInput); ok {
+		h.renderInvites(w, r, status, "", msg)
 		return
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,6 +32,22 @@ func formStatus(err error) int {
 		return http.StatusUnprocessableEntity
 	}
 	return capabilityStatus(err)
+}
+
+// formRefusal is how a form shown again answers a refusal the person can
+// act on from it: when err is a capability refusal with one of codes (any
+// refusal but an internal error when codes is empty), it returns the
+// status of the one table for a form (formStatus), the refusal's message
+// as a sentence (pageMessage) and true, and sets Retry-After for a refusal
+// that says when to retry. Any other error is not the form's to show: the
+// caller answers it with invokeFailed or renderCapabilityError.
+func formRefusal(w http.ResponseWriter, err error, codes ...capabilities.Code) (status int, msg string, ok bool) {
+	e, isCE := errors.AsType[*capabilities.Error](err)
+	if !isCE || capabilityStatus(err) >= 500 || len(codes) > 0 && !slices.Contains(codes, e.Code) {
+		return 0, "", false
+	}
+	setRetryAfter(w, err)
+	return formStatus(err), pageMessage(e.Message), true
 }
 
 // renderCapabilityError answers a page request whose Registry.Invoke

@@ -592,8 +592,8 @@ func (h *Handler) removeIdentity(w http.ResponseWriter, r *http.Request) {
 	}
 	var out federation.IdentityUnlinkOutput
 	if err := h.invoke(r, "identityUnlink", federation.IdentityUnlinkInput{ID: id}, &out); err != nil {
-		if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code == capabilities.CodeConflict {
-			h.renderSecurity(w, r, capabilityStatus(err), securityView{Error: ce.Message})
+		if status, msg, ok := formRefusal(w, err, capabilities.CodeConflict); ok {
+			h.renderSecurity(w, r, status, securityView{Error: msg})
 			return
 		}
 		h.invokeFailed(w, r, "identity unlink", err)

@@ -9,12 +9,15 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/federation"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -62,7 +65,9 @@ func newExternalEnv(t *testing.T, s *storage.Store) *externalEnv {
 // own) with base as the public origin and cfg's passkey and sign-up
 // settings. The
 // stand-in's /authorize sends the browser straight back with a code.
-func newExternalEnvAt(t *testing.T, s *storage.Store, ln net.Listener, base string, cfg accounts.Config) *externalEnv {
+// edit, when given, changes the handler's options once the services
+// exist (a registry holding their capabilities).
+func newExternalEnvAt(t *testing.T, s *storage.Store, ln net.Listener, base string, cfg accounts.Config, edit ...func(*Options, *accounts.Service, *federation.Service)) *externalEnv {
 	t.Helper()
 	e := &externalEnv{now: time.Now().UTC()}
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -104,6 +109,9 @@ func newExternalEnvAt(t *testing.T, s *storage.Store, ln net.Listener, base stri
 	h := newTestHandler(t, s, func(o *Options) {
 		o.BaseURL, o.Accounts, o.Federation, o.Now = base, acc, fed, e.clock
 		o.CredentialLimit = Limit{Requests: 1000, Window: time.Minute}
+		for _, f := range edit {
+			f(o, acc, fed)
+		}
 	})
 	e.acc, e.fed = acc, fed
 	if ln == nil {
@@ -386,4 +394,39 @@ func TestExternalSignUpWithInvite(t *testing.T) {
 			t.Fatal("a spent invite opened a second account")
 		}
 	})
+}
+
+// Removing the identity that is an account's only way to sign in is
+// refused on the security page with the table's 409 and the refusal as a
+// sentence (not the domain's lowercase fragment); the identity stays.
+func TestRemovingTheLastIdentityIsRefusedWithASentence(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	e := newExternalEnvAt(t, s, nil, "http://enclave.test", accounts.Config{}, func(o *Options, acc *accounts.Service, fed *federation.Service) {
+		reg := capabilities.NewRegistry(capabilities.Options{Logger: quietLogger()})
+		caps := append(acc.AccountCapabilities(accounts.AccountOptions{}), acc.FactorCapabilities("enclave", nil)...)
+		if err := reg.Register(append(caps, fed.Capabilities(lifecycle.Owners(acc))...)...); err != nil {
+			t.Fatal(err)
+		}
+		o.Registry = reg
+	})
+	b := newBrowser(t, e.srv)
+	e.as("601", "dan@example.org", true)
+	if a := e.callback(b, e.start(t, b), nil); a.Status != http.StatusSeeOther {
+		t.Fatalf("sign-up with the provider: %d\n%s", a.Status, a.Body)
+	}
+	dan, err := e.acc.UserByEmail(context.Background(), "dan@example.org")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := e.identities(t, dan.ID)
+	if len(ids) != 1 {
+		t.Fatalf("dan's identities: %+v", ids)
+	}
+	a := b.post(pathSecurityIdentities+"/"+strconv.FormatInt(ids[0].ID, 10)+"/remove", url.Values{})
+	if msg := shownMessage(a.Body); a.Status != http.StatusConflict || msg != "This is the account's only way to sign in; set a password or add a passkey first." {
+		t.Fatalf("removing the last identity: %d %q", a.Status, msg)
+	}
+	if ids := e.identities(t, dan.ID); len(ids) != 1 {
+		t.Fatalf("the identity was removed: %+v", ids)
+	}
 }

@@ -102,16 +102,13 @@ func (h *Handler) feedbackSend(w http.ResponseWriter, r *http.Request) {
 	}
 	in := feedback.SubmitInput{Category: f.Category, Summary: f.Summary, Details: f.Details, UserConfirmed: r.PostFormValue("confirm") == "yes"}
 	err := h.invoke(r, "feedbackSubmit", in, nil)
-	var ce *capabilities.Error
-	if errors.As(err, &ce) && (ce.Code == capabilities.CodeInvalidInput || ce.Code == capabilities.CodeQuotaExceeded) {
-		msg := pageMessage(ce.Message)
+	if status, msg, ok := formRefusal(w, err, capabilities.CodeInvalidInput, capabilities.CodeQuotaExceeded); ok {
 		if !in.UserConfirmed {
 			// The capability's words are for agents (userConfirmed); a
 			// person confirms with the preview's button.
 			msg = feedbackUnconfirmedMessage
 		}
-		setRetryAfter(w, err)
-		h.renderFeedback(w, r, formStatus(err), f, msg)
+		h.renderFeedback(w, r, status, f, msg)
 		return
 	}
 	if err != nil {

@@ -166,9 +166,8 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 		h.audit(r, audit.CategoryAccount, "delete_account", resultOf(err), auditReason(err), &u)
 	}
 	if err != nil {
-		if ce, ok := errors.AsType[*capabilities.Error](err); ok && ce.Code != capabilities.CodeInternal {
-			setRetryAfter(w, err)
-			again(capabilityStatus(err), pageMessage(ce.Message))
+		if status, msg, ok := formRefusal(w, err); ok {
+			again(status, msg)
 			return
 		}
 		h.log.ErrorContext(ctx, "web: delete account", "user_id", u.ID, "err", err)

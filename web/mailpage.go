@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/mail"
 )
 
@@ -278,8 +279,8 @@ func (h *Handler) setMailRule(w http.ResponseWriter, r *http.Request) {
 	}
 	in := mail.RuleSetInput{Sender: strings.TrimSpace(r.PostForm.Get("sender")), Action: r.PostForm.Get("action")}
 	err := h.invoke(r, "mailRuleSet", in, nil)
-	if msg, ok := invalidInput(err); ok {
-		h.renderMailPage(w, r, http.StatusBadRequest, in, msg)
+	if status, msg, ok := formRefusal(w, err, capabilities.CodeInvalidInput); ok {
+		h.renderMailPage(w, r, status, in, msg)
 		return
 	}
 	if err != nil {

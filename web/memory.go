@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -128,22 +127,14 @@ func formTags(s string) []string {
 	return tags
 }
 
-// invalidInput returns the message of a refusal of the person's input.
-func invalidInput(err error) (string, bool) {
-	if e, ok := errors.AsType[*capabilities.Error](err); ok && e.Code == capabilities.CodeInvalidInput {
-		return pageMessage(e.Message), true
-	}
-	return "", false
-}
-
 func (h *Handler) saveMemory(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {
 		return
 	}
 	form := memoryForm{Text: r.PostForm.Get("text"), Tags: r.PostForm.Get("tags"), Source: r.PostForm.Get("source")}
 	err := h.invoke(r, "memorySave", memory.SaveInput{Text: form.Text, Tags: formTags(form.Tags), Source: form.Source}, nil)
-	if msg, ok := invalidInput(err); ok {
-		h.renderMemoryPage(w, r, http.StatusBadRequest, form, msg)
+	if status, msg, ok := formRefusal(w, err, capabilities.CodeInvalidInput); ok {
+		h.renderMemoryPage(w, r, status, form, msg)
 		return
 	}
 	if err != nil {
@@ -167,8 +158,8 @@ func (h *Handler) updateMemory(w http.ResponseWriter, r *http.Request) {
 		in.Text = " " // refused as empty, not taken as "unchanged"
 	}
 	err := h.invoke(r, "memoryUpdate", in, nil)
-	if msg, ok := invalidInput(err); ok {
-		h.renderMemoryPage(w, r, http.StatusBadRequest, memoryForm{}, msg)
+	if status, msg, ok := formRefusal(w, err, capabilities.CodeInvalidInput); ok {
+		h.renderMemoryPage(w, r, status, memoryForm{}, msg)
 		return
 	}
 	if isNotFound(err) {

@@ -152,16 +152,16 @@ func TestMemoryPage(t *testing.T) {
 		}
 		before := count()
 		w := e.do(ann, "POST", "/account/memory/save", url.Values{"text": {"   "}, "tags": {"no spaces allowed"}})
-		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "Text is empty.") {
-			t.Fatalf("save: %d %s", w.Code, w.Body)
+		if w.Code != http.StatusUnprocessableEntity || shownMessage(w.Body.String()) != "Text is empty." {
+			t.Fatalf("save: %d %q", w.Code, shownMessage(w.Body.String()))
 		}
 		if n := count(); n != before {
 			t.Fatalf("a refused save wrote a memory: %d, then %d", before, n)
 		}
 		m := e.remember(ann, "keep me")
 		w = e.do(ann, "POST", "/account/memory/update", url.Values{"id": {m.ID}, "text": {""}, "status": {"active"}})
-		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "Text is empty.") {
-			t.Fatalf("update: %d %s", w.Code, w.Body)
+		if w.Code != http.StatusUnprocessableEntity || shownMessage(w.Body.String()) != "Text is empty." {
+			t.Fatalf("update: %d %q", w.Code, shownMessage(w.Body.String()))
 		}
 		if got, _ := e.memoryOf(ann, m.ID); got.Text != "keep me" {
 			t.Fatalf("changed: %+v", got)

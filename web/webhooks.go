@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 
@@ -53,9 +52,8 @@ func (h *Handler) adminWebhookCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	var out events.WebhookCreateOutput
 	err := h.invoke(r, "adminWebhookCreate", in, &out)
-	var ce *capabilities.Error
-	if errors.As(err, &ce) && ce.Code == capabilities.CodeInvalidInput {
-		h.renderWebhooks(w, r, formStatus(err), nil, in, pageMessage(ce.Message))
+	if status, msg, ok := formRefusal(w, err, capabilities.CodeInvalidInput); ok {
+		h.renderWebhooks(w, r, status, nil, in, msg)
 		return
 	}
 	if err != nil {

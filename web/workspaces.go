@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -78,8 +77,8 @@ func (h *Handler) workspaceCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	var ws workspaces.Workspace
 	err := h.invoke(r, "workspaceCreate", map[string]any{"name": r.PostFormValue("name")}, &ws)
-	if msg, ok := inputError(err); ok {
-		h.renderWorkspaces(w, r, http.StatusUnprocessableEntity, msg)
+	if status, msg, ok := formRefusal(w, err, workspaceFormCodes...); ok {
+		h.renderWorkspaces(w, r, status, msg)
 		return
 	}
 	if err != nil {
@@ -89,15 +88,11 @@ func (h *Handler) workspaceCreate(w http.ResponseWriter, r *http.Request) {
 	h.redirect(w, r, "/workspaces/"+ws.ID)
 }
 
-// inputError returns the message of a refusal the person can fix on the
-// same form (invalid input, a conflict such as the last-owner rule).
-func inputError(err error) (string, bool) {
-	var ce *capabilities.Error
-	if errors.As(err, &ce) && (ce.Code == capabilities.CodeInvalidInput || ce.Code == capabilities.CodeConflict || ce.Code == capabilities.CodeUnsupported) {
-		return pageMessage(ce.Message), true
-	}
-	return "", false
-}
+// workspaceFormCodes are the refusals a workspace form shows again for
+// the person to act on (a mistake in a field, a conflict such as the
+// last-owner rule, what this client cannot do), with the status and
+// sentence of formRefusal.
+var workspaceFormCodes = []capabilities.Code{capabilities.CodeInvalidInput, capabilities.CodeConflict, capabilities.CodeUnsupported}
 
 // sentence makes a domain refusal's message, often a lowercase fragment
 // ("a key name has 1 to 100 characters"), read as a sentence on a page: a
@@ -173,8 +168,8 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, name string, args 
 	}
 	args["workspaceId"] = r.PathValue("id")
 	err := h.invoke(r, name, args, nil)
-	if msg, ok := inputError(err); ok {
-		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
+	if status, msg, ok := formRefusal(w, err, workspaceFormCodes...); ok {
+		h.renderWorkspace(w, r, status, wsView{Error: msg})
 		return
 	}
 	if err != nil {
@@ -201,8 +196,8 @@ func (h *Handler) workspaceLeave(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := h.invoke(r, "workspaceLeave", map[string]any{"workspaceId": r.PathValue("id")}, nil)
-	if msg, ok := inputError(err); ok {
-		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
+	if status, msg, ok := formRefusal(w, err, workspaceFormCodes...); ok {
+		h.renderWorkspace(w, r, status, wsView{Error: msg})
 		return
 	}
 	if err != nil {
@@ -222,8 +217,8 @@ func (h *Handler) workspaceDelete(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(r.PostFormValue("confirmationToken"))
 	var out workspaces.DeleteOutput
 	err := h.invoke(r, "workspaceDelete", map[string]any{"workspaceId": id, "confirmationToken": token}, &out)
-	if msg, ok := inputError(err); ok {
-		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
+	if status, msg, ok := formRefusal(w, err, workspaceFormCodes...); ok {
+		h.renderWorkspace(w, r, status, wsView{Error: msg})
 		return
 	}
 	if err != nil {
@@ -253,8 +248,8 @@ func (h *Handler) workspaceKeyCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	var k workspaces.NewKey
 	err := h.invoke(r, "workspaceKeyCreate", args, &k)
-	if msg, ok := inputError(err); ok {
-		h.renderWorkspace(w, r, http.StatusUnprocessableEntity, wsView{Error: msg})
+	if status, msg, ok := formRefusal(w, err, workspaceFormCodes...); ok {
+		h.renderWorkspace(w, r, status, wsView{Error: msg})
 		return
 	}
 	if err != nil {
@@ -285,9 +280,8 @@ func (h *Handler) workspaceJoin(w http.ResponseWriter, r *http.Request) {
 	token := r.PostFormValue("token")
 	var ws workspaces.Workspace
 	err := h.invoke(r, "workspaceInvitationAccept", map[string]any{"token": token}, &ws)
-	var ce *capabilities.Error
-	if errors.As(err, &ce) && ce.Code == capabilities.CodeNotFound {
-		h.render(w, r, capabilityStatus(err), workspaceJoinPage(h.page(r, "Join a workspace"), "", pageMessage(ce.Message)))
+	if status, msg, ok := formRefusal(w, err, capabilities.CodeNotFound); ok {
+		h.render(w, r, status, workspaceJoinPage(h.page(r, "Join a workspace"), "", msg))
 		return
 	}
 	if err != nil {

@@ -150,6 +150,11 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 	if code, _, _ := run(t, nil, "admin", "revoke", "--data-dir", dir, "alice@example.com"); code != 1 {
 		t.Fatalf("revoking the last admin: exit %d", code)
 	}
+	// So is one whose arguments the choke point refuses before any
+	// handler (a NUL in the email), naming no account.
+	if code, _, stderr := run(t, nil, "admin", "grant", "--data-dir", dir, "alice\x00@example.com"); code != 1 || !strings.Contains(stderr, "U+0000 (NUL)") {
+		t.Fatalf("granting admin to an email with a NUL: exit %d: %s", code, stderr)
+	}
 	srv, err = enclave.New(ctx, enclave.Config{DataDir: dir, Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +171,7 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 	}
 	alice, bob := srv.Audit().HashUser(stable["alice"]), srv.Audit().HashUser(stable["bob"])
 	want := []row{ // newest first
+		{"tool:operatorAdminGrant", audit.ResultFailure, "operator: invalid_input", ""},
 		{"tool:operatorAdminRevoke", audit.ResultFailure, "operator: conflict", alice},
 		{"tool:operatorUserDelete", audit.ResultSuccess, audit.ActorOperator, bob},
 		{"tool:operatorUserSuspend", audit.ResultSuccess, audit.ActorOperator, bob},
