@@ -64,7 +64,7 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 		return false // mcp-go's answer to arguments that are not an object
 	}
 	// mcp-go's own test: a type it cannot parse is refused (400) there.
-	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
+	if !jsonMediaType(r.Header.Get("Content-Type")) {
 		return false
 	}
 	headers, mirrored := s.mirrored(msg.Params.Name)
@@ -85,6 +85,17 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 		return s.modernChecks(r, msg) // a caller's own capability has no header parameters
 	}
 	return !headers && s.modernDirect(r, msg)
+}
+
+// jsonMediaType reports whether a Content-Type names application/json as
+// mime.ParseMediaType reads it; the header as clients send it is decided
+// without parsing (which builds a map of its parameters).
+func jsonMediaType(ct string) bool {
+	if ct == "application/json" {
+		return true
+	}
+	mediaType, _, err := mime.ParseMediaType(ct)
+	return err == nil && mediaType == "application/json"
 }
 
 // mirrored reports whether the named tool is mirrored into mcp-go, and
@@ -256,11 +267,23 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		}
 	}
 	resp.JSONRPC = mcpgo.JSONRPC_VERSION
-	body, err := json.Marshal(resp)
-	if err != nil {
-		s.log.ErrorContext(ctx, "mcp: encode tools/call answer", "err", err, "request_id", st.requestID)
-		body, _ = json.Marshal(rpcResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: id,
-			Error: &rpcError{Code: mcpgo.INTERNAL_ERROR, Message: internalMessage(st.requestID)}})
+	var body []byte
+	var pooled *[]byte // body's buffer, when it came from answerBufs
+	if res, ok := resp.Result.(*mcpgo.CallToolResult); ok && resp.Error == nil {
+		buf := getAnswerBuf()
+		if b, ok := appendToolAnswer(*buf, id, res); ok {
+			body, pooled = b, buf
+		} else {
+			putAnswerBuf(buf)
+		}
+	}
+	if body == nil {
+		var err error
+		if body, err = json.Marshal(resp); err != nil {
+			s.log.ErrorContext(ctx, "mcp: encode tools/call answer", "err", err, "request_id", st.requestID)
+			body, _ = json.Marshal(rpcResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: id,
+				Error: &rpcError{Code: mcpgo.INTERNAL_ERROR, Message: internalMessage(st.requestID)}})
+		}
 	}
 	if ctx.Err() != nil {
 		// The client has gone, or cancelled the call: no answer is sent.
@@ -280,10 +303,22 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 	if modern && resp.Error != nil {
 		status = modernErrorStatus(resp.Error.Code) // 2026-07-28 maps error codes onto HTTP statuses
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	d.WriteHeader(status)
-	_, _ = d.Write(append(body, '\n'))
+	body = append(body, '\n')
+	_, _ = d.Write(body)
+	if pooled != nil {
+		// Written (the response copies it): the buffer can serve the next
+		// answer. A streamed answer's may be kept by the event log, so
+		// only this path gives it back.
+		*pooled = body
+		putAnswerBuf(pooled)
+	}
 }
+
+// jsonContentType is the direct path's Content-Type header value, shared
+// by every answer (net/http only reads it; Header.Set replaces it).
+var jsonContentType = []string{"application/json"}
 
 // callToolSafely is callTool with a handler's panic turned into a generic
 // internal error (the registry recovers handlers' panics itself; this
