@@ -325,6 +325,9 @@ func resolveObjectSchema(raw json.RawMessage) (*jsonschema.Resolved, error) {
 // a null given for an optional property that does not admit null is
 // dropped (it means the same as leaving the property out).
 func (c *Capability) validateInput(args json.RawMessage) (json.RawMessage, error) {
+	if c.flat != nil && c.flat.validRaw(args) {
+		return args, nil // the plainest arguments, checked as they are
+	}
 	var v any
 	if absent(args) {
 		v = map[string]any{}
