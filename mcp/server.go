@@ -720,10 +720,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 		writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
 		return nil, msg, false
 	}
-	msg.decoded = json.Unmarshal(body, &msg) == nil
-	if msg.Method == string(mcpgo.MethodToolsCall) && !oneParams(body) {
-		msg.decoded = false // mcp-go reads it otherwise (see oneParams)
-	}
+	decodeEnvelope(body, &msg)
 	return body, msg, true
 }
 
