@@ -129,7 +129,7 @@ func (s *Server) modernChecks(r *http.Request, msg *envelope) bool {
 	meta := msg.Params.Meta
 	v := meta.ProtocolVersion()
 	if !mcpgo.IsModernProtocol(v) || r.Header.Get(versionHeader) != v || !slices.Contains(ProtocolVersions, v) ||
-		r.Header.Get(mcpgo.HeaderLastEventID) != "" || meta.ClientCapabilities() == nil {
+		r.Header.Get(mcpgo.HeaderLastEventID) != "" || msg.clientCapabilities() == nil {
 		return false
 	}
 	name, err := json.Marshal(struct {
@@ -225,7 +225,7 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		meta := msg.Params.Meta
 		ctx = mcpserver.WithRequestProtocolInfo(ctx, &mcpserver.RequestProtocolInfo{
 			Modern: true, ProtocolVersion: meta.ProtocolVersion(), ClientInfo: meta.ClientInfo(),
-			ClientCapabilities: meta.ClientCapabilities(), LogLevel: meta.LogLevel(),
+			ClientCapabilities: msg.clientCapabilities(), LogLevel: meta.LogLevel(),
 		})
 	}
 	id := msg.ID

@@ -29,6 +29,15 @@ func decodeEnvelope(body []byte, msg *envelope) {
 	}
 }
 
+// clientCapabilities is msg.Params.Meta.ClientCapabilities(), decoded
+// once (mcp-go decodes them from the map of _meta on every call).
+func (msg *envelope) clientCapabilities() *mcpgo.ClientCapabilities {
+	if !msg.capsDecoded {
+		msg.caps, msg.capsDecoded = msg.Params.Meta.ClientCapabilities(), true
+	}
+	return msg.caps
+}
+
 // maxScanDepth bounds the nesting fastEnvelope follows; deeper arguments
 // go to json.Unmarshal.
 const maxScanDepth = 200

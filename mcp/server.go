@@ -464,6 +464,9 @@ type envelope struct {
 	Error   json.RawMessage `json:"error"`
 	Params  envelopeParams  `json:"params"`
 	decoded bool            // the body is a JSON object that decoded without error (tools/call: naming params once)
+	// caps is what clientCapabilities decoded, once capsDecoded.
+	caps        *mcpgo.ClientCapabilities
+	capsDecoded bool
 }
 
 type envelopeParams struct {
