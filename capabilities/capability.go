@@ -191,6 +191,7 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 	if h == nil {
 		return c
 	}
+	flat := compileFlatDecoder(reflect.TypeFor[In]())
 	c.Handler = func(ctx context.Context, call *Call, args json.RawMessage) (Result, error) {
 		var in In
 		if defaults != nil {
@@ -200,9 +201,11 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 			}
 			args = withDefaults
 		}
-		if !absent(args) {
+		if !absent(args) && (flat == nil || !flat.decode(args, reflect.ValueOf(&in).Elem())) {
 			// json.Unmarshal, not a Decoder: no decoder and buffer to
 			// allocate per call, and trailing data after the value is refused.
+			var zero In
+			in = zero // what the one-pass decoding may have set
 			if err := json.Unmarshal(args, &in); err != nil {
 				return Result{}, &Error{Code: CodeInvalidInput, Message: "arguments do not match the input schema", Err: err}
 			}
