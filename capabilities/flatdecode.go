@@ -13,7 +13,8 @@ import (
 // struct (Define's In) without encoding/json's two passes and reflection
 // over its type: a struct whose fields are strings, booleans, integers or
 // float64 (or pointers to them), named in plain ASCII, with no embedded
-// field, no ",string" option and no type with its own decoding. It decodes
+// field, no ",string" option and no type with its own decoding (nor
+// json.Number, which encoding/json decodes by rules of its own). It decodes
 // only an object whose keys are ASCII without escapes and each match a
 // field exactly (or no field at all, even ignoring case: those are
 // skipped, as encoding/json skips them); strings without escapes or bytes
@@ -35,6 +36,7 @@ type flatField struct {
 var (
 	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	jsonNumber      = reflect.TypeFor[json.Number]()
 )
 
 // compileFlatDecoder returns the decoder for struct type t, or nil when t
@@ -71,6 +73,12 @@ func compileFlatDecoder(t reflect.Type) *flatDecoder {
 		}
 		if ft.Implements(jsonUnmarshaler) || reflect.PointerTo(ft).Implements(jsonUnmarshaler) ||
 			ft.Implements(textUnmarshaler) || reflect.PointerTo(ft).Implements(textUnmarshaler) {
+			return nil
+		}
+		if ft == jsonNumber {
+			// A string without a decoding of its own, yet encoding/json
+			// refuses a string for it that is not a number literal (and
+			// reads a number into it).
 			return nil
 		}
 		switch ft.Kind() {
