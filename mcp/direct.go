@@ -306,11 +306,13 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 	w.Header()["Content-Type"] = jsonContentType
 	d.WriteHeader(status)
 	body = append(body, '\n')
-	_, _ = d.Write(body)
-	if pooled != nil {
-		// Written (the response copies it): the buffer can serve the next
-		// answer. A streamed answer's may be kept by the event log, so
-		// only this path gives it back.
+	if _, err := d.Write(body); err == nil && pooled != nil {
+		// Written (the response copied it): the buffer can serve the next
+		// answer. A write that failed may not have let go of it (net/http's
+		// HTTP/2 server returns when the stream is reset or the connection
+		// goes, while its frame writer may still read the bytes), and a
+		// streamed answer's may be kept by the event log: only this path
+		// gives it back.
 		*pooled = body
 		putAnswerBuf(pooled)
 	}

@@ -122,5 +122,6 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	addReviewSeeds(f) // the review's odd envelopes (review_perf_test.go)
 	f.Fuzz(func(t *testing.T, body []byte) { checkEnvelope(t, body) })
 }
