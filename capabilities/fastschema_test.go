@@ -258,5 +258,6 @@ func FuzzValidRaw(f *testing.F) {
 	for _, s := range []string{`{"text":"s"}`, `{"text":"s","n":1.0,"x":2,"flag":false}`, `{"text":"\u0000"}`, `{"text":"s","text":1}`, ` {"text" : "s"} `} {
 		f.Add(s)
 	}
+	addReviewSeeds(f) // the review's odd spellings (review_perf_test.go)
 	f.Fuzz(func(t *testing.T, args string) { rawAgrees(t, c, args) })
 }

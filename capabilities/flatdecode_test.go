@@ -148,5 +148,6 @@ func FuzzFlatDecoder(f *testing.F) {
 	for _, s := range []string{`{"text":"s","n":1}`, `{"small":200}`, `{"count":-0}`, `{"x":1.5,"pi":3,"p":"a"}`, `{"TEXT":"s"}`, `{"text":"s","text":"t"}`} {
 		f.Add(s)
 	}
+	addReviewSeeds(f) // the review's odd spellings (review_perf_test.go)
 	f.Fuzz(func(t *testing.T, args string) { checkFlatDecode[wideIn](t, d, args) })
 }

@@ -169,14 +169,20 @@ func TestReviewOddArgumentsInvokeAsOnMain(t *testing.T) {
 	}
 }
 
-// FuzzReviewInvoke: whatever the arguments, the one-pass check and decode
-// come to what main's did.
-func FuzzReviewInvoke(f *testing.F) {
+// addReviewSeeds adds the odd arguments (but the longest) to a fuzz
+// target's seeds: FuzzValidRaw's, FuzzFlatDecoder's and FuzzReviewInvoke's.
+func addReviewSeeds(f *testing.F) {
 	for _, args := range reviewOddArguments {
 		if len(args) < 1000 {
 			f.Add(args)
 		}
 	}
+}
+
+// FuzzReviewInvoke: whatever the arguments, the one-pass check and decode
+// come to what main's did.
+func FuzzReviewInvoke(f *testing.F) {
+	addReviewSeeds(f)
 	var got reviewIn
 	c := reviewCapability(f, &got)
 	f.Fuzz(func(t *testing.T, args string) { checkReviewInvoke(t, c, &got, args) })
