@@ -132,13 +132,30 @@ func (s *Server) modernChecks(r *http.Request, msg *envelope) bool {
 		r.Header.Get(mcpgo.HeaderLastEventID) != "" || msg.clientCapabilities() == nil {
 		return false
 	}
-	name, err := json.Marshal(struct {
-		Name string `json:"name"`
-	}{msg.Params.Name})
-	if err != nil || mcpgo.ValidateStandardHeaders(r.Header.Get, v, mcpgo.MethodToolsCall, name) != nil {
+	return toolHeadersMatch(r.Header.Get, v, msg.Params.Name)
+}
+
+// toolHeadersMatch is mcpgo.ValidateStandardHeaders(get, v,
+// tools/call, {"name": name}) == nil, the same checks in the same order,
+// without encoding the name into params for mcp-go to decode it again
+// (name, decoded from the body, is valid UTF-8, which that round trip
+// keeps as it is; TestToolHeadersMatch compares the two).
+func toolHeadersMatch(get func(string) string, v, name string) bool {
+	if !mcpgo.RequiresStandardHeaders(v) {
+		return true
+	}
+	if get(mcpgo.HeaderMethod) != string(mcpgo.MethodToolsCall) {
 		return false
 	}
-	return true
+	if !mcpgo.MethodRequiresNameHeader(mcpgo.MethodToolsCall) {
+		return true
+	}
+	h := get(mcpgo.HeaderName)
+	if h == "" {
+		return false
+	}
+	decoded, ok := mcpgo.DecodeHeaderValue(h)
+	return ok && decoded == name
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a

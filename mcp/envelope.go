@@ -22,8 +22,11 @@ func decodeEnvelope(body []byte, msg *envelope) {
 		msg.decoded = true
 		return
 	}
-	*msg = envelope{}
-	msg.decoded = json.Unmarshal(body, msg) == nil
+	// Decoded into an envelope of its own: msg itself, not handed to
+	// json.Unmarshal, can stay on its caller's stack.
+	m := new(envelope)
+	m.decoded = json.Unmarshal(body, m) == nil
+	*msg = *m
 	if msg.Method == string(mcpgo.MethodToolsCall) && !oneParams(body) {
 		msg.decoded = false // mcp-go reads it otherwise (see oneParams)
 	}
