@@ -191,6 +191,7 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 	if h == nil {
 		return c
 	}
+	flat := compileFlatDecoder(reflect.TypeFor[In]())
 	c.Handler = func(ctx context.Context, call *Call, args json.RawMessage) (Result, error) {
 		var in In
 		if defaults != nil {
@@ -200,9 +201,11 @@ func Define[In, Out any](s Spec[In, Out]) Capability {
 			}
 			args = withDefaults
 		}
-		if !absent(args) {
+		if !absent(args) && (flat == nil || !flat.decode(args, reflect.ValueOf(&in).Elem())) {
 			// json.Unmarshal, not a Decoder: no decoder and buffer to
 			// allocate per call, and trailing data after the value is refused.
+			var zero In
+			in = zero // what the one-pass decoding may have set
 			if err := json.Unmarshal(args, &in); err != nil {
 				return Result{}, &Error{Code: CodeInvalidInput, Message: "arguments do not match the input schema", Err: err}
 			}
@@ -325,6 +328,9 @@ func resolveObjectSchema(raw json.RawMessage) (*jsonschema.Resolved, error) {
 // a null given for an optional property that does not admit null is
 // dropped (it means the same as leaving the property out).
 func (c *Capability) validateInput(args json.RawMessage) (json.RawMessage, error) {
+	if c.flat != nil && c.flat.validRaw(args) {
+		return args, nil // the plainest arguments, checked as they are
+	}
 	var v any
 	if absent(args) {
 		v = map[string]any{}

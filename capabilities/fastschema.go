@@ -1,6 +1,7 @@
 package capabilities
 
 import (
+	"bytes"
 	"math"
 	"reflect"
 
@@ -119,4 +120,199 @@ func (f *flatObject) valid(v any) bool {
 		}
 	}
 	return true
+}
+
+// validRaw reports whether args, raw JSON arguments, are an object that
+// the schema accepts and that validateInput would hand on unchanged: it
+// checks the bytes as they are, without decoding them into a map first.
+// It says true only for the plainest arguments: an object whose keys are
+// ASCII without escapes, every value a string, a number or true/false (no
+// null, which validateInput may drop, no nested value), with no U+0000
+// escape; a number counts as an integer only when written without a
+// fraction or exponent, and only numbers without an exponent count at all
+// (so none can overflow float64). It checks the JSON syntax of all it
+// reads. False means "decode and ask valid", not necessarily invalid.
+func (f *flatObject) validRaw(args []byte) bool {
+	if len(f.required) > 64 || bytes.Contains(args, nulEscape) {
+		return false
+	}
+	var seen uint64 // f.required[i] was given
+	i := skipSpace(args, 0)
+	if i >= len(args) || args[i] != '{' {
+		return false
+	}
+	i = skipSpace(args, i+1)
+	if i < len(args) && args[i] == '}' {
+		i++
+	} else {
+		for {
+			// A key.
+			if i >= len(args) || args[i] != '"' {
+				return false
+			}
+			start := i + 1
+			j := start
+			for ; j < len(args) && args[j] != '"'; j++ {
+				if c := args[j]; c < 0x20 || c >= 0x80 || c == '\\' {
+					return false
+				}
+			}
+			if j >= len(args) {
+				return false
+			}
+			key := args[start:j]
+			i = skipSpace(args, j+1)
+			if i >= len(args) || args[i] != ':' {
+				return false
+			}
+			i = skipSpace(args, i+1)
+			// Its value.
+			t, known := f.props[string(key)]
+			if !known && f.closed {
+				return false
+			}
+			var kind flatType
+			var integral bool
+			if i, kind, integral = scanPrimitive(args, i); kind == 0 {
+				return false
+			}
+			if known && !kindFits(t, kind, integral) {
+				return false
+			}
+			for n, name := range f.required {
+				if string(key) == name {
+					seen |= 1 << n
+				}
+			}
+			i = skipSpace(args, i)
+			if i >= len(args) {
+				return false
+			}
+			if args[i] == '}' {
+				i++
+				break
+			}
+			if args[i] != ',' {
+				return false
+			}
+			i = skipSpace(args, i+1)
+		}
+	}
+	if skipSpace(args, i) != len(args) {
+		return false
+	}
+	return seen == 1<<len(f.required)-1
+}
+
+// kindFits reports whether a value of kind fits a property of type t.
+func kindFits(t, kind flatType, integral bool) bool {
+	switch t {
+	case flatNumber:
+		return kind == flatInteger || kind == flatNumber
+	case flatInteger:
+		return kind == flatInteger || kind == flatNumber && integral
+	}
+	return kind == t
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// scanPrimitive reads the JSON string, number (without exponent) or
+// true/false at b[i:] and returns the index after it and its kind:
+// flatString, flatBoolean, flatInteger (a number without a fraction),
+// flatNumber (with one; integral when the fraction is all zeros), or 0
+// when it is none of those or is not valid JSON.
+func scanPrimitive(b []byte, i int) (next int, kind flatType, integral bool) {
+	if i >= len(b) {
+		return i, 0, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		for j := i + 1; j < len(b); j++ {
+			switch c := b[j]; {
+			case c == '"':
+				return j + 1, flatString, false
+			case c < 0x20:
+				return j, 0, false
+			case c == '\\':
+				j++
+				if j >= len(b) {
+					return j, 0, false
+				}
+				switch b[j] {
+				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				case 'u':
+					if j+4 >= len(b) {
+						return j, 0, false
+					}
+					for _, h := range b[j+1 : j+5] {
+						if !isHex(h) {
+							return j, 0, false
+						}
+					}
+					j += 4
+				default:
+					return j, 0, false
+				}
+			}
+		}
+		return len(b), 0, false
+	case c == 't':
+		if bytes.HasPrefix(b[i:], []byte("true")) {
+			return i + 4, flatBoolean, false
+		}
+	case c == 'f':
+		if bytes.HasPrefix(b[i:], []byte("false")) {
+			return i + 5, flatBoolean, false
+		}
+	case c == '-' || c >= '0' && c <= '9':
+		j := i
+		if b[j] == '-' {
+			j++
+		}
+		switch {
+		case j < len(b) && b[j] == '0':
+			j++
+		case j < len(b) && b[j] >= '1' && b[j] <= '9':
+			for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+				j++
+			}
+		default:
+			return j, 0, false
+		}
+		kind, integral = flatInteger, true
+		if j < len(b) && b[j] == '.' {
+			j++
+			k := j
+			for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+				integral = integral && b[j] == '0'
+				j++
+			}
+			if j == k {
+				return j, 0, false
+			}
+			kind = flatNumber
+		}
+		// No exponent (it could overflow float64), and no number so long
+		// that its digits alone could: encoding/json refuses those.
+		if j < len(b) && (b[j] == 'e' || b[j] == 'E') || j-i > 300 {
+			return j, 0, false
+		}
+		return j, kind, integral
+	}
+	return i, 0, false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }

@@ -175,3 +175,89 @@ func TestNULArgumentsRefused(t *testing.T) {
 		}
 	}
 }
+
+// rawAgrees fails t when validRaw passes args that validateInput without
+// the compiled checks (decoding, NUL and null handling, jsonschema-go)
+// would refuse or hand on changed. It reports whether validRaw passed them.
+func rawAgrees(t testing.TB, c *Capability, args string) bool {
+	t.Helper()
+	if !c.flat.validRaw([]byte(args)) {
+		return false
+	}
+	flat := c.flat
+	c.flat = nil
+	got, err := c.validateInput(json.RawMessage(args))
+	c.flat = flat
+	if err != nil || string(got) != args {
+		t.Fatalf("schema %s: validRaw passed %q, validateInput answers %q, %v", c.InputSchema, args, got, err)
+	}
+	return true
+}
+
+// TestValidRawAgreesWithDecoding: the check of raw arguments passes only
+// what the decoding path accepts unchanged, over generated arguments with
+// spacing, escapes, numbers of every spelling, duplicate keys and broken
+// syntax; and it passes the plain arguments agents send.
+func TestValidRawAgreesWithDecoding(t *testing.T) {
+	caps := []*Capability{resolvedOf(t, Define(Spec[flatIn, Result]{Name: "flat", Domain: "test", Description: "d"}))}
+	for _, raw := range []string{
+		`{"type":"object"}`,
+		`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"number"},"c":{"type":"boolean"}},"required":["a","c"]}`,
+		`{"type":"object","properties":{"a":{"type":"string"}},"required":["a","zz"],"additionalProperties":false}`,
+	} {
+		caps = append(caps, resolvedOf(t, Capability{Name: "raw", Domain: "test", Description: "d", InputSchema: json.RawMessage(raw)}))
+	}
+	names := []string{`"text"`, `"n"`, `"x"`, `"flag"`, `"other"`, `"a"`, `"b"`, `"c"`, `"zz"`, `"extra"`, `"te\u0078t"`, `"é"`, `"TEXT"`}
+	values := []string{`"s"`, `""`, `"a\"b\\c\/\b\f\n\r\t\u00e9\ud83d"`, `"\u0000"`, `"\\u0000"`, `"bad \x"`, `"\u12"`, "\"ctl\x01\"", "\"\xff\"",
+		`0`, `1`, `-3`, `-0`, `01`, `-`, `1.`, `.5`, `1.5`, `2.0`, `2.000`, `1e3`, `1E-2`, `1e400`, `12345678901234567890`, `1.00000000000000000001`,
+		`true`, `false`, `tru`, `nul`, `null`, `[]`, `["s"]`, `{}`, `{"text":"s"}`}
+	spaces := []string{"", " ", "\n\t", "\r"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	sp := func() string { return spaces[rng.IntN(len(spaces))] }
+	passed := 0
+	for range 50000 {
+		var b strings.Builder
+		b.WriteString(sp() + "{" + sp())
+		for i := range rng.IntN(5) {
+			if i > 0 {
+				b.WriteString("," + sp())
+			}
+			b.WriteString(names[rng.IntN(len(names))] + sp() + ":" + sp() + values[rng.IntN(len(values))] + sp())
+		}
+		b.WriteString("}" + sp())
+		raw := b.String()
+		switch rng.IntN(20) {
+		case 0:
+			raw = values[rng.IntN(len(values))] // not an object
+		case 1:
+			raw = raw[:rng.IntN(len(raw)+1)] // cut short
+		case 2:
+			raw += "}"
+		}
+		for _, c := range caps {
+			if rawAgrees(t, c, raw) {
+				passed++
+			}
+		}
+	}
+	if passed < 5000 {
+		t.Errorf("validRaw passed only %d generated arguments", passed)
+	}
+	c := caps[0]
+	for _, args := range []string{`{"text":"client 3 call 7"}`, `{ "text": "s", "n": 3, "x": -1.5, "flag": true }`, `{"text":"é \u00e9"}`} {
+		if !rawAgrees(t, c, args) {
+			t.Errorf("validRaw does not pass %s", args)
+		}
+	}
+}
+
+// FuzzValidRaw: whatever the bytes, validRaw passes only what the decoding
+// path accepts unchanged.
+func FuzzValidRaw(f *testing.F) {
+	c := resolvedOf(f, Define(Spec[flatIn, Result]{Name: "flat", Domain: "test", Description: "d"}))
+	for _, s := range []string{`{"text":"s"}`, `{"text":"s","n":1.0,"x":2,"flag":false}`, `{"text":"\u0000"}`, `{"text":"s","text":1}`, ` {"text" : "s"} `} {
+		f.Add(s)
+	}
+	addReviewSeeds(f) // the review's odd spellings (review_perf_test.go)
+	f.Fuzz(func(t *testing.T, args string) { rawAgrees(t, c, args) })
+}

@@ -77,7 +77,7 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 	cl := &client{s: s, st: st, progressToken: token}
 	if mcpserver.IsModernRequest(ctx) {
 		var err error
-		if cl.round, err = s.newRound(ctx, st, binding("tools/call", req.Params.Name, args), req.Params.MultiRoundTripParams); err != nil {
+		if cl.round, err = s.newRound(ctx, st, "tools/call", req.Params.Name, args, req.Params.MultiRoundTripParams); err != nil {
 			s.protocolError(ctx, st, err)
 			return nil, safeError{"invalid request state"}
 		}
@@ -160,7 +160,7 @@ func (s *Server) getPrompt(ctx context.Context, req mcpgo.GetPromptRequest) (*mc
 	if mcpserver.IsModernRequest(ctx) {
 		args, _ := json.Marshal(req.Params.Arguments)
 		var err error
-		if cl.round, err = s.newRound(ctx, st, binding("prompts/get", req.Params.Name, args), req.Params.MultiRoundTripParams); err != nil {
+		if cl.round, err = s.newRound(ctx, st, "prompts/get", req.Params.Name, args, req.Params.MultiRoundTripParams); err != nil {
 			s.protocolError(ctx, st, err)
 			return nil, safeError{"invalid request state"}
 		}

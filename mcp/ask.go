@@ -52,14 +52,35 @@ const requestStateTTL = 15 * time.Minute
 
 // round is what a 2026-07-28 request carries into its handler.
 type round struct {
-	binding  string                     // what the state is bound to
-	answers  map[string]json.RawMessage // earlier rounds' (signed) and this round's
-	answerQ  map[string]string          // the digest of the question each answer answers
-	used     map[string]json.RawMessage // answers the handler consumed this run
-	usedQ    map[string]string
-	pending  map[string]string // the questions this run asks: key → digest
-	asked    int
-	question mcpgo.InputRequests
+	// what the state is bound to (see binding), worked out by bind when a
+	// state is opened or signed, not for every call
+	bindMethod, bindName string
+	bindArgs             []byte
+	binding              string
+	answers              map[string]json.RawMessage // earlier rounds' (signed) and this round's
+	answerQ              map[string]string          // the digest of the question each answer answers
+	used                 map[string]json.RawMessage // answers the handler consumed this run
+	usedQ                map[string]string
+	pending              map[string]string // the questions this run asks: key → digest
+	asked                int
+	question             mcpgo.InputRequests
+}
+
+// bind returns the binding of r's call, working it out once.
+func (r *round) bind() string {
+	if r.binding == "" {
+		r.binding = binding(r.bindMethod, r.bindName, r.bindArgs)
+	}
+	return r.binding
+}
+
+// ensure makes r's maps, which a call that neither retries nor asks never
+// needs.
+func (r *round) ensure() {
+	if r.answers == nil {
+		r.answers, r.answerQ = map[string]json.RawMessage{}, map[string]string{}
+		r.used, r.usedQ, r.pending = map[string]json.RawMessage{}, map[string]string{}, map[string]string{}
+	}
 }
 
 // errInputRequired stops a handler that asked a 2026-07-28 client
@@ -111,10 +132,11 @@ func binding(method, name string, args []byte) string {
 }
 
 func (s *Server) signState(st *reqState, r *round) string {
+	r.ensure()
 	id := make([]byte, 16)
 	rand.Read(id)
 	payload, _ := json.Marshal(signedState{V: stateVersion, User: st.caller.UserID, Cred: st.credential, ID: base64.RawURLEncoding.EncodeToString(id),
-		Bind: r.binding, Exp: s.now().Add(requestStateTTL).Unix(), Answers: r.used, AnswerQ: r.usedQ, Pending: r.pending})
+		Bind: r.bind(), Exp: s.now().Add(requestStateTTL).Unix(), Answers: r.used, AnswerQ: r.usedQ, Pending: r.pending})
 	mac := hmac.New(sha256.New, s.stateKey)
 	mac.Write(payload)
 	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
@@ -187,13 +209,13 @@ func (l *memoryLedger) Spend(_ context.Context, id string, exp time.Time) (bool,
 // requestState by earlier rounds, and this round's inputResponses to the
 // questions that state says were asked (answers to anything else are
 // ignored: without a state, nothing was asked).
-func (s *Server) newRound(ctx context.Context, st *reqState, bind string, p mcpgo.MultiRoundTripParams) (*round, error) {
-	r := &round{binding: bind, answers: map[string]json.RawMessage{}, answerQ: map[string]string{},
-		used: map[string]json.RawMessage{}, usedQ: map[string]string{}, pending: map[string]string{}}
+func (s *Server) newRound(ctx context.Context, st *reqState, method, name string, args []byte, p mcpgo.MultiRoundTripParams) (*round, error) {
+	r := &round{bindMethod: method, bindName: name, bindArgs: args}
 	if p.RequestState == "" {
 		return r, nil
 	}
-	earlier, err := s.openState(ctx, st, bind, p.RequestState)
+	r.ensure()
+	earlier, err := s.openState(ctx, st, r.bind(), p.RequestState)
 	if err != nil {
 		return nil, err
 	}
@@ -376,6 +398,7 @@ func (c *client) Ask(ctx context.Context, qs []capabilities.Question) ([]capabil
 // input-required result and the handler is stopped.
 func (c *client) askAgain(qs []capabilities.Question) ([]capabilities.Answer, error) {
 	r := c.round
+	r.ensure()
 	out := make([]capabilities.Answer, len(qs))
 	missing := mcpgo.InputRequests{}
 	for i, q := range qs {

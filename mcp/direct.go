@@ -64,7 +64,7 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 		return false // mcp-go's answer to arguments that are not an object
 	}
 	// mcp-go's own test: a type it cannot parse is refused (400) there.
-	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
+	if !jsonMediaType(r.Header.Get("Content-Type")) {
 		return false
 	}
 	headers, mirrored := s.mirrored(msg.Params.Name)
@@ -85,6 +85,17 @@ func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bo
 		return s.modernChecks(r, msg) // a caller's own capability has no header parameters
 	}
 	return !headers && s.modernDirect(r, msg)
+}
+
+// jsonMediaType reports whether a Content-Type names application/json as
+// mime.ParseMediaType reads it; the header as clients send it is decided
+// without parsing (which builds a map of its parameters).
+func jsonMediaType(ct string) bool {
+	if ct == "application/json" {
+		return true
+	}
+	mediaType, _, err := mime.ParseMediaType(ct)
+	return err == nil && mediaType == "application/json"
 }
 
 // mirrored reports whether the named tool is mirrored into mcp-go, and
@@ -118,16 +129,33 @@ func (s *Server) modernChecks(r *http.Request, msg *envelope) bool {
 	meta := msg.Params.Meta
 	v := meta.ProtocolVersion()
 	if !mcpgo.IsModernProtocol(v) || r.Header.Get(versionHeader) != v || !slices.Contains(ProtocolVersions, v) ||
-		r.Header.Get(mcpgo.HeaderLastEventID) != "" || meta.ClientCapabilities() == nil {
+		r.Header.Get(mcpgo.HeaderLastEventID) != "" || msg.clientCapabilities() == nil {
 		return false
 	}
-	name, err := json.Marshal(struct {
-		Name string `json:"name"`
-	}{msg.Params.Name})
-	if err != nil || mcpgo.ValidateStandardHeaders(r.Header.Get, v, mcpgo.MethodToolsCall, name) != nil {
+	return toolHeadersMatch(r.Header.Get, v, msg.Params.Name)
+}
+
+// toolHeadersMatch is mcpgo.ValidateStandardHeaders(get, v,
+// tools/call, {"name": name}) == nil, the same checks in the same order,
+// without encoding the name into params for mcp-go to decode it again
+// (name, decoded from the body, is valid UTF-8, which that round trip
+// keeps as it is; TestToolHeadersMatch compares the two).
+func toolHeadersMatch(get func(string) string, v, name string) bool {
+	if !mcpgo.RequiresStandardHeaders(v) {
+		return true
+	}
+	if get(mcpgo.HeaderMethod) != string(mcpgo.MethodToolsCall) {
 		return false
 	}
-	return true
+	if !mcpgo.MethodRequiresNameHeader(mcpgo.MethodToolsCall) {
+		return true
+	}
+	h := get(mcpgo.HeaderName)
+	if h == "" {
+		return false
+	}
+	decoded, ok := mcpgo.DecodeHeaderValue(h)
+	return ok && decoded == name
 }
 
 // plainID reports whether id is a JSON-RPC request id: a string or a
@@ -214,7 +242,7 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		meta := msg.Params.Meta
 		ctx = mcpserver.WithRequestProtocolInfo(ctx, &mcpserver.RequestProtocolInfo{
 			Modern: true, ProtocolVersion: meta.ProtocolVersion(), ClientInfo: meta.ClientInfo(),
-			ClientCapabilities: meta.ClientCapabilities(), LogLevel: meta.LogLevel(),
+			ClientCapabilities: msg.clientCapabilities(), LogLevel: meta.LogLevel(),
 		})
 	}
 	id := msg.ID
@@ -256,11 +284,23 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		}
 	}
 	resp.JSONRPC = mcpgo.JSONRPC_VERSION
-	body, err := json.Marshal(resp)
-	if err != nil {
-		s.log.ErrorContext(ctx, "mcp: encode tools/call answer", "err", err, "request_id", st.requestID)
-		body, _ = json.Marshal(rpcResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: id,
-			Error: &rpcError{Code: mcpgo.INTERNAL_ERROR, Message: internalMessage(st.requestID)}})
+	var body []byte
+	var pooled *[]byte // body's buffer, when it came from answerBufs
+	if res, ok := resp.Result.(*mcpgo.CallToolResult); ok && resp.Error == nil {
+		buf := getAnswerBuf()
+		if b, ok := appendToolAnswer(*buf, id, res); ok {
+			body, pooled = b, buf
+		} else {
+			putAnswerBuf(buf)
+		}
+	}
+	if body == nil {
+		var err error
+		if body, err = json.Marshal(resp); err != nil {
+			s.log.ErrorContext(ctx, "mcp: encode tools/call answer", "err", err, "request_id", st.requestID)
+			body, _ = json.Marshal(rpcResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: id,
+				Error: &rpcError{Code: mcpgo.INTERNAL_ERROR, Message: internalMessage(st.requestID)}})
+		}
 	}
 	if ctx.Err() != nil {
 		// The client has gone, or cancelled the call: no answer is sent.
@@ -280,10 +320,24 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 	if modern && resp.Error != nil {
 		status = modernErrorStatus(resp.Error.Code) // 2026-07-28 maps error codes onto HTTP statuses
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	d.WriteHeader(status)
-	_, _ = d.Write(append(body, '\n'))
+	body = append(body, '\n')
+	if _, err := d.Write(body); err == nil && pooled != nil {
+		// Written (the response copied it): the buffer can serve the next
+		// answer. A write that failed may not have let go of it (net/http's
+		// HTTP/2 server returns when the stream is reset or the connection
+		// goes, while its frame writer may still read the bytes), and a
+		// streamed answer's may be kept by the event log: only this path
+		// gives it back.
+		*pooled = body
+		putAnswerBuf(pooled)
+	}
 }
+
+// jsonContentType is the direct path's Content-Type header value, shared
+// by every answer (net/http only reads it; Header.Set replaces it).
+var jsonContentType = []string{"application/json"}
 
 // callToolSafely is callTool with a handler's panic turned into a generic
 // internal error (the registry recovers handlers' panics itself; this

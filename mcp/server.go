@@ -464,6 +464,9 @@ type envelope struct {
 	Error   json.RawMessage `json:"error"`
 	Params  envelopeParams  `json:"params"`
 	decoded bool            // the body is a JSON object that decoded without error (tools/call: naming params once)
+	// caps is what clientCapabilities decoded, once capsDecoded.
+	caps        *mcpgo.ClientCapabilities
+	capsDecoded bool
 }
 
 type envelopeParams struct {
@@ -600,8 +603,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// changes a header for mcp-go clones it first (ownHeader); the direct
 	// path changes none and copies none.
 	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
 	if !s.bindSession(w, r, st, msg) {
 		return
 	}
@@ -623,14 +624,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	direct := s.directToolCall(r, st, &msg)
+	if !direct {
+		// What is not the direct path's is read again (by mcp-go); the
+		// direct path has all it needs in msg.
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	}
 	if st.sessionID != "" {
 		if r.Method == http.MethodPost && msg.isResponse() {
 			s.routeResponse(w, r, st.sessionID, body)
 			return
 		}
-		var done func()
-		r, done = s.withinSession(r, st, msg, direct)
-		defer done()
+		var use sessionUse
+		r = s.withinSession(r, st, msg, direct, &use)
+		defer use.done()
 	}
 	if direct {
 		if st.sessionID != "" && st.internal == "" {
@@ -716,10 +723,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 		writeHTTPError(w, http.StatusBadRequest, "cannot read request body", requestID)
 		return nil, msg, false
 	}
-	msg.decoded = json.Unmarshal(body, &msg) == nil
-	if msg.Method == string(mcpgo.MethodToolsCall) && !oneParams(body) {
-		msg.decoded = false // mcp-go reads it otherwise (see oneParams)
-	}
+	decodeEnvelope(body, &msg)
 	return body, msg, true
 }
 
@@ -787,22 +791,16 @@ func (s *Server) isModern(r *http.Request, msg envelope) bool {
 }
 
 // withinSession prepares a GET stream or a POST request of a session for
-// mcp-go, and returns what to run when it is served.
+// mcp-go, recording in use what to undo once it is served (use.done).
 //
 // A request for the direct path (direct.go) never reaches mcp-go, which
 // then has nothing to release for it.
-func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, direct bool) (*http.Request, func()) {
+func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, direct bool, use *sessionUse) *http.Request {
 	sid := st.sessionID
-	var cleanup []func()
-	done := func() {
-		for _, f := range slices.Backward(cleanup) {
-			f()
-		}
-	}
+	use.s = s
 	withCancel := func() context.CancelFunc {
 		ctx, cancel := context.WithCancel(r.Context())
 		r = r.WithContext(ctx)
-		cleanup = append(cleanup, cancel)
 		return cancel
 	}
 	switch r.Method {
@@ -811,21 +809,22 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, dire
 		// shutdown (CloseStreams), and when its token stops verifying
 		// (expired, revoked, account suspended).
 		cancel := withCancel()
+		use.cleanup = append(use.cleanup, cancel)
 		if s.draining.Load() {
 			cancel()
 		}
-		cleanup = append(cleanup, s.sessions.stream(sid, cancel))
+		use.cleanup = append(use.cleanup, s.sessions.stream(sid, cancel))
 		if s.opts.Anonymous == nil {
-			cleanup = append(cleanup, s.watchToken(r.Context(), st, cancel))
+			use.cleanup = append(use.cleanup, s.watchToken(r.Context(), st, cancel))
 		}
 	case http.MethodPost:
 		// Each request is served under its own id, so mcp-go gives it its
 		// own notification channel: its progress and log messages cannot
 		// reach another request, and the session's own channel is read only
 		// by the session's GET stream.
-		internal, end := s.sessions.begin(sid)
+		internal, se := s.sessions.begin(sid)
 		st.internal = internal
-		cleanup = append(cleanup, end)
+		use.session, use.internal = se, internal
 		if !direct {
 			ownHeader(r)
 			r.Header.Set(sessionHeader, internal)
@@ -834,21 +833,55 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, dire
 		case msg.Method == string(mcpgo.MethodNotificationCancelled):
 			s.sessions.cancel(sid, bytes.TrimSpace(msg.Params.RequestID))
 		case len(msg.ID) > 0:
-			cleanup = append(cleanup, s.sessions.track(sid, bytes.TrimSpace(msg.ID), withCancel()))
+			use.cancel = withCancel()
+			use.call = s.sessions.track(sid, bytes.TrimSpace(msg.ID), use.cancel)
 		}
-		if !direct && (msg.Method == string(mcpgo.MethodSetLogLevel) || s.events != nil) {
-			// mcp-go keeps the level under the per-request id; the transport
-			// has its own copy (afterSetLevel), so release mcp-go's. With
-			// resumable streams it also tracks the request's stream under
-			// that id until the id is ended: end it once the request is done
-			// (its events stay in the log for a client that resumes).
-			cleanup = append(cleanup, func() { s.terminate(internal) })
-		}
+		// mcp-go keeps the level under the per-request id; the transport
+		// has its own copy (afterSetLevel), so release mcp-go's. With
+		// resumable streams it also tracks the request's stream under
+		// that id until the id is ended: end it once the request is done
+		// (its events stay in the log for a client that resumes).
+		use.terminate = !direct && (msg.Method == string(mcpgo.MethodSetLogLevel) || s.events != nil)
 		if msg.Method != string(mcpgo.MethodToolsList) {
 			s.notifyToolsChanged(r.Context(), st)
 		}
 	}
-	return r, done
+	return r
+}
+
+// sessionUse is what withinSession set up for one request of a session:
+// fields for a POST's fixed steps (no closure to allocate per request),
+// a list for a GET stream's.
+type sessionUse struct {
+	s         *Server
+	session   *session           // sessions.begin's, ended by done
+	internal  string             // the request's per-request id
+	call      string             // the request's key in sessions.calls, untracked by done
+	cancel    context.CancelFunc // the request's own context's
+	terminate bool               // release mcp-go's state under internal
+	cleanup   []func()           // a GET stream's, run in reverse
+}
+
+// done undoes what withinSession set up, in the reverse order.
+func (u *sessionUse) done() {
+	if u.s == nil {
+		return
+	}
+	for _, f := range slices.Backward(u.cleanup) {
+		f()
+	}
+	if u.terminate {
+		u.s.terminate(u.internal)
+	}
+	if u.call != "" {
+		u.s.sessions.untrack(u.call)
+	}
+	if u.cancel != nil {
+		u.cancel()
+	}
+	if u.session != nil {
+		u.s.sessions.end(u.session, u.internal)
+	}
 }
 
 // authenticate returns the caller of r, or answers the request itself.

@@ -130,27 +130,30 @@ func (s *sessionStore) known(id string) bool {
 	return ok
 }
 
-// begin marks a request in progress on session id; the returned func ends
-// it. It mints a per-request id that the transport uses in place of the
+// begin marks a request in progress on session id; end, given the
+// session it returns (nil when there is no such session), ends it. It mints a per-request id that the transport uses in place of the
 // session id, so that the request gets its own notification channel.
-func (s *sessionStore) begin(id string) (internalID string, end func()) {
+func (s *sessionStore) begin(id string) (internalID string, se *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se, ok := s.byID[id]
 	if !ok {
-		return "", func() {}
+		return "", nil
 	}
 	se.busy++
 	s.seq++
 	internalID = id + "." + strconv.FormatUint(s.seq, 36)
 	s.internal[internalID] = id
-	return internalID, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		se.busy--
-		se.lastSeen = s.now()
-		delete(s.internal, internalID)
-	}
+	return internalID, se
+}
+
+// end ends a request begin began on se under internalID.
+func (s *sessionStore) end(se *session, internalID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se.busy--
+	se.lastSeen = s.now()
+	delete(s.internal, internalID)
 }
 
 // stream registers a GET stream's cancel func, called when the session
@@ -389,17 +392,21 @@ func (s *sessionStore) clientCan(id string) (sample, elicit, roots bool) {
 func callKey(sid string, rpcID []byte) string { return sid + "\x00" + string(rpcID) }
 
 // track records the cancel func of a request in progress on session sid,
-// so that notifications/cancelled from the same session can stop it.
-func (s *sessionStore) track(sid string, rpcID []byte, cancel func()) (untrack func()) {
-	key := callKey(sid, rpcID)
+// so that notifications/cancelled from the same session can stop it, and
+// returns the key untrack takes.
+func (s *sessionStore) track(sid string, rpcID []byte, cancel func()) (key string) {
+	key = callKey(sid, rpcID)
 	s.mu.Lock()
 	s.calls[key] = cancel
 	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		delete(s.calls, key)
-		s.mu.Unlock()
-	}
+	return key
+}
+
+// untrack forgets the request track recorded under key.
+func (s *sessionStore) untrack(key string) {
+	s.mu.Lock()
+	delete(s.calls, key)
+	s.mu.Unlock()
 }
 
 // cancel stops a request of session sid, if it is still in progress.
