@@ -173,7 +173,7 @@ type SignupInput struct {
 // like a successful signup (same page, comparable time, no session) and
 // tell the owner of the address by mail, so signup does not reveal which
 // emails are registered.
-func (s *Service) Signup(ctx context.Context, in SignupInput) (User, error) {
+func (s *Identity) Signup(ctx context.Context, in SignupInput) (User, error) {
 	var invite *string
 	switch s.cfg.Signup {
 	case SignupClosed:
@@ -209,7 +209,7 @@ type CreateUserInput struct {
 // the role user only. Without a password it returns a one-time
 // password-setup token valid for Config.PasswordSetupTTL. It never grants
 // admin. Errors are those of Signup.
-func (s *Service) CreateUser(ctx context.Context, in CreateUserInput) (User, string, error) {
+func (s *Identity) CreateUser(ctx context.Context, in CreateUserInput) (User, string, error) {
 	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified, nil, nil)
 	if err != nil {
 		return User{}, "", fmt.Errorf("accounts: create user: %w", err)
@@ -222,7 +222,7 @@ func (s *Service) CreateUser(ctx context.Context, in CreateUserInput) (User, str
 // (empty with a password): work that must happen exactly when the account
 // exists, such as writing the setup mail to the outbox. Its error rolls the
 // account back.
-func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool, invite *string, onCreated func(ctx context.Context, tx bun.IDB, u User, token string) error) (User, string, error) {
+func (s *core) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool, invite *string, onCreated func(ctx context.Context, tx bun.IDB, u User, token string) error) (User, string, error) {
 	email, err := NormalizeEmail(rawEmail)
 	if err != nil {
 		return User{}, "", err
@@ -428,7 +428,7 @@ func randomStableID() string {
 // account it returns the User together with ErrDeleting (see
 // StartDeletingSession). Login never checks
 // the password policy; a hash made with older parameters is replaced.
-func (s *Service) Login(ctx context.Context, email, password string) (User, error) {
+func (s *Credentials) Login(ctx context.Context, email, password string) (User, error) {
 	if len(password) > MaxPasswordBytes {
 		return User{}, ErrInvalidCredentials
 	}
@@ -472,7 +472,7 @@ func (s *Service) Login(ctx context.Context, email, password string) (User, erro
 
 // rehash replaces a hash made with other parameters, unless the password
 // changed meanwhile. Failure is logged: the login itself succeeded.
-func (s *Service) rehash(ctx context.Context, row userRow, password string) {
+func (s *Credentials) rehash(ctx context.Context, row userRow, password string) {
 	h, err := s.hasher.hash(ctx, password)
 	if err == nil {
 		_, err = s.store.DB.NewUpdate().Model((*userRow)(nil)).
@@ -484,7 +484,7 @@ func (s *Service) rehash(ctx context.Context, row userRow, password string) {
 	}
 }
 
-func (s *Service) userWhere(ctx context.Context, db bun.IDB, where string, args ...any) (userRow, error) {
+func (s *core) userWhere(ctx context.Context, db bun.IDB, where string, args ...any) (userRow, error) {
 	var row userRow
 	for _, a := range args {
 		if v, ok := a.(string); ok && (!utf8.ValidString(v) || strings.ContainsRune(v, 0)) {
@@ -501,7 +501,7 @@ func (s *Service) userWhere(ctx context.Context, db bun.IDB, where string, args 
 	return row, err
 }
 
-func (s *Service) lookup(ctx context.Context, what, where string, arg any) (User, error) {
+func (s *Identity) lookup(ctx context.Context, what, where string, arg any) (User, error) {
 	row, err := s.userWhere(ctx, s.store.Reader, where, arg)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -513,30 +513,30 @@ func (s *Service) lookup(ctx context.Context, what, where string, arg any) (User
 }
 
 // UserByID returns the account with internal id id, or ErrNotFound.
-func (s *Service) UserByID(ctx context.Context, id int64) (User, error) {
+func (s *Identity) UserByID(ctx context.Context, id int64) (User, error) {
 	return s.lookup(ctx, "id", "id = ?", id)
 }
 
 // UserByStableID returns the account with stable id sid, or ErrNotFound.
-func (s *Service) UserByStableID(ctx context.Context, sid string) (User, error) {
+func (s *Identity) UserByStableID(ctx context.Context, sid string) (User, error) {
 	return s.lookup(ctx, "stable id", "stable_user_id = ?", sid)
 }
 
 // UserByEmail returns the account whose current email is email (compared
 // normalized), or ErrNotFound.
-func (s *Service) UserByEmail(ctx context.Context, email string) (User, error) {
+func (s *Identity) UserByEmail(ctx context.Context, email string) (User, error) {
 	return s.lookup(ctx, "email", "email = ?", strings.ToLower(strings.TrimSpace(email)))
 }
 
 // UserByUsername returns the account holding username, or ErrNotFound.
-func (s *Service) UserByUsername(ctx context.Context, username string) (User, error) {
+func (s *Identity) UserByUsername(ctx context.Context, username string) (User, error) {
 	return s.lookup(ctx, "username", "username = ?", strings.ToLower(strings.TrimSpace(username)))
 }
 
 // setStamp sets column to now where it is NULL (or clears it where it is
 // set) and reports whether the row changed; ErrNotFound when there is no
 // such user.
-func (s *Service) setStamp(ctx context.Context, userID int64, column string, set, refuseDeleting bool) (bool, error) {
+func (s *Identity) setStamp(ctx context.Context, userID int64, column string, set, refuseDeleting bool) (bool, error) {
 	defer s.callerChanged(ctx, userID)
 	q := s.store.DB.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID)
 	if refuseDeleting {
@@ -582,7 +582,7 @@ const keepsAnActiveAdmin = `(NOT EXISTS (SELECT 1 FROM user_roles AS mine WHERE 
 // returns ErrLastAdmin. The refusal is decided inside the UPDATE statement
 // itself, so concurrent changes can never leave zero active admins. It
 // reports whether the row changed; ErrNotFound when there is no such user.
-func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column string) (bool, error) {
+func (s *Lifecycle) stampKeepingAdmin(ctx context.Context, userID int64, column string) (bool, error) {
 	defer s.callerChanged(ctx, userID)
 	var changed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
@@ -622,7 +622,7 @@ func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column st
 // it is refused until Unsuspend. It reports whether the state changed.
 // Suspending the last active admin returns ErrLastAdmin, decided
 // atomically like RemoveRole.
-func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
+func (s *Lifecycle) Suspend(ctx context.Context, userID int64) (bool, error) {
 	changed, err := s.stampKeepingAdmin(ctx, userID, "suspended_at")
 	if err != nil {
 		return false, fmt.Errorf("accounts: suspend: %w", err)
@@ -634,7 +634,7 @@ func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
 }
 
 // Unsuspend lifts a suspension. It reports whether the state changed.
-func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
+func (s *Lifecycle) Unsuspend(ctx context.Context, userID int64) (bool, error) {
 	var changed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		now := s.now()
@@ -667,7 +667,7 @@ func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
 // it reports whether the state changed. Marking the last active admin
 // returns ErrLastAdmin, decided atomically like RemoveRole; the account's
 // roles stay until its rows are deleted.
-func (s *Service) MarkDeleting(ctx context.Context, userID int64) (bool, error) {
+func (s *Lifecycle) MarkDeleting(ctx context.Context, userID int64) (bool, error) {
 	changed, err := s.stampKeepingAdmin(ctx, userID, "deleting_at")
 	if err != nil {
 		return false, fmt.Errorf("accounts: mark deleting: %w", err)
@@ -678,7 +678,7 @@ func (s *Service) MarkDeleting(ctx context.Context, userID int64) (bool, error) 
 // MarkEmailVerified records that the account's current email is verified.
 // It reports whether the state changed; ErrDeleting for an account being
 // deleted.
-func (s *Service) MarkEmailVerified(ctx context.Context, userID int64) (bool, error) {
+func (s *Identity) MarkEmailVerified(ctx context.Context, userID int64) (bool, error) {
 	changed, err := s.setStamp(ctx, userID, "email_verified_at", true, true)
 	if err != nil {
 		return false, fmt.Errorf("accounts: mark email verified: %w", err)
@@ -708,7 +708,7 @@ func writableUser(ctx context.Context, tx bun.IDB, userID int64) (userRow, error
 // before the change stops working and the password-change hooks run in the
 // same transaction. The returned User carries the new PasswordChangedAt:
 // start a new session for the person who made the change.
-func (s *Service) ChangePassword(ctx context.Context, userID int64, current, next string) (User, error) {
+func (s *Credentials) ChangePassword(ctx context.Context, userID int64, current, next string) (User, error) {
 	if _, err := s.VerifyPassword(ctx, userID, current); err != nil {
 		return User{}, fmt.Errorf("accounts: change password: %w", err)
 	}
@@ -725,7 +725,7 @@ func (s *Service) ChangePassword(ctx context.Context, userID int64, current, nex
 // or the account has none, after the same hashing work either way, and
 // ErrNotFound for an unknown account. It does not look at the account's
 // state.
-func (s *Service) VerifyPassword(ctx context.Context, userID int64, password string) (User, error) {
+func (s *Credentials) VerifyPassword(ctx context.Context, userID int64, password string) (User, error) {
 	row, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
 	if err != nil {
 		return User{}, err
@@ -752,7 +752,7 @@ func (s *Service) VerifyPassword(ctx context.Context, userID int64, password str
 // address) or ErrEmailClaimed (another account's former address), nil when
 // it is free or already userID's. The answer is for the account's owner
 // only when it cannot reveal someone else's address (see ChangeEmail).
-func (s *Service) CheckEmailFree(ctx context.Context, userID int64, rawEmail string) (string, error) {
+func (s *Identity) CheckEmailFree(ctx context.Context, userID int64, rawEmail string) (string, error) {
 	email, err := NormalizeEmail(rawEmail)
 	if err != nil {
 		return "", err
@@ -766,7 +766,7 @@ func (s *Service) CheckEmailFree(ctx context.Context, userID int64, rawEmail str
 // setPassword checks the policy, hashes next and stores it in a transaction
 // that also runs before (first), stamps password_changed_at, drops pending
 // setup tokens and runs the password-change hooks.
-func (s *Service) setPassword(ctx context.Context, userID int64, next string, before func(context.Context, bun.Tx) error) (User, error) {
+func (s *Credentials) setPassword(ctx context.Context, userID int64, next string, before func(context.Context, bun.Tx) error) (User, error) {
 	defer s.callerChanged(ctx, userID)
 	cur, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
 	if err != nil {
@@ -820,7 +820,7 @@ func (s *Service) setPassword(ctx context.Context, userID int64, next string, be
 // claimed by the account, so it cannot open another account until released
 // with ReleaseEmailClaim. Errors: ErrInvalidEmail, ErrEmailTaken,
 // ErrEmailClaimed, ErrDeleting, ErrNotFound.
-func (s *Service) ChangeEmail(ctx context.Context, userID int64, newEmail string) (User, error) {
+func (s *Identity) ChangeEmail(ctx context.Context, userID int64, newEmail string) (User, error) {
 	defer s.callerChanged(ctx, userID)
 	email, err := NormalizeEmail(newEmail)
 	if err != nil {
@@ -863,7 +863,7 @@ func (s *Service) ChangeEmail(ctx context.Context, userID int64, newEmail string
 
 // EmailClaims lists the addresses userID holds: its current email and the
 // former addresses it has not released.
-func (s *Service) EmailClaims(ctx context.Context, userID int64) ([]string, error) {
+func (s *Identity) EmailClaims(ctx context.Context, userID int64) ([]string, error) {
 	var emails []string
 	if err := s.store.Reader.NewSelect().Model((*emailClaim)(nil)).Column("email").
 		Where("user_id = ?", userID).Order("email").Scan(ctx, &emails); err != nil {
@@ -877,7 +877,7 @@ func (s *Service) EmailClaims(ctx context.Context, userID int64) ([]string, erro
 // that the person controls that address (for example by a verification
 // link). The current email cannot be released. ErrNotFound when userID
 // holds no such former claim.
-func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email string) error {
+func (s *Identity) ReleaseEmailClaim(ctx context.Context, userID int64, email string) error {
 	e := strings.ToLower(strings.TrimSpace(email))
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		row, err := writableUser(ctx, tx, userID)
@@ -906,7 +906,7 @@ func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email str
 // before, oldest mark first: deletions a failure or a crash interrupted,
 // for the lifecycle to finish. Suspended accounts are not listed: a
 // suspension freezes the deletion until it is lifted.
-func (s *Service) DeletingAccounts(ctx context.Context, before time.Time, limit int) ([]User, error) {
+func (s *Lifecycle) DeletingAccounts(ctx context.Context, before time.Time, limit int) ([]User, error) {
 	var rows []userRow
 	err := s.store.Reader.NewSelect().Model(&rows).
 		Where("deleting_at IS NOT NULL AND deleting_at < ? AND suspended_at IS NULL", before.UTC()).
