@@ -15,7 +15,7 @@ import (
 // the accountExportSection capability). It never inlines user data.
 func (s *Server) accountExport(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	sess, err := s.accounts.Authenticate(ctx, r)
+	sess, err := s.accounts.Credentials.Authenticate(ctx, r)
 	switch {
 	case errors.Is(err, accounts.ErrNoSession), errors.Is(err, accounts.ErrDeleting):
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized", "message": "Sign in to download your export."})

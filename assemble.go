@@ -198,7 +198,7 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 	if vocab == nil {
 		vocab, _ = capabilities.NewVocabulary()
 	}
-	if err := s.accounts.SyncVocabulary(ctx, vocab); err != nil {
+	if err := s.accounts.Roles.SyncVocabulary(ctx, vocab); err != nil {
 		return err
 	}
 	flags, q := s.cfg.Features, s.cfg.Quota
@@ -235,7 +235,7 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 		Idempotency: idempotency.New(s.store, s.ring),
 		// Admin capabilities refuse an admin without a second factor when
 		// --require-admin-2fa is set.
-		RoleGate: s.accounts.AdminSecondFactorGate,
+		RoleGate: s.accounts.SecondFactors.AdminSecondFactorGate,
 		// Every call that may write holds a write lease on its account,
 		// which the account's deletion waits for before it cleans up.
 		WriteLease: lifecycle.WriteLeases(s.store, lifecycle.Owners(s.accounts)),

@@ -36,7 +36,7 @@ func exampleServer(cfg enclave.Config) (srv *enclave.Server, stop func()) {
 // load it.
 func exampleUser(srv *enclave.Server, name string, roles ...string) capabilities.Caller {
 	ctx := context.Background()
-	u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "a long enough password", Verified: true})
+	u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "a long enough password", Verified: true})
 	if err != nil {
 		panic(err)
 	}

@@ -25,9 +25,9 @@ var fastArgon = accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Ite
 // role through AssignRole.
 func assignOrGrant(svc *accounts.Service, ctx context.Context, userID int64, role string) (bool, error) {
 	if role == capabilities.RoleAdmin {
-		return svc.GrantAdminAsOperator(ctx, userID)
+		return svc.Roles.GrantAdminAsOperator(ctx, userID)
 	}
-	return svc.AssignRole(ctx, userID, role)
+	return svc.Roles.AssignRole(ctx, userID, role)
 }
 
 // The smallest program: every store on its embedded default under DataDir.

@@ -47,6 +47,6 @@ func (s *Server) wireWorkspaceKeys() {
 // takes the current password and, when the account has a second factor, a
 // fresh proof of one (a code or a passkey assertion).
 func (s *Server) reauthenticateKeyMaker(ctx context.Context, c capabilities.Caller, p workspaces.KeyProof) error {
-	return s.accounts.ReauthenticateCaller(ctx, c, p.Password,
+	return s.accounts.SecondFactors.ReauthenticateCaller(ctx, c, p.Password,
 		accounts.FactorProof{Code: p.Code, PasskeyToken: p.PasskeyToken, PasskeyCredential: p.PasskeyCredential})
 }

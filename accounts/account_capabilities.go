@@ -160,7 +160,7 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 				if err != nil {
 					return PasswordChangeOutput{}, err
 				}
-				if _, err := s.ChangePassword(ctx, u.ID, in.Current, in.New); err != nil {
+				if _, err := s.Credentials.ChangePassword(ctx, u.ID, in.Current, in.New); err != nil {
 					return PasswordChangeOutput{}, capabilityError(err)
 				}
 				return PasswordChangeOutput{Changed: true}, nil
@@ -178,7 +178,7 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 				if err != nil {
 					return EmailChangeOutput{}, err
 				}
-				if _, err := s.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+				if _, err := s.Credentials.VerifyPassword(ctx, u.ID, in.Password); err != nil {
 					return EmailChangeOutput{}, capabilityError(err)
 				}
 				if err := u.CheckActive(); err != nil {
@@ -187,7 +187,7 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 				if !u.EmailVerified() {
 					return EmailChangeOutput{}, capabilityError(ErrEmailUnverified)
 				}
-				email, err := s.CheckEmailFree(ctx, u.ID, in.Email)
+				email, err := s.Identity.CheckEmailFree(ctx, u.ID, in.Email)
 				switch {
 				case errors.Is(err, ErrEmailTaken), errors.Is(err, ErrEmailClaimed):
 					// Indistinguishable from success: the owner of the
@@ -198,7 +198,7 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 				case email == u.Email:
 					// Nothing to change; answer like any other request.
 				default:
-					_, err := s.IssueMailToken(ctx, u.ID, PurposeChangeEmail, email, "", ChangeEmailTTL,
+					_, err := s.Identity.IssueMailToken(ctx, u.ID, PurposeChangeEmail, email, "", ChangeEmailTTL,
 						func(ctx context.Context, tx bun.IDB, token string) error {
 							return m.MailEmailChangeLink(ctx, tx, u, email, token)
 						})
@@ -225,7 +225,7 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 				if err != nil || u.EmailVerified() {
 					return VerificationResendOutput{}, err
 				}
-				_, err = s.IssueMailToken(ctx, u.ID, PurposeVerifyEmail, u.Email, "", VerifyEmailTTL,
+				_, err = s.Identity.IssueMailToken(ctx, u.ID, PurposeVerifyEmail, u.Email, "", VerifyEmailTTL,
 					func(ctx context.Context, tx bun.IDB, token string) error { return m(ctx, tx, u, token) })
 				if err != nil {
 					return VerificationResendOutput{}, err
@@ -251,7 +251,7 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 				if err != nil {
 					return UsernameChangeOutput{}, err
 				}
-				c, err := s.ChangeOwnUsername(ctx, u.ID, in.Username, func(ctx context.Context, tx bun.IDB, c UsernameChange) error {
+				c, err := s.Identity.ChangeOwnUsername(ctx, u.ID, in.Username, func(ctx context.Context, tx bun.IDB, c UsernameChange) error {
 					return m.MailUsernameChanged(ctx, tx, c)
 				})
 				audited(ctx, u, "username_change", err)
@@ -277,7 +277,7 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 				if err != nil {
 					return EmailClaimReleaseOutput{}, err
 				}
-				_, err = s.RequestEmailRelease(ctx, u.ID, in.Email, m.MailEmailReleaseLink)
+				_, err = s.Identity.RequestEmailRelease(ctx, u.ID, in.Email, m.MailEmailReleaseLink)
 				audited(ctx, u, "email_claim_release_request", err)
 				if errors.Is(err, ErrNotFound) {
 					return EmailClaimReleaseOutput{}, capabilities.Errorf(capabilities.CodeNotFound, "This is not a former address of your account.")
@@ -293,8 +293,8 @@ func (s *Service) AccountCapabilities(opts AccountOptions) []capabilities.Capabi
 }
 
 // callerUser loads the caller's own account.
-func (s *Service) callerUser(ctx context.Context, c capabilities.Caller) (User, error) {
-	u, err := s.UserByStableID(ctx, c.UserID)
+func (s *core) callerUser(ctx context.Context, c capabilities.Caller) (User, error) {
+	u, err := s.identity.UserByStableID(ctx, c.UserID)
 	if errors.Is(err, ErrNotFound) {
 		return u, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
 	}

@@ -55,11 +55,11 @@ func TestAccountPasswordChangeCapability(t *testing.T) {
 		if _, err := reg.Invoke(ctx, caller(ann, true), "accountPasswordChange", args); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Login(ctx, "ann@example.com", next); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "ann@example.com", next); err != nil {
 			t.Fatalf("login with the new password: %v", err)
 		}
 		// Only the caller's own password changed.
-		if _, err := svc.Login(ctx, "bob@example.com", goodPassword); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "bob@example.com", goodPassword); err != nil {
 			t.Fatalf("bob's password changed: %v", err)
 		}
 		_ = bob
@@ -122,7 +122,7 @@ func TestAccountEmailChangeCapability(t *testing.T) {
 			t.Fatalf("unverified: %v", err)
 		}
 		for _, u := range []accounts.User{ann, bob} {
-			if _, err := svc.MarkEmailVerified(ctx, u.ID); err != nil {
+			if _, err := svc.Identity.MarkEmailVerified(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -150,10 +150,10 @@ func TestAccountEmailChangeCapability(t *testing.T) {
 		if len(mail.links) != 1 || token == "" || !slices.Equal(mail.taken, []string{bob.Email}) || !slices.Equal(mail.requested, []string{ann.Email, ann.Email}) {
 			t.Fatalf("mail: %+v", mail)
 		}
-		if row, err := svc.PeekMailToken(ctx, token, accounts.PurposeChangeEmail); err != nil || row.UserID != ann.ID || row.Email != "ann.new@example.com" {
+		if row, err := svc.Identity.PeekMailToken(ctx, token, accounts.PurposeChangeEmail); err != nil || row.UserID != ann.ID || row.Email != "ann.new@example.com" {
 			t.Fatalf("link token: %+v %v", row, err)
 		}
-		if u, _ := svc.UserByID(ctx, ann.ID); u.Email != ann.Email {
+		if u, _ := svc.Identity.UserByID(ctx, ann.ID); u.Email != ann.Email {
 			t.Fatalf("the address changed before the link was used: %s", u.Email)
 		}
 	})
@@ -192,10 +192,10 @@ func TestAccountVerificationResendCapability(t *testing.T) {
 		if err != nil || !res.Structured.(accounts.VerificationResendOutput).Sent {
 			t.Fatalf("resend: %+v %v", res, err)
 		}
-		if row, err := svc.PeekMailToken(ctx, sent[ann.Email], accounts.PurposeVerifyEmail); err != nil || row.UserID != ann.ID {
+		if row, err := svc.Identity.PeekMailToken(ctx, sent[ann.Email], accounts.PurposeVerifyEmail); err != nil || row.UserID != ann.ID {
 			t.Fatalf("mailed token: %+v %v", row, err)
 		}
-		if _, err := svc.MarkEmailVerified(ctx, ann.ID); err != nil {
+		if _, err := svc.Identity.MarkEmailVerified(ctx, ann.ID); err != nil {
 			t.Fatal(err)
 		}
 		delete(sent, ann.Email)

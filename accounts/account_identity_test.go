@@ -67,10 +67,10 @@ func (a *auditRec) record(_ context.Context, u accounts.User, action string, ok 
 func verifiedUser(t *testing.T, svc *accounts.Service, name string) accounts.User {
 	t.Helper()
 	u := signup(t, svc, name)
-	if _, err := svc.MarkEmailVerified(context.Background(), u.ID); err != nil {
+	if _, err := svc.Identity.MarkEmailVerified(context.Background(), u.ID); err != nil {
 		t.Fatal(err)
 	}
-	u, _ = svc.UserByID(context.Background(), u.ID)
+	u, _ = svc.Identity.UserByID(context.Background(), u.ID)
 	return u
 }
 
@@ -105,14 +105,14 @@ func TestFormerEmailRelease(t *testing.T) {
 		}
 		ann, bob := verifiedUser(t, svc, "ann"), verifiedUser(t, svc, "bob")
 		for _, u := range []accounts.User{ann, bob} {
-			if _, err := svc.ChangeEmail(ctx, u.ID, u.Username+".new@example.com"); err != nil {
+			if _, err := svc.Identity.ChangeEmail(ctx, u.ID, u.Username+".new@example.com"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := svc.MarkEmailVerified(ctx, u.ID); err != nil {
+			if _, err := svc.Identity.MarkEmailVerified(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "ann@example.com", Username: "ann-two", Password: goodPassword}); !errors.Is(err, accounts.ErrEmailClaimed) {
+		if _, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "ann@example.com", Username: "ann-two", Password: goodPassword}); !errors.Is(err, accounts.ErrEmailClaimed) {
 			t.Fatalf("signup with a held former address = %v", err)
 		}
 
@@ -132,7 +132,7 @@ func TestFormerEmailRelease(t *testing.T) {
 		if len(mail.releases) != 0 {
 			t.Fatalf("refused requests mailed links: %v", mail.releases)
 		}
-		if claims, _ := svc.EmailClaims(ctx, bob.ID); !slices.Contains(claims, "bob@example.com") {
+		if claims, _ := svc.Identity.EmailClaims(ctx, bob.ID); !slices.Contains(claims, "bob@example.com") {
 			t.Fatalf("bob's former address is gone: %v", claims)
 		}
 
@@ -145,17 +145,17 @@ func TestFormerEmailRelease(t *testing.T) {
 			t.Fatalf("no link mailed to the former address: %v", mail.releases)
 		}
 		clk.Advance(time.Second)
-		if _, err := svc.ChangePassword(ctx, ann.ID, goodPassword, "a different long passphrase"); err != nil {
+		if _, err := svc.Credentials.ChangePassword(ctx, ann.ID, goodPassword, "a different long passphrase"); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := svc.ReleaseEmailWithToken(ctx, stale); !errors.Is(err, accounts.ErrInvalidToken) {
+		if _, _, err := svc.Identity.ReleaseEmailWithToken(ctx, stale); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Fatalf("a link from before the password change = %v", err)
 		}
-		if _, _, err := svc.ReleaseEmailWithToken(ctx, "made-up"); !errors.Is(err, accounts.ErrInvalidToken) {
+		if _, _, err := svc.Identity.ReleaseEmailWithToken(ctx, "made-up"); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Fatalf("an unknown link = %v", err)
 		}
 		// Nothing is released until the link is opened.
-		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "ann@example.com", Username: "ann-two", Password: goodPassword}); !errors.Is(err, accounts.ErrEmailClaimed) {
+		if _, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "ann@example.com", Username: "ann-two", Password: goodPassword}); !errors.Is(err, accounts.ErrEmailClaimed) {
 			t.Fatalf("signup before the link is opened = %v", err)
 		}
 
@@ -163,23 +163,23 @@ func TestFormerEmailRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		token := mail.releases["ann@example.com"]
-		u, email, err := svc.ReleaseEmailWithToken(ctx, token)
+		u, email, err := svc.Identity.ReleaseEmailWithToken(ctx, token)
 		if err != nil || u.ID != ann.ID || email != "ann@example.com" {
 			t.Fatalf("release: %+v %q %v", u, email, err)
 		}
-		if _, _, err := svc.ReleaseEmailWithToken(ctx, token); !errors.Is(err, accounts.ErrInvalidToken) {
+		if _, _, err := svc.Identity.ReleaseEmailWithToken(ctx, token); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Fatalf("the link used twice = %v", err)
 		}
-		if claims, _ := svc.EmailClaims(ctx, ann.ID); slices.Contains(claims, "ann@example.com") {
+		if claims, _ := svc.Identity.EmailClaims(ctx, ann.ID); slices.Contains(claims, "ann@example.com") {
 			t.Fatalf("still claimed after release: %v", claims)
 		}
-		if claims, _ := svc.EmailClaims(ctx, bob.ID); !slices.Contains(claims, "bob@example.com") {
+		if claims, _ := svc.Identity.EmailClaims(ctx, bob.ID); !slices.Contains(claims, "bob@example.com") {
 			t.Fatalf("bob's former address went with ann's: %v", claims)
 		}
 
 		// The same account moving back to a released address verifies it
 		// again: it changes, unverified, like any new address.
-		back, err := svc.ChangeEmail(ctx, ann.ID, "ann@example.com")
+		back, err := svc.Identity.ChangeEmail(ctx, ann.ID, "ann@example.com")
 		if err != nil || back.EmailVerified() {
 			t.Fatalf("moving back to a released address: %+v, %v", back, err)
 		}
@@ -189,10 +189,10 @@ func TestFormerEmailRelease(t *testing.T) {
 		if err := release(caller(bob, true), "bob@example.com"); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := svc.ReleaseEmailWithToken(ctx, mail.releases["bob@example.com"]); err != nil {
+		if _, _, err := svc.Identity.ReleaseEmailWithToken(ctx, mail.releases["bob@example.com"]); err != nil {
 			t.Fatal(err)
 		}
-		again, err := svc.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob-two", Password: goodPassword})
+		again, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob-two", Password: goodPassword})
 		if err != nil {
 			t.Fatalf("signup after release: %v", err)
 		}
@@ -219,7 +219,7 @@ func TestChangeOwnUsername(t *testing.T) {
 		ctx := context.Background()
 		svc, clk := newService(t, s, accounts.Config{BrandNames: []string{"Acme"}, ReservedUsernames: []string{"reserved-by-config"}})
 		ann, bob := signup(t, svc, "ann"), signup(t, svc, "bob")
-		if err := svc.ReserveUsername(ctx, "Runtime-Held"); err != nil {
+		if err := svc.Identity.ReserveUsername(ctx, "Runtime-Held"); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
@@ -236,16 +236,16 @@ func TestChangeOwnUsername(t *testing.T) {
 			{"reserved-by-config", accounts.ErrUsernameReserved},
 			{"runtimeheld", accounts.ErrUsernameReserved},
 		} {
-			if _, err := svc.ChangeOwnUsername(ctx, ann.ID, tc.name, nil); !errors.Is(err, tc.want) {
+			if _, err := svc.Identity.ChangeOwnUsername(ctx, ann.ID, tc.name, nil); !errors.Is(err, tc.want) {
 				t.Fatalf("change to %q = %v, want %v", tc.name, err, tc.want)
 			}
 		}
 		// A released built-in name is free; a permanent one never is.
-		if err := svc.ReleaseUsername(ctx, "blog"); err != nil {
+		if err := svc.Identity.ReleaseUsername(ctx, "blog"); err != nil {
 			t.Fatal(err)
 		}
 		var told []accounts.UsernameChange
-		c, err := svc.ChangeOwnUsername(ctx, ann.ID, "Blog", func(_ context.Context, tx bun.IDB, c accounts.UsernameChange) error {
+		c, err := svc.Identity.ChangeOwnUsername(ctx, ann.ID, "Blog", func(_ context.Context, tx bun.IDB, c accounts.UsernameChange) error {
 			told = append(told, c)
 			return nil
 		})
@@ -258,86 +258,86 @@ func TestChangeOwnUsername(t *testing.T) {
 		if !c.HeldUntil.Equal(clk.Now().Add(accounts.DefaultUsernameHold)) || !c.NextChangeAt.Equal(clk.Now().Add(accounts.DefaultUsernameChangeCooldown)) {
 			t.Fatalf("held until %v, next change %v", c.HeldUntil, c.NextChangeAt)
 		}
-		if u, err := svc.UserByUsername(ctx, "blog"); err != nil || u.ID != ann.ID {
+		if u, err := svc.Identity.UserByUsername(ctx, "blog"); err != nil || u.ID != ann.ID {
 			t.Fatalf("lookup of the new name: %+v %v", u, err)
 		}
 
 		// The old name is held for ann: bob cannot change to it, nobody
 		// signs up with it, in any case.
-		if _, err := svc.ChangeOwnUsername(ctx, bob.ID, "Ann", nil); !errors.Is(err, accounts.ErrUsernameTaken) {
+		if _, err := svc.Identity.ChangeOwnUsername(ctx, bob.ID, "Ann", nil); !errors.Is(err, accounts.ErrUsernameTaken) {
 			t.Fatalf("bob takes ann's held name: %v", err)
 		}
-		if _, err := svc.ChangeUsername(ctx, bob.ID, "ann"); !errors.Is(err, accounts.ErrUsernameTaken) {
+		if _, err := svc.Identity.ChangeUsername(ctx, bob.ID, "ann"); !errors.Is(err, accounts.ErrUsernameTaken) {
 			t.Fatalf("an operator gives bob ann's held name: %v", err)
 		}
-		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "carl@example.com", Username: "ANN", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameTaken) {
+		if _, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "carl@example.com", Username: "ANN", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameTaken) {
 			t.Fatalf("signup with a held name: %v", err)
 		}
-		if holds, _ := svc.UsernameHolds(ctx, ann.ID); len(holds) != 1 || holds["ann"].IsZero() {
+		if holds, _ := svc.Identity.UsernameHolds(ctx, ann.ID); len(holds) != 1 || holds["ann"].IsZero() {
 			t.Fatalf("ann's holds %v", holds)
 		}
-		if holds, _ := svc.UsernameHolds(ctx, bob.ID); len(holds) != 0 {
+		if holds, _ := svc.Identity.UsernameHolds(ctx, bob.ID); len(holds) != 0 {
 			t.Fatalf("bob's holds %v", holds)
 		}
 
 		// The cooldown: a second change waits, and says until when.
 		clk.Advance(time.Hour)
-		c, err = svc.ChangeOwnUsername(ctx, ann.ID, "ann-again", nil)
+		c, err = svc.Identity.ChangeOwnUsername(ctx, ann.ID, "ann-again", nil)
 		if !errors.Is(err, accounts.ErrUsernameCooldown) || c.NextChangeAt == nil || c.User.Username != "blog" {
 			t.Fatalf("change within the cooldown = %+v, %v", c, err)
 		}
-		if next, err := svc.NextUsernameChange(ctx, ann.ID); err != nil || !next.Equal(*c.NextChangeAt) {
+		if next, err := svc.Identity.NextUsernameChange(ctx, ann.ID); err != nil || !next.Equal(*c.NextChangeAt) {
 			t.Fatalf("next change %v, %v", next, err)
 		}
 		// Asking for the current name is no change (and no wait).
-		if c, err := svc.ChangeOwnUsername(ctx, ann.ID, "BLOG", nil); err != nil || c.Changed() {
+		if c, err := svc.Identity.ChangeOwnUsername(ctx, ann.ID, "BLOG", nil); err != nil || c.Changed() {
 			t.Fatalf("unchanged = %+v, %v", c, err)
 		}
 		// An operator's change does not wait, and holds nothing.
-		if _, err := svc.ChangeUsername(ctx, bob.ID, "bob-renamed"); err != nil {
+		if _, err := svc.Identity.ChangeUsername(ctx, bob.ID, "bob-renamed"); err != nil {
 			t.Fatal(err)
 		}
-		if holds, _ := svc.UsernameHolds(ctx, bob.ID); len(holds) != 0 {
+		if holds, _ := svc.Identity.UsernameHolds(ctx, bob.ID); len(holds) != 0 {
 			t.Fatalf("an operator's change held %v", holds)
 		}
 
 		// After the cooldown ann takes her old name back: its hold goes.
 		clk.Advance(accounts.DefaultUsernameChangeCooldown)
-		if c, err := svc.ChangeOwnUsername(ctx, ann.ID, "ann", nil); err != nil || c.User.Username != "ann" {
+		if c, err := svc.Identity.ChangeOwnUsername(ctx, ann.ID, "ann", nil); err != nil || c.User.Username != "ann" {
 			t.Fatalf("take back = %+v, %v", c, err)
 		}
-		holds, _ := svc.UsernameHolds(ctx, ann.ID)
+		holds, _ := svc.Identity.UsernameHolds(ctx, ann.ID)
 		if _, ok := holds["ann"]; ok || len(holds) != 1 {
 			t.Fatalf("holds after taking the name back: %v", holds)
 		}
 		// "blog" is held now; when the hold ends it is free for others.
-		if _, err := svc.ChangeOwnUsername(ctx, bob.ID, "blog", nil); !errors.Is(err, accounts.ErrUsernameTaken) {
+		if _, err := svc.Identity.ChangeOwnUsername(ctx, bob.ID, "blog", nil); !errors.Is(err, accounts.ErrUsernameTaken) {
 			t.Fatalf("bob takes the held blog: %v", err)
 		}
 		clk.Advance(accounts.DefaultUsernameHold)
-		if c, err := svc.ChangeOwnUsername(ctx, bob.ID, "blog", nil); err != nil || c.User.Username != "blog" {
+		if c, err := svc.Identity.ChangeOwnUsername(ctx, bob.ID, "blog", nil); err != nil || c.User.Username != "blog" {
 			t.Fatalf("bob takes blog after its hold: %+v, %v", c, err)
 		}
 		// A suspended or deleting account cannot change its name.
-		if _, err := svc.Suspend(ctx, ann.ID); err != nil {
+		if _, err := svc.Lifecycle.Suspend(ctx, ann.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.ChangeOwnUsername(ctx, ann.ID, "ann-suspended", nil); !errors.Is(err, accounts.ErrSuspended) {
+		if _, err := svc.Identity.ChangeOwnUsername(ctx, ann.ID, "ann-suspended", nil); !errors.Is(err, accounts.ErrSuspended) {
 			t.Fatalf("suspended change = %v", err)
 		}
 		// The mail's error rolls the change back.
 		carl := signup(t, svc, "carl")
 		boom := errors.New("outbox down")
-		if _, err := svc.ChangeOwnUsername(ctx, carl.ID, "carl-two", func(context.Context, bun.IDB, accounts.UsernameChange) error { return boom }); !errors.Is(err, boom) {
+		if _, err := svc.Identity.ChangeOwnUsername(ctx, carl.ID, "carl-two", func(context.Context, bun.IDB, accounts.UsernameChange) error { return boom }); !errors.Is(err, boom) {
 			t.Fatalf("failing mail = %v", err)
 		}
-		if u, _ := svc.UserByID(ctx, carl.ID); u.Username != "carl" {
+		if u, _ := svc.Identity.UserByID(ctx, carl.ID); u.Username != "carl" {
 			t.Fatalf("the change stayed without its mail: %s", u.Username)
 		}
-		if holds, _ := svc.UsernameHolds(ctx, carl.ID); len(holds) != 0 {
+		if holds, _ := svc.Identity.UsernameHolds(ctx, carl.ID); len(holds) != 0 {
 			t.Fatalf("a hold stayed without its change: %v", holds)
 		}
-		if next, _ := svc.NextUsernameChange(ctx, carl.ID); !next.IsZero() {
+		if next, _ := svc.Identity.NextUsernameChange(ctx, carl.ID); !next.IsZero() {
 			t.Fatalf("a cooldown stayed without its change: %v", next)
 		}
 	})
@@ -370,7 +370,7 @@ func TestUsernameClaimRaces(t *testing.T) {
 					if i%2 == 1 {
 						want = strings.ToUpper(name)
 					}
-					_, err := svc.ChangeOwnUsername(ctx, u.ID, want, nil)
+					_, err := svc.Identity.ChangeOwnUsername(ctx, u.ID, want, nil)
 					switch {
 					case err == nil:
 						wins.Add(1)
@@ -400,7 +400,7 @@ func TestUsernameClaimRaces(t *testing.T) {
 			var claimed atomic.Bool
 			wg.Go(func() {
 				<-start
-				if _, err := svc.ChangeOwnUsername(ctx, owner.ID, fmt.Sprintf("owner-%d-new", round), nil); err != nil {
+				if _, err := svc.Identity.ChangeOwnUsername(ctx, owner.ID, fmt.Sprintf("owner-%d-new", round), nil); err != nil {
 					t.Errorf("give up: %v", err)
 				}
 			})
@@ -408,7 +408,7 @@ func TestUsernameClaimRaces(t *testing.T) {
 				wg.Go(func() {
 					<-start
 					for range 5 {
-						if _, err := svc.ChangeOwnUsername(ctx, u.ID, owner.Username, nil); err == nil {
+						if _, err := svc.Identity.ChangeOwnUsername(ctx, u.ID, owner.Username, nil); err == nil {
 							claimed.Store(true)
 						}
 					}
@@ -477,7 +477,7 @@ func TestAccountUsernameChangeCapability(t *testing.T) {
 		if err != nil || out.Username != "ann-renamed" || out.Previous != "ann" || !out.Changed || out.HeldUntil == nil || out.NextChangeAt == nil {
 			t.Fatalf("change = %+v, %v", out, err)
 		}
-		if u, _ := svc.UserByID(ctx, bob.ID); u.Username != "bob" {
+		if u, _ := svc.Identity.UserByID(ctx, bob.ID); u.Username != "bob" {
 			t.Fatalf("bob's name changed: %s", u.Username)
 		}
 		// Bob cannot take ann's former or current name, whatever its case.

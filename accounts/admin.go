@@ -90,7 +90,7 @@ func likeEscape(s string) string {
 
 // AdminUsers returns one page of accounts matching f, oldest first, with
 // their roles.
-func (s *Service) AdminUsers(ctx context.Context, f AdminUserFilter, req storage.PageRequest) (storage.Page[AdminUser], error) {
+func (s *Roles) AdminUsers(ctx context.Context, f AdminUserFilter, req storage.PageRequest) (storage.Page[AdminUser], error) {
 	db := s.store.Reader
 	q := db.NewSelect().Table("users").Column(adminUserColumns...)
 	if f.Search != "" {
@@ -126,7 +126,7 @@ func (s *Service) AdminUsers(ctx context.Context, f AdminUserFilter, req storage
 	return page, nil
 }
 
-func (s *Service) rolesOf(ctx context.Context, ids []int64) (map[int64][]string, error) {
+func (s *core) rolesOf(ctx context.Context, ids []int64) (map[int64][]string, error) {
 	var grants []struct {
 		UserID   int64  `bun:"user_id"`
 		RoleName string `bun:"role_name"`
@@ -144,12 +144,12 @@ func (s *Service) rolesOf(ctx context.Context, ids []int64) (map[int64][]string,
 
 // AdminUserByStableID returns the administration view of one account, or
 // ErrNotFound.
-func (s *Service) AdminUserByStableID(ctx context.Context, sid string) (AdminUser, error) {
+func (s *Roles) AdminUserByStableID(ctx context.Context, sid string) (AdminUser, error) {
 	u, _, err := s.adminUser(ctx, sid)
 	return u, err
 }
 
-func (s *Service) adminUser(ctx context.Context, sid string) (AdminUser, int64, error) {
+func (s *core) adminUser(ctx context.Context, sid string) (AdminUser, int64, error) {
 	var row adminUserRow
 	err := s.store.Reader.NewSelect().Table("users").Column(adminUserColumns...).Where("stable_user_id = ?", sid).Scan(ctx, &row)
 	if err != nil {
@@ -356,7 +356,7 @@ func (s *Service) AdminCapabilities(opts AdminOptions) []capabilities.Capability
 				if err != nil {
 					return AdminUserListOutput{}, err
 				}
-				page, err := s.AdminUsers(ctx, AdminUserFilter{Search: in.Query, Role: in.Role}, req)
+				page, err := s.Roles.AdminUsers(ctx, AdminUserFilter{Search: in.Query, Role: in.Role}, req)
 				if err != nil {
 					return AdminUserListOutput{}, err
 				}
@@ -375,27 +375,29 @@ func (s *Service) AdminCapabilities(opts AdminOptions) []capabilities.Capability
 		state("adminUserSuspend", "Suspend an account",
 			"Suspends an account: its sessions, tokens and calls are refused until it is unsuspended. Refused for your own account and for the last active admin. Admins only.", true,
 			func(ctx context.Context, call *capabilities.Call, id int64) (bool, error) {
-				u, err := s.UserByID(ctx, id)
+				u, err := s.Identity.UserByID(ctx, id)
 				if err != nil {
 					return false, err
 				}
 				if u.StableID == call.Caller.UserID {
 					return false, ErrSuspendSelf
 				}
-				return s.Suspend(ctx, id)
+				return s.Lifecycle.Suspend(ctx, id)
 			}),
 		state("adminUserUnsuspend", "Unsuspend an account",
 			"Lifts an account's suspension. Admins only.", false,
-			func(ctx context.Context, _ *capabilities.Call, id int64) (bool, error) { return s.Unsuspend(ctx, id) }),
+			func(ctx context.Context, _ *capabilities.Call, id int64) (bool, error) {
+				return s.Lifecycle.Unsuspend(ctx, id)
+			}),
 		state("adminUserVerify", "Mark an account's email verified",
 			"Records that the account's current email address is verified. Admins only.", false,
 			func(ctx context.Context, _ *capabilities.Call, id int64) (bool, error) {
-				return s.MarkEmailVerified(ctx, id)
+				return s.Identity.MarkEmailVerified(ctx, id)
 			}),
 		role("adminRoleAssign", "Assign a role",
-			"Gives an account a role. The admin role is refused: only the operator grants it, from the command line. Admins only.", false, s.AssignRole),
+			"Gives an account a role. The admin role is refused: only the operator grants it, from the command line. Admins only.", false, s.Roles.AssignRole),
 		role("adminRoleRemove", "Remove a role",
-			"Takes a role from an account. The admin role is refused: only the operator revokes it, from the command line. Admins only.", true, s.RemoveRole),
+			"Takes a role from an account. The admin role is refused: only the operator revokes it, from the command line. Admins only.", true, s.Roles.RemoveRole),
 	}
 	if opts.MailSetupLink != nil {
 		caps = append(caps, capabilities.Define(capabilities.Spec[AdminUserCreateInput, AdminUserCreateOutput]{

@@ -56,7 +56,7 @@ func newAdminFixture(t *testing.T, s *storage.Store, mailErr error) *adminFixtur
 		t.Fatal(err)
 	}
 	f.root, f.bob = signup(t, svc, "chief"), signup(t, svc, "bob")
-	if _, err := svc.GrantAdminAsOperator(ctx, f.root.ID); err != nil {
+	if _, err := svc.Roles.GrantAdminAsOperator(ctx, f.root.ID); err != nil {
 		t.Fatal(err)
 	}
 	load := func(u accounts.User) capabilities.Caller {
@@ -133,7 +133,7 @@ func TestAdminCapabilities(t *testing.T) {
 			}
 		}
 		// The non-admin's attempts changed nothing.
-		if u, _ := f.svc.UserByID(t.Context(), f.root.ID); u.SuspendedAt != nil {
+		if u, _ := f.svc.Identity.UserByID(t.Context(), f.root.ID); u.SuspendedAt != nil {
 			t.Fatal("a non-admin suspended the admin")
 		}
 
@@ -222,10 +222,10 @@ func TestAdminCapabilities(t *testing.T) {
 		if _, err := f.invoke(t, f.admin, "adminRoleRemove", accounts.AdminRoleInput{UserID: f.root.StableID, Role: capabilities.RoleAdmin}); !errors.Is(err, accounts.ErrAdminRoleReserved) {
 			t.Fatalf("remove own admin: %v", err)
 		}
-		if g, _ := f.svc.RolesAndPermissions(t.Context(), f.bob.ID); g.HasRole(capabilities.RoleAdmin) {
+		if g, _ := f.svc.Roles.RolesAndPermissions(t.Context(), f.bob.ID); g.HasRole(capabilities.RoleAdmin) {
 			t.Fatal("a capability granted admin")
 		}
-		if g, _ := f.svc.RolesAndPermissions(t.Context(), f.root.ID); !g.HasRole(capabilities.RoleAdmin) {
+		if g, _ := f.svc.Roles.RolesAndPermissions(t.Context(), f.root.ID); !g.HasRole(capabilities.RoleAdmin) {
 			t.Fatal("a capability revoked admin")
 		}
 		if _, err := f.invoke(t, f.admin, "adminRoleAssign", accounts.AdminRoleInput{UserID: f.bob.StableID, Role: "wizard"}); capabilities.CodeOf(err) != capabilities.CodeInvalidInput {
@@ -250,7 +250,7 @@ func TestAdminCapabilities(t *testing.T) {
 		if u.Username != "newbie" || token == "" || strings.Contains(string(b), token) || !strings.Contains(string(b), `"setupLinkSent":true`) {
 			t.Fatalf("create: %s (mailed %v)", b, f.mailed)
 		}
-		if _, err := f.svc.SetPasswordWithToken(t.Context(), token, goodPassword); err != nil {
+		if _, err := f.svc.Credentials.SetPasswordWithToken(t.Context(), token, goodPassword); err != nil {
 			t.Fatalf("the mailed token does not set a password: %v", err)
 		}
 		if _, err := f.invoke(t, f.admin, "adminUserCreate", accounts.AdminUserCreateInput{Email: "new@example.com", Username: "other"}); capabilities.CodeOf(err) != capabilities.CodeConflict {
@@ -271,7 +271,7 @@ func TestAdminUserCreateRollsBackWithoutMail(t *testing.T) {
 		if _, err := f.invoke(t, f.admin, "adminUserCreate", accounts.AdminUserCreateInput{Email: "lost@example.com", Username: "lost"}); capabilities.CodeOf(err) != capabilities.CodeInternal {
 			t.Fatalf("create without mail: %v", err)
 		}
-		if _, err := f.svc.UserByEmail(t.Context(), "lost@example.com"); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := f.svc.Identity.UserByEmail(t.Context(), "lost@example.com"); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("the account exists without its mail: %v", err)
 		}
 	})

@@ -20,19 +20,19 @@ var _ capabilities.CallerLoader = (*Service)(nil)
 // use capabilities.FailClosed. Scopes, AllScopes and Interactive are left
 // for the transport to set.
 func (s *Service) LoadCaller(ctx context.Context, sid string) (capabilities.Caller, error) {
-	u, err := s.UserByStableID(ctx, sid)
+	u, err := s.Identity.UserByStableID(ctx, sid)
 	if errors.Is(err, ErrNotFound) {
 		return capabilities.Caller{}, fmt.Errorf("accounts: load caller: %w", capabilities.ErrUnknownUser)
 	}
 	if err != nil {
 		return capabilities.Caller{}, fmt.Errorf("accounts: load caller: %w", err)
 	}
-	return CallerFor(u, s.FreshGrants(ctx, u.ID)), nil
+	return CallerFor(u, s.Roles.FreshGrants(ctx, u.ID)), nil
 }
 
 // FreshGrants is RolesAndPermissions for request paths: on error it logs
 // and returns no roles (fail closed).
-func (s *Service) FreshGrants(ctx context.Context, userID int64) Grants {
+func (s *Roles) FreshGrants(ctx context.Context, userID int64) Grants {
 	g, err := s.RolesAndPermissions(ctx, userID)
 	if err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "accounts: loading roles failed; treating the caller as holding none", "user_id", userID, "error", err)

@@ -84,19 +84,19 @@ func TestSyncVocabulary(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 { // idempotent
-			if err := svc.SyncVocabulary(ctx, vocab); err != nil {
+			if err := svc.Roles.SyncVocabulary(ctx, vocab); err != nil {
 				t.Fatal(err)
 			}
 		}
 		plain, admin := signup(t, svc, "sync-user"), signup(t, svc, "sync-boss")
-		if _, err := svc.GrantAdminAsOperator(ctx, admin.ID); err != nil {
+		if _, err := svc.Roles.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
 			user accounts.User
 			role string
 		}{{plain, capabilities.RoleUser}, {admin, capabilities.RoleAdmin}} {
-			g, err := svc.RolesAndPermissions(ctx, tc.user.ID)
+			g, err := svc.Roles.RolesAndPermissions(ctx, tc.user.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestSyncVocabulary(t *testing.T) {
 			}
 		}
 		note := capabilities.NewPermission(capabilities.ActionCreate, "note", capabilities.Own)
-		if g, _ := svc.RolesAndPermissions(ctx, plain.ID); !g.Has(note) {
+		if g, _ := svc.Roles.RolesAndPermissions(ctx, plain.ID); !g.Has(note) {
 			t.Errorf("user lacks %s", note)
 		}
 	})

@@ -33,7 +33,7 @@ type EmailReleaseMailer interface {
 // the address stays claimed by the account. It returns the normalized
 // address. ErrNotFound when userID holds no such former address (its
 // current one included); ErrDeleting, ErrSuspended.
-func (s *Service) RequestEmailRelease(ctx context.Context, userID int64, rawEmail string, mail func(ctx context.Context, tx bun.IDB, u User, email, token string) error) (string, error) {
+func (s *Identity) RequestEmailRelease(ctx context.Context, userID int64, rawEmail string, mail func(ctx context.Context, tx bun.IDB, u User, email, token string) error) (string, error) {
 	email, err := NormalizeEmail(rawEmail)
 	if err != nil {
 		return "", fmt.Errorf("accounts: request email release: %w", err)
@@ -66,7 +66,7 @@ func (s *Service) RequestEmailRelease(ctx context.Context, userID int64, rawEmai
 
 // holdsFormer reports whether email is a former (not the current) address
 // claimed by userID.
-func (s *Service) holdsFormer(ctx context.Context, db bun.IDB, userID int64, email string) (bool, error) {
+func (s *Identity) holdsFormer(ctx context.Context, db bun.IDB, userID int64, email string) (bool, error) {
 	return db.NewSelect().TableExpr("email_claims AS c").Join("JOIN users AS u ON u.id = c.user_id").
 		Where("c.user_id = ?", userID).Where("c.email = ?", email).Where("u.email <> c.email").Exists(ctx)
 }
@@ -80,7 +80,7 @@ func (s *Service) holdsFormer(ctx context.Context, db bun.IDB, userID int64, ema
 // before the account's password last changed, or whose address the
 // account no longer holds as a former one is refused with a *LinkError
 // (ErrInvalidToken); ErrSuspended and ErrDeleting for such accounts.
-func (s *Service) ReleaseEmailWithToken(ctx context.Context, token string) (User, string, error) {
+func (s *Identity) ReleaseEmailWithToken(ctx context.Context, token string) (User, string, error) {
 	row, err := s.TakeMailLink(ctx, token, PurposeReleaseEmail)
 	if err != nil {
 		return User{}, "", err

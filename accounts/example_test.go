@@ -30,7 +30,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	u, err := svc.Signup(ctx, accounts.SignupInput{
+	u, err := svc.Identity.Signup(ctx, accounts.SignupInput{
 		Email: "Ada@Example.com", Username: "ada", Password: "analytical engine",
 	})
 	if err != nil {
@@ -38,17 +38,17 @@ func Example() {
 	}
 	fmt.Println(u.Email, u.StableID[:12])
 
-	_, err = svc.Login(ctx, "ada@example.com", "difference engine")
+	_, err = svc.Credentials.Login(ctx, "ada@example.com", "difference engine")
 	fmt.Println(err)
 
 	// Roles are loaded fresh for every request.
-	g, err := svc.RolesAndPermissions(ctx, u.ID)
+	g, err := svc.Roles.RolesAndPermissions(ctx, u.ID)
 	if err != nil {
 		g = accounts.Grants{} // fail closed (and log err)
 	}
 	fmt.Println(g.Roles, g.Has(capabilities.ReadUserOwn), g.Has(capabilities.ReadUserAny))
 
-	_, err = svc.RevokeAdminAsOperator(ctx, u.ID)
+	_, err = svc.Roles.RevokeAdminAsOperator(ctx, u.ID)
 	fmt.Println(err) // ada never had the role: a no-op
 
 	// Output:
@@ -60,7 +60,7 @@ func Example() {
 
 // A person changes their own username: the name given up stays held for
 // them, so another account cannot take it, and the next change waits.
-func ExampleService_ChangeOwnUsername() {
+func ExampleIdentity_ChangeOwnUsername() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "enclave-example")
 	defer os.RemoveAll(dir)
@@ -76,15 +76,15 @@ func ExampleService_ChangeOwnUsername() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ada, _ := svc.Signup(ctx, accounts.SignupInput{Email: "ada@example.com", Username: "ada", Password: "analytical engine"})
-	bob, _ := svc.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob", Password: "difference engine"})
+	ada, _ := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "ada@example.com", Username: "ada", Password: "analytical engine"})
+	bob, _ := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob", Password: "difference engine"})
 
-	c, err := svc.ChangeOwnUsername(ctx, ada.ID, "Ada-Lovelace", nil)
+	c, err := svc.Identity.ChangeOwnUsername(ctx, ada.ID, "Ada-Lovelace", nil)
 	fmt.Println(c.Previous, "->", c.User.Username, err, c.HeldUntil != nil)
 
-	_, err = svc.ChangeOwnUsername(ctx, bob.ID, "ada", nil)
+	_, err = svc.Identity.ChangeOwnUsername(ctx, bob.ID, "ada", nil)
 	fmt.Println(err)
-	_, err = svc.ChangeOwnUsername(ctx, ada.ID, "ada-again", nil)
+	_, err = svc.Identity.ChangeOwnUsername(ctx, ada.ID, "ada-again", nil)
 	fmt.Println(err)
 
 	// Output:

@@ -31,7 +31,7 @@ type ExternalSignupInput struct {
 // closed, ErrInviteInvalid without a valid invite when it is by
 // invitation. The username is made from the address (with a suffix when
 // taken); the person can change it later.
-func (s *Service) SignupExternal(ctx context.Context, in ExternalSignupInput) (User, error) {
+func (s *Identity) SignupExternal(ctx context.Context, in ExternalSignupInput) (User, error) {
 	var invite *string
 	switch s.cfg.Signup {
 	case SignupClosed:

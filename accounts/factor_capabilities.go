@@ -124,7 +124,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return Factors{}, err
 				}
-				return s.FactorsOf(ctx, u.ID)
+				return s.SecondFactors.FactorsOf(ctx, u.ID)
 			},
 		}),
 		capabilities.Define(capabilities.Spec[PasswordInput, TOTPBeginOutput]{
@@ -140,10 +140,10 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				// A borrowed session or a phished password must not be able to
 				// add a factor: the password, and a proof of a factor the
 				// account has (a passkey) when it has one.
-				if err := s.Reauthenticate(ctx, u, in.Password, in.Proof()); err != nil {
+				if err := s.SecondFactors.Reauthenticate(ctx, u, in.Password, in.Proof()); err != nil {
 					return TOTPBeginOutput{}, reauthError(err)
 				}
-				e, err := s.BeginTOTP(ctx, u, issuer)
+				e, err := s.SecondFactors.BeginTOTP(ctx, u, issuer)
 				return e, capabilityError(err)
 			},
 		}),
@@ -157,7 +157,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return RecoveryCodesOutput{}, err
 				}
-				codes, err := s.ConfirmTOTP(ctx, u, in.Code)
+				codes, err := s.SecondFactors.ConfirmTOTP(ctx, u, in.Code)
 				if err != nil {
 					return RecoveryCodesOutput{}, capabilityError(err)
 				}
@@ -175,7 +175,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return DoneOutput{}, err
 				}
-				if err := s.DisableTOTP(ctx, u, in.Password, in.Code); err != nil {
+				if err := s.SecondFactors.DisableTOTP(ctx, u, in.Password, in.Code); err != nil {
 					return DoneOutput{}, capabilityError(err)
 				}
 				tell(ctx, u, FactorTOTPDisabled)
@@ -192,7 +192,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return RecoveryCodesOutput{}, err
 				}
-				codes, err := s.RegenerateRecoveryCodes(ctx, u, in.Password, in.Proof())
+				codes, err := s.SecondFactors.RegenerateRecoveryCodes(ctx, u, in.Password, in.Proof())
 				if err != nil {
 					return RecoveryCodesOutput{}, reauthError(err)
 				}
@@ -213,10 +213,10 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				// A borrowed session or a phished password must not be able to
 				// add a factor: the password, and a proof of a factor the
 				// account has when it has one.
-				if err := s.Reauthenticate(ctx, u, in.Password, in.Proof()); err != nil {
+				if err := s.SecondFactors.Reauthenticate(ctx, u, in.Password, in.Proof()); err != nil {
 					return PasskeyCeremony{}, reauthError(err)
 				}
-				c, err := s.BeginPasskeyRegistration(ctx, u)
+				c, err := s.SecondFactors.BeginPasskeyRegistration(ctx, u)
 				return c, capabilityError(err)
 			},
 		}),
@@ -230,7 +230,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return PasskeyCeremony{}, err
 				}
-				c, err := s.BeginPasskeyProof(ctx, u)
+				c, err := s.SecondFactors.BeginPasskeyProof(ctx, u)
 				return c, capabilityError(err)
 			},
 		}),
@@ -248,7 +248,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return Passkey{}, capabilityError(ErrPasskeyInvalid)
 				}
-				p, err := s.FinishPasskeyRegistration(ctx, u, in.Token, in.Name, raw)
+				p, err := s.SecondFactors.FinishPasskeyRegistration(ctx, u, in.Token, in.Name, raw)
 				if err != nil {
 					return Passkey{}, capabilityError(err)
 				}
@@ -266,7 +266,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				if err != nil {
 					return DoneOutput{}, err
 				}
-				if err := s.RenamePasskey(ctx, u.ID, in.ID, in.Name); err != nil {
+				if err := s.SecondFactors.RenamePasskey(ctx, u.ID, in.ID, in.Name); err != nil {
 					return DoneOutput{}, capabilityError(err)
 				}
 				tell(ctx, u, FactorPasskeyRenamed)
@@ -286,10 +286,10 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 				// A borrowed session must not be able to remove a factor (and,
 				// with it, sign the owner out everywhere while it gets a new
 				// session): as turning the app off, it takes the password.
-				if _, err := s.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+				if _, err := s.Credentials.VerifyPassword(ctx, u.ID, in.Password); err != nil {
 					return DoneOutput{}, capabilityError(err)
 				}
-				if err := s.RemovePasskey(ctx, u.ID, in.ID); err != nil {
+				if err := s.SecondFactors.RemovePasskey(ctx, u.ID, in.ID); err != nil {
 					return DoneOutput{}, capabilityError(err)
 				}
 				tell(ctx, u, FactorPasskeyRemoved)
@@ -303,7 +303,7 @@ func (s *Service) FactorCapabilities(issuer string, notify FactorNotifier) []cap
 // Config.RequireAdminSecondFactor it refuses admin capabilities to an
 // account without a second factor (capabilities.CodeSecondFactorRequired,
 // naming the enrolment page). Without that setting it allows everything.
-func (s *Service) AdminSecondFactorGate(ctx context.Context, c capabilities.Caller, role string) error {
+func (s *SecondFactors) AdminSecondFactorGate(ctx context.Context, c capabilities.Caller, role string) error {
 	if !s.cfg.RequireAdminSecondFactor || role != capabilities.RoleAdmin {
 		return nil
 	}
@@ -318,17 +318,17 @@ func (s *Service) AdminSecondFactorGate(ctx context.Context, c capabilities.Call
 }
 
 // RequiresAdminSecondFactor reports Config.RequireAdminSecondFactor.
-func (s *Service) RequiresAdminSecondFactor() bool { return s.cfg.RequireAdminSecondFactor }
+func (s *SecondFactors) RequiresAdminSecondFactor() bool { return s.cfg.RequireAdminSecondFactor }
 
 // AdminHasRequiredFactor reports whether the account (by internal id, or
 // by stable id when that is 0) satisfies RequireAdminSecondFactor: always
 // true when the setting is off.
-func (s *Service) AdminHasRequiredFactor(ctx context.Context, ownerID int64, stableID string) (bool, error) {
+func (s *SecondFactors) AdminHasRequiredFactor(ctx context.Context, ownerID int64, stableID string) (bool, error) {
 	if !s.cfg.RequireAdminSecondFactor {
 		return true, nil
 	}
 	if ownerID == 0 {
-		u, err := s.UserByStableID(ctx, stableID)
+		u, err := s.identity.UserByStableID(ctx, stableID)
 		if err != nil {
 			return false, err
 		}

@@ -44,7 +44,7 @@ func (p FactorProof) Empty() bool {
 // when p is empty, ErrSecondFactorInvalid for a wrong or used code,
 // ErrPasskeyInvalid for an assertion that does not verify. A code or a
 // passkey ceremony is used up by the check, right or wrong.
-func (s *Service) ProveFactor(ctx context.Context, u User, p FactorProof) error {
+func (s *SecondFactors) ProveFactor(ctx context.Context, u User, p FactorProof) error {
 	has, err := s.HasSecondFactor(ctx, u.ID)
 	if err != nil {
 		return err
@@ -67,8 +67,8 @@ func (s *Service) ProveFactor(ctx context.Context, u User, p FactorProof) error 
 // second factor, a fresh proof of one (ProveFactor). The password is
 // checked first: a wrong one spends no code. Errors: ErrInvalidCredentials
 // and those of ProveFactor.
-func (s *Service) Reauthenticate(ctx context.Context, u User, password string, p FactorProof) error {
-	if _, err := s.VerifyPassword(ctx, u.ID, password); err != nil {
+func (s *SecondFactors) Reauthenticate(ctx context.Context, u User, password string, p FactorProof) error {
+	if _, err := s.credentials.VerifyPassword(ctx, u.ID, password); err != nil {
 		return fmt.Errorf("accounts: reauthenticate: %w", err)
 	}
 	if err := s.ProveFactor(ctx, u, p); err != nil {
@@ -80,7 +80,7 @@ func (s *Service) Reauthenticate(ctx context.Context, u User, password string, p
 // ReauthenticateCaller is Reauthenticate for the account of a capability's
 // caller, with the errors a capability returns (sentences for the person;
 // a wrong password says so, as the caller is signed in).
-func (s *Service) ReauthenticateCaller(ctx context.Context, c capabilities.Caller, password string, p FactorProof) error {
+func (s *SecondFactors) ReauthenticateCaller(ctx context.Context, c capabilities.Caller, password string, p FactorProof) error {
 	u, err := s.callerUser(ctx, c)
 	if err != nil {
 		return err
@@ -104,7 +104,7 @@ func reauthError(err error) error {
 // verification required), whose answer proves the factor to an action
 // (FactorProof). The token is single use and expires in five minutes.
 // ErrPasskeyInvalid when u has no passkey.
-func (s *Service) BeginPasskeyProof(ctx context.Context, u User) (PasskeyCeremony, error) {
+func (s *SecondFactors) BeginPasskeyProof(ctx context.Context, u User) (PasskeyCeremony, error) {
 	if err := u.CheckActive(); err != nil {
 		return PasskeyCeremony{}, err
 	}
@@ -132,7 +132,7 @@ func (s *Service) BeginPasskeyProof(ctx context.Context, u User) (PasskeyCeremon
 // without a second factor: it is the proof that the person holds the
 // account (linking a sign-in identity to it), not an extra factor.
 // ErrPasskeyInvalid when it does not verify; the ceremony is used up.
-func (s *Service) ProvePasskey(ctx context.Context, u User, token string, response []byte) error {
+func (s *SecondFactors) ProvePasskey(ctx context.Context, u User, token string, response []byte) error {
 	if token == "" {
 		return ErrPasskeyInvalid
 	}
@@ -140,7 +140,7 @@ func (s *Service) ProvePasskey(ctx context.Context, u User, token string, respon
 }
 
 // finishPasskeyProof checks the assertion of u's proof ceremony token.
-func (s *Service) finishPasskeyProof(ctx context.Context, u User, token string, response []byte) error {
+func (s *SecondFactors) finishPasskeyProof(ctx context.Context, u User, token string, response []byte) error {
 	if len(response) == 0 || len(response) > maxCredentialJSONLength {
 		return ErrPasskeyInvalid
 	}

@@ -100,7 +100,7 @@ func TestAddingAFactorNeedsAProofOfAnother(t *testing.T) {
 		if err := invokeAs(t, reg, bs, "accountTOTPBegin", accounts.PasswordInput{Password: goodPassword}); !errors.Is(err, accounts.ErrFactorProofRequired) {
 			t.Fatalf("authenticator app beside a passkey, password alone: %v", err)
 		}
-		if f, _ := svc.FactorsOf(ctx, bob.ID); f.TOTPPending {
+		if f, _ := svc.SecondFactors.FactorsOf(ctx, bob.ID); f.TOTPPending {
 			t.Fatal("a refused set-up left a pending enrolment")
 		}
 
@@ -129,7 +129,7 @@ func TestPasskeyProofCeremonyIsTheAccounts(t *testing.T) {
 		}
 		insertPasskey(t, s, ann.ID, "ann's laptop")
 		insertPasskey(t, s, bob.ID, "bob's laptop")
-		cer, err := svc.BeginPasskeyProof(ctx, ann)
+		cer, err := svc.SecondFactors.BeginPasskeyProof(ctx, ann)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestPasskeyProofCeremonyIsTheAccounts(t *testing.T) {
 			t.Fatalf("bob uses ann's proof ceremony: %v", err)
 		}
 		// Nor is it a sign-in ceremony.
-		if _, err := svc.FinishPasskeyLogin(ctx, cer.Token, []byte(`{"id":"x"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
+		if _, err := svc.SecondFactors.FinishPasskeyLogin(ctx, cer.Token, []byte(`{"id":"x"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
 			t.Fatalf("a proof ceremony as a sign-in: %v", err)
 		}
 	})
@@ -165,23 +165,23 @@ func TestProvePasskeyNeverPassesWithoutAnAssertion(t *testing.T) {
 		svc, _ := newService(t, s, accounts.Config{Passkeys: accounts.PasskeyConfig{RPID: "localhost", Origins: []string{"http://localhost"}}})
 		ann, bob := signup(t, svc, "ann"), signup(t, svc, "bob")
 		// ann has no second factor: ProveFactor passes her, ProvePasskey not.
-		if err := svc.ProveFactor(ctx, ann, accounts.FactorProof{PasskeyToken: "made-up"}); err != nil {
+		if err := svc.SecondFactors.ProveFactor(ctx, ann, accounts.FactorProof{PasskeyToken: "made-up"}); err != nil {
 			t.Fatalf("ProveFactor without a factor: %v", err)
 		}
 		for _, token := range []string{"", "made-up"} {
-			if err := svc.ProvePasskey(ctx, ann, token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
+			if err := svc.SecondFactors.ProvePasskey(ctx, ann, token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
 				t.Fatalf("ProvePasskey(%q) without a passkey: %v", token, err)
 			}
 		}
 		insertPasskey(t, s, bob.ID, "bob's laptop")
-		cer, err := svc.BeginPasskeyProof(ctx, bob)
+		cer, err := svc.SecondFactors.BeginPasskeyProof(ctx, bob)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := svc.ProvePasskey(ctx, ann, cer.Token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
+		if err := svc.SecondFactors.ProvePasskey(ctx, ann, cer.Token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
 			t.Fatalf("ann with bob's ceremony: %v", err)
 		}
-		if err := svc.ProvePasskey(ctx, bob, cer.Token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
+		if err := svc.SecondFactors.ProvePasskey(ctx, bob, cer.Token, []byte(`{"id":"x","type":"public-key"}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
 			t.Fatalf("a forged assertion: %v", err)
 		}
 	})

@@ -113,7 +113,7 @@ type factorState struct {
 	ring *envelope.Ring
 }
 
-func (s *Service) factorRing(ctx context.Context) (*envelope.Ring, error) {
+func (s *SecondFactors) factorRing(ctx context.Context) (*envelope.Ring, error) {
 	s.factors.once.Lock()
 	defer s.factors.once.Unlock()
 	if s.factors.ring != nil {
@@ -146,7 +146,7 @@ type Factors struct {
 func (f Factors) Any() bool { return f.TOTP || len(f.Passkeys) > 0 }
 
 // FactorsOf returns userID's second factors.
-func (s *Service) FactorsOf(ctx context.Context, userID int64) (Factors, error) {
+func (s *SecondFactors) FactorsOf(ctx context.Context, userID int64) (Factors, error) {
 	var f Factors
 	var row totpRow
 	err := s.store.Reader.NewSelect().Model(&row).Where("user_id = ?", userID).Scan(ctx)
@@ -170,7 +170,7 @@ func (s *Service) FactorsOf(ctx context.Context, userID int64) (Factors, error) 
 
 // HasSecondFactor reports whether userID has a confirmed authenticator app
 // or a passkey. It fails closed: on a store error it returns the error.
-func (s *Service) HasSecondFactor(ctx context.Context, userID int64) (bool, error) {
+func (s *SecondFactors) HasSecondFactor(ctx context.Context, userID int64) (bool, error) {
 	var n int
 	err := s.store.Reader.NewRaw(`SELECT (SELECT COUNT(*) FROM user_totp WHERE user_id = ? AND confirmed_at IS NOT NULL)
 		+ (SELECT COUNT(*) FROM user_passkeys WHERE user_id = ?)`, userID, userID).Scan(ctx, &n)
@@ -208,7 +208,7 @@ func (e TOTPEnrolment) QRCodePNG(size int) ([]byte, error) {
 // BeginTOTP starts (or restarts) setting up an authenticator app for u: a
 // new secret, kept sealed until ConfirmTOTP. It returns ErrTOTPEnabled when
 // one is already confirmed.
-func (s *Service) BeginTOTP(ctx context.Context, u User, issuer string) (TOTPEnrolment, error) {
+func (s *SecondFactors) BeginTOTP(ctx context.Context, u User, issuer string) (TOTPEnrolment, error) {
 	if err := u.CheckActive(); err != nil {
 		return TOTPEnrolment{}, err
 	}
@@ -253,7 +253,7 @@ func (s *Service) BeginTOTP(ctx context.Context, u User, issuer string) (TOTPEnr
 
 // PendingTOTP returns u's enrolment that waits for its first code, or
 // ErrNotFound.
-func (s *Service) PendingTOTP(ctx context.Context, u User) (TOTPEnrolment, error) {
+func (s *SecondFactors) PendingTOTP(ctx context.Context, u User) (TOTPEnrolment, error) {
 	row, key, err := s.loadTOTP(ctx, s.store.Reader, u)
 	if err != nil {
 		return TOTPEnrolment{}, err
@@ -266,12 +266,12 @@ func (s *Service) PendingTOTP(ctx context.Context, u User) (TOTPEnrolment, error
 
 // enrolmentLive reports whether an unconfirmed set-up is still within
 // TOTPEnrolmentTTL.
-func (s *Service) enrolmentLive(row totpRow) bool {
+func (s *SecondFactors) enrolmentLive(row totpRow) bool {
 	return s.now().Before(row.CreatedAt.Add(TOTPEnrolmentTTL))
 }
 
 // loadTOTP reads and opens u's TOTP row; ErrNotFound when there is none.
-func (s *Service) loadTOTP(ctx context.Context, db bun.IDB, u User) (totpRow, *otp.Key, error) {
+func (s *SecondFactors) loadTOTP(ctx context.Context, db bun.IDB, u User) (totpRow, *otp.Key, error) {
 	var row totpRow
 	err := db.NewSelect().Model(&row).Where("user_id = ?", u.ID).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -316,7 +316,7 @@ func matchStep(secret, code string, now time.Time) int64 {
 // useTOTPCode accepts code for row when it matches a step later than the
 // last accepted one, recording that step in the same statement: of two
 // uses of one code (or of an earlier one), only the first succeeds.
-func (s *Service) useTOTPCode(ctx context.Context, db bun.IDB, row totpRow, key *otp.Key, code string) (bool, error) {
+func (s *SecondFactors) useTOTPCode(ctx context.Context, db bun.IDB, row totpRow, key *otp.Key, code string) (bool, error) {
 	step := matchStep(key.Secret(), code, s.cfg.Now())
 	if step == 0 || step <= row.LastStep {
 		return false, nil
@@ -338,7 +338,7 @@ func (s *Service) useTOTPCode(ctx context.Context, db bun.IDB, row totpRow, key 
 // code and returns a new set of recovery codes (shown once; only their
 // hashes are kept). ErrSecondFactorInvalid for a wrong code, ErrNotFound
 // when no set-up is pending, ErrTOTPEnabled when one is already on.
-func (s *Service) ConfirmTOTP(ctx context.Context, u User, code string) ([]string, error) {
+func (s *SecondFactors) ConfirmTOTP(ctx context.Context, u User, code string) ([]string, error) {
 	codes := newRecoveryCodes()
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := writableUser(ctx, tx, u.ID); err != nil {
@@ -405,7 +405,7 @@ func normalizeRecoveryCode(code string) string {
 	return s[0:4] + "-" + s[4:8] + "-" + s[8:12] + "-" + s[12:16]
 }
 
-func (s *Service) replaceRecoveryCodes(ctx context.Context, tx bun.IDB, userID int64, codes []string, now time.Time) error {
+func (s *SecondFactors) replaceRecoveryCodes(ctx context.Context, tx bun.IDB, userID int64, codes []string, now time.Time) error {
 	if _, err := tx.NewDelete().Model((*recoveryCodeRow)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {
 		return err
 	}
@@ -419,7 +419,7 @@ func (s *Service) replaceRecoveryCodes(ctx context.Context, tx bun.IDB, userID i
 
 // useRecoveryCode spends one of userID's recovery codes: of two uses of a
 // code only the first succeeds.
-func (s *Service) useRecoveryCode(ctx context.Context, db bun.IDB, userID int64, code string) (bool, error) {
+func (s *SecondFactors) useRecoveryCode(ctx context.Context, db bun.IDB, userID int64, code string) (bool, error) {
 	c := normalizeRecoveryCode(code)
 	if c == "" {
 		return false, nil
@@ -437,7 +437,7 @@ func (s *Service) useRecoveryCode(ctx context.Context, db bun.IDB, userID int64,
 // used before: the step is recorded) or one of u's unused recovery codes
 // (spent). ErrSecondFactorInvalid otherwise. It reports whether a
 // recovery code was spent.
-func (s *Service) VerifySecondFactorCode(ctx context.Context, u User, code string) (recovery bool, err error) {
+func (s *SecondFactors) VerifySecondFactorCode(ctx context.Context, u User, code string) (recovery bool, err error) {
 	code = strings.TrimSpace(code)
 	if len(code) > 64 {
 		return false, ErrSecondFactorInvalid
@@ -467,7 +467,7 @@ func (s *Service) VerifySecondFactorCode(ctx context.Context, u User, code strin
 // userID issued before now, exactly as a password change does: it stamps
 // password_changed_at (strictly later than before) and runs the
 // password-change hooks, inside tx.
-func (s *Service) revokeCredentialsInTx(ctx context.Context, tx bun.Tx, userID int64) error {
+func (s *SecondFactors) revokeCredentialsInTx(ctx context.Context, tx bun.Tx, userID int64) error {
 	row, err := writableUser(ctx, tx, userID)
 	if err != nil {
 		return err
@@ -493,9 +493,9 @@ func (s *Service) revokeCredentialsInTx(ctx context.Context, tx bun.Tx, userID i
 // unless a passkey remains. Every browser session and OAuth grant issued
 // before it ends, as with a password change: start a new session for the
 // person who made the change.
-func (s *Service) DisableTOTP(ctx context.Context, u User, password, code string) error {
+func (s *SecondFactors) DisableTOTP(ctx context.Context, u User, password, code string) error {
 	defer s.callerChanged(ctx, u.ID) // cached callers of revoked tokens
-	if _, err := s.VerifyPassword(ctx, u.ID, password); err != nil {
+	if _, err := s.credentials.VerifyPassword(ctx, u.ID, password); err != nil {
 		return fmt.Errorf("accounts: disable totp: %w", err)
 	}
 	f, err := s.FactorsOf(ctx, u.ID)
@@ -531,9 +531,9 @@ func (s *Service) DisableTOTP(ctx context.Context, u User, password, code string
 // set (shown once): new codes are a factor, and the password alone must
 // not mint one. It needs a second factor (ErrNoSecondFactor). Like
 // removing a factor, it ends every other session and OAuth grant.
-func (s *Service) RegenerateRecoveryCodes(ctx context.Context, u User, password string, proof FactorProof) ([]string, error) {
+func (s *SecondFactors) RegenerateRecoveryCodes(ctx context.Context, u User, password string, proof FactorProof) ([]string, error) {
 	defer s.callerChanged(ctx, u.ID) // cached callers of revoked tokens
-	if _, err := s.VerifyPassword(ctx, u.ID, password); err != nil {
+	if _, err := s.credentials.VerifyPassword(ctx, u.ID, password); err != nil {
 		return nil, fmt.Errorf("accounts: recovery codes: %w", err)
 	}
 	has, err := s.HasSecondFactor(ctx, u.ID)
@@ -590,7 +590,7 @@ type PendingLogin struct {
 // the token of the step that asks for the second factor: unguessable,
 // single-use, valid for PendingLoginTTL. Only this server-side record says
 // the password was checked; the token merely names it.
-func (s *Service) BeginPendingLogin(ctx context.Context, u User, rememberMe bool) (string, error) {
+func (s *SecondFactors) BeginPendingLogin(ctx context.Context, u User, rememberMe bool) (string, error) {
 	data := "0"
 	if rememberMe {
 		data = "1"
@@ -602,7 +602,7 @@ func (s *Service) BeginPendingLogin(ctx context.Context, u User, rememberMe bool
 	return token, nil
 }
 
-func (s *Service) insertChallenge(ctx context.Context, userID *int64, purpose, data string, ttl time.Duration) (string, error) {
+func (s *SecondFactors) insertChallenge(ctx context.Context, userID *int64, purpose, data string, ttl time.Duration) (string, error) {
 	token := rand.Text() + rand.Text()
 	now := s.now()
 	row := &challengeRow{ID: hashToken(token), UserID: userID, Purpose: purpose, Data: data, CreatedAt: now, ExpiresAt: now.Add(ttl)}
@@ -619,19 +619,19 @@ func (s *Service) insertChallenge(ctx context.Context, userID *int64, purpose, d
 
 // PeekPendingLogin returns the pending sign-in of token without using it,
 // or ErrPendingLoginInvalid.
-func (s *Service) PeekPendingLogin(ctx context.Context, token string) (PendingLogin, error) {
+func (s *SecondFactors) PeekPendingLogin(ctx context.Context, token string) (PendingLogin, error) {
 	row, err := s.liveChallenge(ctx, s.store.Reader, token, purposeSecondFactor)
 	if err != nil {
 		return PendingLogin{}, err
 	}
-	u, err := s.UserByID(ctx, *row.UserID)
+	u, err := s.identity.UserByID(ctx, *row.UserID)
 	if err != nil {
 		return PendingLogin{}, ErrPendingLoginInvalid
 	}
 	return PendingLogin{User: u, RememberMe: row.Data == "1"}, nil
 }
 
-func (s *Service) liveChallenge(ctx context.Context, db bun.IDB, token, purpose string) (challengeRow, error) {
+func (s *SecondFactors) liveChallenge(ctx context.Context, db bun.IDB, token, purpose string) (challengeRow, error) {
 	var row challengeRow
 	if token == "" || len(token) > 128 || !textOK(token) {
 		return row, ErrPendingLoginInvalid
@@ -657,7 +657,7 @@ func textOK(s string) bool {
 // up on success and after too many wrong codes; ErrPendingLoginInvalid
 // when it is unknown, used or expired, ErrSecondFactorInvalid for a wrong
 // code. The caller starts the session.
-func (s *Service) CompletePendingLogin(ctx context.Context, token, code string) (PendingLogin, error) {
+func (s *SecondFactors) CompletePendingLogin(ctx context.Context, token, code string) (PendingLogin, error) {
 	p, row, err := s.attemptPending(ctx, token)
 	if err != nil {
 		return PendingLogin{}, err
@@ -670,7 +670,7 @@ func (s *Service) CompletePendingLogin(ctx context.Context, token, code string) 
 
 // attemptPending counts one attempt on token's pending sign-in, atomically
 // (an exhausted one is refused), and loads its account.
-func (s *Service) attemptPending(ctx context.Context, token string) (PendingLogin, challengeRow, error) {
+func (s *SecondFactors) attemptPending(ctx context.Context, token string) (PendingLogin, challengeRow, error) {
 	row, err := s.liveChallenge(ctx, s.store.DB, token, purposeSecondFactor)
 	if err != nil {
 		return PendingLogin{}, row, err
@@ -684,7 +684,7 @@ func (s *Service) attemptPending(ctx context.Context, token string) (PendingLogi
 		_, _ = s.store.DB.NewDelete().Model((*challengeRow)(nil)).Where("id = ?", row.ID).Exec(ctx)
 		return PendingLogin{}, row, ErrPendingLoginInvalid
 	}
-	u, err := s.UserByID(ctx, *row.UserID)
+	u, err := s.identity.UserByID(ctx, *row.UserID)
 	if err != nil {
 		return PendingLogin{}, row, ErrPendingLoginInvalid
 	}
@@ -693,7 +693,7 @@ func (s *Service) attemptPending(ctx context.Context, token string) (PendingLogi
 
 // finishPending uses up the pending sign-in: of two concurrent successes
 // only one gets the account.
-func (s *Service) finishPending(ctx context.Context, row challengeRow, p PendingLogin) (PendingLogin, error) {
+func (s *SecondFactors) finishPending(ctx context.Context, row challengeRow, p PendingLogin) (PendingLogin, error) {
 	res, err := s.store.DB.NewDelete().Model((*challengeRow)(nil)).Where("id = ?", row.ID).Exec(ctx)
 	if err != nil {
 		return PendingLogin{}, err
@@ -703,7 +703,7 @@ func (s *Service) finishPending(ctx context.Context, row challengeRow, p Pending
 	}
 	// The password may have changed, or the account been suspended, while
 	// the sign-in waited.
-	u, err := s.UserByID(ctx, p.User.ID)
+	u, err := s.identity.UserByID(ctx, p.User.ID)
 	if err != nil {
 		return PendingLogin{}, ErrPendingLoginInvalid
 	}
@@ -719,7 +719,7 @@ func (s *Service) finishPending(ctx context.Context, row challengeRow, p Pending
 
 // FactorsOfPending reports whether the account of the pending sign-in
 // token has passkeys (to offer them on the second step).
-func (s *Service) FactorsOfPending(ctx context.Context, token string) (bool, error) {
+func (s *SecondFactors) FactorsOfPending(ctx context.Context, token string) (bool, error) {
 	p, err := s.PeekPendingLogin(ctx, token)
 	if err != nil {
 		return false, err

@@ -23,7 +23,7 @@ func TestRecoveryCodeRaceAcrossPendingSignIns(t *testing.T) {
 		_, codes := enrolTOTP(t, svc, c, u)
 		var tokens []string
 		for range 8 {
-			tok, err := svc.BeginPendingLogin(ctx, u, false)
+			tok, err := svc.SecondFactors.BeginPendingLogin(ctx, u, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -33,7 +33,7 @@ func TestRecoveryCodeRaceAcrossPendingSignIns(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, tok := range tokens {
 			wg.Go(func() {
-				if _, err := svc.CompletePendingLogin(ctx, tok, codes[0]); err == nil {
+				if _, err := svc.SecondFactors.CompletePendingLogin(ctx, tok, codes[0]); err == nil {
 					ok.Add(1)
 				}
 			})
@@ -53,7 +53,7 @@ func TestPendingAttemptsRace(t *testing.T) {
 		u := signup(t, svc, "alice")
 		enrolTOTP(t, svc, c, u)
 		c.Advance(30 * time.Second)
-		tok, err := svc.BeginPendingLogin(ctx, u, false)
+		tok, err := svc.SecondFactors.BeginPendingLogin(ctx, u, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestPendingAttemptsRace(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 20 {
 			wg.Go(func() {
-				if _, err := svc.CompletePendingLogin(ctx, tok, "000001"); errors.Is(err, accounts.ErrSecondFactorInvalid) {
+				if _, err := svc.SecondFactors.CompletePendingLogin(ctx, tok, "000001"); errors.Is(err, accounts.ErrSecondFactorInvalid) {
 					checked.Add(1)
 				}
 			})
@@ -82,24 +82,24 @@ func TestTOTPEnrolmentExpires(t *testing.T) {
 		ctx := context.Background()
 		svc, c := newService(t, s, accounts.Config{})
 		u := signup(t, svc, "alice")
-		e, err := svc.BeginTOTP(ctx, u, "enclave")
+		e, err := svc.SecondFactors.BeginTOTP(ctx, u, "enclave")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.PendingTOTP(ctx, u); err != nil {
+		if _, err := svc.SecondFactors.PendingTOTP(ctx, u); err != nil {
 			t.Fatalf("fresh set-up: %v", err)
 		}
 		c.Advance(accounts.TOTPEnrolmentTTL + time.Second)
-		if got, err := svc.PendingTOTP(ctx, u); err == nil {
+		if got, err := svc.SecondFactors.PendingTOTP(ctx, u); err == nil {
 			t.Fatalf("an expired set-up still shows its secret %q", got.Secret)
 		}
-		if f, _ := svc.FactorsOf(ctx, u.ID); f.TOTPPending {
+		if f, _ := svc.SecondFactors.FactorsOf(ctx, u.ID); f.TOTPPending {
 			t.Fatal("an expired set-up still counts as pending")
 		}
-		if _, err := svc.ConfirmTOTP(ctx, u, codeAt(t, e.Secret, c.Now())); err == nil {
+		if _, err := svc.SecondFactors.ConfirmTOTP(ctx, u, codeAt(t, e.Secret, c.Now())); err == nil {
 			t.Fatal("an expired set-up was confirmed")
 		}
-		if f, _ := svc.FactorsOf(ctx, u.ID); f.TOTP {
+		if f, _ := svc.SecondFactors.FactorsOf(ctx, u.ID); f.TOTP {
 			t.Fatal("the app is on")
 		}
 		enrolTOTP(t, svc, c, u)

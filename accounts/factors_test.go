@@ -23,7 +23,7 @@ import (
 func enrolTOTP(t *testing.T, svc *accounts.Service, c *clock, u accounts.User) (string, []string) {
 	t.Helper()
 	ctx := context.Background()
-	e, err := svc.BeginTOTP(ctx, u, "enclave")
+	e, err := svc.SecondFactors.BeginTOTP(ctx, u, "enclave")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +37,10 @@ func enrolTOTP(t *testing.T, svc *accounts.Service, c *clock, u accounts.User) (
 	if png, err := e.QRCodePNG(200); err != nil || len(png) < 100 || string(png[1:4]) != "PNG" {
 		t.Fatalf("QR code: %v", err)
 	}
-	if _, err := svc.ConfirmTOTP(ctx, u, "000000"); !errors.Is(err, accounts.ErrSecondFactorInvalid) && codeAt(t, e.Secret, c.Now()) != "000000" {
+	if _, err := svc.SecondFactors.ConfirmTOTP(ctx, u, "000000"); !errors.Is(err, accounts.ErrSecondFactorInvalid) && codeAt(t, e.Secret, c.Now()) != "000000" {
 		t.Fatalf("wrong first code: %v", err)
 	}
-	codes, err := svc.ConfirmTOTP(ctx, u, codeAt(t, e.Secret, c.Now()))
+	codes, err := svc.SecondFactors.ConfirmTOTP(ctx, u, codeAt(t, e.Secret, c.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,56 +64,56 @@ func TestTOTPEnrolAndUse(t *testing.T) {
 		ctx := context.Background()
 		svc, c := newService(t, s, accounts.Config{})
 		u := signup(t, svc, "alice")
-		if has, err := svc.HasSecondFactor(ctx, u.ID); err != nil || has {
+		if has, err := svc.SecondFactors.HasSecondFactor(ctx, u.ID); err != nil || has {
 			t.Fatalf("before enrolment: %v %v", has, err)
 		}
 		// An enrolment that was not confirmed is not a factor.
-		if _, err := svc.BeginTOTP(ctx, u, "enclave"); err != nil {
+		if _, err := svc.SecondFactors.BeginTOTP(ctx, u, "enclave"); err != nil {
 			t.Fatal(err)
 		}
-		if has, _ := svc.HasSecondFactor(ctx, u.ID); has {
+		if has, _ := svc.SecondFactors.HasSecondFactor(ctx, u.ID); has {
 			t.Fatal("an unconfirmed enrolment counts as a factor")
 		}
 		secret, codes := enrolTOTP(t, svc, c, u)
-		if has, _ := svc.HasSecondFactor(ctx, u.ID); !has {
+		if has, _ := svc.SecondFactors.HasSecondFactor(ctx, u.ID); !has {
 			t.Fatal("no factor after enrolment")
 		}
-		if _, err := svc.BeginTOTP(ctx, u, "enclave"); !errors.Is(err, accounts.ErrTOTPEnabled) {
+		if _, err := svc.SecondFactors.BeginTOTP(ctx, u, "enclave"); !errors.Is(err, accounts.ErrTOTPEnabled) {
 			t.Fatalf("second enrolment: %v", err)
 		}
 		// The code used to confirm cannot be used again in its window.
-		if _, err := svc.VerifySecondFactorCode(ctx, u, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
+		if _, err := svc.SecondFactors.VerifySecondFactorCode(ctx, u, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
 			t.Fatalf("replayed code: %v", err)
 		}
 		c.Advance(30 * time.Second)
 		code := codeAt(t, secret, c.Now())
-		if rec, err := svc.VerifySecondFactorCode(ctx, u, code); err != nil || rec {
+		if rec, err := svc.SecondFactors.VerifySecondFactorCode(ctx, u, code); err != nil || rec {
 			t.Fatalf("fresh code: %v %v", rec, err)
 		}
-		if _, err := svc.VerifySecondFactorCode(ctx, u, code); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
+		if _, err := svc.SecondFactors.VerifySecondFactorCode(ctx, u, code); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
 			t.Fatalf("replayed code: %v", err)
 		}
 		// A code of an earlier step is refused once a later one was used.
 		c.Advance(30 * time.Second)
-		if _, err := svc.VerifySecondFactorCode(ctx, u, codeAt(t, secret, c.Now().Add(-30*time.Second))); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
+		if _, err := svc.SecondFactors.VerifySecondFactorCode(ctx, u, codeAt(t, secret, c.Now().Add(-30*time.Second))); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
 			t.Fatalf("earlier code: %v", err)
 		}
 		// Recovery codes work once, whatever their spelling.
 		spelled := strings.ToUpper(strings.ReplaceAll(codes[0], "-", " "))
-		if rec, err := svc.VerifySecondFactorCode(ctx, u, spelled); err != nil || !rec {
+		if rec, err := svc.SecondFactors.VerifySecondFactorCode(ctx, u, spelled); err != nil || !rec {
 			t.Fatalf("recovery code: %v %v", rec, err)
 		}
-		if _, err := svc.VerifySecondFactorCode(ctx, u, codes[0]); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
+		if _, err := svc.SecondFactors.VerifySecondFactorCode(ctx, u, codes[0]); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
 			t.Fatalf("reused recovery code: %v", err)
 		}
-		f, err := svc.FactorsOf(ctx, u.ID)
+		f, err := svc.SecondFactors.FactorsOf(ctx, u.ID)
 		if err != nil || !f.TOTP || f.RecoveryCodesLeft != accounts.RecoveryCodeCount-1 {
 			t.Fatalf("factors %+v %v", f, err)
 		}
 		// Another account's recovery code does nothing here.
 		bob := signup(t, svc, "bob")
 		_, bobCodes := enrolTOTP(t, svc, c, bob)
-		if _, err := svc.VerifySecondFactorCode(ctx, u, bobCodes[0]); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
+		if _, err := svc.SecondFactors.VerifySecondFactorCode(ctx, u, bobCodes[0]); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
 			t.Fatalf("bob's code for alice: %v", err)
 		}
 	})
@@ -133,7 +133,7 @@ func TestTOTPCodeRace(t *testing.T) {
 		ok := 0
 		for range 6 {
 			wg.Go(func() {
-				if _, err := svc.VerifySecondFactorCode(ctx, u, code); err == nil {
+				if _, err := svc.SecondFactors.VerifySecondFactorCode(ctx, u, code); err == nil {
 					mu.Lock()
 					ok++
 					mu.Unlock()
@@ -155,50 +155,50 @@ func TestPendingLogin(t *testing.T) {
 		secret, _ := enrolTOTP(t, svc, c, u)
 		c.Advance(30 * time.Second)
 
-		token, err := svc.BeginPendingLogin(ctx, u, true)
+		token, err := svc.SecondFactors.BeginPendingLogin(ctx, u, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A made-up token names nothing: the client cannot claim the
 		// password was checked.
-		if _, err := svc.CompletePendingLogin(ctx, "forged-token", codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
+		if _, err := svc.SecondFactors.CompletePendingLogin(ctx, "forged-token", codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
 			t.Fatalf("forged: %v", err)
 		}
-		if _, err := svc.CompletePendingLogin(ctx, token, "123"); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
+		if _, err := svc.SecondFactors.CompletePendingLogin(ctx, token, "123"); !errors.Is(err, accounts.ErrSecondFactorInvalid) {
 			t.Fatalf("wrong code: %v", err)
 		}
-		p, err := svc.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now()))
+		p, err := svc.SecondFactors.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now()))
 		if err != nil || p.User.ID != u.ID || !p.RememberMe {
 			t.Fatalf("complete: %+v %v", p, err)
 		}
 		// Single use.
 		c.Advance(30 * time.Second)
-		if _, err := svc.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
+		if _, err := svc.SecondFactors.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
 			t.Fatalf("reused: %v", err)
 		}
 		// Expiry.
-		token, _ = svc.BeginPendingLogin(ctx, u, false)
+		token, _ = svc.SecondFactors.BeginPendingLogin(ctx, u, false)
 		c.Advance(accounts.PendingLoginTTL + time.Second)
-		if _, err := svc.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
+		if _, err := svc.SecondFactors.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
 			t.Fatalf("expired: %v", err)
 		}
 		// Attempts are bounded: after five wrong codes the right one fails.
-		token, _ = svc.BeginPendingLogin(ctx, u, false)
+		token, _ = svc.SecondFactors.BeginPendingLogin(ctx, u, false)
 		for range 5 {
-			_, _ = svc.CompletePendingLogin(ctx, token, "000000")
+			_, _ = svc.SecondFactors.CompletePendingLogin(ctx, token, "000000")
 		}
 		c.Advance(30 * time.Second)
-		if _, err := svc.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
+		if _, err := svc.SecondFactors.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
 			t.Fatalf("after too many attempts: %v", err)
 		}
 		// A password change while the sign-in waits kills it.
-		token, _ = svc.BeginPendingLogin(ctx, u, false)
+		token, _ = svc.SecondFactors.BeginPendingLogin(ctx, u, false)
 		c.Advance(time.Second)
-		if _, err := svc.ChangePassword(ctx, u.ID, goodPassword, "another good password"); err != nil {
+		if _, err := svc.Credentials.ChangePassword(ctx, u.ID, goodPassword, "another good password"); err != nil {
 			t.Fatal(err)
 		}
 		c.Advance(30 * time.Second)
-		if _, err := svc.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
+		if _, err := svc.SecondFactors.CompletePendingLogin(ctx, token, codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrPendingLoginInvalid) {
 			t.Fatalf("after a password change: %v", err)
 		}
 	})
@@ -218,38 +218,38 @@ func TestFactorChangesRevoke(t *testing.T) {
 			t.Fatal("enrolling revoked grants")
 		}
 		c.Advance(time.Second)
-		before, _ := svc.UserByID(ctx, u.ID)
+		before, _ := svc.Identity.UserByID(ctx, u.ID)
 
 		c.Advance(30 * time.Second) // the next code of the app
-		if _, err := svc.RegenerateRecoveryCodes(ctx, u, goodPassword, accounts.FactorProof{}); !errors.Is(err, accounts.ErrFactorProofRequired) {
+		if _, err := svc.SecondFactors.RegenerateRecoveryCodes(ctx, u, goodPassword, accounts.FactorProof{}); !errors.Is(err, accounts.ErrFactorProofRequired) {
 			t.Fatalf("new recovery codes with the password alone: %v", err)
 		}
-		if _, err := svc.RegenerateRecoveryCodes(ctx, u, "wrong password", accounts.FactorProof{Code: codeAt(t, secret, c.Now())}); !errors.Is(err, accounts.ErrInvalidCredentials) {
+		if _, err := svc.SecondFactors.RegenerateRecoveryCodes(ctx, u, "wrong password", accounts.FactorProof{Code: codeAt(t, secret, c.Now())}); !errors.Is(err, accounts.ErrInvalidCredentials) {
 			t.Fatalf("wrong password: %v", err)
 		}
-		codes, err := svc.RegenerateRecoveryCodes(ctx, u, goodPassword, accounts.FactorProof{Code: codeAt(t, secret, c.Now())})
+		codes, err := svc.SecondFactors.RegenerateRecoveryCodes(ctx, u, goodPassword, accounts.FactorProof{Code: codeAt(t, secret, c.Now())})
 		if err != nil || len(codes) != accounts.RecoveryCodeCount {
 			t.Fatal(err)
 		}
-		after, _ := svc.UserByID(ctx, u.ID)
+		after, _ := svc.Identity.UserByID(ctx, u.ID)
 		if hooks != 1 || after.PasswordChangedAt == nil || (before.PasswordChangedAt != nil && !after.PasswordChangedAt.After(*before.PasswordChangedAt)) {
 			t.Fatalf("reset of recovery codes did not revoke: hooks %d", hooks)
 		}
 
 		c.Advance(30 * time.Second)
-		if err := svc.DisableTOTP(ctx, u, goodPassword, "000000"); !errors.Is(err, accounts.ErrSecondFactorInvalid) && codeAt(t, secret, c.Now()) != "000000" {
+		if err := svc.SecondFactors.DisableTOTP(ctx, u, goodPassword, "000000"); !errors.Is(err, accounts.ErrSecondFactorInvalid) && codeAt(t, secret, c.Now()) != "000000" {
 			t.Fatalf("wrong code: %v", err)
 		}
-		if err := svc.DisableTOTP(ctx, u, "nope", codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrInvalidCredentials) {
+		if err := svc.SecondFactors.DisableTOTP(ctx, u, "nope", codeAt(t, secret, c.Now())); !errors.Is(err, accounts.ErrInvalidCredentials) {
 			t.Fatalf("wrong password: %v", err)
 		}
-		if err := svc.DisableTOTP(ctx, u, goodPassword, codeAt(t, secret, c.Now())); err != nil {
+		if err := svc.SecondFactors.DisableTOTP(ctx, u, goodPassword, codeAt(t, secret, c.Now())); err != nil {
 			t.Fatal(err)
 		}
 		if hooks != 2 {
 			t.Fatalf("disabling did not revoke: hooks %d", hooks)
 		}
-		f, _ := svc.FactorsOf(ctx, u.ID)
+		f, _ := svc.SecondFactors.FactorsOf(ctx, u.ID)
 		if f.Any() || f.RecoveryCodesLeft != 0 {
 			t.Fatalf("factors after disable: %+v", f)
 		}
@@ -265,22 +265,22 @@ func TestPasswordResetClearsFactors(t *testing.T) {
 		u := signup(t, svc, "alice")
 		enrolTOTP(t, svc, c, u)
 		c.Advance(time.Second)
-		if _, err := svc.ChangePassword(ctx, u.ID, goodPassword, "a changed password"); err != nil {
+		if _, err := svc.Credentials.ChangePassword(ctx, u.ID, goodPassword, "a changed password"); err != nil {
 			t.Fatal(err)
 		}
-		if has, _ := svc.HasSecondFactor(ctx, u.ID); !has {
+		if has, _ := svc.SecondFactors.HasSecondFactor(ctx, u.ID); !has {
 			t.Fatal("a password change removed the factor")
 		}
-		token, err := svc.NewPasswordSetupToken(ctx, u.ID)
+		token, err := svc.Credentials.NewPasswordSetupToken(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.Advance(time.Second)
-		_, cleared, err := svc.ResetPasswordWithToken(ctx, token, "a reset password!")
+		_, cleared, err := svc.Credentials.ResetPasswordWithToken(ctx, token, "a reset password!")
 		if err != nil || !cleared {
 			t.Fatalf("reset: %v %v", cleared, err)
 		}
-		if f, _ := svc.FactorsOf(ctx, u.ID); f.Any() || f.TOTPPending || f.RecoveryCodesLeft != 0 {
+		if f, _ := svc.SecondFactors.FactorsOf(ctx, u.ID); f.Any() || f.TOTPPending || f.RecoveryCodesLeft != 0 {
 			t.Fatalf("factors after reset: %+v", f)
 		}
 	})
@@ -294,40 +294,40 @@ func TestPasskeyCrossUserDenial(t *testing.T) {
 		alice := signup(t, svc, "alice")
 		bob := signup(t, svc, "bob")
 		id := insertPasskey(t, s, alice.ID, "alice's laptop")
-		if err := svc.RenamePasskey(ctx, bob.ID, id, "mine now"); !errors.Is(err, accounts.ErrNotFound) {
+		if err := svc.SecondFactors.RenamePasskey(ctx, bob.ID, id, "mine now"); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("bob renames alice's passkey: %v", err)
 		}
-		if err := svc.RemovePasskey(ctx, bob.ID, id); !errors.Is(err, accounts.ErrNotFound) {
+		if err := svc.SecondFactors.RemovePasskey(ctx, bob.ID, id); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("bob removes alice's passkey: %v", err)
 		}
-		if ks, _ := svc.Passkeys(ctx, bob.ID); len(ks) != 0 {
+		if ks, _ := svc.SecondFactors.Passkeys(ctx, bob.ID); len(ks) != 0 {
 			t.Fatalf("bob sees %v", ks)
 		}
-		ks, _ := svc.Passkeys(ctx, alice.ID)
+		ks, _ := svc.SecondFactors.Passkeys(ctx, alice.ID)
 		if len(ks) != 1 || ks[0].Name != "alice's laptop" {
 			t.Fatalf("alice's passkeys %v", ks)
 		}
-		if err := svc.RenamePasskey(ctx, alice.ID, id, "Work laptop"); err != nil {
+		if err := svc.SecondFactors.RenamePasskey(ctx, alice.ID, id, "Work laptop"); err != nil {
 			t.Fatal(err)
 		}
-		if err := svc.RenamePasskey(ctx, alice.ID, id, strings.Repeat("x", 65)); !errors.Is(err, accounts.ErrPasskeyName) {
+		if err := svc.SecondFactors.RenamePasskey(ctx, alice.ID, id, strings.Repeat("x", 65)); !errors.Is(err, accounts.ErrPasskeyName) {
 			t.Fatalf("long name: %v", err)
 		}
-		if has, _ := svc.HasSecondFactor(ctx, alice.ID); !has {
+		if has, _ := svc.SecondFactors.HasSecondFactor(ctx, alice.ID); !has {
 			t.Fatal("a passkey is not a second factor")
 		}
-		if err := svc.RemovePasskey(ctx, alice.ID, id); err != nil {
+		if err := svc.SecondFactors.RemovePasskey(ctx, alice.ID, id); err != nil {
 			t.Fatal(err)
 		}
-		if has, _ := svc.HasSecondFactor(ctx, alice.ID); has {
+		if has, _ := svc.SecondFactors.HasSecondFactor(ctx, alice.ID); has {
 			t.Fatal("removed passkey still counts")
 		}
 		// A ceremony token of one account does not finish another's.
-		c, err := svc.BeginPasskeyRegistration(ctx, alice)
+		c, err := svc.SecondFactors.BeginPasskeyRegistration(ctx, alice)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.FinishPasskeyRegistration(ctx, bob, c.Token, "x", []byte(`{}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
+		if _, err := svc.SecondFactors.FinishPasskeyRegistration(ctx, bob, c.Token, "x", []byte(`{}`)); !errors.Is(err, accounts.ErrPasskeyInvalid) {
 			t.Fatalf("bob finishes alice's ceremony: %v", err)
 		}
 	})
@@ -353,18 +353,18 @@ func TestAdminSecondFactorGate(t *testing.T) {
 		svc, c := newService(t, s, accounts.Config{RequireAdminSecondFactor: true})
 		u := signup(t, svc, "carol")
 		caller := capabilities.Caller{UserID: u.StableID, OwnerID: u.ID, Roles: []string{capabilities.RoleAdmin}}
-		if err := off.AdminSecondFactorGate(ctx, caller, capabilities.RoleAdmin); err != nil {
+		if err := off.SecondFactors.AdminSecondFactorGate(ctx, caller, capabilities.RoleAdmin); err != nil {
 			t.Fatalf("gate without the setting: %v", err)
 		}
-		err := svc.AdminSecondFactorGate(ctx, caller, capabilities.RoleAdmin)
+		err := svc.SecondFactors.AdminSecondFactorGate(ctx, caller, capabilities.RoleAdmin)
 		if capabilities.CodeOf(err) != capabilities.CodeSecondFactorRequired || !strings.Contains(err.Error(), "/account/security") {
 			t.Fatalf("gate: %v", err)
 		}
-		if err := svc.AdminSecondFactorGate(ctx, caller, "editor"); err != nil {
+		if err := svc.SecondFactors.AdminSecondFactorGate(ctx, caller, "editor"); err != nil {
 			t.Fatalf("other role: %v", err)
 		}
 		enrolTOTP(t, svc, c, u)
-		if err := svc.AdminSecondFactorGate(ctx, caller, capabilities.RoleAdmin); err != nil {
+		if err := svc.SecondFactors.AdminSecondFactorGate(ctx, caller, capabilities.RoleAdmin); err != nil {
 			t.Fatalf("gate after enrolment: %v", err)
 		}
 	})

@@ -24,7 +24,7 @@ func FuzzSessionCookie(f *testing.F) {
 	alice := signup(f, svc, "alice")
 	signup(f, svc, "bob")
 	rec := httptest.NewRecorder()
-	if _, err := svc.StartSession(rec, httptest.NewRequest(http.MethodGet, "/", nil), alice, false); err != nil {
+	if _, err := svc.Credentials.StartSession(rec, httptest.NewRequest(http.MethodGet, "/", nil), alice, false); err != nil {
 		f.Fatal(err)
 	}
 	good := rec.Result().Cookies()[0].Value
@@ -44,7 +44,7 @@ func FuzzSessionCookie(f *testing.F) {
 	)
 	f.Fuzz(func(t *testing.T, value string) {
 		value = strings.ReplaceAll(value, "{alice}", good)
-		sess, err := svc.VerifySession(context.Background(), value)
+		sess, err := svc.Credentials.VerifySession(context.Background(), value)
 		switch {
 		case err == nil:
 			if sess.User.ID != alice.ID {
@@ -58,7 +58,7 @@ func FuzzSessionCookie(f *testing.F) {
 		// net/http first).
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.Header.Set("Cookie", "enclave_session="+value+"; __Host-enclave_session="+value)
-		if sess, err := svc.Authenticate(context.Background(), r); err == nil && sess.User.ID != alice.ID {
+		if sess, err := svc.Credentials.Authenticate(context.Background(), r); err == nil && sess.User.ID != alice.ID {
 			t.Fatalf("cookie header %q signs in user %d", value, sess.User.ID)
 		}
 	})

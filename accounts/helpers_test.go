@@ -63,7 +63,7 @@ const goodPassword = "correct horse battery staple"
 // signup creates an account named name (email name@example.com) or fails t.
 func signup(t testing.TB, svc *accounts.Service, name string) accounts.User {
 	t.Helper()
-	u, err := svc.Signup(context.Background(), accounts.SignupInput{Email: name + "@example.com", Username: name, Password: goodPassword})
+	u, err := svc.Identity.Signup(context.Background(), accounts.SignupInput{Email: name + "@example.com", Username: name, Password: goodPassword})
 	if err != nil {
 		t.Fatalf("signup %s: %v", name, err)
 	}

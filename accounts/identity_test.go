@@ -24,51 +24,51 @@ func TestCredentialsIssuedBeforeTheAccountAreRefused(t *testing.T) {
 
 		clk.Advance(-time.Hour)
 		rec := httptest.NewRecorder()
-		if _, err := svc.StartSession(rec, httptest.NewRequest("GET", "/", nil), u, true); err != nil {
+		if _, err := svc.Credentials.StartSession(rec, httptest.NewRequest("GET", "/", nil), u, true); err != nil {
 			t.Fatal(err)
 		}
-		setup, err := svc.NewPasswordSetupToken(ctx, u.ID)
+		setup, err := svc.Credentials.NewPasswordSetupToken(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		reset, err := svc.NewPasswordResetToken(ctx, u.ID)
+		reset, err := svc.Credentials.NewPasswordResetToken(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(time.Hour)
 
 		cookie := rec.Result().Cookies()[0]
-		if _, err := svc.VerifySession(ctx, cookie.Value); !errors.Is(err, accounts.ErrNoSession) {
+		if _, err := svc.Credentials.VerifySession(ctx, cookie.Value); !errors.Is(err, accounts.ErrNoSession) {
 			t.Errorf("cookie issued before the account: %v, want ErrNoSession", err)
 		}
 		for name, token := range map[string]string{"setup": setup, "reset": reset} {
-			if _, err := svc.SetPasswordWithToken(ctx, token, "a brand new long password"); !errors.Is(err, accounts.ErrInvalidToken) {
+			if _, err := svc.Credentials.SetPasswordWithToken(ctx, token, "a brand new long password"); !errors.Is(err, accounts.ErrInvalidToken) {
 				t.Errorf("%s link issued before the account: %v, want ErrInvalidToken", name, err)
 			}
 		}
-		if err := svc.CheckIssuedToAccount(ctx, u.ID, u.CreatedAt.Add(-time.Microsecond)); !errors.Is(err, accounts.ErrInvalidToken) {
+		if err := svc.Credentials.CheckIssuedToAccount(ctx, u.ID, u.CreatedAt.Add(-time.Microsecond)); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Errorf("CheckIssuedToAccount before creation: %v", err)
 		}
-		if err := svc.CheckIssuedToAccount(ctx, u.ID+1000, u.CreatedAt); !errors.Is(err, accounts.ErrInvalidToken) {
+		if err := svc.Credentials.CheckIssuedToAccount(ctx, u.ID+1000, u.CreatedAt); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Errorf("CheckIssuedToAccount of no account: %v", err)
 		}
 
 		// Issued at or after creation, they work.
 		rec = httptest.NewRecorder()
-		if _, err := svc.StartSession(rec, httptest.NewRequest("GET", "/", nil), u, false); err != nil {
+		if _, err := svc.Credentials.StartSession(rec, httptest.NewRequest("GET", "/", nil), u, false); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.VerifySession(ctx, rec.Result().Cookies()[0].Value); err != nil {
+		if _, err := svc.Credentials.VerifySession(ctx, rec.Result().Cookies()[0].Value); err != nil {
 			t.Errorf("a cookie issued now: %v", err)
 		}
-		if err := svc.CheckIssuedToAccount(ctx, u.ID, u.CreatedAt); err != nil {
+		if err := svc.Credentials.CheckIssuedToAccount(ctx, u.ID, u.CreatedAt); err != nil {
 			t.Errorf("CheckIssuedToAccount at creation: %v", err)
 		}
-		setup, err = svc.NewPasswordSetupToken(ctx, u.ID)
+		setup, err = svc.Credentials.NewPasswordSetupToken(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.SetPasswordWithToken(ctx, setup, "a brand new long password"); err != nil {
+		if _, err := svc.Credentials.SetPasswordWithToken(ctx, setup, "a brand new long password"); err != nil {
 			t.Errorf("a setup link issued now: %v", err)
 		}
 	})

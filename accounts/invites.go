@@ -47,7 +47,7 @@ var (
 )
 
 // SignupMode returns the configured sign-up mode.
-func (s *Service) SignupMode() SignupMode {
+func (s *Identity) SignupMode() SignupMode {
 	if s.cfg.Signup == "" {
 		return SignupOpen
 	}
@@ -80,7 +80,7 @@ func hashInvite(code string) string {
 
 // CreateInvite makes an invite code valid for ttl (DefaultInviteTTL when
 // zero). The code is returned once; only its hash is kept.
-func (s *Service) CreateInvite(ctx context.Context, note string, ttl time.Duration) (string, Invite, error) {
+func (s *Identity) CreateInvite(ctx context.Context, note string, ttl time.Duration) (string, Invite, error) {
 	if ttl <= 0 {
 		ttl = DefaultInviteTTL
 	}
@@ -94,7 +94,7 @@ func (s *Service) CreateInvite(ctx context.Context, note string, ttl time.Durati
 }
 
 // Invites lists the invite codes, newest first (at most 500).
-func (s *Service) Invites(ctx context.Context) ([]Invite, error) {
+func (s *Identity) Invites(ctx context.Context) ([]Invite, error) {
 	var rows []inviteRow
 	if err := s.store.Reader.NewSelect().Model(&rows).Order("id DESC").Limit(500).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("accounts: list invites: %w", err)
@@ -107,7 +107,7 @@ func (s *Service) Invites(ctx context.Context) ([]Invite, error) {
 }
 
 // RevokeInvite deletes an unused invite code; it reports whether one was.
-func (s *Service) RevokeInvite(ctx context.Context, id int64) (bool, error) {
+func (s *Identity) RevokeInvite(ctx context.Context, id int64) (bool, error) {
 	res, err := s.store.DB.NewDelete().Model((*inviteRow)(nil)).Where("id = ? AND used_at IS NULL", id).Exec(ctx)
 	if err != nil {
 		return false, fmt.Errorf("accounts: revoke invite: %w", err)
@@ -176,7 +176,7 @@ func (s *Service) InviteCapabilities() []capabilities.Capability {
 				if len(in.Note) > 200 {
 					return InviteCreateOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "note must be at most 200 characters")
 				}
-				code, inv, err := s.CreateInvite(ctx, in.Note, time.Duration(in.ExpiresInDays)*24*time.Hour)
+				code, inv, err := s.Identity.CreateInvite(ctx, in.Note, time.Duration(in.ExpiresInDays)*24*time.Hour)
 				return InviteCreateOutput{Code: code, Invite: inv}, err
 			},
 		}),
@@ -186,7 +186,7 @@ func (s *Service) InviteCapabilities() []capabilities.Capability {
 			Annotations: &capabilities.Annotations{ReadOnly: true, Idempotent: true},
 			Requires:    admin,
 			Handler: func(ctx context.Context, _ *capabilities.Call, _ struct{}) (InviteListOutput, error) {
-				inv, err := s.Invites(ctx)
+				inv, err := s.Identity.Invites(ctx)
 				return InviteListOutput{Invites: inv}, err
 			},
 		}),
@@ -196,7 +196,7 @@ func (s *Service) InviteCapabilities() []capabilities.Capability {
 			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true},
 			Requires:    admin,
 			Handler: func(ctx context.Context, _ *capabilities.Call, in InviteRevokeInput) (InviteRevokeOutput, error) {
-				ok, err := s.RevokeInvite(ctx, in.ID)
+				ok, err := s.Identity.RevokeInvite(ctx, in.ID)
 				return InviteRevokeOutput{Revoked: ok}, err
 			},
 		}),
@@ -212,7 +212,7 @@ type UserCounts struct {
 }
 
 // CountUsers returns the account totals, "new" meaning created since since.
-func (s *Service) CountUsers(ctx context.Context, since time.Time) (UserCounts, error) {
+func (s *Roles) CountUsers(ctx context.Context, since time.Time) (UserCounts, error) {
 	var c UserCounts
 	err := s.store.Reader.NewSelect().Table("users").
 		ColumnExpr("count(*)").

@@ -24,18 +24,18 @@ func TestCrossUserDenial(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		alice, bob := signup(t, svc, "alice"), signup(t, svc, "bob")
-		if _, err := svc.GrantAdminAsOperator(ctx, bob.ID); err != nil {
+		if _, err := svc.Roles.GrantAdminAsOperator(ctx, bob.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.MarkEmailVerified(ctx, bob.ID); err != nil {
+		if _, err := svc.Identity.MarkEmailVerified(ctx, bob.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.ChangeEmail(ctx, bob.ID, "bob.new@example.com"); err != nil {
+		if _, err := svc.Identity.ChangeEmail(ctx, bob.ID, "bob.new@example.com"); err != nil {
 			t.Fatal(err)
 		}
 
 		t.Run("roles and permissions", func(t *testing.T) {
-			g, err := svc.RolesAndPermissions(ctx, alice.ID)
+			g, err := svc.Roles.RolesAndPermissions(ctx, alice.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,65 +50,65 @@ func TestCrossUserDenial(t *testing.T) {
 			}
 		})
 		t.Run("email claims", func(t *testing.T) {
-			claims, err := svc.EmailClaims(ctx, alice.ID)
+			claims, err := svc.Identity.EmailClaims(ctx, alice.ID)
 			if err != nil || !slices.Equal(claims, []string{"alice@example.com"}) {
 				t.Fatalf("alice's claims = %v, %v", claims, err)
 			}
-			if err := svc.ReleaseEmailClaim(ctx, alice.ID, "bob@example.com"); !errors.Is(err, accounts.ErrNotFound) {
+			if err := svc.Identity.ReleaseEmailClaim(ctx, alice.ID, "bob@example.com"); !errors.Is(err, accounts.ErrNotFound) {
 				t.Fatalf("alice released bob's claim: %v", err)
 			}
-			if claims, _ := svc.EmailClaims(ctx, bob.ID); !slices.Contains(claims, "bob@example.com") {
+			if claims, _ := svc.Identity.EmailClaims(ctx, bob.ID); !slices.Contains(claims, "bob@example.com") {
 				t.Fatalf("bob lost his claim: %v", claims)
 			}
 		})
 		t.Run("lookups", func(t *testing.T) {
 			for name, get := range map[string]func() (accounts.User, error){
-				"id":        func() (accounts.User, error) { return svc.UserByID(ctx, alice.ID) },
-				"stable id": func() (accounts.User, error) { return svc.UserByStableID(ctx, alice.StableID) },
-				"email":     func() (accounts.User, error) { return svc.UserByEmail(ctx, "ALICE@example.com") },
-				"username":  func() (accounts.User, error) { return svc.UserByUsername(ctx, "Alice") },
+				"id":        func() (accounts.User, error) { return svc.Identity.UserByID(ctx, alice.ID) },
+				"stable id": func() (accounts.User, error) { return svc.Identity.UserByStableID(ctx, alice.StableID) },
+				"email":     func() (accounts.User, error) { return svc.Identity.UserByEmail(ctx, "ALICE@example.com") },
+				"username":  func() (accounts.User, error) { return svc.Identity.UserByUsername(ctx, "Alice") },
 			} {
 				u, err := get()
 				if err != nil || u.ID != alice.ID || u.Email != "alice@example.com" {
 					t.Errorf("by %s: %+v, %v", name, u, err)
 				}
 			}
-			if _, err := svc.UserByEmail(ctx, "bob@example.com"); !errors.Is(err, accounts.ErrNotFound) {
+			if _, err := svc.Identity.UserByEmail(ctx, "bob@example.com"); !errors.Is(err, accounts.ErrNotFound) {
 				t.Errorf("a former email finds its account by email lookup: %v", err)
 			}
 		})
 		t.Run("sessions", func(t *testing.T) {
 			c := startSession(t, svc, httptest.NewRequest(http.MethodGet, "/", nil), alice, false)
-			sess, err := svc.Authenticate(ctx, withCookie(c))
+			sess, err := svc.Credentials.Authenticate(ctx, withCookie(c))
 			if err != nil || sess.User.ID != alice.ID {
 				t.Fatalf("alice's cookie authenticates as %+v, %v", sess.User, err)
 			}
 		})
 		t.Run("login", func(t *testing.T) {
 			// Each account's password opens only that account.
-			if _, err := svc.Login(ctx, "bob.new@example.com", "alice's is not bob's"); err != accounts.ErrInvalidCredentials {
+			if _, err := svc.Credentials.Login(ctx, "bob.new@example.com", "alice's is not bob's"); err != accounts.ErrInvalidCredentials {
 				t.Fatal(err)
 			}
-			if _, err := svc.ChangePassword(ctx, alice.ID, goodPassword, "alice only passphrase"); err != nil {
+			if _, err := svc.Credentials.ChangePassword(ctx, alice.ID, goodPassword, "alice only passphrase"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := svc.Login(ctx, "bob.new@example.com", "alice only passphrase"); err != accounts.ErrInvalidCredentials {
+			if _, err := svc.Credentials.Login(ctx, "bob.new@example.com", "alice only passphrase"); err != accounts.ErrInvalidCredentials {
 				t.Fatalf("alice's new password opens bob's account: %v", err)
 			}
-			if _, err := svc.Login(ctx, "bob.new@example.com", goodPassword); err != nil {
+			if _, err := svc.Credentials.Login(ctx, "bob.new@example.com", goodPassword); err != nil {
 				t.Fatalf("bob's password changed with alice's: %v", err)
 			}
 		})
 		t.Run("password-setup tokens", func(t *testing.T) {
-			carol, token, err := svc.CreateUser(ctx, accounts.CreateUserInput{Email: "carol@example.com", Username: "carol"})
+			carol, token, err := svc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "carol@example.com", Username: "carol"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			u, err := svc.SetPasswordWithToken(ctx, token, "carol's own passphrase")
+			u, err := svc.Credentials.SetPasswordWithToken(ctx, token, "carol's own passphrase")
 			if err != nil || u.ID != carol.ID {
 				t.Fatalf("token set the password of %+v, %v", u, err)
 			}
-			if _, err := svc.Login(ctx, "bob.new@example.com", "carol's own passphrase"); err != accounts.ErrInvalidCredentials {
+			if _, err := svc.Credentials.Login(ctx, "bob.new@example.com", "carol's own passphrase"); err != accounts.ErrInvalidCredentials {
 				t.Fatalf("carol's token changed bob's password: %v", err)
 			}
 		})
@@ -129,7 +129,7 @@ func TestLoginDoesNotRevealAccounts(t *testing.T) {
 		// Enough memory that hashing dominates a point read.
 		svc, _ := newService(t, s, accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 4096, Iterations: 1, Parallelism: 1}})
 		signup(t, svc, "olga")
-		_, noPassword, err := svc.CreateUser(ctx, accounts.CreateUserInput{Email: "pat@example.com", Username: "pat"})
+		_, noPassword, err := svc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "pat@example.com", Username: "pat"})
 		if err != nil || noPassword == "" {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestLoginDoesNotRevealAccounts(t *testing.T) {
 		for range rounds {
 			for i, c := range cases {
 				start := time.Now()
-				_, err := svc.Login(ctx, c.email, c.password)
+				_, err := svc.Credentials.Login(ctx, c.email, c.password)
 				times[i] = append(times[i], time.Since(start))
 				if first == nil {
 					first = err

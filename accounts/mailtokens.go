@@ -45,7 +45,7 @@ func HashMailToken(token string) string {
 // inTx, when set, runs inside the same transaction with the token (write
 // the message carrying the link to the outbox there). It returns the
 // token.
-func (s *Service) IssueMailToken(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration, inTx func(ctx context.Context, tx bun.IDB, token string) error) (string, error) {
+func (s *Identity) IssueMailToken(ctx context.Context, userID int64, purpose, email, token string, ttl time.Duration, inTx func(ctx context.Context, tx bun.IDB, token string) error) (string, error) {
 	if token == "" {
 		token = rand.Text() + rand.Text()
 	}
@@ -76,7 +76,7 @@ func (s *Service) IssueMailToken(ctx context.Context, userID int64, purpose, ema
 // TakeMailToken deletes token's row of purpose and returns it: of two
 // concurrent uses, one gets ErrInvalidToken. It does not look at the
 // expiry; the caller does.
-func (s *Service) TakeMailToken(ctx context.Context, token, purpose string) (MailToken, error) {
+func (s *Identity) TakeMailToken(ctx context.Context, token, purpose string) (MailToken, error) {
 	var rows []MailToken
 	_, err := s.store.DB.NewDelete().Model(&rows).
 		Where("token_hash = ?", HashMailToken(token)).Where("purpose = ?", purpose).
@@ -92,7 +92,7 @@ func (s *Service) TakeMailToken(ctx context.Context, token, purpose string) (Mai
 
 // PeekMailToken returns token's row of purpose without using it up, or
 // ErrInvalidToken. It does not look at the expiry.
-func (s *Service) PeekMailToken(ctx context.Context, token, purpose string) (MailToken, error) {
+func (s *Identity) PeekMailToken(ctx context.Context, token, purpose string) (MailToken, error) {
 	var row MailToken
 	err := s.store.Reader.NewSelect().Model(&row).
 		Where("token_hash = ?", HashMailToken(token)).Where("purpose = ?", purpose).Scan(ctx)
@@ -106,7 +106,7 @@ func (s *Service) PeekMailToken(ctx context.Context, token, purpose string) (Mai
 }
 
 // MailTokenRecords returns every row of token, whatever its purpose.
-func (s *Service) MailTokenRecords(ctx context.Context, token string) ([]MailToken, error) {
+func (s *Identity) MailTokenRecords(ctx context.Context, token string) ([]MailToken, error) {
 	var rows []MailToken
 	if err := s.store.Reader.NewSelect().Model(&rows).Where("token_hash = ?", HashMailToken(token)).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("accounts: read token records: %w", err)
@@ -115,7 +115,7 @@ func (s *Service) MailTokenRecords(ctx context.Context, token string) ([]MailTok
 }
 
 // RetireMailTokens expires every token of userID with purpose.
-func (s *Service) RetireMailTokens(ctx context.Context, userID int64, purpose string) error {
+func (s *Identity) RetireMailTokens(ctx context.Context, userID int64, purpose string) error {
 	if err := expireMailTokens(ctx, s.store.DB, userID, purpose, s.now().UTC().Truncate(time.Microsecond)); err != nil {
 		return fmt.Errorf("accounts: retire %s tokens: %w", purpose, err)
 	}
@@ -170,7 +170,7 @@ func (e *LinkError) Is(target error) bool { return target == ErrInvalidToken }
 // every rule about mail links holds (see checkMailLink); otherwise a
 // *LinkError. Of two concurrent uses, one gets LinkUnknown. A refused link
 // is used up all the same.
-func (s *Service) TakeMailLink(ctx context.Context, token, purpose string) (MailToken, error) {
+func (s *Identity) TakeMailLink(ctx context.Context, token, purpose string) (MailToken, error) {
 	row, err := s.TakeMailToken(ctx, token, purpose)
 	if errors.Is(err, ErrInvalidToken) {
 		return MailToken{}, &LinkError{Refusal: LinkUnknown}
@@ -183,7 +183,7 @@ func (s *Service) TakeMailLink(ctx context.Context, token, purpose string) (Mail
 
 // PeekMailLink is TakeMailLink without using the link up: for showing the
 // form that will use it.
-func (s *Service) PeekMailLink(ctx context.Context, token, purpose string) (MailToken, error) {
+func (s *Identity) PeekMailLink(ctx context.Context, token, purpose string) (MailToken, error) {
 	row, err := s.PeekMailToken(ctx, token, purpose)
 	if errors.Is(err, ErrInvalidToken) {
 		return MailToken{}, &LinkError{Refusal: LinkUnknown}
@@ -200,11 +200,11 @@ func (s *Service) PeekMailLink(ctx context.Context, token, purpose string) (Mail
 // and the account has since left the address it was mailed to (a reset
 // link waiting in a mailbox the person moved away from must not hand the
 // account back).
-func (s *Service) checkMailLink(ctx context.Context, row MailToken) (MailToken, error) {
+func (s *Identity) checkMailLink(ctx context.Context, row MailToken) (MailToken, error) {
 	if !s.now().Before(row.ExpiresAt) {
 		return MailToken{}, &LinkError{Refusal: LinkExpired}
 	}
-	if err := s.CheckIssuedToAccount(ctx, row.UserID, row.CreatedAt); err != nil {
+	if err := s.credentials.CheckIssuedToAccount(ctx, row.UserID, row.CreatedAt); err != nil {
 		if errors.Is(err, ErrInvalidToken) {
 			return MailToken{}, &LinkError{Refusal: LinkPredatesAccount}
 		}
@@ -230,8 +230,8 @@ func (s *Service) checkMailLink(ctx context.Context, row MailToken) (MailToken, 
 // was also mailed as a password-reset link that has expired or whose
 // account has left the address it was mailed to: the setup path must not
 // stretch a reset link's life. A token never mailed as a reset link passes.
-func (s *Service) CheckResetLink(ctx context.Context, token string) error {
-	rows, err := s.MailTokenRecords(ctx, token)
+func (s *Credentials) CheckResetLink(ctx context.Context, token string) error {
+	rows, err := s.identity.MailTokenRecords(ctx, token)
 	if err != nil {
 		return err
 	}
@@ -251,8 +251,8 @@ func (s *Service) CheckResetLink(ctx context.Context, token string) error {
 
 // checkAddressKept returns a LinkAddressLeft *LinkError when row's account
 // is gone or no longer uses the address row was mailed to.
-func (s *Service) checkAddressKept(ctx context.Context, row MailToken) error {
-	u, err := s.UserByID(ctx, row.UserID)
+func (s *core) checkAddressKept(ctx context.Context, row MailToken) error {
+	u, err := s.identity.UserByID(ctx, row.UserID)
 	if errors.Is(err, ErrNotFound) {
 		return &LinkError{Refusal: LinkAddressLeft}
 	}

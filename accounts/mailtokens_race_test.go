@@ -23,12 +23,12 @@ func TestMailTokenTakenOnceUnderConcurrency(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		ann := signup(t, svc, "ann")
-		tok, err := svc.IssueMailToken(ctx, ann.ID, accounts.PurposeVerifyEmail, ann.Email, "", time.Hour, nil)
+		tok, err := svc.Identity.IssueMailToken(ctx, ann.ID, accounts.PurposeVerifyEmail, ann.Email, "", time.Hour, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, other := range []string{"reset_password", accounts.PurposeChangeEmail} {
-			if _, err := svc.TakeMailToken(ctx, tok, other); !errors.Is(err, accounts.ErrInvalidToken) {
+			if _, err := svc.Identity.TakeMailToken(ctx, tok, other); !errors.Is(err, accounts.ErrInvalidToken) {
 				t.Fatalf("take as %s: %v", other, err)
 			}
 		}
@@ -39,7 +39,7 @@ func TestMailTokenTakenOnceUnderConcurrency(t *testing.T) {
 		for range n {
 			wg.Go(func() {
 				<-start
-				_, err := svc.TakeMailToken(ctx, tok, accounts.PurposeVerifyEmail)
+				_, err := svc.Identity.TakeMailToken(ctx, tok, accounts.PurposeVerifyEmail)
 				switch {
 				case err == nil:
 					wins.Add(1)
@@ -57,14 +57,14 @@ func TestMailTokenTakenOnceUnderConcurrency(t *testing.T) {
 		}
 		// A deleted account's tokens go with it.
 		bob := signup(t, svc, "bob")
-		bt, err := svc.IssueMailToken(ctx, bob.ID, "reset_password", bob.Email, "", time.Hour, nil)
+		bt, err := svc.Identity.IssueMailToken(ctx, bob.ID, "reset_password", bob.Email, "", time.Hour, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.DB.NewDelete().Table("users").Where("id = ?", bob.ID).Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.TakeMailToken(ctx, bt, "reset_password"); !errors.Is(err, accounts.ErrInvalidToken) {
+		if _, err := svc.Identity.TakeMailToken(ctx, bt, "reset_password"); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Fatalf("token of a deleted account: %v", err)
 		}
 	})

@@ -60,8 +60,8 @@ func OperatorUserOf(u User) OperatorUser {
 // and names it as the call's subject (capabilities.Call.SetSubject), so
 // the choke point's audit row says which account the operator acted on.
 // An unknown address is refused as not found, with a sentence naming it.
-func (s *Service) OperatorAccount(ctx context.Context, call *capabilities.Call, email string) (User, error) {
-	u, err := s.UserByEmail(ctx, email)
+func (s *Roles) OperatorAccount(ctx context.Context, call *capabilities.Call, email string) (User, error) {
+	u, err := s.identity.UserByEmail(ctx, email)
 	if errors.Is(err, ErrNotFound) {
 		return u, capabilities.Errorf(capabilities.CodeNotFound, "no account has the email %s", strings.ToLower(strings.TrimSpace(email)))
 	}
@@ -90,7 +90,7 @@ func (s *Service) OperatorCapabilities() []capabilities.Capability {
 			Annotations: &capabilities.Annotations{Destructive: destructive, Idempotent: true},
 			Requires:    op,
 			Handler: func(ctx context.Context, call *capabilities.Call, in OperatorUserRef) (OperatorUserOutput, error) {
-				u, err := s.OperatorAccount(ctx, call, in.Email)
+				u, err := s.Roles.OperatorAccount(ctx, call, in.Email)
 				if err != nil {
 					return OperatorUserOutput{}, err
 				}
@@ -108,19 +108,19 @@ func (s *Service) OperatorCapabilities() []capabilities.Capability {
 	}
 	return []capabilities.Capability{
 		change("operatorAdminGrant", "Grant admin",
-			"Gives an account the admin role. The operator's alone: no other path grants admin.", false, s.GrantAdminAsOperator),
+			"Gives an account the admin role. The operator's alone: no other path grants admin.", false, s.Roles.GrantAdminAsOperator),
 		change("operatorAdminRevoke", "Revoke admin",
-			"Takes the admin role from an account; refused for the last active admin. The operator's alone.", true, s.RevokeAdminAsOperator),
+			"Takes the admin role from an account; refused for the last active admin. The operator's alone.", true, s.Roles.RevokeAdminAsOperator),
 		change("operatorUserSuspend", "Suspend an account",
-			"Suspends an account: its sessions, tokens and calls are refused until it is unsuspended. Refused for the last active admin.", true, s.Suspend),
+			"Suspends an account: its sessions, tokens and calls are refused until it is unsuspended. Refused for the last active admin.", true, s.Lifecycle.Suspend),
 		change("operatorUserUnsuspend", "Unsuspend an account",
-			"Lifts an account's suspension.", false, s.Unsuspend),
+			"Lifts an account's suspension.", false, s.Lifecycle.Unsuspend),
 		capabilities.Define(capabilities.Spec[OperatorUserCreateInput, OperatorUserCreateOutput]{
 			Name: "operatorUserCreate", Domain: "operator", Title: "Create an account",
 			Description: "Creates an account with the role user. Without a password the answer carries a one-time password-setup token for the person.",
 			Annotations: &capabilities.Annotations{}, Requires: op,
 			Handler: func(ctx context.Context, call *capabilities.Call, in OperatorUserCreateInput) (OperatorUserCreateOutput, error) {
-				u, token, err := s.CreateUser(ctx, CreateUserInput{Email: in.Email, Username: in.Username, Password: in.Password, Verified: in.Verified})
+				u, token, err := s.Identity.CreateUser(ctx, CreateUserInput{Email: in.Email, Username: in.Username, Password: in.Password, Verified: in.Verified})
 				if err != nil {
 					return OperatorUserCreateOutput{}, capabilityError(err)
 				}
@@ -133,7 +133,7 @@ func (s *Service) OperatorCapabilities() []capabilities.Capability {
 			Description: "Makes a new session signing key; sessions signed with earlier keys stay valid until they expire.",
 			Annotations: &capabilities.Annotations{}, Requires: op,
 			Handler: func(ctx context.Context, _ *capabilities.Call, _ struct{}) (struct{}, error) {
-				return struct{}{}, s.RotateSessionKey(ctx)
+				return struct{}{}, s.Credentials.RotateSessionKey(ctx)
 			},
 		}),
 	}

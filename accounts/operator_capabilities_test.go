@@ -53,7 +53,7 @@ func TestOperatorCapabilities(t *testing.T) {
 		if err := invoke("operatorAdminGrant", `{"email":" AMY@example.com "}`, &out); err != nil || !out.Changed || out.User.StableUserID != amy.StableID || out.User.Username != "amy" {
 			t.Fatalf("grant = %+v, %v", out, err)
 		}
-		if g, _ := svc.RolesAndPermissions(ctx, amy.ID); !g.HasRole(capabilities.RoleAdmin) {
+		if g, _ := svc.Roles.RolesAndPermissions(ctx, amy.ID); !g.HasRole(capabilities.RoleAdmin) {
 			t.Fatalf("amy's roles after the grant: %v", g.Roles)
 		}
 		if err := invoke("operatorAdminGrant", `{"email":"amy@example.com"}`, &out); err != nil || out.Changed {
@@ -79,10 +79,10 @@ func TestOperatorCapabilities(t *testing.T) {
 		if err := invoke("operatorUserSuspend", `{"email":"bob@example.com"}`, &out); err != nil || !out.Changed {
 			t.Fatalf("suspend = %+v, %v", out, err)
 		}
-		if _, err := svc.Login(ctx, "amy@example.com", goodPassword); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "amy@example.com", goodPassword); err != nil {
 			t.Fatalf("amy is not suspended: %v", err)
 		}
-		bo, err := svc.UserByEmail(ctx, "bob@example.com")
+		bo, err := svc.Identity.UserByEmail(ctx, "bob@example.com")
 		if err != nil || bo.SuspendedAt == nil {
 			t.Fatalf("bo after the suspension: %+v, %v", bo, err)
 		}

@@ -25,21 +25,21 @@ func TestRoleMethodsRefuseAdmin(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		a, b := signup(t, svc, "amy"), signup(t, svc, "ben")
-		if added, err := svc.AssignRole(ctx, a.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrAdminRoleReserved) || added {
+		if added, err := svc.Roles.AssignRole(ctx, a.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrAdminRoleReserved) || added {
 			t.Fatalf("AssignRole(admin) = %v, %v, want ErrAdminRoleReserved", added, err)
 		}
-		if ok, err := svc.HasAdmin(ctx); err != nil || ok {
+		if ok, err := svc.Roles.HasAdmin(ctx); err != nil || ok {
 			t.Fatalf("has admin after a refused assignment = %v, %v", ok, err)
 		}
 		for _, u := range []accounts.User{a, b} {
-			if _, err := svc.GrantAdminAsOperator(ctx, u.ID); err != nil {
+			if _, err := svc.Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if removed, err := svc.RemoveRole(ctx, a.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrAdminRoleReserved) || removed {
+		if removed, err := svc.Roles.RemoveRole(ctx, a.ID, capabilities.RoleAdmin); !errors.Is(err, accounts.ErrAdminRoleReserved) || removed {
 			t.Fatalf("RemoveRole(admin) = %v, %v, want ErrAdminRoleReserved", removed, err)
 		}
-		if g, err := svc.RolesAndPermissions(ctx, a.ID); err != nil || !g.HasRole(capabilities.RoleAdmin) {
+		if g, err := svc.Roles.RolesAndPermissions(ctx, a.ID); err != nil || !g.HasRole(capabilities.RoleAdmin) {
 			t.Fatalf("admin lost after a refused removal: %+v, %v", g, err)
 		}
 	})

@@ -46,7 +46,7 @@ func (s *Service) OverviewCapability(src OverviewSources) capabilities.Capabilit
 			now := time.Now().UTC()
 			var out OverviewOutput
 			var err error
-			if out.Users, err = s.CountUsers(ctx, now.AddDate(0, 0, -30)); err != nil {
+			if out.Users, err = s.Roles.CountUsers(ctx, now.AddDate(0, 0, -30)); err != nil {
 				return out, err
 			}
 			if out.ActiveGrants, err = src.ActiveGrants(ctx); err != nil {

@@ -55,7 +55,7 @@ type passkeyState struct {
 }
 
 // relyingParty returns the WebAuthn relying party of Config.Passkeys.
-func (s *Service) relyingParty() (*webauthn.WebAuthn, error) {
+func (s *SecondFactors) relyingParty() (*webauthn.WebAuthn, error) {
 	s.passkeys.once.Do(func() {
 		c := s.cfg.Passkeys
 		s.passkeys.wa, s.passkeys.err = webauthn.New(&webauthn.Config{
@@ -89,13 +89,13 @@ func (w waUser) WebAuthnCredentials() []webauthn.Credential { return w.creds }
 
 func stableIDOfHandle(handle []byte) string { return hex.EncodeToString(handle) }
 
-func (s *Service) passkeyRows(ctx context.Context, db bun.IDB, userID int64) ([]passkeyRow, error) {
+func (s *SecondFactors) passkeyRows(ctx context.Context, db bun.IDB, userID int64) ([]passkeyRow, error) {
 	var rows []passkeyRow
 	err := db.NewSelect().Model(&rows).Where("user_id = ?", userID).Order("created_at", "id").Scan(ctx)
 	return rows, err
 }
 
-func (s *Service) waUserOf(ctx context.Context, u User) (waUser, error) {
+func (s *SecondFactors) waUserOf(ctx context.Context, u User) (waUser, error) {
 	rows, err := s.passkeyRows(ctx, s.store.Reader, u.ID)
 	if err != nil {
 		return waUser{}, err
@@ -112,7 +112,7 @@ func (s *Service) waUserOf(ctx context.Context, u User) (waUser, error) {
 }
 
 // Passkeys lists userID's passkeys, oldest first.
-func (s *Service) Passkeys(ctx context.Context, userID int64) ([]Passkey, error) {
+func (s *SecondFactors) Passkeys(ctx context.Context, userID int64) ([]Passkey, error) {
 	rows, err := s.passkeyRows(ctx, s.store.Reader, userID)
 	if err != nil {
 		return nil, fmt.Errorf("accounts: passkeys: %w", err)
@@ -135,7 +135,7 @@ type PasskeyCeremony struct {
 // BeginPasskeyRegistration starts registering a new passkey for u: a
 // discoverable credential with user verification, excluding the passkeys
 // u already has.
-func (s *Service) BeginPasskeyRegistration(ctx context.Context, u User) (PasskeyCeremony, error) {
+func (s *SecondFactors) BeginPasskeyRegistration(ctx context.Context, u User) (PasskeyCeremony, error) {
 	if err := u.CheckActive(); err != nil {
 		return PasskeyCeremony{}, err
 	}
@@ -164,7 +164,7 @@ func (s *Service) BeginPasskeyRegistration(ctx context.Context, u User) (Passkey
 	return s.storeCeremony(ctx, &u.ID, purposePasskeyRegister, creation, session)
 }
 
-func (s *Service) storeCeremony(ctx context.Context, userID *int64, purpose string, options any, session *webauthn.SessionData) (PasskeyCeremony, error) {
+func (s *SecondFactors) storeCeremony(ctx context.Context, userID *int64, purpose string, options any, session *webauthn.SessionData) (PasskeyCeremony, error) {
 	opts, err := json.Marshal(options)
 	if err != nil {
 		return PasskeyCeremony{}, err
@@ -182,7 +182,7 @@ func (s *Service) storeCeremony(ctx context.Context, userID *int64, purpose stri
 
 // takeCeremony uses up the challenge of token (of purpose, belonging to
 // userID when that is not 0) and returns its session data.
-func (s *Service) takeCeremony(ctx context.Context, token, purpose string, userID int64) (webauthn.SessionData, error) {
+func (s *SecondFactors) takeCeremony(ctx context.Context, token, purpose string, userID int64) (webauthn.SessionData, error) {
 	var session webauthn.SessionData
 	if token == "" || len(token) > 128 || !textOK(token) {
 		return session, ErrPasskeyInvalid
@@ -218,7 +218,7 @@ func cleanPasskeyName(name string) (string, error) {
 
 // FinishPasskeyRegistration checks the browser's response to the
 // registration started with token and stores the new passkey under name.
-func (s *Service) FinishPasskeyRegistration(ctx context.Context, u User, token, name string, response []byte) (Passkey, error) {
+func (s *SecondFactors) FinishPasskeyRegistration(ctx context.Context, u User, token, name string, response []byte) (Passkey, error) {
 	name, err := cleanPasskeyName(name)
 	if err != nil {
 		return Passkey{}, err
@@ -273,7 +273,7 @@ func (s *Service) FinishPasskeyRegistration(ctx context.Context, u User, token, 
 
 // RenamePasskey renames userID's passkey id. ErrNotFound when userID has
 // no such passkey (also when it is another account's).
-func (s *Service) RenamePasskey(ctx context.Context, userID, id int64, name string) error {
+func (s *SecondFactors) RenamePasskey(ctx context.Context, userID, id int64, name string) error {
 	name, err := cleanPasskeyName(name)
 	if err != nil {
 		return err
@@ -293,7 +293,7 @@ func (s *Service) RenamePasskey(ctx context.Context, userID, id int64, name stri
 // no such passkey (also when it is another account's). Like every removal
 // of a factor, it ends every browser session and OAuth grant issued before
 // it; recovery codes go when no second factor remains.
-func (s *Service) RemovePasskey(ctx context.Context, userID, id int64) error {
+func (s *SecondFactors) RemovePasskey(ctx context.Context, userID, id int64) error {
 	defer s.callerChanged(ctx, userID) // cached callers of revoked tokens
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		res, err := tx.NewDelete().Model((*passkeyRow)(nil)).Where("id = ? AND user_id = ?", id, userID).Exec(ctx)
@@ -324,7 +324,7 @@ func (s *Service) RemovePasskey(ctx context.Context, userID, id int64) error {
 // BeginPasskeyLogin starts a sign-in with a passkey instead of a password:
 // the browser offers the person the discoverable passkeys it holds for
 // this site, and user verification is required.
-func (s *Service) BeginPasskeyLogin(ctx context.Context) (PasskeyCeremony, error) {
+func (s *SecondFactors) BeginPasskeyLogin(ctx context.Context) (PasskeyCeremony, error) {
 	wa, err := s.relyingParty()
 	if err != nil {
 		return PasskeyCeremony{}, err
@@ -341,7 +341,7 @@ func (s *Service) BeginPasskeyLogin(ctx context.Context) (PasskeyCeremony, error
 // ErrPasskeyInvalid when anything does not verify, and the account-state
 // errors of Login (ErrSuspended; ErrDeleting: a passkey does not resume a
 // deletion, the password does).
-func (s *Service) FinishPasskeyLogin(ctx context.Context, token string, response []byte) (User, error) {
+func (s *SecondFactors) FinishPasskeyLogin(ctx context.Context, token string, response []byte) (User, error) {
 	if len(response) > maxCredentialJSONLength {
 		return User{}, ErrPasskeyInvalid
 	}
@@ -359,7 +359,7 @@ func (s *Service) FinishPasskeyLogin(ctx context.Context, token string, response
 	}
 	var found waUser
 	cred, err := wa.ValidateDiscoverableLogin(func(rawID, handle []byte) (webauthn.User, error) {
-		u, err := s.UserByStableID(ctx, stableIDOfHandle(handle))
+		u, err := s.identity.UserByStableID(ctx, stableIDOfHandle(handle))
 		if err != nil {
 			return nil, err
 		}
@@ -377,7 +377,7 @@ func (s *Service) FinishPasskeyLogin(ctx context.Context, token string, response
 
 // passkeyUsed records a successful assertion (sign count, last use) and
 // checks the account may sign in.
-func (s *Service) passkeyUsed(ctx context.Context, u User, cred *webauthn.Credential) (User, error) {
+func (s *SecondFactors) passkeyUsed(ctx context.Context, u User, cred *webauthn.Credential) (User, error) {
 	if cred.Authenticator.CloneWarning {
 		s.cfg.Logger.WarnContext(ctx, "accounts: passkey sign count went backwards (cloned authenticator?)", "user_id", u.ID)
 		return User{}, ErrPasskeyInvalid
@@ -394,7 +394,7 @@ func (s *Service) passkeyUsed(ctx context.Context, u User, cred *webauthn.Creden
 	if n, _ := res.RowsAffected(); n != 1 {
 		return User{}, ErrPasskeyInvalid
 	}
-	fresh, err := s.UserByID(ctx, u.ID)
+	fresh, err := s.identity.UserByID(ctx, u.ID)
 	if err != nil {
 		return User{}, ErrPasskeyInvalid
 	}
@@ -409,7 +409,7 @@ func (s *Service) passkeyUsed(ctx context.Context, u User, cred *webauthn.Creden
 
 // BeginPendingPasskey starts the passkey step of the pending sign-in
 // token: an assertion limited to that account's passkeys.
-func (s *Service) BeginPendingPasskey(ctx context.Context, token string) (PasskeyCeremony, error) {
+func (s *SecondFactors) BeginPendingPasskey(ctx context.Context, token string) (PasskeyCeremony, error) {
 	p, err := s.PeekPendingLogin(ctx, token)
 	if err != nil {
 		return PasskeyCeremony{}, err
@@ -434,7 +434,7 @@ func (s *Service) BeginPendingPasskey(ctx context.Context, token string) (Passke
 
 // CompletePendingLoginPasskey finishes the pending sign-in token with the
 // passkey assertion of the ceremony ceremonyToken (BeginPendingPasskey).
-func (s *Service) CompletePendingLoginPasskey(ctx context.Context, token, ceremonyToken string, response []byte) (PendingLogin, error) {
+func (s *SecondFactors) CompletePendingLoginPasskey(ctx context.Context, token, ceremonyToken string, response []byte) (PendingLogin, error) {
 	p, row, err := s.attemptPending(ctx, token)
 	if err != nil {
 		return PendingLogin{}, err

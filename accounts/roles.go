@@ -36,7 +36,7 @@ func (g Grants) Has(p capabilities.Permission) bool {
 //
 // On error it returns the zero Grants with the error: callers must treat the
 // caller as holding no roles (fail closed) and log the error.
-func (s *Service) RolesAndPermissions(ctx context.Context, userID int64) (Grants, error) {
+func (s *Roles) RolesAndPermissions(ctx context.Context, userID int64) (Grants, error) {
 	var rows []struct {
 		Role       string  `bun:"role_name"`
 		Permission *string `bun:"permission_name"`
@@ -66,7 +66,7 @@ func (s *Service) RolesAndPermissions(ctx context.Context, userID int64) (Grants
 // when the account already had it). Errors: ErrAdminRoleReserved for the
 // admin role (no runtime path grants admin; see GrantAdminAsOperator),
 // ErrUnknownRole, ErrNotFound, ErrDeleting.
-func (s *Service) AssignRole(ctx context.Context, userID int64, role string) (bool, error) {
+func (s *Roles) AssignRole(ctx context.Context, userID int64, role string) (bool, error) {
 	if role == capabilities.RoleAdmin {
 		return false, fmt.Errorf("accounts: assign role %s: %w", role, ErrAdminRoleReserved)
 	}
@@ -80,7 +80,7 @@ func (s *Service) AssignRole(ctx context.Context, userID int64, role string) (bo
 // server. The web shell, MCP and other capabilities never call it (a test
 // in this package enforces that), so no runtime path grants admin.
 // Errors: ErrNotFound, ErrDeleting.
-func (s *Service) GrantAdminAsOperator(ctx context.Context, userID int64) (bool, error) {
+func (s *Roles) GrantAdminAsOperator(ctx context.Context, userID int64) (bool, error) {
 	return s.assignRole(ctx, userID, capabilities.RoleAdmin)
 }
 
@@ -88,7 +88,7 @@ func (s *Service) GrantAdminAsOperator(ctx context.Context, userID int64) (bool,
 // transaction right after the role is inserted.
 var testHookRoleInserted func(userID int64)
 
-func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bool, error) {
+func (s *Roles) assignRole(ctx context.Context, userID int64, role string) (bool, error) {
 	defer s.callerChanged(ctx, userID)
 	var added bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
@@ -137,7 +137,7 @@ func (s *Service) assignRole(ctx context.Context, userID int64, role string) (bo
 // (false, nil when the account did not have it). The admin role is the
 // operator's to take (RevokeAdminAsOperator): for it RemoveRole returns
 // ErrAdminRoleReserved.
-func (s *Service) RemoveRole(ctx context.Context, userID int64, role string) (bool, error) {
+func (s *Roles) RemoveRole(ctx context.Context, userID int64, role string) (bool, error) {
 	if role == capabilities.RoleAdmin {
 		return false, fmt.Errorf("accounts: remove role %s: %w", role, ErrAdminRoleReserved)
 	}
@@ -150,11 +150,11 @@ func (s *Service) RemoveRole(ctx context.Context, userID int64, role string) (bo
 // admin remains it returns ErrLastAdmin: the refusal is decided inside the
 // DELETE statement itself, so concurrent removals, suspensions and
 // deletions can never leave zero active admins.
-func (s *Service) RevokeAdminAsOperator(ctx context.Context, userID int64) (bool, error) {
+func (s *Roles) RevokeAdminAsOperator(ctx context.Context, userID int64) (bool, error) {
 	return s.removeRole(ctx, userID, capabilities.RoleAdmin)
 }
 
-func (s *Service) removeRole(ctx context.Context, userID int64, role string) (bool, error) {
+func (s *Roles) removeRole(ctx context.Context, userID int64, role string) (bool, error) {
 	defer s.callerChanged(ctx, userID)
 	var removed bool
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
@@ -206,7 +206,7 @@ func (s *Service) removeRole(ctx context.Context, userID int64, role string) (bo
 }
 
 // roleRemoved reports a removed role to the change hooks.
-func (s *Service) roleRemoved(ctx context.Context, tx bun.Tx, userID int64, role string) error {
+func (s *Roles) roleRemoved(ctx context.Context, tx bun.Tx, userID int64, role string) error {
 	var sid string
 	if err := tx.NewSelect().Table("users").Column("stable_user_id").Where("id = ?", userID).Scan(ctx, &sid); err != nil {
 		return err
@@ -228,7 +228,7 @@ func lockAdmins(ctx context.Context, tx bun.Tx, d storage.Dialect) error {
 }
 
 // Roles lists the names of every defined role.
-func (s *Service) Roles(ctx context.Context) ([]string, error) {
+func (s *Roles) Roles(ctx context.Context) ([]string, error) {
 	var names []string
 	if err := s.store.Reader.NewSelect().Table("roles").Column("name").Order("name").Scan(ctx, &names); err != nil {
 		return nil, fmt.Errorf("accounts: roles: %w", err)
@@ -237,7 +237,7 @@ func (s *Service) Roles(ctx context.Context) ([]string, error) {
 }
 
 // HasAdmin reports whether any account holds the admin role.
-func (s *Service) HasAdmin(ctx context.Context) (bool, error) {
+func (s *Roles) HasAdmin(ctx context.Context) (bool, error) {
 	ok, err := s.store.Reader.NewSelect().Table("user_roles").Where("role_name = ?", capabilities.RoleAdmin).Exists(ctx)
 	if err != nil {
 		return false, fmt.Errorf("accounts: has admin: %w", err)

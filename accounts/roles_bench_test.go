@@ -22,11 +22,11 @@ func benchAccounts(b *testing.B, fn func(b *testing.B, svc *accounts.Service, u 
 			if err != nil {
 				b.Fatal(err)
 			}
-			u, _, err := svc.CreateUser(ctx, accounts.CreateUserInput{Email: "bench@example.test", Username: "benchuser", Password: "bench-password-0123456789", Verified: true})
+			u, _, err := svc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "bench@example.test", Username: "benchuser", Password: "bench-password-0123456789", Verified: true})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := svc.GrantAdminAsOperator(ctx, u.ID); err != nil {
+			if _, err := svc.Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 				b.Fatal(err)
 			}
 			fn(b, svc, u)
@@ -41,7 +41,7 @@ func BenchmarkRolesAndPermissions(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
-			g, err := svc.RolesAndPermissions(ctx, u.ID)
+			g, err := svc.Roles.RolesAndPermissions(ctx, u.ID)
 			if err != nil || len(g.Roles) != 2 {
 				b.Fatal(g, err)
 			}

@@ -20,52 +20,52 @@ func TestAssignAndRemoveRoles(t *testing.T) {
 		svc, _ := newService(t, s, accounts.Config{})
 		a, b := signup(t, svc, "amy"), signup(t, svc, "ben")
 
-		if added, err := svc.GrantAdminAsOperator(ctx, a.ID); err != nil || !added {
+		if added, err := svc.Roles.GrantAdminAsOperator(ctx, a.ID); err != nil || !added {
 			t.Fatalf("assign = %v, %v", added, err)
 		}
-		if added, err := svc.GrantAdminAsOperator(ctx, a.ID); err != nil || added {
+		if added, err := svc.Roles.GrantAdminAsOperator(ctx, a.ID); err != nil || added {
 			t.Fatalf("second assign = %v, %v, want no change", added, err)
 		}
-		if _, err := svc.AssignRole(ctx, a.ID, "superuser"); !errors.Is(err, accounts.ErrUnknownRole) {
+		if _, err := svc.Roles.AssignRole(ctx, a.ID, "superuser"); !errors.Is(err, accounts.ErrUnknownRole) {
 			t.Fatalf("unknown role = %v", err)
 		}
-		if _, err := svc.GrantAdminAsOperator(ctx, 424242); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := svc.Roles.GrantAdminAsOperator(ctx, 424242); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("unknown user = %v", err)
 		}
-		g, err := svc.RolesAndPermissions(ctx, a.ID)
+		g, err := svc.Roles.RolesAndPermissions(ctx, a.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !g.HasRole(capabilities.RoleAdmin) || !g.HasRole(capabilities.RoleUser) || len(g.Permissions) != len(capabilities.AllPermissions()) {
 			t.Fatalf("admin grants %+v", g)
 		}
-		if ok, err := svc.HasAdmin(ctx); err != nil || !ok {
+		if ok, err := svc.Roles.HasAdmin(ctx); err != nil || !ok {
 			t.Fatalf("has admin = %v, %v", ok, err)
 		}
 
 		// Did not have the role: a no-op, not a conflict.
-		if removed, err := svc.RevokeAdminAsOperator(ctx, b.ID); err != nil || removed {
+		if removed, err := svc.Roles.RevokeAdminAsOperator(ctx, b.ID); err != nil || removed {
 			t.Fatalf("remove absent admin = %v, %v, want false, nil", removed, err)
 		}
 		// The last admin: a conflict.
-		if removed, err := svc.RevokeAdminAsOperator(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) || removed {
+		if removed, err := svc.Roles.RevokeAdminAsOperator(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) || removed {
 			t.Fatalf("remove last admin = %v, %v, want ErrLastAdmin", removed, err)
 		}
-		if _, err := svc.GrantAdminAsOperator(ctx, b.ID); err != nil {
+		if _, err := svc.Roles.GrantAdminAsOperator(ctx, b.ID); err != nil {
 			t.Fatal(err)
 		}
-		if removed, err := svc.RevokeAdminAsOperator(ctx, a.ID); err != nil || !removed {
+		if removed, err := svc.Roles.RevokeAdminAsOperator(ctx, a.ID); err != nil || !removed {
 			t.Fatalf("remove admin with another admin left = %v, %v", removed, err)
 		}
-		g, _ = svc.RolesAndPermissions(ctx, a.ID)
+		g, _ = svc.Roles.RolesAndPermissions(ctx, a.ID)
 		if g.HasRole(capabilities.RoleAdmin) || g.Has(capabilities.ReadUserAny) {
 			t.Fatalf("revoked admin still has %+v", g)
 		}
 		// Other roles have no last-holder rule.
-		if removed, err := svc.RemoveRole(ctx, a.ID, capabilities.RoleUser); err != nil || !removed {
+		if removed, err := svc.Roles.RemoveRole(ctx, a.ID, capabilities.RoleUser); err != nil || !removed {
 			t.Fatalf("remove user role = %v, %v", removed, err)
 		}
-		if g, err := svc.RolesAndPermissions(ctx, a.ID); err != nil || len(g.Roles) != 0 || len(g.Permissions) != 0 {
+		if g, err := svc.Roles.RolesAndPermissions(ctx, a.ID); err != nil || len(g.Roles) != 0 || len(g.Permissions) != 0 {
 			t.Fatalf("grants without roles = %+v, %v", g, err)
 		}
 	})
@@ -83,7 +83,7 @@ func TestLastAdminUnderConcurrency(t *testing.T) {
 			ids := make([]int64, admins)
 			for i := range admins {
 				u := signup(t, svc, fmt.Sprintf("adm-%d-%d", round, i))
-				if _, err := svc.GrantAdminAsOperator(ctx, u.ID); err != nil {
+				if _, err := svc.Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 					t.Fatal(err)
 				}
 				ids[i] = u.ID
@@ -94,7 +94,7 @@ func TestLastAdminUnderConcurrency(t *testing.T) {
 			for i, id := range ids {
 				wg.Go(func() {
 					start.Wait()
-					_, errs[i] = svc.RevokeAdminAsOperator(ctx, id)
+					_, errs[i] = svc.Roles.RevokeAdminAsOperator(ctx, id)
 				})
 			}
 			start.Done()
@@ -140,13 +140,13 @@ func TestLoadCaller(t *testing.T) {
 		if _, err := svc.LoadCaller(ctx, accounts.StableIDForEmail("nobody@example.com")); !errors.Is(err, capabilities.ErrUnknownUser) {
 			t.Fatalf("unknown = %v", err)
 		}
-		if _, err := svc.Suspend(ctx, u.ID); err != nil {
+		if _, err := svc.Lifecycle.Suspend(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
 		if c, _ := svc.LoadCaller(ctx, u.StableID); c.State != capabilities.AccountSuspended {
 			t.Fatalf("suspended caller state %v", c.State)
 		}
-		if _, err := svc.MarkDeleting(ctx, u.ID); err != nil {
+		if _, err := svc.Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
 		if c, _ := svc.LoadCaller(ctx, u.StableID); c.State != capabilities.AccountDeleting {
@@ -171,46 +171,46 @@ func TestSuspendingTheLastActiveAdmin(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		a, b, c := signup(t, svc, "ada"), signup(t, svc, "bea"), signup(t, svc, "cid")
-		if _, err := svc.GrantAdminAsOperator(ctx, a.ID); err != nil {
+		if _, err := svc.Roles.GrantAdminAsOperator(ctx, a.ID); err != nil {
 			t.Fatal(err)
 		}
-		if changed, err := svc.Suspend(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) || changed {
+		if changed, err := svc.Lifecycle.Suspend(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) || changed {
 			t.Fatalf("suspend the only admin = %v, %v, want ErrLastAdmin", changed, err)
 		}
-		if u, _ := svc.UserByID(ctx, a.ID); u.SuspendedAt != nil {
+		if u, _ := svc.Identity.UserByID(ctx, a.ID); u.SuspendedAt != nil {
 			t.Fatal("the refused suspension suspended the admin")
 		}
-		if _, err := svc.MarkDeleting(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+		if _, err := svc.Lifecycle.MarkDeleting(ctx, a.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("mark the only admin deleting: %v, want ErrLastAdmin", err)
 		}
 		// Other accounts are suspended freely.
-		if changed, err := svc.Suspend(ctx, c.ID); err != nil || !changed {
+		if changed, err := svc.Lifecycle.Suspend(ctx, c.ID); err != nil || !changed {
 			t.Fatalf("suspend a user = %v, %v", changed, err)
 		}
-		if _, err := svc.GrantAdminAsOperator(ctx, b.ID); err != nil {
+		if _, err := svc.Roles.GrantAdminAsOperator(ctx, b.ID); err != nil {
 			t.Fatal(err)
 		}
-		if changed, err := svc.Suspend(ctx, a.ID); err != nil || !changed {
+		if changed, err := svc.Lifecycle.Suspend(ctx, a.ID); err != nil || !changed {
 			t.Fatalf("suspend an admin with another active = %v, %v", changed, err)
 		}
-		if changed, err := svc.Suspend(ctx, a.ID); err != nil || changed {
+		if changed, err := svc.Lifecycle.Suspend(ctx, a.ID); err != nil || changed {
 			t.Fatalf("suspend again = %v, %v, want no change", changed, err)
 		}
 		// a is suspended: b is the last active admin, for suspension and
 		// for removal alike.
-		if _, err := svc.Suspend(ctx, b.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+		if _, err := svc.Lifecycle.Suspend(ctx, b.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("suspend the last active admin: %v, want ErrLastAdmin", err)
 		}
-		if _, err := svc.RevokeAdminAsOperator(ctx, b.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+		if _, err := svc.Roles.RevokeAdminAsOperator(ctx, b.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("remove the last active admin: %v, want ErrLastAdmin", err)
 		}
-		if _, err := svc.Unsuspend(ctx, a.ID); err != nil {
+		if _, err := svc.Lifecycle.Unsuspend(ctx, a.ID); err != nil {
 			t.Fatal(err)
 		}
-		if changed, err := svc.Suspend(ctx, b.ID); err != nil || !changed {
+		if changed, err := svc.Lifecycle.Suspend(ctx, b.ID); err != nil || !changed {
 			t.Fatalf("suspend b with a active again = %v, %v", changed, err)
 		}
-		if _, err := svc.Suspend(ctx, 424242); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := svc.Lifecycle.Suspend(ctx, 424242); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("suspend unknown: %v", err)
 		}
 	})
@@ -226,18 +226,18 @@ func TestSuspendLastAdminUnderConcurrency(t *testing.T) {
 		for round := range 6 {
 			a, b := signup(t, svc, fmt.Sprintf("sa-%d", round)), signup(t, svc, fmt.Sprintf("sb-%d", round))
 			for _, u := range []accounts.User{a, b} {
-				if _, err := svc.GrantAdminAsOperator(ctx, u.ID); err != nil {
+				if _, err := svc.Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 					t.Fatal(err)
 				}
 			}
-			second := func() error { _, err := svc.Suspend(ctx, b.ID); return err }
+			second := func() error { _, err := svc.Lifecycle.Suspend(ctx, b.ID); return err }
 			if round%2 == 1 {
-				second = func() error { _, err := svc.RevokeAdminAsOperator(ctx, b.ID); return err }
+				second = func() error { _, err := svc.Roles.RevokeAdminAsOperator(ctx, b.ID); return err }
 			}
 			errs := make([]error, 2)
 			var start, wg sync.WaitGroup
 			start.Add(1)
-			wg.Go(func() { start.Wait(); _, errs[0] = svc.Suspend(ctx, a.ID) })
+			wg.Go(func() { start.Wait(); _, errs[0] = svc.Lifecycle.Suspend(ctx, a.ID) })
 			wg.Go(func() { start.Wait(); errs[1] = second() })
 			start.Done()
 			wg.Wait()

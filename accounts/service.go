@@ -12,9 +12,42 @@ import (
 	"github.com/enclave-mcp/enclave/storage"
 )
 
-// Service manages accounts, passwords, sessions and role assignments on a
-// migrated store. It is safe for concurrent use.
+// Service assembles the account services on one migrated store. Each
+// exported field is a service owning one concern; they share one core
+// (store, configuration, clock, password hasher, session keys, hooks) by
+// pointer, so nothing is duplicated:
+//
+//   - Identity: who an account is (users, usernames, emails and email
+//     claims, mail tokens and links, lookup, invites, external sign-up).
+//   - Credentials: how it proves so (passwords, setup and reset tokens,
+//     browser sessions).
+//   - SecondFactors: what else it may have to show (TOTP, recovery codes,
+//     passkeys, the pending second step of a login, factor proofs, the
+//     admin second-factor rule).
+//   - Roles: what it may do (roles and permissions, the vocabulary, admin
+//     views, operator actions).
+//   - Lifecycle: the states it passes through (suspension, the deletion
+//     mark, the unverified-signup purge queue) that package lifecycle
+//     drives.
+//
+// Service itself keeps what belongs to the whole: the change hooks, the
+// caller loader every transport uses, and the capabilities the domain
+// registers. It is safe for concurrent use.
 type Service struct {
+	*core
+
+	Identity      *Identity
+	Credentials   *Credentials
+	SecondFactors *SecondFactors
+	Roles         *Roles
+	Lifecycle     *Lifecycle
+}
+
+// core is the state every account service shares by pointer, and the
+// unexported helpers more than one of them uses. Its service pointers let
+// one service call another (s.identity.UserByID) without an import cycle
+// through Service.
+type core struct {
 	store  *storage.Store
 	cfg    Config
 	hasher *hasher
@@ -31,6 +64,12 @@ type Service struct {
 	onPasswordChanged []PasswordChangeHook
 	onChange          []ChangeHook
 	onCallerChanged   []func(ctx context.Context, userID int64)
+
+	identity      *Identity
+	credentials   *Credentials
+	secondFactors *SecondFactors
+	roles         *Roles
+	lifecycle     *Lifecycle
 }
 
 // The kinds of Change, named like the admin events that report them.
@@ -67,7 +106,7 @@ func (s *Service) OnChange(hook ChangeHook) {
 }
 
 // changed runs the change hooks inside tx.
-func (s *Service) changed(ctx context.Context, tx bun.IDB, c Change) error {
+func (s *core) changed(ctx context.Context, tx bun.IDB, c Change) error {
 	s.mu.Lock()
 	hooks := append([]ChangeHook(nil), s.onChange...)
 	s.mu.Unlock()
@@ -97,7 +136,14 @@ func New(ctx context.Context, store *storage.Store, cfg Config) (*Service, error
 	}
 	cfg.Signup = mode
 	cfg = cfg.withDefaults()
-	s := &Service{store: store, cfg: cfg, hasher: newHasher(cfg.Argon2, cfg.MaxConcurrentHashes)}
+	c := &core{store: store, cfg: cfg, hasher: newHasher(cfg.Argon2, cfg.MaxConcurrentHashes)}
+	c.identity = &Identity{c}
+	c.credentials = &Credentials{c}
+	c.secondFactors = &SecondFactors{c}
+	c.roles = &Roles{c}
+	c.lifecycle = &Lifecycle{c}
+	s := &Service{core: c, Identity: c.identity, Credentials: c.credentials,
+		SecondFactors: c.secondFactors, Roles: c.roles, Lifecycle: c.lifecycle}
 	dummy, err := s.hasher.hash(ctx, rand.Text())
 	if err != nil {
 		return nil, fmt.Errorf("accounts: new: %w", err)
@@ -132,7 +178,7 @@ func (s *Service) OnCallerChange(f func(ctx context.Context, userID int64)) {
 
 // callerChanged runs the OnCallerChange hooks; call it (deferred) after
 // the writing transaction.
-func (s *Service) callerChanged(ctx context.Context, userID int64) {
+func (s *core) callerChanged(ctx context.Context, userID int64) {
 	s.mu.Lock()
 	hooks := s.onCallerChanged
 	s.mu.Unlock()
@@ -141,7 +187,7 @@ func (s *Service) callerChanged(ctx context.Context, userID int64) {
 	}
 }
 
-func (s *Service) passwordHooks() []PasswordChangeHook {
+func (s *core) passwordHooks() []PasswordChangeHook {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]PasswordChangeHook(nil), s.onPasswordChanged...)
@@ -149,6 +195,6 @@ func (s *Service) passwordHooks() []PasswordChangeHook {
 
 // now returns the current time in UTC at the microsecond precision both SQL
 // dialects keep, so a value read back compares equal to the one written.
-func (s *Service) now() time.Time {
+func (s *core) now() time.Time {
 	return s.cfg.Now().UTC().Truncate(time.Microsecond)
 }

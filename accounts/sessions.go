@@ -47,11 +47,11 @@ const (
 )
 
 // secure reports whether cookies for r must be secure.
-func (s *Service) secure(r *http.Request) bool {
+func (s *Credentials) secure(r *http.Request) bool {
 	return s.cfg.SecureCookies || (r != nil && r.TLS != nil)
 }
 
-func (s *Service) cookieName(r *http.Request) string {
+func (s *Credentials) cookieName(r *http.Request) string {
 	if s.secure(r) {
 		return SecureSessionCookieName
 	}
@@ -62,7 +62,7 @@ func (s *Service) cookieName(r *http.Request) string {
 // Config.SessionLifetime, or Config.RememberMeLifetime with rememberMe. The
 // cookie is HttpOnly and SameSite=Lax; on secure requests it is Secure and
 // __Host- prefixed. It refuses suspended and deleting accounts.
-func (s *Service) StartSession(w http.ResponseWriter, r *http.Request, u User, rememberMe bool) (Session, error) {
+func (s *Credentials) StartSession(w http.ResponseWriter, r *http.Request, u User, rememberMe bool) (Session, error) {
 	if err := u.CheckActive(); err != nil {
 		return Session{}, fmt.Errorf("accounts: start session: %w", err)
 	}
@@ -74,7 +74,7 @@ func (s *Service) StartSession(w http.ResponseWriter, r *http.Request, u User, r
 // ErrDeleting). Authenticate answers such a session with ErrDeleting, which
 // every path treats as signed out except the deletion page: the person can
 // see that the deletion did not finish and retry it, and nothing else.
-func (s *Service) StartDeletingSession(w http.ResponseWriter, r *http.Request, u User) (Session, error) {
+func (s *Credentials) StartDeletingSession(w http.ResponseWriter, r *http.Request, u User) (Session, error) {
 	if u.State() != StateDeleting {
 		return Session{}, fmt.Errorf("accounts: start deleting session: the account is %s", u.State())
 	}
@@ -84,7 +84,7 @@ func (s *Service) StartDeletingSession(w http.ResponseWriter, r *http.Request, u
 	return s.setSessionCookie(w, r, u, false)
 }
 
-func (s *Service) setSessionCookie(w http.ResponseWriter, r *http.Request, u User, rememberMe bool) (Session, error) {
+func (s *Credentials) setSessionCookie(w http.ResponseWriter, r *http.Request, u User, rememberMe bool) (Session, error) {
 	sess, value, err := s.signSession(u, rememberMe)
 	if err != nil {
 		return Session{}, err
@@ -98,7 +98,7 @@ func (s *Service) setSessionCookie(w http.ResponseWriter, r *http.Request, u Use
 }
 
 // EndSession clears the session cookie.
-func (s *Service) EndSession(w http.ResponseWriter, r *http.Request) {
+func (s *Credentials) EndSession(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: s.cookieName(r), Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteLaxMode,
@@ -106,7 +106,7 @@ func (s *Service) EndSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // signSession returns the session and the cookie value for u.
-func (s *Service) signSession(u User, rememberMe bool) (Session, string, error) {
+func (s *Credentials) signSession(u User, rememberMe bool) (Session, string, error) {
 	issued := s.now()
 	// A session must be issued strictly after the last password change to
 	// be accepted; the clock may not have moved since that change.
@@ -139,7 +139,7 @@ func sessionMAC(key []byte, payload string) []byte {
 // account (also one being deleted: suspension wins); and ErrDeleting, with
 // the Session filled in, for an account being deleted (so the deletion flow can retry; every other path must
 // treat it as signed out). Any other error is internal: fail closed.
-func (s *Service) Authenticate(ctx context.Context, r *http.Request) (Session, error) {
+func (s *Credentials) Authenticate(ctx context.Context, r *http.Request) (Session, error) {
 	c, err := r.Cookie(s.cookieName(r))
 	if err != nil {
 		return Session{}, ErrNoSession
@@ -148,7 +148,7 @@ func (s *Service) Authenticate(ctx context.Context, r *http.Request) (Session, e
 }
 
 // VerifySession checks a session cookie value; see Authenticate.
-func (s *Service) VerifySession(ctx context.Context, value string) (Session, error) {
+func (s *Credentials) VerifySession(ctx context.Context, value string) (Session, error) {
 	parts := strings.Split(value, ".")
 	if len(parts) != 6 || parts[0] != sessionVersion || len(value) > 512 {
 		return Session{}, ErrNoSession
@@ -179,7 +179,7 @@ func (s *Service) VerifySession(ctx context.Context, value string) (Session, err
 	if !now.Before(sess.ExpiresAt) || sess.IssuedAt.After(now.Add(time.Minute)) {
 		return Session{}, ErrNoSession
 	}
-	sess.User, err = s.UserByStableID(ctx, parts[2])
+	sess.User, err = s.identity.UserByStableID(ctx, parts[2])
 	if errors.Is(err, ErrNotFound) {
 		return Session{}, ErrNoSession
 	}
@@ -367,7 +367,7 @@ func (kr *keyRing) rotate(ctx context.Context, retire bool) error {
 // they could have signed are deleted. Other replicas pick the new key up
 // when they first see a cookie signed with it. It fails when the keys come
 // from Config.SessionKeys (rotate them there).
-func (s *Service) RotateSessionKey(ctx context.Context) error {
+func (s *Credentials) RotateSessionKey(ctx context.Context) error {
 	if s.keys.fromConfig {
 		return errors.New("accounts: rotate session key: keys come from Config.SessionKeys; rotate them there")
 	}

@@ -22,7 +22,7 @@ import (
 func startSession(t *testing.T, svc *accounts.Service, r *http.Request, u accounts.User, remember bool) *http.Cookie {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	if _, err := svc.StartSession(rec, r, u, remember); err != nil {
+	if _, err := svc.Credentials.StartSession(rec, r, u, remember); err != nil {
 		t.Fatal(err)
 	}
 	cs := rec.Result().Cookies()
@@ -65,11 +65,11 @@ func TestSessionCookieAttributes(t *testing.T) {
 	r := httptest.NewRequest(http.MethodGet, "https://app.test/", nil)
 	r.TLS = &tls.ConnectionState{}
 	r.AddCookie(&http.Cookie{Name: accounts.SessionCookieName, Value: plain.Value})
-	if _, err := svc.Authenticate(context.Background(), r); !errors.Is(err, accounts.ErrNoSession) {
+	if _, err := svc.Credentials.Authenticate(context.Background(), r); !errors.Is(err, accounts.ErrNoSession) {
 		t.Errorf("plain cookie on TLS = %v", err)
 	}
 	r.AddCookie(secure)
-	if sess, err := svc.Authenticate(context.Background(), r); err != nil || sess.User.ID != u.ID || !sess.RememberMe {
+	if sess, err := svc.Credentials.Authenticate(context.Background(), r); err != nil || sess.User.ID != u.ID || !sess.RememberMe {
 		t.Errorf("secure cookie = %+v, %v", sess, err)
 	}
 	behindProxy, _ := newService(t, s, accounts.Config{SecureCookies: true})
@@ -78,7 +78,7 @@ func TestSessionCookieAttributes(t *testing.T) {
 	}
 
 	rec := httptest.NewRecorder()
-	svc.EndSession(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	svc.Credentials.EndSession(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	if cs := rec.Result().Cookies(); len(cs) != 1 || cs[0].MaxAge >= 0 || cs[0].Value != "" {
 		t.Errorf("end session set %+v", cs)
 	}
@@ -93,11 +93,11 @@ func TestSessionLifecycle(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
 
 		c := startSession(t, svc, req, u, false)
-		sess, err := svc.Authenticate(ctx, withCookie(c))
+		sess, err := svc.Credentials.Authenticate(ctx, withCookie(c))
 		if err != nil || sess.User.ID != u.ID || sess.User.StableID != u.StableID || sess.RememberMe {
 			t.Fatalf("authenticate = %+v, %v", sess, err)
 		}
-		if _, err := svc.Authenticate(ctx, req); !errors.Is(err, accounts.ErrNoSession) {
+		if _, err := svc.Credentials.Authenticate(ctx, req); !errors.Is(err, accounts.ErrNoSession) {
 			t.Fatalf("no cookie = %v", err)
 		}
 
@@ -113,7 +113,7 @@ func TestSessionLifecycle(t *testing.T) {
 				"garbage":       "s1.x.y.z.0.AAAA",
 				"empty":         "",
 			} {
-				if _, err := svc.VerifySession(ctx, v); !errors.Is(err, accounts.ErrNoSession) {
+				if _, err := svc.Credentials.VerifySession(ctx, v); !errors.Is(err, accounts.ErrNoSession) {
 					t.Errorf("%s: %v, want ErrNoSession", name, err)
 				}
 			}
@@ -123,18 +123,18 @@ func TestSessionLifecycle(t *testing.T) {
 			short := startSession(t, svc, req, u, false)
 			long := startSession(t, svc, req, u, true)
 			clk.Advance(accounts.DefaultSessionLifetime - time.Second)
-			if _, err := svc.Authenticate(ctx, withCookie(short)); err != nil {
+			if _, err := svc.Credentials.Authenticate(ctx, withCookie(short)); err != nil {
 				t.Fatalf("just before expiry: %v", err)
 			}
 			clk.Advance(time.Second)
-			if _, err := svc.Authenticate(ctx, withCookie(short)); !errors.Is(err, accounts.ErrNoSession) {
+			if _, err := svc.Credentials.Authenticate(ctx, withCookie(short)); !errors.Is(err, accounts.ErrNoSession) {
 				t.Fatalf("at 7 days: %v", err)
 			}
-			if _, err := svc.Authenticate(ctx, withCookie(long)); err != nil {
+			if _, err := svc.Credentials.Authenticate(ctx, withCookie(long)); err != nil {
 				t.Fatalf("remember-me at 7 days: %v", err)
 			}
 			clk.Advance(accounts.DefaultRememberMeLifetime - accounts.DefaultSessionLifetime)
-			if _, err := svc.Authenticate(ctx, withCookie(long)); !errors.Is(err, accounts.ErrNoSession) {
+			if _, err := svc.Credentials.Authenticate(ctx, withCookie(long)); !errors.Is(err, accounts.ErrNoSession) {
 				t.Fatalf("remember-me at 30 days: %v", err)
 			}
 		})
@@ -151,24 +151,24 @@ func TestSessionLifecycle(t *testing.T) {
 			})
 			// The clock does not move: the change happens in the same
 			// microsecond the session was issued, and still revokes it.
-			changed, err := svc.ChangePassword(ctx, u.ID, goodPassword, "a brand new passphrase")
+			changed, err := svc.Credentials.ChangePassword(ctx, u.ID, goodPassword, "a brand new passphrase")
 			if err != nil {
 				t.Fatal(err)
 			}
 			if hooked != 1 {
 				t.Errorf("password-change hook ran %d times", hooked)
 			}
-			if _, err := svc.Authenticate(ctx, withCookie(before)); !errors.Is(err, accounts.ErrNoSession) {
+			if _, err := svc.Credentials.Authenticate(ctx, withCookie(before)); !errors.Is(err, accounts.ErrNoSession) {
 				t.Fatalf("session from before the change = %v", err)
 			}
 			after := startSession(t, svc, req, changed, false)
-			if _, err := svc.Authenticate(ctx, withCookie(after)); err != nil {
+			if _, err := svc.Credentials.Authenticate(ctx, withCookie(after)); err != nil {
 				t.Fatalf("session issued after the change: %v", err)
 			}
-			if _, err := svc.ChangePassword(ctx, u.ID, "not the current one", "whatever else long"); !errors.Is(err, accounts.ErrInvalidCredentials) {
+			if _, err := svc.Credentials.ChangePassword(ctx, u.ID, "not the current one", "whatever else long"); !errors.Is(err, accounts.ErrInvalidCredentials) {
 				t.Fatalf("wrong current password = %v", err)
 			}
-			if _, err := svc.ChangePassword(ctx, u.ID, "a brand new passphrase", "short"); !errors.Is(err, accounts.ErrWeakPassword) {
+			if _, err := svc.Credentials.ChangePassword(ctx, u.ID, "a brand new passphrase", "short"); !errors.Is(err, accounts.ErrWeakPassword) {
 				t.Fatalf("weak new password = %v", err)
 			}
 		})
@@ -176,26 +176,26 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Run("suspended and deleting", func(t *testing.T) {
 			v := signup(t, svc, "lee-states")
 			c := startSession(t, svc, req, v, false)
-			if _, err := svc.Suspend(ctx, v.ID); err != nil {
+			if _, err := svc.Lifecycle.Suspend(ctx, v.ID); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := svc.Authenticate(ctx, withCookie(c)); !errors.Is(err, accounts.ErrSuspended) {
+			if _, err := svc.Credentials.Authenticate(ctx, withCookie(c)); !errors.Is(err, accounts.ErrSuspended) {
 				t.Fatalf("suspended = %v", err)
 			}
-			suspended, _ := svc.UserByID(ctx, v.ID)
-			if _, err := svc.StartSession(httptest.NewRecorder(), req, suspended, false); !errors.Is(err, accounts.ErrSuspended) {
+			suspended, _ := svc.Identity.UserByID(ctx, v.ID)
+			if _, err := svc.Credentials.StartSession(httptest.NewRecorder(), req, suspended, false); !errors.Is(err, accounts.ErrSuspended) {
 				t.Fatalf("start session for a suspended account = %v", err)
 			}
-			if _, err := svc.Unsuspend(ctx, v.ID); err != nil {
+			if _, err := svc.Lifecycle.Unsuspend(ctx, v.ID); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := svc.Authenticate(ctx, withCookie(c)); err != nil {
+			if _, err := svc.Credentials.Authenticate(ctx, withCookie(c)); err != nil {
 				t.Fatalf("after unsuspend = %v", err)
 			}
-			if _, err := svc.MarkDeleting(ctx, v.ID); err != nil {
+			if _, err := svc.Lifecycle.MarkDeleting(ctx, v.ID); err != nil {
 				t.Fatal(err)
 			}
-			sess, err := svc.Authenticate(ctx, withCookie(c))
+			sess, err := svc.Credentials.Authenticate(ctx, withCookie(c))
 			if !errors.Is(err, accounts.ErrDeleting) || sess.User.ID != v.ID {
 				t.Fatalf("deleting = %+v, %v (want ErrDeleting with the session, for the deletion retry)", sess, err)
 			}
@@ -214,11 +214,11 @@ func TestSessionKeyRotation(t *testing.T) {
 
 		// A second replica on the same store verifies the first one's cookies.
 		replica, _ := newService(t, s, accounts.Config{Now: clk.Now})
-		if _, err := replica.Authenticate(ctx, withCookie(old)); err != nil {
+		if _, err := replica.Credentials.Authenticate(ctx, withCookie(old)); err != nil {
 			t.Fatalf("replica: %v", err)
 		}
 
-		if err := svc.RotateSessionKey(ctx); err != nil {
+		if err := svc.Credentials.RotateSessionKey(ctx); err != nil {
 			t.Fatal(err)
 		}
 		fresh := startSession(t, svc, req, u, true)
@@ -226,26 +226,26 @@ func TestSessionKeyRotation(t *testing.T) {
 		if keyID(fresh) == keyID(old) {
 			t.Fatal("rotation did not change the signing key")
 		}
-		if _, err := svc.Authenticate(ctx, withCookie(old)); err != nil {
+		if _, err := svc.Credentials.Authenticate(ctx, withCookie(old)); err != nil {
 			t.Fatalf("cookie signed with the retired key: %v", err)
 		}
-		if _, err := svc.Authenticate(ctx, withCookie(fresh)); err != nil {
+		if _, err := svc.Credentials.Authenticate(ctx, withCookie(fresh)); err != nil {
 			t.Fatal(err)
 		}
 		// The replica has not seen the new key yet; it reloads the keys when
 		// a cookie names an unknown one, at most once a second.
-		if _, err := replica.VerifySession(ctx, fresh.Value); !errors.Is(err, accounts.ErrNoSession) {
+		if _, err := replica.Credentials.VerifySession(ctx, fresh.Value); !errors.Is(err, accounts.ErrNoSession) {
 			t.Fatalf("replica right after its own load = %v, want ErrNoSession (reload is rate-limited)", err)
 		}
 		clk.Advance(2 * time.Second)
-		if _, err := replica.VerifySession(ctx, fresh.Value); err != nil {
+		if _, err := replica.Credentials.VerifySession(ctx, fresh.Value); err != nil {
 			t.Fatalf("replica after the reload interval: %v", err)
 		}
 
 		// Keys retired longer than the longest session are deleted at the
 		// next rotation; their cookies have expired anyway.
 		clk.Advance(accounts.DefaultRememberMeLifetime + time.Hour)
-		if err := svc.RotateSessionKey(ctx); err != nil {
+		if err := svc.Credentials.RotateSessionKey(ctx); err != nil {
 			t.Fatal(err)
 		}
 		n, err := s.DB.NewSelect().Table("session_keys").Count(ctx)
@@ -279,14 +279,14 @@ func TestConfiguredSessionKeys(t *testing.T) {
 	u := signup(t, first, "noor")
 	old := startSession(t, first, httptest.NewRequest(http.MethodGet, "/", nil), u, false)
 	rotated, _ := newService(t, s, accounts.Config{SessionKeys: [][]byte{k2, k1}})
-	if _, err := rotated.Authenticate(ctx, withCookie(old)); err != nil {
+	if _, err := rotated.Credentials.Authenticate(ctx, withCookie(old)); err != nil {
 		t.Fatalf("old key still verifies: %v", err)
 	}
 	dropped, _ := newService(t, s, accounts.Config{SessionKeys: [][]byte{k2}})
-	if _, err := dropped.Authenticate(ctx, withCookie(old)); !errors.Is(err, accounts.ErrNoSession) {
+	if _, err := dropped.Credentials.Authenticate(ctx, withCookie(old)); !errors.Is(err, accounts.ErrNoSession) {
 		t.Fatalf("dropped key = %v", err)
 	}
-	if err := rotated.RotateSessionKey(ctx); err == nil {
+	if err := rotated.Credentials.RotateSessionKey(ctx); err == nil {
 		t.Fatal("RotateSessionKey with configured keys succeeded")
 	}
 }

@@ -39,11 +39,11 @@ func hashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (s *Service) insertSetupToken(ctx context.Context, tx bun.IDB, userID int64, now time.Time) (string, error) {
+func (s *core) insertSetupToken(ctx context.Context, tx bun.IDB, userID int64, now time.Time) (string, error) {
 	return s.insertToken(ctx, tx, userID, now, s.cfg.PasswordSetupTTL)
 }
 
-func (s *Service) insertToken(ctx context.Context, tx bun.IDB, userID int64, now time.Time, ttl time.Duration) (string, error) {
+func (s *core) insertToken(ctx context.Context, tx bun.IDB, userID int64, now time.Time, ttl time.Duration) (string, error) {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	token := base64.RawURLEncoding.EncodeToString(b)
@@ -57,7 +57,7 @@ func (s *Service) insertToken(ctx context.Context, tx bun.IDB, userID int64, now
 // NewPasswordSetupToken returns a fresh one-time password-setup token for
 // userID (earlier ones stay valid until used or expired). Only its hash is
 // stored. ErrDeleting for an account being deleted.
-func (s *Service) NewPasswordSetupToken(ctx context.Context, userID int64) (string, error) {
+func (s *Credentials) NewPasswordSetupToken(ctx context.Context, userID int64) (string, error) {
 	token, err := s.newToken(ctx, userID, s.cfg.PasswordSetupTTL)
 	if err != nil {
 		return "", fmt.Errorf("accounts: new password-setup token: %w", err)
@@ -71,7 +71,7 @@ func (s *Service) NewPasswordSetupToken(ctx context.Context, userID int64) (stri
 // earlier session, like any password change. Send it only to the account's
 // current email, and answer the request the same way whether or not an
 // account has that email.
-func (s *Service) NewPasswordResetToken(ctx context.Context, userID int64) (string, error) {
+func (s *Credentials) NewPasswordResetToken(ctx context.Context, userID int64) (string, error) {
 	token, err := s.newToken(ctx, userID, s.cfg.PasswordResetTTL)
 	if err != nil {
 		return "", fmt.Errorf("accounts: new password-reset token: %w", err)
@@ -79,7 +79,7 @@ func (s *Service) NewPasswordResetToken(ctx context.Context, userID int64) (stri
 	return token, nil
 }
 
-func (s *Service) newToken(ctx context.Context, userID int64, ttl time.Duration) (string, error) {
+func (s *Credentials) newToken(ctx context.Context, userID int64, ttl time.Duration) (string, error) {
 	var token string
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := writableUser(ctx, tx, userID); err != nil {
@@ -97,7 +97,7 @@ func (s *Service) newToken(ctx context.Context, userID int64, ttl time.Duration)
 // the token usable). Like every password change, it ends earlier sessions.
 // It returns ErrInvalidToken for an unknown, used or expired token, and for
 // one issued before its account was created.
-func (s *Service) SetPasswordWithToken(ctx context.Context, token, password string) (User, error) {
+func (s *Credentials) SetPasswordWithToken(ctx context.Context, token, password string) (User, error) {
 	u, _, err := s.ResetPasswordWithToken(ctx, token, password)
 	return u, err
 }
@@ -106,7 +106,7 @@ func (s *Service) SetPasswordWithToken(ctx context.Context, token, password stri
 // second factors were removed: a password reset turns off the
 // authenticator app and deletes passkeys and recovery codes, in the same
 // transaction (tell the owner by mail).
-func (s *Service) ResetPasswordWithToken(ctx context.Context, token, password string) (User, bool, error) {
+func (s *Credentials) ResetPasswordWithToken(ctx context.Context, token, password string) (User, bool, error) {
 	var cleared bool
 	h := hashToken(token)
 	var tok setupToken
@@ -160,7 +160,7 @@ func checkIssuedToAccount(ctx context.Context, db bun.IDB, userID int64, issuedA
 // email change) must die with the password, like sessions and grants:
 // changing or resetting the password is how a person throws out someone
 // who learned it, and a link that person requested must not outlive it.
-func (s *Service) CheckIssuedSincePassword(ctx context.Context, userID int64, issuedAt time.Time) error {
+func (s *Credentials) CheckIssuedSincePassword(ctx context.Context, userID int64, issuedAt time.Time) error {
 	if err := s.CheckIssuedToAccount(ctx, userID, issuedAt); err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (s *Service) CheckIssuedSincePassword(ctx context.Context, userID int64, is
 
 // checkIssuedSincePasswordChange returns ErrInvalidToken when userID is
 // gone or its password changed after issuedAt.
-func (s *Service) checkIssuedSincePasswordChange(ctx context.Context, userID int64, issuedAt time.Time) error {
+func (s *core) checkIssuedSincePasswordChange(ctx context.Context, userID int64, issuedAt time.Time) error {
 	var changed *time.Time
 	err := s.store.Reader.NewSelect().Model((*userRow)(nil)).Column("password_changed_at").Where("id = ?", userID).Scan(ctx, &changed)
 	switch {
@@ -189,7 +189,7 @@ func (s *Service) checkIssuedSincePasswordChange(ctx context.Context, userID int
 // a link with it before acting on it: a link issued before its account
 // existed was issued to an earlier account, and identities are never
 // reused.
-func (s *Service) CheckIssuedToAccount(ctx context.Context, userID int64, issuedAt time.Time) error {
+func (s *Credentials) CheckIssuedToAccount(ctx context.Context, userID int64, issuedAt time.Time) error {
 	if err := checkIssuedToAccount(ctx, s.store.Reader, userID, issuedAt); err != nil {
 		if errors.Is(err, ErrInvalidToken) {
 			return err

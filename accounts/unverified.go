@@ -27,7 +27,7 @@ const unverifiedSignup = `%[1]s.self_signup AND %[1]s.first_verified_at IS NULL 
 // UnverifiedSignups lists up to limit accounts that never verified an
 // address and were created before before, in the order the purge takes
 // them (see UnverifiedCandidates): the candidates of ClaimUnverified.
-func (s *Service) UnverifiedSignups(ctx context.Context, before time.Time, limit int) ([]User, error) {
+func (s *Lifecycle) UnverifiedSignups(ctx context.Context, before time.Time, limit int) ([]User, error) {
 	cands, err := s.UnverifiedCandidates(ctx, before, limit)
 	if err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ type candidateRow struct {
 // never attempted first (oldest sign-up first), then earlier failures,
 // the oldest attempt first. An account whose last attempt failed is
 // skipped until its retry time (ReleaseUnverifiedClaim) has come.
-func (s *Service) UnverifiedCandidates(ctx context.Context, before time.Time, limit int) ([]UnverifiedCandidate, error) {
+func (s *Lifecycle) UnverifiedCandidates(ctx context.Context, before time.Time, limit int) ([]UnverifiedCandidate, error) {
 	var rows []candidateRow
 	err := s.store.DB.NewSelect().Model(&rows).
 		Where(fmt.Sprintf(unverifiedSignup, "u"), before.UTC(), capabilities.RoleAdmin).
@@ -97,7 +97,7 @@ func (s *Service) UnverifiedCandidates(ctx context.Context, before time.Time, li
 // account (ErrDeleting), so it cannot become verified on its way out. The
 // caller then deletes the account through the lifecycle; an interrupted
 // deletion is finished by the deletion-resume lane.
-func (s *Service) ClaimUnverified(ctx context.Context, userID int64, before time.Time) (bool, error) {
+func (s *Lifecycle) ClaimUnverified(ctx context.Context, userID int64, before time.Time) (bool, error) {
 	var n int64
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		// An admin grant in flight holds this lock: the UPDATE below, a
@@ -139,7 +139,7 @@ func (s *Service) ClaimUnverified(ctx context.Context, userID int64, before time
 // purge's own mark is lifted (one stamped by ClaimUnverified, on an
 // account that still never verified an address), never a deletion its
 // holder or an operator started.
-func (s *Service) ReleaseUnverifiedClaim(ctx context.Context, userID int64, failure string, retryAt time.Time) (bool, error) {
+func (s *Lifecycle) ReleaseUnverifiedClaim(ctx context.Context, userID int64, failure string, retryAt time.Time) (bool, error) {
 	defer s.callerChanged(ctx, userID)
 	res, err := s.store.DB.NewRaw("UPDATE users SET deleting_at = NULL, updated_at = ?, purge_failure = ?, purge_retry_at = ?"+
 		" WHERE id = ? AND deleting_at IS NOT NULL AND deleting_at = purge_attempted_at AND self_signup AND first_verified_at IS NULL",
@@ -154,7 +154,7 @@ func (s *Service) ReleaseUnverifiedClaim(ctx context.Context, userID int64, fail
 // RecordUnverifiedPurgeFailure records failure (the class of a failure, a
 // deletion stage) on userID, whose purge failed after removing some of its
 // data: the account stays marked deleting, for the deletion-resume lane.
-func (s *Service) RecordUnverifiedPurgeFailure(ctx context.Context, userID int64, failure string) error {
+func (s *Lifecycle) RecordUnverifiedPurgeFailure(ctx context.Context, userID int64, failure string) error {
 	if _, err := s.store.DB.NewRaw("UPDATE users SET purge_failure = ? WHERE id = ?", boundFailure(failure), userID).Exec(ctx); err != nil {
 		return fmt.Errorf("accounts: record purge failure: %w", err)
 	}

@@ -24,7 +24,7 @@ func TestClaimUnverifiedWaitsForAnAdminGrant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		u, err := svc.Signup(ctx, SignupInput{Email: "late@example.com", Username: "late", Password: "correct horse battery staple"})
+		u, err := svc.Identity.Signup(ctx, SignupInput{Email: "late@example.com", Username: "late", Password: "correct horse battery staple"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,20 +41,20 @@ func TestClaimUnverifiedWaitsForAnAdminGrant(t *testing.T) {
 				return
 			}
 			go func() {
-				ok, err := svc.ClaimUnverified(ctx, u.ID, time.Now().UTC().Add(-UnverifiedWindow))
+				ok, err := svc.Lifecycle.ClaimUnverified(ctx, u.ID, time.Now().UTC().Add(-UnverifiedWindow))
 				got <- claim{ok, err}
 			}()
 			time.Sleep(300 * time.Millisecond) // the claim runs while the grant is open
 		}
 		defer func() { testHookRoleInserted = nil }()
-		if _, err := svc.GrantAdminAsOperator(ctx, u.ID); err != nil {
+		if _, err := svc.Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
 		c := <-got
 		if c.err != nil {
 			t.Fatal(c.err)
 		}
-		after, err := svc.UserByID(ctx, u.ID)
+		after, err := svc.Identity.UserByID(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

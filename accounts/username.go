@@ -68,7 +68,7 @@ func PermanentReservedWords() []string {
 
 // BrandRoots are the names of the service that no username may contain at
 // all: "enclave" and Config.BrandNames.
-func (s *Service) BrandRoots() []string {
+func (s *Identity) BrandRoots() []string {
 	roots := []string{"enclave"}
 	for _, b := range s.cfg.BrandNames {
 		// Only letters and digits: "Acme Brand" is the root "acmebrand".
@@ -87,7 +87,7 @@ func (s *Service) BrandRoots() []string {
 
 // permanent reports whether username is reserved whatever the run-time
 // list says (see PermanentReservedUsernames).
-func (s *Service) permanent(username string) bool {
+func (s *core) permanent(username string) bool {
 	c := compact(username)
 	// Digits aside too: "noreply2", "root-1" and "sys1tem" read as the
 	// names they contain.
@@ -119,7 +119,7 @@ func (s *Service) permanent(username string) bool {
 			}
 		}
 	}
-	for _, root := range s.BrandRoots() {
+	for _, root := range s.identity.BrandRoots() {
 		if strings.Contains(c, root) || strings.Contains(l, root) {
 			return true
 		}
@@ -144,11 +144,11 @@ type reservedUsername struct {
 // ReservedUsernames returns the effective reserved list, sorted: the
 // built-in names and Config.ReservedUsernames, plus names reserved at run
 // time, minus names released at run time.
-func (s *Service) ReservedUsernames(ctx context.Context) ([]string, error) {
+func (s *Identity) ReservedUsernames(ctx context.Context) ([]string, error) {
 	return s.reservedUsernames(ctx, s.store.Reader)
 }
 
-func (s *Service) reservedUsernames(ctx context.Context, db bun.IDB) ([]string, error) {
+func (s *core) reservedUsernames(ctx context.Context, db bun.IDB) ([]string, error) {
 	var changes []reservedUsername
 	if err := db.NewSelect().Model(&changes).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("accounts: read reserved usernames: %w", err)
@@ -177,7 +177,7 @@ func (s *Service) reservedUsernames(ctx context.Context, db bun.IDB) ([]string, 
 // PermanentReservedUsernames) or matches a token of the effective reserved
 // list: equal to it, or equal once hyphens and underscores are removed
 // from both. It fails closed: a read error refuses the claim.
-func (s *Service) isReserved(ctx context.Context, db bun.IDB, username string) (bool, error) {
+func (s *core) isReserved(ctx context.Context, db bun.IDB, username string) (bool, error) {
 	if s.permanent(username) {
 		return true, nil
 	}
@@ -196,7 +196,7 @@ func (s *Service) isReserved(ctx context.Context, db bun.IDB, username string) (
 
 // ReserveUsername adds name to the reserved list at run time. Existing
 // accounts keep the name if they already hold it.
-func (s *Service) ReserveUsername(ctx context.Context, name string) error {
+func (s *Identity) ReserveUsername(ctx context.Context, name string) error {
 	return s.changeReserved(ctx, name, "reserve")
 }
 
@@ -204,14 +204,14 @@ func (s *Service) ReserveUsername(ctx context.Context, name string) error {
 // built-in name), so accounts can claim it. A permanently reserved name
 // (PermanentReservedUsernames, PermanentReservedWords, BrandRoots) is not
 // released: ErrUsernamePermanent.
-func (s *Service) ReleaseUsername(ctx context.Context, name string) error {
+func (s *Identity) ReleaseUsername(ctx context.Context, name string) error {
 	if s.permanent(strings.TrimSpace(name)) {
 		return ErrUsernamePermanent
 	}
 	return s.changeReserved(ctx, name, "release")
 }
 
-func (s *Service) changeReserved(ctx context.Context, name, action string) error {
+func (s *Identity) changeReserved(ctx context.Context, name, action string) error {
 	n := strings.ToLower(strings.TrimSpace(name))
 	if n == "" || len(n) > 64 {
 		return fmt.Errorf("accounts: %s username: %w", action, ErrInvalidUsername)

@@ -68,7 +68,7 @@ func (c UsernameChange) Changed() bool { return c.Previous != c.User.Username }
 // does not run inTx. Errors: ErrInvalidUsername, ErrUsernameReserved,
 // ErrUsernameTaken, ErrUsernameCooldown, ErrSuspended, ErrDeleting,
 // ErrNotFound.
-func (s *Service) ChangeOwnUsername(ctx context.Context, userID int64, newUsername string, inTx func(ctx context.Context, tx bun.IDB, c UsernameChange) error) (UsernameChange, error) {
+func (s *Identity) ChangeOwnUsername(ctx context.Context, userID int64, newUsername string, inTx func(ctx context.Context, tx bun.IDB, c UsernameChange) error) (UsernameChange, error) {
 	c, err := s.rename(ctx, userID, newUsername, true, inTx)
 	if err != nil {
 		return c, fmt.Errorf("accounts: change own username: %w", err)
@@ -82,7 +82,7 @@ func (s *Service) ChangeOwnUsername(ctx context.Context, userID int64, newUserna
 // account is taken), without the holder's cooldown, and the name given up
 // is not held for the account. Errors: ErrInvalidUsername,
 // ErrUsernameReserved, ErrUsernameTaken, ErrDeleting, ErrNotFound.
-func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername string) (User, error) {
+func (s *Identity) ChangeUsername(ctx context.Context, userID int64, newUsername string) (User, error) {
 	c, err := s.rename(ctx, userID, newUsername, false, nil)
 	if err != nil {
 		return User{}, fmt.Errorf("accounts: change username: %w", err)
@@ -91,7 +91,7 @@ func (s *Service) ChangeUsername(ctx context.Context, userID int64, newUsername 
 }
 
 // rename is ChangeOwnUsername (own) and ChangeUsername.
-func (s *Service) rename(ctx context.Context, userID int64, raw string, own bool, inTx func(ctx context.Context, tx bun.IDB, c UsernameChange) error) (UsernameChange, error) {
+func (s *Identity) rename(ctx context.Context, userID int64, raw string, own bool, inTx func(ctx context.Context, tx bun.IDB, c UsernameChange) error) (UsernameChange, error) {
 	defer s.callerChanged(ctx, userID)
 	username, err := NormalizeUsername(raw)
 	if err != nil {
@@ -215,7 +215,7 @@ func (s *Service) rename(ctx context.Context, userID int64, raw string, own bool
 
 // UsernameHolds lists the names held for userID at the time of the call,
 // with when each stops being held.
-func (s *Service) UsernameHolds(ctx context.Context, userID int64) (map[string]time.Time, error) {
+func (s *Identity) UsernameHolds(ctx context.Context, userID int64) (map[string]time.Time, error) {
 	var rows []usernameHold
 	if err := s.store.Reader.NewSelect().Model(&rows).Where("user_id = ?", userID).Where("held_until > ?", s.now()).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("accounts: username holds: %w", err)
@@ -229,7 +229,7 @@ func (s *Service) UsernameHolds(ctx context.Context, userID int64) (map[string]t
 
 // NextUsernameChange returns the earliest time userID's holder may change
 // their username again, or the zero time when they may now.
-func (s *Service) NextUsernameChange(ctx context.Context, userID int64) (time.Time, error) {
+func (s *Identity) NextUsernameChange(ctx context.Context, userID int64) (time.Time, error) {
 	row, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
 	if err != nil {
 		return time.Time{}, err
@@ -245,6 +245,6 @@ func (s *Service) NextUsernameChange(ctx context.Context, userID int64) (time.Ti
 
 // UsernameRules returns the wait between two changes of a holder's own
 // username and how long a name given up stays held (each zero when off).
-func (s *Service) UsernameRules() (cooldown, hold time.Duration) {
+func (s *Identity) UsernameRules() (cooldown, hold time.Duration) {
 	return max(s.cfg.UsernameChangeCooldown, 0), max(s.cfg.UsernameHold, 0)
 }

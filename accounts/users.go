@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/mail"
 	"strings"
 	"time"
@@ -173,7 +172,7 @@ type SignupInput struct {
 // like a successful signup (same page, comparable time, no session) and
 // tell the owner of the address by mail, so signup does not reveal which
 // emails are registered.
-func (s *Service) Signup(ctx context.Context, in SignupInput) (User, error) {
+func (s *Identity) Signup(ctx context.Context, in SignupInput) (User, error) {
 	var invite *string
 	switch s.cfg.Signup {
 	case SignupClosed:
@@ -209,7 +208,7 @@ type CreateUserInput struct {
 // the role user only. Without a password it returns a one-time
 // password-setup token valid for Config.PasswordSetupTTL. It never grants
 // admin. Errors are those of Signup.
-func (s *Service) CreateUser(ctx context.Context, in CreateUserInput) (User, string, error) {
+func (s *Identity) CreateUser(ctx context.Context, in CreateUserInput) (User, string, error) {
 	u, token, err := s.create(ctx, in.Email, in.Username, in.Password, in.Password != "", in.Verified, nil, nil)
 	if err != nil {
 		return User{}, "", fmt.Errorf("accounts: create user: %w", err)
@@ -222,7 +221,7 @@ func (s *Service) CreateUser(ctx context.Context, in CreateUserInput) (User, str
 // (empty with a password): work that must happen exactly when the account
 // exists, such as writing the setup mail to the outbox. Its error rolls the
 // account back.
-func (s *Service) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool, invite *string, onCreated func(ctx context.Context, tx bun.IDB, u User, token string) error) (User, string, error) {
+func (s *core) create(ctx context.Context, rawEmail, rawUsername, password string, withPassword, verified bool, invite *string, onCreated func(ctx context.Context, tx bun.IDB, u User, token string) error) (User, string, error) {
 	email, err := NormalizeEmail(rawEmail)
 	if err != nil {
 		return User{}, "", err
@@ -421,70 +420,7 @@ func randomStableID() string {
 	return hex.EncodeToString(b)
 }
 
-// Login checks an email and password. Unknown emails, accounts without a
-// password and wrong passwords all return ErrInvalidCredentials after the
-// same amount of hashing work. A correct password on a suspended account
-// returns ErrSuspended (also when it is being deleted); on a deleting
-// account it returns the User together with ErrDeleting (see
-// StartDeletingSession). Login never checks
-// the password policy; a hash made with older parameters is replaced.
-func (s *Service) Login(ctx context.Context, email, password string) (User, error) {
-	if len(password) > MaxPasswordBytes {
-		return User{}, ErrInvalidCredentials
-	}
-	row, err := s.userWhere(ctx, s.store.Reader, "email = ?", strings.ToLower(strings.TrimSpace(email)))
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return User{}, fmt.Errorf("accounts: login: %w", err)
-	}
-	encoded := s.dummyHash
-	if err == nil && row.PasswordHash != nil {
-		encoded = *row.PasswordHash
-	}
-	ok, stale, verr := s.hasher.verify(ctx, encoded, password)
-	if verr != nil {
-		if ctx.Err() != nil {
-			return User{}, fmt.Errorf("accounts: login: %w", ctx.Err())
-		}
-		s.cfg.Logger.WarnContext(ctx, "accounts: unreadable password hash", "user_id", row.ID, "error", verr)
-		return User{}, ErrInvalidCredentials
-	}
-	if err != nil || row.PasswordHash == nil || !ok {
-		return User{}, ErrInvalidCredentials
-	}
-	u := row.user()
-	if err := u.CheckActive(); err != nil {
-		if u.SuspendedAt != nil {
-			// Suspension wins, also over a half-finished deletion.
-			return User{}, ErrSuspended
-		}
-		if errors.Is(err, ErrDeleting) {
-			// The person proved who they are: the deletion page lets them
-			// finish a deletion that failed midway.
-			return u, err
-		}
-		return User{}, err
-	}
-	if stale {
-		s.rehash(ctx, row, password)
-	}
-	return u, nil
-}
-
-// rehash replaces a hash made with other parameters, unless the password
-// changed meanwhile. Failure is logged: the login itself succeeded.
-func (s *Service) rehash(ctx context.Context, row userRow, password string) {
-	h, err := s.hasher.hash(ctx, password)
-	if err == nil {
-		_, err = s.store.DB.NewUpdate().Model((*userRow)(nil)).
-			Set("password_hash = ?", h).
-			Where("id = ? AND password_hash = ?", row.ID, *row.PasswordHash).Exec(ctx)
-	}
-	if err != nil {
-		s.cfg.Logger.WarnContext(ctx, "accounts: re-hash password", "user_id", row.ID, "error", err)
-	}
-}
-
-func (s *Service) userWhere(ctx context.Context, db bun.IDB, where string, args ...any) (userRow, error) {
+func (s *core) userWhere(ctx context.Context, db bun.IDB, where string, args ...any) (userRow, error) {
 	var row userRow
 	for _, a := range args {
 		if v, ok := a.(string); ok && (!utf8.ValidString(v) || strings.ContainsRune(v, 0)) {
@@ -501,7 +437,7 @@ func (s *Service) userWhere(ctx context.Context, db bun.IDB, where string, args 
 	return row, err
 }
 
-func (s *Service) lookup(ctx context.Context, what, where string, arg any) (User, error) {
+func (s *Identity) lookup(ctx context.Context, what, where string, arg any) (User, error) {
 	row, err := s.userWhere(ctx, s.store.Reader, where, arg)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -513,30 +449,30 @@ func (s *Service) lookup(ctx context.Context, what, where string, arg any) (User
 }
 
 // UserByID returns the account with internal id id, or ErrNotFound.
-func (s *Service) UserByID(ctx context.Context, id int64) (User, error) {
+func (s *Identity) UserByID(ctx context.Context, id int64) (User, error) {
 	return s.lookup(ctx, "id", "id = ?", id)
 }
 
 // UserByStableID returns the account with stable id sid, or ErrNotFound.
-func (s *Service) UserByStableID(ctx context.Context, sid string) (User, error) {
+func (s *Identity) UserByStableID(ctx context.Context, sid string) (User, error) {
 	return s.lookup(ctx, "stable id", "stable_user_id = ?", sid)
 }
 
 // UserByEmail returns the account whose current email is email (compared
 // normalized), or ErrNotFound.
-func (s *Service) UserByEmail(ctx context.Context, email string) (User, error) {
+func (s *Identity) UserByEmail(ctx context.Context, email string) (User, error) {
 	return s.lookup(ctx, "email", "email = ?", strings.ToLower(strings.TrimSpace(email)))
 }
 
 // UserByUsername returns the account holding username, or ErrNotFound.
-func (s *Service) UserByUsername(ctx context.Context, username string) (User, error) {
+func (s *Identity) UserByUsername(ctx context.Context, username string) (User, error) {
 	return s.lookup(ctx, "username", "username = ?", strings.ToLower(strings.TrimSpace(username)))
 }
 
 // setStamp sets column to now where it is NULL (or clears it where it is
 // set) and reports whether the row changed; ErrNotFound when there is no
 // such user.
-func (s *Service) setStamp(ctx context.Context, userID int64, column string, set, refuseDeleting bool) (bool, error) {
+func (s *Identity) setStamp(ctx context.Context, userID int64, column string, set, refuseDeleting bool) (bool, error) {
 	defer s.callerChanged(ctx, userID)
 	q := s.store.DB.NewUpdate().Model((*userRow)(nil)).Where("id = ?", userID)
 	if refuseDeleting {
@@ -570,115 +506,10 @@ func (s *Service) setStamp(ctx context.Context, userID int64, column string, set
 	return false, nil
 }
 
-// keepsAnActiveAdmin is the condition, on the users row being changed,
-// that leaves at least one active admin: the account holds no admin role,
-// or another account that is neither suspended nor being deleted does.
-const keepsAnActiveAdmin = `(NOT EXISTS (SELECT 1 FROM user_roles AS mine WHERE mine.user_id = users.id AND mine.role_name = ?)
-	OR EXISTS (SELECT 1 FROM user_roles AS other JOIN users AS o ON o.id = other.user_id
-		WHERE other.role_name = ? AND other.user_id <> users.id AND o.suspended_at IS NULL AND o.deleting_at IS NULL))`
-
-// stampKeepingAdmin sets column (suspended_at or deleting_at) to now
-// where it is NULL, unless that would leave no active admin: then it
-// returns ErrLastAdmin. The refusal is decided inside the UPDATE statement
-// itself, so concurrent changes can never leave zero active admins. It
-// reports whether the row changed; ErrNotFound when there is no such user.
-func (s *Service) stampKeepingAdmin(ctx context.Context, userID int64, column string) (bool, error) {
-	defer s.callerChanged(ctx, userID)
-	var changed bool
-	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if err := lockAdmins(ctx, tx, s.store.Dialect()); err != nil {
-			return err
-		}
-		now := s.now()
-		res, err := tx.NewRaw("UPDATE users SET ? = ?, updated_at = ? WHERE id = ? AND ? IS NULL AND "+keepsAnActiveAdmin,
-			bun.Ident(column), now, now, userID, bun.Ident(column), capabilities.RoleAdmin, capabilities.RoleAdmin).Exec(ctx)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			changed = true
-			if column != "suspended_at" {
-				return nil
-			}
-			row, err := s.userWhere(ctx, tx, "id = ?", userID)
-			if err != nil {
-				return err
-			}
-			return s.changed(ctx, tx, Change{Kind: ChangeUserSuspended, UserID: userID, StableID: row.StableID})
-		}
-		row, err := s.userWhere(ctx, tx, "id = ?", userID)
-		if err != nil {
-			return err
-		}
-		if (column == "suspended_at" && row.SuspendedAt != nil) || (column == "deleting_at" && row.DeletingAt != nil) {
-			return nil // already set
-		}
-		return ErrLastAdmin
-	})
-	return changed, err
-}
-
-// Suspend suspends an account: every session, token and capability call of
-// it is refused until Unsuspend. It reports whether the state changed.
-// Suspending the last active admin returns ErrLastAdmin, decided
-// atomically like RemoveRole.
-func (s *Service) Suspend(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.stampKeepingAdmin(ctx, userID, "suspended_at")
-	if err != nil {
-		return false, fmt.Errorf("accounts: suspend: %w", err)
-	}
-	if changed {
-		s.cfg.Logger.InfoContext(ctx, "accounts: suspended", "user_id", userID)
-	}
-	return changed, nil
-}
-
-// Unsuspend lifts a suspension. It reports whether the state changed.
-func (s *Service) Unsuspend(ctx context.Context, userID int64) (bool, error) {
-	var changed bool
-	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		now := s.now()
-		res, err := tx.NewUpdate().Model((*userRow)(nil)).Set("suspended_at = NULL").Set("updated_at = ?", now).
-			Where("id = ? AND suspended_at IS NOT NULL", userID).Exec(ctx)
-		if err != nil {
-			return err
-		}
-		row, err := s.userWhere(ctx, tx, "id = ?", userID)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil
-		}
-		changed = true
-		return s.changed(ctx, tx, Change{Kind: ChangeUserUnsuspended, UserID: userID, StableID: row.StableID})
-	})
-	if err != nil {
-		return false, fmt.Errorf("accounts: unsuspend: %w", err)
-	}
-	if changed {
-		s.cfg.Logger.InfoContext(ctx, "accounts: unsuspended", "user_id", userID)
-	}
-	return changed, nil
-}
-
-// MarkDeleting stamps deleting_at, the first step of account deletion: from
-// then on every mutation path refuses writes for the account. Idempotent;
-// it reports whether the state changed. Marking the last active admin
-// returns ErrLastAdmin, decided atomically like RemoveRole; the account's
-// roles stay until its rows are deleted.
-func (s *Service) MarkDeleting(ctx context.Context, userID int64) (bool, error) {
-	changed, err := s.stampKeepingAdmin(ctx, userID, "deleting_at")
-	if err != nil {
-		return false, fmt.Errorf("accounts: mark deleting: %w", err)
-	}
-	return changed, nil
-}
-
 // MarkEmailVerified records that the account's current email is verified.
 // It reports whether the state changed; ErrDeleting for an account being
 // deleted.
-func (s *Service) MarkEmailVerified(ctx context.Context, userID int64) (bool, error) {
+func (s *Identity) MarkEmailVerified(ctx context.Context, userID int64) (bool, error) {
 	changed, err := s.setStamp(ctx, userID, "email_verified_at", true, true)
 	if err != nil {
 		return false, fmt.Errorf("accounts: mark email verified: %w", err)
@@ -703,56 +534,12 @@ func writableUser(ctx context.Context, tx bun.IDB, userID int64) (userRow, error
 	return row, nil
 }
 
-// ChangePassword replaces the password of userID after checking the
-// current one (ErrInvalidCredentials when wrong). Every session issued
-// before the change stops working and the password-change hooks run in the
-// same transaction. The returned User carries the new PasswordChangedAt:
-// start a new session for the person who made the change.
-func (s *Service) ChangePassword(ctx context.Context, userID int64, current, next string) (User, error) {
-	if _, err := s.VerifyPassword(ctx, userID, current); err != nil {
-		return User{}, fmt.Errorf("accounts: change password: %w", err)
-	}
-	u, err := s.setPassword(ctx, userID, next, func(context.Context, bun.Tx) error { return nil })
-	if err != nil {
-		return User{}, fmt.Errorf("accounts: change password: %w", err)
-	}
-	return u, nil
-}
-
-// VerifyPassword checks password against userID's current one, for
-// actions that ask for it again (changing the password or the email,
-// deleting the account). It returns ErrInvalidCredentials when it is wrong
-// or the account has none, after the same hashing work either way, and
-// ErrNotFound for an unknown account. It does not look at the account's
-// state.
-func (s *Service) VerifyPassword(ctx context.Context, userID int64, password string) (User, error) {
-	row, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
-	if err != nil {
-		return User{}, err
-	}
-	if len(password) > MaxPasswordBytes {
-		return User{}, ErrInvalidCredentials
-	}
-	encoded := s.dummyHash
-	if row.PasswordHash != nil {
-		encoded = *row.PasswordHash
-	}
-	ok, _, err := s.hasher.verify(ctx, encoded, password)
-	if err != nil && ctx.Err() != nil {
-		return User{}, ctx.Err()
-	}
-	if !ok || row.PasswordHash == nil {
-		return User{}, ErrInvalidCredentials
-	}
-	return row.user(), nil
-}
-
 // CheckEmailFree reports whether rawEmail could become the address of
 // userID: ErrInvalidEmail, ErrEmailTaken (another account's current
 // address) or ErrEmailClaimed (another account's former address), nil when
 // it is free or already userID's. The answer is for the account's owner
 // only when it cannot reveal someone else's address (see ChangeEmail).
-func (s *Service) CheckEmailFree(ctx context.Context, userID int64, rawEmail string) (string, error) {
+func (s *Identity) CheckEmailFree(ctx context.Context, userID int64, rawEmail string) (string, error) {
 	email, err := NormalizeEmail(rawEmail)
 	if err != nil {
 		return "", err
@@ -763,64 +550,12 @@ func (s *Service) CheckEmailFree(ctx context.Context, userID int64, rawEmail str
 	return email, nil
 }
 
-// setPassword checks the policy, hashes next and stores it in a transaction
-// that also runs before (first), stamps password_changed_at, drops pending
-// setup tokens and runs the password-change hooks.
-func (s *Service) setPassword(ctx context.Context, userID int64, next string, before func(context.Context, bun.Tx) error) (User, error) {
-	defer s.callerChanged(ctx, userID)
-	cur, err := s.userWhere(ctx, s.store.Reader, "id = ?", userID)
-	if err != nil {
-		return User{}, err
-	}
-	if err := checkPasswordPolicy(next, cur.Email, cur.Username, s.cfg.MinPasswordLength); err != nil {
-		return User{}, err
-	}
-	hash, err := s.hasher.hash(ctx, next)
-	if err != nil {
-		return User{}, err
-	}
-	var row userRow
-	err = s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
-		if err := before(ctx, tx); err != nil {
-			return err
-		}
-		if row, err = writableUser(ctx, tx, userID); err != nil {
-			return err
-		}
-		now := s.now()
-		// Sessions are refused when issued at or before this stamp; keep it
-		// strictly increasing so a session issued in the same microsecond
-		// as an earlier change cannot survive this one.
-		if row.PasswordChangedAt != nil && !now.After(*row.PasswordChangedAt) {
-			now = row.PasswordChangedAt.Add(time.Microsecond)
-		}
-		row.PasswordHash, row.PasswordChangedAt, row.UpdatedAt = &hash, &now, now
-		if _, err := tx.NewUpdate().Model(&row).Column("password_hash", "password_changed_at", "updated_at").WherePK().Exec(ctx); err != nil {
-			return err
-		}
-		if _, err := tx.NewDelete().Model((*setupToken)(nil)).Where("user_id = ?", userID).Exec(ctx); err != nil {
-			return err
-		}
-		for _, hook := range s.passwordHooks() {
-			if err := hook(ctx, tx, userID); err != nil {
-				return fmt.Errorf("password-change hook: %w", err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return User{}, err
-	}
-	s.cfg.Logger.InfoContext(ctx, "accounts: password changed", slog.Int64("user_id", userID))
-	return row.user(), nil
-}
-
 // ChangeEmail moves userID to a new address, which starts unverified. The
 // current address must be verified (ErrEmailUnverified otherwise) and stays
 // claimed by the account, so it cannot open another account until released
 // with ReleaseEmailClaim. Errors: ErrInvalidEmail, ErrEmailTaken,
 // ErrEmailClaimed, ErrDeleting, ErrNotFound.
-func (s *Service) ChangeEmail(ctx context.Context, userID int64, newEmail string) (User, error) {
+func (s *Identity) ChangeEmail(ctx context.Context, userID int64, newEmail string) (User, error) {
 	defer s.callerChanged(ctx, userID)
 	email, err := NormalizeEmail(newEmail)
 	if err != nil {
@@ -863,7 +598,7 @@ func (s *Service) ChangeEmail(ctx context.Context, userID int64, newEmail string
 
 // EmailClaims lists the addresses userID holds: its current email and the
 // former addresses it has not released.
-func (s *Service) EmailClaims(ctx context.Context, userID int64) ([]string, error) {
+func (s *Identity) EmailClaims(ctx context.Context, userID int64) ([]string, error) {
 	var emails []string
 	if err := s.store.Reader.NewSelect().Model((*emailClaim)(nil)).Column("email").
 		Where("user_id = ?", userID).Order("email").Scan(ctx, &emails); err != nil {
@@ -877,7 +612,7 @@ func (s *Service) EmailClaims(ctx context.Context, userID int64) ([]string, erro
 // that the person controls that address (for example by a verification
 // link). The current email cannot be released. ErrNotFound when userID
 // holds no such former claim.
-func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email string) error {
+func (s *Identity) ReleaseEmailClaim(ctx context.Context, userID int64, email string) error {
 	e := strings.ToLower(strings.TrimSpace(email))
 	err := s.store.RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {
 		row, err := writableUser(ctx, tx, userID)
@@ -900,23 +635,4 @@ func (s *Service) ReleaseEmailClaim(ctx context.Context, userID int64, email str
 		return fmt.Errorf("accounts: release email: %w", err)
 	}
 	return nil
-}
-
-// DeletingAccounts returns up to limit accounts marked deleting before
-// before, oldest mark first: deletions a failure or a crash interrupted,
-// for the lifecycle to finish. Suspended accounts are not listed: a
-// suspension freezes the deletion until it is lifted.
-func (s *Service) DeletingAccounts(ctx context.Context, before time.Time, limit int) ([]User, error) {
-	var rows []userRow
-	err := s.store.Reader.NewSelect().Model(&rows).
-		Where("deleting_at IS NOT NULL AND deleting_at < ? AND suspended_at IS NULL", before.UTC()).
-		OrderExpr("deleting_at, id").Limit(int64(limit)).Scan(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("accounts: deleting accounts: %w", err)
-	}
-	users := make([]User, len(rows))
-	for i := range rows {
-		users[i] = rows[i].user()
-	}
-	return users, nil
 }

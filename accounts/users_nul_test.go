@@ -19,16 +19,16 @@ func TestLookupsOfUnstorableValuesFindNothing(t *testing.T) {
 		signup(t, svc, "alice")
 		ctx := t.Context()
 		for _, v := range []string{"alice\x00@example.com", "alice@example.com\xff", "\x00"} {
-			if _, err := svc.Login(ctx, v, "whatever password"); !errors.Is(err, accounts.ErrInvalidCredentials) {
+			if _, err := svc.Credentials.Login(ctx, v, "whatever password"); !errors.Is(err, accounts.ErrInvalidCredentials) {
 				t.Errorf("login as %q: %v", v, err)
 			}
-			if _, err := svc.UserByEmail(ctx, v); !errors.Is(err, accounts.ErrNotFound) {
+			if _, err := svc.Identity.UserByEmail(ctx, v); !errors.Is(err, accounts.ErrNotFound) {
 				t.Errorf("user by email %q: %v", v, err)
 			}
-			if _, err := svc.UserByUsername(ctx, v); !errors.Is(err, accounts.ErrNotFound) {
+			if _, err := svc.Identity.UserByUsername(ctx, v); !errors.Is(err, accounts.ErrNotFound) {
 				t.Errorf("user by username %q: %v", v, err)
 			}
-			if _, err := svc.UserByStableID(ctx, v); !errors.Is(err, accounts.ErrNotFound) {
+			if _, err := svc.Identity.UserByStableID(ctx, v); !errors.Is(err, accounts.ErrNotFound) {
 				t.Errorf("user by stable id %q: %v", v, err)
 			}
 		}

@@ -23,7 +23,7 @@ func TestSignupLoginAndDefaultRole(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
-		u, err := svc.Signup(ctx, accounts.SignupInput{Email: "  Alice@Example.COM ", Username: "Alice", Password: goodPassword})
+		u, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "  Alice@Example.COM ", Username: "Alice", Password: goodPassword})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +37,7 @@ func TestSignupLoginAndDefaultRole(t *testing.T) {
 		if !u.HasPassword || u.EmailVerified() || u.State() != accounts.StateActive {
 			t.Errorf("new account %+v", u)
 		}
-		g, err := svc.RolesAndPermissions(ctx, u.ID)
+		g, err := svc.Roles.RolesAndPermissions(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestSignupLoginAndDefaultRole(t *testing.T) {
 			t.Errorf("grants %+v", g)
 		}
 
-		got, err := svc.Login(ctx, "ALICE@example.com ", goodPassword)
+		got, err := svc.Credentials.Login(ctx, "ALICE@example.com ", goodPassword)
 		if err != nil || got.ID != u.ID {
 			t.Fatalf("login = %+v, %v", got, err)
 		}
@@ -59,7 +59,7 @@ func TestSignupLoginAndDefaultRole(t *testing.T) {
 			{"nobody@example.com", goodPassword},
 			{"alice@example.com", strings.Repeat("x", accounts.MaxPasswordBytes+1)},
 		} {
-			if _, err := svc.Login(ctx, tc.email, tc.password); err != accounts.ErrInvalidCredentials {
+			if _, err := svc.Credentials.Login(ctx, tc.email, tc.password); err != accounts.ErrInvalidCredentials {
 				t.Errorf("login(%q, %q…) = %v, want ErrInvalidCredentials", tc.email, tc.password[:min(len(tc.password), 8)], err)
 			}
 		}
@@ -94,18 +94,18 @@ func TestSignupRefusals(t *testing.T) {
 			{"username taken", "bob@example.com", "TAKEN", goodPassword, accounts.ErrUsernameTaken},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				_, err := svc.Signup(ctx, accounts.SignupInput{Email: tc.email, Username: tc.username, Password: tc.password})
+				_, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: tc.email, Username: tc.username, Password: tc.password})
 				if !errors.Is(err, tc.want) {
 					t.Fatalf("signup = %v, want %v", err, tc.want)
 				}
 			})
 		}
 		var ppe *accounts.PasswordPolicyError
-		_, err := svc.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob", Password: "short"})
+		_, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob", Password: "short"})
 		if !errors.As(err, &ppe) || !strings.Contains(ppe.Reason, "12") {
 			t.Errorf("weak password error %v, want a *PasswordPolicyError naming the minimum", err)
 		}
-		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob", Password: "twelve chars"}); err != nil {
+		if _, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "bob@example.com", Username: "bob", Password: "twelve chars"}); err != nil {
 			t.Errorf("a 12-character password was refused: %v", err)
 		}
 	})
@@ -122,10 +122,10 @@ func TestSignupRollsBackWithoutDefaultRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := accounts.SignupInput{Email: "carol@example.com", Username: "carol", Password: goodPassword}
-		if _, err := svc.Signup(ctx, in); err == nil {
+		if _, err := svc.Identity.Signup(ctx, in); err == nil {
 			t.Fatal("signup succeeded without the role user")
 		}
-		if _, err := svc.UserByEmail(ctx, in.Email); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := svc.Identity.UserByEmail(ctx, in.Email); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("user row left behind: %v", err)
 		}
 		if n, err := s.DB.NewSelect().Table("email_claims").Count(ctx); err != nil || n != 0 {
@@ -134,7 +134,7 @@ func TestSignupRollsBackWithoutDefaultRole(t *testing.T) {
 		if _, err := s.DB.ExecContext(ctx, "INSERT INTO roles (name, created_at) VALUES ('user', CURRENT_TIMESTAMP)"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Signup(ctx, in); err != nil {
+		if _, err := svc.Identity.Signup(ctx, in); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 	})
@@ -152,7 +152,7 @@ func TestConcurrentSignupsWithOneEmail(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				_, errs[i] = svc.Signup(ctx, accounts.SignupInput{
+				_, errs[i] = svc.Identity.Signup(ctx, accounts.SignupInput{
 					Email: "race@example.com", Username: "racer-" + string(rune('a'+i)), Password: goodPassword,
 				})
 			})
@@ -178,16 +178,16 @@ func TestReservedUsernames(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{ReservedUsernames: []string{"Acme-Corp"}, BrandNames: []string{"Acme Brand"}})
-		if err := svc.ReserveUsername(ctx, "night-owl"); err != nil {
+		if err := svc.Identity.ReserveUsername(ctx, "night-owl"); err != nil {
 			t.Fatal(err)
 		}
 		// Mailbox and operator names are never released.
 		for _, n := range []string{"support", "Postmaster", "enclave", "admin-team", "acme-enclave"} {
-			if err := svc.ReleaseUsername(ctx, n); !errors.Is(err, accounts.ErrUsernamePermanent) {
+			if err := svc.Identity.ReleaseUsername(ctx, n); !errors.Is(err, accounts.ErrUsernamePermanent) {
 				t.Fatalf("release %q: %v, want ErrUsernamePermanent", n, err)
 			}
 		}
-		if err := svc.ReleaseUsername(ctx, "status"); err != nil { // a built-in, not permanent
+		if err := svc.Identity.ReleaseUsername(ctx, "status"); err != nil { // a built-in, not permanent
 			t.Fatal(err)
 		}
 		for i, tc := range []struct {
@@ -237,7 +237,7 @@ func TestReservedUsernames(t *testing.T) {
 			{"badminton-2", false},    //
 			{"route66", false},        //
 		} {
-			_, err := svc.Signup(ctx, accounts.SignupInput{
+			_, err := svc.Identity.Signup(ctx, accounts.SignupInput{
 				Email: "r" + strconv.Itoa(i) + "@example.com", Username: tc.username, Password: goodPassword,
 			})
 			if tc.reserved {
@@ -249,11 +249,11 @@ func TestReservedUsernames(t *testing.T) {
 			}
 		}
 		// ChangeUsername applies the same rules.
-		if u, err := svc.UserByUsername(ctx, "alice"); err != nil {
+		if u, err := svc.Identity.UserByUsername(ctx, "alice"); err != nil {
 			t.Fatal(err)
 		} else {
 			for _, n := range []string{"admin7", "secu-rity-team", "postmaster3"} {
-				if _, err := svc.ChangeUsername(ctx, u.ID, n); !errors.Is(err, accounts.ErrUsernameReserved) {
+				if _, err := svc.Identity.ChangeUsername(ctx, u.ID, n); !errors.Is(err, accounts.ErrUsernameReserved) {
 					t.Errorf("change username to %s: %v, want ErrUsernameReserved", n, err)
 				}
 			}
@@ -261,7 +261,7 @@ func TestReservedUsernames(t *testing.T) {
 		if got := accounts.ErrUsernameReserved.Error(); got != "This username is reserved." {
 			t.Errorf("reserved message %q", got)
 		}
-		list, err := svc.ReservedUsernames(ctx)
+		list, err := svc.Identity.ReservedUsernames(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,17 +269,17 @@ func TestReservedUsernames(t *testing.T) {
 			t.Errorf("effective list %v", list)
 		}
 		// Reserving a name again after releasing it works (upsert).
-		if err := svc.ReserveUsername(ctx, "status"); err != nil {
+		if err := svc.Identity.ReserveUsername(ctx, "status"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "sup2@example.com", Username: "sta-tus", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameReserved) {
+		if _, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "sup2@example.com", Username: "sta-tus", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameReserved) {
 			t.Errorf("re-reserved name: %v", err)
 		}
 		// A release row written before names became permanent frees nothing.
 		if _, err := s.DB.NewRaw("INSERT INTO reserved_usernames (name, action, created_at) VALUES ('abuse', 'release', ?)", time.Now()).Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Signup(ctx, accounts.SignupInput{Email: "abuse@example.com", Username: "abuse", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameReserved) {
+		if _, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "abuse@example.com", Username: "abuse", Password: goodPassword}); !errors.Is(err, accounts.ErrUsernameReserved) {
 			t.Errorf("released permanent name: %v", err)
 		}
 	})
@@ -304,21 +304,21 @@ func TestRehashAfterLogin(t *testing.T) {
 			t.Fatalf("hash %q", h)
 		}
 		svc, _ := newService(t, s, accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 128, Iterations: 2, Parallelism: 1}})
-		if _, err := svc.Login(ctx, "dora@example.com", goodPassword); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "dora@example.com", goodPassword); err != nil {
 			t.Fatal(err)
 		}
 		if h := hash(); !strings.HasPrefix(h, "$argon2id$v=19$m=128,t=2,p=1$") {
 			t.Fatalf("hash after login %q, want the new parameters", h)
 		}
-		if _, err := svc.Login(ctx, "dora@example.com", goodPassword); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "dora@example.com", goodPassword); err != nil {
 			t.Fatalf("login with the new hash: %v", err)
 		}
-		if _, err := svc.Login(ctx, "dora@example.com", "not the password at all"); err != accounts.ErrInvalidCredentials {
+		if _, err := svc.Credentials.Login(ctx, "dora@example.com", "not the password at all"); err != accounts.ErrInvalidCredentials {
 			t.Fatalf("wrong password after rehash: %v", err)
 		}
 		// Login does not re-check the policy: a stricter minimum locks no one out.
 		strict, _ := newService(t, s, accounts.Config{MinPasswordLength: 64})
-		if _, err := strict.Login(ctx, "dora@example.com", goodPassword); err != nil {
+		if _, err := strict.Credentials.Login(ctx, "dora@example.com", goodPassword); err != nil {
 			t.Fatalf("login under a stricter policy: %v", err)
 		}
 	})
@@ -330,53 +330,53 @@ func TestAccountStates(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		u := signup(t, svc, "erin")
-		if changed, err := svc.Suspend(ctx, u.ID); err != nil || !changed {
+		if changed, err := svc.Lifecycle.Suspend(ctx, u.ID); err != nil || !changed {
 			t.Fatalf("suspend = %v, %v", changed, err)
 		}
-		if changed, err := svc.Suspend(ctx, u.ID); err != nil || changed {
+		if changed, err := svc.Lifecycle.Suspend(ctx, u.ID); err != nil || changed {
 			t.Fatalf("second suspend = %v, %v, want no change", changed, err)
 		}
-		if _, err := svc.Login(ctx, "erin@example.com", goodPassword); !errors.Is(err, accounts.ErrSuspended) {
+		if _, err := svc.Credentials.Login(ctx, "erin@example.com", goodPassword); !errors.Is(err, accounts.ErrSuspended) {
 			t.Fatalf("login while suspended = %v", err)
 		}
-		if _, err := svc.Login(ctx, "erin@example.com", "wrong wrong wrong"); err != accounts.ErrInvalidCredentials {
+		if _, err := svc.Credentials.Login(ctx, "erin@example.com", "wrong wrong wrong"); err != accounts.ErrInvalidCredentials {
 			t.Fatalf("wrong password while suspended = %v, want ErrInvalidCredentials (state is told only to the password holder)", err)
 		}
-		if changed, err := svc.Unsuspend(ctx, u.ID); err != nil || !changed {
+		if changed, err := svc.Lifecycle.Unsuspend(ctx, u.ID); err != nil || !changed {
 			t.Fatalf("unsuspend = %v, %v", changed, err)
 		}
-		if _, err := svc.Login(ctx, "erin@example.com", goodPassword); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "erin@example.com", goodPassword); err != nil {
 			t.Fatalf("login after unsuspend = %v", err)
 		}
-		if _, err := svc.Suspend(ctx, 99999); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := svc.Lifecycle.Suspend(ctx, 99999); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("suspend unknown = %v", err)
 		}
 
-		if changed, err := svc.MarkDeleting(ctx, u.ID); err != nil || !changed {
+		if changed, err := svc.Lifecycle.MarkDeleting(ctx, u.ID); err != nil || !changed {
 			t.Fatalf("mark deleting = %v, %v", changed, err)
 		}
-		if _, err := svc.Login(ctx, "erin@example.com", goodPassword); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.Credentials.Login(ctx, "erin@example.com", goodPassword); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("login while deleting = %v", err)
 		}
-		if _, err := svc.ChangePassword(ctx, u.ID, goodPassword, "another long password"); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.Credentials.ChangePassword(ctx, u.ID, goodPassword, "another long password"); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("change password while deleting = %v", err)
 		}
-		if _, err := svc.GrantAdminAsOperator(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.Roles.GrantAdminAsOperator(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("assign role while deleting = %v", err)
 		}
-		if _, err := svc.ChangeEmail(ctx, u.ID, "erin2@example.com"); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.Identity.ChangeEmail(ctx, u.ID, "erin2@example.com"); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("change email while deleting = %v", err)
 		}
-		if _, err := svc.NewPasswordSetupToken(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.Credentials.NewPasswordSetupToken(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("setup token while deleting = %v", err)
 		}
-		if _, err := svc.MarkEmailVerified(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.Identity.MarkEmailVerified(ctx, u.ID); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("verify email while deleting = %v", err)
 		}
-		if _, err := svc.ChangeUsername(ctx, u.ID, "erin-two"); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.Identity.ChangeUsername(ctx, u.ID, "erin-two"); !errors.Is(err, accounts.ErrDeleting) {
 			t.Errorf("change username while deleting = %v", err)
 		}
-		got, err := svc.UserByID(ctx, u.ID)
+		got, err := svc.Identity.UserByID(ctx, u.ID)
 		if err != nil || got.State() != accounts.StateDeleting || !errors.Is(got.CheckActive(), accounts.ErrDeleting) {
 			t.Errorf("state = %v, %v", got.State(), err)
 		}
@@ -389,50 +389,50 @@ func TestEmailClaims(t *testing.T) {
 		ctx := context.Background()
 		svc, _ := newService(t, s, accounts.Config{})
 		u := signup(t, svc, "frank")
-		if _, err := svc.ChangeEmail(ctx, u.ID, "frank.new@example.com"); !errors.Is(err, accounts.ErrEmailUnverified) {
+		if _, err := svc.Identity.ChangeEmail(ctx, u.ID, "frank.new@example.com"); !errors.Is(err, accounts.ErrEmailUnverified) {
 			t.Fatalf("change from an unverified email = %v", err)
 		}
-		if _, err := svc.MarkEmailVerified(ctx, u.ID); err != nil {
+		if _, err := svc.Identity.MarkEmailVerified(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
 		other := signup(t, svc, "grace")
-		if _, err := svc.ChangeEmail(ctx, u.ID, "grace@example.com"); !errors.Is(err, accounts.ErrEmailTaken) {
+		if _, err := svc.Identity.ChangeEmail(ctx, u.ID, "grace@example.com"); !errors.Is(err, accounts.ErrEmailTaken) {
 			t.Fatalf("change to another account's email = %v", err)
 		}
-		moved, err := svc.ChangeEmail(ctx, u.ID, "Frank.New@example.com")
+		moved, err := svc.Identity.ChangeEmail(ctx, u.ID, "Frank.New@example.com")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if moved.Email != "frank.new@example.com" || moved.EmailVerified() || moved.StableID != u.StableID {
 			t.Fatalf("after change: %+v (stable id must not change)", moved)
 		}
-		claims, err := svc.EmailClaims(ctx, u.ID)
+		claims, err := svc.Identity.EmailClaims(ctx, u.ID)
 		if err != nil || !slices.Equal(claims, []string{"frank.new@example.com", "frank@example.com"}) {
 			t.Fatalf("claims = %v, %v", claims, err)
 		}
 		// The former address cannot open a second account, and the refusal
 		// does not reveal the current address.
-		_, err = svc.Signup(ctx, accounts.SignupInput{Email: "frank@example.com", Username: "frank-two", Password: goodPassword})
+		_, err = svc.Identity.Signup(ctx, accounts.SignupInput{Email: "frank@example.com", Username: "frank-two", Password: goodPassword})
 		if !errors.Is(err, accounts.ErrEmailClaimed) || strings.Contains(err.Error(), "frank.new") {
 			t.Fatalf("signup with a claimed former email = %v", err)
 		}
-		if _, err := svc.Login(ctx, "frank@example.com", goodPassword); err != accounts.ErrInvalidCredentials {
+		if _, err := svc.Credentials.Login(ctx, "frank@example.com", goodPassword); err != accounts.ErrInvalidCredentials {
 			t.Fatalf("login with the former email = %v", err)
 		}
 		// Another account cannot change to it either.
-		if _, err := svc.MarkEmailVerified(ctx, other.ID); err != nil {
+		if _, err := svc.Identity.MarkEmailVerified(ctx, other.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.ChangeEmail(ctx, other.ID, "frank@example.com"); !errors.Is(err, accounts.ErrEmailClaimed) {
+		if _, err := svc.Identity.ChangeEmail(ctx, other.ID, "frank@example.com"); !errors.Is(err, accounts.ErrEmailClaimed) {
 			t.Fatalf("change to a claimed former email = %v", err)
 		}
-		if err := svc.ReleaseEmailClaim(ctx, u.ID, "frank.new@example.com"); !errors.Is(err, accounts.ErrNotFound) {
+		if err := svc.Identity.ReleaseEmailClaim(ctx, u.ID, "frank.new@example.com"); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("release of the current email = %v", err)
 		}
-		if err := svc.ReleaseEmailClaim(ctx, u.ID, "FRANK@example.com"); err != nil {
+		if err := svc.Identity.ReleaseEmailClaim(ctx, u.ID, "FRANK@example.com"); err != nil {
 			t.Fatal(err)
 		}
-		again, err := svc.Signup(ctx, accounts.SignupInput{Email: "frank@example.com", Username: "frank-two", Password: goodPassword})
+		again, err := svc.Identity.Signup(ctx, accounts.SignupInput{Email: "frank@example.com", Username: "frank-two", Password: goodPassword})
 		if err != nil {
 			t.Fatalf("signup after release: %v", err)
 		}
@@ -440,16 +440,16 @@ func TestEmailClaims(t *testing.T) {
 			t.Fatalf("re-signup got stable id %s (first account has %s): ids are never minted twice", again.StableID, u.StableID)
 		}
 		// Changing back to one's own former address is allowed.
-		if _, err := svc.MarkEmailVerified(ctx, u.ID); err != nil {
+		if _, err := svc.Identity.MarkEmailVerified(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.ChangeEmail(ctx, u.ID, "frank.third@example.com"); err != nil {
+		if _, err := svc.Identity.ChangeEmail(ctx, u.ID, "frank.third@example.com"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.MarkEmailVerified(ctx, u.ID); err != nil {
+		if _, err := svc.Identity.MarkEmailVerified(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.ChangeEmail(ctx, u.ID, "frank.new@example.com"); err != nil {
+		if _, err := svc.Identity.ChangeEmail(ctx, u.ID, "frank.new@example.com"); err != nil {
 			t.Fatalf("change back to an own former address: %v", err)
 		}
 	})
@@ -460,7 +460,7 @@ func TestPasswordSetupToken(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		svc, clk := newService(t, s, accounts.Config{})
-		u, token, err := svc.CreateUser(ctx, accounts.CreateUserInput{Email: "hana@example.com", Username: "hana", Verified: true})
+		u, token, err := svc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "hana@example.com", Username: "hana", Verified: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -470,38 +470,38 @@ func TestPasswordSetupToken(t *testing.T) {
 		if link := accounts.PasswordSetupURL("https://enclave.example/", token); !strings.HasPrefix(link, "https://enclave.example/password/setup?token=") {
 			t.Errorf("link %s", link)
 		}
-		if _, err := svc.Login(ctx, "hana@example.com", ""); err != accounts.ErrInvalidCredentials {
+		if _, err := svc.Credentials.Login(ctx, "hana@example.com", ""); err != accounts.ErrInvalidCredentials {
 			t.Fatalf("login without a password = %v", err)
 		}
-		if _, err := svc.SetPasswordWithToken(ctx, token, "short"); !errors.Is(err, accounts.ErrWeakPassword) {
+		if _, err := svc.Credentials.SetPasswordWithToken(ctx, token, "short"); !errors.Is(err, accounts.ErrWeakPassword) {
 			t.Fatalf("weak password = %v", err)
 		}
-		if _, err := svc.SetPasswordWithToken(ctx, token+"x", goodPassword); !errors.Is(err, accounts.ErrInvalidToken) {
+		if _, err := svc.Credentials.SetPasswordWithToken(ctx, token+"x", goodPassword); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Fatalf("wrong token = %v", err)
 		}
-		set, err := svc.SetPasswordWithToken(ctx, token, goodPassword)
+		set, err := svc.Credentials.SetPasswordWithToken(ctx, token, goodPassword)
 		if err != nil {
 			t.Fatalf("a refused password must leave the token usable: %v", err)
 		}
 		if set.ID != u.ID || !set.HasPassword || set.PasswordChangedAt == nil {
 			t.Fatalf("after setup %+v", set)
 		}
-		if _, err := svc.Login(ctx, "hana@example.com", goodPassword); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "hana@example.com", goodPassword); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.SetPasswordWithToken(ctx, token, "yet another password"); !errors.Is(err, accounts.ErrInvalidToken) {
+		if _, err := svc.Credentials.SetPasswordWithToken(ctx, token, "yet another password"); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Fatalf("reused token = %v", err)
 		}
-		expiring, err := svc.NewPasswordSetupToken(ctx, u.ID)
+		expiring, err := svc.Credentials.NewPasswordSetupToken(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(accounts.DefaultPasswordSetupTTL)
-		if _, err := svc.SetPasswordWithToken(ctx, expiring, "yet another password"); !errors.Is(err, accounts.ErrInvalidToken) {
+		if _, err := svc.Credentials.SetPasswordWithToken(ctx, expiring, "yet another password"); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Fatalf("expired token = %v", err)
 		}
 		// An operator-created account with a password needs no token.
-		if _, tok, err := svc.CreateUser(ctx, accounts.CreateUserInput{Email: "ivan@example.com", Username: "ivan", Password: goodPassword}); err != nil || tok != "" {
+		if _, tok, err := svc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "ivan@example.com", Username: "ivan", Password: goodPassword}); err != nil || tok != "" {
 			t.Fatalf("create with password: %q, %v", tok, err)
 		}
 	})
@@ -524,7 +524,7 @@ func TestChangeUsername(t *testing.T) {
 			{"ursula", nil}, // unchanged
 			{"Ursula-K", nil},
 		} {
-			got, err := svc.ChangeUsername(ctx, u.ID, tc.name)
+			got, err := svc.Identity.ChangeUsername(ctx, u.ID, tc.name)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("change to %q = %v, want %v", tc.name, err, tc.want)
 			}
@@ -532,13 +532,13 @@ func TestChangeUsername(t *testing.T) {
 				t.Fatalf("username %q after change to %q", got.Username, tc.name)
 			}
 		}
-		if _, err := svc.UserByUsername(ctx, "ursula"); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := svc.Identity.UserByUsername(ctx, "ursula"); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("old username still resolves: %v", err)
 		}
-		if _, err := svc.MarkDeleting(ctx, u.ID); err != nil {
+		if _, err := svc.Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.ChangeUsername(ctx, u.ID, "ursula-three"); !errors.Is(err, accounts.ErrDeleting) {
+		if _, err := svc.Identity.ChangeUsername(ctx, u.ID, "ursula-three"); !errors.Is(err, accounts.ErrDeleting) {
 			t.Fatalf("change while deleting = %v", err)
 		}
 	})
@@ -550,25 +550,25 @@ func TestPasswordResetToken(t *testing.T) {
 		ctx := context.Background()
 		svc, clk := newService(t, s, accounts.Config{})
 		u := signup(t, svc, "wanda")
-		late, err := svc.NewPasswordResetToken(ctx, u.ID)
+		late, err := svc.Credentials.NewPasswordResetToken(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(accounts.DefaultPasswordResetTTL)
-		if _, err := svc.SetPasswordWithToken(ctx, late, "reset passphrase one"); !errors.Is(err, accounts.ErrInvalidToken) {
+		if _, err := svc.Credentials.SetPasswordWithToken(ctx, late, "reset passphrase one"); !errors.Is(err, accounts.ErrInvalidToken) {
 			t.Fatalf("reset token after an hour = %v", err)
 		}
-		token, err := svc.NewPasswordResetToken(ctx, u.ID)
+		token, err := svc.Credentials.NewPasswordResetToken(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.SetPasswordWithToken(ctx, token, "reset passphrase two"); err != nil {
+		if _, err := svc.Credentials.SetPasswordWithToken(ctx, token, "reset passphrase two"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Login(ctx, "wanda@example.com", goodPassword); err != accounts.ErrInvalidCredentials {
+		if _, err := svc.Credentials.Login(ctx, "wanda@example.com", goodPassword); err != accounts.ErrInvalidCredentials {
 			t.Fatalf("old password after reset = %v", err)
 		}
-		if _, err := svc.Login(ctx, "wanda@example.com", "reset passphrase two"); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "wanda@example.com", "reset passphrase two"); err != nil {
 			t.Fatalf("new password after reset = %v", err)
 		}
 	})
@@ -584,13 +584,13 @@ func TestPasswordChangeHookFailureRollsBack(t *testing.T) {
 		u := signup(t, svc, "xena")
 		boom := errors.New("grant store down")
 		svc.OnPasswordChange(func(context.Context, bun.Tx, int64) error { return boom })
-		if _, err := svc.ChangePassword(ctx, u.ID, goodPassword, "the replacement passphrase"); !errors.Is(err, boom) {
+		if _, err := svc.Credentials.ChangePassword(ctx, u.ID, goodPassword, "the replacement passphrase"); !errors.Is(err, boom) {
 			t.Fatalf("change = %v, want the hook's error", err)
 		}
-		if _, err := svc.Login(ctx, "xena@example.com", goodPassword); err != nil {
+		if _, err := svc.Credentials.Login(ctx, "xena@example.com", goodPassword); err != nil {
 			t.Fatalf("old password after a rolled-back change: %v", err)
 		}
-		if got, _ := svc.UserByID(ctx, u.ID); got.PasswordChangedAt != nil {
+		if got, _ := svc.Identity.UserByID(ctx, u.ID); got.PasswordChangedAt != nil {
 			t.Fatalf("password_changed_at stamped by a rolled-back change")
 		}
 	})

@@ -29,7 +29,7 @@ type rolePermissionRow struct {
 // permission; admin: all). The migrations already seed the built-in
 // entities. It only adds rows, in one transaction, and is idempotent: call
 // it at start-up.
-func (s *Service) SyncVocabulary(ctx context.Context, v *capabilities.Vocabulary) error {
+func (s *Roles) SyncVocabulary(ctx context.Context, v *capabilities.Vocabulary) error {
 	defer s.callerChanged(ctx, 0) // roles' permissions may change
 	var perms []permissionRow
 	for _, p := range v.All() {

@@ -258,7 +258,7 @@ func bucketExportMain(args []string) error {
 		return err
 	}
 	defer srv.Close()
-	u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "owner@example.test", Username: "bucketowner", Password: "bench-password-0123456789", Verified: true})
+	u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "owner@example.test", Username: "bucketowner", Password: "bench-password-0123456789", Verified: true})
 	if err != nil {
 		return err
 	}

@@ -164,7 +164,7 @@ func mailMain(args []string) error {
 	var rcpts []string
 	for i := range *boxes {
 		name := fmt.Sprintf("mailbox%02d", i)
-		if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.test", Username: name, Password: "bench-password-0123456789", Verified: true}); err != nil {
+		if _, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.test", Username: name, Password: "bench-password-0123456789", Verified: true}); err != nil {
 			return err
 		}
 		rcpts = append(rcpts, name+"@"+benchMailDomain)
@@ -306,7 +306,7 @@ func send(c *smtp.Client, to string, msg []byte) error {
 // mailListRun fills a fresh user's inbox with n messages (bulk inserts,
 // one thread) and times mailList (its first page) through Registry.Invoke.
 func mailListRun(ctx context.Context, srv *enclave.Server, res *MailResult, n, calls int) error {
-	u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "lister@example.test", Username: "lister", Password: "bench-password-0123456789", Verified: true})
+	u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "lister@example.test", Username: "lister", Password: "bench-password-0123456789", Verified: true})
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func measureRevocations(pg string, n int) (RevocationResult, error) {
 	}
 	var lat []time.Duration
 	for i, tok := range tokens {
-		u, err := a.Accounts().UserByUsername(ctx, fmt.Sprintf("bench%d", i))
+		u, err := a.Accounts().Identity.UserByUsername(ctx, fmt.Sprintf("bench%d", i))
 		if err != nil {
 			return RevocationResult{}, err
 		}
@@ -112,7 +112,7 @@ func measureRevocations(pg string, n int) (RevocationResult, error) {
 		}
 		t0 := time.Now()
 		if i%2 == 0 {
-			_, err = a.Accounts().RemoveRole(ctx, u.ID, capabilities.RoleUser)
+			_, err = a.Accounts().Roles.RemoveRole(ctx, u.ID, capabilities.RoleUser)
 		} else {
 			err = a.OAuth().RevokeAll(ctx, u.ID)
 		}

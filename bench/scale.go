@@ -103,11 +103,11 @@ func scaleOneMain(args []string) error {
 		return err
 	}
 	acc := srv.Accounts()
-	u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "owner@example.test", Username: "scaleowner", Password: "bench-password-0123456789", Verified: true})
+	u, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "owner@example.test", Username: "scaleowner", Password: "bench-password-0123456789", Verified: true})
 	if err != nil {
 		return err
 	}
-	other, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "other@example.test", Username: "scaleother", Password: "bench-password-0123456789", Verified: true})
+	other, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "other@example.test", Username: "scaleother", Password: "bench-password-0123456789", Verified: true})
 	if err != nil {
 		return err
 	}

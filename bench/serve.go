@@ -339,7 +339,7 @@ func issueTokens(ctx context.Context, as *oauth.Server, login benchLogin, acc *a
 	const redirect = "http://127.0.0.1:9/callback"
 	tokens := make([]string, 0, n)
 	for i := range n {
-		u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{
+		u, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{
 			Email: fmt.Sprintf("bench%d@example.test", i), Username: fmt.Sprintf("bench%d", i),
 			Password: "bench-password-0123456789", Verified: true,
 		})

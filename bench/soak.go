@@ -505,7 +505,7 @@ func soakServeMain(args []string) error {
 	}
 	defer srv.Close()
 	for i := range *users {
-		if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{
+		if _, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{
 			Email: fmt.Sprintf("soak%d@example.test", i), Username: fmt.Sprintf("soak%d", i), Password: soakPassword, Verified: true,
 		}); err != nil {
 			return err

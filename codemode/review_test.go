@@ -174,7 +174,7 @@ func TestReviewSuspendedAccountKeepsWritingMidRun(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(700 * time.Millisecond)
-	if _, err := s.Accounts().Suspend(ctx, alice.ID); err != nil {
+	if _, err := s.Accounts().Lifecycle.Suspend(ctx, alice.ID); err != nil {
 		t.Fatal(err)
 	}
 	suspended := time.Now().UTC()

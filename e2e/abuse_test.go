@@ -59,7 +59,7 @@ func TestAbuseStaysResponsive(t *testing.T) {
 
 	tokens := map[string]string{}
 	for _, name := range []string{"alice", "mallory"} {
-		u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+		u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
 		if err != nil {
 			t.Fatal(err)
 		}

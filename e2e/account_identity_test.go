@@ -28,20 +28,20 @@ func TestAdminUnverifiedPurgeRun(t *testing.T) {
 			ctx := context.Background()
 			srv := newRetentionServer(t, d)
 			acc := srv.Accounts()
-			stale, err := acc.Signup(ctx, accounts.SignupInput{Email: "stale@example.com", Username: "stale", Password: "correct horse battery"})
+			stale, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: "stale@example.com", Username: "stale", Password: "correct horse battery"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ageAccount(t, srv, stale.ID, 8*24*time.Hour)
-			person, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "person@example.com", Username: "person", Password: "correct horse battery", Verified: true})
+			person, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "person@example.com", Username: "person", Password: "correct horse battery", Verified: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			admin, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "boss@example.com", Username: "boss", Password: "correct horse battery", Verified: true})
+			admin, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "boss@example.com", Username: "boss", Password: "correct horse battery", Verified: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := acc.GrantAdminAsOperator(ctx, admin.ID); err != nil {
+			if _, err := acc.Roles.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 				t.Fatal(err)
 			}
 			run := func(u accounts.User, in lifecycle.PurgeRunInput) (lifecycle.PurgeReport, error) {
@@ -124,22 +124,22 @@ func TestUsernameChangeOverMCP(t *testing.T) {
 	if err == nil && !res.IsError {
 		t.Fatalf("an agent renamed its account: %+v", res)
 	}
-	if u, _ := s.Accounts().UserByID(t.Context(), ann.ID); u.Username != "ann" {
+	if u, _ := s.Accounts().Identity.UserByID(t.Context(), ann.ID); u.Username != "ann" {
 		t.Fatalf("ann is %q", u.Username)
 	}
 	// The person renames from the account page's session: the name given
 	// up stays held, and bob's agent cannot take it either.
-	if _, err := s.Accounts().ChangeOwnUsername(t.Context(), ann.ID, "ann-renamed", nil); err != nil {
+	if _, err := s.Accounts().Identity.ChangeOwnUsername(t.Context(), ann.ID, "ann-renamed", nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err = bobC.Call("accountUsernameChange", map[string]any{"username": "ANN"})
 	if err == nil && !res.IsError {
 		t.Fatalf("bob's agent renamed bob: %+v", res)
 	}
-	if u, _ := s.Accounts().UserByID(t.Context(), bob.ID); u.Username != "bob" {
+	if u, _ := s.Accounts().Identity.UserByID(t.Context(), bob.ID); u.Username != "bob" {
 		t.Fatalf("bob is %q", u.Username)
 	}
-	if _, err := s.Accounts().ChangeOwnUsername(t.Context(), bob.ID, "ann", nil); !errors.Is(err, accounts.ErrUsernameTaken) {
+	if _, err := s.Accounts().Identity.ChangeOwnUsername(t.Context(), bob.ID, "ann", nil); !errors.Is(err, accounts.ErrUsernameTaken) {
 		t.Fatalf("bob takes ann's held name: %v", err)
 	}
 	res, err = bobC.Call("adminUnverifiedAccountPurgeRun", map[string]any{"dryRun": true})

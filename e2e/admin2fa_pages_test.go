@@ -16,11 +16,11 @@ import (
 func TestEveryAdminPageSendsToEnrolment(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, storage.SQLite, func(c *enclave.Config) { c.RequireAdmin2FA = true })
-	u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "root@example.com", Username: "chief", Password: "a long password for chief", Verified: true})
+	u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "root@example.com", Username: "chief", Password: "a long password for chief", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Accounts().GrantAdminAsOperator(ctx, u.ID); err != nil {
+	if _, err := srv.Accounts().Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 		t.Fatal(err)
 	}
 	admin := sessionFor(t, srv, u)

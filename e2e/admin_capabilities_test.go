@@ -35,7 +35,7 @@ func TestAdminUserCapabilitiesOverMCP(t *testing.T) {
 		if res, err := annMCP.Call("adminUserSuspend", map[string]any{"userId": ada.StableID}); err == nil && !res.IsError {
 			t.Fatal("a plain user suspended an admin over MCP")
 		}
-		if u, _ := s.Accounts().UserByID(t.Context(), ada.ID); u.SuspendedAt != nil {
+		if u, _ := s.Accounts().Identity.UserByID(t.Context(), ada.ID); u.SuspendedAt != nil {
 			t.Fatal("the admin is suspended")
 		}
 
@@ -51,7 +51,7 @@ func TestAdminUserCapabilitiesOverMCP(t *testing.T) {
 		if err != nil || !res.IsError || !strings.Contains(res.Text, "operator") {
 			t.Fatalf("assign admin over MCP: %+v %v", res, err)
 		}
-		if g, _ := s.Accounts().RolesAndPermissions(t.Context(), ann.ID); g.HasRole(capabilities.RoleAdmin) {
+		if g, _ := s.Accounts().Roles.RolesAndPermissions(t.Context(), ann.ID); g.HasRole(capabilities.RoleAdmin) {
 			t.Fatal("MCP granted admin")
 		}
 
@@ -76,7 +76,7 @@ func TestAdminUserCapabilitiesOverMCP(t *testing.T) {
 			t.Fatalf("no setup link delivered to %s: %q", email, msg)
 		}
 		token, _ := url.QueryUnescape(m[1])
-		if _, err := s.Accounts().SetPasswordWithToken(t.Context(), token, "a long enough password"); err != nil {
+		if _, err := s.Accounts().Credentials.SetPasswordWithToken(t.Context(), token, "a long enough password"); err != nil {
 			t.Fatalf("the mailed link does not work: %v", err)
 		}
 	})
@@ -111,7 +111,7 @@ func TestSessionOnlyCapabilitiesNotOverMCP(t *testing.T) {
 			t.Errorf("%s ran over MCP: %+v", name, res)
 		}
 	}
-	if _, err := s.Accounts().Login(t.Context(), ann.Email, ann.Password); err != nil {
+	if _, err := s.Accounts().Credentials.Login(t.Context(), ann.Email, ann.Password); err != nil {
 		t.Fatalf("the password changed over MCP: %v", err)
 	}
 }

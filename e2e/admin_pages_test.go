@@ -44,7 +44,7 @@ func (c recorderClient) do(method, path string, form url.Values) *httptest.Respo
 func sessionFor(t *testing.T, srv *enclave.Server, u accounts.User) recorderClient {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	if _, err := srv.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+	if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
 		t.Fatal(err)
 	}
 	return recorderClient{t: t, srv: srv, cookie: rec.Result().Cookies()[0]}
@@ -54,18 +54,18 @@ func newAdminServer(t *testing.T, dir string, mode accounts.SignupMode) (*enclav
 	t.Helper()
 	ctx := context.Background()
 	srv := openServer(t, enclave.Config{DataDir: dir, Logger: quiet(), Signup: mode, Accounts: fastArgon})
-	admin, err := srv.Accounts().UserByEmail(ctx, "root@example.com")
+	admin, err := srv.Accounts().Identity.UserByEmail(ctx, "root@example.com")
 	if err != nil {
-		if admin, _, err = srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "root@example.com", Username: "chief", Password: "a long password for chief", Verified: true}); err != nil {
+		if admin, _, err = srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "root@example.com", Username: "chief", Password: "a long password for chief", Verified: true}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := srv.Accounts().GrantAdminAsOperator(ctx, admin.ID); err != nil {
+		if _, err := srv.Accounts().Roles.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
-	user, err := srv.Accounts().UserByEmail(ctx, "plain@example.com")
+	user, err := srv.Accounts().Identity.UserByEmail(ctx, "plain@example.com")
 	if err != nil {
-		if user, _, err = srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "plain@example.com", Username: "plain", Password: "a long password for plain", Verified: true}); err != nil {
+		if user, _, err = srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "plain@example.com", Username: "plain", Password: "a long password for plain", Verified: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -109,7 +109,7 @@ func TestAdminClientsPage(t *testing.T) {
 		t.Fatal("the page does not show the block")
 	}
 	// The audit log says which client was blocked, and by which admin.
-	adminUser, _ := srv.Accounts().UserByEmail(context.Background(), "root@example.com")
+	adminUser, _ := srv.Accounts().Identity.UserByEmail(context.Background(), "root@example.com")
 	events, err := srv.Audit().Query(context.Background(), audit.Filter{Action: "admin_client_block"}, storage.PageRequest{Limit: 10})
 	if err != nil || len(events.Items) != 1 || events.Items[0].ClientID != reg.ClientID || events.Items[0].Result != audit.ResultSuccess ||
 		events.Items[0].UserHash == "" || events.Items[0].UserHash != srv.Audit().HashUser(adminUser.StableID) {
@@ -123,7 +123,7 @@ func TestAdminClientsPage(t *testing.T) {
 	}
 	// Any transport (here the registry, as MCP and the CLI call it) leaves
 	// the same record.
-	caller := accounts.CallerFor(adminUser, srv.Accounts().FreshGrants(context.Background(), adminUser.ID))
+	caller := accounts.CallerFor(adminUser, srv.Accounts().Roles.FreshGrants(context.Background(), adminUser.ID))
 	caller.AllScopes = true
 	if _, err := srv.Registry().Invoke(context.Background(), caller, "adminOAuthClientBlock", json.RawMessage(`{"clientId":"`+reg.ClientID+`"}`)); err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestInviteSignupThroughPages(t *testing.T) {
 	if rec := signup("zed", m[1]); rec.Code != 200 {
 		t.Fatalf("sign-up with the code: %d %.300s", rec.Code, rec.Body.String())
 	}
-	if _, err := srv.Accounts().UserByEmail(context.Background(), "zed@example.com"); err != nil {
+	if _, err := srv.Accounts().Identity.UserByEmail(context.Background(), "zed@example.com"); err != nil {
 		t.Fatal("no account after sign-up with the code")
 	}
 	if rec := signup("yann", m[1]); rec.Code != http.StatusBadRequest {
@@ -175,7 +175,7 @@ func TestInviteSignupThroughPages(t *testing.T) {
 		t.Fatalf("500 days: %d", rec.Code)
 	}
 	// Who made the code is in the audit log (the table does not keep it).
-	root, _ := srv.Accounts().UserByEmail(context.Background(), "root@example.com")
+	root, _ := srv.Accounts().Identity.UserByEmail(context.Background(), "root@example.com")
 	made, err := srv.Audit().Query(context.Background(), audit.Filter{Action: "admin_invite_create", Result: audit.ResultSuccess}, storage.PageRequest{Limit: 10})
 	if err != nil || len(made.Items) != 1 || made.Items[0].UserHash != srv.Audit().HashUser(root.StableID) {
 		t.Fatalf("audit of the invite: %+v %v", made.Items, err)
@@ -258,7 +258,7 @@ func TestAdminOverviewPage(t *testing.T) {
 
 func mustUser(t *testing.T, srv *enclave.Server, email string) accounts.User {
 	t.Helper()
-	u, err := srv.Accounts().UserByEmail(context.Background(), email)
+	u, err := srv.Accounts().Identity.UserByEmail(context.Background(), email)
 	if err != nil {
 		t.Fatal(err)
 	}

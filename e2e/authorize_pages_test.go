@@ -38,7 +38,7 @@ func newConsentEnv(t *testing.T, d storage.Dialect, edits ...func(*enclave.Confi
 	srv, base := serveHTTP(t, d, append([]func(*enclave.Config){schemes}, edits...)...)
 	e := &consentEnv{srv: srv, base: base, email: "browser-user@example.com", password: "correct horse battery staple"}
 	var err error
-	e.user, _, err = srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: e.email, Username: "browseruser", Password: e.password, Verified: true})
+	e.user, _, err = srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: e.email, Username: "browseruser", Password: e.password, Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func (e *consentEnv) scopedURL(a authorization, scope string) string {
 // makeAdmin gives the env's account the admin role (the operator's path).
 func (e *consentEnv) makeAdmin(t *testing.T) {
 	t.Helper()
-	if _, err := e.srv.Accounts().GrantAdminAsOperator(context.Background(), e.user.ID); err != nil {
+	if _, err := e.srv.Accounts().Roles.GrantAdminAsOperator(context.Background(), e.user.ID); err != nil {
 		t.Fatal(err)
 	}
 }

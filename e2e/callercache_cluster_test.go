@@ -33,7 +33,7 @@ func TestCallerCacheRevocationReachesOtherReplica(t *testing.T) {
 		t.Fatalf("second call on B: %v %v, not served from B's cache", ok, err)
 	}
 	start := time.Now()
-	if _, err := a.Accounts().RemoveRole(ctx, u.ID, capabilities.RoleUser); err != nil {
+	if _, err := a.Accounts().Roles.RemoveRole(ctx, u.ID, capabilities.RoleUser); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -139,7 +139,7 @@ func TestCallerCacheBypassedWhileBusDown(t *testing.T) {
 	if n := b.OAuth().BearerChecks() - before; n != 2 {
 		t.Fatalf("%d bearer checks for two calls while the bus is down, want 2", n)
 	}
-	if _, err := a.Accounts().RemoveRole(ctx, u.ID, capabilities.RoleUser); err != nil {
+	if _, err := a.Accounts().Roles.RemoveRole(ctx, u.ID, capabilities.RoleUser); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _ := callOK(c); ok {

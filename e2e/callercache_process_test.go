@@ -29,11 +29,11 @@ func TestCallerCacheSeesOtherProcess(t *testing.T) {
 		change func(op *enclavetest.Server, u *enclavetest.User) error
 	}{
 		{"suspend", 0, func(op *enclavetest.Server, u *enclavetest.User) error {
-			_, err := op.Accounts().Suspend(ctx, u.ID)
+			_, err := op.Accounts().Lifecycle.Suspend(ctx, u.ID)
 			return err
 		}},
 		{"role revoked, operator without cache", -1, func(op *enclavetest.Server, u *enclavetest.User) error {
-			_, err := op.Accounts().RemoveRole(ctx, u.ID, capabilities.RoleUser)
+			_, err := op.Accounts().Roles.RemoveRole(ctx, u.ID, capabilities.RoleUser)
 			return err
 		}},
 		{"delete", 0, func(op *enclavetest.Server, u *enclavetest.User) error {
@@ -98,7 +98,7 @@ func TestCallerCacheDroppedByUnverifiedClaim(t *testing.T) {
 					Where("id = ?", u.ID).Exec(ctx); err != nil {
 					return err
 				}
-				claimed, err := s.Accounts().ClaimUnverified(ctx, u.ID, time.Now().Add(-accounts.UnverifiedWindow))
+				claimed, err := s.Accounts().Lifecycle.ClaimUnverified(ctx, u.ID, time.Now().Add(-accounts.UnverifiedWindow))
 				if err == nil && !claimed {
 					err = errors.New("not claimed")
 				}

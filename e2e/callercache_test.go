@@ -63,25 +63,25 @@ func TestCallerCacheDroppedByEveryChange(t *testing.T) {
 				change func(u *enclavetest.User) error
 			}{
 				{"role removed", func(u *enclavetest.User) error {
-					_, err := s.Accounts().RemoveRole(ctx, u.ID, capabilities.RoleUser)
+					_, err := s.Accounts().Roles.RemoveRole(ctx, u.ID, capabilities.RoleUser)
 					return err
 				}},
 				{"role assigned", func(u *enclavetest.User) error {
-					_, err := s.Accounts().GrantAdminAsOperator(ctx, u.ID)
+					_, err := s.Accounts().Roles.GrantAdminAsOperator(ctx, u.ID)
 					return err
 				}},
-				{"suspended", func(u *enclavetest.User) error { _, err := s.Accounts().Suspend(ctx, u.ID); return err }},
-				{"marked deleting", func(u *enclavetest.User) error { _, err := s.Accounts().MarkDeleting(ctx, u.ID); return err }},
+				{"suspended", func(u *enclavetest.User) error { _, err := s.Accounts().Lifecycle.Suspend(ctx, u.ID); return err }},
+				{"marked deleting", func(u *enclavetest.User) error { _, err := s.Accounts().Lifecycle.MarkDeleting(ctx, u.ID); return err }},
 				{"password changed", func(u *enclavetest.User) error {
-					_, err := s.Accounts().ChangePassword(ctx, u.ID, u.Password, "another long password 123")
+					_, err := s.Accounts().Credentials.ChangePassword(ctx, u.ID, u.Password, "another long password 123")
 					return err
 				}},
 				{"email changed", func(u *enclavetest.User) error {
-					_, err := s.Accounts().ChangeEmail(ctx, u.ID, "new-"+u.Email)
+					_, err := s.Accounts().Identity.ChangeEmail(ctx, u.ID, "new-"+u.Email)
 					return err
 				}},
 				{"username changed", func(u *enclavetest.User) error {
-					_, err := s.Accounts().ChangeUsername(ctx, u.ID, u.Username+"x")
+					_, err := s.Accounts().Identity.ChangeUsername(ctx, u.ID, u.Username+"x")
 					return err
 				}},
 				{"every grant revoked", func(u *enclavetest.User) error { return s.OAuth().RevokeAll(ctx, u.ID) }},
@@ -153,7 +153,7 @@ func TestCallerCacheDroppedByFactorChanges(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					return s.Accounts().DisableTOTP(ctx, acct, u.Password, codes[0])
+					return s.Accounts().SecondFactors.DisableTOTP(ctx, acct, u.Password, codes[0])
 				})
 			})
 			t.Run("recovery codes reset", func(t *testing.T) {
@@ -162,7 +162,7 @@ func TestCallerCacheDroppedByFactorChanges(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					_, err = s.Accounts().RegenerateRecoveryCodes(ctx, acct, u.Password, accounts.FactorProof{Code: codes[0]})
+					_, err = s.Accounts().SecondFactors.RegenerateRecoveryCodes(ctx, acct, u.Password, accounts.FactorProof{Code: codes[0]})
 					return err
 				})
 			})
@@ -182,7 +182,7 @@ func TestCallerCacheRoleRevokedRefusedAtNextCall(t *testing.T) {
 			s.CreateUser(t, "oscar", capabilities.RoleAdmin)
 			u := s.CreateUser(t, "rita", capabilities.RoleAdmin)
 			c := u.MCP(t)
-			if _, err := s.Accounts().RevokeAdminAsOperator(ctx, u.ID); err != nil {
+			if _, err := s.Accounts().Roles.RevokeAdminAsOperator(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 			for range 3 {
@@ -190,7 +190,7 @@ func TestCallerCacheRoleRevokedRefusedAtNextCall(t *testing.T) {
 					t.Fatalf("call with the role: %v %v", ok, err)
 				}
 			}
-			if _, err := s.Accounts().RemoveRole(ctx, u.ID, capabilities.RoleUser); err != nil {
+			if _, err := s.Accounts().Roles.RemoveRole(ctx, u.ID, capabilities.RoleUser); err != nil {
 				t.Fatal(err)
 			}
 			if ok, _ := callOK(c); ok {
@@ -200,7 +200,7 @@ func TestCallerCacheRoleRevokedRefusedAtNextCall(t *testing.T) {
 			if err != nil || slices.Contains(tools, "adminFeatureSet") {
 				t.Fatalf("tools before admin: %v %v", tools, err)
 			}
-			if _, err := s.Accounts().GrantAdminAsOperator(ctx, u.ID); err != nil {
+			if _, err := s.Accounts().Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 			if tools, err := c.Tools(); err != nil || !slices.Contains(tools, "adminFeatureSet") {
@@ -250,11 +250,11 @@ func TestCallerCacheMetrics(t *testing.T) {
 // enrolTOTP turns on an authenticator app for u (no tokens are revoked by
 // enrolment) and returns the account and its recovery codes.
 func enrolTOTP(ctx context.Context, s *enclavetest.Server, u *enclavetest.User) (accounts.User, []string, error) {
-	acct, err := s.Accounts().UserByID(ctx, u.ID)
+	acct, err := s.Accounts().Identity.UserByID(ctx, u.ID)
 	if err != nil {
 		return acct, nil, err
 	}
-	e, err := s.Accounts().BeginTOTP(ctx, acct, "enclave")
+	e, err := s.Accounts().SecondFactors.BeginTOTP(ctx, acct, "enclave")
 	if err != nil {
 		return acct, nil, err
 	}
@@ -262,6 +262,6 @@ func enrolTOTP(ctx context.Context, s *enclavetest.Server, u *enclavetest.User) 
 	if err != nil {
 		return acct, nil, err
 	}
-	codes, err := s.Accounts().ConfirmTOTP(ctx, acct, code)
+	codes, err := s.Accounts().SecondFactors.ConfirmTOTP(ctx, acct, code)
 	return acct, codes, err
 }

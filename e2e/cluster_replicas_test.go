@@ -110,7 +110,7 @@ func TestReplicasShareMCPSessions(t *testing.T) {
 	}
 	const password = "a long password for the replica test"
 	for _, who := range []string{"ann", "ben"} {
-		if _, _, err := servers[0].Accounts().CreateUser(t.Context(), accounts.CreateUserInput{Email: who + "@example.com", Username: who, Password: password, Verified: true}); err != nil {
+		if _, _, err := servers[0].Accounts().Identity.CreateUser(t.Context(), accounts.CreateUserInput{Email: who + "@example.com", Username: who, Password: password, Verified: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,7 +48,7 @@ func background(t *testing.T, srv *enclave.Server) {
 func user(t *testing.T, srv *enclave.Server, name string, roles ...string) (capabilities.Caller, storage.Owner) {
 	t.Helper()
 	ctx := context.Background()
-	u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "a long enough password", Verified: true})
+	u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "a long enough password", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +490,7 @@ func TestFeatureFlags(t *testing.T) {
 
 func userID(t *testing.T, srv *enclave.Server, stable string) int64 {
 	t.Helper()
-	u, err := srv.Accounts().UserByStableID(context.Background(), stable)
+	u, err := srv.Accounts().Identity.UserByStableID(context.Background(), stable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -632,7 +632,7 @@ func TestScheduleRunsOnOneReplicaPerPeriod(t *testing.T) {
 // operator's path, any other through AssignRole.
 func assignOrGrant(svc *accounts.Service, ctx context.Context, userID int64, role string) (bool, error) {
 	if role == capabilities.RoleAdmin {
-		return svc.GrantAdminAsOperator(ctx, userID)
+		return svc.Roles.GrantAdminAsOperator(ctx, userID)
 	}
-	return svc.AssignRole(ctx, userID, role)
+	return svc.Roles.AssignRole(ctx, userID, role)
 }

@@ -79,15 +79,15 @@ func oauthSecondFactors(t *testing.T, d storage.Dialect, bin string) {
 	ts.Start()
 	t.Cleanup(ts.Close)
 	e := &consentEnv{srv: srv, base: base, email: "two-step@example.com", password: "correct horse battery staple"}
-	e.user, _, err = srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: e.email, Username: "twostep", Password: e.password, Verified: true})
+	e.user, _, err = srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: e.email, Username: "twostep", Password: e.password, Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	enrol, err := srv.Accounts().BeginTOTP(ctx, e.user, "enclave")
+	enrol, err := srv.Accounts().SecondFactors.BeginTOTP(ctx, e.user, "enclave")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Accounts().ConfirmTOTP(ctx, e.user, clk.next(t, enrol.Secret)); err != nil {
+	if _, err := srv.Accounts().SecondFactors.ConfirmTOTP(ctx, e.user, clk.next(t, enrol.Secret)); err != nil {
 		t.Fatal(err)
 	}
 	app := newClientApp(t, "tcp4", "127.0.0.1:0", false)

@@ -37,16 +37,16 @@ func secondFactorsLifecycle(t *testing.T, d storage.Dialect) {
 	ctx := context.Background()
 	srv := newServer(t, d, func(c *enclave.Config) { c.RequireAdmin2FA = true })
 	acc := srv.Accounts()
-	u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "fay@example.com", Username: "fay", Password: "correct horse battery", Verified: true})
+	u, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "fay@example.com", Username: "fay", Password: "correct horse battery", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "gus@example.com", Username: "gus", Password: "correct horse battery", Verified: true})
+	other, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "gus@example.com", Username: "gus", Password: "correct horse battery", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []int64{u.ID, other.ID} {
-		if _, err := acc.GrantAdminAsOperator(ctx, id); err != nil {
+		if _, err := acc.Roles.GrantAdminAsOperator(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,12 +66,12 @@ func secondFactorsLifecycle(t *testing.T, d storage.Dialect) {
 		t.Fatalf("admin without a factor: %v", err)
 	}
 
-	en, err := acc.BeginTOTP(ctx, u, "enclave")
+	en, err := acc.SecondFactors.BeginTOTP(ctx, u, "enclave")
 	if err != nil {
 		t.Fatal(err)
 	}
 	code, _ := totp.GenerateCode(en.Secret, time.Now())
-	codes, err := acc.ConfirmTOTP(ctx, u, code)
+	codes, err := acc.SecondFactors.ConfirmTOTP(ctx, u, code)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,12 +129,12 @@ func TestAuthorizeSecondStep(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			e := newConsentEnv(t, d)
 			ctx := context.Background()
-			en, err := e.srv.Accounts().BeginTOTP(ctx, e.user, "enclave")
+			en, err := e.srv.Accounts().SecondFactors.BeginTOTP(ctx, e.user, "enclave")
 			if err != nil {
 				t.Fatal(err)
 			}
 			code, _ := totp.GenerateCode(en.Secret, time.Now().Add(-30*time.Second))
-			if _, err := e.srv.Accounts().ConfirmTOTP(ctx, e.user, code); err != nil {
+			if _, err := e.srv.Accounts().SecondFactors.ConfirmTOTP(ctx, e.user, code); err != nil {
 				t.Fatal(err)
 			}
 			id := e.register(t, "Two-step client", "http://127.0.0.1:53682/callback")
@@ -217,23 +217,23 @@ func TestRemovingAFactorRevokesTokens(t *testing.T) {
 		if got := status(); got != http.StatusOK {
 			t.Fatalf("token before: %d", got)
 		}
-		acct, err := s.Accounts().UserByID(ctx, u.ID)
+		acct, err := s.Accounts().Identity.UserByID(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		en, err := s.Accounts().BeginTOTP(ctx, acct, "enclave")
+		en, err := s.Accounts().SecondFactors.BeginTOTP(ctx, acct, "enclave")
 		if err != nil {
 			t.Fatal(err)
 		}
 		code, _ := totp.GenerateCode(en.Secret, time.Now().Add(-30*time.Second))
-		if _, err := s.Accounts().ConfirmTOTP(ctx, acct, code); err != nil {
+		if _, err := s.Accounts().SecondFactors.ConfirmTOTP(ctx, acct, code); err != nil {
 			t.Fatal(err)
 		}
 		if got := status(); got != http.StatusOK {
 			t.Fatalf("enrolling revoked the token: %d", got)
 		}
 		code, _ = totp.GenerateCode(en.Secret, time.Now())
-		if err := s.Accounts().DisableTOTP(ctx, acct, u.Password, code); err != nil {
+		if err := s.Accounts().SecondFactors.DisableTOTP(ctx, acct, u.Password, code); err != nil {
 			t.Fatal(err)
 		}
 		if got := status(); got != http.StatusUnauthorized {

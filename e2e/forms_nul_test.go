@@ -19,15 +19,15 @@ func TestFormsRefuseNULAndInvalidUTF8(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
 			srv := newServer(t, d)
-			u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "carol@example.com", Username: "carol", Password: "a long password for carol"})
+			u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "carol@example.com", Username: "carol", Password: "a long password for carol"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := srv.Accounts().GrantAdminAsOperator(ctx, u.ID); err != nil {
+			if _, err := srv.Accounts().Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 			rec := httptest.NewRecorder()
-			if _, err := srv.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+			if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
 				t.Fatal(err)
 			}
 			cookie := rec.Result().Cookies()[0]

@@ -74,22 +74,22 @@ func newFuzzWorld(tb testing.TB) *fuzzWorld {
 	})
 	w.srv, w.h = srv, srv.Handler()
 	for _, name := range []string{"alice", "carol"} {
-		u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+		u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if _, err := srv.Accounts().MarkEmailVerified(ctx, u.ID); err != nil {
+		if _, err := srv.Accounts().Identity.MarkEmailVerified(ctx, u.ID); err != nil {
 			tb.Fatal(err)
 		}
 		if name == "carol" {
-			if _, err := srv.Accounts().GrantAdminAsOperator(ctx, u.ID); err != nil {
+			if _, err := srv.Accounts().Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 				tb.Fatal(err)
 			}
 		}
 		w.ids[name] = u.ID
 		w.tokens[name] = "test-token:" + u.StableID
 		rec := httptest.NewRecorder()
-		if _, err := srv.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+		if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
 			tb.Fatal(err)
 		}
 		w.cookies[name] = rec.Result().Cookies()[0]
@@ -286,7 +286,7 @@ func FuzzWebForms(f *testing.F) {
 		check := httptest.NewRequest(http.MethodGet, w.base+"/account", nil)
 		check.AddCookie(w.cookies[who])
 		if rec := w.serve(t, check); rec.Code != http.StatusOK {
-			u, err := w.srv.Accounts().UserByID(context.Background(), w.ids[who])
+			u, err := w.srv.Accounts().Identity.UserByID(context.Background(), w.ids[who])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -294,7 +294,7 @@ func FuzzWebForms(f *testing.F) {
 				t.Skip() // suspended by an admin form: the next input signs in again
 			}
 			rec := httptest.NewRecorder()
-			if _, err := w.srv.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+			if _, err := w.srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
 				t.Fatal(err)
 			}
 			w.cookies[who] = rec.Result().Cookies()[0]

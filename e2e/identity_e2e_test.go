@@ -28,7 +28,7 @@ func TestDeletedAccountsCookieDoesNotOpenItsSuccessor(t *testing.T) {
 			srv, base := l.srv, l.base
 
 			const email, password = "victim@example.com", "correct horse battery staple"
-			victim, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "victim", Password: password, Verified: true})
+			victim, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "victim", Password: password, Verified: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestDeletedAccountsCookieDoesNotOpenItsSuccessor(t *testing.T) {
 			if res, err := srv.Lifecycle().Delete(ctx, storage.Owner{ID: victim.ID, StableID: victim.StableID}); err != nil || !res.Completed {
 				t.Fatalf("delete: %+v %v", res, err)
 			}
-			successor, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "successor", Password: "another long passphrase", Verified: true})
+			successor, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "successor", Password: "another long passphrase", Verified: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -125,7 +125,7 @@ func TestChromiumLayoutFits(t *testing.T) {
 	// OAuth client name and redirect URI, a long webhook URL, a long
 	// invite note, a package with a long description and a failed run.
 	longEmail := "firstname.middlename.lastname.with.a.long.suffix-" + strings.Repeat("q", 30) + "@subdomain.of.a.long-organisation-name.example.com"
-	grace, _, err := s.Accounts().CreateUser(t.Context(), accounts.CreateUserInput{Email: longEmail, Username: "grace-" + strings.Repeat("h", 26), Password: "a long password for grace", Verified: true})
+	grace, _, err := s.Accounts().Identity.CreateUser(t.Context(), accounts.CreateUserInput{Email: longEmail, Username: "grace-" + strings.Repeat("h", 26), Password: "a long password for grace", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestMCPTasksAndRequestStateArePerUser(t *testing.T) {
 			}
 			tokens := map[string]string{}
 			for _, name := range []string{"alice", "bob"} {
-				u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+				u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -155,7 +155,7 @@ func TestMCPTaskStopsWhenOwnerSuspended(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
+			u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,7 +163,7 @@ func TestMCPTaskStopsWhenOwnerSuspended(t *testing.T) {
 			if id, _ := m["result"].(map[string]any)["taskId"].(string); id == "" {
 				t.Fatalf("tools/call: %v", m)
 			}
-			if _, err := srv.Accounts().Suspend(ctx, u.ID); err != nil {
+			if _, err := srv.Accounts().Lifecycle.Suspend(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 			select {

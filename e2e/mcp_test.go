@@ -58,7 +58,7 @@ func TestMCPEndpoint(t *testing.T) {
 		c.TokenVerifier, c.AllowedOrigins = verifier, []string{"https://app.example"}
 	})
 
-	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
+	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			srv, base := serveHTTP(t, d, func(c *enclave.Config) { c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} })
 
 			const email, password = "agent-owner@example.com", "correct horse battery staple"
-			u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "agentfriend", Password: password, Verified: true})
+			u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "agentfriend", Password: password, Verified: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,13 +136,13 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			// client address found through the trusted proxy). A made-up
 			// token writes nothing.
 			rpc(t, base, tok.AccessToken, session, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"adminAuditLogQuery","arguments":{}}}`)
-			if _, err := srv.Accounts().Suspend(ctx, u.ID); err != nil {
+			if _, err := srv.Accounts().Lifecycle.Suspend(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 			if code := rpcVia(t, base, tok.AccessToken, "203.0.113.5", initialize); code != http.StatusForbidden {
 				t.Fatalf("token of a suspended account: %d, want 403", code)
 			}
-			if _, err := srv.Accounts().Unsuspend(ctx, u.ID); err != nil {
+			if _, err := srv.Accounts().Lifecycle.Unsuspend(ctx, u.ID); err != nil {
 				t.Fatal(err)
 			}
 			mcpRows := func() int {
@@ -161,11 +161,11 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			if n := mcpRows(); n != before {
 				t.Fatalf("tokens matching no grant wrote %d audit rows", n-before)
 			}
-			admin, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "auditor@example.com", Username: "auditor", Password: password, Verified: true})
+			admin, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "auditor@example.com", Username: "auditor", Password: password, Verified: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := srv.Accounts().GrantAdminAsOperator(ctx, admin.ID); err != nil {
+			if _, err := srv.Accounts().Roles.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 				t.Fatal(err)
 			}
 			adminCaller, err := srv.Accounts().LoadCaller(ctx, admin.StableID)
@@ -202,7 +202,7 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			}
 
 			// Changing the password revokes the grant: the token stops working.
-			if _, err := srv.Accounts().ChangePassword(ctx, u.ID, password, "another correct horse battery"); err != nil {
+			if _, err := srv.Accounts().Credentials.ChangePassword(ctx, u.ID, password, "another correct horse battery"); err != nil {
 				t.Fatal(err)
 			}
 			if code, _, _, _ := rpc(t, base, tok.AccessToken, "", initialize); code != http.StatusUnauthorized {

@@ -29,7 +29,7 @@ func TestOAuthSignInRefusesNULAndInvalidUTF8(t *testing.T) {
 			l := startLive(t, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL})
 			srv, base := l.srv, l.base
 			const email, password = "nul-owner@example.com", "correct horse battery staple"
-			if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "nulowner", Password: password, Verified: true}); err != nil {
+			if _, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "nulowner", Password: password, Verified: true}); err != nil {
 				t.Fatal(err)
 			}
 			redirect := "http://127.0.0.1:53682/callback"

@@ -73,7 +73,7 @@ func TestOIDCIdentityCapabilities(t *testing.T) {
 
 		// carol signed up with her identity: it is her only way in.
 		res := &federation.Result{Provider: "corp", Issuer: "https://idp.example.com", Subject: "carol-at-corp"}
-		cu, err := s.Accounts().SignupExternal(ctx, accounts.ExternalSignupInput{Email: "carol@example.com",
+		cu, err := s.Accounts().Identity.SignupExternal(ctx, accounts.ExternalSignupInput{Email: "carol@example.com",
 			OnCreated: s.Federation().LinkOnCreate(res)})
 		if err != nil || !cu.EmailVerified() {
 			t.Fatalf("external signup: %+v %v", cu, err)

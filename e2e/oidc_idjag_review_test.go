@@ -26,7 +26,7 @@ func TestOIDCIDJAGReviewEmailDomainTakeover(t *testing.T) {
 	s := enclavetest.Start(t, enclavetest.Options{Config: cfg})
 	ctx := t.Context()
 	admin := s.CreateUser(t, "olga") // olga@example.com, an admin
-	if _, err := s.Accounts().GrantAdminAsOperator(ctx, admin.ID); err != nil {
+	if _, err := s.Accounts().Roles.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 		t.Fatal(err)
 	}
 	clientID := idjagRegister(t, s, "enterprise agent", "authorization_code", oauth.GrantTypeJWTBearer)

@@ -495,7 +495,7 @@ func TestOIDCIDJAGRefusals(t *testing.T) {
 			t.Errorf("an unverified email linked bob: %+v", ids)
 		}
 		// An account whose own address is unverified is not linked either.
-		if _, _, err := s.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "dave@example.com", Username: "dave", Password: "dave's long password", Verified: false}); err != nil {
+		if _, _, err := s.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "dave@example.com", Username: "dave", Password: "dave's long password", Verified: false}); err != nil {
 			t.Fatal(err)
 		}
 		refuse("account address unverified", clientID, idp.mint(nil, idp.claims(idjagPerson{Sub: "00u-dave", Email: "dave@example.com", Verified: true}, aud, resource, clientID, "mcp")), "invalid_grant", "No account is linked")
@@ -508,7 +508,7 @@ func TestOIDCIDJAGRefusals(t *testing.T) {
 		if a := idjagRedeem(t, s, clientID, idp.mint(nil, idp.claims(carolPerson, aud, resource, clientID, "mcp"))); a.Status != http.StatusOK {
 			t.Fatalf("carol before suspension: %+v", a)
 		}
-		if _, err := s.Accounts().Suspend(ctx, carol.ID); err != nil {
+		if _, err := s.Accounts().Lifecycle.Suspend(ctx, carol.ID); err != nil {
 			t.Fatal(err)
 		}
 		refuse("suspended account", clientID, idp.mint(nil, idp.claims(carolPerson, aud, resource, clientID, "mcp")), "invalid_grant", "suspended")

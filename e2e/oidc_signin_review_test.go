@@ -325,7 +325,7 @@ func TestOIDCReviewSignupModesApplyToExternalSignIn(t *testing.T) {
 					if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "sign-up") {
 						t.Errorf("%s: a new identity answered %d %s %.300s", redirect, resp.StatusCode, resp.Header.Get("Location"), body)
 					}
-					if _, err := a.Accounts().UserByEmail(t.Context(), carolAtB.Email); err == nil {
+					if _, err := a.Accounts().Identity.UserByEmail(t.Context(), carolAtB.Email); err == nil {
 						t.Fatalf("%s: sign-up %s opened an account for a new identity", redirect, mode)
 					}
 				}
@@ -360,16 +360,16 @@ func TestOIDCReviewLinkWaitsForTheSecondFactor(t *testing.T) {
 			a, b := oidcReviewServers(t, d, &offset)
 			ctx := t.Context()
 			daveAtB, dave := b.CreateUser(t, "dave"), a.CreateUser(t, "dave")
-			u, err := a.Accounts().UserByID(ctx, dave.ID)
+			u, err := a.Accounts().Identity.UserByID(ctx, dave.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := a.Accounts().BeginTOTP(ctx, u, "A")
+			e, err := a.Accounts().SecondFactors.BeginTOTP(ctx, u, "A")
 			if err != nil {
 				t.Fatal(err)
 			}
 			code, _ := totp.GenerateCode(e.Secret, time.Now())
-			if _, err := a.Accounts().ConfirmTOTP(ctx, u, code); err != nil {
+			if _, err := a.Accounts().SecondFactors.ConfirmTOTP(ctx, u, code); err != nil {
 				t.Fatal(err)
 			}
 			offset.Store(int64(time.Minute)) // the next time step: a fresh code
@@ -423,7 +423,7 @@ func TestOIDCReviewLinkWaitsForTheSecondFactor(t *testing.T) {
 func TestOIDCReviewSuspendedAccountGetsNoLink(t *testing.T) {
 	a, b := oidcReviewServers(t, storage.SQLite, nil)
 	daveAtB, dave := b.CreateUser(t, "dave"), a.CreateUser(t, "dave")
-	if _, err := a.Accounts().Suspend(t.Context(), dave.ID); err != nil {
+	if _, err := a.Accounts().Lifecycle.Suspend(t.Context(), dave.ID); err != nil {
 		t.Fatal(err)
 	}
 	br := newOIDCReviewBrowser(t)

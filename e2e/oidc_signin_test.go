@@ -42,7 +42,7 @@ func TestOIDCSignInWithSecondServer(t *testing.T) {
 			carolAtB := b.CreateUser(t, "carol")
 			daveAtB := b.CreateUser(t, "dave")
 			eveAtB := &enclavetest.User{Email: "eve@example.com", Password: "test password of eve 0123"}
-			if _, _, err := b.Accounts().CreateUser(t.Context(), accounts.CreateUserInput{Email: eveAtB.Email, Username: "eve", Password: eveAtB.Password}); err != nil {
+			if _, _, err := b.Accounts().Identity.CreateUser(t.Context(), accounts.CreateUserInput{Email: eveAtB.Email, Username: "eve", Password: eveAtB.Password}); err != nil {
 				t.Fatal(err)
 			}
 			clientID := oidcRegisterRelyingParty(t, b.URL, "http://127.0.0.2"+federation.CallbackPath("b"))
@@ -58,7 +58,7 @@ func TestOIDCSignInWithSecondServer(t *testing.T) {
 			fail("sign up with B", chromedp.Do(ctx, chromedp.Click(chromedp.ID("external-b"))))
 			oidcThroughB(t, ctx, fail, a.URL, carolAtB)
 			fail("signed up at A", chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`form[action$="/logout"] button`))))
-			carolAtA, err := a.Accounts().UserByEmail(t.Context(), carolAtB.Email)
+			carolAtA, err := a.Accounts().Identity.UserByEmail(t.Context(), carolAtB.Email)
 			if err != nil || !carolAtA.EmailVerified() {
 				t.Fatalf("carol's account at A: %+v %v", carolAtA, err)
 			}
@@ -69,7 +69,7 @@ func TestOIDCSignInWithSecondServer(t *testing.T) {
 			fail("sign in with B", chromedp.Do(ctx, chromedp.Click(chromedp.ID("external-b"))))
 			oidcThroughB(t, ctx, fail, a.URL, carolAtB)
 			fail("signed in at A", chromedp.Do(ctx, chromedp.Navigate(a.URL+"/account/security"), chromedp.WaitVisible(chromedp.ID("identities-table"))))
-			if n, _ := a.Accounts().CountUsers(t.Context(), time.Time{}); n.Total != 2 {
+			if n, _ := a.Accounts().Roles.CountUsers(t.Context(), time.Time{}); n.Total != 2 {
 				t.Errorf("accounts at A after carol signed in again: %+v", n)
 			}
 
@@ -111,13 +111,13 @@ func TestOIDCSignInWithSecondServer(t *testing.T) {
 
 			// dave turns on an authenticator app at A: signing in with B
 			// (not trusted for MFA) still asks for his second factor.
-			acct, err := a.Accounts().UserByID(t.Context(), daveAtA.ID)
+			acct, err := a.Accounts().Identity.UserByID(t.Context(), daveAtA.ID)
 			fail("dave's account", err)
-			en, err := a.Accounts().BeginTOTP(t.Context(), acct, "enclave")
+			en, err := a.Accounts().SecondFactors.BeginTOTP(t.Context(), acct, "enclave")
 			fail("begin totp", err)
 			code, err := totp.GenerateCode(en.Secret, time.Now())
 			fail("totp code", err)
-			recovery, err := a.Accounts().ConfirmTOTP(t.Context(), acct, code)
+			recovery, err := a.Accounts().SecondFactors.ConfirmTOTP(t.Context(), acct, code)
 			fail("confirm totp", err)
 			browser, ctx = chromiumtest.Start(t, bin, 60*time.Second)
 			fail = oidcFail(t, browser)
@@ -140,7 +140,7 @@ func TestOIDCSignInWithSecondServer(t *testing.T) {
 			if !strings.Contains(text, "did not verify this email address") {
 				t.Fatalf("eve's answer: %q", text)
 			}
-			if _, err := a.Accounts().UserByEmail(t.Context(), eveAtB.Email); err == nil {
+			if _, err := a.Accounts().Identity.UserByEmail(t.Context(), eveAtB.Email); err == nil {
 				t.Fatal("an account was opened for an unverified address")
 			}
 		})

@@ -202,12 +202,12 @@ type oidcPage struct {
 
 func oidcSession(t *testing.T, s *enclavetest.Server, email string) oidcPage {
 	t.Helper()
-	u, err := s.Accounts().UserByEmail(t.Context(), email)
+	u, err := s.Accounts().Identity.UserByEmail(t.Context(), email)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	if _, err := s.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+	if _, err := s.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
 		t.Fatal(err)
 	}
 	return oidcPage{s: s, cookie: rec.Result().Cookies()[0]}

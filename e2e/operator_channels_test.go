@@ -59,11 +59,11 @@ func TestOperatorCapabilitiesAbsentFromSearchAndCodeMode(t *testing.T) {
 				t.Errorf("a program's call of %s was not refused: %s", name, out)
 			}
 		}
-		g, err := s.Accounts().RolesAndPermissions(t.Context(), victim.ID)
+		g, err := s.Accounts().Roles.RolesAndPermissions(t.Context(), victim.ID)
 		if err != nil || g.HasRole("admin") {
 			t.Fatalf("the victim's roles %v, %v", g.Roles, err)
 		}
-		if u, err := s.Accounts().UserByEmail(t.Context(), victim.Email); err != nil || u.SuspendedAt != nil {
+		if u, err := s.Accounts().Identity.UserByEmail(t.Context(), victim.Email); err != nil || u.SuspendedAt != nil {
 			t.Fatalf("the victim %+v, %v", u, err)
 		}
 	})

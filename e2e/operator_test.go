@@ -96,11 +96,11 @@ func TestOperatorCapabilitiesRefusedToAdmins(t *testing.T) {
 
 		// Nothing changed, and the refusals are in the audit log as the
 		// admin's, never as operator calls.
-		g, err := s.Accounts().RolesAndPermissions(ctx, victim.ID)
+		g, err := s.Accounts().Roles.RolesAndPermissions(ctx, victim.ID)
 		if err != nil || g.HasRole(capabilities.RoleAdmin) {
 			t.Fatalf("the victim's roles %v, %v", g.Roles, err)
 		}
-		if u, err := s.Accounts().UserByEmail(ctx, victim.Email); err != nil || u.SuspendedAt != nil {
+		if u, err := s.Accounts().Identity.UserByEmail(ctx, victim.Email); err != nil || u.SuspendedAt != nil {
 			t.Fatalf("the victim %+v, %v", u, err)
 		}
 		rows, err := s.Audit().Query(ctx, audit.Filter{Category: audit.CategoryCapability, Action: "tool:operatorAdminGrant"}, storage.PageRequest{Limit: 100})

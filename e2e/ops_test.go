@@ -102,7 +102,7 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	srv := newServer(t, storage.SQLite, func(c *enclave.Config) {
 		c.BaseURL, c.TokenVerifier, c.ShutdownTimeout = base, testVerifier(&base), 30*time.Second
 	})
-	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
+	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestMetrics(t *testing.T) {
 	srv := newServer(t, storage.SQLite, func(c *enclave.Config) {
 		c.BaseURL, c.TokenVerifier, c.MetricsAddr = base, testVerifier(&base), metricsAddr
 	})
-	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
+	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {
 		t.Fatal(err)
 	}

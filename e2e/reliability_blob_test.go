@@ -146,7 +146,7 @@ func TestFaultBlobStore(t *testing.T) {
 		}
 	})
 	s, webc := l.agent(t, "alice")
-	u, err := l.srv.Accounts().UserByUsername(ctx, "alice")
+	u, err := l.srv.Accounts().Identity.UserByUsername(ctx, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestFaultBlobStore(t *testing.T) {
 	if status < 500 || !strings.Contains(body, "could not be deleted completely") || strings.Contains(body, "injected") {
 		t.Fatalf("deletion with the blob store failing: %d %.300s", status, body)
 	}
-	if u, err := l.srv.Accounts().UserByID(ctx, owner.ID); err != nil || u.State() != accounts.StateDeleting {
+	if u, err := l.srv.Accounts().Identity.UserByID(ctx, owner.ID); err != nil || u.State() != accounts.StateDeleting {
 		t.Fatalf("after the failed deletion: %v %v", u.State(), err)
 	}
 	if ok, err := fb.b.Exists(ctx, key); err != nil || !ok {
@@ -215,7 +215,7 @@ func TestFaultBlobStore(t *testing.T) {
 	if ok, _ := fb.b.Exists(ctx, key); ok || res.Deleted["blob:files"] != 1 {
 		t.Fatalf("after the retry: blob exists %v, result %+v", ok, res.Deleted)
 	}
-	if _, err := l.srv.Accounts().UserByID(ctx, owner.ID); !errors.Is(err, accounts.ErrNotFound) {
+	if _, err := l.srv.Accounts().Identity.UserByID(ctx, owner.ID); !errors.Is(err, accounts.ErrNotFound) {
 		t.Fatalf("account after the retried deletion: %v", err)
 	}
 }

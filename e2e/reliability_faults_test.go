@@ -64,7 +64,7 @@ func startLive(t *testing.T, cfg enclave.Config, prepare ...func(*enclave.Server
 func (l *liveServer) user(t *testing.T, name string) (email, password string) {
 	t.Helper()
 	email, password = name+"@example.com", "a long password for "+name
-	if _, _, err := l.srv.Accounts().CreateUser(context.Background(), accounts.CreateUserInput{Email: email, Username: name, Password: password, Verified: true}); err != nil {
+	if _, _, err := l.srv.Accounts().Identity.CreateUser(context.Background(), accounts.CreateUserInput{Email: email, Username: name, Password: password, Verified: true}); err != nil {
 		t.Fatal(err)
 	}
 	return email, password

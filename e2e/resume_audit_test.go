@@ -23,11 +23,11 @@ func TestResumedDeletionIsAudited(t *testing.T) {
 			srv := newServer(t, d)
 			var users []accounts.User
 			for _, name := range []string{"gone", "frozen"} {
-				u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+				u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := srv.Accounts().MarkDeleting(ctx, u.ID); err != nil {
+				if _, err := srv.Accounts().Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
 					t.Fatal(err)
 				}
 				// The deletion was interrupted an hour ago.
@@ -36,16 +36,16 @@ func TestResumedDeletionIsAudited(t *testing.T) {
 				}
 				users = append(users, u)
 			}
-			if _, err := srv.Accounts().Suspend(ctx, users[1].ID); err != nil {
+			if _, err := srv.Accounts().Lifecycle.Suspend(ctx, users[1].ID); err != nil {
 				t.Fatal(err)
 			}
 			if n, err := srv.Lifecycle().ResumeDeletions(ctx, 5*time.Minute); err != nil || n != 1 {
 				t.Fatalf("resume: %d, %v", n, err)
 			}
-			if _, err := srv.Accounts().UserByID(ctx, users[0].ID); !errors.Is(err, accounts.ErrNotFound) {
+			if _, err := srv.Accounts().Identity.UserByID(ctx, users[0].ID); !errors.Is(err, accounts.ErrNotFound) {
 				t.Fatalf("the interrupted deletion was not finished: %v", err)
 			}
-			if _, err := srv.Accounts().UserByID(ctx, users[1].ID); err != nil {
+			if _, err := srv.Accounts().Identity.UserByID(ctx, users[1].ID); err != nil {
 				t.Fatalf("the suspended account was deleted: %v", err)
 			}
 			for i, want := range []int{1, 0} {

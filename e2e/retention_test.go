@@ -100,12 +100,12 @@ func TestRetentionPurgesUnverifiedAccounts(t *testing.T) {
 			acc := srv.Accounts()
 			mk := func(name string, verified bool) accounts.User {
 				t.Helper()
-				u, err := acc.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery"})
+				u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery"})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if verified {
-					if _, err := acc.MarkEmailVerified(ctx, u.ID); err != nil {
+					if _, err := acc.Identity.MarkEmailVerified(ctx, u.ID); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -116,22 +116,22 @@ func TestRetentionPurgesUnverifiedAccounts(t *testing.T) {
 			verified := mk("verified", true)
 			moved := mk("moved", true)
 			// An account an operator created, never verified: not a sign-up.
-			made, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "made@example.com", Username: "made", Password: "correct horse battery"})
+			made, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "made@example.com", Username: "made", Password: "correct horse battery"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := acc.ChangeEmail(ctx, moved.ID, "moved2@example.com"); err != nil {
+			if _, err := acc.Identity.ChangeEmail(ctx, moved.ID, "moved2@example.com"); err != nil {
 				t.Fatal(err)
 			}
-			if err := acc.ReleaseEmailClaim(ctx, moved.ID, "moved@example.com"); err != nil {
+			if err := acc.Identity.ReleaseEmailClaim(ctx, moved.ID, "moved@example.com"); err != nil {
 				t.Fatal(err)
 			}
 			admin := mk("boss", false)
-			if _, err := acc.GrantAdminAsOperator(ctx, admin.ID); err != nil {
+			if _, err := acc.Roles.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 				t.Fatal(err)
 			}
 			frozen := mk("frozen", false)
-			if _, err := acc.Suspend(ctx, frozen.ID); err != nil {
+			if _, err := acc.Lifecycle.Suspend(ctx, frozen.ID); err != nil {
 				t.Fatal(err)
 			}
 			for _, u := range []accounts.User{stale, verified, moved, admin, frozen, made} {
@@ -163,7 +163,7 @@ func TestRetentionPurgesUnverifiedAccounts(t *testing.T) {
 				t.Fatalf("the purged account's secrets: %d rows, err %v", n, err)
 			}
 			// Its email is free for a new sign-up, under a new identity.
-			again, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "stale@example.com", Username: "stale", Password: "correct horse battery"})
+			again, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "stale@example.com", Username: "stale", Password: "correct horse battery"})
 			if err != nil {
 				t.Fatalf("sign-up with the purged account's email: %v", err)
 			}
@@ -201,7 +201,7 @@ func TestRetentionUnverifiedClaimLosesToVerification(t *testing.T) {
 			cutoff := time.Now().Add(-accounts.UnverifiedWindow)
 			claims, verifications := 0, 0
 			for i := range 20 {
-				u, err := acc.Signup(ctx, accounts.SignupInput{Email: fmt.Sprintf("race%d@example.com", i), Username: fmt.Sprintf("race%d", i), Password: "correct horse battery"})
+				u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: fmt.Sprintf("race%d@example.com", i), Username: fmt.Sprintf("race%d", i), Password: "correct horse battery"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -210,8 +210,8 @@ func TestRetentionUnverifiedClaimLosesToVerification(t *testing.T) {
 				var claimed, verified bool
 				var claimErr, verifyErr error
 				start := make(chan struct{})
-				wg.Go(func() { <-start; claimed, claimErr = acc.ClaimUnverified(ctx, u.ID, cutoff) })
-				wg.Go(func() { <-start; verified, verifyErr = acc.MarkEmailVerified(ctx, u.ID) })
+				wg.Go(func() { <-start; claimed, claimErr = acc.Lifecycle.ClaimUnverified(ctx, u.ID, cutoff) })
+				wg.Go(func() { <-start; verified, verifyErr = acc.Identity.MarkEmailVerified(ctx, u.ID) })
 				close(start)
 				wg.Wait()
 				if claimErr != nil {
@@ -223,7 +223,7 @@ func TestRetentionUnverifiedClaimLosesToVerification(t *testing.T) {
 				if claimed == verified {
 					t.Fatalf("round %d: claimed=%v verified=%v: exactly one must win", i, claimed, verified)
 				}
-				got, err := acc.UserByID(ctx, u.ID)
+				got, err := acc.Identity.UserByID(ctx, u.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -238,7 +238,7 @@ func TestRetentionUnverifiedClaimLosesToVerification(t *testing.T) {
 				} else {
 					verifications++
 					// Verified: a later claim fails.
-					if again, err := acc.ClaimUnverified(ctx, u.ID, cutoff); err != nil || again {
+					if again, err := acc.Lifecycle.ClaimUnverified(ctx, u.ID, cutoff); err != nil || again {
 						t.Fatalf("claim of a verified account: %v %v", again, err)
 					}
 				}
@@ -257,7 +257,7 @@ func TestRetentionPurgesOAuth(t *testing.T) {
 			ctx := context.Background()
 			srv := newRetentionServer(t, d)
 			db := srv.Store().DB
-			u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "oauth@example.com", Username: "oauthuser", Password: "correct horse battery", Verified: true})
+			u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "oauth@example.com", Username: "oauthuser", Password: "correct horse battery", Verified: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -324,7 +324,7 @@ func TestRetentionKeepsUnverifiedAccountsWhenAllowed(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
 			srv := newServer(t, d, func(c *enclave.Config) { c.OAuth.AllowUnverifiedEmail = true })
-			u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "carol@example.com", Username: "carol", Password: "correct horse battery"})
+			u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "carol@example.com", Username: "carol", Password: "correct horse battery"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -26,12 +26,12 @@ func TestSecretPolicyPage(t *testing.T) {
 			cookies := map[string]*http.Cookie{}
 			owners := map[string]storage.Owner{}
 			for _, name := range []string{"alice", "bob"} {
-				u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+				u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
 				if err != nil {
 					t.Fatal(err)
 				}
 				rec := httptest.NewRecorder()
-				if _, err := srv.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+				if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
 					t.Fatal(err)
 				}
 				cookies[name] = rec.Result().Cookies()[0]

@@ -26,12 +26,12 @@ func TestChromiumSecretsPolicy(t *testing.T) {
 	sc := storagetest.Config(t, storage.SQLite)
 	l := startLive(t, enclave.Config{DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL})
 	ctx := context.Background()
-	u, err := l.srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "pat@example.com", Username: "pat", Password: "a long password for pat"})
+	u, err := l.srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "pat@example.com", Username: "pat", Password: "a long password for pat"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	if _, err := l.srv.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+	if _, err := l.srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
 		t.Fatal(err)
 	}
 	cookie := rec.Result().Cookies()[0]

@@ -35,7 +35,7 @@ func TestSessionEventsSealedAtRest(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
+	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestVerifierErrorsAreRefusalsUnlessMarkedUnavailable(t *testing.T) {
 		return mcp.TokenInfo{}, mcp.ErrInvalidToken
 	})
 	srv, base := serveHTTP(t, storage.SQLite, func(c *enclave.Config) { c.TokenVerifier = verifier })
-	u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
+	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice", Password: "a long password for alice"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,20 +102,20 @@ func TestWorkspaceKeysDieWithThePasswordAndFactorChanges(t *testing.T) {
 				return sessionInvoke(t, s, u, "accountPasswordChange", accounts.PasswordChangeInput{Current: u.Password, New: "a changed long password"}, nil)
 			}},
 			{"password reset", nil, func(u *enclavetest.User) error {
-				token, err := s.Accounts().NewPasswordResetToken(ctx, u.ID)
+				token, err := s.Accounts().Credentials.NewPasswordResetToken(ctx, u.ID)
 				if err != nil {
 					return err
 				}
-				_, _, err = s.Accounts().ResetPasswordWithToken(ctx, token, "a reset long password")
+				_, _, err = s.Accounts().Credentials.ResetPasswordWithToken(ctx, token, "a reset long password")
 				return err
 			}},
 			{"authenticator app turned off", withTOTP(t, s), func(u *enclavetest.User) error {
-				acct, _ := s.Accounts().UserByID(ctx, u.ID)
-				return s.Accounts().DisableTOTP(ctx, acct, u.Password, recoveryCodes[u.ID][1])
+				acct, _ := s.Accounts().Identity.UserByID(ctx, u.ID)
+				return s.Accounts().SecondFactors.DisableTOTP(ctx, acct, u.Password, recoveryCodes[u.ID][1])
 			}},
 			{"new recovery codes", withTOTP(t, s), func(u *enclavetest.User) error {
-				acct, _ := s.Accounts().UserByID(ctx, u.ID)
-				_, err := s.Accounts().RegenerateRecoveryCodes(ctx, acct, u.Password, accounts.FactorProof{Code: recoveryCodes[u.ID][1]})
+				acct, _ := s.Accounts().Identity.UserByID(ctx, u.ID)
+				_, err := s.Accounts().SecondFactors.RegenerateRecoveryCodes(ctx, acct, u.Password, accounts.FactorProof{Code: recoveryCodes[u.ID][1]})
 				return err
 			}},
 			{"passkey removed", nil, func(u *enclavetest.User) error {
@@ -124,7 +124,7 @@ func TestWorkspaceKeysDieWithThePasswordAndFactorChanges(t *testing.T) {
 					u.ID, "cred-"+u.Username, time.Now().UTC()).Scan(ctx, &id); err != nil {
 					return err
 				}
-				return s.Accounts().RemovePasskey(ctx, u.ID, id)
+				return s.Accounts().SecondFactors.RemovePasskey(ctx, u.ID, id)
 			}},
 		}
 		for i, tc := range cases {
@@ -224,16 +224,16 @@ func TestWorkspaceKeyCreateNeedsPasswordAndFactor(t *testing.T) {
 		}
 
 		// With a second factor, the password is not enough.
-		acct, err := s.Accounts().UserByID(ctx, u.ID)
+		acct, err := s.Accounts().Identity.UserByID(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		en, err := s.Accounts().BeginTOTP(ctx, acct, "enclave")
+		en, err := s.Accounts().SecondFactors.BeginTOTP(ctx, acct, "enclave")
 		if err != nil {
 			t.Fatal(err)
 		}
 		first, _ := totp.GenerateCode(en.Secret, time.Now().Add(-30*time.Second))
-		codes, err := s.Accounts().ConfirmTOTP(ctx, acct, first)
+		codes, err := s.Accounts().SecondFactors.ConfirmTOTP(ctx, acct, first)
 		if err != nil {
 			t.Fatal(err)
 		}

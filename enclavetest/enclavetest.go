@@ -184,7 +184,7 @@ func (s *Server) CreateUser(t testing.TB, name string, roles ...string) *User {
 	t.Helper()
 	ctx := context.Background()
 	u := &User{s: s, Email: name + "@example.com", Username: name, Password: "test password " + rand.Text()}
-	acc, _, err := s.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: u.Email, Username: name, Password: u.Password, Verified: true})
+	acc, _, err := s.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: u.Email, Username: name, Password: u.Password, Verified: true})
 	if err != nil {
 		t.Fatalf("enclavetest: create user %s: %v", name, err)
 	}
@@ -330,7 +330,7 @@ func (s *Server) authorize(u *User, admin bool) (string, error) {
 // operator's path, any other through AssignRole.
 func assignOrGrant(svc *accounts.Service, ctx context.Context, userID int64, role string) (bool, error) {
 	if role == capabilities.RoleAdmin {
-		return svc.GrantAdminAsOperator(ctx, userID)
+		return svc.Roles.GrantAdminAsOperator(ctx, userID)
 	}
-	return svc.AssignRole(ctx, userID, role)
+	return svc.Roles.AssignRole(ctx, userID, role)
 }

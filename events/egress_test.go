@@ -42,11 +42,11 @@ func TestWebhookTargetCheckedAtConnect(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ada, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "ada@example.com", Username: "ada", Password: "a long password for ada", Verified: true})
+			ada, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "ada@example.com", Username: "ada", Password: "a long password for ada", Verified: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := srv.Accounts().GrantAdminAsOperator(ctx, ada.ID); err != nil {
+			if _, err := srv.Accounts().Roles.GrantAdminAsOperator(ctx, ada.ID); err != nil {
 				t.Fatal(err)
 			}
 			caller, err := srv.Accounts().LoadCaller(ctx, ada.StableID)
@@ -69,7 +69,7 @@ func TestWebhookTargetCheckedAtConnect(t *testing.T) {
 			done := make(chan struct{})
 			go func() { srv.RunBackground(bg); close(done) }()
 			defer func() { stop(); <-done }()
-			if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: "carl@example.com", Username: "carl", Password: "a long password for carl"}); err != nil {
+			if _, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "carl@example.com", Username: "carl", Password: "a long password for carl"}); err != nil {
 				t.Fatal(err)
 			}
 			var list events.WebhookListOutput

@@ -66,22 +66,22 @@ func TestAccountChangesPublishEvents(t *testing.T) {
 		ada := s.CreateUser(t, "ada", capabilities.RoleAdmin)
 		ann := s.CreateUser(t, "ann")
 		acc := s.Accounts()
-		if _, err := acc.AssignRole(ctx, ann.ID, capabilities.RoleUser); err != nil { // already held: no event
+		if _, err := acc.Roles.AssignRole(ctx, ann.ID, capabilities.RoleUser); err != nil { // already held: no event
 			t.Fatal(err)
 		}
 		if _, err := s.Store().DB.NewRaw("INSERT INTO roles (name, created_at) VALUES ('editor', ?)", time.Now().UTC()).Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := acc.AssignRole(ctx, ann.ID, "editor"); err != nil {
+		if _, err := acc.Roles.AssignRole(ctx, ann.ID, "editor"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := acc.RemoveRole(ctx, ann.ID, "editor"); err != nil {
+		if _, err := acc.Roles.RemoveRole(ctx, ann.ID, "editor"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := acc.Suspend(ctx, ann.ID); err != nil {
+		if _, err := acc.Lifecycle.Suspend(ctx, ann.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := acc.Unsuspend(ctx, ann.ID); err != nil {
+		if _, err := acc.Lifecycle.Unsuspend(ctx, ann.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Lifecycle().Delete(ctx, ann.Owner()); err != nil {

@@ -151,7 +151,7 @@ func TestRefusedTokensRaiseTheDenialBurst(t *testing.T) {
 		// account) is counted for that user too.
 		ann := s.CreateUser(t, "ann")
 		token := ann.Token(t)
-		if _, err := s.Accounts().Suspend(ctx, ann.ID); err != nil {
+		if _, err := s.Accounts().Lifecycle.Suspend(ctx, ann.ID); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 4 {

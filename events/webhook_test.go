@@ -207,7 +207,7 @@ func TestWebhookDelivery(t *testing.T) {
 
 			// Ada stops being an admin: the next event reaches the in-process
 			// subscriber but not her webhook.
-			if _, err := s.Accounts().RevokeAdminAsOperator(t.Context(), ada.ID); err != nil {
+			if _, err := s.Accounts().Roles.RevokeAdminAsOperator(t.Context(), ada.ID); err != nil {
 				t.Fatal(err)
 			}
 			before := len(rc.all())

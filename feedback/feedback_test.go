@@ -142,7 +142,7 @@ func TestFeedbackLifecycle(t *testing.T) {
 			t.Fatalf("submitted %+v", f)
 		}
 		// The snapshot survives a later change of username.
-		if _, err := s.Accounts().ChangeUsername(t.Context(), ann.ID, "ann-renamed"); err != nil {
+		if _, err := s.Accounts().Identity.ChangeUsername(t.Context(), ann.ID, "ann-renamed"); err != nil {
 			t.Fatal(err)
 		}
 

@@ -97,7 +97,7 @@ func BenchmarkBearerCheck(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			u, _, err := acc.CreateUser(ctx, accounts.CreateUserInput{Email: "bench@example.test", Username: "benchuser", Password: "bench-password-0123456789", Verified: true})
+			u, _, err := acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "bench@example.test", Username: "benchuser", Password: "bench-password-0123456789", Verified: true})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -197,7 +197,7 @@ func (h *Handler) minPassword() string { return strconv.Itoa(h.opts.MinPasswordL
 
 // signupClosed answers the sign-up pages when the operator closed sign-up.
 func (h *Handler) signupClosed(w http.ResponseWriter, r *http.Request) bool {
-	if h.opts.Accounts.SignupMode() != accounts.SignupClosed {
+	if h.opts.Accounts.Identity.SignupMode() != accounts.SignupClosed {
 		return false
 	}
 	h.renderError(w, r, http.StatusForbidden, "Sign-up is closed on this server. Ask its administrator for an account.")
@@ -209,7 +209,7 @@ func (h *Handler) signupForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, http.StatusOK, signupPage(h.page(r, "Create an account"), authForm{MinPassword: h.minPassword(),
-		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: r.URL.Query().Get("invite"), External: h.signupExternalButtons(r.URL.Query().Get("invite"))}))
+		Invite: h.opts.Accounts.Identity.SignupMode() == accounts.SignupInvite, InviteCode: r.URL.Query().Get("invite"), External: h.signupExternalButtons(r.URL.Query().Get("invite"))}))
 }
 
 func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
@@ -220,8 +220,8 @@ func (h *Handler) signup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := authForm{Email: strings.TrimSpace(r.PostFormValue("email")), Username: strings.TrimSpace(r.PostFormValue("username")), MinPassword: h.minPassword(),
-		Invite: h.opts.Accounts.SignupMode() == accounts.SignupInvite, InviteCode: strings.TrimSpace(r.PostFormValue("invite"))}
-	u, err := h.opts.Accounts.Signup(r.Context(), accounts.SignupInput{Email: f.Email, Username: f.Username, Password: r.PostFormValue("password"), InviteCode: f.InviteCode})
+		Invite: h.opts.Accounts.Identity.SignupMode() == accounts.SignupInvite, InviteCode: strings.TrimSpace(r.PostFormValue("invite"))}
+	u, err := h.opts.Accounts.Identity.Signup(r.Context(), accounts.SignupInput{Email: f.Email, Username: f.Username, Password: r.PostFormValue("password"), InviteCode: f.InviteCode})
 	switch {
 	case err == nil:
 		h.audit(r, audit.CategoryAuth, "signup", audit.ResultSuccess, "", &u)
@@ -320,12 +320,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 // it fills f.Error (and the status through f) and returns false; an
 // internal failure is logged and reported generically.
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, f *authForm) (accounts.User, bool) {
-	u, err := h.opts.Accounts.Login(r.Context(), f.Email, r.PostFormValue("password"))
+	u, err := h.opts.Accounts.Credentials.Login(r.Context(), f.Email, r.PostFormValue("password"))
 	if f.resumeDeletion && errors.Is(err, accounts.ErrDeleting) && u.ID != 0 {
 		// The deletion of this account started but did not finish: a
 		// session good only for the deletion page lets the person see that
 		// and retry it.
-		_, serr := h.opts.Accounts.StartDeletingSession(w, r, u)
+		_, serr := h.opts.Accounts.Credentials.StartDeletingSession(w, r, u)
 		if serr == nil {
 			h.audit(r, audit.CategoryAuth, "login", audit.ResultSuccess, "deleting", &u)
 			f.deletionResumed = true
@@ -344,7 +344,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, f *authForm) (a
 		}
 	}
 	if err == nil {
-		if _, err = h.opts.Accounts.StartSession(w, r, u, r.PostFormValue("remember") == "1"); err == nil {
+		if _, err = h.opts.Accounts.Credentials.StartSession(w, r, u, r.PostFormValue("remember") == "1"); err == nil {
 			h.audit(r, audit.CategoryAuth, "login", audit.ResultSuccess, "", &u)
 			return u, true
 		}
@@ -371,7 +371,7 @@ func statusOf(err error) int {
 }
 
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
-	h.opts.Accounts.EndSession(w, r)
+	h.opts.Accounts.Credentials.EndSession(w, r)
 	h.redirect(w, r, pathLogin+"?notice=signed-out")
 }
 
@@ -399,13 +399,13 @@ func (h *Handler) verifyEmail(w http.ResponseWriter, r *http.Request) {
 		h.badLink(w, r, err)
 		return
 	}
-	u, err := h.opts.Accounts.UserByID(ctx, tok.UserID)
+	u, err := h.opts.Accounts.Identity.UserByID(ctx, tok.UserID)
 	if err != nil || u.Email != tok.Email {
 		// The account changed its address since the link was sent.
 		h.badLink(w, r, errBadToken)
 		return
 	}
-	if _, err := h.opts.Accounts.MarkEmailVerified(ctx, u.ID); err != nil {
+	if _, err := h.opts.Accounts.Identity.MarkEmailVerified(ctx, u.ID); err != nil {
 		if status, msg, ok := userError(err); ok {
 			h.renderError(w, r, status, msg)
 			return
@@ -448,7 +448,7 @@ func (h *Handler) resetRequest(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, http.StatusUnprocessableEntity, resetRequestPage(h.page(r, "Reset your password"), authForm{Email: email, Error: domainMessage(accounts.ErrInvalidEmail)}))
 		return
 	}
-	u, err := h.opts.Accounts.UserByEmail(ctx, email)
+	u, err := h.opts.Accounts.Identity.UserByEmail(ctx, email)
 	switch {
 	case err == nil && u.CheckActive() == nil:
 		h.audit(r, audit.CategoryAuth, "password_reset_request", audit.ResultSuccess, "", &u)
@@ -467,7 +467,7 @@ func (h *Handler) resetRequest(w http.ResponseWriter, r *http.Request) {
 // password-setup token (which sets the password and ends every session
 // and grant), limited here to ResetPasswordTTL.
 func (h *Handler) sendReset(ctx context.Context, u accounts.User) {
-	setup, err := h.opts.Accounts.NewPasswordSetupToken(ctx, u.ID)
+	setup, err := h.opts.Accounts.Credentials.NewPasswordSetupToken(ctx, u.ID)
 	if err != nil {
 		h.log.ErrorContext(ctx, "web: reset token", "err", err)
 		return
@@ -533,15 +533,15 @@ func (h *Handler) passwordSetup(w http.ResponseWriter, r *http.Request) {
 }
 
 // expiredResetToken reports whether accounts refuses token as a reset
-// link (see accounts.Service.CheckResetLink). It fails closed.
+// link (see accounts.Credentials.CheckResetLink). It fails closed.
 func (h *Handler) expiredResetToken(ctx context.Context, token string) bool {
-	return h.opts.Accounts.CheckResetLink(ctx, token) != nil
+	return h.opts.Accounts.Credentials.CheckResetLink(ctx, token) != nil
 }
 
 // setPassword uses a password-setup token to set the posted password. A
 // refused password keeps the token usable and shows the form again.
 func (h *Handler) setPassword(w http.ResponseWriter, r *http.Request, token, title, action string, done func()) {
-	u, cleared, err := h.opts.Accounts.ResetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
+	u, cleared, err := h.opts.Accounts.Credentials.ResetPasswordWithToken(r.Context(), token, r.PostFormValue("password"))
 	if err == nil && cleared {
 		h.audit(r, audit.CategoryAccount, "factors_cleared", audit.ResultSuccess, "password_reset", &u)
 		h.accountMail.FactorChanged(r.Context(), u, accounts.FactorsClearedByPasswordReset)
@@ -568,7 +568,7 @@ func (h *Handler) setPassword(w http.ResponseWriter, r *http.Request, token, tit
 	if done != nil {
 		done()
 	}
-	h.opts.Accounts.EndSession(w, r)
+	h.opts.Accounts.Credentials.EndSession(w, r)
 	h.redirect(w, r, pathLogin+"?notice=password-set")
 }
 
@@ -583,7 +583,7 @@ func (h *Handler) renderAccount(w http.ResponseWriter, r *http.Request, status i
 	v.User = p.Session.User
 	v.Roles = p.Grants.Roles
 	v.MinPassword = h.minPassword()
-	claims, err := h.opts.Accounts.EmailClaims(r.Context(), v.User.ID)
+	claims, err := h.opts.Accounts.Identity.EmailClaims(r.Context(), v.User.ID)
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "web: email claims", "err", err)
 	}
@@ -593,7 +593,7 @@ func (h *Handler) renderAccount(w http.ResponseWriter, r *http.Request, status i
 		}
 	}
 	slices.Sort(v.FormerEmails)
-	holds, err := h.opts.Accounts.UsernameHolds(r.Context(), v.User.ID)
+	holds, err := h.opts.Accounts.Identity.UsernameHolds(r.Context(), v.User.ID)
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "web: username holds", "err", err)
 	}
@@ -601,8 +601,8 @@ func (h *Handler) renderAccount(w http.ResponseWriter, r *http.Request, status i
 		v.HeldUsernames = append(v.HeldUsernames, name+" (until "+until.Format("2006-01-02")+")")
 	}
 	slices.Sort(v.HeldUsernames)
-	v.UsernameRules = usernameRules(h.opts.Accounts.UsernameRules())
-	if next, err := h.opts.Accounts.NextUsernameChange(r.Context(), v.User.ID); err != nil {
+	v.UsernameRules = usernameRules(h.opts.Accounts.Identity.UsernameRules())
+	if next, err := h.opts.Accounts.Identity.NextUsernameChange(r.Context(), v.User.ID); err != nil {
 		h.log.ErrorContext(r.Context(), "web: next username change", "err", err)
 	} else if !next.IsZero() {
 		v.NextUsernameChange = next.Format("2006-01-02 15:04 UTC")
@@ -632,9 +632,9 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
 	// Every session issued before the change is dead, this one included:
 	// give this browser a new one (the account now carries the change's
 	// time).
-	u, err := h.opts.Accounts.UserByID(r.Context(), p.Session.User.ID)
+	u, err := h.opts.Accounts.Identity.UserByID(r.Context(), p.Session.User.ID)
 	if err == nil {
-		_, err = h.opts.Accounts.StartSession(w, r, u, p.Session.RememberMe)
+		_, err = h.opts.Accounts.Credentials.StartSession(w, r, u, p.Session.RememberMe)
 	}
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "web: new session after password change", "err", err)
@@ -703,14 +703,14 @@ func (h *Handler) confirmEmail(w http.ResponseWriter, r *http.Request) {
 		h.badLink(w, r, err)
 		return
 	}
-	old, err := h.opts.Accounts.UserByID(ctx, tok.UserID)
+	old, err := h.opts.Accounts.Identity.UserByID(ctx, tok.UserID)
 	if err != nil {
 		h.badLink(w, r, errBadToken)
 		return
 	}
-	u, err := h.opts.Accounts.ChangeEmail(ctx, tok.UserID, tok.Email)
+	u, err := h.opts.Accounts.Identity.ChangeEmail(ctx, tok.UserID, tok.Email)
 	if err == nil {
-		_, err = h.opts.Accounts.MarkEmailVerified(ctx, u.ID)
+		_, err = h.opts.Accounts.Identity.MarkEmailVerified(ctx, u.ID)
 	}
 	h.audit(r, audit.CategoryAccount, "email_change", resultOf(err), auditReason(err), &old)
 	if err != nil {

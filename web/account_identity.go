@@ -102,7 +102,7 @@ func (h *Handler) confirmRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	u, email, err := h.opts.Accounts.ReleaseEmailWithToken(ctx, r.PostFormValue("token"))
+	u, email, err := h.opts.Accounts.Identity.ReleaseEmailWithToken(ctx, r.PostFormValue("token"))
 	if err != nil {
 		h.audit(r, audit.CategoryAccount, "email_claim_release", audit.ResultFailure, auditReason(err), nil)
 		if errors.Is(err, accounts.ErrInvalidToken) {

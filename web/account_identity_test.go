@@ -26,7 +26,7 @@ func TestAccountPageUsernameAndRelease(t *testing.T) {
 		ann, bob := newBrowser(t, srv), newBrowser(t, srv)
 		annU := signedIn(t, h, ann, "ann@example.com", "ann", false)
 		signedIn(t, h, bob, "bob@example.com", "bob", false)
-		if _, err := h.opts.Accounts.MarkEmailVerified(t.Context(), annU.ID); err != nil {
+		if _, err := h.opts.Accounts.Identity.MarkEmailVerified(t.Context(), annU.ID); err != nil {
 			t.Fatal(err)
 		}
 		page := ann.get("/account")
@@ -69,13 +69,13 @@ func TestAccountPageUsernameAndRelease(t *testing.T) {
 		// Opening the link shows a button; only the click releases.
 		expect(t, "release form", newBrowser(t, srv).get(path+"?token="+url.QueryEscape(token)), http.StatusOK, "Release the address")
 		expect(t, "signup before the click", newBrowser(t, srv).post("/signup", url.Values{"email": {"ann@example.com"}, "username": {"ann-two"}, "password": {testPassword}}), http.StatusOK)
-		if _, err := h.opts.Accounts.UserByUsername(t.Context(), "ann-two"); err == nil {
+		if _, err := h.opts.Accounts.Identity.UserByUsername(t.Context(), "ann-two"); err == nil {
 			t.Fatal("the claimed address opened an account")
 		}
 		expect(t, "release", newBrowser(t, srv).post(path, url.Values{"token": {token}}), http.StatusOK, "Address released")
 		expect(t, "release twice", newBrowser(t, srv).post(path, url.Values{"token": {token}}), http.StatusBadRequest)
 		expect(t, "signup after release", newBrowser(t, srv).post("/signup", url.Values{"email": {"ann@example.com"}, "username": {"ann-two"}, "password": {testPassword}}), http.StatusOK)
-		if u, err := h.opts.Accounts.UserByUsername(t.Context(), "ann-two"); err != nil || u.EmailVerified() || u.StableID == annU.StableID {
+		if u, err := h.opts.Accounts.Identity.UserByUsername(t.Context(), "ann-two"); err != nil || u.EmailVerified() || u.StableID == annU.StableID {
 			t.Fatalf("the account opened with the released address: %+v %v", u, err)
 		}
 
@@ -96,7 +96,7 @@ func TestAccountPageUsernameAndRelease(t *testing.T) {
 		expect(t, "bob takes a reserved name", bob.post("/account/username", url.Values{"username": {"postmaster"}}), http.StatusBadRequest, "This username is reserved.")
 		expect(t, "bob: a malformed name", bob.post("/account/username", url.Values{"username": {"a"}}), http.StatusBadRequest, "Usernames are 3–32")
 		expect(t, "ann again within the cooldown", ann.post("/account/username", url.Values{"username": {"ann-third"}}), http.StatusConflict, "You changed your username recently")
-		if u, _ := h.opts.Accounts.UserByEmail(t.Context(), "bob@example.com"); u.Username != "bob" {
+		if u, _ := h.opts.Accounts.Identity.UserByEmail(t.Context(), "bob@example.com"); u.Username != "bob" {
 			t.Fatalf("bob's refused changes renamed him %q", u.Username)
 		}
 		expect(t, "rename unsigned", newBrowser(t, srv).post("/account/username", url.Values{"username": {"someone"}}), http.StatusSeeOther)

@@ -80,7 +80,7 @@ func (h *Handler) adminUsers(w http.ResponseWriter, r *http.Request) {
 		h.renderError(w, r, http.StatusBadRequest, "The search contains characters that are not allowed.")
 		return
 	}
-	roles, err := h.opts.Accounts.Roles(r.Context())
+	roles, err := h.opts.Accounts.Roles.Roles(r.Context())
 	if err != nil {
 		h.internalError(w, r, "list roles", err)
 		return
@@ -108,7 +108,7 @@ func (h *Handler) adminUserDetail(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) renderAdminUser(w http.ResponseWriter, r *http.Request, status int, u adminUser, errMsg string) {
-	all, err := h.opts.Accounts.Roles(r.Context())
+	all, err := h.opts.Accounts.Roles.Roles(r.Context())
 	if err != nil {
 		h.internalError(w, r, "list roles", err)
 		return
@@ -192,7 +192,7 @@ func (h *Handler) adminCreateUser(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) adminRoles(w http.ResponseWriter, r *http.Request) {
-	roles, err := h.opts.Accounts.Roles(r.Context())
+	roles, err := h.opts.Accounts.Roles.Roles(r.Context())
 	if err != nil {
 		h.internalError(w, r, "list roles", err)
 		return

@@ -21,12 +21,12 @@ const testPassword = "correct horse battery"
 // signed in as it.
 func signedIn(t *testing.T, h *Handler, b *browser, email, username string, admin bool) accounts.User {
 	t.Helper()
-	u, err := h.opts.Accounts.Signup(t.Context(), accounts.SignupInput{Email: email, Username: username, Password: testPassword})
+	u, err := h.opts.Accounts.Identity.Signup(t.Context(), accounts.SignupInput{Email: email, Username: username, Password: testPassword})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if admin {
-		if _, err := h.opts.Accounts.GrantAdminAsOperator(t.Context(), u.ID); err != nil {
+		if _, err := h.opts.Accounts.Roles.GrantAdminAsOperator(t.Context(), u.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,7 +68,7 @@ func TestAdminPages(t *testing.T) {
 		// Search by substring of username or email, filter by role; LIKE
 		// wildcards are literal.
 		for i := range 7 {
-			if _, _, err := h.opts.Accounts.CreateUser(t.Context(), accounts.CreateUserInput{
+			if _, _, err := h.opts.Accounts.Identity.CreateUser(t.Context(), accounts.CreateUserInput{
 				Email: fmt.Sprintf("member%d@corp.example", i), Username: fmt.Sprintf("member-%d", i),
 			}); err != nil {
 				t.Fatal(err)
@@ -89,7 +89,7 @@ func TestAdminPages(t *testing.T) {
 		// Keyset paging: every account once, across pages.
 		const paged = adminUsersPageSize + 5
 		for i := range paged {
-			if _, _, err := h.opts.Accounts.CreateUser(t.Context(), accounts.CreateUserInput{
+			if _, _, err := h.opts.Accounts.Identity.CreateUser(t.Context(), accounts.CreateUserInput{
 				Email: fmt.Sprintf("p%02d@paging.example", i), Username: fmt.Sprintf("paging-%02d", i),
 			}); err != nil {
 				t.Fatal(err)
@@ -133,7 +133,7 @@ func TestAdminPages(t *testing.T) {
 			// command line does.
 			{"/roles", url.Values{"role": {"admin"}}, http.StatusConflict, func(_ accounts.User, r []string) bool { return !slices.Contains(r, "admin") }, nil},
 			{"/roles/remove", url.Values{"role": {"admin"}}, http.StatusConflict, func(_ accounts.User, r []string) bool { return slices.Contains(r, "admin") }, func() {
-				if _, err := h.opts.Accounts.GrantAdminAsOperator(t.Context(), bob.ID); err != nil {
+				if _, err := h.opts.Accounts.Roles.GrantAdminAsOperator(t.Context(), bob.ID); err != nil {
 					t.Fatal(err)
 				}
 			}},
@@ -149,11 +149,11 @@ func TestAdminPages(t *testing.T) {
 			if a.Status != st.status {
 				t.Fatalf("%s: %d, want %d\n%s", st.path, a.Status, st.status, a.Body)
 			}
-			u, err := h.opts.Accounts.UserByID(t.Context(), bob.ID)
+			u, err := h.opts.Accounts.Identity.UserByID(t.Context(), bob.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, _ := h.opts.Accounts.RolesAndPermissions(t.Context(), bob.ID)
+			g, _ := h.opts.Accounts.Roles.RolesAndPermissions(t.Context(), bob.ID)
 			if !st.check(u, g.Roles) {
 				t.Fatalf("%s: account not changed: %+v roles %v", st.path, u, g.Roles)
 			}
@@ -209,7 +209,7 @@ func TestAuditTrail(t *testing.T) {
 	signedIn(t, h, root, "root@example.com", "operator-jo", true)
 	newBrowser(t, srv).post("/login", url.Values{"email": {"root@example.com"}, "password": {"wrong password!"}})
 	newBrowser(t, srv).post("/signup", url.Values{"email": {"root@example.com"}, "username": {"someone"}, "password": {testPassword}})
-	bob, _, err := h.opts.Accounts.CreateUser(t.Context(), accounts.CreateUserInput{Email: "bob@example.com", Username: "bob"})
+	bob, _, err := h.opts.Accounts.Identity.CreateUser(t.Context(), accounts.CreateUserInput{Email: "bob@example.com", Username: "bob"})
 	if err != nil {
 		t.Fatal(err)
 	}

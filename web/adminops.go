@@ -41,7 +41,7 @@ func (h *Handler) invoke(r *http.Request, name string, in, out any) error {
 		return errors.New("web: invoke without a signed-in person")
 	}
 	u := p.Session.User
-	caller := accounts.CallerFor(u, h.opts.Accounts.FreshGrants(r.Context(), u.ID))
+	caller := accounts.CallerFor(u, h.opts.Accounts.Roles.FreshGrants(r.Context(), u.ID))
 	// A person at the browser, signed in with the session cookie.
 	caller.Interactive, caller.AllScopes, caller.Session = true, true, true
 	raw, err := json.Marshal(in)
@@ -265,7 +265,7 @@ func (h *Handler) renderInvites(w http.ResponseWriter, r *http.Request, status i
 	if newCode != "" {
 		link = h.opts.BaseURL + "/signup?invite=" + newCode
 	}
-	h.render(w, r, status, adminInvitesPage(h.page(r, "Invite codes"), out.Invites, string(h.opts.Accounts.SignupMode()), newCode, link, errMsg, time.Now()))
+	h.render(w, r, status, adminInvitesPage(h.page(r, "Invite codes"), out.Invites, string(h.opts.Accounts.Identity.SignupMode()), newCode, link, errMsg, time.Now()))
 }
 
 func (h *Handler) adminInvites(w http.ResponseWriter, r *http.Request) {

@@ -113,7 +113,7 @@ func TestPagesAnswerAQuotaRefusalWith429(t *testing.T) {
 	h := newTestHandler(t, s, func(o *Options) { o.Accounts, o.Registry = acc, reg })
 	e := &pkgEnv{t: t, h: h, acc: acc, reg: reg}
 	ada, bob := e.user("ada"), e.user("bob")
-	if _, err := acc.GrantAdminAsOperator(t.Context(), ada.u.ID); err != nil {
+	if _, err := acc.Roles.GrantAdminAsOperator(t.Context(), ada.u.ID); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -139,10 +139,10 @@ func TestPagesAnswerAQuotaRefusalWith429(t *testing.T) {
 		})
 	}
 	// The refused calls changed nothing.
-	if _, err := acc.Login(t.Context(), "ada@example.com", "a long password for ada"); err != nil {
+	if _, err := acc.Credentials.Login(t.Context(), "ada@example.com", "a long password for ada"); err != nil {
 		t.Errorf("ada's password changed: %v", err)
 	}
-	if u, err := acc.UserByID(t.Context(), bob.u.ID); err != nil || u.State() != accounts.StateActive {
+	if u, err := acc.Identity.UserByID(t.Context(), bob.u.ID); err != nil || u.State() != accounts.StateActive {
 		t.Errorf("bob: %+v %v", u, err)
 	}
 }

@@ -143,7 +143,7 @@ func TestChromiumJourney(t *testing.T) {
 		t.Fatalf("the session from before the password change still works: %d", resp.StatusCode)
 	}
 
-	u, err := acc.UserByEmail(t.Context(), "pat@example.com")
+	u, err := acc.Identity.UserByEmail(t.Context(), "pat@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestChromiumJourney(t *testing.T) {
 	if text := text("read the deletion report", "removed"); !strings.Contains(text, "sql:users") {
 		t.Fatalf("deletion report %q", text)
 	}
-	if _, err := acc.UserByID(t.Context(), u.ID); err == nil {
+	if _, err := acc.Identity.UserByID(t.Context(), u.ID); err == nil {
 		t.Fatal("the account still exists")
 	}
 }

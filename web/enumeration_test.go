@@ -48,7 +48,7 @@ func TestSignupAttemptMailGoesThroughTheOutbox(t *testing.T) {
 		if n := mails(); n != 2 {
 			t.Fatalf("%d mails queued after a signup with a registered email, want 2 (one to the owner)", n)
 		}
-		if _, err := h.opts.Accounts.UserByUsername(t.Context(), "intruder"); err == nil {
+		if _, err := h.opts.Accounts.Identity.UserByUsername(t.Context(), "intruder"); err == nil {
 			t.Fatal("an account was opened with a registered email")
 		}
 		if a, _ := m.counts(); a != 0 {
@@ -66,7 +66,7 @@ func TestEmailChangeToATakenAddressLooksLikeSuccess(t *testing.T) {
 		srv := serve(t, h)
 		ann := newBrowser(t, srv)
 		u := signedIn(t, h, ann, "ann@example.com", "ann", false)
-		if _, err := h.opts.Accounts.MarkEmailVerified(t.Context(), u.ID); err != nil {
+		if _, err := h.opts.Accounts.Identity.MarkEmailVerified(t.Context(), u.ID); err != nil {
 			t.Fatal(err)
 		}
 		signedIn(t, h, newBrowser(t, srv), "bob@example.com", "bob", false)
@@ -92,7 +92,7 @@ func TestEmailChangeToATakenAddressLooksLikeSuccess(t *testing.T) {
 		if notices != 2 {
 			t.Fatalf("the current address got %d notices, want one per request", notices)
 		}
-		if got, _ := h.opts.Accounts.UserByID(t.Context(), u.ID); got.Email != "ann@example.com" {
+		if got, _ := h.opts.Accounts.Identity.UserByID(t.Context(), u.ID); got.Email != "ann@example.com" {
 			t.Fatalf("email is %s before any confirmation", got.Email)
 		}
 		expect(t, "wrong password", ann.post("/account/email", url.Values{"email": {"bob@example.com"}, "password": {"wrong password!"}}),

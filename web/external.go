@@ -92,7 +92,7 @@ func (h *Handler) externalButtons(returnTo string) []externalButton {
 func (h *Handler) signupExternalButtons(invite string) []externalButton {
 	buttons := h.externalButtons("")
 	invite = strings.TrimSpace(invite)
-	if invite == "" || len(invite) > maxInviteCodeLength || h.opts.Accounts.SignupMode() != accounts.SignupInvite {
+	if invite == "" || len(invite) > maxInviteCodeLength || h.opts.Accounts.Identity.SignupMode() != accounts.SignupInvite {
 		return buttons
 	}
 	for i := range buttons {
@@ -223,7 +223,7 @@ func (h *Handler) externalStart(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, h.externalCookie(r, binding, 15*60))
 	if invite := strings.TrimSpace(r.URL.Query().Get("invite")); userID == 0 && invite != "" && len(invite) <= maxInviteCodeLength &&
-		h.opts.Accounts.SignupMode() == accounts.SignupInvite {
+		h.opts.Accounts.Identity.SignupMode() == accounts.SignupInvite {
 		http.SetCookie(w, h.inviteCookie(r, url.QueryEscape(invite), 15*60))
 	}
 	w.Header().Set("Cache-Control", "no-store")
@@ -308,11 +308,11 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	switch d.Outcome {
 	case federation.Linked:
-		u, _ := h.opts.Accounts.UserByID(ctx, d.UserID)
+		u, _ := h.opts.Accounts.Identity.UserByID(ctx, d.UserID)
 		h.audit(r, audit.CategoryAuth, "identity_linked", audit.ResultSuccess, res.Provider, &u)
 		http.Redirect(w, r, res.ReturnTo, http.StatusSeeOther)
 	case federation.SignIn:
-		u, err := h.opts.Accounts.UserByID(ctx, d.UserID)
+		u, err := h.opts.Accounts.Identity.UserByID(ctx, d.UserID)
 		if err != nil {
 			h.internalError(w, r, "external sign-in: account", err)
 			return
@@ -328,7 +328,7 @@ func (h *Handler) externalCallback(w http.ResponseWriter, r *http.Request) {
 			Passkeys: h.hasPasskeys(ctx, d.UserID)})
 	case federation.Create:
 		invite, _ := url.QueryUnescape(externalInvite(r))
-		u, err := h.opts.Accounts.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email, InviteCode: invite,
+		u, err := h.opts.Accounts.Identity.SignupExternal(ctx, accounts.ExternalSignupInput{Email: res.Email, InviteCode: invite,
 			OnCreated: h.opts.Federation.LinkOnCreate(res)})
 		switch {
 		case errors.Is(err, accounts.ErrSignupClosed):
@@ -391,7 +391,7 @@ func (h *Handler) externalSignIn(w http.ResponseWriter, r *http.Request, u accou
 			return
 		}
 	}
-	if _, err := h.opts.Accounts.StartSession(w, r, u, false); err != nil {
+	if _, err := h.opts.Accounts.Credentials.StartSession(w, r, u, false); err != nil {
 		h.internalError(w, r, "external sign-in: session", err)
 		return
 	}
@@ -410,7 +410,7 @@ func (h *Handler) renderExternalLink(w http.ResponseWriter, r *http.Request, sta
 // hasPasskeys reports whether the account has passkeys (the link page
 // offers one as the proof); a failure to tell offers none.
 func (h *Handler) hasPasskeys(ctx context.Context, userID int64) bool {
-	keys, err := h.opts.Accounts.Passkeys(ctx, userID)
+	keys, err := h.opts.Accounts.SecondFactors.Passkeys(ctx, userID)
 	return err == nil && len(keys) > 0
 }
 
@@ -430,12 +430,12 @@ func (h *Handler) externalLinkPasskeyOptions(w http.ResponseWriter, r *http.Requ
 		h.writeJSON(w, r, http.StatusBadRequest, jsonError{Error: "bad_state", Message: federation.ErrBadState.Error() + "."})
 		return
 	}
-	u, err := h.opts.Accounts.UserByID(ctx, pending.UserID)
+	u, err := h.opts.Accounts.Identity.UserByID(ctx, pending.UserID)
 	if err != nil {
 		h.jsonFail(w, r, "external link: account", err)
 		return
 	}
-	c, err := h.opts.Accounts.BeginPasskeyProof(ctx, u)
+	c, err := h.opts.Accounts.SecondFactors.BeginPasskeyProof(ctx, u)
 	if err != nil {
 		h.jsonFail(w, r, "external link: passkey options", err)
 		return
@@ -463,7 +463,7 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 		h.externalLinkWithPasskey(w, r, pending, binding, token, pk)
 		return
 	}
-	u, err := h.opts.Accounts.VerifyPassword(ctx, pending.UserID, r.PostFormValue("password"))
+	u, err := h.opts.Accounts.Credentials.VerifyPassword(ctx, pending.UserID, r.PostFormValue("password"))
 	if err != nil {
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
 			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "invalid_credentials", &accounts.User{ID: pending.UserID})
@@ -502,7 +502,7 @@ func (h *Handler) externalLink(w http.ResponseWriter, r *http.Request) {
 // proof ceremony (externalLinkPasskeyOptions) instead of the password.
 func (h *Handler) externalLinkWithPasskey(w http.ResponseWriter, r *http.Request, pending *federation.PendingLink, binding, token, ceremony string) {
 	ctx := r.Context()
-	u, err := h.opts.Accounts.UserByID(ctx, pending.UserID)
+	u, err := h.opts.Accounts.Identity.UserByID(ctx, pending.UserID)
 	if err != nil {
 		h.internalError(w, r, "external link: account", err)
 		return
@@ -511,7 +511,7 @@ func (h *Handler) externalLinkWithPasskey(w http.ResponseWriter, r *http.Request
 	if raw := r.PostFormValue("passkeyCredential"); len(raw) <= maxPasskeyJSONBody && json.Valid([]byte(raw)) {
 		cred = json.RawMessage(raw)
 	}
-	if err := h.opts.Accounts.ProvePasskey(ctx, u, ceremony, cred); err != nil {
+	if err := h.opts.Accounts.SecondFactors.ProvePasskey(ctx, u, ceremony, cred); err != nil {
 		if accounts.CodeOf(err) == accounts.CodePasskeyInvalid {
 			h.audit(r, audit.CategoryAuth, "identity_link", audit.ResultFailure, "passkey_invalid", &accounts.User{ID: pending.UserID})
 			h.renderExternalLink(w, r, http.StatusUnauthorized, externalLinkView{Provider: h.providerLabel(pending.Provider), Token: token,

@@ -129,7 +129,7 @@ func newExternalEnvAt(t *testing.T, s *storage.Store, ln net.Listener, base stri
 // user creates a verified password account.
 func (e *externalEnv) user(t *testing.T, name string) accounts.User {
 	t.Helper()
-	u, _, err := e.acc.CreateUser(context.Background(), accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "correct horse battery", Verified: true})
+	u, _, err := e.acc.Identity.CreateUser(context.Background(), accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "correct horse battery", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestExternalSignUpWithInvite(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		e := newExternalEnvAt(t, s, nil, "http://enclave.test", accounts.Config{Signup: accounts.SignupInvite})
 		ctx := context.Background()
-		code, _, err := e.acc.CreateInvite(ctx, "for carol", time.Hour)
+		code, _, err := e.acc.Identity.CreateInvite(ctx, "for carol", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,7 +368,7 @@ func TestExternalSignUpWithInvite(t *testing.T) {
 		e.as("501", "carol@example.org", true)
 		a := e.callback(b, e.start(t, b), nil)
 		expect(t, "without the invite", a, http.StatusForbidden, "by invitation")
-		if _, err := e.acc.UserByEmail(ctx, "carol@example.org"); err == nil {
+		if _, err := e.acc.Identity.UserByEmail(ctx, "carol@example.org"); err == nil {
 			t.Fatal("an account opened without an invite")
 		}
 
@@ -377,7 +377,7 @@ func TestExternalSignUpWithInvite(t *testing.T) {
 		if a.Status != http.StatusSeeOther {
 			t.Fatalf("sign-up with the invite: %d\n%s", a.Status, a.Body)
 		}
-		carol, err := e.acc.UserByEmail(ctx, "carol@example.org")
+		carol, err := e.acc.Identity.UserByEmail(ctx, "carol@example.org")
 		if err != nil || !carol.EmailVerified() {
 			t.Fatalf("carol: %+v %v", carol, err)
 		}
@@ -390,7 +390,7 @@ func TestExternalSignUpWithInvite(t *testing.T) {
 		other := newBrowser(t, e.srv)
 		a = e.callback(other, e.startAt(t, other, startPath), nil)
 		expect(t, "a spent invite", a, http.StatusForbidden, "invite code is unknown, already used or expired")
-		if _, err := e.acc.UserByEmail(ctx, "mallory@example.org"); err == nil {
+		if _, err := e.acc.Identity.UserByEmail(ctx, "mallory@example.org"); err == nil {
 			t.Fatal("a spent invite opened a second account")
 		}
 	})

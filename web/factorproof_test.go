@@ -81,7 +81,7 @@ func TestSecurityPagePasskeyOnlyNeedsAProof(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		e := newFactorEnv(t, s, accounts.Config{})
 		ctx := context.Background()
-		u, _, err := e.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "pia@example.com", Username: "pia", Password: "correct horse battery", Verified: true})
+		u, _, err := e.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "pia@example.com", Username: "pia", Password: "correct horse battery", Verified: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestSecurityPagePasskeyOnlyNeedsAProof(t *testing.T) {
 		expect(t, "app beside a passkey, password alone", a, http.StatusUnauthorized, "Confirm it is you")
 		a = b.post(pathSecurityTOTP, url.Values{"password": {"correct horse battery"}, "passkeyToken": {"forged"}, "passkeyCredential": {`{"id":"x"}`}})
 		expect(t, "app beside a passkey, forged assertion", a, http.StatusUnauthorized, "could not be verified")
-		if f, _ := e.acc.FactorsOf(ctx, u.ID); f.TOTPPending {
+		if f, _ := e.acc.SecondFactors.FactorsOf(ctx, u.ID); f.TOTPPending {
 			t.Fatal("a refused set-up is pending")
 		}
 	})

@@ -140,14 +140,14 @@ func (h *Handler) factorRoutes(handle func(string, http.HandlerFunc)) {
 // the account has a second factor it records a pending sign-in and
 // returns its form (ok false: no session yet).
 func (h *Handler) beginSecondFactor(r *http.Request, u accounts.User, remember bool) (*secondFactorForm, error) {
-	f, err := h.opts.Accounts.FactorsOf(r.Context(), u.ID)
+	f, err := h.opts.Accounts.SecondFactors.FactorsOf(r.Context(), u.ID)
 	if err != nil {
 		return nil, err
 	}
 	if !f.Any() {
 		return nil, nil
 	}
-	token, err := h.opts.Accounts.BeginPendingLogin(r.Context(), u, remember)
+	token, err := h.opts.Accounts.SecondFactors.BeginPendingLogin(r.Context(), u, remember)
 	if err != nil {
 		return nil, err
 	}
@@ -168,19 +168,19 @@ func (h *Handler) completeSecondFactor(w http.ResponseWriter, r *http.Request, f
 	if status := h.allowSecondFactor(w, r, f); status != 0 {
 		return accounts.User{}, status
 	}
-	p, err := h.opts.Accounts.CompletePendingLogin(ctx, f.Pending, r.PostFormValue("code"))
+	p, err := h.opts.Accounts.SecondFactors.CompletePendingLogin(ctx, f.Pending, r.PostFormValue("code"))
 	return h.finishSecondFactor(w, r, p, err, f, "totp")
 }
 
 func (h *Handler) finishSecondFactor(w http.ResponseWriter, r *http.Request, p accounts.PendingLogin, err error, f *secondFactorForm, method string) (accounts.User, int) {
 	if err == nil {
-		if _, err = h.opts.Accounts.StartSession(w, r, p.User, p.RememberMe); err == nil {
+		if _, err = h.opts.Accounts.Credentials.StartSession(w, r, p.User, p.RememberMe); err == nil {
 			h.audit(r, audit.CategoryAuth, "login_second_factor", audit.ResultSuccess, method, &p.User)
 			return p.User, 0
 		}
 	}
 	var who *accounts.User
-	if pl, perr := h.opts.Accounts.PeekPendingLogin(r.Context(), f.Pending); perr == nil {
+	if pl, perr := h.opts.Accounts.SecondFactors.PeekPendingLogin(r.Context(), f.Pending); perr == nil {
 		who = &pl.User
 	}
 	h.audit(r, audit.CategoryAuth, "login_second_factor", audit.ResultFailure, factorReason(err), who)
@@ -225,7 +225,7 @@ const (
 // otherwise it fills f.Error, sets Retry-After and returns the status (429,
 // or 503 when the limiter fails: fail closed).
 func (h *Handler) allowSecondFactor(w http.ResponseWriter, r *http.Request, f *secondFactorForm) int {
-	p, err := h.opts.Accounts.PeekPendingLogin(r.Context(), f.Pending)
+	p, err := h.opts.Accounts.SecondFactors.PeekPendingLogin(r.Context(), f.Pending)
 	if err != nil {
 		return 0
 	}
@@ -270,7 +270,7 @@ func (h *Handler) loginSecondFactor(w http.ResponseWriter, r *http.Request) {
 			h.render(w, r, status, loginPage(h.loginFramePage(r), authForm{Action: h.prefix + pathLogin, RedirectTo: f.RedirectTo, Error: f.Error, errStatus: status}))
 			return
 		}
-		if pl, err := h.opts.Accounts.FactorsOfPending(r.Context(), f.Pending); err == nil {
+		if pl, err := h.opts.Accounts.SecondFactors.FactorsOfPending(r.Context(), f.Pending); err == nil {
 			f.Passkeys = pl
 		}
 		h.renderSecondFactor(w, r, status, f, ContentSecurityPolicy)
@@ -323,7 +323,7 @@ func (h *Handler) jsonFail(w http.ResponseWriter, r *http.Request, what string, 
 }
 
 func (h *Handler) passkeyLoginOptions(w http.ResponseWriter, r *http.Request) {
-	c, err := h.opts.Accounts.BeginPasskeyLogin(r.Context())
+	c, err := h.opts.Accounts.SecondFactors.BeginPasskeyLogin(r.Context())
 	if err != nil {
 		h.jsonFail(w, r, "passkey login options", err)
 		return
@@ -343,9 +343,9 @@ func (h *Handler) passkeyLogin(w http.ResponseWriter, r *http.Request) {
 	if !h.readJSON(w, r, &in) {
 		return
 	}
-	u, err := h.opts.Accounts.FinishPasskeyLogin(r.Context(), in.Token, in.Credential)
+	u, err := h.opts.Accounts.SecondFactors.FinishPasskeyLogin(r.Context(), in.Token, in.Credential)
 	if err == nil {
-		_, err = h.opts.Accounts.StartSession(w, r, u, false)
+		_, err = h.opts.Accounts.Credentials.StartSession(w, r, u, false)
 	}
 	if err != nil {
 		h.audit(r, audit.CategoryAuth, "login_passkey", audit.ResultFailure, factorReason(err), nil)
@@ -367,7 +367,7 @@ func (h *Handler) pendingPasskeyOptions(w http.ResponseWriter, r *http.Request) 
 	if !h.readJSON(w, r, &in) {
 		return
 	}
-	c, err := h.opts.Accounts.BeginPendingPasskey(r.Context(), in.Pending)
+	c, err := h.opts.Accounts.SecondFactors.BeginPendingPasskey(r.Context(), in.Pending)
 	if err != nil {
 		h.jsonFail(w, r, "passkey step options", err)
 		return
@@ -390,7 +390,7 @@ func (h *Handler) pendingPasskey(w http.ResponseWriter, r *http.Request) {
 		h.writeJSON(w, r, status, jsonError{Error: "second_factor_failed", Message: f.Error})
 		return
 	}
-	p, err := h.opts.Accounts.CompletePendingLoginPasskey(r.Context(), in.Pending, in.Token, in.Credential)
+	p, err := h.opts.Accounts.SecondFactors.CompletePendingLoginPasskey(r.Context(), in.Pending, in.Token, in.Credential)
 	if _, status := h.finishSecondFactor(w, r, p, err, &f, "passkey"); status != 0 {
 		h.writeJSON(w, r, status, jsonError{Error: "second_factor_failed", Message: f.Error})
 		return
@@ -414,7 +414,7 @@ func (h *Handler) renderSecurity(w http.ResponseWriter, r *http.Request, status 
 		return
 	}
 	if !v.Factors.TOTP && v.Factors.TOTPPending {
-		if e, err := h.opts.Accounts.PendingTOTP(r.Context(), PrincipalFrom(r.Context()).Session.User); err == nil {
+		if e, err := h.opts.Accounts.SecondFactors.PendingTOTP(r.Context(), PrincipalFrom(r.Context()).Session.User); err == nil {
 			v.Enrolment = &e
 		}
 	}
@@ -443,7 +443,7 @@ func (h *Handler) renderSecurity(w http.ResponseWriter, r *http.Request, status 
 // totpQR serves the QR code of the pending authenticator-app set-up, from
 // this origin (the policy allows images from 'self' only).
 func (h *Handler) totpQR(w http.ResponseWriter, r *http.Request) {
-	e, err := h.opts.Accounts.PendingTOTP(r.Context(), PrincipalFrom(r.Context()).Session.User)
+	e, err := h.opts.Accounts.SecondFactors.PendingTOTP(r.Context(), PrincipalFrom(r.Context()).Session.User)
 	if err != nil {
 		h.notFound(w, r)
 		return
@@ -581,9 +581,9 @@ func (h *Handler) ownWorkspaceKeyRevoke(w http.ResponseWriter, r *http.Request) 
 // every session issued before it.
 func (h *Handler) renewSession(w http.ResponseWriter, r *http.Request) bool {
 	p := PrincipalFrom(r.Context())
-	u, err := h.opts.Accounts.UserByID(r.Context(), p.Session.User.ID)
+	u, err := h.opts.Accounts.Identity.UserByID(r.Context(), p.Session.User.ID)
 	if err == nil {
-		_, err = h.opts.Accounts.StartSession(w, r, u, p.Session.RememberMe)
+		_, err = h.opts.Accounts.Credentials.StartSession(w, r, u, p.Session.RememberMe)
 	}
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "web: new session after factor change", "err", err)
@@ -736,12 +736,12 @@ func (h *Handler) passkeyRemove(w http.ResponseWriter, r *http.Request) {
 // (accounts.Config.RequireAdminSecondFactor). It fails closed.
 func (h *Handler) requireAdminFactor(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.opts.Accounts.RequiresAdminSecondFactor() {
+		if !h.opts.Accounts.SecondFactors.RequiresAdminSecondFactor() {
 			next(w, r)
 			return
 		}
 		p := PrincipalFrom(r.Context())
-		ok, err := h.opts.Accounts.AdminHasRequiredFactor(r.Context(), p.Session.User.ID, "")
+		ok, err := h.opts.Accounts.SecondFactors.AdminHasRequiredFactor(r.Context(), p.Session.User.ID, "")
 		if err != nil {
 			h.internalError(w, r, "admin second factor", err)
 			return

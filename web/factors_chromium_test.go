@@ -138,7 +138,7 @@ func TestChromiumSecondFactors(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	const email, password = "quinn@example.com", "correct horse battery"
-	if _, _, err := acc.CreateUser(t.Context(), accounts.CreateUserInput{Email: email, Username: "quinn", Password: password, Verified: true}); err != nil {
+	if _, _, err := acc.Identity.CreateUser(t.Context(), accounts.CreateUserInput{Email: email, Username: "quinn", Password: password, Verified: true}); err != nil {
 		t.Fatal(err)
 	}
 	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
@@ -246,8 +246,8 @@ func TestChromiumSecondFactors(t *testing.T) {
 	if err != nil || len(strings.Fields(fresh)) != accounts.RecoveryCodeCount || fresh == codes {
 		fail("read the new recovery codes", err)
 	}
-	u, _ := acc.UserByEmail(t.Context(), email)
-	ks, err := acc.Passkeys(t.Context(), u.ID)
+	u, _ := acc.Identity.UserByEmail(t.Context(), email)
+	ks, err := acc.SecondFactors.Passkeys(t.Context(), u.ID)
 	if err != nil || len(ks) != 1 || ks[0].LastUsedAt == nil {
 		t.Fatalf("passkeys after use: %+v %v", ks, err)
 	}

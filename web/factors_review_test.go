@@ -102,7 +102,7 @@ func TestPasskeyRemovalNeedsPassword(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		e := newFactorEnv(t, s, accounts.Config{})
 		ctx := context.Background()
-		alice, _, err := e.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "alice@example.com", Username: "alice", Password: "correct horse battery", Verified: true})
+		alice, _, err := e.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "alice@example.com", Username: "alice", Password: "correct horse battery", Verified: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,14 +124,14 @@ func TestPasskeyRemovalNeedsPassword(t *testing.T) {
 			if a.Status == http.StatusSeeOther || a.Status < 400 {
 				t.Fatalf("removal with password %q: %d", form.Get("password"), a.Status)
 			}
-			if ks, _ := e.acc.Passkeys(ctx, alice.ID); len(ks) != 1 {
+			if ks, _ := e.acc.SecondFactors.Passkeys(ctx, alice.ID); len(ks) != 1 {
 				t.Fatalf("removed with password %q", form.Get("password"))
 			}
 		}
 		if a := b.post(path, url.Values{"password": {"correct horse battery"}}); a.Status != http.StatusSeeOther {
 			t.Fatalf("removal with the password: %d %s", a.Status, a.Body)
 		}
-		if ks, _ := e.acc.Passkeys(ctx, alice.ID); len(ks) != 0 {
+		if ks, _ := e.acc.SecondFactors.Passkeys(ctx, alice.ID); len(ks) != 0 {
 			t.Fatalf("not removed: %+v", ks)
 		}
 	})

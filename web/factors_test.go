@@ -45,15 +45,15 @@ func newFactorEnv(t *testing.T, s *storage.Store, cfg accounts.Config) *factorEn
 func (e *factorEnv) userWithTOTP(t *testing.T, name string) (accounts.User, string) {
 	t.Helper()
 	ctx := context.Background()
-	u, _, err := e.acc.CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "correct horse battery", Verified: true})
+	u, _, err := e.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "correct horse battery", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	en, err := e.acc.BeginTOTP(ctx, u, "enclave")
+	en, err := e.acc.SecondFactors.BeginTOTP(ctx, u, "enclave")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.acc.ConfirmTOTP(ctx, u, e.clk.next(t, en.Secret)); err != nil {
+	if _, err := e.acc.SecondFactors.ConfirmTOTP(ctx, u, e.clk.next(t, en.Secret)); err != nil {
 		t.Fatal(err)
 	}
 	return u, en.Secret
@@ -135,7 +135,7 @@ func TestSecondFactorRateLimited(t *testing.T) {
 func TestSecurityPageTOTP(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		e := newFactorEnv(t, s, accounts.Config{})
-		if _, _, err := e.acc.CreateUser(t.Context(), accounts.CreateUserInput{Email: "ben@example.com", Username: "ben", Password: "correct horse battery", Verified: true}); err != nil {
+		if _, _, err := e.acc.Identity.CreateUser(t.Context(), accounts.CreateUserInput{Email: "ben@example.com", Username: "ben", Password: "correct horse battery", Verified: true}); err != nil {
 			t.Fatal(err)
 		}
 		b := newBrowser(t, e.srv)
@@ -202,11 +202,11 @@ func TestSecurityPagePasskeyCrossUser(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		e := newFactorEnv(t, s, accounts.Config{})
 		ctx := context.Background()
-		alice, _, err := e.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "alice@example.com", Username: "alice", Password: "correct horse battery", Verified: true})
+		alice, _, err := e.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "alice@example.com", Username: "alice", Password: "correct horse battery", Verified: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := e.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "bob@example.com", Username: "bob", Password: "correct horse battery", Verified: true}); err != nil {
+		if _, _, err := e.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "bob@example.com", Username: "bob", Password: "correct horse battery", Verified: true}); err != nil {
 			t.Fatal(err)
 		}
 		var id int64
@@ -226,7 +226,7 @@ func TestSecurityPagePasskeyCrossUser(t *testing.T) {
 		if strings.Contains(bob.get(pathSecurity).Body, "Alice key") {
 			t.Fatal("bob sees alice's passkey")
 		}
-		ks, _ := e.acc.Passkeys(ctx, alice.ID)
+		ks, _ := e.acc.SecondFactors.Passkeys(ctx, alice.ID)
 		if len(ks) != 1 || ks[0].Name != "Alice key" {
 			t.Fatalf("alice's passkeys changed: %+v", ks)
 		}
@@ -239,11 +239,11 @@ func TestAdminPagesRequireSecondFactor(t *testing.T) {
 	s := storagetest.Open(t, storage.SQLite)
 	e := newFactorEnv(t, s, accounts.Config{RequireAdminSecondFactor: true})
 	ctx := context.Background()
-	u, _, err := e.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "ada@example.com", Username: "ada", Password: "correct horse battery", Verified: true})
+	u, _, err := e.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "ada@example.com", Username: "ada", Password: "correct horse battery", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.acc.GrantAdminAsOperator(ctx, u.ID); err != nil {
+	if _, err := e.acc.Roles.GrantAdminAsOperator(ctx, u.ID); err != nil {
 		t.Fatal(err)
 	}
 	b := newBrowser(t, e.srv)
@@ -258,11 +258,11 @@ func TestAdminPagesRequireSecondFactor(t *testing.T) {
 		t.Fatalf("POST without a factor: %d", a.Status)
 	}
 	expect(t, "enrolment page", b.get(pathSecurity+"?notice="+secondFactorRequiredNotice), http.StatusOK, "requires admins to use a second factor")
-	en, err := e.acc.BeginTOTP(ctx, u, "enclave")
+	en, err := e.acc.SecondFactors.BeginTOTP(ctx, u, "enclave")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.acc.ConfirmTOTP(ctx, u, e.clk.next(t, en.Secret)); err != nil {
+	if _, err := e.acc.SecondFactors.ConfirmTOTP(ctx, u, e.clk.next(t, en.Secret)); err != nil {
 		t.Fatal(err)
 	}
 	if a := b.get("/admin/users"); a.Status != http.StatusOK {
@@ -285,7 +285,7 @@ func TestPasswordResetClearsFactorsAndMails(t *testing.T) {
 		if a.Status != http.StatusSeeOther {
 			t.Fatalf("reset: %d\n%s", a.Status, a.Body)
 		}
-		if f, err := e.acc.FactorsOf(t.Context(), u.ID); err != nil || f.Any() || f.RecoveryCodesLeft != 0 {
+		if f, err := e.acc.SecondFactors.FactorsOf(t.Context(), u.ID); err != nil || f.Any() || f.RecoveryCodesLeft != 0 {
 			t.Fatalf("factors after reset: %+v %v", f, err)
 		}
 		told := false

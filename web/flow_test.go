@@ -116,7 +116,7 @@ func mailedLink(t *testing.T, h *Handler, addr string) (path, token string) {
 
 func userID(t *testing.T, h *Handler, email string) int64 {
 	t.Helper()
-	u, err := h.opts.Accounts.UserByEmail(t.Context(), email)
+	u, err := h.opts.Accounts.Identity.UserByEmail(t.Context(), email)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestAccountFlow(t *testing.T) {
 func TestLoginRedirect(t *testing.T) {
 	s := storagetest.Open(t, storage.SQLite)
 	h := newTestHandler(t, s, nil)
-	if _, err := h.opts.Accounts.Signup(t.Context(), accounts.SignupInput{Email: "c@example.com", Username: "cee", Password: "correct horse battery"}); err != nil {
+	if _, err := h.opts.Accounts.Identity.Signup(t.Context(), accounts.SignupInput{Email: "c@example.com", Username: "cee", Password: "correct horse battery"}); err != nil {
 		t.Fatal(err)
 	}
 	srv := serve(t, h)
@@ -333,7 +333,7 @@ func TestLoginRedirect(t *testing.T) {
 func TestOnlyNewestResetLinkWorks(t *testing.T) {
 	s := storagetest.Open(t, storage.SQLite)
 	h := newTestHandler(t, s, nil)
-	if _, err := h.opts.Accounts.Signup(t.Context(), accounts.SignupInput{Email: "d@example.com", Username: "dee", Password: testPassword}); err != nil {
+	if _, err := h.opts.Accounts.Identity.Signup(t.Context(), accounts.SignupInput{Email: "d@example.com", Username: "dee", Password: testPassword}); err != nil {
 		t.Fatal(err)
 	}
 	srv := serve(t, h)

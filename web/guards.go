@@ -118,7 +118,7 @@ func (g *Guards) require(next http.Handler, allowed func(*Principal) bool) http.
 // false it has answered the request.
 func (g *Guards) load(w http.ResponseWriter, r *http.Request) (*Principal, bool) {
 	ctx := r.Context()
-	sess, err := g.accounts.Authenticate(ctx, r)
+	sess, err := g.accounts.Credentials.Authenticate(ctx, r)
 	switch {
 	case err == nil:
 	case errors.Is(err, accounts.ErrNoSession):
@@ -126,7 +126,7 @@ func (g *Guards) load(w http.ResponseWriter, r *http.Request) (*Principal, bool)
 		// suspended or deleting account is kept: it works again after an
 		// unsuspension, and the deletion flow retries with it.)
 		if presentsSessionCookie(r) {
-			g.accounts.EndSession(w, r)
+			g.accounts.Credentials.EndSession(w, r)
 		}
 		g.unauthenticated(w, r)
 		return nil, false
@@ -139,7 +139,7 @@ func (g *Guards) load(w http.ResponseWriter, r *http.Request) (*Principal, bool)
 		writeGuardError(w, r, http.StatusServiceUnavailable, "unavailable", "Please try again in a moment.")
 		return nil, false
 	}
-	return &Principal{Session: sess, Grants: g.accounts.FreshGrants(ctx, sess.User.ID)}, true
+	return &Principal{Session: sess, Grants: g.accounts.Roles.FreshGrants(ctx, sess.User.ID)}, true
 }
 
 func presentsSessionCookie(r *http.Request) bool {

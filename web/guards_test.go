@@ -40,7 +40,7 @@ func newGuardFixture(t *testing.T, s *storage.Store) *guardFixture {
 func (f *guardFixture) user(t *testing.T, name string, roles ...string) (accounts.User, *http.Cookie) {
 	t.Helper()
 	ctx := context.Background()
-	u, err := f.svc.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: guardPassword})
+	u, err := f.svc.Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: guardPassword})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func (f *guardFixture) user(t *testing.T, name string, roles ...string) (account
 		}
 	}
 	rec := httptest.NewRecorder()
-	if _, err := f.svc.StartSession(rec, httptest.NewRequest(http.MethodGet, "/", nil), u, false); err != nil {
+	if _, err := f.svc.Credentials.StartSession(rec, httptest.NewRequest(http.MethodGet, "/", nil), u, false); err != nil {
 		t.Fatal(err)
 	}
 	return u, rec.Result().Cookies()[0]
@@ -177,7 +177,7 @@ func TestGuardsRolesAndPermissions(t *testing.T) {
 
 		// Roles are loaded per request: a revocation applies to the very
 		// next request made with the same cookie.
-		if _, err := f.svc.RevokeAdminAsOperator(ctx, bob.ID); err != nil {
+		if _, err := f.svc.Roles.RevokeAdminAsOperator(ctx, bob.ID); err != nil {
 			t.Fatal(err)
 		}
 		if rec := guardRequest(admin, "/admin", "text/html", bobCookie); rec.Code != 403 {
@@ -186,7 +186,7 @@ func TestGuardsRolesAndPermissions(t *testing.T) {
 
 		// Suspended and deleting accounts are signed out; the cookie is
 		// kept, so that it works again after an unsuspension.
-		if _, err := f.svc.Suspend(ctx, bob.ID); err != nil {
+		if _, err := f.svc.Lifecycle.Suspend(ctx, bob.ID); err != nil {
 			t.Fatal(err)
 		}
 		rec := guardRequest(user, "/account", "application/json", bobCookie)
@@ -196,13 +196,13 @@ func TestGuardsRolesAndPermissions(t *testing.T) {
 		if cs := rec.Result().Cookies(); len(cs) != 0 {
 			t.Fatalf("suspended: cookie changed: %+v", cs)
 		}
-		if _, err := f.svc.Unsuspend(ctx, bob.ID); err != nil {
+		if _, err := f.svc.Lifecycle.Unsuspend(ctx, bob.ID); err != nil {
 			t.Fatal(err)
 		}
 		if rec := guardRequest(user, "/account", "application/json", bobCookie); rec.Code != 200 {
 			t.Fatalf("unsuspended: %d", rec.Code)
 		}
-		if _, err := f.svc.MarkDeleting(ctx, bob.ID); err != nil {
+		if _, err := f.svc.Lifecycle.MarkDeleting(ctx, bob.ID); err != nil {
 			t.Fatal(err)
 		}
 		if rec := guardRequest(user, "/account", "application/json", bobCookie); rec.Code != 401 {
@@ -231,7 +231,7 @@ func TestGuardsRevokedByPasswordChange(t *testing.T) {
 		if rec := guardRequest(h, "/", "application/json", c); rec.Code != 200 {
 			t.Fatalf("before: %d", rec.Code)
 		}
-		if _, err := f.svc.ChangePassword(context.Background(), u.ID, guardPassword, "a different passphrase"); err != nil {
+		if _, err := f.svc.Credentials.ChangePassword(context.Background(), u.ID, guardPassword, "a different passphrase"); err != nil {
 			t.Fatal(err)
 		}
 		if rec := guardRequest(h, "/", "application/json", c); rec.Code != 401 {
@@ -324,7 +324,7 @@ func TestPrefersJSON(t *testing.T) {
 // operator's path, any other through AssignRole.
 func assignOrGrant(svc *accounts.Service, ctx context.Context, userID int64, role string) (bool, error) {
 	if role == capabilities.RoleAdmin {
-		return svc.GrantAdminAsOperator(ctx, userID)
+		return svc.Roles.GrantAdminAsOperator(ctx, userID)
 	}
-	return svc.AssignRole(ctx, userID, role)
+	return svc.Roles.AssignRole(ctx, userID, role)
 }

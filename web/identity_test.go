@@ -24,7 +24,7 @@ func TestLinksIssuedBeforeTheAccountAreRefused(t *testing.T) {
 			o.CredentialLimit = Limit{Requests: 1000}
 		})
 		ctx := t.Context()
-		u, err := acc.Signup(ctx, accounts.SignupInput{Email: "late@example.com", Username: "late", Password: testPassword})
+		u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: "late@example.com", Username: "late", Password: testPassword})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +34,7 @@ func TestLinksIssuedBeforeTheAccountAreRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		setup, err := acc.NewPasswordSetupToken(ctx, u.ID)
+		setup, err := acc.Credentials.NewPasswordSetupToken(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestLinksIssuedBeforeTheAccountAreRefused(t *testing.T) {
 		expect(t, "reset page", b.get(pathResetConfirm+"?token="+url.QueryEscape(reset)), http.StatusBadRequest)
 		expect(t, "reset", b.post(pathResetConfirm, url.Values{"token": {reset}, "password": {"a brand new passphrase"}}), http.StatusBadRequest)
 		expect(t, "setup", b.post(accounts.PasswordSetupPath, url.Values{"token": {reset}, "password": {"a brand new passphrase"}}), http.StatusBadRequest)
-		after, err := acc.UserByID(ctx, u.ID)
+		after, err := acc.Identity.UserByID(ctx, u.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

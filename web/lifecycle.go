@@ -119,14 +119,14 @@ func (h *Handler) exportData(w http.ResponseWriter, r *http.Request) {
 
 // deletionUser admits what RequireUser admits and, in addition, the
 // session of an account whose deletion started but did not finish (see
-// accounts.StartDeletingSession): the deletion pages are the one place
+// accounts.Credentials.StartDeletingSession): the deletion pages are the one place
 // such a session works, so the person can see it and retry. It holds no
 // roles there.
 func (h *Handler) deletionUser(next http.HandlerFunc) http.HandlerFunc {
 	active := h.guards.RequireUser(next)
 	return func(w http.ResponseWriter, r *http.Request) {
 		if PrincipalFrom(r.Context()) == nil && hasSessionCookie(r) {
-			sess, err := h.opts.Accounts.Authenticate(r.Context(), r)
+			sess, err := h.opts.Accounts.Credentials.Authenticate(r.Context(), r)
 			if errors.Is(err, accounts.ErrDeleting) {
 				p := &Principal{Session: sess}
 				next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
@@ -176,7 +176,7 @@ func (h *Handler) deleteAccount(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.InfoContext(ctx, "web: account deleted", "user_id", u.ID)
-	h.opts.Accounts.EndSession(w, r)
+	h.opts.Accounts.Credentials.EndSession(w, r)
 	var removed []removedItem
 	for surface, n := range res.Deleted {
 		removed = append(removed, removedItem{Surface: surface, Count: strconv.FormatInt(n, 10)})

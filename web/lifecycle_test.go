@@ -126,7 +126,7 @@ func TestExportAndDelete(t *testing.T) {
 		}(), http.StatusForbidden)
 		a = ann.post("/account/delete", url.Values{"confirm": {"ann"}, "password": {testPassword}})
 		expect(t, "delete", a, http.StatusOK, "Your account is deleted", "sql:users")
-		if _, err := acc.UserByID(t.Context(), u.ID); err == nil {
+		if _, err := acc.Identity.UserByID(t.Context(), u.ID); err == nil {
 			t.Fatal("account still exists")
 		}
 		if a := ann.get("/account"); a.Status != http.StatusSeeOther {
@@ -138,7 +138,7 @@ func TestExportAndDelete(t *testing.T) {
 func TestOAuthLoginAndConsent(t *testing.T) {
 	s := storagetest.Open(t, storage.SQLite)
 	h := newTestHandler(t, s, func(o *Options) { o.CredentialLimit = Limit{Requests: 2} })
-	u, err := h.opts.Accounts.Signup(t.Context(), accounts.SignupInput{Email: "ann@example.com", Username: "ann", Password: testPassword})
+	u, err := h.opts.Accounts.Identity.Signup(t.Context(), accounts.SignupInput{Email: "ann@example.com", Username: "ann", Password: testPassword})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestDeletionFailedMidwayCanBeFinished(t *testing.T) {
 		fail.Store(true)
 		expect(t, "failed deletion", ann.post("/account/delete", url.Values{"confirm": {"ann"}, "password": {testPassword}}),
 			http.StatusInternalServerError, "sign in again later to retry")
-		if got, err := acc.UserByID(t.Context(), u.ID); err != nil || got.DeletingAt == nil {
+		if got, err := acc.Identity.UserByID(t.Context(), u.ID); err != nil || got.DeletingAt == nil {
 			t.Fatalf("after the failure: %+v, %v; want kept and marked deleting", got, err)
 		}
 
@@ -278,7 +278,7 @@ func TestDeletionFailedMidwayCanBeFinished(t *testing.T) {
 
 		fail.Store(false)
 		expect(t, "finish deletion", b.post("/account/delete", url.Values{"confirm": {"ann"}, "password": {testPassword}}), http.StatusOK, "Your account is deleted")
-		if _, err := acc.UserByID(t.Context(), u.ID); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := acc.Identity.UserByID(t.Context(), u.ID); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("account after the retry: %v", err)
 		}
 		if a := b.post("/login", url.Values{"email": {"ann@example.com"}, "password": {testPassword}}); a.Status != http.StatusUnauthorized {

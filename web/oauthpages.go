@@ -30,7 +30,7 @@ var (
 func (h *Handler) Login(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest) (int64, bool) {
 	ctx := r.Context()
 	if hasSessionCookie(r) {
-		sess, err := h.opts.Accounts.Authenticate(ctx, r)
+		sess, err := h.opts.Accounts.Credentials.Authenticate(ctx, r)
 		if err == nil {
 			return sess.User.ID, true
 		}
@@ -100,7 +100,7 @@ func (h *Handler) oauthSecondFactor(w http.ResponseWriter, r *http.Request, req 
 		h.renderCSP(w, r, status, loginPage(h.loginFramePage(r), f), csp)
 		return 0, false
 	}
-	if pk, err := h.opts.Accounts.FactorsOfPending(r.Context(), sf.Pending); err == nil {
+	if pk, err := h.opts.Accounts.SecondFactors.FactorsOfPending(r.Context(), sf.Pending); err == nil {
 		sf.Passkeys = pk
 	}
 	h.renderSecondFactor(w, r, status, sf, csp)
@@ -148,14 +148,14 @@ func (h *Handler) ConsentScopes(w http.ResponseWriter, r *http.Request, req *oau
 		}
 	}
 	ctx := r.Context()
-	u, err := h.opts.Accounts.UserByID(ctx, userID)
+	u, err := h.opts.Accounts.Identity.UserByID(ctx, userID)
 	if err != nil {
 		h.internalError(w, r, "oauth consent: load user", err)
 		return nil, false, false
 	}
 	// The caller the app's tokens will stand for: an agent session, with
 	// the grant's scopes and no others.
-	caller := accounts.CallerFor(u, h.opts.Accounts.FreshGrants(ctx, u.ID))
+	caller := accounts.CallerFor(u, h.opts.Accounts.Roles.FreshGrants(ctx, u.ID))
 	caller.Interactive, caller.AllScopes, caller.Scopes = true, false, slices.Clone(req.Scopes)
 	v := consentView{AdminOffered: slices.Contains(req.OptionalScopes, oauth.ScopeAdmin)}
 	base := h.opts.Registry.Visible(ctx, caller)

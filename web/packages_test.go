@@ -61,12 +61,12 @@ func newPkgEnv(t *testing.T, edit func(*Options)) *pkgEnv {
 
 func (e *pkgEnv) user(name string) *pkgUser {
 	e.t.Helper()
-	u, _, err := e.acc.CreateUser(e.t.Context(), accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name, Verified: true})
+	u, _, err := e.acc.Identity.CreateUser(e.t.Context(), accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name, Verified: true})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
-	if _, err := e.acc.StartSession(w, httptest.NewRequest("GET", "http://enclave.test/", nil), u, false); err != nil {
+	if _, err := e.acc.Credentials.StartSession(w, httptest.NewRequest("GET", "http://enclave.test/", nil), u, false); err != nil {
 		e.t.Fatal(err)
 	}
 	return &pkgUser{u: u, cookie: w.Result().Cookies()[0]}
@@ -75,7 +75,7 @@ func (e *pkgEnv) user(name string) *pkgUser {
 // invoke runs a capability as u through the registry, as an agent would.
 func (e *pkgEnv) invoke(u *pkgUser, name string, in any) (capabilities.Result, error) {
 	e.t.Helper()
-	c := accounts.CallerFor(u.u, e.acc.FreshGrants(e.t.Context(), u.u.ID))
+	c := accounts.CallerFor(u.u, e.acc.Roles.FreshGrants(e.t.Context(), u.u.ID))
 	c.AllScopes = true
 	raw, err := json.Marshal(in)
 	if err != nil {

@@ -269,7 +269,7 @@ func (h *Handler) extraNav() []navLink {
 // webCaller is the caller of a signed-in person at a page.
 func (h *Handler) webCaller(ctx context.Context, p *Principal) capabilities.Caller {
 	u := p.Session.User
-	caller := accounts.CallerFor(u, h.opts.Accounts.FreshGrants(ctx, u.ID))
+	caller := accounts.CallerFor(u, h.opts.Accounts.Roles.FreshGrants(ctx, u.ID))
 	// A person at the browser, signed in with the session cookie.
 	caller.Interactive, caller.AllScopes, caller.Session = true, true, true
 	return caller

@@ -119,15 +119,15 @@ func TestFeedbackRefusalsAreSentences(t *testing.T) {
 	}
 	h := newTestHandler(t, s, func(o *Options) { o.Accounts, o.Registry = acc, reg })
 	e := &pkgEnv{t: t, h: h, acc: acc, reg: reg}
-	u, _, err := acc.CreateUser(t.Context(), accounts.CreateUserInput{Email: "ada@example.com", Username: "ada", Password: "a long password for ada", Verified: true})
+	u, _, err := acc.Identity.CreateUser(t.Context(), accounts.CreateUserInput{Email: "ada@example.com", Username: "ada", Password: "a long password for ada", Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := acc.GrantAdminAsOperator(t.Context(), u.ID); err != nil {
+	if _, err := acc.Roles.GrantAdminAsOperator(t.Context(), u.ID); err != nil {
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
-	if _, err := acc.StartSession(w, httptest.NewRequest("GET", "http://enclave.test/", nil), u, false); err != nil {
+	if _, err := acc.Credentials.StartSession(w, httptest.NewRequest("GET", "http://enclave.test/", nil), u, false); err != nil {
 		t.Fatal(err)
 	}
 	ada := &pkgUser{u: u, cookie: w.Result().Cookies()[0]}

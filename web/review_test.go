@@ -35,7 +35,7 @@ func TestEmailChangeLinkDiesWithThePassword(t *testing.T) {
 				srv := serve(t, h)
 				victim := newBrowser(t, srv)
 				u := signedIn(t, h, victim, how+"-ann@example.com", how+"-ann", false)
-				if _, err := acc.MarkEmailVerified(t.Context(), u.ID); err != nil {
+				if _, err := acc.Identity.MarkEmailVerified(t.Context(), u.ID); err != nil {
 					t.Fatal(err)
 				}
 				intruder := victim.clone()
@@ -66,7 +66,7 @@ func TestEmailChangeLinkDiesWithThePassword(t *testing.T) {
 				other := newBrowser(t, srv)
 				expect(t, "confirm page after the password changed", other.get(path+"?token="+url.QueryEscape(token)), http.StatusBadRequest)
 				expect(t, "confirm after the password changed", other.post(path, url.Values{"token": {token}}), http.StatusBadRequest)
-				if got, _ := acc.UserByID(t.Context(), u.ID); got.Email != u.Email {
+				if got, _ := acc.Identity.UserByID(t.Context(), u.ID); got.Email != u.Email {
 					t.Fatalf("the account moved to %s with a link issued before the password change", got.Email)
 				}
 			})
@@ -87,19 +87,19 @@ func TestDeletingSessionCannotAuthorize(t *testing.T) {
 			o.CredentialLimit = Limit{Requests: 1000}
 		})
 		ctx := t.Context()
-		u, err := acc.Signup(ctx, accounts.SignupInput{Email: "del@example.com", Username: "del", Password: testPassword})
+		u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: "del@example.com", Username: "del", Password: testPassword})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := acc.MarkDeleting(ctx, u.ID); err != nil {
+		if _, err := acc.Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
-		deleting, err := acc.Login(ctx, u.Email, testPassword)
+		deleting, err := acc.Credentials.Login(ctx, u.Email, testPassword)
 		if !errors.Is(err, accounts.ErrDeleting) {
 			t.Fatalf("login of a deleting account: %v", err)
 		}
 		rec := httptest.NewRecorder()
-		if _, err := acc.StartDeletingSession(rec, httptest.NewRequest("GET", "/", nil), deleting); err != nil {
+		if _, err := acc.Credentials.StartDeletingSession(rec, httptest.NewRequest("GET", "/", nil), deleting); err != nil {
 			t.Fatal(err)
 		}
 		cookie := rec.Result().Cookies()[0]
@@ -157,7 +157,7 @@ func TestConcurrentEmailChangeConfirmations(t *testing.T) {
 		for _, name := range []string{"first", "second"} {
 			b := newBrowser(t, srv)
 			u := signedIn(t, h, b, name+"@example.com", name, false)
-			if _, err := acc.MarkEmailVerified(t.Context(), u.ID); err != nil {
+			if _, err := acc.Identity.MarkEmailVerified(t.Context(), u.ID); err != nil {
 				t.Fatal(err)
 			}
 			if a := b.post("/account/email", url.Values{"email": {target}, "password": {testPassword}}); a.Status != http.StatusSeeOther {
@@ -196,7 +196,7 @@ func TestConcurrentEmailChangeConfirmations(t *testing.T) {
 		}
 		holders := 0
 		for _, id := range ids {
-			if u, _ := acc.UserByID(t.Context(), id); u.Email == target {
+			if u, _ := acc.Identity.UserByID(t.Context(), id); u.Email == target {
 				holders++
 			}
 		}
@@ -220,7 +220,7 @@ func TestResetLinkDiesWithTheOldAddress(t *testing.T) {
 		srv := serve(t, h)
 		ann := newBrowser(t, srv)
 		u := signedIn(t, h, ann, "old@example.com", "mover", false)
-		if _, err := acc.MarkEmailVerified(t.Context(), u.ID); err != nil {
+		if _, err := acc.Identity.MarkEmailVerified(t.Context(), u.ID); err != nil {
 			t.Fatal(err)
 		}
 		newBrowser(t, srv).post("/password-reset", url.Values{"email": {"old@example.com"}})
@@ -237,7 +237,7 @@ func TestResetLinkDiesWithTheOldAddress(t *testing.T) {
 		expect(t, "reset for the old address", other.post(rpath, url.Values{"token": {rtoken}, "password": {"a takeover passphrase"}}), http.StatusBadRequest)
 		expect(t, "setup page with the old reset link", other.get(accounts.PasswordSetupPath+"?token="+url.QueryEscape(rtoken)), http.StatusBadRequest)
 		expect(t, "setup with the old reset link", other.post(accounts.PasswordSetupPath, url.Values{"token": {rtoken}, "password": {"a takeover passphrase"}}), http.StatusBadRequest)
-		if _, err := acc.Login(t.Context(), "new@example.com", testPassword); err != nil {
+		if _, err := acc.Credentials.Login(t.Context(), "new@example.com", testPassword); err != nil {
 			t.Fatalf("the password changed through a link to the old address: %v", err)
 		}
 	})
@@ -263,18 +263,18 @@ func TestSuspensionShutsTheDeletionPage(t *testing.T) {
 		})
 		srv := serve(t, h)
 		ctx := t.Context()
-		u, err := acc.Signup(ctx, accounts.SignupInput{Email: "frozen@example.com", Username: "frozen", Password: testPassword})
+		u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: "frozen@example.com", Username: "frozen", Password: testPassword})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := acc.MarkDeleting(ctx, u.ID); err != nil {
+		if _, err := acc.Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
 		early := newBrowser(t, srv)
 		if a := early.post("/login", url.Values{"email": {u.Email}, "password": {testPassword}}); a.Status != http.StatusSeeOther || a.Location != "/account/delete" {
 			t.Fatalf("sign-in of a half-deleted account: %d %q", a.Status, a.Location)
 		}
-		if _, err := acc.Suspend(ctx, u.ID); err != nil {
+		if _, err := acc.Lifecycle.Suspend(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
 
@@ -288,7 +288,7 @@ func TestSuspensionShutsTheDeletionPage(t *testing.T) {
 		if a := early.post("/account/delete", url.Values{"confirm": {"frozen"}, "password": {testPassword}}); a.Status == http.StatusOK {
 			t.Fatalf("a suspended account finished its deletion: %d", a.Status)
 		}
-		if _, err := acc.UserByID(ctx, u.ID); err != nil {
+		if _, err := acc.Identity.UserByID(ctx, u.ID); err != nil {
 			t.Fatalf("the suspended account is gone: %v", err)
 		}
 	})
@@ -305,7 +305,7 @@ func TestEmailChangeLinkWorksOnceUnderConcurrency(t *testing.T) {
 		srv := serve(t, h)
 		b := newBrowser(t, srv)
 		u := signedIn(t, h, b, "twice@example.com", "twice", false)
-		if _, err := acc.MarkEmailVerified(t.Context(), u.ID); err != nil {
+		if _, err := acc.Identity.MarkEmailVerified(t.Context(), u.ID); err != nil {
 			t.Fatal(err)
 		}
 		if a := b.post("/account/email", url.Values{"email": {"twice.new@example.com"}, "password": {testPassword}}); a.Status != http.StatusSeeOther {

@@ -139,9 +139,9 @@ func (h *Handler) identify(next http.Handler) http.Handler {
 			return
 		}
 		ctx := r.Context()
-		sess, err := h.opts.Accounts.Authenticate(ctx, r)
+		sess, err := h.opts.Accounts.Credentials.Authenticate(ctx, r)
 		if err == nil {
-			p := &Principal{Session: sess, Grants: h.opts.Accounts.FreshGrants(ctx, sess.User.ID)}
+			p := &Principal{Session: sess, Grants: h.opts.Accounts.Roles.FreshGrants(ctx, sess.User.ID)}
 			r = r.WithContext(context.WithValue(ctx, principalKey{}, p))
 		}
 		next.ServeHTTP(w, r)

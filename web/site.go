@@ -191,7 +191,7 @@ type homeView struct {
 }
 
 func (h *Handler) home(w http.ResponseWriter, r *http.Request) {
-	v := homeView{Description: h.opts.SiteDescription, MCPURL: h.mcpURL(), Signup: h.opts.Accounts.SignupMode() != accounts.SignupClosed}
+	v := homeView{Description: h.opts.SiteDescription, MCPURL: h.mcpURL(), Signup: h.opts.Accounts.Identity.SignupMode() != accounts.SignupClosed}
 	if v.Description == "" {
 		v.Description = defaultDescription
 	}

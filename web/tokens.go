@@ -56,7 +56,7 @@ func (h *Handler) issueTokenMail(ctx context.Context, userID int64, purpose, ema
 			return h.mailInTx(ctx, tx, compose(token))
 		}
 	}
-	token, err := h.opts.Accounts.IssueMailToken(ctx, userID, purpose, email, token, ttl, inTx)
+	token, err := h.opts.Accounts.Identity.IssueMailToken(ctx, userID, purpose, email, token, ttl, inTx)
 	if err != nil {
 		return "", fmt.Errorf("web: %w", err)
 	}
@@ -68,15 +68,15 @@ func (h *Handler) issueTokenMail(ctx context.Context, userID int64, purpose, ema
 
 // consumeToken uses up token's link of purpose and returns its row;
 // errBadToken when accounts refuses it (unknown, used, expired, or refused
-// by a rule about mail links: see accounts.Service.TakeMailLink).
+// by a rule about mail links: see accounts.Identity.TakeMailLink).
 func (h *Handler) consumeToken(ctx context.Context, token, purpose string) (mailToken, error) {
-	return linkResult(h.opts.Accounts.TakeMailLink(ctx, token, purpose))
+	return linkResult(h.opts.Accounts.Identity.TakeMailLink(ctx, token, purpose))
 }
 
 // peekToken returns token's row without using it up: for showing the form
 // that will use it.
 func (h *Handler) peekToken(ctx context.Context, token, purpose string) (mailToken, error) {
-	return linkResult(h.opts.Accounts.PeekMailLink(ctx, token, purpose))
+	return linkResult(h.opts.Accounts.Identity.PeekMailLink(ctx, token, purpose))
 }
 
 // linkResult maps a refused link to errBadToken.
@@ -92,7 +92,7 @@ func linkResult(row mailToken, err error) (mailToken, error) {
 
 // retireTokens expires every token of userID with purpose.
 func (h *Handler) retireTokens(ctx context.Context, userID int64, purpose string) error {
-	if err := h.opts.Accounts.RetireMailTokens(ctx, userID, purpose); err != nil {
+	if err := h.opts.Accounts.Identity.RetireMailTokens(ctx, userID, purpose); err != nil {
 		return fmt.Errorf("web: %w", err)
 	}
 	return nil

@@ -402,7 +402,7 @@ func (h *Handler) absURL(path string, query url.Values) string {
 // its pages run, for an embedder that passed none.
 func (h *Handler) ownRegistry() error {
 	acc := h.opts.Accounts
-	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log, RoleGate: acc.AdminSecondFactorGate})
+	reg := capabilities.NewRegistry(capabilities.Options{Logger: h.log, RoleGate: acc.SecondFactors.AdminSecondFactorGate})
 	am := h.accountMail
 	caps := acc.AccountCapabilities(accounts.AccountOptions{EmailChange: am, Verification: am.MailVerificationLink,
 		UsernameChange: am, EmailRelease: am, Audit: h.auditAccount})

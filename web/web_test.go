@@ -129,15 +129,15 @@ func TestSecurityHeadersOnEveryRoute(t *testing.T) {
 			if len(h.patterns) < 30 {
 				t.Fatalf("only %d routes registered: %v", len(h.patterns), h.patterns)
 			}
-			u, err := h.opts.Accounts.Signup(t.Context(), accounts.SignupInput{Email: "admin@example.com", Username: "boss", Password: "correct horse battery"})
+			u, err := h.opts.Accounts.Identity.Signup(t.Context(), accounts.SignupInput{Email: "admin@example.com", Username: "boss", Password: "correct horse battery"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.opts.Accounts.GrantAdminAsOperator(t.Context(), u.ID); err != nil {
+			if _, err := h.opts.Accounts.Roles.GrantAdminAsOperator(t.Context(), u.ID); err != nil {
 				t.Fatal(err)
 			}
 			w := httptest.NewRecorder()
-			if _, err := h.opts.Accounts.StartSession(w, httptest.NewRequest("GET", base+"/", nil), u, false); err != nil {
+			if _, err := h.opts.Accounts.Credentials.StartSession(w, httptest.NewRequest("GET", base+"/", nil), u, false); err != nil {
 				t.Fatal(err)
 			}
 			session := w.Result().Cookies()[0]

@@ -37,12 +37,12 @@ func (b browser) do(method, path string, form url.Values) *httptest.ResponseReco
 
 func signIn(t *testing.T, s *enclavetest.Server, u *enclavetest.User) browser {
 	t.Helper()
-	user, err := s.Accounts().UserByID(context.Background(), u.ID)
+	user, err := s.Accounts().Identity.UserByID(context.Background(), u.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	if _, err := s.Accounts().StartSession(rec, httptest.NewRequest("POST", "/login", nil), user, false); err != nil {
+	if _, err := s.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), user, false); err != nil {
 		t.Fatal(err)
 	}
 	return browser{t: t, s: s, cookie: rec.Result().Cookies()[0]}

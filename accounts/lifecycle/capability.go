@@ -87,7 +87,7 @@ func (s *Service) DeleteCapability() capabilities.Capability {
 			SessionOnly: true, InteractiveOnly: true, DuringDeletion: true,
 		},
 		Handler: func(ctx context.Context, call *capabilities.Call, in DeleteInput) (DeletionResult, error) {
-			u, err := s.accounts.UserByStableID(ctx, call.Caller.UserID)
+			u, err := s.accounts.Identity.UserByStableID(ctx, call.Caller.UserID)
 			if errors.Is(err, accounts.ErrNotFound) {
 				return DeletionResult{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
 			}
@@ -97,7 +97,7 @@ func (s *Service) DeleteCapability() capabilities.Capability {
 			if strings.TrimSpace(in.Confirm) != u.Username {
 				return DeletionResult{}, &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: ErrConfirmMismatch.Error(), Err: ErrConfirmMismatch}
 			}
-			if _, err := s.accounts.VerifyPassword(ctx, u.ID, in.Password); err != nil {
+			if _, err := s.accounts.Credentials.VerifyPassword(ctx, u.ID, in.Password); err != nil {
 				if errors.Is(err, accounts.ErrInvalidCredentials) {
 					return DeletionResult{}, &capabilities.Error{Code: capabilities.CodeInvalidInput, Message: "The password is not correct.", Err: err}
 				}
@@ -122,7 +122,7 @@ func Owners(acc *accounts.Service) capabilities.OwnerOf {
 		if c.OwnerID != 0 && c.UserID != "" {
 			return capabilities.Owner{ID: c.OwnerID, StableID: c.UserID}, nil
 		}
-		u, err := acc.UserByStableID(ctx, c.UserID)
+		u, err := acc.Identity.UserByStableID(ctx, c.UserID)
 		if errors.Is(err, accounts.ErrNotFound) {
 			return capabilities.Owner{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
 		}

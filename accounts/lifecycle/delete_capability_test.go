@@ -58,7 +58,7 @@ func TestDeleteCapability(t *testing.T) {
 			t.Fatalf("wrong password: %v", err)
 		}
 		for _, o := range []storage.Owner{w.alice, w.bob} {
-			if u, err := w.acc.UserByID(ctx, o.ID); err != nil || u.DeletingAt != nil {
+			if u, err := w.acc.Identity.UserByID(ctx, o.ID); err != nil || u.DeletingAt != nil {
 				t.Fatalf("after refused attempts %s is %+v, %v", o.StableID, u, err)
 			}
 		}
@@ -77,7 +77,7 @@ func TestDeleteCapability(t *testing.T) {
 		if err != nil || !res.Completed || res.Deleted["sql:notes"] != 30 {
 			t.Fatalf("finishing the deletion: %+v %v", res, err)
 		}
-		if _, err := w.acc.UserByID(ctx, w.bob.ID); err != nil {
+		if _, err := w.acc.Identity.UserByID(ctx, w.bob.ID); err != nil {
 			t.Fatalf("bob is gone: %v", err)
 		}
 	})

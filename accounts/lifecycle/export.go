@@ -74,7 +74,7 @@ type ManifestChunking struct {
 // Manifest builds the export manifest of o: counts per section with
 // bounded COUNT queries and blob listings, never the data itself.
 func (s *Service) Manifest(ctx context.Context, o storage.Owner) (Manifest, error) {
-	u, err := s.accounts.UserByID(ctx, o.ID)
+	u, err := s.accounts.Identity.UserByID(ctx, o.ID)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("lifecycle: manifest: %w", err)
 	}

@@ -38,7 +38,7 @@ func FuzzExportCursor(f *testing.F) {
 	svc := lifecycle.New(s, inv, acc, lifecycle.Options{Logger: quiet()})
 	var alice, bob storage.Owner
 	for i, name := range []string{"alice", "bob"} {
-		u, err := acc.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery " + name})
+		u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery " + name})
 		if err != nil {
 			f.Fatal(err)
 		}

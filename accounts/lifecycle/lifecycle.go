@@ -168,7 +168,7 @@ var errNotResumable = errors.New("lifecycle: the account's deletion may not be r
 // with the row locked, before the SQL rows go.
 func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (DeletionResult, error) {
 	res := DeletionResult{Deleted: map[string]int64{}}
-	if _, err := s.accounts.UserByID(ctx, o.ID); err != nil {
+	if _, err := s.accounts.Identity.UserByID(ctx, o.ID); err != nil {
 		return res, fmt.Errorf("lifecycle: delete: %w", err)
 	}
 	if resuming {
@@ -181,7 +181,7 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 	// The last active admin keeps their account: marking it deleting is
 	// refused atomically. Roles, like every other row, are removed only by
 	// the final transaction, so a deletion that fails midway leaves them.
-	if _, err := s.accounts.MarkDeleting(ctx, o.ID); err != nil {
+	if _, err := s.accounts.Lifecycle.MarkDeleting(ctx, o.ID); err != nil {
 		return res, &DeleteError{Stage: "mark deleting", Err: err}
 	}
 	// Writer fencing: no call of the account gets a write lease from now
@@ -303,7 +303,7 @@ func (s *Service) checkAccount(ctx context.Context, db bun.IDB, userID int64, re
 // pass (the next pass retries it); it returns how many it completed and
 // the failures. enclave's server runs it as the "deletion-resume" lane.
 func (s *Service) ResumeDeletions(ctx context.Context, grace time.Duration) (int, error) {
-	users, err := s.accounts.DeletingAccounts(ctx, time.Now().Add(-grace), 100)
+	users, err := s.accounts.Lifecycle.DeletingAccounts(ctx, time.Now().Add(-grace), 100)
 	if err != nil {
 		return 0, fmt.Errorf("lifecycle: resume deletions: %w", err)
 	}

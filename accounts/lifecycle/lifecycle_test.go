@@ -87,7 +87,7 @@ func setup(t *testing.T, s *storage.Store) *world {
 		t.Fatal(err)
 	}
 	for i, name := range []string{"alice", "bob"} {
-		u, err := w.acc.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery " + name})
+		u, err := w.acc.Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery " + name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func TestDeletion(t *testing.T) {
 		if err == nil || res.Completed {
 			t.Fatalf("deletion with failing blob storage: %+v, %v", res, err)
 		}
-		u, err := w.acc.UserByID(ctx, w.alice.ID)
+		u, err := w.acc.Identity.UserByID(ctx, w.alice.ID)
 		if err != nil || u.DeletingAt == nil {
 			t.Fatalf("after the failure alice is %+v, %v; want kept and marked deleting", u, err)
 		}
@@ -264,7 +264,7 @@ func TestDeletion(t *testing.T) {
 				t.Errorf("deleted[%s] = %d, want %d", surface, res.Deleted[surface], n)
 			}
 		}
-		if _, err := w.acc.UserByID(ctx, w.alice.ID); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := w.acc.Identity.UserByID(ctx, w.alice.ID); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("alice still exists: %v", err)
 		}
 		if len(w.revoked) != 2 || w.revoked[0] != w.alice.StableID {
@@ -278,7 +278,7 @@ func TestDeletion(t *testing.T) {
 			t.Fatal("bob's export changed when alice was deleted")
 		}
 		// The same email can sign up again afterwards.
-		if _, err := w.acc.Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice2", Password: "another long password"}); err != nil {
+		if _, err := w.acc.Identity.Signup(ctx, accounts.SignupInput{Email: "alice@example.com", Username: "alice2", Password: "another long password"}); err != nil {
 			t.Fatalf("signup after deletion: %v", err)
 		}
 	})
@@ -288,18 +288,18 @@ func TestLastAdminCannotDeleteTheirAccount(t *testing.T) {
 	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
 		ctx := context.Background()
 		w := setup(t, s)
-		if _, err := w.acc.GrantAdminAsOperator(ctx, w.alice.ID); err != nil {
+		if _, err := w.acc.Roles.GrantAdminAsOperator(ctx, w.alice.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.svc.Delete(ctx, w.alice); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("last admin's deletion: %v, want ErrLastAdmin", err)
 		}
-		u, _ := w.acc.UserByID(ctx, w.alice.ID)
+		u, _ := w.acc.Identity.UserByID(ctx, w.alice.ID)
 		if u.DeletingAt != nil {
 			t.Fatal("the refused deletion marked the account deleting")
 		}
 		// With a second admin, the first can go.
-		if _, err := w.acc.GrantAdminAsOperator(ctx, w.bob.ID); err != nil {
+		if _, err := w.acc.Roles.GrantAdminAsOperator(ctx, w.bob.ID); err != nil {
 			t.Fatal(err)
 		}
 		if res, err := w.svc.Delete(ctx, w.alice); err != nil || !res.Completed {
@@ -317,7 +317,7 @@ func TestFailedDeletionKeepsRoles(t *testing.T) {
 		ctx := context.Background()
 		w := setup(t, s)
 		for _, o := range []storage.Owner{w.alice, w.bob} {
-			if _, err := w.acc.GrantAdminAsOperator(ctx, o.ID); err != nil {
+			if _, err := w.acc.Roles.GrantAdminAsOperator(ctx, o.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -325,11 +325,11 @@ func TestFailedDeletionKeepsRoles(t *testing.T) {
 		if res, err := w.svc.Delete(ctx, w.alice); err == nil || res.Completed {
 			t.Fatalf("deletion with failing blob storage: %+v, %v", res, err)
 		}
-		g, err := w.acc.RolesAndPermissions(ctx, w.alice.ID)
+		g, err := w.acc.Roles.RolesAndPermissions(ctx, w.alice.ID)
 		if err != nil || !g.HasRole(capabilities.RoleAdmin) || !g.HasRole(capabilities.RoleUser) {
 			t.Fatalf("roles after a failed deletion: %+v, %v; want admin and user kept", g, err)
 		}
-		if _, err := w.acc.Suspend(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+		if _, err := w.acc.Lifecycle.Suspend(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("suspending the only active admin while the other is being deleted: %v, want ErrLastAdmin", err)
 		}
 		w.faulty.failDeletes.Store(false)
@@ -361,7 +361,7 @@ func TestDeletionKeepsTheAccountWhenKVFails(t *testing.T) {
 	if got := lifecycle.FailureClass(err); got != "kv notes (failed)" {
 		t.Fatalf("FailureClass = %q", got)
 	}
-	if u, err := w.acc.UserByID(ctx, w.alice.ID); err != nil || u.DeletingAt == nil {
+	if u, err := w.acc.Identity.UserByID(ctx, w.alice.ID); err != nil || u.DeletingAt == nil {
 		t.Fatalf("after the failure alice is %+v, %v; want kept and marked deleting", u, err)
 	}
 	s.KV = kv

@@ -52,7 +52,7 @@ func (s *Service) OperatorCapabilities() []capabilities.Capability {
 				if w == nil {
 					return OperatorExportOutput{}, capabilities.Errorf(capabilities.CodeInvalidInput, "the export has no destination (lifecycle.WithExportWriter)")
 				}
-				u, err := s.accounts.OperatorAccount(ctx, call, in.Email)
+				u, err := s.accounts.Roles.OperatorAccount(ctx, call, in.Email)
 				if err != nil {
 					return OperatorExportOutput{}, err
 				}
@@ -67,7 +67,7 @@ func (s *Service) OperatorCapabilities() []capabilities.Capability {
 			Description: "Deletes an account and everything it owns, and answers what was removed per surface. Refused for the last active admin; a deletion that stops midway keeps the account, marked deleting, and finishes when run again.",
 			Annotations: &capabilities.Annotations{Destructive: true, Idempotent: true}, Requires: op,
 			Handler: func(ctx context.Context, call *capabilities.Call, in accounts.OperatorUserRef) (capabilities.Result, error) {
-				u, err := s.accounts.OperatorAccount(ctx, call, in.Email)
+				u, err := s.accounts.Roles.OperatorAccount(ctx, call, in.Email)
 				if err != nil {
 					return capabilities.Result{}, err
 				}

@@ -85,9 +85,9 @@ type PurgeReport struct {
 // up to req.Limit accounts opened on the sign-up page that never verified
 // an address within accounts.UnverifiedWindow, those never attempted
 // first, then earlier failures by oldest attempt, skipping accounts whose
-// retry time has not come (accounts.Service.UnverifiedCandidates). Each
+// retry time has not come (accounts.Lifecycle.UnverifiedCandidates). Each
 // is claimed with a conditional UPDATE that loses to a concurrent
-// verification (accounts.Service.ClaimUnverified), then deleted like any
+// verification (accounts.Lifecycle.ClaimUnverified), then deleted like any
 // other account. A deletion that fails before anything is removed lifts
 // the claim and schedules a retry with a growing wait; one that fails
 // midway keeps the claim for the deletion-resume lane. Either way the
@@ -104,7 +104,7 @@ func (s *Service) PurgeUnverified(ctx context.Context, req PurgeRequest) (PurgeR
 	}
 	cutoff := now.Add(-accounts.UnverifiedWindow)
 	report := PurgeReport{DryRun: req.DryRun, Accounts: []PurgeOutcome{}}
-	cands, err := s.accounts.UnverifiedCandidates(ctx, cutoff, limit)
+	cands, err := s.accounts.Lifecycle.UnverifiedCandidates(ctx, cutoff, limit)
 	if err != nil {
 		return report, fmt.Errorf("lifecycle: purge unverified: %w", err)
 	}
@@ -121,7 +121,7 @@ func (s *Service) PurgeUnverified(ctx context.Context, req PurgeRequest) (PurgeR
 		}
 		o := storage.Owner{ID: u.ID, StableID: u.StableID}
 		out := PurgeOutcome{UserID: u.StableID, Attempts: c.Attempts + 1}
-		claimed, err := s.accounts.ClaimUnverified(ctx, u.ID, cutoff)
+		claimed, err := s.accounts.Lifecycle.ClaimUnverified(ctx, u.ID, cutoff)
 		switch {
 		case err != nil:
 			// Nothing is claimed: the account stays a candidate.
@@ -144,7 +144,7 @@ func (s *Service) PurgeUnverified(ctx context.Context, req PurgeRequest) (PurgeR
 			bg := context.WithoutCancel(ctx)
 			if removedNothing(res) {
 				retry := now.Add(purgeRetryWait(out.Attempts)).UTC()
-				if released, rerr := s.accounts.ReleaseUnverifiedClaim(bg, u.ID, out.Failure, retry); rerr != nil {
+				if released, rerr := s.accounts.Lifecycle.ReleaseUnverifiedClaim(bg, u.ID, out.Failure, retry); rerr != nil {
 					errs = append(errs, rerr)
 				} else if released {
 					out.Outcome, out.RetryAt = PurgeReleased, &retry
@@ -152,7 +152,7 @@ func (s *Service) PurgeUnverified(ctx context.Context, req PurgeRequest) (PurgeR
 				}
 			}
 			out.Outcome = PurgeFailed
-			if rerr := s.accounts.RecordUnverifiedPurgeFailure(bg, u.ID, out.Failure); rerr != nil {
+			if rerr := s.accounts.Lifecycle.RecordUnverifiedPurgeFailure(bg, u.ID, out.Failure); rerr != nil {
 				errs = append(errs, rerr)
 			}
 		}

@@ -78,7 +78,7 @@ func (w *purgeWorld) record(_ context.Context, o storage.Owner, out lifecycle.Pu
 // signupAged opens an account on the sign-up page and backdates it.
 func (w *purgeWorld) signupAged(t *testing.T, name string, age time.Duration) accounts.User {
 	t.Helper()
-	u, err := w.acc.Signup(context.Background(), accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery"})
+	u, err := w.acc.Identity.Signup(context.Background(), accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "correct horse battery"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestPurgeUnverifiedSchedule(t *testing.T) {
 		fresh := w.signupAged(t, "fresh", day)        // too young
 		w.attempted(t, retried, 3*time.Hour, -time.Hour)
 		w.attempted(t, waiting, 10*time.Minute, time.Hour)
-		if _, _, err := w.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "made@example.com", Username: "made", Password: "correct horse battery"}); err != nil {
+		if _, _, err := w.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "made@example.com", Username: "made", Password: "correct horse battery"}); err != nil {
 			t.Fatal(err)
 		}
 
@@ -208,7 +208,7 @@ func TestPurgeUnverifiedSchedule(t *testing.T) {
 		if rep, err := w.svc.PurgeUnverified(ctx, lifecycle.PurgeRequest{Record: w.record}); err != nil || len(rep.Accounts) != 0 {
 			t.Fatalf("a pass during the backoff took %v (%v)", ids(rep.Accounts), err)
 		}
-		if ok, err := w.acc.MarkEmailVerified(ctx, retried.ID); err != nil || !ok {
+		if ok, err := w.acc.Identity.MarkEmailVerified(ctx, retried.ID); err != nil || !ok {
 			t.Fatalf("verify a released account: %v %v", ok, err)
 		}
 
@@ -257,15 +257,15 @@ func TestPurgeCapability(t *testing.T) {
 			t.Fatal(err)
 		}
 		stale := w.signupAged(t, "stale", 8*24*time.Hour)
-		person, _, err := w.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "person@example.com", Username: "person", Password: "correct horse battery", Verified: true})
+		person, _, err := w.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "person@example.com", Username: "person", Password: "correct horse battery", Verified: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		admin, _, err := w.acc.CreateUser(ctx, accounts.CreateUserInput{Email: "boss@example.com", Username: "boss", Password: "correct horse battery", Verified: true})
+		admin, _, err := w.acc.Identity.CreateUser(ctx, accounts.CreateUserInput{Email: "boss@example.com", Username: "boss", Password: "correct horse battery", Verified: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.acc.GrantAdminAsOperator(ctx, admin.ID); err != nil {
+		if _, err := w.acc.Roles.GrantAdminAsOperator(ctx, admin.ID); err != nil {
 			t.Fatal(err)
 		}
 		caller := func(u accounts.User) capabilities.Caller {

@@ -32,7 +32,7 @@ func TestResumeDeletions(t *testing.T) {
 		if n, err := w.svc.ResumeDeletions(ctx, time.Hour); err != nil || n != 0 {
 			t.Fatalf("resume within the grace period: %d, %v", n, err)
 		}
-		if _, err := w.acc.UserByID(ctx, w.alice.ID); err != nil {
+		if _, err := w.acc.Identity.UserByID(ctx, w.alice.ID); err != nil {
 			t.Fatalf("alice gone within the grace period: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -40,13 +40,13 @@ func TestResumeDeletions(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("resume: %d, %v", n, err)
 		}
-		if _, err := w.acc.UserByID(ctx, w.alice.ID); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := w.acc.Identity.UserByID(ctx, w.alice.ID); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("alice after the resumed deletion: %v", err)
 		}
 		if keys, _ := storage.ListBlobs(ctx, s.Bucket, w.alice, storage.BlobPrefix{Domain: "notes"}); len(keys) != 0 {
 			t.Fatalf("alice's blobs left: %v", keys)
 		}
-		if u, err := w.acc.UserByID(ctx, w.bob.ID); err != nil || u.DeletingAt != nil {
+		if u, err := w.acc.Identity.UserByID(ctx, w.bob.ID); err != nil || u.DeletingAt != nil {
 			t.Fatalf("bob after the pass: %+v, %v", u, err)
 		}
 		if n, err := w.svc.ResumeDeletions(ctx, 0); err != nil || n != 0 {
@@ -68,26 +68,26 @@ func TestResumeDeletionsLeavesSuspendedAccounts(t *testing.T) {
 			t.Fatal("deletion with failing blob storage succeeded")
 		}
 		w.faulty.failDeletes.Store(false)
-		if _, err := w.acc.Suspend(ctx, w.alice.ID); err != nil {
+		if _, err := w.acc.Lifecycle.Suspend(ctx, w.alice.ID); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
 		if n, err := w.svc.ResumeDeletions(ctx, time.Millisecond); err != nil || n != 0 {
 			t.Fatalf("resume with the account suspended: %d, %v", n, err)
 		}
-		if _, err := w.acc.UserByID(ctx, w.alice.ID); err != nil {
+		if _, err := w.acc.Identity.UserByID(ctx, w.alice.ID); err != nil {
 			t.Fatalf("the suspended account was deleted by the lane: %v", err)
 		}
 		if keys, _ := storage.ListBlobs(ctx, s.Bucket, w.alice, storage.BlobPrefix{Domain: "notes"}); len(keys) == 0 {
 			t.Fatal("the suspended account's blobs were deleted by the lane")
 		}
-		if _, err := w.acc.Unsuspend(ctx, w.alice.ID); err != nil {
+		if _, err := w.acc.Lifecycle.Unsuspend(ctx, w.alice.ID); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := w.svc.ResumeDeletions(ctx, time.Millisecond); err != nil || n != 1 {
 			t.Fatalf("resume after the suspension was lifted: %d, %v", n, err)
 		}
-		if _, err := w.acc.UserByID(ctx, w.alice.ID); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := w.acc.Identity.UserByID(ctx, w.alice.ID); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("alice after the resumed deletion: %v", err)
 		}
 	})
@@ -113,7 +113,7 @@ func TestResumeDeletionsGoesPastAFailingAccount(t *testing.T) {
 			t.Fatalf("alice's deletion: %v", err)
 		}
 		time.Sleep(5 * time.Millisecond)
-		if _, err := w.acc.MarkDeleting(ctx, w.bob.ID); err != nil { // bob's deletion was cut short after its mark
+		if _, err := w.acc.Lifecycle.MarkDeleting(ctx, w.bob.ID); err != nil { // bob's deletion was cut short after its mark
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -121,10 +121,10 @@ func TestResumeDeletionsGoesPastAFailingAccount(t *testing.T) {
 		if n != 1 || !errors.Is(err, stuck) {
 			t.Fatalf("resume: %d, %v", n, err)
 		}
-		if _, err := w.acc.UserByID(ctx, w.bob.ID); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := w.acc.Identity.UserByID(ctx, w.bob.ID); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("bob's deletion waits behind alice's: %v", err)
 		}
-		if _, err := w.acc.UserByID(ctx, w.alice.ID); err != nil {
+		if _, err := w.acc.Identity.UserByID(ctx, w.alice.ID); err != nil {
 			t.Fatalf("alice: %v", err)
 		}
 	})
@@ -162,10 +162,10 @@ func TestResumeDeletionsConcurrentWithRetry(t *testing.T) {
 		if retryErr != nil && !errors.Is(retryErr, accounts.ErrNotFound) {
 			t.Errorf("retry: %v", retryErr)
 		}
-		if _, err := w.acc.UserByID(ctx, w.alice.ID); !errors.Is(err, accounts.ErrNotFound) {
+		if _, err := w.acc.Identity.UserByID(ctx, w.alice.ID); !errors.Is(err, accounts.ErrNotFound) {
 			t.Fatalf("alice after both: %v", err)
 		}
-		if _, err := w.acc.UserByID(ctx, w.bob.ID); err != nil {
+		if _, err := w.acc.Identity.UserByID(ctx, w.bob.ID); err != nil {
 			t.Fatalf("bob: %v", err)
 		}
 	})
@@ -180,7 +180,7 @@ func TestResumeDeletionsKeepsAnActiveAdmin(t *testing.T) {
 		ctx := context.Background()
 		w := setup(t, s)
 		for _, o := range []storage.Owner{w.alice, w.bob} {
-			if _, err := w.acc.GrantAdminAsOperator(ctx, o.ID); err != nil {
+			if _, err := w.acc.Roles.GrantAdminAsOperator(ctx, o.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -189,17 +189,17 @@ func TestResumeDeletionsKeepsAnActiveAdmin(t *testing.T) {
 			t.Fatal("deletion with failing blob storage succeeded")
 		}
 		w.faulty.failDeletes.Store(false)
-		if _, err := w.acc.Suspend(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+		if _, err := w.acc.Lifecycle.Suspend(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("suspending the only admin not being deleted: %v", err)
 		}
-		if _, err := w.acc.RevokeAdminAsOperator(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
+		if _, err := w.acc.Roles.RevokeAdminAsOperator(ctx, w.bob.ID); !errors.Is(err, accounts.ErrLastAdmin) {
 			t.Fatalf("demoting the only admin not being deleted: %v", err)
 		}
 		time.Sleep(5 * time.Millisecond)
 		if n, err := w.svc.ResumeDeletions(ctx, time.Millisecond); err != nil || n != 1 {
 			t.Fatalf("resume: %d, %v", n, err)
 		}
-		g, err := w.acc.RolesAndPermissions(ctx, w.bob.ID)
+		g, err := w.acc.Roles.RolesAndPermissions(ctx, w.bob.ID)
 		if err != nil || !g.HasRole(capabilities.RoleAdmin) {
 			t.Fatalf("bob's roles after the pass: %v, %v", g.Roles, err)
 		}

@@ -375,7 +375,7 @@ func BenchmarkInvokeWrite(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				u, err := acc.Signup(context.Background(), accounts.SignupInput{Email: "bench@example.com", Username: "bench", Password: "correct horse battery bench"})
+				u, err := acc.Identity.Signup(context.Background(), accounts.SignupInput{Email: "bench@example.com", Username: "bench", Password: "correct horse battery bench"})
 				if err != nil {
 					b.Fatal(err)
 				}

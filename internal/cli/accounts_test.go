@@ -79,15 +79,15 @@ func TestAccountCommands(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := svc.Login(context.Background(), "ann@example.com", "ann's long passphrase"); !errors.Is(err, accounts.ErrSuspended) {
+			if _, err := svc.Credentials.Login(context.Background(), "ann@example.com", "ann's long passphrase"); !errors.Is(err, accounts.ErrSuspended) {
 				t.Fatalf("login of the suspended account: %v", err)
 			}
 			expect(0, "ann@example.com (ann) is now no longer suspended", "", "user unsuspend", "ann@example.com")
-			ann, err := svc.Login(context.Background(), "ann@example.com", "ann's long passphrase")
+			ann, err := svc.Credentials.Login(context.Background(), "ann@example.com", "ann's long passphrase")
 			if err != nil || !ann.EmailVerified() {
 				t.Fatalf("login with the --password-stdin password: %+v, %v", ann, err)
 			}
-			g, err := svc.RolesAndPermissions(context.Background(), ann.ID)
+			g, err := svc.Roles.RolesAndPermissions(context.Background(), ann.ID)
 			if err != nil || g.HasRole("admin") || !g.HasRole("user") {
 				t.Fatalf("ann's roles %v, %v", g.Roles, err)
 			}

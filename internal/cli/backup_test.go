@@ -84,7 +84,7 @@ func TestBackupRestoreUnderWrites(t *testing.T) {
 	live := t.TempDir()
 	srv, _ := serveDir(t, live)
 	const email, password = "alice@example.com", "correct horse battery staple"
-	u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "alice", Password: password, Verified: true})
+	u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: email, Username: "alice", Password: password, Verified: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestBackupRestoreUnderWrites(t *testing.T) {
 				return
 			default:
 			}
-			if _, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: fmt.Sprintf("w%d@example.com", i), Username: fmt.Sprintf("writer%d", i), Password: password}); err != nil {
+			if _, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: fmt.Sprintf("w%d@example.com", i), Username: fmt.Sprintf("writer%d", i), Password: password}); err != nil {
 				t.Errorf("write during backup: %v", err)
 				return
 			}

@@ -109,7 +109,7 @@ func TestBackupRestoreWorkspaces(t *testing.T) {
 	var files []file
 	revisions := map[string]int64{}
 	for _, name := range []string{"alice", "bob"} {
-		u, _, err := srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "correct horse battery staple", Verified: true})
+		u, _, err := srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{Email: name + "@example.com", Username: name, Password: "correct horse battery staple", Verified: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func TestBackupRestoreWorkspaces(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"alice", "bob"} {
-		u, err := restored.Accounts().UserByEmail(ctx, name+"@example.com")
+		u, err := restored.Accounts().Identity.UserByEmail(ctx, name+"@example.com")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,7 @@ func seed(t *testing.T, names ...string) string {
 	}
 	defer srv.Close()
 	for _, n := range names {
-		u, err := srv.Accounts().Signup(ctx, accounts.SignupInput{Email: n + "@example.com", Username: n, Password: "a long password for " + n})
+		u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: n + "@example.com", Username: n, Password: "a long password for " + n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,8 +86,8 @@ func TestUserDeleteCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob, _ := srv.Accounts().UserByEmail(ctx, "bob@example.com")
-	if _, err := srv.Accounts().GrantAdminAsOperator(ctx, bob.ID); err != nil {
+	bob, _ := srv.Accounts().Identity.UserByEmail(ctx, "bob@example.com")
+	if _, err := srv.Accounts().Roles.GrantAdminAsOperator(ctx, bob.ID); err != nil {
 		t.Fatal(err)
 	}
 	srv.Close()
@@ -129,7 +129,7 @@ func TestOperatorActionsAreAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"alice", "bob"} {
-		u, err := srv.Accounts().UserByEmail(ctx, n+"@example.com")
+		u, err := srv.Accounts().Identity.UserByEmail(ctx, n+"@example.com")
 		if err != nil {
 			t.Fatal(err)
 		}

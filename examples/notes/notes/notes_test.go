@@ -130,7 +130,7 @@ func TestWordCountJobGoesWithTheAccount(t *testing.T) {
 		u := s.CreateUser(t, "carol")
 		// A job that cannot run yet: the account is suspended, so the job's
 		// non-interactive caller is refused and the job retries later.
-		if _, err := s.Accounts().Suspend(ctx, u.ID); err != nil {
+		if _, err := s.Accounts().Lifecycle.Suspend(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
 		err := s.Store().RunInTx(ctx, func(ctx context.Context, tx bun.Tx) error {

@@ -113,9 +113,9 @@ func ready(ctx context.Context, srv *enclave.Server, base string, replicas int) 
 	}
 	var first accounts.User
 	for i, u := range users {
-		got, err := srv.Accounts().UserByEmail(ctx, u.email)
+		got, err := srv.Accounts().Identity.UserByEmail(ctx, u.email)
 		if err != nil { // not there yet: a first start
-			got, _, err = srv.Accounts().CreateUser(ctx, accounts.CreateUserInput{
+			got, _, err = srv.Accounts().Identity.CreateUser(ctx, accounts.CreateUserInput{
 				Email: u.email, Username: u.username, Password: u.password, Verified: true,
 			})
 			if err != nil {
