@@ -414,7 +414,7 @@ func TestRemovingTheLastIdentityIsRefusedWithASentence(t *testing.T) {
 	if a := e.callback(b, e.start(t, b), nil); a.Status != http.StatusSeeOther {
 		t.Fatalf("sign-up with the provider: %d\n%s", a.Status, a.Body)
 	}
-	dan, err := e.acc.UserByEmail(context.Background(), "dan@example.org")
+	dan, err := e.acc.Identity.UserByEmail(context.Background(), "dan@example.org")
 	if err != nil {
 		t.Fatal(err)
 	}
