@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/internal/httpmw"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -18,10 +19,10 @@ func (s *Server) accountExport(w http.ResponseWriter, r *http.Request) {
 	sess, err := s.accounts.Authenticate(ctx, r)
 	switch {
 	case errors.Is(err, accounts.ErrNoSession), errors.Is(err, accounts.ErrDeleting):
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized", "message": "Sign in to download your export."})
+		httpmw.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized", "message": "Sign in to download your export."})
 		return
 	case errors.Is(err, accounts.ErrSuspended):
-		writeJSON(w, http.StatusForbidden, map[string]string{"error": "forbidden", "message": err.Error()})
+		httpmw.WriteJSON(w, http.StatusForbidden, map[string]string{"error": "forbidden", "message": err.Error()})
 		return
 	case err != nil:
 		s.internalError(w, r, "authenticate", err)
@@ -45,5 +46,5 @@ func (s *Server) accountExport(w http.ResponseWriter, r *http.Request) {
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, what string, err error) {
 	id := requestid.FromContext(r.Context())
 	s.log.ErrorContext(r.Context(), "enclave: "+what, "err", err, "request_id", id)
-	writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal_error", "message": "internal server error", "request_id": id})
+	httpmw.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal_error", "message": "internal server error", "request_id": id})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
@@ -372,7 +373,7 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 	if s.workspaces != nil {
 		mopts.Verifier = verifiers.WorkspaceKeys{Next: mopts.Verifier, Keys: s.workspaces, Accounts: s.accounts, Resource: func() string { return s.mcp.Resource() }}
 	}
-	mopts.Verifier = burstVerifier{verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientIP}, s}
+	mopts.Verifier = burstVerifier{verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientnet.Addr}, s}
 	if mopts.Version == "" {
 		mopts.Version = Version()
 	}
@@ -484,7 +485,7 @@ func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Cap
 			if err != nil || res.IsError {
 				result = audit.ResultFailure
 			}
-			e := audit.Event{Category: audit.CategoryAccount, Action: action, Result: result, IPHash: s.audit.HashIP(clientIP(ctx))}
+			e := audit.Event{Category: audit.CategoryAccount, Action: action, Result: result, IPHash: s.audit.HashIP(clientnet.Addr(ctx))}
 			if len(in.ClientID) <= 256 {
 				e.ClientID = in.ClientID
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/community"
+	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -77,7 +78,7 @@ func (s *Server) auditedCommunity(c capabilities.Capability, action string) capa
 		if err != nil || res.IsError {
 			result = audit.ResultFailure
 		}
-		e := audit.Event{Category: audit.CategoryAccount, Action: action, Result: result, IPHash: s.audit.HashIP(clientIP(ctx))}
+		e := audit.Event{Category: audit.CategoryAccount, Action: action, Result: result, IPHash: s.audit.HashIP(clientnet.Addr(ctx))}
 		switch {
 		case in.Listing != "" && len(in.Listing) <= 64:
 			e.Reason = "listing " + auditName(in.Listing)

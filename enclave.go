@@ -36,6 +36,7 @@ import (
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/envelope"
+	"github.com/enclave-mcp/enclave/internal/httpmw"
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
@@ -319,6 +320,9 @@ type Config struct {
 // DefaultAddr is the listen address used when Config.Addr is empty.
 const DefaultAddr = "127.0.0.1:8080"
 
+// DefaultBodyReadTimeout is the default of Config.BodyReadTimeout.
+const DefaultBodyReadTimeout = httpmw.DefaultBodyReadTimeout
+
 // withDefaults fills the zero fields and validates the result.
 func (c Config) withDefaults() (Config, error) {
 	if c.Addr == "" {
@@ -596,9 +600,13 @@ func (s *Server) routes() http.Handler {
 	if s.cfg.TracerProvider != nil {
 		routed = tracing.Route(mux)
 	}
-	inner := s.withClientIP(s.accessLog(recoverPanics(s.log, s.cors(s.canonicalHost(routed)))))
-	traced := tracing.HTTP(tracing.Tracer(s.cfg.TracerProvider), func(r *http.Request) string { return routeClass(r.URL.Path) }, requestid.FromContext, inner)
-	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(traced))
+	if s.cfg.Production {
+		routed = httpmw.CanonicalHost(s.cfg.BaseURL, []string{"/healthz", "/readyz", mcp.Path}, routed)
+	}
+	inner := httpmw.ClientAddr(s.web.ClientKey, httpmw.AccessLog(s.log, s.metrics.ObserveHTTP,
+		httpmw.RecoverPanics(s.log, httpmw.CORS(s.cfg.AllowedOrigins, routed))))
+	traced := tracing.HTTP(tracing.Tracer(s.cfg.TracerProvider), func(r *http.Request) string { return httpmw.RouteClass(r.URL.Path) }, requestid.FromContext, inner)
+	return httpmw.BodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(traced))
 }
 
 // Run listens on Config.Addr and serves until ctx ends, then shuts down
@@ -790,10 +798,4 @@ func (s *Server) Close() error {
 		s.closeErr = s.store.Close()
 	})
 	return s.closeErr
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/feedback"
+	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/internal/egress"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
@@ -82,7 +83,7 @@ type burstVerifier struct {
 
 func (v burstVerifier) TokenRefused(ctx context.Context, info mcp.TokenInfo, _ error) {
 	if v.s.bursts != nil {
-		v.s.bursts.Observe(ctx, time.Now(), info.UserID, clientIP(ctx))
+		v.s.bursts.Observe(ctx, time.Now(), info.UserID, clientnet.Addr(ctx))
 	}
 }
 
@@ -109,7 +110,7 @@ func (a burstAuditor) RecordDenial(ctx context.Context, d capabilities.Denial) {
 		if at.IsZero() {
 			at = time.Now()
 		}
-		a.s.bursts.Observe(ctx, at, d.UserID, clientIP(ctx))
+		a.s.bursts.Observe(ctx, at, d.UserID, clientnet.Addr(ctx))
 	}
 }
 

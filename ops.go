@@ -7,18 +7,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/enclave-mcp/enclave/internal/httpmw"
 	"github.com/enclave-mcp/enclave/internal/metrics"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/version"
 	"github.com/enclave-mcp/enclave/migrations"
-	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Version returns the release this binary was built as: the module
@@ -98,7 +98,7 @@ func checkMigrated(ctx context.Context, store *storage.Store, cfg Config) error 
 // probe (a database outage must not get the process restarted).
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpmw.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // readyCache keeps the last readiness result for a second, so that a
@@ -168,10 +168,10 @@ func (s *Server) checkReady(ctx context.Context) string {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if err := s.Ready(r.Context()); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error(), "version": Version()})
+		httpmw.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error(), "version": Version()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": Version()})
+	httpmw.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": Version()})
 }
 
 // serverMetrics wires the metrics to the server's parts.
@@ -223,7 +223,7 @@ func (s *Server) serveMetrics(addr string) (func(), error) {
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	s.log.Info("serving metrics", "addr", ln.Addr().String())
-	if onEveryInterface(addr) {
+	if httpmw.OnEveryInterface(addr) {
 		// Metrics name routes, capability counts and error rates: fine for
 		// a scraper on a private network, not for the internet.
 		s.log.Warn("metrics listen on every interface; bind a loopback or private address unless a firewall keeps them in", "addr", addr)
@@ -233,89 +233,4 @@ func (s *Server) serveMetrics(addr string) (func(), error) {
 		defer cancel()
 		_ = hs.Shutdown(ctx)
 	}, nil
-}
-
-// onEveryInterface reports whether a listen address binds all interfaces
-// (":9090", "0.0.0.0:9090", "[::]:9090").
-func onEveryInterface(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return host == "" || ip != nil && ip.IsUnspecified()
-}
-
-// routeClass names the part of the surface a path belongs to, as a
-// bounded metric label.
-func routeClass(path string) string {
-	switch {
-	case path == "/mcp" || strings.HasPrefix(path, "/mcp/"):
-		return "mcp"
-	case strings.HasPrefix(path, "/.well-known/"):
-		return "metadata"
-	case path == oauth.PathToken:
-		return "oauth_token"
-	case path == oauth.PathRegister:
-		return "oauth_register"
-	case strings.HasPrefix(path, "/oauth/"):
-		return "oauth"
-	case path == "/healthz" || path == "/readyz":
-		return "health"
-	case strings.HasPrefix(path, "/admin"):
-		return "admin"
-	case strings.HasPrefix(path, "/account"):
-		return "account"
-	case strings.HasPrefix(path, "/static/"):
-		return "static"
-	default:
-		return "web"
-	}
-}
-
-// corsPath reports whether a browser page on an allowed origin may call
-// path: the MCP endpoint, the token and registration endpoints and the
-// metadata documents.
-func corsPath(path string) bool {
-	return path == "/mcp" || path == oauth.PathToken || path == oauth.PathRegister || path == oauth.PathUserinfo ||
-		strings.HasPrefix(path, "/.well-known/oauth-authorization-server") ||
-		strings.HasPrefix(path, "/.well-known/oauth-protected-resource")
-}
-
-// cors answers CORS for browser MCP clients on the origins of
-// Config.AllowedOrigins (none by default: no CORS header is ever sent).
-// Credentials (cookies) are never allowed: these endpoints take bearer
-// tokens and form posts, not the web shell's session.
-func (s *Server) cors(next http.Handler) http.Handler {
-	if len(s.cfg.AllowedOrigins) == 0 {
-		return next
-	}
-	allowed := make([]string, 0, len(s.cfg.AllowedOrigins))
-	for _, o := range s.cfg.AllowedOrigins {
-		allowed = append(allowed, strings.TrimRight(strings.TrimSpace(o), "/"))
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		origin := r.Header.Get("Origin")
-		if origin == "" || !corsPath(r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Add("Vary", "Origin")
-		if !slices.Contains(allowed, origin) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		h := w.Header()
-		h.Set("Access-Control-Allow-Origin", origin)
-		h.Set("Access-Control-Expose-Headers", "Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate, Retry-After, X-Request-Id")
-		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
-			// Mcp-Method and Mcp-Name are sent by 2026-07-28 clients.
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID, X-Request-Id")
-			h.Set("Access-Control-Max-Age", "600")
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
@@ -13,7 +14,7 @@ import (
 func (s *Server) auditWorkspace(ctx context.Context, action, userID, detail string) {
 	_ = s.audit.Record(ctx, audit.Event{
 		Category: audit.CategoryAccount, Action: action, Result: audit.ResultSuccess,
-		Reason: detail, UserHash: s.audit.HashUser(userID), IPHash: s.audit.HashIP(clientIP(ctx)),
+		Reason: detail, UserHash: s.audit.HashUser(userID), IPHash: s.audit.HashIP(clientnet.Addr(ctx)),
 	})
 }
 
