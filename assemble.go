@@ -2,13 +2,11 @@ package enclave
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -21,6 +19,7 @@ import (
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/internal/adminaudit"
 	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -46,6 +45,7 @@ type wiring struct {
 	limiter  *ratelimit.Limiter // one SQL limiter for every transport
 	pages    *loginConsent      // the OAuth pages, forwarded to the web shell
 	owners   capabilities.OwnerOf
+	admin    adminaudit.Recorder // audits admin and account actions
 }
 
 // assemble builds the domain services on the open store and registers the
@@ -67,10 +67,10 @@ func (s *Server) assemble(ctx context.Context) error {
 		s.assembleEnterpriseAuth,
 		func() error { return s.assembleIntegrations(w.owners) },
 		func() error { return s.assembleRemoteMCP(w.owners) },
-		func() error { return s.assembleCommunity(w.owners) },
+		func() error { return s.assembleCommunity(w) },
 		func() error { return s.assembleMail(w.owners) },
 		func() error { return s.assembleFederation(w.owners) },
-		func() error { return s.assembleWorkspaces(ctx) },
+		func() error { return s.assembleWorkspaces(ctx, w) },
 		func() error { return s.assembleWeb(w) },
 		func() error { return s.assembleMCP(ctx) },
 	} {
@@ -93,6 +93,9 @@ func (s *Server) openKeys(ctx context.Context, w *wiring) error {
 		return err
 	}
 	s.audit = audit.New(s.store, w.auditKey, s.log)
+	w.admin = adminaudit.Recorder{Log: s.audit, StableIDByUsername: func(ctx context.Context, username string) (string, error) {
+		return accounts.StableIDByUsername(ctx, s.store.Reader, username)
+	}}
 	s.ring = ring
 	return nil
 }
@@ -255,23 +258,23 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
 	if s.features != nil {
-		caps = append(caps, s.auditedAdmin(s.features.Capabilities())...)
+		caps = append(caps, w.admin.Admin(s.features.Capabilities())...)
 	}
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
-	caps = append(caps, s.auditedAdmin(s.oauth.AdminCapabilities())...)
-	caps = append(caps, s.auditedAdmin(s.accounts.InviteCapabilities())...)
+	caps = append(caps, w.admin.Admin(s.oauth.AdminCapabilities())...)
+	caps = append(caps, w.admin.Admin(s.accounts.InviteCapabilities())...)
 	caps = append(caps, s.accounts.AccountCapabilities(accounts.AccountOptions{
 		EmailChange:    s.accountMail,
 		Verification:   s.accountMail.MailVerificationLink,
 		UsernameChange: s.accountMail,
 		EmailRelease:   s.accountMail,
-		Audit:          s.auditAccount,
+		Audit:          w.admin.Account,
 	})...)
 	if !s.cfg.OAuth.AllowUnverifiedEmail {
 		// The purge of unverified sign-ups on demand (also a retention
 		// lane); off, like the lane, when unverified accounts may work.
-		caps = append(caps, s.auditedAdmin([]capabilities.Capability{s.lifecycle.PurgeCapability(lifecycle.AuditPurge(s.audit))})...)
+		caps = append(caps, w.admin.Admin([]capabilities.Capability{s.lifecycle.PurgeCapability(lifecycle.AuditPurge(s.audit))})...)
 	}
 	// The setup link of an account an admin creates is mailed through the
 	// outbox, in the creating transaction.
@@ -284,7 +287,7 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 	caps = append(caps, s.lifecycle.OperatorCapabilities()...)
 	caps = append(caps, s.secrets.OperatorCapability(), s.oauth.OperatorCapability())
 	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.overviewDays}))
-	caps = append(caps, s.eventCapabilities()...)
+	caps = append(caps, w.admin.Admin(append(s.events.WebhookCapabilities(), s.feedback.Capabilities()...))...)
 	olim := s.cfg.Outbound
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
 		olim.DailyRequests = n // --quota outbound=N/day
@@ -300,7 +303,7 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 
 // assembleWorkspaces builds workspaces when configured; they come before
 // the web shell, whose pages for them exist when their capabilities do.
-func (s *Server) assembleWorkspaces(ctx context.Context) error {
+func (s *Server) assembleWorkspaces(ctx context.Context, w *wiring) error {
 	o := s.cfg.Workspaces
 	if o == nil {
 		return nil
@@ -310,7 +313,7 @@ func (s *Server) assembleWorkspaces(ctx context.Context) error {
 		Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.accountMail, BaseURL: s.cfg.BaseURL,
 		DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
 		MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
-		Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
+		Audit: w.admin.Workspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
 		Reauthenticate: s.reauthenticateKeyMaker,
 	}); err != nil {
 		return err
@@ -436,113 +439,6 @@ func (l *loginConsent) ConsentScopes(w http.ResponseWriter, r *http.Request, req
 // AuthorizeError forwards oauth.ErrorPage: the shell's error page.
 func (l *loginConsent) AuthorizeError(w http.ResponseWriter, r *http.Request, e *oauth.AuthorizeError) {
 	l.web.AuthorizeError(w, r, e)
-}
-
-// adminAuditActions names the audit action of each admin capability whose
-// calls are recorded in the audit log, whatever the transport (MCP, web
-// shell, CLI): who acted, from which address, on which client or flag.
-var adminAuditActions = map[string]string{
-	"adminOAuthClientBlock":          "admin_client_block",
-	"adminOAuthClientUnblock":        "admin_client_unblock",
-	"adminOAuthClientBlockHost":      "admin_client_host_block",
-	"adminOAuthClientUnblockHost":    "admin_client_host_unblock",
-	"adminInviteCreate":              "admin_invite_create",
-	"adminInviteRevoke":              "admin_invite_revoke",
-	"adminFeatureSet":                "admin_feature_set",
-	"adminWebhookCreate":             "admin_webhook_create",
-	"adminWebhookDelete":             "admin_webhook_delete",
-	"adminFeedbackUpdate":            "admin_feedback_update",
-	"adminFeedbackGet":               "admin_feedback_get",
-	"adminUnverifiedAccountPurgeRun": "admin_unverified_purge_run",
-}
-
-// auditedAdmin wraps the handlers of the capabilities named in
-// adminAuditActions so that every call that reaches them (the registry
-// has let it through) is recorded with the acting admin's hash and, for a
-// client block, the client's id; for a feature flag change, Reason says
-// which flag and what it became ("beta on", "beta on for role admin",
-// "beta off").
-func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Capability {
-	for i := range caps {
-		action, ok := adminAuditActions[caps[i].Name]
-		if !ok || caps[i].Handler == nil {
-			continue
-		}
-		next := caps[i].Handler
-		caps[i].Handler = func(ctx context.Context, call *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
-			res, err := next(ctx, call, args)
-			var in struct {
-				ClientID string `json:"clientId"`
-				Name     string `json:"name"`
-				Enabled  bool   `json:"enabled"`
-				Role     string `json:"role"`
-				ID       string `json:"id"`
-				DryRun   bool   `json:"dryRun"`
-				Host     string `json:"host"`
-			}
-			_ = json.Unmarshal(args, &in)
-			result := audit.ResultSuccess
-			if err != nil || res.IsError {
-				result = audit.ResultFailure
-			}
-			e := audit.Event{Category: audit.CategoryAccount, Action: action, Result: result, IPHash: s.audit.HashIP(clientnet.Addr(ctx))}
-			if len(in.ClientID) <= 256 {
-				e.ClientID = in.ClientID
-			}
-			if action == "admin_feature_set" {
-				e.Reason = featureChange(in.Name, in.Enabled, in.Role)
-			}
-			if strings.HasPrefix(action, "admin_feedback_") && in.ID != "" && len(in.ID) <= 64 {
-				// Which submission the admin read or changed; the id is not
-				// validated yet (an unknown one is audited too), so it is
-				// quoted unless plain, like a feature flag's name.
-				e.Reason = "feedback " + auditName(in.ID)
-			}
-			if strings.HasPrefix(action, "admin_client_host_") && len(in.Host) <= 256 {
-				e.Reason = "host " + auditName(in.Host)
-			}
-			if action == "admin_unverified_purge_run" && in.DryRun {
-				e.Reason = "dry run"
-			}
-			if call != nil && call.Caller.UserID != "" {
-				e.UserHash = s.audit.HashUser(call.Caller.UserID)
-			}
-			_ = s.audit.Record(ctx, e)
-			return res, err
-		}
-	}
-	return caps
-}
-
-// featureChange describes a feature flag change for the audit log,
-// bounded so that a refused call's oversized arguments are not stored.
-func featureChange(name string, enabled bool, role string) string {
-	if len(name) > 128 || len(role) > 128 {
-		return "flag name or role too long"
-	}
-	// A refused call's name or role is not validated: quote anything that
-	// is not a plain name, so no control or format character (a line
-	// break, an escape, a bidi override) reaches the log as it is.
-	name, role = auditName(name), auditName(role)
-	d := name + " off"
-	if enabled {
-		d = name + " on"
-		if role != "" {
-			d += " for role " + role
-		}
-	}
-	return d
-}
-
-// auditName returns s when it is printable ASCII without quotes or
-// backslashes, else s quoted in ASCII with Go escapes.
-func auditName(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' || c >= 0x7f || c == '"' || c == '\\' {
-			return strconv.QuoteToASCII(s)
-		}
-	}
-	return s
 }
 
 // passkeyConfig fills the WebAuthn relying party from the base URL: its

@@ -124,11 +124,5 @@ func (s *Server) lifecycleTxHooks() []lifecycle.TxHook {
 		}}}
 }
 
-// eventCapabilities are the webhook and feedback capabilities.
-func (s *Server) eventCapabilities() []capabilities.Capability {
-	caps := s.auditedAdmin(s.events.WebhookCapabilities())
-	return append(caps, s.auditedAdmin(s.feedback.Capabilities())...)
-}
-
 // Feedback returns the platform feedback service.
 func (s *Server) Feedback() *feedback.Service { return s.feedback }

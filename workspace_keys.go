@@ -5,18 +5,8 @@ import (
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/capabilities/audit"
-	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
-
-// auditWorkspace records workspace key creation and revocation.
-func (s *Server) auditWorkspace(ctx context.Context, action, userID, detail string) {
-	_ = s.audit.Record(ctx, audit.Event{
-		Category: audit.CategoryAccount, Action: action, Result: audit.ResultSuccess,
-		Reason: detail, UserHash: s.audit.HashUser(userID), IPHash: s.audit.HashIP(clientnet.Addr(ctx)),
-	})
-}
 
 // invitationLimit counts workspace invitations per inviter and UTC day in
 // the quota meter (durable, shared by replicas): any account may create a
