@@ -18,6 +18,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
+	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/internal/adminaudit"
 	"github.com/enclave-mcp/enclave/internal/clientnet"
@@ -225,7 +226,7 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
-		Auditor:    burstAuditor{s.audit, s},
+		Auditor:    events.BurstAuditor{Next: s.audit, Bursts: s.burstPublisher},
 		// The operator's command-line actions, audited by the choke point
 		// with the operator as the actor.
 		OperatorAudit: s.audit,
@@ -371,12 +372,19 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
-		mopts.Verifier = verifiers.OAuth{Server: s.oauth, Cache: s.newCallerCache()}
+		cache, stop, err := verifiers.NewCallerCache(verifiers.CacheConfig{TTL: s.cfg.CallerCacheTTL, Bus: s.bus,
+			DB: s.store.DB, Reader: s.store.Reader, Accounts: s.accounts, OAuth: s.oauth, Metrics: s.metrics.Metrics, Logger: s.log})
+		if err != nil {
+			return err
+		}
+		s.stopNotices = stop
+		mopts.Verifier = verifiers.OAuth{Server: s.oauth, Cache: cache}
 	}
 	if s.workspaces != nil {
 		mopts.Verifier = verifiers.WorkspaceKeys{Next: mopts.Verifier, Keys: s.workspaces, Accounts: s.accounts, Resource: func() string { return s.mcp.Resource() }}
 	}
-	mopts.Verifier = burstVerifier{verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientnet.Addr}, s}
+	mopts.Verifier = verifiers.Bursts{TokenVerifier: verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientnet.Addr},
+		Bursts: s.burstPublisher}
 	if mopts.Version == "" {
 		mopts.Version = Version()
 	}

@@ -3,18 +3,14 @@ package enclave
 import (
 	"context"
 	"crypto/tls"
-	"time"
 
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/feedback"
-	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/internal/egress"
-	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -73,19 +69,9 @@ func (s *Server) assembleEvents() error {
 	return nil
 }
 
-// burstVerifier counts every /mcp token refusal (made-up, expired, revoked,
-// wrong audience, …) for the denial-burst alert: per client network, and
-// per user when the verifier named the token's user (mcp.RefusalObserver).
-type burstVerifier struct {
-	mcp.TokenVerifier
-	s *Server
-}
-
-func (v burstVerifier) TokenRefused(ctx context.Context, info mcp.TokenInfo, _ error) {
-	if v.s.bursts != nil {
-		v.s.bursts.Observe(ctx, time.Now(), info.UserID, clientnet.Addr(ctx))
-	}
-}
+// burstPublisher is the denial-burst publisher once assembleEvents built
+// it: the registry and the verifiers that count denials are built first.
+func (s *Server) burstPublisher() *events.BurstPublisher { return s.bursts }
 
 // deletionEvent publishes user.deleted in the transaction that deletes the
 // account's rows.
@@ -94,24 +80,6 @@ func (s *Server) deletionEvent() lifecycle.TxHook {
 		_, err := s.events.Publish(ctx, tx, events.UserDeleted, map[string]string{"userId": o.StableID})
 		return 0, err
 	}}
-}
-
-// burstAuditor passes each denial to the audit log and counts it for the
-// denial-burst alert.
-type burstAuditor struct {
-	next capabilities.Auditor
-	s    *Server
-}
-
-func (a burstAuditor) RecordDenial(ctx context.Context, d capabilities.Denial) {
-	a.next.RecordDenial(ctx, d)
-	if a.s.bursts != nil {
-		at := d.At
-		if at.IsZero() {
-			at = time.Now()
-		}
-		a.s.bursts.Observe(ctx, at, d.UserID, clientnet.Addr(ctx))
-	}
 }
 
 // lifecycleTxHooks run in the transaction that deletes an account: the
