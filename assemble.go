@@ -3,14 +3,15 @@ package enclave
 import (
 	"context"
 	"fmt"
-	"maps"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 
+	"github.com/uptrace/bun"
+
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/idempotency"
@@ -20,16 +21,22 @@ import (
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/federation"
+	"github.com/enclave-mcp/enclave/federation/fedtables"
+	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/adminaudit"
 	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/mcp/verifiers"
+	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -40,13 +47,16 @@ import (
 
 // wiring carries what one assembly step hands to a later one.
 type wiring struct {
-	auditKey []byte             // keys the audit log's hashes
-	accounts accounts.Config    // as the accounts service was built
-	clientIP *web.ClientIP      // one client-address rule for every transport
-	limiter  *ratelimit.Limiter // one SQL limiter for every transport
-	pages    *loginConsent      // the OAuth pages, forwarded to the web shell
+	auditKey []byte              // keys the audit log's hashes
+	accounts accounts.Config     // as the accounts service was built
+	clientIP *web.ClientIP       // one client-address rule for every transport
+	limiter  *ratelimit.Limiter  // one SQL limiter for every transport
+	pages    *web.PagesForwarder // the OAuth pages, forwarded to the web shell
 	owners   capabilities.OwnerOf
 	admin    adminaudit.Recorder // audits admin and account actions
+	// connections stands for integrations before they are wired (the
+	// outbound gateway and the account deletion use them).
+	connections integrations.Deferred
 }
 
 // assemble builds the domain services on the open store and registers the
@@ -58,15 +68,15 @@ func (s *Server) assemble(ctx context.Context) error {
 		func() error { return s.openKeys(ctx, w) },
 		func() error { return s.assembleAccounts(ctx, w) },
 		func() error { return s.assembleOAuth(ctx, w) },
-		s.assembleLifecycle,
+		func() error { return s.assembleLifecycle(w) },
 		func() error { return s.assembleRegistry(ctx, w) },
 		s.assembleEvents,
 		func() error { w.owners = lifecycle.Owners(s.accounts); return s.assembleBuiltins(w) },
 		func() error { return s.assembleBuckets(w.owners) },
 		func() error { return s.assembleCodeMode(w.owners) },
 		func() error { return s.assembleMemory(w.owners) },
-		s.assembleEnterpriseAuth,
-		func() error { return s.assembleIntegrations(w.owners) },
+		func() error { return s.retention.Add(oauth.EnterpriseRetentionPolicies()...) },
+		func() error { return s.assembleIntegrations(w) },
 		func() error { return s.assembleRemoteMCP(w.owners) },
 		func() error { return s.assembleCommunity(w) },
 		func() error { return s.assembleMail(w.owners) },
@@ -131,7 +141,12 @@ func (s *Server) assembleAccounts(ctx context.Context, w *wiring) error {
 	}
 	s.secrets = secrets.NewWithRing(s.store, s.ring)
 	s.outbox = outbox.New(s.ring)
-	s.assembleTransactionalMail()
+	// The platform's own mail (verification, reset and setup links,
+	// notices, invitations), written through the outbox; the web shell and
+	// the account, workspace and feedback mailers get it directly.
+	s.txMail = mail.NewTransactional(mail.TransactionalConfig{Mailer: s.cfg.Mailer, Outbox: s.outbox,
+		Production: s.cfg.Production, Logger: s.log})
+	s.accountMail = mail.NewAccountMail(s.txMail, s.store.DB, s.cfg.SiteName, s.cfg.BaseURL)
 	return nil
 }
 
@@ -153,7 +168,7 @@ func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 	// The web shell renders the OAuth login and consent pages; it is built
 	// after the OAuth server (it lists and revokes grants), so the OAuth
 	// server reaches it through a forwarder set below.
-	w.pages = &loginConsent{}
+	w.pages = &web.PagesForwarder{}
 	if oopts.LoginConsent == nil {
 		oopts.LoginConsent = w.pages
 	}
@@ -169,7 +184,7 @@ func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 
 // assembleLifecycle collects the ownership inventory and the retention
 // declarations and builds the account lifecycle (deletion, export).
-func (s *Server) assembleLifecycle() error {
+func (s *Server) assembleLifecycle(w *wiring) error {
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
 		return err
@@ -178,7 +193,10 @@ func (s *Server) assembleLifecycle() error {
 		Logger: s.log,
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
 			return s.oauth.RevokeAll(ctx, o.ID)
-		}}, s.integrationsDeletionHook(), s.remoteMCPDeletionHook()},
+		}}, {Name: "revoke connected accounts", Run: w.connections.RevokeAll}, // best effort, each attempt audited
+			{Name: "revoke remote MCP server tokens", Run: func(ctx context.Context, o storage.Owner) error {
+				return s.remoteMCP.RevokeAll(ctx, o) // nil (off or not built yet): nothing
+			}}},
 		// A deletion the deletion-resume lane finished is audited like one
 		// the account holder finished, with the reason "resumed".
 		Resumed: func(ctx context.Context, o storage.Owner) {
@@ -212,10 +230,10 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 		flags = s.features
 	}
 	if !s.cfg.CodeMode.Disabled {
-		s.cfg.QuotaLimits = codeModeQuota(s.cfg.QuotaLimits)
+		s.cfg.QuotaLimits = codemode.QuotaLimits(s.cfg.QuotaLimits)
 	}
 	if !s.cfg.RemoteMCP.Disabled {
-		s.cfg.QuotaLimits = remoteMCPQuota(s.cfg.QuotaLimits)
+		s.cfg.QuotaLimits = remotemcp.QuotaLimits(s.cfg.QuotaLimits)
 	}
 	if q == nil && s.cfg.QuotaLimits.Enabled() {
 		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
@@ -294,7 +312,7 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 		olim.DailyRequests = n // --quota outbound=N/day
 	}
 	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log,
-		Connections: serverConnections{s}})
+		Connections: &w.connections})
 	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
@@ -359,7 +377,7 @@ func (s *Server) assembleWeb(w *wiring) error {
 	if s.web, err = web.New(wopts); err != nil {
 		return err
 	}
-	w.pages.web = s.web
+	w.pages.Set(s.web)
 	return nil
 }
 
@@ -392,7 +410,7 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 		mopts.Name = s.cfg.SiteName
 	}
 	if mopts.Instructions == "" {
-		mopts.Instructions = s.defaultInstructions(mopts.Name)
+		mopts.Instructions = mcp.DefaultInstructions(mopts.Name, s.registry.Has)
 	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
@@ -428,27 +446,6 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 	return nil
 }
 
-// loginConsent forwards the OAuth login and consent pages to the web shell.
-type loginConsent struct{ web *web.Handler }
-
-func (l *loginConsent) Login(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest) (int64, bool) {
-	return l.web.Login(w, r, req)
-}
-
-func (l *loginConsent) Consent(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) (bool, bool) {
-	return l.web.Consent(w, r, req, userID)
-}
-
-// ConsentScopes forwards oauth.ScopedConsent (the admin scope's checkbox).
-func (l *loginConsent) ConsentScopes(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) ([]string, bool, bool) {
-	return l.web.ConsentScopes(w, r, req, userID)
-}
-
-// AuthorizeError forwards oauth.ErrorPage: the shell's error page.
-func (l *loginConsent) AuthorizeError(w http.ResponseWriter, r *http.Request, e *oauth.AuthorizeError) {
-	l.web.AuthorizeError(w, r, e)
-}
-
 // passkeyConfig fills the WebAuthn relying party from the base URL: its
 // host is the relying party id and its origin the one origin passkeys
 // are used from.
@@ -466,52 +463,70 @@ func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyCon
 	return c
 }
 
-// assembleCodeMode builds code mode unless it is turned off: its
-// capabilities, the provider of package exports, and the job lane.
-func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) error {
-	if s.cfg.CodeMode.Disabled {
-		return nil
-	}
-	svc, err := codemode.New(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: owners,
-		Loader: s.accounts, Bus: s.bus, Logger: s.log})
-	if err != nil {
-		return err
-	}
-	if err := s.registry.AddProvider(codemode.ExportPrefix, svc.Provider()); err != nil {
-		return err
-	}
-	if err := s.registry.Register(svc.Capabilities()...); err != nil {
-		return fmt.Errorf("register code mode: %w", err)
-	}
-	if err := s.schedules.Add(svc.Schedule()); err != nil {
-		return err
-	}
-	s.codemode = svc
-	return nil
+// assembleBuckets wires storage buckets (code mode's storage binding calls
+// them, so they come first); a run's bucket is kept for at least twice
+// the longest a run can last.
+func (s *Server) assembleBuckets(owners capabilities.OwnerOf) (err error) {
+	s.buckets, err = buckets.Wire(buckets.Config{Options: s.cfg.Buckets, Store: s.store, Registry: s.registry, Owners: owners, Logger: s.log},
+		s.schedules, s.retention, buckets.RetentionOptions{RunTimeout: s.cfg.CodeMode.Limits.WithDefaults().Timeout})
+	return err
 }
 
-// codeModeQuota puts execute, packageSave and every package export in the
-// quota class of code runs, limited to codemode.DefaultDailyRuns a day
-// unless the operator set that class's limit (--quota execute=N/day).
-func codeModeQuota(l quota.Limits) quota.Limits {
-	classes := maps.Clone(l.Classes)
-	if classes == nil {
-		classes = map[string]string{}
+// assembleCodeMode wires code mode unless it is turned off.
+func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) (err error) {
+	s.codemode, err = codemode.Wire(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: owners,
+		Loader: s.accounts, Bus: s.bus, Logger: s.log}, s.schedules)
+	return err
+}
+
+// assembleMemory wires memories unless they are turned off.
+func (s *Server) assembleMemory(owners capabilities.OwnerOf) (err error) {
+	s.memory, err = memory.Wire(memory.Config{Options: s.cfg.Memory, Store: s.store, Registry: s.registry, Owners: owners, Logger: s.log},
+		s.schedules, s.retention)
+	return err
+}
+
+// assembleIntegrations wires connected accounts unless they are turned
+// off, and names them to those that stood in for them.
+func (s *Server) assembleIntegrations(w *wiring) (err error) {
+	s.integrations, err = integrations.Wire(integrations.Config{Options: s.cfg.Integrations, Store: s.store, Ring: s.ring, Owners: w.owners,
+		BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Registry: s.registry}, s.schedules, s.retention)
+	w.connections.Set(s.integrations)
+	return err
+}
+
+// assembleRemoteMCP wires remote MCP servers unless they are turned off.
+func (s *Server) assembleRemoteMCP(owners capabilities.OwnerOf) (err error) {
+	s.remoteMCP, err = remotemcp.Wire(remotemcp.Config{Options: s.cfg.RemoteMCP, Store: s.store, Ring: s.ring, Owners: owners,
+		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Bus: s.bus}, s.schedules, s.retention)
+	return err
+}
+
+// assembleMail wires mailboxes unless they are turned off: outbound mail
+// leaves through the transactional sender's mailer, and mail events reach
+// the event bus.
+func (s *Server) assembleMail(owners capabilities.OwnerOf) (err error) {
+	s.mail, s.smtpLn, err = mail.Wire(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: owners, Meter: s.meter, Audit: s.audit, Logger: s.log,
+		Outbox: s.outbox, Sender: s.txMail.RawSender,
+		Publish: func(ctx context.Context, db bun.IDB, typ string, data any) error {
+			_, err := s.events.Publish(ctx, db, typ, data)
+			return err
+		}}, s.registry, s.retention)
+	return err
+}
+
+// assembleFederation builds sign-in with Config.SignInProviders (the web
+// shell's /auth/external routes use it) and registers identityList and
+// identityUnlink; its tables exist whether or not providers are set.
+func (s *Server) assembleFederation(owners capabilities.OwnerOf) (err error) {
+	if err := s.retention.Add(fedtables.RetentionPolicies()...); err != nil {
+		return err
 	}
-	// packageRun calls the export's own capability, which counts; a save
-	// counts too (each stores up to 1 MiB of sources).
-	for _, name := range []string{"execute", "packageSave", codemode.ExportPrefix + "*"} {
-		if _, set := classes[name]; !set {
-			classes[name] = codemode.QuotaClass
-		}
+	if s.federation, err = federation.New(federation.Config{Store: s.store, BaseURL: s.cfg.BaseURL, Providers: s.cfg.SignInProviders}); err != nil {
+		return err
 	}
-	daily := maps.Clone(l.Daily)
-	if daily == nil {
-		daily = map[string]int64{}
+	if err := s.registry.Register(s.federation.Capabilities(owners)...); err != nil {
+		return fmt.Errorf("register federation: %w", err)
 	}
-	if _, set := daily[codemode.QuotaClass]; !set {
-		daily[codemode.QuotaClass] = codemode.DefaultDailyRuns
-	}
-	l.Classes, l.Daily = classes, daily
-	return l
+	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -550,6 +549,39 @@ func (s *Server) Buckets() *buckets.Service { return s.buckets }
 // turned it off.
 func (s *Server) Memory() *memory.Service { return s.memory }
 
+// Integrations returns the connected-accounts service, or nil when
+// Config.Integrations.Disabled is set.
+func (s *Server) Integrations() *integrations.Service { return s.integrations }
+
+// RemoteMCP returns the remote MCP servers service, or nil when
+// Config.RemoteMCP.Disabled is set.
+func (s *Server) RemoteMCP() *remotemcp.Service { return s.remoteMCP }
+
+// Mail returns the mail service, or nil when Config.Mail.Disabled turned
+// it off.
+func (s *Server) Mail() *mail.Service { return s.mail }
+
+// SMTPAddr returns the address the inbound SMTP listener is bound to, or
+// "" without one.
+func (s *Server) SMTPAddr() string {
+	if s.smtpLn == nil {
+		return ""
+	}
+	return s.smtpLn.Addr().String()
+}
+
+// Federation returns the service signing people in with external
+// providers.
+func (s *Server) Federation() *federation.Service { return s.federation }
+
+// Events returns the admin event bus: publish your own events inside your
+// transactions (Events().Publish) and subscribe in process
+// (Events().Subscribe, before Run). See package events.
+func (s *Server) Events() *events.Bus { return s.events }
+
+// Feedback returns the platform feedback service.
+func (s *Server) Feedback() *feedback.Service { return s.feedback }
+
 // Quota returns the SQL quota meter: it counts the outbound gateway's
 // requests, and capability calls unless Config.Quota replaced it.
 func (s *Server) Quota() *quota.Meter { return s.meter }
@@ -592,8 +624,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle(mcp.Path, s.mcp)
-	mux.HandleFunc("GET /account/export.json", s.accountExport)
-	mux.HandleFunc("GET "+remotemcp.ClientMetadataPath+"/{id}", s.remoteMCPClientDocument)
+	mux.HandleFunc("GET "+remotemcp.ClientMetadataPath+"/{id}", s.remoteMCP.ServeClientDocument)
 	s.oauth.Register(mux)
 	mux.Handle("/", s.web)
 	var routed http.Handler = mux
@@ -639,7 +670,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		defer stopMetrics()
 	}
-	defer s.serveSMTP()()
+	defer s.mail.StartSMTP(s.smtpLn)()
 	bgctx, stopBackground := context.WithCancel(context.Background())
 	bgdone := make(chan struct{})
 	go func() { s.RunBackground(bgctx); close(bgdone) }()
@@ -678,7 +709,9 @@ func (s *Server) RunBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	handlers := map[string]outbox.Handler{mail.TransactionalTopic: s.txMail.Handler()}
-	maps.Copy(handlers, s.mailOutboxHandlers())
+	if s.mail != nil {
+		handlers[mail.OutboundTopic] = s.mail.OutboundHandler()
+	}
 	for topic, h := range s.jobs.Topics() {
 		handlers[topic] = h
 	}

@@ -14,11 +14,6 @@ import (
 	"github.com/enclave-mcp/enclave/storage"
 )
 
-// Events returns the admin event bus: publish your own events inside your
-// transactions (Events().Publish) and subscribe in process
-// (Events().Subscribe, before Run). See package events.
-func (s *Server) Events() *events.Bus { return s.events }
-
 // assembleEvents builds the event bus on the job queue, reports account
 // changes to it in their own transactions, and starts counting denials for
 // the burst alert.
@@ -91,6 +86,3 @@ func (s *Server) lifecycleTxHooks() []lifecycle.TxHook {
 			return feedback.ClearReviewer(ctx, tx, o.ID)
 		}}}
 }
-
-// Feedback returns the platform feedback service.
-func (s *Server) Feedback() *feedback.Service { return s.feedback }

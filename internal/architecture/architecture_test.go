@@ -82,9 +82,11 @@ func under(p string, dirs ...string) bool {
 var transports = []string{"mcp", "web", "oauth"}
 
 // mayImportTransports are the packages that sit above the transports:
-// the root assembling a server, the binary and its CLI, the test kit,
-// the end-to-end suites, the benchmarks and the examples (embedders).
-var mayImportTransports = []string{"cmd", "internal/cli", "enclavetest", "e2e", "bench", "examples"}
+// the root assembling a server, the middleware around its whole HTTP
+// surface (it knows the transports' paths), the binary and its CLI, the
+// test kit, the end-to-end suites, the benchmarks and the examples
+// (embedders).
+var mayImportTransports = []string{"cmd", "internal/cli", "internal/httpmw", "enclavetest", "e2e", "bench", "examples"}
 
 // No domain package imports a transport, directly or through another
 // package (one of mayImportTransports, say): data flows transport →
