@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -35,6 +34,7 @@ import (
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/envelope"
+	"github.com/enclave-mcp/enclave/internal/health"
 	"github.com/enclave-mcp/enclave/internal/httpmw"
 	"github.com/enclave-mcp/enclave/internal/lanes"
 	"github.com/enclave-mcp/enclave/internal/outbox"
@@ -426,9 +426,8 @@ type Server struct {
 	// sends it through txMail; the domains' mailers are wired to it.
 	accountMail *mail.AccountMail
 
-	metrics  *serverMetrics
-	draining atomic.Bool
-	ready    readyCache
+	metrics *serverMetrics
+	health  *health.Probe
 
 	closeOnce sync.Once
 	closeErr  error
@@ -455,15 +454,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	traceSQL(store, cfg.TracerProvider)
 	if cfg.NoMigrate {
-		if err := checkMigrated(ctx, store, cfg); err != nil {
+		if err := migrations.CheckStart(ctx, store.DB, cfg.Migrations, cfg.Logger); err != nil {
 			store.Close()
 			return nil, fmt.Errorf("enclave: %w", err)
 		}
-	} else if err := applyMigrations(ctx, store, cfg); err != nil {
+	} else if err := migrations.ApplyAll(ctx, store.DB, cfg.Migrations, cfg.Logger); err != nil {
 		store.Close()
 		return nil, fmt.Errorf("enclave: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus,
+		health: &health.Probe{Store: store, Sources: cfg.Migrations, Version: Version(), Log: cfg.Logger}}
 	if s.bus == nil {
 		b, err := cluster.Open(ctx, cluster.OpenOptions{BusURL: cfg.BusURL, DatabaseURL: cfg.DatabaseURL, DB: store.DB.DB, Logger: cfg.Logger})
 		if err != nil {
@@ -621,8 +621,8 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /healthz", s.health.Healthz)
+	mux.HandleFunc("GET /readyz", s.health.Readyz)
 	mux.Handle(mcp.Path, s.mcp)
 	mux.HandleFunc("GET "+remotemcp.ClientMetadataPath+"/{id}", s.remoteMCP.ServeClientDocument)
 	s.oauth.Register(mux)
@@ -663,10 +663,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	if s.cfg.MetricsAddr != "" {
-		stopMetrics, err := s.serveMetrics(s.cfg.MetricsAddr)
+		stopMetrics, err := s.metrics.Serve(s.cfg.MetricsAddr, s.log)
 		if err != nil {
 			_ = hs.Close()
-			return err
+			return fmt.Errorf("enclave: %w", err)
 		}
 		defer stopMetrics()
 	}
@@ -684,7 +684,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
 	// Stop accepting, and end the open MCP streams at once: they would
 	// otherwise hold Shutdown until the timeout. Calls in flight finish.
-	s.draining.Store(true)
+	s.health.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	hs.RegisterOnShutdown(s.mcp.CloseStreams)
@@ -718,7 +718,7 @@ func (s *Server) RunBackground(ctx context.Context) {
 	relay := outbox.NewRelay(s.store, s.ring, s.log, handlers)
 	relay.OnAttempt = s.metrics.JobHandled
 	wg.Go(func() { relay.Run(ctx) })
-	wg.Go(func() { s.flushMetricsLoop(ctx) })
+	wg.Go(func() { s.metrics.Daily.FlushEvery(ctx, s.store.DB, time.Minute, s.log) })
 	if s.meter != nil {
 		wg.Go(func() { s.meter.Run(ctx) })
 	}
@@ -768,28 +768,6 @@ func (s *Server) PurgeExpired(ctx context.Context) (retention.Report, error) {
 		Logger: s.log, OnPurge: s.metrics.Purged,
 	}
 	return r.Run(ctx)
-}
-
-// flushMetricsLoop writes the in-memory daily counts to SQL every minute,
-// and once more when ctx ends (shutdown), so they survive a restart.
-func (s *Server) flushMetricsLoop(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := s.metrics.Daily.Flush(fctx, s.store.DB); err != nil {
-				s.log.Warn("daily metrics not saved at shutdown", "err", err)
-			}
-			return
-		case <-t.C:
-			if err := s.metrics.Daily.Flush(ctx, s.store.DB); err != nil && ctx.Err() == nil {
-				s.log.Warn("daily metrics flush", "err", err)
-			}
-		}
-	}
 }
 
 // Close releases the stores. It is safe to call more than once.

@@ -209,14 +209,3 @@ func CORS(origins []string, next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-
-// OnEveryInterface reports whether a listen address binds all interfaces
-// (":9090", "0.0.0.0:9090", "[::]:9090").
-func OnEveryInterface(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return host == "" || ip != nil && ip.IsUnspecified()
-}
