@@ -6,12 +6,12 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
-	"github.com/uptrace/bun"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
-	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/idempotency"
@@ -21,13 +21,14 @@ import (
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
-	"github.com/enclave-mcp/enclave/federation"
-	"github.com/enclave-mcp/enclave/federation/fedtables"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/adminaudit"
 	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/internal/envelope"
+	"github.com/enclave-mcp/enclave/internal/health"
+	"github.com/enclave-mcp/enclave/internal/metrics"
+	"github.com/enclave-mcp/enclave/internal/otelsql"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
@@ -36,7 +37,7 @@ import (
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/mcp/verifiers"
-	"github.com/enclave-mcp/enclave/memory"
+	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -44,6 +45,57 @@ import (
 	"github.com/enclave-mcp/enclave/web"
 	"github.com/enclave-mcp/enclave/workspaces"
 )
+
+// New opens the stores named by cfg, applies pending migrations and builds
+// the HTTP surface. Close releases what it opened.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	store, err := storage.Open(ctx, storage.Config{
+		DataDir:     cfg.DataDir,
+		DatabaseURL: cfg.DatabaseURL,
+		BlobURL:     cfg.BlobURL,
+		KVURL:       cfg.KVURL,
+		QueueURL:    cfg.QueueURL,
+		KeeperURL:   cfg.KeeperURL,
+		Logger:      cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
+	otelsql.Instrument(store, cfg.TracerProvider)
+	if cfg.NoMigrate {
+		if err := migrations.CheckStart(ctx, store.DB, cfg.Migrations, cfg.Logger); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+	} else if err := migrations.ApplyAll(ctx, store.DB, cfg.Migrations, cfg.Logger); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus,
+		health: &health.Probe{Store: store, Sources: cfg.Migrations, Version: Version(), Log: cfg.Logger}}
+	if s.bus == nil {
+		b, err := cluster.Open(ctx, cluster.OpenOptions{BusURL: cfg.BusURL, DatabaseURL: cfg.DatabaseURL, DB: store.DB.DB, Logger: cfg.Logger})
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+		s.bus, s.ownBus = b, true
+	}
+	s.metrics = newMetrics(s)
+	if err := s.assemble(ctx); err != nil {
+		if s.ownBus {
+			s.bus.Close()
+		}
+		store.Close()
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
+	s.handler = s.routes()
+	return s, nil
+}
 
 // wiring carries what one assembly step hands to a later one.
 type wiring struct {
@@ -332,12 +384,20 @@ func (s *Server) assembleWorkspaces(ctx context.Context, w *wiring) error {
 		Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.accountMail, BaseURL: s.cfg.BaseURL,
 		DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
 		MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
-		Audit: w.admin.Workspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
-		Reauthenticate: s.reauthenticateKeyMaker,
+		Audit: w.admin.Workspace, InvitationLimit: workspaces.InvitationLimitOf(s.meter, o.InvitationsPerDay),
+		// Making a key takes the current password and, with a second
+		// factor, a fresh proof of one.
+		Reauthenticate: func(ctx context.Context, c capabilities.Caller, p workspaces.KeyProof) error {
+			return s.accounts.ReauthenticateCaller(ctx, c, p.Password,
+				accounts.FactorProof{Code: p.Code, PasskeyToken: p.PasskeyToken, PasskeyCredential: p.PasskeyCredential})
+		},
 	}); err != nil {
 		return err
 	}
-	s.wireWorkspaceKeys()
+	// Keys die with the password: a password change or reset, and every
+	// change of second factors that signs the account out everywhere,
+	// revokes the account's keys in its own transaction.
+	s.accounts.OnPasswordChange(s.workspaces.RevokeUserKeysInTx)
 	if err := s.workspaces.Inventory(s.inventory); err != nil {
 		return err
 	}
@@ -463,70 +523,44 @@ func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyCon
 	return c
 }
 
-// assembleBuckets wires storage buckets (code mode's storage binding calls
-// them, so they come first); a run's bucket is kept for at least twice
-// the longest a run can last.
-func (s *Server) assembleBuckets(owners capabilities.OwnerOf) (err error) {
-	s.buckets, err = buckets.Wire(buckets.Config{Options: s.cfg.Buckets, Store: s.store, Registry: s.registry, Owners: owners, Logger: s.log},
-		s.schedules, s.retention, buckets.RetentionOptions{RunTimeout: s.cfg.CodeMode.Limits.WithDefaults().Timeout})
-	return err
-}
+// serverMetrics wires the metrics to the server's parts.
+type serverMetrics struct{ *metrics.Metrics }
 
-// assembleCodeMode wires code mode unless it is turned off.
-func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) (err error) {
-	s.codemode, err = codemode.Wire(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: owners,
-		Loader: s.accounts, Bus: s.bus, Logger: s.log}, s.schedules)
-	return err
-}
-
-// assembleMemory wires memories unless they are turned off.
-func (s *Server) assembleMemory(owners capabilities.OwnerOf) (err error) {
-	s.memory, err = memory.Wire(memory.Config{Options: s.cfg.Memory, Store: s.store, Registry: s.registry, Owners: owners, Logger: s.log},
-		s.schedules, s.retention)
-	return err
-}
-
-// assembleIntegrations wires connected accounts unless they are turned
-// off, and names them to those that stood in for them.
-func (s *Server) assembleIntegrations(w *wiring) (err error) {
-	s.integrations, err = integrations.Wire(integrations.Config{Options: s.cfg.Integrations, Store: s.store, Ring: s.ring, Owners: w.owners,
-		BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Registry: s.registry}, s.schedules, s.retention)
-	w.connections.Set(s.integrations)
-	return err
-}
-
-// assembleRemoteMCP wires remote MCP servers unless they are turned off.
-func (s *Server) assembleRemoteMCP(owners capabilities.OwnerOf) (err error) {
-	s.remoteMCP, err = remotemcp.Wire(remotemcp.Config{Options: s.cfg.RemoteMCP, Store: s.store, Ring: s.ring, Owners: owners,
-		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Bus: s.bus}, s.schedules, s.retention)
-	return err
-}
-
-// assembleMail wires mailboxes unless they are turned off: outbound mail
-// leaves through the transactional sender's mailer, and mail events reach
-// the event bus.
-func (s *Server) assembleMail(owners capabilities.OwnerOf) (err error) {
-	s.mail, s.smtpLn, err = mail.Wire(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: owners, Meter: s.meter, Audit: s.audit, Logger: s.log,
-		Outbox: s.outbox, Sender: s.txMail.RawSender,
-		Publish: func(ctx context.Context, db bun.IDB, typ string, data any) error {
-			_, err := s.events.Publish(ctx, db, typ, data)
-			return err
-		}}, s.registry, s.retention)
-	return err
-}
-
-// assembleFederation builds sign-in with Config.SignInProviders (the web
-// shell's /auth/external routes use it) and registers identityList and
-// identityUnlink; its tables exist whether or not providers are set.
-func (s *Server) assembleFederation(owners capabilities.OwnerOf) (err error) {
-	if err := s.retention.Add(fedtables.RetentionPolicies()...); err != nil {
-		return err
+func newMetrics(s *Server) *serverMetrics {
+	m := &serverMetrics{metrics.New()}
+	m.DBStats(s.store.DB.DB, "primary")
+	if s.store.Reader != nil && s.store.Reader != s.store.DB {
+		m.DBStats(s.store.Reader.DB, "reader")
 	}
-	if s.federation, err = federation.New(federation.Config{Store: s.store, BaseURL: s.cfg.BaseURL, Providers: s.cfg.SignInProviders}); err != nil {
-		return err
+	m.Queue(func(ctx context.Context) (int, int, error) { return outbox.Counts(ctx, s.store.Reader) })
+	m.Gauge("enclave_mcp_sessions", "Live MCP sessions (protocols before 2026-07-28).", func() float64 {
+		if s.mcp == nil {
+			return 0
+		}
+		return float64(s.mcp.Stats().Sessions)
+	})
+	m.Gauge("enclave_mcp_streams", "Open MCP GET streams.", func() float64 {
+		if s.mcp == nil {
+			return 0
+		}
+		return float64(s.mcp.Stats().Streams)
+	})
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "enclave_build_info", Help: "The running version.", ConstLabels: prometheus.Labels{"version": Version()}})
+	info.Set(1)
+	m.Registry().MustRegister(info)
+	return m
+}
+
+// overviewDays is accounts.OverviewSources.Days: the metrics' daily
+// rollup, read from the replica database.
+func (s *Server) overviewDays(ctx context.Context, n int, now time.Time) ([]accounts.OverviewDay, error) {
+	days, err := s.metrics.Daily.Read(ctx, s.store.Reader, n, now)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.registry.Register(s.federation.Capabilities(owners)...); err != nil {
-		return fmt.Errorf("register federation: %w", err)
+	var out []accounts.OverviewDay
+	for _, d := range days {
+		out = append(out, accounts.OverviewDay{Day: d.Day.Format(time.DateOnly), Calls: d.Calls, Denials: d.Denials})
 	}
-	return nil
+	return out, nil
 }
