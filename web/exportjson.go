@@ -39,6 +39,7 @@ func (h *Handler) exportManifestJSON(w http.ResponseWriter, r *http.Request) {
 		h.writeJSON(w, r, http.StatusInternalServerError, jsonError{Error: "internal_error", Message: "internal server error"})
 		return
 	}
+	h.setSecurityHeaders(w.Header(), r)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Disposition", `attachment; filename="enclave-export-manifest.json"`)
 	w.Header().Set("Cache-Control", "no-store")
