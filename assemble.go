@@ -3,7 +3,6 @@ package enclave
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -186,7 +185,7 @@ func (s *Server) assembleAccounts(ctx context.Context, w *wiring) error {
 	if acfg.Passkeys.RPName == "" {
 		acfg.Passkeys.RPName = s.cfg.SiteName // what the passkey prompt names
 	}
-	acfg.Passkeys = passkeyConfig(acfg.Passkeys, s.cfg.BaseURL)
+	acfg.Passkeys = acfg.Passkeys.ForBaseURL(s.cfg.BaseURL)
 	var err error
 	if s.accounts, err = accounts.New(ctx, s.store, *acfg); err != nil {
 		return err
@@ -504,23 +503,6 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-// passkeyConfig fills the WebAuthn relying party from the base URL: its
-// host is the relying party id and its origin the one origin passkeys
-// are used from.
-func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyConfig {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return c
-	}
-	if c.RPID == "" {
-		c.RPID = u.Hostname()
-	}
-	if len(c.Origins) == 0 {
-		c.Origins = []string{u.Scheme + "://" + u.Host}
-	}
-	return c
 }
 
 // serverMetrics wires the metrics to the server's parts.

@@ -278,15 +278,15 @@ func TestRootHoldsOnlyAssembly(t *testing.T) {
 // declarations gathered from the packages owning the tables. Behaviour
 // belongs to a domain's package (a Wire constructor, a Deferred, a
 // verifier) or a single-purpose internal package (httpmw, health,
-// adminaudit), never to a new root file; issue #27 moved 3067 lines down
-// to these. A budget only shrinks.
+// adminaudit), never to a new root file; issue #27 took the root from
+// 3067 production lines in 24 files to these. A budget only shrinks.
 var rootFiles = map[string]int{
 	"doc.go":              20,
-	"enclave.go":          370, // Config: mostly its documentation
-	"server.go":           480,
-	"assemble.go":         580,
-	"assemble_domains.go": 240,
-	"declarations.go":     115,
+	"enclave.go":          360, // Config: mostly its documentation
+	"server.go":           470,
+	"assemble.go":         550,
+	"assemble_domains.go": 235,
+	"declarations.go":     112,
 }
 
 // rootForeignMethods are methods that make a root type stand in for
