@@ -358,7 +358,7 @@ func (s *Server) RunBackground(ctx context.Context) {
 	}
 	all := []lanes.Lane{
 		// One lane purges every table past its retention window, in
-		// small batches, round-robin (see retention_policies.go).
+		// small batches, round-robin (see declarations.go).
 		lanes.Lane{Name: "retention", Every: time.Hour, Run: func(ctx context.Context) error {
 			_, err := s.PurgeExpired(ctx)
 			return err
