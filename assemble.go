@@ -2,14 +2,12 @@ package enclave
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
-	"net/http"
-	"net/url"
 	"slices"
-	"strconv"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
@@ -20,15 +18,25 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
+	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/features"
+	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/integrations/remotemcp"
+	"github.com/enclave-mcp/enclave/internal/adminaudit"
+	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/internal/envelope"
+	"github.com/enclave-mcp/enclave/internal/health"
+	"github.com/enclave-mcp/enclave/internal/metrics"
+	"github.com/enclave-mcp/enclave/internal/otelsql"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
+	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
 	"github.com/enclave-mcp/enclave/mcp/sqltasks"
 	"github.com/enclave-mcp/enclave/mcp/verifiers"
+	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -37,14 +45,69 @@ import (
 	"github.com/enclave-mcp/enclave/workspaces"
 )
 
+// New opens the stores named by cfg, applies pending migrations and builds
+// the HTTP surface. Close releases what it opened.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	store, err := storage.Open(ctx, storage.Config{
+		DataDir:     cfg.DataDir,
+		DatabaseURL: cfg.DatabaseURL,
+		BlobURL:     cfg.BlobURL,
+		KVURL:       cfg.KVURL,
+		QueueURL:    cfg.QueueURL,
+		KeeperURL:   cfg.KeeperURL,
+		Logger:      cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
+	otelsql.Instrument(store, cfg.TracerProvider)
+	if cfg.NoMigrate {
+		if err := migrations.CheckStart(ctx, store.DB, cfg.Migrations, cfg.Logger); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+	} else if err := migrations.ApplyAll(ctx, store.DB, cfg.Migrations, cfg.Logger); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus,
+		health: &health.Probe{Store: store, Sources: cfg.Migrations, Version: Version(), Log: cfg.Logger}}
+	if s.bus == nil {
+		b, err := cluster.Open(ctx, cluster.OpenOptions{BusURL: cfg.BusURL, DatabaseURL: cfg.DatabaseURL, DB: store.DB.DB, Logger: cfg.Logger})
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("enclave: %w", err)
+		}
+		s.bus, s.ownBus = b, true
+	}
+	s.metrics = newMetrics(s)
+	if err := s.assemble(ctx); err != nil {
+		if s.ownBus {
+			s.bus.Close()
+		}
+		store.Close()
+		return nil, fmt.Errorf("enclave: %w", err)
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
 // wiring carries what one assembly step hands to a later one.
 type wiring struct {
-	auditKey []byte             // keys the audit log's hashes
-	accounts accounts.Config    // as the accounts service was built
-	clientIP *web.ClientIP      // one client-address rule for every transport
-	limiter  *ratelimit.Limiter // one SQL limiter for every transport
-	pages    *loginConsent      // the OAuth pages, forwarded to the web shell
+	auditKey []byte              // keys the audit log's hashes
+	accounts accounts.Config     // as the accounts service was built
+	clientIP *web.ClientIP       // one client-address rule for every transport
+	limiter  *ratelimit.Limiter  // one SQL limiter for every transport
+	pages    *web.PagesForwarder // the OAuth pages, forwarded to the web shell
 	owners   capabilities.OwnerOf
+	admin    adminaudit.Recorder // audits admin and account actions
+	// connections stands for integrations before they are wired (the
+	// outbound gateway and the account deletion use them).
+	connections integrations.Deferred
 }
 
 // assemble builds the domain services on the open store and registers the
@@ -56,20 +119,20 @@ func (s *Server) assemble(ctx context.Context) error {
 		func() error { return s.openKeys(ctx, w) },
 		func() error { return s.assembleAccounts(ctx, w) },
 		func() error { return s.assembleOAuth(ctx, w) },
-		s.assembleLifecycle,
+		func() error { return s.assembleLifecycle(w) },
 		func() error { return s.assembleRegistry(ctx, w) },
 		s.assembleEvents,
 		func() error { w.owners = lifecycle.Owners(s.accounts); return s.assembleBuiltins(w) },
 		func() error { return s.assembleBuckets(w.owners) },
 		func() error { return s.assembleCodeMode(w.owners) },
 		func() error { return s.assembleMemory(w.owners) },
-		s.assembleEnterpriseAuth,
-		func() error { return s.assembleIntegrations(w.owners) },
+		func() error { return s.retention.Add(oauth.EnterpriseRetentionPolicies()...) },
+		func() error { return s.assembleIntegrations(w) },
 		func() error { return s.assembleRemoteMCP(w.owners) },
-		func() error { return s.assembleCommunity(w.owners) },
+		func() error { return s.assembleCommunity(w) },
 		func() error { return s.assembleMail(w.owners) },
 		func() error { return s.assembleFederation(w.owners) },
-		func() error { return s.assembleWorkspaces(ctx) },
+		func() error { return s.assembleWorkspaces(ctx, w) },
 		func() error { return s.assembleWeb(w) },
 		func() error { return s.assembleMCP(ctx) },
 	} {
@@ -92,6 +155,9 @@ func (s *Server) openKeys(ctx context.Context, w *wiring) error {
 		return err
 	}
 	s.audit = audit.New(s.store, w.auditKey, s.log)
+	w.admin = adminaudit.Recorder{Log: s.audit, StableIDByUsername: func(ctx context.Context, username string) (string, error) {
+		return accounts.StableIDByUsername(ctx, s.store.Reader, username)
+	}}
 	s.ring = ring
 	return nil
 }
@@ -119,14 +185,19 @@ func (s *Server) assembleAccounts(ctx context.Context, w *wiring) error {
 	if acfg.Passkeys.RPName == "" {
 		acfg.Passkeys.RPName = s.cfg.SiteName // what the passkey prompt names
 	}
-	acfg.Passkeys = passkeyConfig(acfg.Passkeys, s.cfg.BaseURL)
+	acfg.Passkeys = acfg.Passkeys.ForBaseURL(s.cfg.BaseURL)
 	var err error
 	if s.accounts, err = accounts.New(ctx, s.store, *acfg); err != nil {
 		return err
 	}
 	s.secrets = secrets.NewWithRing(s.store, s.ring)
 	s.outbox = outbox.New(s.ring)
-	s.assembleTransactionalMail()
+	// The platform's own mail (verification, reset and setup links,
+	// notices, invitations), written through the outbox; the web shell and
+	// the account, workspace and feedback mailers get it directly.
+	s.txMail = mail.NewTransactional(mail.TransactionalConfig{Mailer: s.cfg.Mailer, Outbox: s.outbox,
+		Production: s.cfg.Production, Logger: s.log})
+	s.accountMail = mail.NewAccountMail(s.txMail, s.store.DB, s.cfg.SiteName, s.cfg.BaseURL)
 	return nil
 }
 
@@ -148,7 +219,7 @@ func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 	// The web shell renders the OAuth login and consent pages; it is built
 	// after the OAuth server (it lists and revokes grants), so the OAuth
 	// server reaches it through a forwarder set below.
-	w.pages = &loginConsent{}
+	w.pages = &web.PagesForwarder{}
 	if oopts.LoginConsent == nil {
 		oopts.LoginConsent = w.pages
 	}
@@ -164,7 +235,7 @@ func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 
 // assembleLifecycle collects the ownership inventory and the retention
 // declarations and builds the account lifecycle (deletion, export).
-func (s *Server) assembleLifecycle() error {
+func (s *Server) assembleLifecycle(w *wiring) error {
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
 		return err
@@ -173,7 +244,10 @@ func (s *Server) assembleLifecycle() error {
 		Logger: s.log,
 		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
 			return s.oauth.RevokeAll(ctx, o.ID)
-		}}, s.integrationsDeletionHook(), s.remoteMCPDeletionHook()},
+		}}, {Name: "revoke connected accounts", Run: w.connections.RevokeAll}, // best effort, each attempt audited
+			{Name: "revoke remote MCP server tokens", Run: func(ctx context.Context, o storage.Owner) error {
+				return s.remoteMCP.RevokeAll(ctx, o) // nil (off or not built yet): nothing
+			}}},
 		// A deletion the deletion-resume lane finished is audited like one
 		// the account holder finished, with the reason "resumed".
 		Resumed: func(ctx context.Context, o storage.Owner) {
@@ -207,10 +281,10 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 		flags = s.features
 	}
 	if !s.cfg.CodeMode.Disabled {
-		s.cfg.QuotaLimits = codeModeQuota(s.cfg.QuotaLimits)
+		s.cfg.QuotaLimits = codemode.QuotaLimits(s.cfg.QuotaLimits)
 	}
 	if !s.cfg.RemoteMCP.Disabled {
-		s.cfg.QuotaLimits = remoteMCPQuota(s.cfg.QuotaLimits)
+		s.cfg.QuotaLimits = remotemcp.QuotaLimits(s.cfg.QuotaLimits)
 	}
 	if q == nil && s.cfg.QuotaLimits.Enabled() {
 		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
@@ -221,7 +295,7 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
-		Auditor:    burstAuditor{s.audit, s},
+		Auditor:    events.BurstAuditor{Next: s.audit, Bursts: s.burstPublisher},
 		// The operator's command-line actions, audited by the choke point
 		// with the operator as the actor.
 		OperatorAudit: s.audit,
@@ -254,23 +328,23 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
 	if s.features != nil {
-		caps = append(caps, s.auditedAdmin(s.features.Capabilities())...)
+		caps = append(caps, w.admin.Admin(s.features.Capabilities())...)
 	}
 	caps = append(caps, s.audit.Capability())
 	caps = append(caps, s.oauth.Capabilities(owners)...)
-	caps = append(caps, s.auditedAdmin(s.oauth.AdminCapabilities())...)
-	caps = append(caps, s.auditedAdmin(s.accounts.InviteCapabilities())...)
+	caps = append(caps, w.admin.Admin(s.oauth.AdminCapabilities())...)
+	caps = append(caps, w.admin.Admin(s.accounts.InviteCapabilities())...)
 	caps = append(caps, s.accounts.AccountCapabilities(accounts.AccountOptions{
 		EmailChange:    s.accountMail,
 		Verification:   s.accountMail.MailVerificationLink,
 		UsernameChange: s.accountMail,
 		EmailRelease:   s.accountMail,
-		Audit:          s.auditAccount,
+		Audit:          w.admin.Account,
 	})...)
 	if !s.cfg.OAuth.AllowUnverifiedEmail {
 		// The purge of unverified sign-ups on demand (also a retention
 		// lane); off, like the lane, when unverified accounts may work.
-		caps = append(caps, s.auditedAdmin([]capabilities.Capability{s.lifecycle.PurgeCapability(lifecycle.AuditPurge(s.audit))})...)
+		caps = append(caps, w.admin.Admin([]capabilities.Capability{s.lifecycle.PurgeCapability(lifecycle.AuditPurge(s.audit))})...)
 	}
 	// The setup link of an account an admin creates is mailed through the
 	// outbox, in the creating transaction.
@@ -283,13 +357,13 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 	caps = append(caps, s.lifecycle.OperatorCapabilities()...)
 	caps = append(caps, s.secrets.OperatorCapability(), s.oauth.OperatorCapability())
 	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.overviewDays}))
-	caps = append(caps, s.eventCapabilities()...)
+	caps = append(caps, w.admin.Admin(append(s.events.WebhookCapabilities(), s.feedback.Capabilities()...))...)
 	olim := s.cfg.Outbound
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
 		olim.DailyRequests = n // --quota outbound=N/day
 	}
 	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log,
-		Connections: serverConnections{s}})
+		Connections: &w.connections})
 	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
@@ -299,7 +373,7 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 
 // assembleWorkspaces builds workspaces when configured; they come before
 // the web shell, whose pages for them exist when their capabilities do.
-func (s *Server) assembleWorkspaces(ctx context.Context) error {
+func (s *Server) assembleWorkspaces(ctx context.Context, w *wiring) error {
 	o := s.cfg.Workspaces
 	if o == nil {
 		return nil
@@ -309,12 +383,20 @@ func (s *Server) assembleWorkspaces(ctx context.Context) error {
 		Store: s.store, Registry: s.registry, Jobs: s.jobs, Mailer: s.accountMail, BaseURL: s.cfg.BaseURL,
 		DataDir: s.cfg.DataDir, Dir: o.Dir, MaxOpen: o.MaxOpen, Schema: o.Schema, InvitationTTL: o.InvitationTTL, Logger: s.log,
 		MaxFileSize: o.MaxFileSize, FileTypes: o.FileTypes, IdempotencyTTL: o.IdempotencyTTL,
-		Audit: s.auditWorkspace, InvitationLimit: s.invitationLimit(o.InvitationsPerDay),
-		Reauthenticate: s.reauthenticateKeyMaker,
+		Audit: w.admin.Workspace, InvitationLimit: workspaces.InvitationLimitOf(s.meter, o.InvitationsPerDay),
+		// Making a key takes the current password and, with a second
+		// factor, a fresh proof of one.
+		Reauthenticate: func(ctx context.Context, c capabilities.Caller, p workspaces.KeyProof) error {
+			return s.accounts.SecondFactors.ReauthenticateCaller(ctx, c, p.Password,
+				accounts.FactorProof{Code: p.Code, PasskeyToken: p.PasskeyToken, PasskeyCredential: p.PasskeyCredential})
+		},
 	}); err != nil {
 		return err
 	}
-	s.wireWorkspaceKeys()
+	// Keys die with the password: a password change or reset, and every
+	// change of second factors that signs the account out everywhere,
+	// revokes the account's keys in its own transaction.
+	s.accounts.OnPasswordChange(s.workspaces.RevokeUserKeysInTx)
 	if err := s.workspaces.Inventory(s.inventory); err != nil {
 		return err
 	}
@@ -354,7 +436,7 @@ func (s *Server) assembleWeb(w *wiring) error {
 	if s.web, err = web.New(wopts); err != nil {
 		return err
 	}
-	w.pages.web = s.web
+	w.pages.Set(s.web)
 	return nil
 }
 
@@ -367,12 +449,19 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
-		mopts.Verifier = verifiers.OAuth{Server: s.oauth, Cache: s.newCallerCache()}
+		cache, stop, err := verifiers.NewCallerCache(verifiers.CacheConfig{TTL: s.cfg.CallerCacheTTL, Bus: s.bus,
+			DB: s.store.DB, Reader: s.store.Reader, Accounts: s.accounts, OAuth: s.oauth, Metrics: s.metrics.Metrics, Logger: s.log})
+		if err != nil {
+			return err
+		}
+		s.stopNotices = stop
+		mopts.Verifier = verifiers.OAuth{Server: s.oauth, Cache: cache}
 	}
 	if s.workspaces != nil {
 		mopts.Verifier = verifiers.WorkspaceKeys{Next: mopts.Verifier, Keys: s.workspaces, Accounts: s.accounts, Resource: func() string { return s.mcp.Resource() }}
 	}
-	mopts.Verifier = burstVerifier{verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientIP}, s}
+	mopts.Verifier = verifiers.Bursts{TokenVerifier: verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientnet.Addr},
+		Bursts: s.burstPublisher}
 	if mopts.Version == "" {
 		mopts.Version = Version()
 	}
@@ -380,7 +469,7 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 		mopts.Name = s.cfg.SiteName
 	}
 	if mopts.Instructions == "" {
-		mopts.Instructions = s.defaultInstructions(mopts.Name)
+		mopts.Instructions = mcp.DefaultInstructions(mopts.Name, s.registry.Has)
 	}
 	if mopts.Logger == nil {
 		mopts.Logger = s.log
@@ -416,197 +505,44 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 	return nil
 }
 
-// loginConsent forwards the OAuth login and consent pages to the web shell.
-type loginConsent struct{ web *web.Handler }
+// serverMetrics wires the metrics to the server's parts.
+type serverMetrics struct{ *metrics.Metrics }
 
-func (l *loginConsent) Login(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest) (int64, bool) {
-	return l.web.Login(w, r, req)
-}
-
-func (l *loginConsent) Consent(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) (bool, bool) {
-	return l.web.Consent(w, r, req, userID)
-}
-
-// ConsentScopes forwards oauth.ScopedConsent (the admin scope's checkbox).
-func (l *loginConsent) ConsentScopes(w http.ResponseWriter, r *http.Request, req *oauth.AuthorizeRequest, userID int64) ([]string, bool, bool) {
-	return l.web.ConsentScopes(w, r, req, userID)
-}
-
-// AuthorizeError forwards oauth.ErrorPage: the shell's error page.
-func (l *loginConsent) AuthorizeError(w http.ResponseWriter, r *http.Request, e *oauth.AuthorizeError) {
-	l.web.AuthorizeError(w, r, e)
-}
-
-// adminAuditActions names the audit action of each admin capability whose
-// calls are recorded in the audit log, whatever the transport (MCP, web
-// shell, CLI): who acted, from which address, on which client or flag.
-var adminAuditActions = map[string]string{
-	"adminOAuthClientBlock":          "admin_client_block",
-	"adminOAuthClientUnblock":        "admin_client_unblock",
-	"adminOAuthClientBlockHost":      "admin_client_host_block",
-	"adminOAuthClientUnblockHost":    "admin_client_host_unblock",
-	"adminInviteCreate":              "admin_invite_create",
-	"adminInviteRevoke":              "admin_invite_revoke",
-	"adminFeatureSet":                "admin_feature_set",
-	"adminWebhookCreate":             "admin_webhook_create",
-	"adminWebhookDelete":             "admin_webhook_delete",
-	"adminFeedbackUpdate":            "admin_feedback_update",
-	"adminFeedbackGet":               "admin_feedback_get",
-	"adminUnverifiedAccountPurgeRun": "admin_unverified_purge_run",
-}
-
-// auditedAdmin wraps the handlers of the capabilities named in
-// adminAuditActions so that every call that reaches them (the registry
-// has let it through) is recorded with the acting admin's hash and, for a
-// client block, the client's id; for a feature flag change, Reason says
-// which flag and what it became ("beta on", "beta on for role admin",
-// "beta off").
-func (s *Server) auditedAdmin(caps []capabilities.Capability) []capabilities.Capability {
-	for i := range caps {
-		action, ok := adminAuditActions[caps[i].Name]
-		if !ok || caps[i].Handler == nil {
-			continue
-		}
-		next := caps[i].Handler
-		caps[i].Handler = func(ctx context.Context, call *capabilities.Call, args json.RawMessage) (capabilities.Result, error) {
-			res, err := next(ctx, call, args)
-			var in struct {
-				ClientID string `json:"clientId"`
-				Name     string `json:"name"`
-				Enabled  bool   `json:"enabled"`
-				Role     string `json:"role"`
-				ID       string `json:"id"`
-				DryRun   bool   `json:"dryRun"`
-				Host     string `json:"host"`
-			}
-			_ = json.Unmarshal(args, &in)
-			result := audit.ResultSuccess
-			if err != nil || res.IsError {
-				result = audit.ResultFailure
-			}
-			e := audit.Event{Category: audit.CategoryAccount, Action: action, Result: result, IPHash: s.audit.HashIP(clientIP(ctx))}
-			if len(in.ClientID) <= 256 {
-				e.ClientID = in.ClientID
-			}
-			if action == "admin_feature_set" {
-				e.Reason = featureChange(in.Name, in.Enabled, in.Role)
-			}
-			if strings.HasPrefix(action, "admin_feedback_") && in.ID != "" && len(in.ID) <= 64 {
-				// Which submission the admin read or changed; the id is not
-				// validated yet (an unknown one is audited too), so it is
-				// quoted unless plain, like a feature flag's name.
-				e.Reason = "feedback " + auditName(in.ID)
-			}
-			if strings.HasPrefix(action, "admin_client_host_") && len(in.Host) <= 256 {
-				e.Reason = "host " + auditName(in.Host)
-			}
-			if action == "admin_unverified_purge_run" && in.DryRun {
-				e.Reason = "dry run"
-			}
-			if call != nil && call.Caller.UserID != "" {
-				e.UserHash = s.audit.HashUser(call.Caller.UserID)
-			}
-			_ = s.audit.Record(ctx, e)
-			return res, err
-		}
+func newMetrics(s *Server) *serverMetrics {
+	m := &serverMetrics{metrics.New()}
+	m.DBStats(s.store.DB.DB, "primary")
+	if s.store.Reader != nil && s.store.Reader != s.store.DB {
+		m.DBStats(s.store.Reader.DB, "reader")
 	}
-	return caps
-}
-
-// featureChange describes a feature flag change for the audit log,
-// bounded so that a refused call's oversized arguments are not stored.
-func featureChange(name string, enabled bool, role string) string {
-	if len(name) > 128 || len(role) > 128 {
-		return "flag name or role too long"
-	}
-	// A refused call's name or role is not validated: quote anything that
-	// is not a plain name, so no control or format character (a line
-	// break, an escape, a bidi override) reaches the log as it is.
-	name, role = auditName(name), auditName(role)
-	d := name + " off"
-	if enabled {
-		d = name + " on"
-		if role != "" {
-			d += " for role " + role
+	m.Queue(func(ctx context.Context) (int, int, error) { return outbox.Counts(ctx, s.store.Reader) })
+	m.Gauge("enclave_mcp_sessions", "Live MCP sessions (protocols before 2026-07-28).", func() float64 {
+		if s.mcp == nil {
+			return 0
 		}
-	}
-	return d
-}
-
-// auditName returns s when it is printable ASCII without quotes or
-// backslashes, else s quoted in ASCII with Go escapes.
-func auditName(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' || c >= 0x7f || c == '"' || c == '\\' {
-			return strconv.QuoteToASCII(s)
+		return float64(s.mcp.Stats().Sessions)
+	})
+	m.Gauge("enclave_mcp_streams", "Open MCP GET streams.", func() float64 {
+		if s.mcp == nil {
+			return 0
 		}
-	}
-	return s
+		return float64(s.mcp.Stats().Streams)
+	})
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "enclave_build_info", Help: "The running version.", ConstLabels: prometheus.Labels{"version": Version()}})
+	info.Set(1)
+	m.Registry().MustRegister(info)
+	return m
 }
 
-// passkeyConfig fills the WebAuthn relying party from the base URL: its
-// host is the relying party id and its origin the one origin passkeys
-// are used from.
-func passkeyConfig(c accounts.PasskeyConfig, baseURL string) accounts.PasskeyConfig {
-	u, err := url.Parse(baseURL)
+// overviewDays is accounts.OverviewSources.Days: the metrics' daily
+// rollup, read from the replica database.
+func (s *Server) overviewDays(ctx context.Context, n int, now time.Time) ([]accounts.OverviewDay, error) {
+	days, err := s.metrics.Daily.Read(ctx, s.store.Reader, n, now)
 	if err != nil {
-		return c
+		return nil, err
 	}
-	if c.RPID == "" {
-		c.RPID = u.Hostname()
+	var out []accounts.OverviewDay
+	for _, d := range days {
+		out = append(out, accounts.OverviewDay{Day: d.Day.Format(time.DateOnly), Calls: d.Calls, Denials: d.Denials})
 	}
-	if len(c.Origins) == 0 {
-		c.Origins = []string{u.Scheme + "://" + u.Host}
-	}
-	return c
-}
-
-// assembleCodeMode builds code mode unless it is turned off: its
-// capabilities, the provider of package exports, and the job lane.
-func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) error {
-	if s.cfg.CodeMode.Disabled {
-		return nil
-	}
-	svc, err := codemode.New(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: owners,
-		Loader: s.accounts, Bus: s.bus, Logger: s.log})
-	if err != nil {
-		return err
-	}
-	if err := s.registry.AddProvider(codemode.ExportPrefix, svc.Provider()); err != nil {
-		return err
-	}
-	if err := s.registry.Register(svc.Capabilities()...); err != nil {
-		return fmt.Errorf("register code mode: %w", err)
-	}
-	if err := s.schedules.Add(svc.Schedule()); err != nil {
-		return err
-	}
-	s.codemode = svc
-	return nil
-}
-
-// codeModeQuota puts execute, packageSave and every package export in the
-// quota class of code runs, limited to codemode.DefaultDailyRuns a day
-// unless the operator set that class's limit (--quota execute=N/day).
-func codeModeQuota(l quota.Limits) quota.Limits {
-	classes := maps.Clone(l.Classes)
-	if classes == nil {
-		classes = map[string]string{}
-	}
-	// packageRun calls the export's own capability, which counts; a save
-	// counts too (each stores up to 1 MiB of sources).
-	for _, name := range []string{"execute", "packageSave", codemode.ExportPrefix + "*"} {
-		if _, set := classes[name]; !set {
-			classes[name] = codemode.QuotaClass
-		}
-	}
-	daily := maps.Clone(l.Daily)
-	if daily == nil {
-		daily = map[string]int64{}
-	}
-	if _, set := daily[codemode.QuotaClass]; !set {
-		daily[codemode.QuotaClass] = codemode.DefaultDailyRuns
-	}
-	l.Classes, l.Daily = classes, daily
-	return l
+	return out, nil
 }

@@ -1,54 +1,35 @@
 package enclave
 
 import (
-	"context"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/capabilities/outbound"
-	"github.com/enclave-mcp/enclave/capabilities/secrets"
 	"github.com/enclave-mcp/enclave/cluster"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/events"
-	"github.com/enclave-mcp/enclave/features"
 	"github.com/enclave-mcp/enclave/federation"
-	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
-	"github.com/enclave-mcp/enclave/internal/envelope"
-	"github.com/enclave-mcp/enclave/internal/lanes"
-	"github.com/enclave-mcp/enclave/internal/outbox"
-	"github.com/enclave-mcp/enclave/internal/requestid"
-	"github.com/enclave-mcp/enclave/internal/tracing"
-	"github.com/enclave-mcp/enclave/jobs"
+	"github.com/enclave-mcp/enclave/internal/httpmw"
 	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
-	"github.com/enclave-mcp/enclave/retention"
-	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 	"github.com/enclave-mcp/enclave/workspaces"
@@ -319,6 +300,9 @@ type Config struct {
 // DefaultAddr is the listen address used when Config.Addr is empty.
 const DefaultAddr = "127.0.0.1:8080"
 
+// DefaultBodyReadTimeout is the default of Config.BodyReadTimeout.
+const DefaultBodyReadTimeout = httpmw.DefaultBodyReadTimeout
+
 // withDefaults fills the zero fields and validates the result.
 func (c Config) withDefaults() (Config, error) {
 	if c.Addr == "" {
@@ -362,438 +346,12 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Server is an assembled enclave server.
-type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *storage.Store
-	handler http.Handler
+// OverviewDay is one day of the admin overview's chart.
+//
+// Deprecated: use accounts.OverviewDay (adminOverview lives in accounts).
+type OverviewDay = accounts.OverviewDay
 
-	accounts  *accounts.Service
-	registry  *capabilities.Registry
-	inventory *storage.Inventory
-	lifecycle *lifecycle.Service
-	secrets   *secrets.Service
-	audit     *audit.Log
-	mcp       *mcp.Server
-	oauth     *oauth.Server
-	web       *web.Handler
-	ring      *envelope.Ring
-	outbox    *outbox.Outbox
-	jobs      *jobs.Queue
-	schedules *schedules.Set
-	features  *features.Store
-	meter     *quota.Meter
-	retention *retention.Set
-	events    *events.Bus
-	bursts    *events.BurstPublisher
-	feedback  *feedback.Service
-	bus       cluster.Bus
-	ownBus    bool
-	unfollow  func() // stops following data-key rotations on the bus
-	// stopNotices stops reading other processes' caller-cache
-	// invalidations from SQL (set when no cluster bus links them).
-	stopNotices func()
-	outbound    *outbound.Gateway
-
-	// workspaces is nil unless Config.Workspaces is set.
-	workspaces *workspaces.Service
-	// codemode is nil when Config.CodeMode.Disabled is set.
-	codemode *codemode.Service
-	// buckets is nil when Config.Buckets.Disabled is set.
-	buckets *buckets.Service
-	// memory is nil when Config.Memory.Disabled is set.
-	memory *memory.Service
-	// integrations is nil when Config.Integrations.Disabled is set.
-	integrations *integrations.Service
-	// remoteMCP is nil when Config.RemoteMCP.Disabled is set.
-	remoteMCP *remotemcp.Service
-	// federation signs people in with external providers (never nil).
-	federation *federation.Service
-	// community is nil when the community (or code mode) is off.
-	community *community.Service
-	// mail is nil when Config.Mail.Disabled is set; smtpLn is its
-	// listener, bound at assembly when Config.Mail.SMTPListen is set.
-	mail   *mail.Service
-	smtpLn net.Listener
-	// txMail sends the platform's own mail (mail.Transactional, never nil
-	// after assembly).
-	txMail *mail.Transactional
-	// accountMail writes the account, workspace and feedback mail and
-	// sends it through txMail; the domains' mailers are wired to it.
-	accountMail *mail.AccountMail
-
-	metrics  *serverMetrics
-	draining atomic.Bool
-	ready    readyCache
-
-	closeOnce sync.Once
-	closeErr  error
-}
-
-// New opens the stores named by cfg, applies pending migrations and builds
-// the HTTP surface. Close releases what it opened.
-func New(ctx context.Context, cfg Config) (*Server, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	store, err := storage.Open(ctx, storage.Config{
-		DataDir:     cfg.DataDir,
-		DatabaseURL: cfg.DatabaseURL,
-		BlobURL:     cfg.BlobURL,
-		KVURL:       cfg.KVURL,
-		QueueURL:    cfg.QueueURL,
-		KeeperURL:   cfg.KeeperURL,
-		Logger:      cfg.Logger,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("enclave: %w", err)
-	}
-	traceSQL(store, cfg.TracerProvider)
-	if cfg.NoMigrate {
-		if err := checkMigrated(ctx, store, cfg); err != nil {
-			store.Close()
-			return nil, fmt.Errorf("enclave: %w", err)
-		}
-	} else if err := applyMigrations(ctx, store, cfg); err != nil {
-		store.Close()
-		return nil, fmt.Errorf("enclave: %w", err)
-	}
-	s := &Server{cfg: cfg, log: cfg.Logger, store: store, bus: cfg.Bus}
-	if s.bus == nil {
-		b, err := cluster.Open(ctx, cluster.OpenOptions{BusURL: cfg.BusURL, DatabaseURL: cfg.DatabaseURL, DB: store.DB.DB, Logger: cfg.Logger})
-		if err != nil {
-			store.Close()
-			return nil, fmt.Errorf("enclave: %w", err)
-		}
-		s.bus, s.ownBus = b, true
-	}
-	s.metrics = newMetrics(s)
-	if err := s.assemble(ctx); err != nil {
-		if s.ownBus {
-			s.bus.Close()
-		}
-		store.Close()
-		return nil, fmt.Errorf("enclave: %w", err)
-	}
-	s.handler = s.routes()
-	return s, nil
-}
-
-// Bus returns the cluster bus linking this replica to the others (an
-// in-process bus on a single replica).
-func (s *Server) Bus() cluster.Bus { return s.bus }
-
-// Config returns the configuration in force, defaults filled in.
-func (s *Server) Config() Config { return s.cfg }
-
-// Store returns the server's stores, for embedders that keep their own data
-// beside enclave's.
-func (s *Server) Store() *storage.Store { return s.store }
-
-// Registry returns the capability registry: register your own capabilities
-// on it (before serving). Every call, from any transport, passes its Invoke.
-func (s *Server) Registry() *capabilities.Registry { return s.registry }
-
-// Accounts returns the account service (users, roles, sessions).
-func (s *Server) Accounts() *accounts.Service { return s.accounts }
-
-// Inventory returns the ownership inventory: register every table, blob
-// prefix and KV prefix your capabilities keep per user, so that export and
-// deletion cover them. Check it in a test with Inventory().Check.
-func (s *Server) Inventory() *storage.Inventory { return s.inventory }
-
-// Lifecycle returns the account export and deletion service.
-func (s *Server) Lifecycle() *lifecycle.Service { return s.lifecycle }
-
-// OAuth returns the authorization server.
-func (s *Server) OAuth() *oauth.Server { return s.oauth }
-
-// Web returns the web shell (account and admin pages).
-func (s *Server) Web() *web.Handler { return s.web }
-
-// Secrets returns the per-user secrets service.
-func (s *Server) Secrets() *secrets.Service { return s.secrets }
-
-// Jobs returns the durable post-commit job queue: register each job kind
-// on it before Run, and enqueue jobs inside your transactions (see
-// package jobs).
-func (s *Server) Jobs() *jobs.Queue { return s.jobs }
-
-// Schedules returns the set of periodic schedules: add yours before Run
-// (see package schedules).
-func (s *Server) Schedules() *schedules.Set { return s.schedules }
-
-// Features returns the default SQL feature-flag store, or nil when
-// Config.Features replaced it.
-func (s *Server) Features() *features.Store { return s.features }
-
-// Workspaces returns the workspaces service (register workspace
-// operations with workspaces.Register), or nil when Config.Workspaces is
-// nil.
-func (s *Server) Workspaces() *workspaces.Service { return s.workspaces }
-
-// CodeMode returns the code mode service, or nil when
-// Config.CodeMode.Disabled turned it off.
-func (s *Server) CodeMode() *codemode.Service { return s.codemode }
-
-// Buckets returns the storage buckets service, or nil when
-// Config.Buckets.Disabled turned it off.
-func (s *Server) Buckets() *buckets.Service { return s.buckets }
-
-// Memory returns the memory service, or nil when Config.Memory.Disabled
-// turned it off.
-func (s *Server) Memory() *memory.Service { return s.memory }
-
-// Quota returns the SQL quota meter: it counts the outbound gateway's
-// requests, and capability calls unless Config.Quota replaced it.
-func (s *Server) Quota() *quota.Meter { return s.meter }
-
-// Outbound returns the secret-aware outbound gateway: an embedder's
-// capability handler sends a request on its caller's behalf with
-// Outbound().Do(ctx, call.Caller, req), under the same rules as the
-// httpRequest capability.
-func (s *Server) Outbound() *outbound.Gateway { return s.outbound }
-
-// InvokeBackground runs a capability for the user with stable id userID as
-// a non-interactive caller: what jobs and schedules use. The account's
-// roles and state are loaded fresh; the registry refuses suspended and
-// deleting accounts and capabilities marked InteractiveOnly, exactly as it
-// would for a request.
-func (s *Server) InvokeBackground(ctx context.Context, userID, name string, args json.RawMessage) (capabilities.Result, error) {
-	caller, err := s.accounts.LoadCaller(ctx, userID)
-	if errors.Is(err, capabilities.ErrUnknownUser) {
-		return capabilities.Result{}, capabilities.Errorf(capabilities.CodeNotFound, "no such account")
-	}
-	if err != nil {
-		s.log.ErrorContext(ctx, "loading a background caller failed; it holds no roles", "err", err)
-		caller = capabilities.FailClosed(userID, nil)
-	}
-	caller.Interactive = false
-	caller.Session = false
-	caller.AllScopes = true
-	return s.registry.Invoke(ctx, caller, name, args)
-}
-
-// Audit returns the security audit log.
-func (s *Server) Audit() *audit.Log { return s.audit }
-
-// Handler returns the server's whole HTTP surface. It can be mounted in an
-// embedder's mux or served by an embedder's http.Server.
-func (s *Server) Handler() http.Handler { return s.handler }
-
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle(mcp.Path, s.mcp)
-	mux.HandleFunc("GET /account/export.json", s.accountExport)
-	mux.HandleFunc("GET "+remotemcp.ClientMetadataPath+"/{id}", s.remoteMCPClientDocument)
-	s.oauth.Register(mux)
-	mux.Handle("/", s.web)
-	var routed http.Handler = mux
-	if s.cfg.TracerProvider != nil {
-		routed = tracing.Route(mux)
-	}
-	inner := s.withClientIP(s.accessLog(recoverPanics(s.log, s.cors(s.canonicalHost(routed)))))
-	traced := tracing.HTTP(tracing.Tracer(s.cfg.TracerProvider), func(r *http.Request) string { return routeClass(r.URL.Path) }, requestid.FromContext, inner)
-	return bodyDeadline(s.cfg.BodyReadTimeout, requestid.Middleware(traced))
-}
-
-// Run listens on Config.Addr and serves until ctx ends, then shuts down
-// gracefully. It does not close the stores: call Close after Run returns.
-func (s *Server) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("enclave: listen: %w", err)
-	}
-	return s.Serve(ctx, ln)
-}
-
-// Serve serves on ln until ctx ends, then stops accepting, lets requests in
-// flight finish for up to Config.ShutdownTimeout, and closes the rest.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	if s.cfg.MetricsAddr != "" {
-		stopMetrics, err := s.serveMetrics(s.cfg.MetricsAddr)
-		if err != nil {
-			_ = hs.Close()
-			return err
-		}
-		defer stopMetrics()
-	}
-	defer s.serveSMTP()()
-	bgctx, stopBackground := context.WithCancel(context.Background())
-	bgdone := make(chan struct{})
-	go func() { s.RunBackground(bgctx); close(bgdone) }()
-	defer func() { stopBackground(); <-bgdone }()
-	s.log.Info("serving", "addr", ln.Addr().String(), "base_url", s.cfg.BaseURL)
-	select {
-	case err := <-errc:
-		return fmt.Errorf("enclave: serve: %w", err)
-	case <-ctx.Done():
-	}
-	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
-	// Stop accepting, and end the open MCP streams at once: they would
-	// otherwise hold Shutdown until the timeout. Calls in flight finish.
-	s.draining.Store(true)
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer cancel()
-	hs.RegisterOnShutdown(s.mcp.CloseStreams)
-	if err := hs.Shutdown(sctx); err != nil {
-		s.log.Warn("graceful shutdown timed out; closing connections", "err", err)
-		_ = hs.Close()
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("enclave: serve: %w", err)
-	}
-	return nil
-}
-
-// RunBackground runs, until ctx ends, the outbox relay (mail written in
-// the same transaction as its link, delivered with retries) and the
-// periodic lanes (the retention program, interrupted account deletions).
-// Serve and Run start it themselves; call it when you serve Handler from
-// your own http.Server.
-// Every replica runs it: each outbox row and each lane's period is taken by
-// one replica.
-func (s *Server) RunBackground(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	handlers := map[string]outbox.Handler{mail.TransactionalTopic: s.txMail.Handler()}
-	maps.Copy(handlers, s.mailOutboxHandlers())
-	for topic, h := range s.jobs.Topics() {
-		handlers[topic] = h
-	}
-	relay := outbox.NewRelay(s.store, s.ring, s.log, handlers)
-	relay.OnAttempt = s.metrics.JobHandled
-	wg.Go(func() { relay.Run(ctx) })
-	wg.Go(func() { s.flushMetricsLoop(ctx) })
-	if s.meter != nil {
-		wg.Go(func() { s.meter.Run(ctx) })
-	}
-	all := []lanes.Lane{
-		// One lane purges every table past its retention window, in
-		// small batches, round-robin (see retention_policies.go).
-		lanes.Lane{Name: "retention", Every: time.Hour, Run: func(ctx context.Context) error {
-			_, err := s.PurgeExpired(ctx)
-			return err
-		}},
-		// Deletions a store failure or a crash interrupted are finished
-		// here; the grace period leaves one still running alone.
-		lanes.Lane{Name: "deletion-resume", Every: 10 * time.Minute, Run: func(ctx context.Context) error {
-			_, err := s.lifecycle.ResumeDeletions(ctx, 5*time.Minute)
-			return err
-		}},
-	}
-	if s.workspaces != nil {
-		// Jobs an op recorded in its workspace file but could not move to
-		// the outbox (SQLite; a crash or a failure after the commit).
-		all = append(all, lanes.Lane{Name: "workspace-jobs", Every: time.Minute, Run: func(ctx context.Context) error {
-			_, err := s.workspaces.SweepPendingJobs(ctx, time.Minute, 200)
-			return err
-		}})
-	}
-	for _, l := range s.schedules.Lanes() {
-		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
-	}
-	sched := lanes.New(s.store.DB, s.log, all...)
-	sched.OnRun = s.metrics.LaneRan
-	sched.Run(ctx)
-}
-
-// Retention returns the retention declarations: one policy per table.
-// An embedder declares its own tables' policies here (for example
-// srv.Retention().Add(retention.UntilAccountDeleted("notes"))) and checks
-// them in a test with srv.Retention().Check(ctx, srv.Store().DB).
-func (s *Server) Retention() *retention.Set { return s.retention }
-
-// PurgeExpired runs the retention program once: every table past its
-// window loses its expired rows, in batches of Config.RetentionBatch,
-// round-robin, within Config.RetentionBudget. RunBackground runs it hourly
-// as the "retention" lane on one replica at a time.
-func (s *Server) PurgeExpired(ctx context.Context) (retention.Report, error) {
-	r := &retention.Runner{
-		DB: s.store.DB, Set: s.retention, Batch: s.cfg.RetentionBatch, Budget: s.cfg.RetentionBudget,
-		Logger: s.log, OnPurge: s.metrics.Purged,
-	}
-	return r.Run(ctx)
-}
-
-// flushMetricsLoop writes the in-memory daily counts to SQL every minute,
-// and once more when ctx ends (shutdown), so they survive a restart.
-func (s *Server) flushMetricsLoop(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := s.metrics.Daily.Flush(fctx, s.store.DB); err != nil {
-				s.log.Warn("daily metrics not saved at shutdown", "err", err)
-			}
-			return
-		case <-t.C:
-			if err := s.metrics.Daily.Flush(ctx, s.store.DB); err != nil && ctx.Err() == nil {
-				s.log.Warn("daily metrics flush", "err", err)
-			}
-		}
-	}
-}
-
-// Close releases the stores. It is safe to call more than once.
-func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		if s.mcp != nil {
-			s.mcp.Close()
-		}
-		if s.txMail != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-			if err := s.txMail.Close(ctx); err != nil {
-				s.log.Warn("queued mail not sent before shutdown", "err", err)
-			}
-			cancel()
-		}
-		if s.smtpLn != nil {
-			_ = s.smtpLn.Close() // when never served
-		}
-		if s.codemode != nil {
-			s.codemode.Close() // run records not yet written
-		}
-		if s.workspaces != nil {
-			if err := s.workspaces.Close(); err != nil {
-				s.log.Warn("close workspace files", "err", err)
-			}
-		}
-		if s.bursts != nil {
-			s.bursts.Close() // the denials counted in the last moments
-		}
-		if s.unfollow != nil {
-			s.unfollow()
-		}
-		if s.stopNotices != nil {
-			s.stopNotices()
-		}
-		if s.ownBus {
-			s.bus.Close()
-		}
-		s.closeErr = s.store.Close()
-	})
-	return s.closeErr
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+// OverviewOutput is the output of adminOverview.
+//
+// Deprecated: use accounts.OverviewOutput.
+type OverviewOutput = accounts.OverviewOutput

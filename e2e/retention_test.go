@@ -37,7 +37,7 @@ func TestRetentionCoversTheSchema(t *testing.T) {
 }
 
 const (
-	retentionBegin = "<!-- retention:begin (generated from retention_policies.go; ENCLAVE_UPDATE_DOCS=1 go test -run TestDataDocRetentionIsCurrent ./e2e/ rewrites it) -->\n"
+	retentionBegin = "<!-- retention:begin (generated from declarations.go; ENCLAVE_UPDATE_DOCS=1 go test -run TestDataDocRetentionIsCurrent ./e2e/ rewrites it) -->\n"
 	retentionEnd   = "<!-- retention:end -->"
 )
 

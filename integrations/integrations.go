@@ -108,6 +108,8 @@ type Config struct {
 	BaseURL string
 	Audit   Auditor
 	Logger  *slog.Logger
+	// Registry is where Wire registers the capabilities (New ignores it).
+	Registry *capabilities.Registry
 	// HTTPClient talks to providers (token, revocation, discovery). The
 	// default bounds each exchange by Timeout, follows no redirect and
 	// reads at most MaxMetadataBytes of an answer.
@@ -450,8 +452,12 @@ var revokeAllBudget = RevokeAllBudget
 
 // RevokeAll revokes every connection of o at its provider (best effort,
 // each attempt recorded) before the account's rows are deleted. It never
-// fails the deletion: a provider that does not answer is recorded.
+// fails the deletion: a provider that does not answer is recorded. A nil
+// service (integrations off) revokes nothing.
 func (s *Service) RevokeAll(ctx context.Context, o storage.Owner) error {
+	if s == nil { // the feature is off
+		return nil
+	}
 	var rows []connRow
 	if err := s.store.DB.NewSelect().Model(&rows).Where("user_id = ?", o.ID).Scan(ctx); err != nil {
 		return fmt.Errorf("integrations: revoke all: %w", err)

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -25,5 +26,23 @@ func TestInstructionsAtInitialize(t *testing.T) {
 	}
 	if got, ok := initialize(newFixture(t))["instructions"]; ok {
 		t.Fatalf("instructions = %v without Options.Instructions", got)
+	}
+}
+
+// DefaultInstructions names the site and a domain's capability only when
+// the registry holds it.
+func TestDefaultInstructionsNameOnlyWhatIsOn(t *testing.T) {
+	none := DefaultInstructions("Acme", func(string) bool { return false })
+	if !strings.HasPrefix(none, "Acme ") || !strings.Contains(none, "capabilitiesSearch") {
+		t.Fatalf("instructions without domains: %q", none)
+	}
+	for _, name := range []string{"execute", "memorySave", "httpRequest"} {
+		if strings.Contains(none, name) {
+			t.Errorf("%s named while off: %q", name, none)
+		}
+		on := DefaultInstructions("Acme", func(n string) bool { return n == name })
+		if !strings.Contains(on, name) {
+			t.Errorf("%s not named while on: %q", name, on)
+		}
 	}
 }

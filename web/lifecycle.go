@@ -46,6 +46,7 @@ func (h *Handler) lifecycleRoutes(handle func(string, http.HandlerFunc)) {
 		handle("GET /account/export", user(h.exportPage))
 		handle("GET /account/export/manifest.json", user(h.exportManifest))
 		handle("GET /account/export/data.json", user(h.exportData))
+		handle("GET "+pathExportJSON, h.exportManifestJSON)
 		handle("GET "+pathAccountDelete, h.deletionUser(h.deleteForm))
 		handle("POST "+pathAccountDelete, h.LimitCredentials(h.deletionUser(h.deleteAccount)).ServeHTTP)
 	}

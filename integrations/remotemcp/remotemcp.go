@@ -403,8 +403,12 @@ func (s *Service) Remove(ctx context.Context, o storage.Owner, name string) (Rem
 }
 
 // RevokeAll revokes every token of the owner's servers, best effort,
-// before the account's rows are deleted.
+// before the account's rows are deleted. A nil service (the feature
+// off) revokes nothing.
 func (s *Service) RevokeAll(ctx context.Context, o storage.Owner) error {
+	if s == nil { // the feature is off
+		return nil
+	}
 	var rows []serverRow
 	if err := s.store.DB.NewSelect().Model(&rows).Where("user_id = ? AND token_ciphertext <> ''", o.ID).Scan(ctx); err != nil {
 		return fmt.Errorf("remotemcp: revoke all: %w", err)

@@ -82,9 +82,11 @@ func under(p string, dirs ...string) bool {
 var transports = []string{"mcp", "web", "oauth"}
 
 // mayImportTransports are the packages that sit above the transports:
-// the root assembling a server, the binary and its CLI, the test kit,
-// the end-to-end suites, the benchmarks and the examples (embedders).
-var mayImportTransports = []string{"cmd", "internal/cli", "enclavetest", "e2e", "bench", "examples"}
+// the root assembling a server, the middleware around its whole HTTP
+// surface (it knows the transports' paths), the binary and its CLI, the
+// test kit, the end-to-end suites, the benchmarks and the examples
+// (embedders).
+var mayImportTransports = []string{"cmd", "internal/cli", "internal/httpmw", "enclavetest", "e2e", "bench", "examples"}
 
 // No domain package imports a transport, directly or through another
 // package (one of mayImportTransports, say): data flows transport →
@@ -247,6 +249,9 @@ func TestRootHoldsOnlyAssembly(t *testing.T) {
 				if n.Recv != nil && n.Name.Name == "VerifyToken" {
 					t.Errorf("%s: a token verifier (%s) in the root: put it next to what it verifies (mcp/verifiers)", fset.Position(n.Pos()), n.Name.Name)
 				}
+				if n.Recv != nil && slices.Contains(rootForeignMethods, n.Name.Name) {
+					t.Errorf("%s: %s in the root implements another package's interface (a forwarder, an auditor, a handler): put it in that domain's package", fset.Position(n.Pos()), n.Name.Name)
+				}
 			case *ast.CallExpr:
 				sel, ok := n.Fun.(*ast.SelectorExpr)
 				if !ok {
@@ -264,5 +269,56 @@ func TestRootHoldsOnlyAssembly(t *testing.T) {
 	}
 	if checked < 5 {
 		t.Fatalf("only %d root production files checked", checked)
+	}
+}
+
+// rootFiles are the root's production files, each with its line budget:
+// the Config and its defaults, the Server's exported methods, New and
+// the named wiring steps, the optional domains' steps and the
+// declarations gathered from the packages owning the tables. Behaviour
+// belongs to a domain's package (a Wire constructor, a Deferred, a
+// verifier) or a single-purpose internal package (httpmw, health,
+// adminaudit), never to a new root file; issue #27 took the root from
+// 3067 production lines in 24 files to these. A budget only shrinks.
+var rootFiles = map[string]int{
+	"doc.go":              20,
+	"enclave.go":          360, // Config: mostly its documentation
+	"server.go":           470,
+	"assemble.go":         550,
+	"assemble_domains.go": 235,
+	"declarations.go":     112,
+}
+
+// rootForeignMethods are methods that make a root type stand in for
+// another package's: an HTTP handler or middleware, a denial auditor, a
+// refusal observer, the OAuth pages' forwarder, a connections source.
+var rootForeignMethods = []string{"ServeHTTP", "RecordDenial", "TokenRefused", "Login", "Consent", "ConsentScopes", "AuthorizeError", "Use", "RevokeAll"}
+
+// The root holds only the files of rootFiles, each within its budget.
+func TestRootFilesAndBudgets(t *testing.T) {
+	files, err := filepath.Glob("../../*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		name := filepath.Base(f)
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		seen[name] = true
+		budget, ok := rootFiles[name]
+		if !ok {
+			t.Errorf("%s is a new root production file: put the behaviour in its domain's package or a single-purpose internal/ package, and the wiring step in assemble.go", name)
+			continue
+		}
+		if n := lines(t, f); n > budget {
+			t.Errorf("%s has %d lines, over its budget of %d: move behaviour out of the root, do not raise the budget", name, n, budget)
+		}
+	}
+	for name := range rootFiles {
+		if !seen[name] {
+			t.Errorf("rootFiles names %s, which is gone: drop it", name)
+		}
 	}
 }

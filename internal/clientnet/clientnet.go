@@ -3,7 +3,10 @@
 // an IPv6 /64), so that both name one client the same way.
 package clientnet
 
-import "net/netip"
+import (
+	"context"
+	"net/netip"
+)
 
 // Network returns the client network of an address: the /24 of an IPv4
 // address (an IPv4-mapped IPv6 address counts as IPv4), the /64 of an IPv6
@@ -29,4 +32,19 @@ func Network(ip string) string {
 		return ""
 	}
 	return p.String()
+}
+
+type addrKey struct{}
+
+// WithAddr returns ctx carrying its request's client address (as the web
+// shell's rate limits record it): what the audit log hashes and the
+// denial-burst alert counts, whatever the transport.
+func WithAddr(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, addrKey{}, addr)
+}
+
+// Addr returns the client address WithAddr put in ctx, or "".
+func Addr(ctx context.Context) string {
+	a, _ := ctx.Value(addrKey{}).(string)
+	return a
 }

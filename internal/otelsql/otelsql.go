@@ -13,6 +13,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/enclave-mcp/enclave/internal/tracing"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // Hook is a bun query hook that gives each statement run inside a
@@ -121,4 +124,26 @@ func plainIdent(s string) bool {
 		}
 	}
 	return true
+}
+
+// Instrument gives the store's SQL handles the query hook that records a
+// span per statement run inside a traced request. Call it right after
+// storage.Open, before anything else holds the handles; without a
+// provider it changes nothing (bun then builds no query events at all).
+func Instrument(store *storage.Store, tp trace.TracerProvider) {
+	system := "sqlite"
+	if store.Dialect() == storage.Postgres {
+		system = "postgresql" // OpenTelemetry's db.system.name
+	}
+	hook := New(tracing.Tracer(tp), system)
+	if hook == nil {
+		return
+	}
+	same := store.Reader == store.DB
+	store.DB = store.DB.WithQueryHook(hook)
+	if same {
+		store.Reader = store.DB
+	} else if store.Reader != nil {
+		store.Reader = store.Reader.WithQueryHook(hook)
+	}
 }

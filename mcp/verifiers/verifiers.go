@@ -11,10 +11,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/internal/callercache"
+	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/workspaces"
@@ -193,4 +196,25 @@ func RefusalReason(err error) string {
 		}
 	}
 	return "invalid"
+}
+
+// Bursts counts every /mcp token refusal of Next (made-up, expired,
+// revoked, wrong audience, …) for the denial-burst alert: per client
+// network, and per user when the verifier named the token's user
+// (mcp.RefusalObserver). The wrapped verifier's own observer, if any,
+// hears of the refusal first.
+type Bursts struct {
+	mcp.TokenVerifier
+	// Bursts returns the publisher counting denials (nil: none yet).
+	Bursts func() *events.BurstPublisher
+}
+
+// TokenRefused implements mcp.RefusalObserver.
+func (v Bursts) TokenRefused(ctx context.Context, info mcp.TokenInfo, err error) {
+	if o, ok := v.TokenVerifier.(mcp.RefusalObserver); ok {
+		o.TokenRefused(ctx, info, err)
+	}
+	if b := v.Bursts(); b != nil {
+		b.Observe(ctx, time.Now(), info.UserID, clientnet.Addr(ctx))
+	}
 }

@@ -1,4 +1,4 @@
-package enclave
+package adminaudit
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package enclave
+package httpmw
 
 import (
 	"io"
@@ -14,7 +14,7 @@ import (
 // answer that takes longer after the body has arrived is not.
 func TestBodyDeadline(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	ts := httptest.NewServer(bodyDeadline(timeout, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(BodyDeadline(timeout, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.ReadAll(r.Body); err != nil {
 			http.Error(w, "slow body", http.StatusBadRequest)
 			return
@@ -65,7 +65,7 @@ func TestBodyDeadline(t *testing.T) {
 // Content-Length body.
 func TestBodyDeadlineChunkedAndExpectContinue(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	ts := httptest.NewServer(bodyDeadline(timeout, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(BodyDeadline(timeout, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.ReadAll(r.Body); err != nil {
 			http.Error(w, "slow body", http.StatusBadRequest)
 			return

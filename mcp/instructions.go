@@ -1,13 +1,13 @@
-package enclave
+package mcp
 
 import "strings"
 
-// defaultInstructions is what MCP clients are told about the server at
-// initialize when Config.MCP.Instructions is empty: what the server is,
-// how to find its capabilities without reading every tool, and the
-// domains that are on. It names only capabilities the registry holds.
-func (s *Server) defaultInstructions(site string) string {
-	has := s.registry.Has
+// DefaultInstructions is what clients are told about a server at
+// initialize when Options.Instructions is empty: what the server named
+// site is, how to find its capabilities without reading every tool, and
+// the domains that are on. It names only capabilities has reports
+// (capabilities.Registry.Has).
+func DefaultInstructions(site string, has func(name string) bool) string {
 	var b strings.Builder
 	b.WriteString(site + " is a multi-user MCP server: every tool acts for the signed-in account, on that account's own data, within its roles and permissions.")
 	b.WriteString(" To find the tool for a task, call capabilitiesSearch with a few keywords; whoami tells who is signed in and what they may do.")

@@ -1,4 +1,4 @@
-package enclave
+package httpmw
 
 import (
 	"io"
@@ -7,16 +7,16 @@ import (
 	"time"
 )
 
-// DefaultBodyReadTimeout is the default of Config.BodyReadTimeout.
+// DefaultBodyReadTimeout is the body read timeout a server uses unless told otherwise.
 const DefaultBodyReadTimeout = 30 * time.Second
 
-// bodyDeadline bounds how long a request body may take to arrive. The
+// BodyDeadline bounds how long a request body may take to arrive. The
 // server's ReadHeaderTimeout only covers the headers, and a ReadTimeout
 // would also end long streaming responses (MCP's SSE), so the deadline is
 // set per request, on the connection, and cleared as soon as the body has
 // been read to its end: a client trickling a body a byte at a time
 // (slowloris) is cut off, and a long answer is not.
-func bodyDeadline(timeout time.Duration, next http.Handler) http.Handler {
+func BodyDeadline(timeout time.Duration, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 			rc := http.NewResponseController(w)

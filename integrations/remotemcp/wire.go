@@ -1,0 +1,87 @@
+package remotemcp
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+
+	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/retention"
+	"github.com/enclave-mcp/enclave/schedules"
+)
+
+// Wire plugs remote MCP servers into a server: it declares the retention
+// of their tables in policies (they exist whether or not the feature is
+// on) and, unless cfg.Disabled is set, builds the service and registers
+// on cfg.Registry its capabilities and the provider offering each
+// server's tools to its owner, and in lanes the lane renewing tokens and
+// tool lists. The service is nil when turned off.
+func Wire(cfg Config, lanes *schedules.Set, policies *retention.Set) (*Service, error) {
+	if err := policies.Add(RetentionPolicies()...); err != nil {
+		return nil, err
+	}
+	if cfg.Disabled {
+		return nil, nil
+	}
+	svc, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Registry.AddProvider(Prefix, svc.Provider()); err != nil {
+		return nil, err
+	}
+	if err := cfg.Registry.Register(svc.Capabilities()...); err != nil {
+		return nil, fmt.Errorf("register remote MCP servers: %w", err)
+	}
+	if err := lanes.Add(svc.Schedule()); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+// QuotaLimits puts every remote tool's capability in the quota class
+// QuotaClass ("remote"), limited to DefaultDailyCalls a day unless l
+// already sets that class's limit (--quota remote=N/day).
+func QuotaLimits(l quota.Limits) quota.Limits {
+	classes := maps.Clone(l.Classes)
+	if classes == nil {
+		classes = map[string]string{}
+	}
+	if _, set := classes[Prefix+"*"]; !set {
+		classes[Prefix+"*"] = QuotaClass
+	}
+	daily := maps.Clone(l.Daily)
+	if daily == nil {
+		daily = map[string]int64{}
+	}
+	if _, set := daily[QuotaClass]; !set {
+		daily[QuotaClass] = DefaultDailyCalls
+	}
+	l.Classes, l.Daily = classes, daily
+	return l
+}
+
+// ServeClientDocument serves GET ClientMetadataPath/{id}: the client ID
+// metadata document enclave presents, as client_id, to a remote server's
+// authorization server. A nil service (the feature off) answers 404.
+func (s *Service) ServeClientDocument(w http.ResponseWriter, r *http.Request) {
+	if s == nil {
+		http.NotFound(w, r)
+		return
+	}
+	doc, err := s.ClientDocument(r.Context(), r.PathValue("id"))
+	if errors.Is(err, ErrNotFound) {
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "remote MCP client document", "err", err)
+		http.Error(w, "The document is not available now.", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_ = json.NewEncoder(w).Encode(doc)
+}
