@@ -2,7 +2,6 @@ package codemode
 
 import (
 	"fmt"
-	"maps"
 
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -37,24 +36,7 @@ func Wire(cfg Config, lanes *schedules.Set) (*Service, error) {
 // quota class of code runs (QuotaClass), limited to DefaultDailyRuns a day
 // unless l already sets that class's limit (--quota execute=N/day).
 func QuotaLimits(l quota.Limits) quota.Limits {
-	classes := maps.Clone(l.Classes)
-	if classes == nil {
-		classes = map[string]string{}
-	}
 	// packageRun calls the export's own capability, which counts; a save
 	// counts too (each stores up to 1 MiB of sources).
-	for _, name := range []string{"execute", "packageSave", ExportPrefix + "*"} {
-		if _, set := classes[name]; !set {
-			classes[name] = QuotaClass
-		}
-	}
-	daily := maps.Clone(l.Daily)
-	if daily == nil {
-		daily = map[string]int64{}
-	}
-	if _, set := daily[QuotaClass]; !set {
-		daily[QuotaClass] = DefaultDailyRuns
-	}
-	l.Classes, l.Daily = classes, daily
-	return l
+	return l.WithDefaultClass(QuotaClass, DefaultDailyRuns, "execute", "packageSave", ExportPrefix+"*")
 }

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -56,6 +57,32 @@ type Limits struct {
 	Classes map[string]string
 	// Flush is how often counts go to SQL and totals come back. Default 1 s.
 	Flush time.Duration
+}
+
+// WithDefaultClass returns a copy of l in which each capability name (a
+// name ending in "*" is a prefix) not already given a class is in class,
+// and class is limited to daily calls a day unless l already sets its
+// limit: how a domain declares the quota its capabilities fall under
+// while an operator's --quota settings still win. l is not changed.
+func (l Limits) WithDefaultClass(class string, daily int64, names ...string) Limits {
+	classes := maps.Clone(l.Classes)
+	if classes == nil {
+		classes = map[string]string{}
+	}
+	for _, name := range names {
+		if _, set := classes[name]; !set {
+			classes[name] = class
+		}
+	}
+	limits := maps.Clone(l.Daily)
+	if limits == nil {
+		limits = map[string]int64{}
+	}
+	if _, set := limits[class]; !set {
+		limits[class] = daily
+	}
+	l.Classes, l.Daily = classes, limits
+	return l
 }
 
 // Enabled reports whether any class has a limit.

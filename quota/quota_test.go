@@ -132,3 +132,23 @@ func BenchmarkAllow(b *testing.B) {
 		}
 	}
 }
+
+// TestWithDefaultClass: a domain's default class and limit fill only what
+// the operator left unset, and the limits given are not changed.
+func TestWithDefaultClass(t *testing.T) {
+	op := quota.Limits{Daily: map[string]int64{"runs": 7}, Classes: map[string]string{"execute": "default"}}
+	got := op.WithDefaultClass("runs", 100, "execute", "packageSave", "pkg_*")
+	if got.Classes["execute"] != "default" || got.Classes["packageSave"] != "runs" || got.Classes["pkg_*"] != "runs" {
+		t.Fatalf("classes %v", got.Classes)
+	}
+	if got.Daily["runs"] != 7 {
+		t.Fatalf("the operator's limit was replaced: %v", got.Daily)
+	}
+	if len(op.Classes) != 1 || len(op.Daily) != 1 {
+		t.Fatalf("the given limits changed: %+v", op)
+	}
+	fresh := quota.Limits{}.WithDefaultClass("remote", 500, "mcp_*")
+	if fresh.Daily["remote"] != 500 || fresh.ClassOf("mcp_a__b") != "remote" || fresh.ClassOf("memorySave") == "remote" {
+		t.Fatalf("from nothing: %+v", fresh)
+	}
+}

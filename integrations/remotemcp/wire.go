@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 
 	"github.com/enclave-mcp/enclave/quota"
@@ -45,22 +44,7 @@ func Wire(cfg Config, lanes *schedules.Set, policies *retention.Set) (*Service, 
 // QuotaClass ("remote"), limited to DefaultDailyCalls a day unless l
 // already sets that class's limit (--quota remote=N/day).
 func QuotaLimits(l quota.Limits) quota.Limits {
-	classes := maps.Clone(l.Classes)
-	if classes == nil {
-		classes = map[string]string{}
-	}
-	if _, set := classes[Prefix+"*"]; !set {
-		classes[Prefix+"*"] = QuotaClass
-	}
-	daily := maps.Clone(l.Daily)
-	if daily == nil {
-		daily = map[string]int64{}
-	}
-	if _, set := daily[QuotaClass]; !set {
-		daily[QuotaClass] = DefaultDailyCalls
-	}
-	l.Classes, l.Daily = classes, daily
-	return l
+	return l.WithDefaultClass(QuotaClass, DefaultDailyCalls, Prefix+"*")
 }
 
 // ServeClientDocument serves GET ClientMetadataPath/{id}: the client ID
