@@ -107,8 +107,8 @@ func TestWorkspacePages(t *testing.T) {
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `<strong id="role">admin</strong>`) {
 		t.Fatalf("bob's page: %d", rec.Code)
 	}
-	// The last owner cannot leave: the page says why.
-	if rec := ann.do("POST", page+"/leave", url.Values{}); rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "at least one owner") {
+	// The last owner cannot leave: a conflict, and the page says why.
+	if rec := ann.do("POST", page+"/leave", url.Values{}); rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "at least one owner") {
 		t.Fatalf("last owner leaving: %d", rec.Code)
 	}
 	// An API key takes the current password, and is shown once.
