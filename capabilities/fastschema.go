@@ -6,6 +6,8 @@ import (
 	"reflect"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/enclave-mcp/enclave/internal/jsonscan"
 )
 
 // flatObject is a compiled check of the commonest input schema: an object
@@ -137,11 +139,11 @@ func (f *flatObject) validRaw(args []byte) bool {
 		return false
 	}
 	var seen uint64 // f.required[i] was given
-	i := skipSpace(args, 0)
+	i := jsonscan.Space(args, 0)
 	if i >= len(args) || args[i] != '{' {
 		return false
 	}
-	i = skipSpace(args, i+1)
+	i = jsonscan.Space(args, i+1)
 	if i < len(args) && args[i] == '}' {
 		i++
 	} else {
@@ -161,11 +163,11 @@ func (f *flatObject) validRaw(args []byte) bool {
 				return false
 			}
 			key := args[start:j]
-			i = skipSpace(args, j+1)
+			i = jsonscan.Space(args, j+1)
 			if i >= len(args) || args[i] != ':' {
 				return false
 			}
-			i = skipSpace(args, i+1)
+			i = jsonscan.Space(args, i+1)
 			// Its value.
 			t, known := f.props[string(key)]
 			if !known && f.closed {
@@ -184,7 +186,7 @@ func (f *flatObject) validRaw(args []byte) bool {
 					seen |= 1 << n
 				}
 			}
-			i = skipSpace(args, i)
+			i = jsonscan.Space(args, i)
 			if i >= len(args) {
 				return false
 			}
@@ -195,10 +197,10 @@ func (f *flatObject) validRaw(args []byte) bool {
 			if args[i] != ',' {
 				return false
 			}
-			i = skipSpace(args, i+1)
+			i = jsonscan.Space(args, i+1)
 		}
 	}
-	if skipSpace(args, i) != len(args) {
+	if jsonscan.Space(args, i) != len(args) {
 		return false
 	}
 	return seen == 1<<len(f.required)-1
@@ -215,18 +217,6 @@ func kindFits(t, kind flatType, integral bool) bool {
 	return kind == t
 }
 
-func skipSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\r', '\n':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
 // scanPrimitive reads the JSON string, number (without exponent) or
 // true/false at b[i:] and returns the index after it and its kind:
 // flatString, flatBoolean, flatInteger (a number without a fraction),
@@ -238,35 +228,11 @@ func scanPrimitive(b []byte, i int) (next int, kind flatType, integral bool) {
 	}
 	switch c := b[i]; {
 	case c == '"':
-		for j := i + 1; j < len(b); j++ {
-			switch c := b[j]; {
-			case c == '"':
-				return j + 1, flatString, false
-			case c < 0x20:
-				return j, 0, false
-			case c == '\\':
-				j++
-				if j >= len(b) {
-					return j, 0, false
-				}
-				switch b[j] {
-				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				case 'u':
-					if j+4 >= len(b) {
-						return j, 0, false
-					}
-					for _, h := range b[j+1 : j+5] {
-						if !isHex(h) {
-							return j, 0, false
-						}
-					}
-					j += 4
-				default:
-					return j, 0, false
-				}
-			}
+		end, _ := jsonscan.String(b, i)
+		if end < 0 {
+			return i, 0, false
 		}
-		return len(b), 0, false
+		return end, flatString, false
 	case c == 't':
 		if bytes.HasPrefix(b[i:], []byte("true")) {
 			return i + 4, flatBoolean, false
@@ -311,8 +277,4 @@ func scanPrimitive(b []byte, i int) (next int, kind flatType, integral bool) {
 		return j, kind, integral
 	}
 	return i, 0, false
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/enclave-mcp/enclave/internal/jsonscan"
 )
 
 // flatDecoder decodes the plainest arguments into a capability's input
@@ -117,13 +119,13 @@ func plainName(s string) bool {
 // reports whether it could; on false, v is to be zeroed and decoded by
 // json.Unmarshal.
 func (d *flatDecoder) decode(args []byte, v reflect.Value) bool {
-	i := skipSpace(args, 0)
+	i := jsonscan.Space(args, 0)
 	if i >= len(args) || args[i] != '{' {
 		return false
 	}
-	i = skipSpace(args, i+1)
+	i = jsonscan.Space(args, i+1)
 	if i < len(args) && args[i] == '}' {
-		return skipSpace(args, i+1) == len(args)
+		return jsonscan.Space(args, i+1) == len(args)
 	}
 	for {
 		if i >= len(args) || args[i] != '"' {
@@ -139,11 +141,11 @@ func (d *flatDecoder) decode(args []byte, v reflect.Value) bool {
 			return false
 		}
 		key := args[i+1 : j]
-		i = skipSpace(args, j+1)
+		i = jsonscan.Space(args, j+1)
 		if i >= len(args) || args[i] != ':' {
 			return false
 		}
-		i = skipSpace(args, i+1)
+		i = jsonscan.Space(args, i+1)
 		next, kind, _ := scanPrimitive(args, i)
 		if kind == 0 {
 			return false
@@ -155,15 +157,15 @@ func (d *flatDecoder) decode(args []byte, v reflect.Value) bool {
 		} else if d.folds(key) {
 			return false // encoding/json would match it to a field ignoring case
 		}
-		i = skipSpace(args, next)
+		i = jsonscan.Space(args, next)
 		if i >= len(args) {
 			return false
 		}
 		switch args[i] {
 		case '}':
-			return skipSpace(args, i+1) == len(args)
+			return jsonscan.Space(args, i+1) == len(args)
 		case ',':
-			i = skipSpace(args, i+1)
+			i = jsonscan.Space(args, i+1)
 		default:
 			return false
 		}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/enclave-mcp/enclave/internal/jsonscan"
 )
 
 // decodeEnvelope fills msg from a POST body as json.Unmarshal does (and
@@ -49,7 +51,7 @@ const maxScanDepth = 200
 // and decoded by json.Unmarshal.
 func fastEnvelope(b []byte, msg *envelope) bool {
 	var seenRPC, seenMethod, seenID, seenParams bool
-	i := skipWS(b, 0)
+	i := jsonscan.Space(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
 	}
@@ -92,7 +94,7 @@ func fastEnvelope(b []byte, msg *envelope) bool {
 		}
 		return false
 	})
-	return ok && skipWS(b, i) == len(b)
+	return ok && jsonscan.Space(b, i) == len(b)
 }
 
 // fastParams reads params holding only name, arguments and _meta.
@@ -141,7 +143,7 @@ func fastParams(b []byte, p *envelopeParams) bool {
 // printable ASCII without escapes fails it. It returns the index after
 // the object, and false when the object is malformed or member refused.
 func members(b []byte, i, depth int, plainKeys bool, member func(key []byte, start, end int) bool) (int, bool) {
-	i = skipWS(b, i+1)
+	i = jsonscan.Space(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1, true
 	}
@@ -149,20 +151,20 @@ func members(b []byte, i, depth int, plainKeys bool, member func(key []byte, sta
 		if i >= len(b) || b[i] != '"' {
 			return i, false
 		}
-		end, plain := scanString(b, i)
+		end, plain := jsonscan.String(b, i)
 		if end < 0 || plainKeys && !plain {
 			return i, false
 		}
 		key := b[i+1 : end-1]
-		i = skipWS(b, end)
+		i = jsonscan.Space(b, end)
 		if i >= len(b) || b[i] != ':' {
 			return i, false
 		}
-		start := skipWS(b, i+1)
+		start := jsonscan.Space(b, i+1)
 		if i = skipValue(b, start, depth+1); i < 0 || !member(key, start, i) {
 			return i, false
 		}
-		i = skipWS(b, i)
+		i = jsonscan.Space(b, i)
 		if i >= len(b) {
 			return i, false
 		}
@@ -170,7 +172,7 @@ func members(b []byte, i, depth int, plainKeys bool, member func(key []byte, sta
 		case '}':
 			return i + 1, true
 		case ',':
-			i = skipWS(b, i+1)
+			i = jsonscan.Space(b, i+1)
 		default:
 			return i, false
 		}
@@ -183,7 +185,7 @@ func plainString(v []byte) ([]byte, bool) {
 	if len(v) < 2 || v[0] != '"' {
 		return nil, false
 	}
-	if end, plain := scanString(v, 0); end != len(v) || !plain {
+	if end, plain := jsonscan.String(v, 0); end != len(v) || !plain {
 		return nil, false
 	}
 	return v[1 : len(v)-1], true
@@ -195,57 +197,6 @@ func intern(s []byte, common string) string {
 		return common
 	}
 	return string(s)
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\r', '\n':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// scanString checks the JSON string at b[i] (which is '"') and returns
-// the index after its closing quote, or -1 when it is not valid JSON;
-// plain reports that it holds printable ASCII only, without escapes.
-func scanString(b []byte, i int) (end int, plain bool) {
-	plain = true
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return j + 1, plain
-		case c < 0x20:
-			return -1, false
-		case c >= 0x7f:
-			plain = false
-		case c == '\\':
-			plain = false
-			j++
-			if j >= len(b) {
-				return -1, false
-			}
-			switch b[j] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if j+4 >= len(b) {
-					return -1, false
-				}
-				for _, h := range b[j+1 : j+5] {
-					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
-						return -1, false
-					}
-				}
-				j += 4
-			default:
-				return -1, false
-			}
-		}
-	}
-	return -1, false
 }
 
 // skipValue checks the JSON value at b[i] and returns the index after it,
@@ -268,7 +219,7 @@ func skipValue(b []byte, i, depth int) int {
 		if depth >= maxScanDepth {
 			return -1
 		}
-		i = skipWS(b, i+1)
+		i = jsonscan.Space(b, i+1)
 		if i < len(b) && b[i] == ']' {
 			return i + 1
 		}
@@ -276,7 +227,7 @@ func skipValue(b []byte, i, depth int) int {
 			if i = skipValue(b, i, depth+1); i < 0 {
 				return -1
 			}
-			i = skipWS(b, i)
+			i = jsonscan.Space(b, i)
 			if i >= len(b) {
 				return -1
 			}
@@ -284,13 +235,13 @@ func skipValue(b []byte, i, depth int) int {
 			case ']':
 				return i + 1
 			case ',':
-				i = skipWS(b, i+1)
+				i = jsonscan.Space(b, i+1)
 			default:
 				return -1
 			}
 		}
 	case c == '"':
-		end, _ := scanString(b, i)
+		end, _ := jsonscan.String(b, i)
 		return end
 	case c == 't':
 		return literal(b, i, "true")
