@@ -85,6 +85,9 @@ func TestChromiumMemoryJourney(t *testing.T) {
 		chromedp.EmulateViewport(1280, 900),
 		chromedp.SendKeys(chromedp.ID("memory-query"), `colour "teal`),
 		chromedp.Submit(chromedp.ID("memory-query")),
+		// The list before the search showed teal's card too: wait for the
+		// results page, which the other memory is not on.
+		chromedp.WaitNotPresent(chromedp.CSS(card(cats))),
 		chromedp.WaitVisible(chromedp.CSS(card(teal))),
 	)
 	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("section.memory").length`)); n != 1 {
