@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -203,5 +204,36 @@ func TestRegistrationLimitTrustsTheSameProxies(t *testing.T) {
 	}
 	if code := register("203.0.113.5:1000", "192.0.2.100"); code != http.StatusTooManyRequests {
 		t.Fatalf("untrusted peer again, another forwarded address: %d", code)
+	}
+}
+
+// The connections page's app form shows a refusal it can correct again
+// with the status every form gives it (formRefusal: 422 for a mistake in
+// its fields), the reason, and what was typed but the secret.
+func TestConnectionAppFormRefusalIs422(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, storage.SQLite)
+	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "cleo@example.com", Username: "cleo", Password: "a long password for cleo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+		t.Fatal(err)
+	}
+	cookie := rec.Result().Cookies()[0]
+	form := url.Values{"app_name": {"mine"}, "app_issuer": {"https://issuer.example.com"}, "app_client_id": {"client-kept"},
+		"app_client_secret": {"secret-never-shown"}, "app_hosts": {"10.0.0.1"}}
+	req := httptest.NewRequest("POST", "/account/connections/apps", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(cookie)
+	rec = httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	body := rec.Body.String()
+	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(body, `id="app-error"`) || !strings.Contains(body, "10.0.0.1") {
+		t.Fatalf("refused app: %d\n%.2000s", rec.Code, body)
+	}
+	if !strings.Contains(body, "client-kept") || strings.Contains(body, "secret-never-shown") {
+		t.Fatal("the form lost the client id or shows the secret")
 	}
 }
