@@ -135,10 +135,12 @@ func sessionMAC(key []byte, payload string) []byte {
 // account by its stable id, which is never given to another account (also
 // after deletion). It returns ErrNoSession when there is no cookie or it is
 // forged, expired, issued before the account was created, or issued at or
-// before the account's last password change; ErrSuspended for a suspended
-// account (also one being deleted: suspension wins); and ErrDeleting, with
-// the Session filled in, for an account being deleted (so the deletion flow can retry; every other path must
-// treat it as signed out). Any other error is internal: fail closed.
+// before the account's last password change; ErrSuspended, with the
+// Session filled in, for a suspended account (also one being deleted:
+// suspension wins), so that a caller can have the refusal decided and
+// audited by Registry.Invoke for that account; and ErrDeleting, with
+// the Session filled in, for an account being deleted (so the deletion flow can retry). Every path
+// must treat either as signed out. Any other error is internal: fail closed.
 func (s *Credentials) Authenticate(ctx context.Context, r *http.Request) (Session, error) {
 	c, err := r.Cookie(s.cookieName(r))
 	if err != nil {
@@ -198,7 +200,7 @@ func (s *Credentials) VerifySession(ctx context.Context, value string) (Session,
 	// Suspension wins over deletion: a suspended account's session works
 	// nowhere, the page that finishes a deletion included.
 	if sess.User.SuspendedAt != nil {
-		return Session{}, ErrSuspended
+		return sess, ErrSuspended
 	}
 	if sess.User.State() == StateDeleting {
 		return sess, ErrDeleting

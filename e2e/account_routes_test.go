@@ -1,17 +1,21 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
 )
@@ -69,10 +73,70 @@ func TestAccountExportJSON(t *testing.T) {
 	if strings.Contains(rec.Body.String(), "alice") {
 		t.Fatal("bob's manifest mentions alice")
 	}
+	// Byte for byte what the lifecycle's manifest encodes to (the time
+	// it was generated aside), with the same download headers.
+	var got lifecycle.Manifest
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	bob, err := srv.Accounts().Identity.UserByUsername(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := srv.Lifecycle().Manifest(ctx, storage.Owner{ID: bob.ID, StableID: bob.StableID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.GeneratedAt = got.GeneratedAt
+	var wantBody bytes.Buffer
+	enc := json.NewEncoder(&wantBody)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(want); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Body.String() != wantBody.String() {
+		t.Fatalf("bob's manifest differs from the lifecycle's:\n%s\nwant:\n%s", rec.Body, wantBody.String())
+	}
+	for k, v := range map[string]string{"Content-Type": "application/json", "Content-Disposition": `attachment; filename="enclave-export-manifest.json"`, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"} {
+		if got := rec.Header().Get(k); got != v {
+			t.Errorf("%s: %q, want %q", k, got, v)
+		}
+	}
+	if rec.Header().Get("Content-Security-Policy") == "" {
+		t.Error("no security headers")
+	}
 	forged := *cookies["bob"]
 	forged.Value = strings.Replace(forged.Value, "a", "b", 1)
 	if rec := get(&forged); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("forged cookie: %d", rec.Code)
+	}
+
+	// A suspended account's call reaches the registry, which refuses it
+	// and records the denial; the answer is the 403 it always was.
+	alice, err := srv.Accounts().Identity.UserByUsername(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Accounts().Lifecycle.Suspend(ctx, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	denials := func() []audit.Event {
+		page, err := srv.Audit().Query(ctx, audit.Filter{Category: "capability", Result: "denied", UserHash: srv.Audit().HashUser(alice.StableID)}, storage.PageRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return page.Items
+	}
+	if d := denials(); len(d) != 0 {
+		t.Fatalf("denials before the call: %+v", d)
+	}
+	rec = get(cookies["alice"])
+	if rec.Code != http.StatusForbidden || strings.TrimSpace(rec.Body.String()) != `{"error":"forbidden","message":"This account is suspended."}` {
+		t.Fatalf("suspended alice: %d %s", rec.Code, rec.Body)
+	}
+	d := denials()
+	if len(d) != 1 || d[0].Action != "tool:accountExportManifest" || d[0].Reason != "account_suspended" {
+		t.Fatalf("the suspended call's audit rows: %+v", d)
 	}
 }
 
@@ -140,5 +204,36 @@ func TestRegistrationLimitTrustsTheSameProxies(t *testing.T) {
 	}
 	if code := register("203.0.113.5:1000", "192.0.2.100"); code != http.StatusTooManyRequests {
 		t.Fatalf("untrusted peer again, another forwarded address: %d", code)
+	}
+}
+
+// The connections page's app form shows a refusal it can correct again
+// with the status every form gives it (formRefusal: 422 for a mistake in
+// its fields), the reason, and what was typed but the secret.
+func TestConnectionAppFormRefusalIs422(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, storage.SQLite)
+	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "cleo@example.com", Username: "cleo", Password: "a long password for cleo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+		t.Fatal(err)
+	}
+	cookie := rec.Result().Cookies()[0]
+	form := url.Values{"app_name": {"mine"}, "app_issuer": {"https://issuer.example.com"}, "app_client_id": {"client-kept"},
+		"app_client_secret": {"secret-never-shown"}, "app_hosts": {"10.0.0.1"}}
+	req := httptest.NewRequest("POST", "/account/connections/apps", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(cookie)
+	rec = httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	body := rec.Body.String()
+	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(body, `id="app-error"`) || !strings.Contains(body, "10.0.0.1") {
+		t.Fatalf("refused app: %d\n%.2000s", rec.Code, body)
+	}
+	if !strings.Contains(body, "client-kept") || strings.Contains(body, "secret-never-shown") {
+		t.Fatal("the form lost the client id or shows the secret")
 	}
 }

@@ -620,7 +620,9 @@ func (h *Handler) changePassword(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		status, msg, ok := userError(err)
 		if !ok {
-			h.renderCapabilityError(w, r, err)
+			// A refusal of the capability's own (its input's schema) is
+			// the form's to show, with the status every form gives it.
+			h.accountFormFailed(w, r, err, func(v *accountView, msg string) { v.PasswordError = msg })
 			return
 		}
 		if errors.Is(err, accounts.ErrInvalidCredentials) {
@@ -661,7 +663,7 @@ func (h *Handler) changeEmail(w http.ResponseWriter, r *http.Request) {
 		h.audit(r, audit.CategoryAccount, "email_change_request", audit.ResultFailure, auditReason(err), &cur)
 		status, msg, ok := userError(err)
 		if !ok {
-			h.renderCapabilityError(w, r, err)
+			h.accountFormFailed(w, r, err, func(v *accountView, msg string) { v.EmailError = msg })
 			return
 		}
 		if errors.Is(err, accounts.ErrInvalidCredentials) {

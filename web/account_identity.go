@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/mail"
 )
@@ -66,18 +65,16 @@ func (h *Handler) requestEmailRelease(w http.ResponseWriter, r *http.Request) {
 }
 
 // accountFormFailed answers a refused account form: the account page
-// again, with the capability's message on the form set and its status;
-// an internal failure is a 500 without detail.
+// again, with the refusal's message on the form set and the form's status
+// (formRefusal); an internal failure is a 500 without detail.
 func (h *Handler) accountFormFailed(w http.ResponseWriter, r *http.Request, err error, set func(*accountView, string)) {
-	ce, ok := errors.AsType[*capabilities.Error](err)
-	status := capabilityStatus(err)
-	if !ok || status >= 500 || ce.Message == "" {
+	status, msg, ok := formRefusal(w, err)
+	if !ok {
 		h.renderCapabilityError(w, r, err)
 		return
 	}
 	var v accountView
-	set(&v, pageMessage(ce.Message))
-	setRetryAfter(w, err)
+	set(&v, msg)
 	h.renderAccount(w, r, status, v)
 }
 

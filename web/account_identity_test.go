@@ -93,8 +93,8 @@ func TestAccountPageUsernameAndRelease(t *testing.T) {
 			t.Fatal("the account was not told of the rename")
 		}
 		expect(t, "bob takes ann's held name", bob.post("/account/username", url.Values{"username": {"ANN"}}), http.StatusConflict, "This username is taken.")
-		expect(t, "bob takes a reserved name", bob.post("/account/username", url.Values{"username": {"postmaster"}}), http.StatusBadRequest, "This username is reserved.")
-		expect(t, "bob: a malformed name", bob.post("/account/username", url.Values{"username": {"a"}}), http.StatusBadRequest, "Usernames are 3–32")
+		expect(t, "bob takes a reserved name", bob.post("/account/username", url.Values{"username": {"postmaster"}}), http.StatusUnprocessableEntity, "This username is reserved.")
+		expect(t, "bob: a malformed name", bob.post("/account/username", url.Values{"username": {"a"}}), http.StatusUnprocessableEntity, "Usernames are 3–32")
 		expect(t, "ann again within the cooldown", ann.post("/account/username", url.Values{"username": {"ann-third"}}), http.StatusConflict, "You changed your username recently")
 		if u, _ := h.opts.Accounts.Identity.UserByEmail(t.Context(), "bob@example.com"); u.Username != "bob" {
 			t.Fatalf("bob's refused changes renamed him %q", u.Username)

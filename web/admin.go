@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -141,9 +140,9 @@ func (h *Handler) adminUserAction(name, capability, notice string) http.HandlerF
 		err := h.invoke(r, capability, in, &out)
 		h.audit(r, audit.CategoryAccount, "admin_"+name, resultOf(err), auditReason(err), &accounts.User{StableID: sid})
 		if err != nil {
-			status := capabilityStatus(err)
-			ce, isCE := errors.AsType[*capabilities.Error](err)
-			if !isCE || status >= 500 || status == http.StatusNotFound {
+			// An unknown account has no page to show again.
+			status, msg, ok := formRefusal(w, err)
+			if !ok || capabilities.CodeOf(err) == capabilities.CodeNotFound {
 				h.renderCapabilityError(w, r, err)
 				return
 			}
@@ -152,8 +151,7 @@ func (h *Handler) adminUserAction(name, capability, notice string) http.HandlerF
 				h.renderCapabilityError(w, r, err)
 				return
 			}
-			setRetryAfter(w, err)
-			h.renderAdminUser(w, r, status, cur.User, pageMessage(ce.Message))
+			h.renderAdminUser(w, r, status, cur.User, msg)
 			return
 		}
 		admin := PrincipalFrom(r.Context()).Session.User
@@ -176,14 +174,12 @@ func (h *Handler) adminCreateUser(w http.ResponseWriter, r *http.Request) {
 		Email: f.Email, Username: f.Username, Verified: r.PostFormValue("verified") == "1",
 	}, &out)
 	if err != nil {
-		status := capabilityStatus(err)
-		ce, isCE := errors.AsType[*capabilities.Error](err)
-		if !isCE || status >= 500 || capabilities.CodeOf(err) == capabilities.CodeNotFound {
+		status, msg, ok := formRefusal(w, err)
+		if !ok || capabilities.CodeOf(err) == capabilities.CodeNotFound {
 			h.renderCapabilityError(w, r, err)
 			return
 		}
-		f.Error = pageMessage(ce.Message)
-		setRetryAfter(w, err)
+		f.Error = msg
 		h.render(w, r, status, adminNewUserPage(h.page(r, "Create an account"), f))
 		return
 	}

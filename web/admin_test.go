@@ -137,7 +137,7 @@ func TestAdminPages(t *testing.T) {
 					t.Fatal(err)
 				}
 			}},
-			{"/roles", url.Values{"role": {"wizard"}}, http.StatusBadRequest, func(_ accounts.User, r []string) bool { return !slices.Contains(r, "wizard") }, nil},
+			{"/roles", url.Values{"role": {"wizard"}}, http.StatusUnprocessableEntity, func(_ accounts.User, r []string) bool { return !slices.Contains(r, "wizard") }, nil},
 			{"/suspend", nil, http.StatusSeeOther, func(u accounts.User, _ []string) bool { return u.SuspendedAt != nil }, nil},
 			{"/unsuspend", nil, http.StatusSeeOther, func(u accounts.User, _ []string) bool { return u.SuspendedAt == nil }, nil},
 		}

@@ -40,26 +40,28 @@ func (h *Handler) invoke(r *http.Request, name string, in, out any) error {
 	if p == nil {
 		return errors.New("web: invoke without a signed-in person")
 	}
-	u := p.Session.User
-	caller := accounts.CallerFor(u, h.opts.Accounts.Roles.FreshGrants(r.Context(), u.ID))
-	// A person at the browser, signed in with the session cookie.
-	caller.Interactive, caller.AllScopes, caller.Session = true, true, true
-	raw, err := json.Marshal(in)
-	if err != nil {
+	res, err := h.invokeAs(r, p.Session.User, name, in)
+	if err != nil || out == nil {
 		return err
-	}
-	res, err := h.opts.Registry.Invoke(r.Context(), caller, name, raw)
-	if err != nil {
-		return err
-	}
-	if out == nil {
-		return nil
 	}
 	b, err := json.Marshal(res.Structured)
 	if err != nil {
 		return err
 	}
 	return json.Unmarshal(b, out)
+}
+
+// invokeAs runs a capability as u at the browser, signed in with the
+// session cookie: the caller of u's account state (a suspended account is
+// refused, and the refusal audited, by Registry.Invoke) and fresh grants.
+func (h *Handler) invokeAs(r *http.Request, u accounts.User, name string, in any) (capabilities.Result, error) {
+	caller := accounts.CallerFor(u, h.opts.Accounts.Roles.FreshGrants(r.Context(), u.ID))
+	caller.Interactive, caller.AllScopes, caller.Session = true, true, true
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return capabilities.Result{}, err
+	}
+	return h.opts.Registry.Invoke(r.Context(), caller, name, raw)
 }
 
 // invokeFailed answers a failed invoke: a capability error becomes the

@@ -104,15 +104,19 @@ func (h *Handler) addConnectionApp(w http.ResponseWriter, r *http.Request) {
 		h.redirect(w, r, "/account/connections?notice=app-added")
 		return
 	}
-	e, ok := errors.AsType[*capabilities.Error](err)
-	status := capabilityStatus(err)
-	if !ok || status >= 500 || status == http.StatusForbidden || status == http.StatusTooManyRequests {
+	status, msg, ok := formRefusal(w, err, connectionFormCodes...)
+	if !ok {
 		h.renderCapabilityError(w, r, err)
 		return
 	}
 	in.ClientSecret = "" // never sent back to the browser
-	h.renderConnections(w, r, status, appsView{Form: in, Error: pageMessage(e.Message)})
+	h.renderConnections(w, r, status, appsView{Form: in, Error: msg})
 }
+
+// connectionFormCodes are the refusals the app form shows again for the
+// person to correct (the account's and the quota's refusals get the error
+// page).
+var connectionFormCodes = []capabilities.Code{capabilities.CodeInvalidInput, capabilities.CodeConflict, capabilities.CodeUnsupported, capabilities.CodeNotFound}
 
 func (h *Handler) removeConnectionApp(w http.ResponseWriter, r *http.Request) {
 	if !h.parseForm(w, r) {

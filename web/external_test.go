@@ -430,3 +430,66 @@ func TestRemovingTheLastIdentityIsRefusedWithASentence(t *testing.T) {
 		t.Fatalf("the identity was removed: %+v", ids)
 	}
 }
+
+// With no registry of the embedder's, the shell's own registry runs the
+// security page's linked identities (identityList, identityUnlink): a
+// person sees and removes their own identity, and one person cannot
+// remove another's (it answers like an identity that does not exist, and
+// the identity stays).
+func TestOwnRegistryRunsIdentitiesPerPerson(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	e := newExternalEnv(t, s)
+	dan := newBrowser(t, e.srv)
+	e.as("602", "dan@example.org", true)
+	if a := e.callback(dan, e.start(t, dan), nil); a.Status != http.StatusSeeOther {
+		t.Fatalf("sign-up with the provider: %d\n%s", a.Status, a.Body)
+	}
+	danUser, err := e.acc.Identity.UserByEmail(context.Background(), "dan@example.org")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := e.identities(t, danUser.ID)
+	if len(ids) != 1 {
+		t.Fatalf("dan's identities: %+v", ids)
+	}
+	remove := pathSecurityIdentities + "/" + strconv.FormatInt(ids[0].ID, 10) + "/remove"
+	if a := dan.get(pathSecurity); a.Status != http.StatusOK || !strings.Contains(a.Body, `action="`+remove+`"`) {
+		t.Fatalf("dan's security page does not list his identity: %d\n%s", a.Status, a.Body)
+	}
+
+	e.user(t, "bob")
+	bob := newBrowser(t, e.srv)
+	signInAs(t, bob, "bob")
+	if a := bob.get(pathSecurity); a.Status != http.StatusOK || strings.Contains(a.Body, remove) {
+		t.Fatalf("bob's security page: %d, lists dan's identity: %v", a.Status, strings.Contains(a.Body, remove))
+	}
+	if a := bob.post(remove, url.Values{}); a.Status != http.StatusNotFound {
+		t.Fatalf("bob removing dan's identity: %d\n%s", a.Status, a.Body)
+	}
+	if got := e.identities(t, danUser.ID); len(got) != 1 {
+		t.Fatalf("bob removed dan's identity: %+v", got)
+	}
+
+	// Bob's own identity, linked with his password account, he removes.
+	e.as("603", "bob-elsewhere@example.org", true)
+	if a := e.callback(bob, e.start(t, bob), nil); a.Status != http.StatusSeeOther {
+		t.Fatalf("bob links an identity: %d\n%s", a.Status, a.Body)
+	}
+	bobUser, err := e.acc.Identity.UserByEmail(context.Background(), "bob@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := e.identities(t, bobUser.ID)
+	if len(own) != 1 {
+		t.Fatalf("bob's identities: %+v", own)
+	}
+	if a := bob.post(pathSecurityIdentities+"/"+strconv.FormatInt(own[0].ID, 10)+"/remove", url.Values{}); a.Status != http.StatusSeeOther {
+		t.Fatalf("bob removing his identity: %d\n%s", a.Status, a.Body)
+	}
+	if got := e.identities(t, bobUser.ID); len(got) != 0 {
+		t.Fatalf("bob's identity stayed: %+v", got)
+	}
+	if got := e.identities(t, danUser.ID); len(got) != 1 {
+		t.Fatalf("dan's identity went with bob's: %+v", got)
+	}
+}

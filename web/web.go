@@ -419,6 +419,11 @@ func (h *Handler) ownRegistry() error {
 		caps = append(caps, h.opts.Lifecycle.Capabilities(owners)...)
 		caps = append(caps, h.opts.Lifecycle.DeleteCapability())
 	}
+	if h.opts.Federation != nil {
+		// The security page's linked identities (identityList,
+		// identityUnlink), run like every other action.
+		caps = append(caps, h.opts.Federation.Capabilities(owners)...)
+	}
 	if err := reg.Register(caps...); err != nil {
 		return fmt.Errorf("web: register the built-in capabilities: %w", err)
 	}
