@@ -19,8 +19,9 @@ import (
 // CacheConfig is what NewCallerCache connects the cache of verified
 // callers to.
 type CacheConfig struct {
-	// TTL bounds an entry's reuse; zero or negative: nothing is cached
-	// (invalidations are still written for other processes).
+	// TTL bounds an entry's reuse: zero means callercache.DefaultTTL,
+	// negative caches nothing (invalidations are still written for other
+	// processes).
 	TTL time.Duration
 	// Bus reaches the other replicas. A *cluster.Local bus reaches no one,
 	// so invalidations go through SQL notices (an operator command runs
@@ -45,7 +46,7 @@ type CacheConfig struct {
 // Cache of OAuth) and connects it to every write that changes what it
 // holds. Other replicas hear of the changes on the bus; while the bus may
 // be missing messages the cache is flushed and bypassed. The cache is nil
-// when TTL turns it off; stop ends reading SQL notices.
+// when a negative TTL turns it off; stop ends reading SQL notices.
 func NewCallerCache(c CacheConfig) (cache *callercache.Cache[mcp.TokenInfo], stop func(), err error) {
 	stop = func() {}
 	cache = callercache.New[mcp.TokenInfo](callercache.Options{TTL: c.TTL})
