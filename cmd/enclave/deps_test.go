@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -148,5 +152,87 @@ func TestRootPackageBudget(t *testing.T) {
 	t.Logf("github.com/enclave-mcp/enclave depends on %d packages (budget %d, aim 450)", len(g), rootPackageBudget)
 	if len(g) > rootPackageBudget {
 		t.Errorf("the library root depends on %d packages, over its budget of %d", len(g), rootPackageBudget)
+	}
+}
+
+// releaseTags are the build tags of every release build (.ci/release.sh,
+// .ci/image.sh, the Dockerfile, .ci/run's size budget): grpcnotrace keeps
+// gRPC (linked by the gocloud.dev portable types and the OTLP exporter)
+// from importing golang.org/x/net/trace, whose debug pages execute
+// html/template.
+const releaseTags = "grpcnotrace"
+
+// The release binary links nothing that looks methods up by name through
+// reflect (reflect.Value.MethodByName or Method with a computed index,
+// text/template's field evaluation, ...). One such call anywhere makes the
+// linker keep every exported method of every type that reaches an
+// interface; it cost the binary 6.3 MB (12%) before issue #28. The linker
+// says which functions do it (-dumpdep marks them <ReflectMethod>); the
+// message gives the call chain from main that links each one.
+func TestNoReflectMethodLookup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the release binary")
+	}
+	out := filepath.Join(t.TempDir(), "enclave")
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", releaseTags, "-ldflags", "-s -w -dumpdep", "-o", out, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build: %v\n%.2000s", err, stderr.String())
+	}
+	// Each line is "from -> to", in the order the linker reached the
+	// symbols; the first edge into a symbol is how it was reached.
+	clean := func(s string) (string, bool) {
+		marked := strings.Contains(s, "<ReflectMethod>")
+		s = strings.ReplaceAll(s, "<ReflectMethod>", "")
+		s = strings.ReplaceAll(s, "<UsedInIface>", "")
+		return strings.TrimSpace(s), marked
+	}
+	via := map[string]string{}
+	var marked []string
+	lines := 0
+	sc := bufio.NewScanner(&stderr)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		from, to, ok := strings.Cut(sc.Text(), " -> ")
+		if !ok {
+			continue
+		}
+		lines++
+		from, _ = clean(from)
+		to, m := clean(to)
+		if _, seen := via[to]; !seen {
+			via[to] = from
+			if m {
+				marked = append(marked, to)
+			}
+		}
+	}
+	if lines == 0 {
+		t.Fatal("the linker printed no dependencies (-dumpdep)")
+	}
+	// reflect's own lookups are marked when a caller outside reflect is;
+	// the callers say what to change.
+	var callers []string
+	for _, sym := range marked {
+		if !strings.HasPrefix(sym, "reflect.") {
+			callers = append(callers, sym)
+		}
+	}
+	if len(callers) > 0 {
+		marked = callers
+	}
+	for _, sym := range marked {
+		path := []string{sym}
+		for seen := map[string]bool{sym: true}; path[0] != "main.main"; {
+			p, ok := via[path[0]]
+			if !ok || p == "" || seen[p] {
+				break
+			}
+			seen[p] = true
+			path = append([]string{p}, path...)
+		}
+		t.Errorf("the binary looks methods up by name through reflect, which keeps every exported method: %s", strings.Join(path, " -> "))
 	}
 }
