@@ -183,7 +183,8 @@ const releaseTags = "grpcnotrace"
 // linker keep every exported method of every type that reaches an
 // interface; it cost the binary 6.3 MB (12%) before issue #28. The linker
 // says which functions do it (-dumpdep marks them <ReflectMethod>); the
-// message gives the call chain from main that links each one.
+// message gives the call chain from main that links each one. The build
+// uses .ci/run's release-budget flags, so it reuses that step's cache.
 func TestNoReflectMethodLookup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the release binary")
