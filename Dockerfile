@@ -34,10 +34,11 @@ COPY . .
 # VERSION, when set, is the release version shown by "enclave version",
 # the MCP serverInfo and /readyz; otherwise the build info's. TAGS links
 # cloud drivers: "aws", "gcp", "azure" (comma-separated) or "full"; the
-# default image has only the file, mem and local-key drivers.
+# default image has only the file, mem and local-key drivers. grpcnotrace
+# is always on: see docs/deployment.md, "The binary's size".
 ARG VERSION=""
 ARG TAGS=""
-RUN CGO_ENABLED=0 go build -trimpath -tags "${TAGS}" \
+RUN CGO_ENABLED=0 go build -trimpath -tags "grpcnotrace${TAGS:+,$TAGS}" \
       -ldflags "-s -w -X github.com/enclave-mcp/enclave/internal/version.version=${VERSION}" \
       -o /out/rootfs/enclave ./cmd/enclave \
  && mkdir -p /out/rootfs/etc/ssl/certs /out/data \

@@ -45,7 +45,7 @@ if [ -n "${IMAGE_BINARY:-}" ]; then
   cp "$IMAGE_BINARY" "$ctx/rootfs/enclave"
   chmod 0755 "$ctx/rootfs/enclave"
 else
-  CGO_ENABLED=0 GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$ctx/rootfs/enclave" ./cmd/enclave
+  CGO_ENABLED=0 GOARCH=$arch go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o "$ctx/rootfs/enclave" ./cmd/enclave
 fi
 if file "$ctx/rootfs/enclave" 2>/dev/null | grep -q 'dynamically linked'; then
   echo "the binary is not static"; exit 1

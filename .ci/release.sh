@@ -15,7 +15,8 @@
 #
 # The binaries are the default build: no cloud drivers (an operator who
 # needs them builds with -tags aws,gcp,azure or -tags full; see
-# docs/deployment.md). Timestamps come from the commit (SOURCE_DATE_EPOCH),
+# docs/deployment.md), built with -tags grpcnotrace (see docs/deployment.md,
+# "The binary's size"). Timestamps come from the commit (SOURCE_DATE_EPOCH),
 # so the same commit gives the same archives. Needs Go, git, tar, gzip and,
 # for the image, buildah (installed from Debian by .ci/image.sh if missing);
 # RELEASE_IMAGE=0 skips the image.
@@ -54,7 +55,7 @@ for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
   dir=$work/$name
   mkdir -p "$dir"
   echo "== $name"
-  CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$dir/enclave" ./cmd/enclave
+  CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -tags grpcnotrace -ldflags "$ldflags" -o "$dir/enclave" ./cmd/enclave
   # Check what was built: the platform and the version in its build info.
   go version -m "$dir/enclave" >"$work/$name.buildinfo"
   grep -qE "^\s+build\s+GOOS=$os$" "$work/$name.buildinfo" || { echo "$name: not a $os binary"; exit 1; }
