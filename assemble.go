@@ -129,6 +129,7 @@ func (s *Server) assemble(ctx context.Context) error {
 		func() error { return s.retention.Add(oauth.EnterpriseRetentionPolicies()...) },
 		func() error { return s.assembleIntegrations(w) },
 		func() error { return s.assembleRemoteMCP(w.owners) },
+		func() error { return s.assemblePlans(w) },
 		func() error { return s.assembleCommunity(w) },
 		func() error { return s.assembleMail(w.owners) },
 		func() error { return s.assembleFederation(w.owners) },

@@ -2,7 +2,6 @@ package enclave
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 
 	"github.com/uptrace/bun"
@@ -19,61 +18,24 @@ import (
 	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
-	"github.com/enclave-mcp/enclave/internal/egress"
 	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
-// assembleEvents builds the event bus on the job queue, reports account
-// changes to it in their own transactions, and starts counting denials for
-// the burst alert.
-func (s *Server) assembleEvents() error {
-	var tlsConfig *tls.Config
-	if s.cfg.WebhookRootCAs != nil {
-		tlsConfig = &tls.Config{RootCAs: s.cfg.WebhookRootCAs}
-	}
-	client := egress.NewClient(egress.Options{
-		AllowPrivate: s.cfg.WebhookAllowPrivate,
-		MaxRedirects: -1, // a redirect is a failed delivery, not a new target
-		TLSConfig:    tlsConfig,
-	})
-	bus, err := events.New(events.Options{
-		Store: s.store, Jobs: s.jobs, Ring: s.ring, Client: client,
-		AllowPrivate: s.cfg.WebhookAllowPrivate, MaxFailures: s.cfg.WebhookMaxFailures, Logger: s.log,
-	})
-	if err != nil {
+// assembleEvents builds the event bus on the job queue (account changes
+// reported to it, denials counted for the burst alert) and the platform
+// feedback, which publishes on it.
+func (s *Server) assembleEvents() (err error) {
+	if s.events, s.bursts, err = events.Wire(events.Config{Options: events.Options{Store: s.store, Jobs: s.jobs, Ring: s.ring,
+		AllowPrivate: s.cfg.WebhookAllowPrivate, MaxFailures: s.cfg.WebhookMaxFailures, Logger: s.log},
+		RootCAs: s.cfg.WebhookRootCAs, Burst: s.cfg.DenialBurst, Accounts: s.accounts, Hashes: s.audit}, s.retention); err != nil {
 		return err
 	}
-	s.events = bus
-	s.accounts.OnChange(func(ctx context.Context, tx bun.IDB, c accounts.Change) error {
-		data := map[string]string{"userId": c.StableID}
-		if c.Role != "" {
-			data["role"] = c.Role
-		}
-		_, err := bus.Publish(ctx, tx, c.Kind, data)
-		return err
-	})
-	s.feedback, err = feedback.New(feedback.Options{Store: s.store, Events: bus, Jobs: s.jobs, Logger: s.log, BaseURL: s.cfg.BaseURL,
+	s.feedback, err = feedback.New(feedback.Options{Store: s.store, Events: s.events, Jobs: s.jobs, Logger: s.log, BaseURL: s.cfg.BaseURL,
 		Mail: s.accountMail.MailFeedbackDecision})
-	if err != nil {
-		return err
-	}
-	// Denials are counted in SQL, so every replica on the database adds to
-	// the same counts and one of them publishes each alert; the subjects
-	// are the audit log's hashes (HashIP groups a client by its network),
-	// so an alert's subject is the UserHash or IPHash of its audit rows.
-	s.bursts = &events.BurstPublisher{
-		Bus: bus, Bursts: events.NewSharedDenialBursts(s.store, s.cfg.DenialBurst),
-		HashUser: s.audit.HashUser, HashNetwork: s.audit.HashIP,
-	}
-	if s.retention != nil {
-		if err := s.retention.Add(events.BurstRetention(s.cfg.DenialBurst)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
 // burstPublisher is the denial-burst publisher once assembleEvents built
@@ -143,11 +105,7 @@ func (s *Server) assembleRemoteMCP(owners capabilities.OwnerOf) (err error) {
 // the event bus.
 func (s *Server) assembleMail(owners capabilities.OwnerOf) (err error) {
 	s.mail, s.smtpLn, err = mail.Wire(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: owners, Meter: s.meter, Audit: s.audit, Logger: s.log,
-		Outbox: s.outbox, Sender: s.txMail.RawSender,
-		Publish: func(ctx context.Context, db bun.IDB, typ string, data any) error {
-			_, err := s.events.Publish(ctx, db, typ, data)
-			return err
-		}}, s.registry, s.retention)
+		Outbox: s.outbox, Sender: s.txMail.RawSender, Publish: s.events.Record}, s.registry, s.retention)
 	return err
 }
 
@@ -167,67 +125,25 @@ func (s *Server) assembleFederation(owners capabilities.OwnerOf) (err error) {
 	return nil
 }
 
-// assembleCommunity declares the retention of the community's tables
-// (they exist whether or not the community is on) and, unless it or code
-// mode is off, builds the community: its capabilities, with every admin
-// moderation action audited, and the enrichers of its community.* events.
-func (s *Server) assembleCommunity(w *wiring) error {
-	if err := s.retention.Add(community.RetentionPolicies()...); err != nil {
-		return err
-	}
-	if err := s.assemblePlans(w); err != nil {
-		return err
-	}
-	if s.cfg.Community.Disabled || s.codemode == nil {
-		return nil
-	}
-	svc, err := community.New(community.Config{Store: s.store, Owners: w.owners, Packages: s.codemode, Events: s.events, Logger: s.log})
-	if err != nil {
-		return err
-	}
-	if err := s.registry.Register(w.admin.Community(svc.Capabilities())...); err != nil {
-		return fmt.Errorf("register the community: %w", err)
-	}
-	s.community = svc
-	return nil
-}
-
 // QuotaThreshold is the admin event of an account crossing 80 % or 100 %
 // of one of its plan's limits, once per window.
-const QuotaThreshold = "quota.threshold"
+//
+// Deprecated: use quota.ThresholdEvent (plans live in quota).
+const QuotaThreshold = quota.ThresholdEvent
 
-// assemblePlans makes the meter enforce the accounts' plans (daily and
-// weekly windows; the --quota limits still apply), reports threshold
-// crossings as quota.threshold admin events, and registers usageGet and
-// the admins' plan capabilities (changes audited).
+// assemblePlans makes the meter enforce the accounts' plans, reports
+// threshold crossings as admin events and registers the plans'
+// capabilities; the storage buckets enforce the plans' storage bytes.
 func (s *Server) assemblePlans(w *wiring) error {
-	if err := s.retention.Add(quota.PlanRetentionPolicies()...); err != nil {
-		return err
-	}
-	plans := quota.NewPlans(s.store)
-	plans.OnAlert = func(ctx context.Context, tx bun.IDB, a quota.Alert) error {
-		username, err := accounts.UsernameOf(ctx, tx, a.Owner)
-		if err != nil {
-			return err
-		}
-		_, err = s.events.Publish(ctx, tx, QuotaThreshold, map[string]any{
-			"username": username, "meter": a.Meter, "window": a.Window, "period": a.Period, "threshold": a.Threshold, "limit": a.Limit,
-		})
-		return err
-	}
-	s.meter.SetPlans(plans)
-	// The plan's storage bytes bound what an account stores in its
-	// storage buckets (docs/community.md, "Storage"): the buckets' counter
-	// enforces them, usageGet reports them.
-	if s.buckets != nil {
-		s.buckets.SetStorageLimit(plans.StorageLimit)
-		plans.Storage = func(ctx context.Context, owner int64) (int64, int64, error) {
-			u, err := s.buckets.Usage(ctx, storage.Owner{ID: owner})
-			return u.Bytes, u.MaxBytes, err
-		}
-	}
-	if err := s.registry.Register(w.admin.Community(plans.Capabilities(w.owners))...); err != nil {
-		return fmt.Errorf("register plans: %w", err)
-	}
-	return nil
+	plans, err := quota.WirePlans(quota.PlansConfig{Store: s.store, Registry: s.registry, Owners: w.owners, Meter: s.meter,
+		Audited: w.admin.Community, Username: accounts.UsernameOf, Record: s.events.Record}, s.retention)
+	s.buckets.FollowPlans(plans)
+	return err
+}
+
+// assembleCommunity wires the community unless it or code mode is off.
+func (s *Server) assembleCommunity(w *wiring) (err error) {
+	s.community, err = community.Wire(community.Config{Store: s.store, Owners: w.owners, Events: s.events, Logger: s.log},
+		s.cfg.Community, s.codemode, s.registry, w.admin.Community, s.retention)
+	return err
 }
