@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
@@ -84,7 +81,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.bus, s.ownBus = b, true
 	}
-	s.metrics = newMetrics(s)
+	s.metrics = metrics.NewServer(metrics.ServerSources{Primary: store.DB.DB, Reader: store.Reader.DB, Version: Version(),
+		Queue: func(ctx context.Context) (int, int, error) { return outbox.Counts(ctx, store.Reader) }})
 	if err := s.assemble(ctx); err != nil {
 		if s.ownBus {
 			s.bus.Close()
@@ -357,7 +355,7 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 	caps = append(caps, s.accounts.OperatorCapabilities()...)
 	caps = append(caps, s.lifecycle.OperatorCapabilities()...)
 	caps = append(caps, s.secrets.OperatorCapability(), s.oauth.OperatorCapability())
-	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.overviewDays}))
+	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.metrics.Daily.Overview(s.store.Reader)}))
 	caps = append(caps, w.admin.Admin(append(s.events.WebhookCapabilities(), s.feedback.Capabilities()...))...)
 	olim := s.cfg.Outbound
 	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
@@ -451,7 +449,7 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
 		cache, stop, err := verifiers.NewCallerCache(verifiers.CacheConfig{TTL: s.cfg.CallerCacheTTL, Bus: s.bus,
-			DB: s.store.DB, Reader: s.store.Reader, Accounts: s.accounts, OAuth: s.oauth, Metrics: s.metrics.Metrics, Logger: s.log})
+			DB: s.store.DB, Reader: s.store.Reader, Accounts: s.accounts, OAuth: s.oauth, Metrics: s.metrics, Logger: s.log})
 		if err != nil {
 			return err
 		}
@@ -503,47 +501,7 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 	if s.mcp, err = mcp.New(mopts); err != nil {
 		return err
 	}
+	s.metrics.Gauge("enclave_mcp_sessions", "Live MCP sessions (protocols before 2026-07-28).", func() float64 { return float64(s.mcp.Stats().Sessions) })
+	s.metrics.Gauge("enclave_mcp_streams", "Open MCP GET streams.", func() float64 { return float64(s.mcp.Stats().Streams) })
 	return nil
-}
-
-// serverMetrics wires the metrics to the server's parts.
-type serverMetrics struct{ *metrics.Metrics }
-
-func newMetrics(s *Server) *serverMetrics {
-	m := &serverMetrics{metrics.New()}
-	m.DBStats(s.store.DB.DB, "primary")
-	if s.store.Reader != nil && s.store.Reader != s.store.DB {
-		m.DBStats(s.store.Reader.DB, "reader")
-	}
-	m.Queue(func(ctx context.Context) (int, int, error) { return outbox.Counts(ctx, s.store.Reader) })
-	m.Gauge("enclave_mcp_sessions", "Live MCP sessions (protocols before 2026-07-28).", func() float64 {
-		if s.mcp == nil {
-			return 0
-		}
-		return float64(s.mcp.Stats().Sessions)
-	})
-	m.Gauge("enclave_mcp_streams", "Open MCP GET streams.", func() float64 {
-		if s.mcp == nil {
-			return 0
-		}
-		return float64(s.mcp.Stats().Streams)
-	})
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "enclave_build_info", Help: "The running version.", ConstLabels: prometheus.Labels{"version": Version()}})
-	info.Set(1)
-	m.Registry().MustRegister(info)
-	return m
-}
-
-// overviewDays is accounts.OverviewSources.Days: the metrics' daily
-// rollup, read from the replica database.
-func (s *Server) overviewDays(ctx context.Context, n int, now time.Time) ([]accounts.OverviewDay, error) {
-	days, err := s.metrics.Daily.Read(ctx, s.store.Reader, n, now)
-	if err != nil {
-		return nil, err
-	}
-	var out []accounts.OverviewDay
-	for _, d := range days {
-		out = append(out, accounts.OverviewDay{Day: d.Day.Format(time.DateOnly), Calls: d.Calls, Denials: d.Denials})
-	}
-	return out, nil
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/health"
 	"github.com/enclave-mcp/enclave/internal/httpmw"
 	"github.com/enclave-mcp/enclave/internal/lanes"
+	"github.com/enclave-mcp/enclave/internal/metrics"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/internal/tracing"
@@ -112,7 +113,7 @@ type Server struct {
 	// sends it through txMail; the domains' mailers are wired to it.
 	accountMail *mail.AccountMail
 
-	metrics *serverMetrics
+	metrics *metrics.Metrics
 	health  *health.Probe
 
 	closeOnce sync.Once
