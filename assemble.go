@@ -96,13 +96,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 // wiring carries what one assembly step hands to a later one.
 type wiring struct {
-	auditKey []byte              // keys the audit log's hashes
-	accounts accounts.Config     // as the accounts service was built
-	clientIP *web.ClientIP       // one client-address rule for every transport
-	limiter  *ratelimit.Limiter  // one SQL limiter for every transport
-	pages    *web.PagesForwarder // the OAuth pages, forwarded to the web shell
-	owners   capabilities.OwnerOf
-	admin    adminaudit.Recorder // audits admin and account actions
+	auditKey []byte               // keys the audit log's hashes
+	accounts accounts.Config      // as the accounts service was built
+	clientIP *web.ClientIP        // one client-address rule for every transport
+	limiter  *ratelimit.Limiter   // one SQL limiter for every transport
+	pages    *web.PagesForwarder  // the OAuth pages, forwarded to the web shell
+	owners   capabilities.OwnerOf // an account's owner of stored rows, for every domain
+	admin    adminaudit.Recorder  // audits admin and account actions
 	// connections stands for integrations before they are wired (the
 	// outbound gateway and the account deletion use them).
 	connections integrations.Deferred
@@ -113,29 +113,28 @@ type wiring struct {
 // dependency order.
 func (s *Server) assemble(ctx context.Context) error {
 	w := &wiring{}
-	for _, step := range []func() error{
-		func() error { return s.openKeys(ctx, w) },
-		func() error { return s.assembleAccounts(ctx, w) },
-		func() error { return s.assembleOAuth(ctx, w) },
-		func() error { return s.assembleLifecycle(w) },
-		func() error { return s.assembleRegistry(ctx, w) },
-		s.assembleEvents,
-		func() error { w.owners = lifecycle.Owners(s.accounts); return s.assembleBuiltins(w) },
-		func() error { return s.assembleBuckets(w.owners) },
-		func() error { return s.assembleCodeMode(w.owners) },
-		func() error { return s.assembleMemory(w.owners) },
-		func() error { return s.retention.Add(oauth.EnterpriseRetentionPolicies()...) },
-		func() error { return s.assembleIntegrations(w) },
-		func() error { return s.assembleRemoteMCP(w.owners) },
-		func() error { return s.assemblePlans(w) },
-		func() error { return s.assembleCommunity(w) },
-		func() error { return s.assembleMail(w.owners) },
-		func() error { return s.assembleFederation(w.owners) },
-		func() error { return s.assembleWorkspaces(ctx, w) },
-		func() error { return s.assembleWeb(w) },
-		func() error { return s.assembleMCP(ctx) },
+	for _, step := range []func(context.Context, *wiring) error{
+		s.openKeys,          // the data key ring and the audit log
+		s.assembleAccounts,  // accounts, secrets, the outbox and the platform's mail
+		s.assembleOAuth,     // the authorization server
+		s.assembleLifecycle, // the ownership inventory, retention, deletion and export
+		s.assembleRegistry,  // the capability registry, jobs and schedules
+		s.assembleEvents,    // the event bus and feedback
+		s.assembleBuiltins,  // the core's capabilities and the outbound gateway
+		s.assembleBuckets,   // before code mode, whose storage binding calls them
+		s.assembleCodeMode,
+		s.assembleMemory,
+		s.assembleIntegrations,
+		s.assembleRemoteMCP,
+		s.assemblePlans,     // after buckets, which enforce the plans' storage bytes
+		s.assembleCommunity, // after code mode, whose packages it lists
+		s.assembleMail,
+		s.assembleFederation,
+		s.assembleWorkspaces, // before the web shell, whose pages for them exist when they do
+		s.assembleWeb,
+		s.assembleMCP, // last: its default instructions name what is registered
 	} {
-		if err := step(); err != nil {
+		if err := step(ctx, w); err != nil {
 			return err
 		}
 	}
@@ -234,7 +233,8 @@ func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 
 // assembleLifecycle collects the ownership inventory and the retention
 // declarations and builds the account lifecycle (deletion, export).
-func (s *Server) assembleLifecycle(w *wiring) error {
+func (s *Server) assembleLifecycle(_ context.Context, w *wiring) error {
+	w.owners = lifecycle.Owners(s.accounts)
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
 		return err
@@ -311,7 +311,7 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 		RoleGate: s.accounts.SecondFactors.AdminSecondFactorGate,
 		// Every call that may write holds a write lease on its account,
 		// which the account's deletion waits for before it cleans up.
-		WriteLease: lifecycle.WriteLeases(s.store, lifecycle.Owners(s.accounts)),
+		WriteLease: lifecycle.WriteLeases(s.store, w.owners),
 		// A span per call when tracing (name and outcome only).
 		TracerProvider: s.cfg.TracerProvider,
 	})
@@ -322,7 +322,7 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 
 // assembleBuiltins registers the built-in capabilities of the core
 // domains and the outbound gateway.
-func (s *Server) assembleBuiltins(w *wiring) error {
+func (s *Server) assembleBuiltins(_ context.Context, w *wiring) error {
 	owners := w.owners
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
@@ -408,7 +408,7 @@ func (s *Server) assembleWorkspaces(ctx context.Context, w *wiring) error {
 }
 
 // assembleWeb builds the web shell.
-func (s *Server) assembleWeb(w *wiring) error {
+func (s *Server) assembleWeb(_ context.Context, w *wiring) error {
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
 		CodeMode:   s.codemode,
@@ -442,7 +442,7 @@ func (s *Server) assembleWeb(w *wiring) error {
 // assembleMCP builds the /mcp transport: its token verifiers (OAuth or
 // the embedder's, workspace keys, audited refusals), shared sessions,
 // tasks and request states.
-func (s *Server) assembleMCP(ctx context.Context) error {
+func (s *Server) assembleMCP(ctx context.Context, _ *wiring) error {
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)

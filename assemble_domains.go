@@ -9,7 +9,6 @@ import (
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/buckets"
-	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/events"
@@ -27,7 +26,7 @@ import (
 // assembleEvents builds the event bus on the job queue (account changes
 // reported to it, denials counted for the burst alert) and the platform
 // feedback, which publishes on it.
-func (s *Server) assembleEvents() (err error) {
+func (s *Server) assembleEvents(context.Context, *wiring) (err error) {
 	if s.events, s.bursts, err = events.Wire(events.Config{Options: events.Options{Store: s.store, Jobs: s.jobs, Ring: s.ring,
 		AllowPrivate: s.cfg.WebhookAllowPrivate, MaxFailures: s.cfg.WebhookMaxFailures, Logger: s.log},
 		RootCAs: s.cfg.WebhookRootCAs, Burst: s.cfg.DenialBurst, Accounts: s.accounts, Hashes: s.audit}, s.retention); err != nil {
@@ -64,29 +63,29 @@ func (s *Server) lifecycleTxHooks() []lifecycle.TxHook {
 // assembleBuckets wires storage buckets (code mode's storage binding calls
 // them, so they come first); a run's bucket is kept for at least twice
 // the longest a run can last.
-func (s *Server) assembleBuckets(owners capabilities.OwnerOf) (err error) {
-	s.buckets, err = buckets.Wire(buckets.Config{Options: s.cfg.Buckets, Store: s.store, Registry: s.registry, Owners: owners, Logger: s.log},
+func (s *Server) assembleBuckets(_ context.Context, w *wiring) (err error) {
+	s.buckets, err = buckets.Wire(buckets.Config{Options: s.cfg.Buckets, Store: s.store, Registry: s.registry, Owners: w.owners, Logger: s.log},
 		s.schedules, s.retention, buckets.RetentionOptions{RunTimeout: s.cfg.CodeMode.Limits.WithDefaults().Timeout})
 	return err
 }
 
 // assembleCodeMode wires code mode unless it is turned off.
-func (s *Server) assembleCodeMode(owners capabilities.OwnerOf) (err error) {
-	s.codemode, err = codemode.Wire(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: owners,
+func (s *Server) assembleCodeMode(_ context.Context, w *wiring) (err error) {
+	s.codemode, err = codemode.Wire(codemode.Config{Options: s.cfg.CodeMode, Store: s.store, Registry: s.registry, Owners: w.owners,
 		Loader: s.accounts, Bus: s.bus, Logger: s.log}, s.schedules)
 	return err
 }
 
 // assembleMemory wires memories unless they are turned off.
-func (s *Server) assembleMemory(owners capabilities.OwnerOf) (err error) {
-	s.memory, err = memory.Wire(memory.Config{Options: s.cfg.Memory, Store: s.store, Registry: s.registry, Owners: owners, Logger: s.log},
+func (s *Server) assembleMemory(_ context.Context, w *wiring) (err error) {
+	s.memory, err = memory.Wire(memory.Config{Options: s.cfg.Memory, Store: s.store, Registry: s.registry, Owners: w.owners, Logger: s.log},
 		s.schedules, s.retention)
 	return err
 }
 
 // assembleIntegrations wires connected accounts unless they are turned
 // off, and names them to those that stood in for them.
-func (s *Server) assembleIntegrations(w *wiring) (err error) {
+func (s *Server) assembleIntegrations(_ context.Context, w *wiring) (err error) {
 	s.integrations, err = integrations.Wire(integrations.Config{Options: s.cfg.Integrations, Store: s.store, Ring: s.ring, Owners: w.owners,
 		BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Registry: s.registry}, s.schedules, s.retention)
 	w.connections.Set(s.integrations)
@@ -94,8 +93,8 @@ func (s *Server) assembleIntegrations(w *wiring) (err error) {
 }
 
 // assembleRemoteMCP wires remote MCP servers unless they are turned off.
-func (s *Server) assembleRemoteMCP(owners capabilities.OwnerOf) (err error) {
-	s.remoteMCP, err = remotemcp.Wire(remotemcp.Config{Options: s.cfg.RemoteMCP, Store: s.store, Ring: s.ring, Owners: owners,
+func (s *Server) assembleRemoteMCP(_ context.Context, w *wiring) (err error) {
+	s.remoteMCP, err = remotemcp.Wire(remotemcp.Config{Options: s.cfg.RemoteMCP, Store: s.store, Ring: s.ring, Owners: w.owners,
 		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Bus: s.bus}, s.schedules, s.retention)
 	return err
 }
@@ -103,8 +102,8 @@ func (s *Server) assembleRemoteMCP(owners capabilities.OwnerOf) (err error) {
 // assembleMail wires mailboxes unless they are turned off: outbound mail
 // leaves through the transactional sender's mailer, and mail events reach
 // the event bus.
-func (s *Server) assembleMail(owners capabilities.OwnerOf) (err error) {
-	s.mail, s.smtpLn, err = mail.Wire(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: owners, Meter: s.meter, Audit: s.audit, Logger: s.log,
+func (s *Server) assembleMail(_ context.Context, w *wiring) (err error) {
+	s.mail, s.smtpLn, err = mail.Wire(mail.Config{Options: s.cfg.Mail, Store: s.store, Owners: w.owners, Meter: s.meter, Audit: s.audit, Logger: s.log,
 		Outbox: s.outbox, Sender: s.txMail.RawSender, Publish: s.events.Record}, s.registry, s.retention)
 	return err
 }
@@ -112,14 +111,14 @@ func (s *Server) assembleMail(owners capabilities.OwnerOf) (err error) {
 // assembleFederation builds sign-in with Config.SignInProviders (the web
 // shell's /auth/external routes use it) and registers identityList and
 // identityUnlink; its tables exist whether or not providers are set.
-func (s *Server) assembleFederation(owners capabilities.OwnerOf) (err error) {
+func (s *Server) assembleFederation(_ context.Context, w *wiring) (err error) {
 	if err := s.retention.Add(fedtables.RetentionPolicies()...); err != nil {
 		return err
 	}
 	if s.federation, err = federation.New(federation.Config{Store: s.store, BaseURL: s.cfg.BaseURL, Providers: s.cfg.SignInProviders}); err != nil {
 		return err
 	}
-	if err := s.registry.Register(s.federation.Capabilities(owners)...); err != nil {
+	if err := s.registry.Register(s.federation.Capabilities(w.owners)...); err != nil {
 		return fmt.Errorf("register federation: %w", err)
 	}
 	return nil
@@ -134,7 +133,7 @@ const QuotaThreshold = quota.ThresholdEvent
 // assemblePlans makes the meter enforce the accounts' plans, reports
 // threshold crossings as admin events and registers the plans'
 // capabilities; the storage buckets enforce the plans' storage bytes.
-func (s *Server) assemblePlans(w *wiring) error {
+func (s *Server) assemblePlans(_ context.Context, w *wiring) error {
 	plans, err := quota.WirePlans(quota.PlansConfig{Store: s.store, Registry: s.registry, Owners: w.owners, Meter: s.meter,
 		Audited: w.admin.Community, Username: accounts.UsernameOf, Record: s.events.Record}, s.retention)
 	s.buckets.FollowPlans(plans)
@@ -142,7 +141,7 @@ func (s *Server) assemblePlans(w *wiring) error {
 }
 
 // assembleCommunity wires the community unless it or code mode is off.
-func (s *Server) assembleCommunity(w *wiring) (err error) {
+func (s *Server) assembleCommunity(_ context.Context, w *wiring) (err error) {
 	s.community, err = community.Wire(community.Config{Store: s.store, Owners: w.owners, Events: s.events, Logger: s.log},
 		s.cfg.Community, s.codemode, s.registry, w.admin.Community, s.retention)
 	return err
