@@ -357,12 +357,8 @@ func (s *Server) assembleBuiltins(_ context.Context, w *wiring) error {
 	caps = append(caps, s.secrets.OperatorCapability(), s.oauth.OperatorCapability())
 	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.metrics.Daily.Overview(s.store.Reader)}))
 	caps = append(caps, w.admin.Admin(append(s.events.WebhookCapabilities(), s.feedback.Capabilities()...))...)
-	olim := s.cfg.Outbound
-	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
-		olim.DailyRequests = n // --quota outbound=N/day
-	}
-	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log,
-		Connections: &w.connections})
+	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit,
+		Limits: s.cfg.Outbound.WithQuota(s.cfg.QuotaLimits), Logger: s.log, Connections: &w.connections})
 	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
