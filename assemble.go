@@ -285,12 +285,12 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 	if !s.cfg.RemoteMCP.Disabled {
 		s.cfg.QuotaLimits = remotemcp.QuotaLimits(s.cfg.QuotaLimits)
 	}
+	// The SQL meter always counts the outbound gateway's requests; it
+	// counts capability calls when limits are set, unless Config.Quota
+	// replaced it.
+	s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 	if q == nil && s.cfg.QuotaLimits.Enabled() {
-		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 		q = s.meter
-	}
-	if s.meter == nil { // the outbound gateway's daily limit counts through SQL
-		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
