@@ -2,7 +2,6 @@ package enclave
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/uptrace/bun"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/enclave-mcp/enclave/community"
 	"github.com/enclave-mcp/enclave/events"
 	"github.com/enclave-mcp/enclave/federation"
-	"github.com/enclave-mcp/enclave/federation/fedtables"
 	"github.com/enclave-mcp/enclave/feedback"
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
@@ -108,20 +106,11 @@ func (s *Server) assembleMail(_ context.Context, w *wiring) (err error) {
 	return err
 }
 
-// assembleFederation builds sign-in with Config.SignInProviders (the web
-// shell's /auth/external routes use it) and registers identityList and
-// identityUnlink; its tables exist whether or not providers are set.
+// assembleFederation wires sign-in with Config.SignInProviders.
 func (s *Server) assembleFederation(_ context.Context, w *wiring) (err error) {
-	if err := s.retention.Add(fedtables.RetentionPolicies()...); err != nil {
-		return err
-	}
-	if s.federation, err = federation.New(federation.Config{Store: s.store, BaseURL: s.cfg.BaseURL, Providers: s.cfg.SignInProviders}); err != nil {
-		return err
-	}
-	if err := s.registry.Register(s.federation.Capabilities(w.owners)...); err != nil {
-		return fmt.Errorf("register federation: %w", err)
-	}
-	return nil
+	s.federation, err = federation.Wire(federation.Config{Store: s.store, BaseURL: s.cfg.BaseURL, Providers: s.cfg.SignInProviders},
+		w.owners, s.registry, s.retention)
+	return err
 }
 
 // QuotaThreshold is the admin event of an account crossing 80 % or 100 %
