@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
@@ -84,7 +81,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.bus, s.ownBus = b, true
 	}
-	s.metrics = newMetrics(s)
+	s.metrics = metrics.NewServer(metrics.ServerSources{Primary: store.DB.DB, Reader: store.Reader.DB, Version: Version(),
+		Queue: func(ctx context.Context) (int, int, error) { return outbox.Counts(ctx, store.Reader) }})
 	if err := s.assemble(ctx); err != nil {
 		if s.ownBus {
 			s.bus.Close()
@@ -98,13 +96,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 // wiring carries what one assembly step hands to a later one.
 type wiring struct {
-	auditKey []byte              // keys the audit log's hashes
-	accounts accounts.Config     // as the accounts service was built
-	clientIP *web.ClientIP       // one client-address rule for every transport
-	limiter  *ratelimit.Limiter  // one SQL limiter for every transport
-	pages    *web.PagesForwarder // the OAuth pages, forwarded to the web shell
-	owners   capabilities.OwnerOf
-	admin    adminaudit.Recorder // audits admin and account actions
+	auditKey []byte               // keys the audit log's hashes
+	accounts accounts.Config      // as the accounts service was built
+	clientIP *web.ClientIP        // one client-address rule for every transport
+	limiter  *ratelimit.Limiter   // one SQL limiter for every transport
+	pages    *web.PagesForwarder  // the OAuth pages, forwarded to the web shell
+	owners   capabilities.OwnerOf // an account's owner of stored rows, for every domain
+	admin    adminaudit.Recorder  // audits admin and account actions
 	// connections stands for integrations before they are wired (the
 	// outbound gateway and the account deletion use them).
 	connections integrations.Deferred
@@ -115,28 +113,28 @@ type wiring struct {
 // dependency order.
 func (s *Server) assemble(ctx context.Context) error {
 	w := &wiring{}
-	for _, step := range []func() error{
-		func() error { return s.openKeys(ctx, w) },
-		func() error { return s.assembleAccounts(ctx, w) },
-		func() error { return s.assembleOAuth(ctx, w) },
-		func() error { return s.assembleLifecycle(w) },
-		func() error { return s.assembleRegistry(ctx, w) },
-		s.assembleEvents,
-		func() error { w.owners = lifecycle.Owners(s.accounts); return s.assembleBuiltins(w) },
-		func() error { return s.assembleBuckets(w.owners) },
-		func() error { return s.assembleCodeMode(w.owners) },
-		func() error { return s.assembleMemory(w.owners) },
-		func() error { return s.retention.Add(oauth.EnterpriseRetentionPolicies()...) },
-		func() error { return s.assembleIntegrations(w) },
-		func() error { return s.assembleRemoteMCP(w.owners) },
-		func() error { return s.assembleCommunity(w) },
-		func() error { return s.assembleMail(w.owners) },
-		func() error { return s.assembleFederation(w.owners) },
-		func() error { return s.assembleWorkspaces(ctx, w) },
-		func() error { return s.assembleWeb(w) },
-		func() error { return s.assembleMCP(ctx) },
+	for _, step := range []func(context.Context, *wiring) error{
+		s.openKeys,          // the data key ring and the audit log
+		s.assembleAccounts,  // accounts, secrets, the outbox and the platform's mail
+		s.assembleOAuth,     // the authorization server
+		s.assembleLifecycle, // the ownership inventory, retention, deletion and export
+		s.assembleRegistry,  // the capability registry, jobs and schedules
+		s.assembleEvents,    // the event bus and feedback
+		s.assembleBuiltins,  // the core's capabilities and the outbound gateway
+		s.assembleBuckets,   // before code mode, whose storage binding calls them
+		s.assembleCodeMode,
+		s.assembleMemory,
+		s.assembleIntegrations,
+		s.assembleRemoteMCP,
+		s.assemblePlans,     // after buckets, which enforce the plans' storage bytes
+		s.assembleCommunity, // after code mode, whose packages it lists
+		s.assembleMail,
+		s.assembleFederation,
+		s.assembleWorkspaces, // before the web shell, whose pages for them exist when they do
+		s.assembleWeb,
+		s.assembleMCP, // last: its default instructions name what is registered
 	} {
-		if err := step(); err != nil {
+		if err := step(ctx, w); err != nil {
 			return err
 		}
 	}
@@ -235,7 +233,8 @@ func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 
 // assembleLifecycle collects the ownership inventory and the retention
 // declarations and builds the account lifecycle (deletion, export).
-func (s *Server) assembleLifecycle(w *wiring) error {
+func (s *Server) assembleLifecycle(_ context.Context, w *wiring) error {
+	w.owners = lifecycle.Owners(s.accounts)
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
 		return err
@@ -286,12 +285,12 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 	if !s.cfg.RemoteMCP.Disabled {
 		s.cfg.QuotaLimits = remotemcp.QuotaLimits(s.cfg.QuotaLimits)
 	}
+	// The SQL meter always counts the outbound gateway's requests; it
+	// counts capability calls when limits are set, unless Config.Quota
+	// replaced it.
+	s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 	if q == nil && s.cfg.QuotaLimits.Enabled() {
-		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 		q = s.meter
-	}
-	if s.meter == nil { // the outbound gateway's daily limit counts through SQL
-		s.meter = quota.New(s.store, s.cfg.QuotaLimits, s.log)
 	}
 	s.registry = capabilities.NewRegistry(capabilities.Options{
 		Vocabulary: vocab,
@@ -312,7 +311,7 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 		RoleGate: s.accounts.SecondFactors.AdminSecondFactorGate,
 		// Every call that may write holds a write lease on its account,
 		// which the account's deletion waits for before it cleans up.
-		WriteLease: lifecycle.WriteLeases(s.store, lifecycle.Owners(s.accounts)),
+		WriteLease: lifecycle.WriteLeases(s.store, w.owners),
 		// A span per call when tracing (name and outcome only).
 		TracerProvider: s.cfg.TracerProvider,
 	})
@@ -323,7 +322,7 @@ func (s *Server) assembleRegistry(ctx context.Context, w *wiring) error {
 
 // assembleBuiltins registers the built-in capabilities of the core
 // domains and the outbound gateway.
-func (s *Server) assembleBuiltins(w *wiring) error {
+func (s *Server) assembleBuiltins(_ context.Context, w *wiring) error {
 	owners := w.owners
 	caps := append(s.secrets.Capabilities(owners), s.lifecycle.Capabilities(owners)...)
 	caps = append(caps, s.lifecycle.DeleteCapability())
@@ -356,14 +355,10 @@ func (s *Server) assembleBuiltins(w *wiring) error {
 	caps = append(caps, s.accounts.OperatorCapabilities()...)
 	caps = append(caps, s.lifecycle.OperatorCapabilities()...)
 	caps = append(caps, s.secrets.OperatorCapability(), s.oauth.OperatorCapability())
-	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.overviewDays}))
+	caps = append(caps, s.accounts.OverviewCapability(accounts.OverviewSources{ActiveGrants: s.oauth.ActiveGrants, Days: s.metrics.Daily.Overview(s.store.Reader)}))
 	caps = append(caps, w.admin.Admin(append(s.events.WebhookCapabilities(), s.feedback.Capabilities()...))...)
-	olim := s.cfg.Outbound
-	if n := s.cfg.QuotaLimits.Daily[outbound.QuotaClass]; olim.DailyRequests == 0 && n > 0 {
-		olim.DailyRequests = n // --quota outbound=N/day
-	}
-	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit, Limits: olim, Logger: s.log,
-		Connections: &w.connections})
+	s.outbound = outbound.New(outbound.Options{Secrets: s.secrets, Owner: owners, Quota: s.meter, Audit: s.audit,
+		Limits: s.cfg.Outbound.WithQuota(s.cfg.QuotaLimits), Logger: s.log, Connections: &w.connections})
 	caps = append(caps, s.outbound.Capability())
 	if err := s.registry.Register(caps...); err != nil {
 		return fmt.Errorf("register built-in capabilities: %w", err)
@@ -409,7 +404,7 @@ func (s *Server) assembleWorkspaces(ctx context.Context, w *wiring) error {
 }
 
 // assembleWeb builds the web shell.
-func (s *Server) assembleWeb(w *wiring) error {
+func (s *Server) assembleWeb(_ context.Context, w *wiring) error {
 	wopts := web.Options{
 		Store: s.store, Accounts: s.accounts, OAuth: s.oauth, Lifecycle: s.lifecycle, Audit: s.audit, Secrets: s.secrets,
 		CodeMode:   s.codemode,
@@ -443,14 +438,14 @@ func (s *Server) assembleWeb(w *wiring) error {
 // assembleMCP builds the /mcp transport: its token verifiers (OAuth or
 // the embedder's, workspace keys, audited refusals), shared sessions,
 // tasks and request states.
-func (s *Server) assembleMCP(ctx context.Context) error {
+func (s *Server) assembleMCP(ctx context.Context, _ *wiring) error {
 	mopts := s.cfg.MCP
 	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
 	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
 	mopts.Verifier = s.cfg.TokenVerifier
 	if mopts.Verifier == nil {
 		cache, stop, err := verifiers.NewCallerCache(verifiers.CacheConfig{TTL: s.cfg.CallerCacheTTL, Bus: s.bus,
-			DB: s.store.DB, Reader: s.store.Reader, Accounts: s.accounts, OAuth: s.oauth, Metrics: s.metrics.Metrics, Logger: s.log})
+			DB: s.store.DB, Reader: s.store.Reader, Accounts: s.accounts, OAuth: s.oauth, Metrics: s.metrics, Logger: s.log})
 		if err != nil {
 			return err
 		}
@@ -502,47 +497,7 @@ func (s *Server) assembleMCP(ctx context.Context) error {
 	if s.mcp, err = mcp.New(mopts); err != nil {
 		return err
 	}
+	s.metrics.Gauge("enclave_mcp_sessions", "Live MCP sessions (protocols before 2026-07-28).", func() float64 { return float64(s.mcp.Stats().Sessions) })
+	s.metrics.Gauge("enclave_mcp_streams", "Open MCP GET streams.", func() float64 { return float64(s.mcp.Stats().Streams) })
 	return nil
-}
-
-// serverMetrics wires the metrics to the server's parts.
-type serverMetrics struct{ *metrics.Metrics }
-
-func newMetrics(s *Server) *serverMetrics {
-	m := &serverMetrics{metrics.New()}
-	m.DBStats(s.store.DB.DB, "primary")
-	if s.store.Reader != nil && s.store.Reader != s.store.DB {
-		m.DBStats(s.store.Reader.DB, "reader")
-	}
-	m.Queue(func(ctx context.Context) (int, int, error) { return outbox.Counts(ctx, s.store.Reader) })
-	m.Gauge("enclave_mcp_sessions", "Live MCP sessions (protocols before 2026-07-28).", func() float64 {
-		if s.mcp == nil {
-			return 0
-		}
-		return float64(s.mcp.Stats().Sessions)
-	})
-	m.Gauge("enclave_mcp_streams", "Open MCP GET streams.", func() float64 {
-		if s.mcp == nil {
-			return 0
-		}
-		return float64(s.mcp.Stats().Streams)
-	})
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "enclave_build_info", Help: "The running version.", ConstLabels: prometheus.Labels{"version": Version()}})
-	info.Set(1)
-	m.Registry().MustRegister(info)
-	return m
-}
-
-// overviewDays is accounts.OverviewSources.Days: the metrics' daily
-// rollup, read from the replica database.
-func (s *Server) overviewDays(ctx context.Context, n int, now time.Time) ([]accounts.OverviewDay, error) {
-	days, err := s.metrics.Daily.Read(ctx, s.store.Reader, n, now)
-	if err != nil {
-		return nil, err
-	}
-	var out []accounts.OverviewDay
-	for _, d := range days {
-		out = append(out, accounts.OverviewDay{Day: d.Day.Format(time.DateOnly), Calls: d.Calls, Denials: d.Denials})
-	}
-	return out, nil
 }

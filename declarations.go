@@ -91,6 +91,7 @@ func (s *Server) newRetention() (*retention.Set, error) {
 		events.RetentionPolicies(),
 		feedback.RetentionPolicies(),
 		oauth.RetentionPolicies(s.cfg.OAuth.ClientIdleTTL),
+		oauth.EnterpriseRetentionPolicies(),
 		audit.RetentionPolicies(),
 		metrics.RetentionPolicies(),
 		ratelimit.RetentionPolicies(),

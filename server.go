@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -33,6 +34,7 @@ import (
 	"github.com/enclave-mcp/enclave/internal/health"
 	"github.com/enclave-mcp/enclave/internal/httpmw"
 	"github.com/enclave-mcp/enclave/internal/lanes"
+	"github.com/enclave-mcp/enclave/internal/metrics"
 	"github.com/enclave-mcp/enclave/internal/outbox"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/internal/tracing"
@@ -111,7 +113,7 @@ type Server struct {
 	// sends it through txMail; the domains' mailers are wired to it.
 	accountMail *mail.AccountMail
 
-	metrics *serverMetrics
+	metrics *metrics.Metrics
 	health  *health.Probe
 
 	closeOnce sync.Once
@@ -342,13 +344,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) RunBackground(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	handlers := map[string]outbox.Handler{mail.TransactionalTopic: s.txMail.Handler()}
-	if s.mail != nil {
-		handlers[mail.OutboundTopic] = s.mail.OutboundHandler()
-	}
-	for topic, h := range s.jobs.Topics() {
-		handlers[topic] = h
-	}
+	handlers := mail.RelayTopics(s.txMail, s.mail)
+	maps.Copy(handlers, s.jobs.Topics())
 	relay := outbox.NewRelay(s.store, s.ring, s.log, handlers)
 	relay.OnAttempt = s.metrics.JobHandled
 	wg.Go(func() { relay.Run(ctx) })
@@ -356,28 +353,20 @@ func (s *Server) RunBackground(ctx context.Context) {
 	if s.meter != nil {
 		wg.Go(func() { s.meter.Run(ctx) })
 	}
-	all := []lanes.Lane{
+	all := append([]lanes.Lane{
 		// One lane purges every table past its retention window, in
 		// small batches, round-robin (see declarations.go).
-		lanes.Lane{Name: "retention", Every: time.Hour, Run: func(ctx context.Context) error {
+		{Name: "retention", Every: time.Hour, Run: func(ctx context.Context) error {
 			_, err := s.PurgeExpired(ctx)
 			return err
 		}},
 		// Deletions a store failure or a crash interrupted are finished
 		// here; the grace period leaves one still running alone.
-		lanes.Lane{Name: "deletion-resume", Every: 10 * time.Minute, Run: func(ctx context.Context) error {
+		{Name: "deletion-resume", Every: 10 * time.Minute, Run: func(ctx context.Context) error {
 			_, err := s.lifecycle.ResumeDeletions(ctx, 5*time.Minute)
 			return err
 		}},
-	}
-	if s.workspaces != nil {
-		// Jobs an op recorded in its workspace file but could not move to
-		// the outbox (SQLite; a crash or a failure after the commit).
-		all = append(all, lanes.Lane{Name: "workspace-jobs", Every: time.Minute, Run: func(ctx context.Context) error {
-			_, err := s.workspaces.SweepPendingJobs(ctx, time.Minute, 200)
-			return err
-		}})
-	}
+	}, s.workspaces.Lanes()...)
 	for _, l := range s.schedules.Lanes() {
 		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
 	}

@@ -1,10 +1,13 @@
 package buckets
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/schedules"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // Wire plugs storage buckets into a server: it declares the retention of
@@ -31,4 +34,19 @@ func Wire(cfg Config, lanes *schedules.Set, policies *retention.Set, ro Retentio
 		return nil, err
 	}
 	return svc, nil
+}
+
+// FollowPlans makes the plans' storage bytes bound what an account
+// stores in its buckets (docs/community.md, "Storage"): the buckets'
+// counter enforces them, and plans' usageGet reports them. A nil service
+// (buckets off) leaves plans without storage.
+func (s *Service) FollowPlans(plans *quota.Plans) {
+	if s == nil || plans == nil {
+		return
+	}
+	s.SetStorageLimit(plans.StorageLimit)
+	plans.Storage = func(ctx context.Context, owner int64) (int64, int64, error) {
+		u, err := s.Usage(ctx, storage.Owner{ID: owner})
+		return u.Bytes, u.MaxBytes, err
+	}
 }

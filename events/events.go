@@ -249,6 +249,13 @@ func (b *Bus) Publish(ctx context.Context, db bun.IDB, typ string, data any) (Ev
 	return e, nil
 }
 
+// Record is Publish without the event: the shape of the hooks through
+// which other domains record an event in their own transaction.
+func (b *Bus) Record(ctx context.Context, db bun.IDB, typ string, data any) error {
+	_, err := b.Publish(ctx, db, typ, data)
+	return err
+}
+
 // PublishNow is Publish in a transaction of its own, for an event that
 // reports no database change (a denial burst, for example).
 func (b *Bus) PublishNow(ctx context.Context, typ string, data any) (Event, error) {

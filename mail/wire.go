@@ -55,3 +55,14 @@ func (s *Service) StartSMTP(ln net.Listener) (stop func()) {
 	}()
 	return func() { cancel(); <-done }
 }
+
+// RelayTopics returns, keyed by topic, the outbox handlers of the mail the
+// relay delivers: the platform's own (t) and, when mail is on (svc is not
+// nil), the users' outbound mail.
+func RelayTopics(t *Transactional, svc *Service) map[string]func(ctx context.Context, payload []byte) error {
+	topics := map[string]func(ctx context.Context, payload []byte) error{TransactionalTopic: t.Handler()}
+	if svc != nil {
+		topics[OutboundTopic] = svc.OutboundHandler()
+	}
+	return topics
+}

@@ -125,6 +125,15 @@ type Limits struct {
 	MaxConcurrent int
 }
 
+// WithQuota returns l with DailyRequests taken from q's daily limit of
+// QuotaClass (--quota outbound=N/day) when l sets none.
+func (l Limits) WithQuota(q quota.Limits) Limits {
+	if n := q.Daily[QuotaClass]; l.DailyRequests == 0 && n > 0 {
+		l.DailyRequests = n
+	}
+	return l
+}
+
 func (l Limits) withDefaults() Limits {
 	if l.DailyRequests == 0 {
 		l.DailyRequests = DefaultDailyRequests

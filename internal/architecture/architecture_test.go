@@ -281,12 +281,12 @@ func TestRootHoldsOnlyAssembly(t *testing.T) {
 // adminaudit), never to a new root file; issue #27 took the root from
 // 3067 production lines in 24 files to these. A budget only shrinks.
 var rootFiles = map[string]int{
-	"doc.go":              20,
-	"enclave.go":          360, // Config: mostly its documentation
-	"server.go":           470,
-	"assemble.go":         550,
-	"assemble_domains.go": 235,
-	"declarations.go":     112,
+	"doc.go":              16,
+	"enclave.go":          357, // Config: mostly its documentation
+	"server.go":           455,
+	"assemble.go":         503,
+	"assemble_domains.go": 137,
+	"declarations.go":     111,
 }
 
 // rootForeignMethods are methods that make a root type stand in for

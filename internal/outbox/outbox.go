@@ -34,7 +34,9 @@ import (
 )
 
 // Handler does one topic's work with a payload. An error retries it later.
-type Handler func(ctx context.Context, payload []byte) error
+// It is an alias, so that the handler maps of the domains that feed the
+// relay (jobs, mail) are the relay's own.
+type Handler = func(ctx context.Context, payload []byte) error
 
 type row struct {
 	bun.BaseModel `bun:"table:outbox"`
