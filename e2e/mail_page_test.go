@@ -242,7 +242,9 @@ func TestMailPageJourney(t *testing.T) {
 			chromedp.Evaluate[chromedp.Void](`(() => { const f = document.createElement('form'); f.method = 'post'; f.action = '/account/mail/delete';
 				const i = document.createElement('input'); i.type = 'hidden'; i.name = 'id'; i.value = `+jsString(id)+`; f.appendChild(i);
 				document.body.appendChild(f); f.submit() })()`),
-			chromedp.Sleep(700*time.Millisecond),
+			// Bob's page before the post shows #no-mail too: wait for the
+			// answer's notice, which only the page after it has.
+			chromedp.WaitVisible(chromedp.Search(`//p[contains(@class, "notice") and contains(., "no such message")]`)),
 			chromedp.WaitVisible(chromedp.ID("no-mail")),
 		)
 		if got := text("main"); !strings.Contains(got, "There was no such message.") {

@@ -165,7 +165,9 @@ func oidcFail(t *testing.T, browser context.Context) func(string, error) {
 // browser may still show that page.
 func oidcThroughB(t *testing.T, ctx context.Context, fail func(string, error), aURL string, u *enclavetest.User) {
 	t.Helper()
-	signedIn, away := false, false
+	// signedIn and consented: each is done once. Right after a click the
+	// browser may still show the page it leaves, which would ask again.
+	signedIn, consented, away := false, false, false
 	for range 100 {
 		// One look at the page: its address, what it asks and whether it
 		// is A's page with the button (two looks could see two pages).
@@ -193,7 +195,8 @@ func oidcThroughB(t *testing.T, ctx context.Context, fail func(string, error), a
 			signedIn = true
 			fail("sign in at B", chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("email"), u.Email), chromedp.SendKeys(chromedp.ID("password"), u.Password),
 				chromedp.Click(chromedp.CSS(`form button[type="submit"]`))))
-		case state == "consent":
+		case state == "consent" && !consented && !strings.HasPrefix(loc, aURL):
+			consented = true
 			fail("consent at B", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[value="approve"]`))))
 		case state == "page" && away && strings.HasPrefix(loc, aURL):
 			return // an answer of A's callback

@@ -317,6 +317,13 @@ type BurstPublisher struct {
 	timer    *time.Timer // the scheduled flush
 	closed   bool        // Close ran: denials are no longer gathered
 	idle     *sync.Cond  // signalled when flushing ends (on mu)
+
+	// The alerts being published, each on a goroutine of its own (see
+	// publish): Close waits for them, since each writes to the store its
+	// server closes next. stopped (on mu) is set before that wait; an
+	// alert after it is not published.
+	publishing sync.WaitGroup
+	stopped    bool
 }
 
 // sharedFlushEvery is how long a shared counter gathers denials before it
@@ -381,9 +388,11 @@ func (p *BurstPublisher) gather(now time.Time, scope, subject string) {
 	}
 }
 
-// Close writes the denials gathered so far (a shared counter's) and stops
-// gathering: denials observed after it are not counted. Call it before
-// the store closes, so a shutdown loses none of the counts.
+// Close writes the denials gathered so far (a shared counter's), stops
+// gathering (denials observed after it are not counted) and waits for the
+// alerts being published. Call it before the store closes, so a shutdown
+// loses none of the counts and no alert still writes to a closed store
+// (or to a PostgreSQL schema being dropped).
 func (p *BurstPublisher) Close() {
 	p.mu.Lock()
 	p.closed = true
@@ -404,6 +413,10 @@ func (p *BurstPublisher) Close() {
 	if pending {
 		p.flush()
 	}
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.publishing.Wait()
 }
 
 // flush writes the gathered denials, one upsert per subject, publishes
@@ -445,11 +458,21 @@ func (p *BurstPublisher) flush() {
 	}
 }
 
-// publish publishes alert in the background.
+// publish publishes alert in the background (the denial that completed
+// it is on a request's path), unless Close has stopped publishing; Close
+// waits for it.
 func (p *BurstPublisher) publish(ctx context.Context, now time.Time, alert BurstAlert) {
 	o := p.Bursts.Options()
 	alert.Threshold, alert.WindowSeconds, alert.ObservedAt = o.Threshold, int64(o.Window/time.Second), now.UTC()
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return
+	}
+	p.publishing.Add(1) // under mu: before Close's Wait, or not at all
+	p.mu.Unlock()
 	go func() {
+		defer p.publishing.Done()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if _, err := p.Bus.PublishNow(ctx, SecurityDenialBurst, alert); err != nil {
