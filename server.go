@@ -420,6 +420,9 @@ func (s *Server) Close() error {
 		if s.bursts != nil {
 			s.bursts.Close() // the denials counted in the last moments
 		}
+		if s.meter != nil {
+			s.meter.Close() // the plan alerts being recorded
+		}
 		if s.unfollow != nil {
 			s.unfollow()
 		}

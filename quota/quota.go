@@ -117,6 +117,15 @@ type Meter struct {
 	mu      sync.Mutex
 	entries map[key]*entry
 	plans   *Plans // nil: no plans
+
+	// alerting counts the plan alerts being recorded in the background;
+	// Close waits for them, so none writes after its server closed the
+	// store. closed (on alertMu: crossings runs under an entry's lock,
+	// which mu is never taken under) is set before that wait, so no alert
+	// starts after it.
+	alertMu  sync.Mutex
+	alerting sync.WaitGroup
+	closed   bool
 }
 
 // SetPlans makes the meter enforce the accounts' plans as well (call it
@@ -268,7 +277,17 @@ func (m *Meter) crossings(ctx context.Context, userID string, owner int64, class
 	for _, pct := range []int64{80, 100} {
 		if before*100 < pct**limit && (before+1)*100 >= pct**limit {
 			a := Alert{UserID: userID, Owner: owner, Meter: class, Window: window, Period: period, Threshold: int(pct), Limit: *limit}
+			m.alertMu.Lock()
+			closed := m.closed
+			if !closed {
+				m.alerting.Add(1)
+			}
+			m.alertMu.Unlock()
+			if closed {
+				return
+			}
 			go func() {
+				defer m.alerting.Done()
 				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				defer cancel()
 				if err := m.plans.alert(actx, a); err != nil {
@@ -330,6 +349,15 @@ func (m *Meter) Run(ctx context.Context) {
 			m.log.WarnContext(ctx, "quota: flush", "err", err)
 		}
 	}
+}
+
+// Close waits for the plan alerts being recorded and starts no more: call
+// it before the store closes (after Run has made its last flush).
+func (m *Meter) Close() {
+	m.alertMu.Lock()
+	m.closed = true
+	m.alertMu.Unlock()
+	m.alerting.Wait()
 }
 
 type flushItem struct {
