@@ -41,7 +41,8 @@ func (s *Roles) FreshGrants(ctx context.Context, userID int64) Grants {
 	return g
 }
 
-// CallerFor builds the capabilities caller of account u holding g.
+// CallerFor builds the capabilities caller of account u holding g. Its
+// State is suspended for a suspended account, also one being deleted.
 func CallerFor(u User, g Grants) capabilities.Caller {
 	c := capabilities.Caller{
 		UserID:      u.StableID,
@@ -51,10 +52,14 @@ func CallerFor(u User, g Grants) capabilities.Caller {
 		Permissions: append([]capabilities.Permission(nil), g.Permissions...),
 		State:       capabilities.AccountActive,
 	}
-	switch u.State() {
-	case StateSuspended:
+	// Suspension wins over deletion, as for the session cookie: an
+	// account suspended while its deletion is pending (u.State() says
+	// deleting) is refused everything, not let through to the reads a
+	// deleting account keeps.
+	switch {
+	case u.SuspendedAt != nil:
 		c.State = capabilities.AccountSuspended
-	case StateDeleting:
+	case u.State() == StateDeleting:
 		c.State = capabilities.AccountDeleting
 	}
 	return c

@@ -149,6 +149,13 @@ func TestLoadCaller(t *testing.T) {
 		if _, err := svc.Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
 			t.Fatal(err)
 		}
+		// Suspension wins over deletion (as for the session cookie).
+		if c, _ := svc.LoadCaller(ctx, u.StableID); c.State != capabilities.AccountSuspended {
+			t.Fatalf("suspended, deleting caller state %v", c.State)
+		}
+		if _, err := svc.Lifecycle.Unsuspend(ctx, u.ID); err != nil {
+			t.Fatal(err)
+		}
 		if c, _ := svc.LoadCaller(ctx, u.StableID); c.State != capabilities.AccountDeleting {
 			t.Fatalf("deleting caller state %v", c.State)
 		}

@@ -237,3 +237,51 @@ func TestConnectionAppFormRefusalIs422(t *testing.T) {
 		t.Fatal("the form lost the client id or shows the secret")
 	}
 }
+
+// A session of an account suspended while its deletion is pending
+// (Authenticate answers ErrSuspended with the session) is refused by the
+// registry as suspended, and the refusal audited: the export manifest does
+// not run for it as it would for an account that is only being deleted.
+func TestAccountExportJSONSuspendedWhileDeleting(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t, storage.SQLite)
+	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "dora@example.com", Username: "dora", Password: "a long password for dora"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+		t.Fatal(err)
+	}
+	cookie := rec.Result().Cookies()[0]
+	if _, err := srv.Accounts().Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Accounts().Lifecycle.Suspend(ctx, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/account/export.json", nil)
+	req.AddCookie(cookie)
+	rec = httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden || strings.Contains(rec.Body.String(), "dora") {
+		t.Fatalf("suspended, deleting dora: %d %s", rec.Code, rec.Body)
+	}
+	page, err := srv.Audit().Query(ctx, audit.Filter{Category: "capability", UserHash: srv.Audit().HashUser(u.StableID)}, storage.PageRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied int
+	for _, e := range page.Items {
+		if e.Action != "tool:accountExportManifest" {
+			continue
+		}
+		if e.Result != audit.ResultDenied || e.Reason != "account_suspended" {
+			t.Fatalf("the manifest ran for a suspended account: %+v", e)
+		}
+		denied++
+	}
+	if denied != 1 {
+		t.Fatalf("the suspended call's audit rows: %+v", page.Items)
+	}
+}

@@ -258,3 +258,31 @@ func TestWorkspaceKeyCreateNeedsPasswordAndFactor(t *testing.T) {
 		}
 	})
 }
+
+// A workspace key of an account suspended while its deletion is pending
+// reads nothing: suspension wins over deletion in the key's caller, which
+// the registry would otherwise let through to the reads a deleting account
+// keeps.
+func TestWorkspaceKeyOfASuspendedDeletingAccountReadsNothing(t *testing.T) {
+	ctx := context.Background()
+	s := enclavetest.Start(t, workspaceKeyServer())
+	u := s.CreateUser(t, "frozen")
+	ws, key := newWorkspaceKey(t, s, u, nil)
+	if !keyAnswers(t, s, key.Key, ws) {
+		t.Fatal("a new key is refused")
+	}
+	c := s.MCP(t, key.Key)
+	if _, err := s.Accounts().Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Accounts().Lifecycle.Suspend(ctx, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Call("workspaceGet", map[string]any{"workspaceId": ws})
+	if err == nil && !res.IsError {
+		t.Fatalf("the suspended account's key read its workspace: %s", res.Structured)
+	}
+	if err == nil && !strings.Contains(string(res.Structured)+res.Text, "suspended") {
+		t.Errorf("refused, but not as suspended: %+v", res)
+	}
+}

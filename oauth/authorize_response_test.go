@@ -55,3 +55,35 @@ func TestWriteAuthorizeResponse(t *testing.T) {
 		t.Errorf("the request's redirect URI changed to %s", redirect)
 	}
 }
+
+// A registered redirect URI whose query already names the response's
+// parameters, several times or percent-encoded, cannot smuggle a second
+// value of them to the client: each response parameter has exactly the
+// server's value, and the client's own parameters are kept.
+func TestWriteAuthorizeResponseOverridesRegisteredParameters(t *testing.T) {
+	redirect, err := url.Parse("https://app.example/cb?code=evil&code=evil2&%69ss=https%3A%2F%2Fattacker.example&st%61te=x&keep=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar := fosite.NewAuthorizeRequest()
+	ar.RedirectURI = redirect
+	resp := fosite.NewAuthorizeResponse()
+	resp.AddParameter("code", "c0de")
+	resp.AddParameter("state", "s1")
+	resp.AddParameter("iss", "https://enclave.example")
+	rec := httptest.NewRecorder()
+	writeAuthorizeResponse(rec, ar, resp)
+	loc, err := url.Parse(rec.Header().Get("Location"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := loc.Query()
+	for k, want := range map[string]string{"code": "c0de", "state": "s1", "iss": "https://enclave.example", "keep": "1"} {
+		if got := q[k]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q, want only %q (Location %s)", k, got, want, loc)
+		}
+	}
+	if loc.Host != "app.example" || loc.Fragment != "" || rec.Body.Len() != 0 {
+		t.Errorf("Location %s, body %q", loc, rec.Body)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -144,5 +145,35 @@ func TestPagesAnswerAQuotaRefusalWith429(t *testing.T) {
 	}
 	if u, err := acc.Identity.UserByID(t.Context(), bob.u.ID); err != nil || u.State() != accounts.StateActive {
 		t.Errorf("bob: %+v %v", u, err)
+	}
+}
+
+// /account/export.json answers a quota refusal of accountExportManifest
+// in JSON: 429 with Retry-After, the refusal's code and message, never
+// cached, and no manifest.
+func TestExportJSONAnswersAQuotaRefusalWith429(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	acc := newAccounts(t, s, nil)
+	lc := newLifecycle(t, s, acc)
+	quota := refuseQuota{names: map[string]bool{"accountExportManifest": true}, reset: time.Now().Add(2 * time.Minute)}
+	reg := capabilities.NewRegistry(capabilities.Options{Logger: quietLogger(), Quota: quota})
+	if err := reg.Register(lc.Capabilities(lifecycle.Owners(acc))...); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHandler(t, s, func(o *Options) { o.Accounts, o.Registry, o.Lifecycle = acc, reg, lc })
+	e := &pkgEnv{t: t, h: h, acc: acc, reg: reg}
+	ada := e.user("ada")
+	w := e.do(ada, "GET", pathExportJSON, nil)
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429: %s", w.Code, w.Body)
+	}
+	if secs, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || secs < 100 || secs > 121 {
+		t.Errorf("Retry-After %q, want about 120", w.Header().Get("Retry-After"))
+	}
+	if got := strings.TrimSpace(w.Body.String()); got != `{"error":"quota_exceeded","message":"Daily limit reached."}` {
+		t.Errorf("body %s", got)
+	}
+	if w.Header().Get("Cache-Control") != "no-store" || w.Header().Get("Content-Disposition") != "" {
+		t.Errorf("headers %v", w.Header())
 	}
 }
