@@ -417,12 +417,8 @@ func (s *Server) Close() error {
 				s.log.Warn("close workspace files", "err", err)
 			}
 		}
-		if s.bursts != nil {
-			s.bursts.Close() // the denials counted in the last moments
-		}
-		if s.meter != nil {
-			s.meter.Close() // the plan alerts being recorded
-		}
+		s.bursts.Close() // the denials counted in the last moments
+		s.meter.Close()  // the plan alerts being recorded
 		if s.unfollow != nil {
 			s.unfollow()
 		}

@@ -392,8 +392,11 @@ func (p *BurstPublisher) gather(now time.Time, scope, subject string) {
 // gathering (denials observed after it are not counted) and waits for the
 // alerts being published. Call it before the store closes, so a shutdown
 // loses none of the counts and no alert still writes to a closed store
-// (or to a PostgreSQL schema being dropped).
+// (or to a PostgreSQL schema being dropped). A nil publisher has none.
 func (p *BurstPublisher) Close() {
+	if p == nil {
+		return
+	}
 	p.mu.Lock()
 	p.closed = true
 	if p.idle == nil {

@@ -352,8 +352,12 @@ func (m *Meter) Run(ctx context.Context) {
 }
 
 // Close waits for the plan alerts being recorded and starts no more: call
-// it before the store closes (after Run has made its last flush).
+// it before the store closes (after Run has made its last flush). A nil
+// meter has none.
 func (m *Meter) Close() {
+	if m == nil {
+		return
+	}
 	m.alertMu.Lock()
 	m.closed = true
 	m.alertMu.Unlock()
