@@ -428,6 +428,7 @@ type reqState struct {
 	sent      atomic.Int64 // notifications sent to this request's stream
 	internal  string       // the per-request id standing for sessionID (see sessionStore.begin)
 	direct    bool         // served by the direct path (direct.go), not by mcp-go
+	fixed     *fixedAnswer // the answer its handler decided, on the direct path (refuseCall, answerWith)
 	// credential names the credential that authenticated the request
 	// (see credentialOf): the 2026-07-28 per-call state is bound to it.
 	credential string
@@ -583,15 +584,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
 		// The error names the versions served and echoes the one asked
 		// for, under the request's own id.
-		res := mcpgo.UnsupportedProtocolVersionError{Version: v, Supported: ProtocolVersions}.JSONRPCError()
-		if len(msg.ID) > 0 {
-			var id any
-			_ = json.Unmarshal(msg.ID, &id)
-			res.ID = mcpgo.NewRequestId(id)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		_ = json.NewEncoder(w).Encode(res)
+		e := mcpgo.UnsupportedProtocolVersionError{Version: v, Supported: ProtocolVersions}.JSONRPCError().Error
+		writeError(w, http.StatusBadRequest, mcpgoID(msg.ID), e.Code, e.Message, e.Data)
 		return
 	}
 	s.syncRegistry()
