@@ -88,6 +88,17 @@ func writeError(w http.ResponseWriter, status int, id json.RawMessage, code int,
 	_ = writeAnswer(w, status, errorAnswer(id, code, message, data))
 }
 
+// writePlainError answers with a plain text error, as http.Error does
+// (mcp-go's answers to a GET or DELETE it refuses).
+func writePlainError(w http.ResponseWriter, status int, msg string) {
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(msg + "\n"))
+}
+
 // writeHTTPError answers before the protocol layer with a JSON-RPC error
 // envelope without a request id, so that clients parse it like any other
 // error: invalid request for a client's fault, internal error for the

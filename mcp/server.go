@@ -1,8 +1,10 @@
 // Package mcp serves a capabilities.Registry over MCP's streamable HTTP
 // transport, built on mark3labs/mcp-go. tools/call, the call agents repeat,
 // is answered by the package itself from the JSON-RPC envelope it decodes
-// once (direct.go); every other method goes through mcp-go's transport, and
-// so does any request the direct path cannot take exactly as mcp-go would.
+// once (direct.go), and a session's GET stream and DELETE are served from
+// its own session table and event log (stream.go); every other method goes
+// through mcp-go's transport, and so does any request the direct path
+// cannot take exactly as mcp-go would.
 //
 // tools/list is Registry.Visible and tools/call is Registry.Invoke;
 // resources and prompts go through the registry's guard the same way. The
@@ -321,7 +323,7 @@ func New(opts Options) (*Server, error) {
 		mcpserver.WithDisableLocalhostProtection(true),
 	}
 	if log, ok := opts.Sessions.(EventLog); ok && opts.Bus != nil {
-		s.events = &eventAdapter{s: s, log: log, listen: map[string]string{}}
+		s.events = &eventAdapter{s: s, log: log}
 		httpOpts = append(httpOpts, mcpserver.WithEventStore(s.events))
 	}
 	s.http = mcpserver.NewStreamableHTTPServer(s.mcp, httpOpts...)
@@ -633,6 +635,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = s.withinSession(r, st, msg, direct, &use)
 		defer use.done()
 	}
+	switch {
+	case r.Method != http.MethodPost && st.sessionID == "":
+		refuseModernSessionMethod(w, r.Method)
+		return
+	case r.Method == http.MethodGet:
+		s.serveGet(w, r, st)
+		return
+	case r.Method == http.MethodDelete:
+		s.serveDelete(w, st)
+		return
+	}
 	if direct {
 		if st.sessionID != "" && st.internal == "" {
 			// The session ended since it was bound (a DELETE, eviction or
@@ -674,9 +687,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			cancel()
 		}()
 		s.listen(w, r, st, body)
-		return
-	}
-	if st.sessionID != "" && s.resumeElsewhere(w, r, st.sessionID) {
 		return
 	}
 	st.out = newDeliveryWriter(w)
@@ -1130,7 +1140,7 @@ func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
 		return
 	}
 	if s.sessions.swapToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller), key) {
-		_ = s.mcp.SendNotificationToSpecificClient(st.sessionID, string(mcpgo.MethodNotificationToolsListChanged), nil)
+		_ = s.notifySession(st.sessionID, string(mcpgo.MethodNotificationToolsListChanged), nil)
 		s.toolsChangedElsewhere(ctx, st.sessionID) // the session's stream may be on another replica
 	}
 }
@@ -1239,7 +1249,7 @@ func (s *Server) notifyResourceLocal(ctx context.Context, uri string) {
 		if err != nil || !s.reg.CanRead(ctx, caller, uri) {
 			continue
 		}
-		_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
+		_ = s.notifySession(sid, string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
 	}
 	s.notifyListenersUpdated(ctx, uri)
 }
@@ -1300,14 +1310,10 @@ func (m idManager) Validate(id string) (bool, error) {
 	return false, nil
 }
 
-// Terminate ends a session (DELETE, expiry, eviction).
+// Terminate is our own release of mcp-go's state (a DELETE, expiry,
+// eviction, a session ended on another replica, a request's own id):
+// the session table and a shared store have already done what was needed.
 func (m idManager) Terminate(id string) (bool, error) {
-	if m.st != nil && m.st.sessionID == id {
-		m.s.endSession(id) // the client's DELETE: everywhere
-		return false, nil
-	}
-	// Our own release of mcp-go's state (expiry, eviction, a session ended
-	// on another replica): a shared store has already done what was needed.
 	m.s.sessions.remove(id)
 	return false, nil
 }
