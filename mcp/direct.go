@@ -199,28 +199,10 @@ func mcpgoID(id json.RawMessage) json.RawMessage {
 // serveToolCall answers a tools/call on the direct path.
 func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqState, msg *envelope) {
 	ctx := r.Context()
-	d := newDeliveryWriter(w)
-	d.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
-	st.out, st.direct = d, true
+	d := s.ownWriter(ctx, w, st)
 	// However this ends (a panic included), nothing is sent on the
 	// response once it has: a handler's goroutine may still hold the client.
 	defer d.abandon()
-	if s.events != nil && st.internal != "" {
-		// The session's streams are resumable: every event of this
-		// request's stream is recorded under the request's own stream id,
-		// so a client that lost the connection replays it with
-		// Last-Event-ID on any replica.
-		stream := requestid.New() // random, like a request id
-		store := context.WithoutCancel(ctx)
-		d.record = func(data []byte) string {
-			id, err := s.events.StoreEvent(store, st.internal, stream, data)
-			if err != nil {
-				s.log.ErrorContext(ctx, "mcp: record stream event", "err", err, "request_id", st.requestID)
-				return ""
-			}
-			return id
-		}
-	}
 	modern := st.sessionID == ""
 	if modern {
 		// What mcp-go derives from _meta for the handlers (IsModernRequest,
@@ -321,6 +303,32 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		*pooled = body
 		putAnswerBuf(pooled)
 	}
+}
+
+// ownWriter is the delivery writer of a request the package answers
+// itself (not mcp-go's transport): its handler's notifications and
+// questions are written to it as they are sent.
+func (s *Server) ownWriter(ctx context.Context, w http.ResponseWriter, st *reqState) *deliveryWriter {
+	d := newDeliveryWriter(w)
+	d.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
+	st.out, st.direct = d, true
+	if s.events != nil && st.internal != "" {
+		// The session's streams are resumable: every event of this
+		// request's stream is recorded under the request's own stream id,
+		// so a client that lost the connection replays it with
+		// Last-Event-ID on any replica.
+		stream := requestid.New() // random, like a request id
+		store := context.WithoutCancel(ctx)
+		d.record = func(data []byte) string {
+			id, err := s.events.StoreEvent(store, st.internal, stream, data)
+			if err != nil {
+				s.log.ErrorContext(ctx, "mcp: record stream event", "err", err, "request_id", st.requestID)
+				return ""
+			}
+			return id
+		}
+	}
+	return d
 }
 
 // callToolSafely is callTool with a handler's panic turned into a generic

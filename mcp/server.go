@@ -620,7 +620,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	direct := s.directToolCall(r, st, &msg)
-	if !direct {
+	cold := !direct && s.coldRequest(r, st, &msg)
+	if !direct && !cold {
 		// What is not the direct path's is read again (by mcp-go); the
 		// direct path has all it needs in msg.
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -632,7 +633,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var use sessionUse
-		r = s.withinSession(r, st, msg, direct, &use)
+		r = s.withinSession(r, st, msg, direct || cold, &use)
 		defer use.done()
 	}
 	switch {
@@ -644,6 +645,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case r.Method == http.MethodDelete:
 		s.serveDelete(w, st)
+		return
+	}
+	if cold {
+		if st.sessionID != "" && st.internal == "" {
+			writeHTTPError(w, http.StatusNotFound, "session not found", requestID)
+			return
+		}
+		s.serveCold(w, r, st, body, &msg)
+		s.syncRegistry() // a request may have changed the registry
+		for _, id := range st.evicted {
+			s.terminate(id)
+		}
 		return
 	}
 	if direct {

@@ -1,0 +1,174 @@
+package mcp
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+)
+
+// The cold methods of a session (protocol 2025-11-25 and earlier):
+// initialize, the lists, resources, prompts, completion, ping, logging and
+// the client's notifications are answered by mcp-go's protocol engine
+// (MCPServer.HandleMessage) under a session object of ours, and written
+// by the package: JSON, or an event stream when the handler sent
+// notifications or questions meanwhile.
+
+// coldMethods are the methods served that way.
+var coldMethods = map[string]bool{
+	string(mcpgo.MethodPing):                         true,
+	string(mcpgo.MethodToolsList):                    true,
+	string(mcpgo.MethodResourcesList):                true,
+	string(mcpgo.MethodResourcesTemplatesList):       true,
+	string(mcpgo.MethodResourcesRead):                true,
+	string(mcpgo.MethodResourcesSubscribe):           true,
+	string(mcpgo.MethodResourcesUnsubscribe):         true,
+	string(mcpgo.MethodPromptsList):                  true,
+	string(mcpgo.MethodPromptsGet):                   true,
+	string(mcpgo.MethodCompletionComplete):           true,
+	string(mcpgo.MethodSetLogLevel):                  true,
+	string(mcpgo.MethodNotificationInitialized):      true,
+	string(mcpgo.MethodNotificationCancelled):        true,
+	string(mcpgo.MethodNotificationRootsListChanged): true,
+}
+
+// coldRequest reports whether a session-based POST is one of the cold
+// methods, in a body mcp-go's transport would hand to its engine as it is.
+func (s *Server) coldRequest(r *http.Request, st *reqState, msg *envelope) bool {
+	if s.opts.noDirect || r.Method != http.MethodPost || !msg.decoded || msg.JSONRPC != mcpgo.JSONRPC_VERSION ||
+		!coldMethods[msg.Method] || msg.isResponse() || len(msg.Result) > 0 || len(msg.Error) > 0 ||
+		!jsonMediaType(r.Header.Get("Content-Type")) || s.isModern(r, *msg) {
+		return false
+	}
+	// initialize stays mcp-go's for now: the session it registers there is
+	// where mcp-go's transport answers a client's unmatched responses.
+	return st.sessionID != ""
+}
+
+// serveCold answers a cold request.
+func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, msg *envelope) {
+	ctx := r.Context()
+	if msg.Method == string(mcpgo.MethodInitialize) {
+		id, evicted := s.sessions.create(st.caller.UserID)
+		st.evicted = append(st.evicted, evicted...)
+		st.created = id
+		if id != "" {
+			s.createShared(id, st.caller.UserID)
+		}
+	}
+	d := s.ownWriter(ctx, w, st)
+	defer d.abandon()
+	sess := &coldSession{s: s, st: st, notes: make(chan mcpgo.JSONRPCNotification, 100)}
+	ctx = s.mcp.WithContext(ctx, sess)
+	ctx = mcpserver.WithSupportedProtocolVersions(ctx, ProtocolVersions)
+	done := make(chan struct{})
+	forwarded := make(chan struct{})
+	go func() { // what mcp-go itself sends the session during the request
+		defer close(forwarded)
+		for {
+			select {
+			case n := <-sess.notes:
+				_ = d.send(n)
+			case <-done:
+				return
+			}
+		}
+	}()
+	resp := s.mcp.HandleMessage(ctx, body)
+	close(done)
+	<-forwarded
+	for len(sess.notes) > 0 {
+		_ = d.send(<-sess.notes)
+	}
+	if resp == nil { // a notification
+		d.mu.Lock()
+		started := d.started
+		d.answered = true
+		d.mu.Unlock()
+		if !started {
+			w.WriteHeader(http.StatusAccepted)
+		}
+		return
+	}
+	out, err := json.Marshal(resp)
+	if err != nil {
+		s.log.ErrorContext(ctx, "mcp: encode answer", "err", err, "request_id", st.requestID)
+		out = errorAnswer(st.rpcID, mcpgo.INTERNAL_ERROR, internalMessage(st.requestID), nil)
+	}
+	if ctx.Err() != nil {
+		_, _ = d.finish(out, false)
+		return
+	}
+	streamed, err := d.finish(out, true)
+	if streamed || err != nil {
+		return
+	}
+	if st.created != "" {
+		w.Header().Set(sessionHeader, st.created)
+	}
+	_ = writeAnswer(d, http.StatusOK, out)
+}
+
+// coldSession is the session mcp-go's engine serves a cold request under:
+// the request's own, as mcp-go's transport makes one per request.
+type coldSession struct {
+	s     *Server
+	st    *reqState
+	notes chan mcpgo.JSONRPCNotification
+	info  atomic.Pointer[mcpgo.Implementation]
+	caps  atomic.Pointer[mcpgo.ClientCapabilities]
+}
+
+var (
+	_ mcpserver.ClientSession                   = (*coldSession)(nil)
+	_ mcpserver.SessionWithLogging              = (*coldSession)(nil)
+	_ mcpserver.SessionWithClientInfo           = (*coldSession)(nil)
+	_ mcpserver.SessionWithStreamableHTTPConfig = (*coldSession)(nil)
+)
+
+func (c *coldSession) Initialize()                                           {}
+func (c *coldSession) Initialized() bool                                     { return true }
+func (c *coldSession) NotificationChannel() chan<- mcpgo.JSONRPCNotification { return c.notes }
+
+// SessionID is the request's own id within its session (see
+// sessionStore.begin), or the session an initialize creates.
+func (c *coldSession) SessionID() string {
+	if c.st.internal != "" {
+		return c.st.internal
+	}
+	return c.st.created
+}
+
+// SetLogLevel: the level is kept in the session table (afterSetLevel).
+func (c *coldSession) SetLogLevel(mcpgo.LoggingLevel) {}
+
+func (c *coldSession) GetLogLevel() mcpgo.LoggingLevel {
+	if l := c.s.sessions.logLevel(c.st.sessionID); l != "" {
+		return mcpgo.LoggingLevel(l)
+	}
+	return mcpgo.LoggingLevelError
+}
+
+func (c *coldSession) GetClientInfo() mcpgo.Implementation {
+	if p := c.info.Load(); p != nil {
+		return *p
+	}
+	return mcpgo.Implementation{}
+}
+
+func (c *coldSession) SetClientInfo(info mcpgo.Implementation) { c.info.Store(&info) }
+
+func (c *coldSession) GetClientCapabilities() mcpgo.ClientCapabilities {
+	if p := c.caps.Load(); p != nil {
+		return *p
+	}
+	return mcpgo.ClientCapabilities{}
+}
+
+func (c *coldSession) SetClientCapabilities(caps mcpgo.ClientCapabilities) { c.caps.Store(&caps) }
+
+// UpgradeToSSEWhenReceiveNotification: the answer follows the request's
+// events on its stream whenever the stream was opened.
+func (c *coldSession) UpgradeToSSEWhenReceiveNotification() {}
