@@ -1,9 +1,11 @@
 package mcp
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"sync/atomic"
+	"unicode"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -18,6 +20,7 @@ import (
 
 // coldMethods are the methods served that way.
 var coldMethods = map[string]bool{
+	string(mcpgo.MethodInitialize):                   true,
 	string(mcpgo.MethodPing):                         true,
 	string(mcpgo.MethodToolsList):                    true,
 	string(mcpgo.MethodResourcesList):                true,
@@ -42,9 +45,7 @@ func (s *Server) coldRequest(r *http.Request, st *reqState, msg *envelope) bool 
 		!jsonMediaType(r.Header.Get("Content-Type")) || s.isModern(r, *msg) {
 		return false
 	}
-	// initialize stays mcp-go's for now: the session it registers there is
-	// where mcp-go's transport answers a client's unmatched responses.
-	return st.sessionID != ""
+	return st.sessionID != "" || msg.Method == string(mcpgo.MethodInitialize)
 }
 
 // serveCold answers a cold request.
@@ -172,3 +173,67 @@ func (c *coldSession) SetClientCapabilities(caps mcpgo.ClientCapabilities) { c.c
 // UpgradeToSSEWhenReceiveNotification: the answer follows the request's
 // events on its stream whenever the stream was opened.
 func (c *coldSession) UpgradeToSSEWhenReceiveNotification() {}
+
+// unmatchedAnswer answers a client's response that answers no request of
+// ours, for a session mcp-go's transport does not know (the package made
+// it): as mcp-go's transport answers one for a session it knows, whose
+// pending requests never include ours. It reports false for the bodies
+// mcp-go answers before looking the session up (not JSON, a ping's or an
+// empty response), which are still mcp-go's to answer.
+func unmatchedAnswer(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if !jsonMediaType(r.Header.Get("Content-Type")) {
+		return false
+	}
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result,omitempty"`
+		Error  json.RawMessage `json:"error,omitempty"`
+		Method mcpgo.MCPMethod `json:"method,omitempty"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.Method != "" || m.ID == nil ||
+		emptyJSON(m.Result) && emptyJSON(m.Error) || emptyObject(m.Result) && len(bytes.TrimSpace(m.Error)) == 0 ||
+		m.Result == nil && m.Error == nil {
+		return false
+	}
+	var id int64
+	if json.Unmarshal(m.ID, &id) != nil {
+		writePlainError(w, http.StatusBadRequest, "Invalid request ID in sampling response")
+		return true
+	}
+	writePlainError(w, http.StatusBadRequest, "No pending sampling request found for the given request ID")
+	return true
+}
+
+// emptyJSON reports whether a member is absent, null, or an empty object
+// or array, as mcp-go's transport decides it.
+func emptyJSON(data json.RawMessage) bool {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
+		return true
+	}
+	switch t[0] {
+	case '{', '[':
+		closing := byte('}')
+		if t[0] == '[' {
+			closing = ']'
+		}
+		for _, c := range t[1:] {
+			if !unicode.IsSpace(rune(c)) {
+				return c == closing
+			}
+		}
+	case 'n':
+		return string(t) == "null"
+	}
+	return false
+}
+
+// emptyObject reports whether data is a JSON object with no members.
+func emptyObject(data json.RawMessage) bool {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 || t[0] != '{' {
+		return false
+	}
+	var obj map[string]json.RawMessage
+	return json.Unmarshal(t, &obj) == nil && len(obj) == 0
+}

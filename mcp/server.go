@@ -1011,6 +1011,9 @@ func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid strin
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	if unmatchedAnswer(w, r, body) {
+		return
+	}
 	ownHeader(r)
 	r.Header.Set(sessionHeader, sid)
 	r.Body = io.NopCloser(bytes.NewReader(body))
