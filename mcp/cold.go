@@ -12,40 +12,38 @@ import (
 )
 
 // The cold methods of a session (protocol 2025-11-25 and earlier):
-// initialize, the lists, resources, prompts, completion, ping, logging and
-// the client's notifications are answered by mcp-go's protocol engine
+// initialize, the lists, resources, prompts, completion, ping, logging,
+// the client's notifications, and whatever tools/call the direct path does
+// not take, are answered by mcp-go's protocol engine
 // (MCPServer.HandleMessage) under a session object of ours, and written
 // by the package: JSON, or an event stream when the handler sent
 // notifications or questions meanwhile.
 
-// coldMethods are the methods served that way.
-var coldMethods = map[string]bool{
-	string(mcpgo.MethodInitialize):                   true,
-	string(mcpgo.MethodPing):                         true,
-	string(mcpgo.MethodToolsList):                    true,
-	string(mcpgo.MethodResourcesList):                true,
-	string(mcpgo.MethodResourcesTemplatesList):       true,
-	string(mcpgo.MethodResourcesRead):                true,
-	string(mcpgo.MethodResourcesSubscribe):           true,
-	string(mcpgo.MethodResourcesUnsubscribe):         true,
-	string(mcpgo.MethodPromptsList):                  true,
-	string(mcpgo.MethodPromptsGet):                   true,
-	string(mcpgo.MethodCompletionComplete):           true,
-	string(mcpgo.MethodSetLogLevel):                  true,
-	string(mcpgo.MethodNotificationInitialized):      true,
-	string(mcpgo.MethodNotificationCancelled):        true,
-	string(mcpgo.MethodNotificationRootsListChanged): true,
-}
-
-// coldRequest reports whether a session-based POST is one of the cold
-// methods, in a body mcp-go's transport would hand to its engine as it is.
-func (s *Server) coldRequest(r *http.Request, st *reqState, msg *envelope) bool {
-	if s.opts.noDirect || r.Method != http.MethodPost || !msg.decoded || msg.JSONRPC != mcpgo.JSONRPC_VERSION ||
-		!coldMethods[msg.Method] || msg.isResponse() || len(msg.Result) > 0 || len(msg.Error) > 0 ||
-		!jsonMediaType(r.Header.Get("Content-Type")) || s.isModern(r, *msg) {
+// coldRequest reports whether a POST is one mcp-go's transport would hand
+// to its engine as it is, for a session: initialize, or a request or
+// notification of a session (any method the direct path does not take),
+// in a JSON body that is not a response and not of protocol 2026-07-28 as
+// mcp-go's transport reads it. Anything else is still mcp-go's transport's.
+func (s *Server) coldRequest(r *http.Request, st *reqState, msg *envelope, body []byte) bool {
+	if s.opts.noDirect || r.Method != http.MethodPost || !jsonMediaType(r.Header.Get("Content-Type")) ||
+		st.sessionID == "" && msg.Method != string(mcpgo.MethodInitialize) {
 		return false
 	}
-	return st.sessionID != "" || msg.Method == string(mcpgo.MethodInitialize)
+	// mcp-go's transport's own reading of the body.
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result,omitempty"`
+		Error  json.RawMessage `json:"error,omitempty"`
+		Method mcpgo.MCPMethod `json:"method,omitempty"`
+		Params struct {
+			Meta *mcpgo.Meta `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.Method == "" && m.ID != nil ||
+		mcpgo.IsModernProtocol(m.Params.Meta.ProtocolVersion()) || mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) {
+		return false
+	}
+	return st.sessionID != "" || m.Method == mcpgo.MethodInitialize
 }
 
 // serveCold answers a cold request.
@@ -93,8 +91,12 @@ func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState,
 		}
 		return
 	}
+	status := http.StatusOK
 	out, err := json.Marshal(resp)
-	if err != nil {
+	switch {
+	case st.fixed != nil: // decided by a tool's handler (a quota refusal)
+		out, status = st.fixed.body, st.fixed.status
+	case err != nil:
 		s.log.ErrorContext(ctx, "mcp: encode answer", "err", err, "request_id", st.requestID)
 		out = errorAnswer(st.rpcID, mcpgo.INTERNAL_ERROR, internalMessage(st.requestID), nil)
 	}
@@ -109,7 +111,7 @@ func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState,
 	if st.created != "" {
 		w.Header().Set(sessionHeader, st.created)
 	}
-	_ = writeAnswer(d, http.StatusOK, out)
+	_ = writeAnswer(d, status, out)
 }
 
 // coldSession is the session mcp-go's engine serves a cold request under:

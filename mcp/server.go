@@ -620,7 +620,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	direct := s.directToolCall(r, st, &msg)
-	cold := !direct && s.coldRequest(r, st, &msg)
+	cold := !direct && !msg.isResponse() && s.coldRequest(r, st, &msg, body)
 	if !direct && !cold {
 		// What is not the direct path's is read again (by mcp-go); the
 		// direct path has all it needs in msg.
