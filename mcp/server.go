@@ -1,10 +1,14 @@
 // Package mcp serves a capabilities.Registry over MCP's streamable HTTP
 // transport, built on mark3labs/mcp-go. tools/call, the call agents repeat,
 // is answered by the package itself from the JSON-RPC envelope it decodes
-// once (direct.go), and a session's GET stream and DELETE are served from
-// its own session table and event log (stream.go); every other method goes
-// through mcp-go's transport, and so does any request the direct path
-// cannot take exactly as mcp-go would.
+// once (direct.go); a session's GET stream and DELETE are served from its
+// own session table and event log (stream.go); the other requests of a
+// session (protocols before 2026-07-28), initialize included, go to
+// mcp-go's protocol engine under a session object of ours (cold.go). What
+// remains goes through mcp-go's transport: the 2026-07-28 requests other
+// than tools/call, tasks and listen (mcp-go's engine reads their headers
+// only from its transport's context), and bodies mcp-go's transport
+// refuses before its engine.
 //
 // tools/list is Registry.Visible and tools/call is Registry.Invoke;
 // resources and prompts go through the registry's guard the same way. The
