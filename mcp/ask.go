@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -482,13 +483,13 @@ func (s *Server) protocolError(ctx context.Context, st *reqState, err error) boo
 	var missing mcpgo.MissingRequiredClientCapabilityError
 	switch {
 	case errors.As(err, &missing) && missing.Capability == errTaskRequired.Capability:
-		st.out.replaceError(st.rpcID, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, "this tool runs only as a task: declare the "+tasksExtension+" extension",
+		st.refuseCall(http.StatusBadRequest, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, "this tool runs only as a task: declare the "+tasksExtension+" extension",
 			map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{tasksExtension: map[string]any{}}}})
 	case errors.As(err, &missing):
-		st.out.replaceError(st.rpcID, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, missing.Error(),
+		st.refuseCall(http.StatusBadRequest, mcpgo.MISSING_REQUIRED_CLIENT_CAPABILITY, missing.Error(),
 			map[string]any{"requiredCapabilities": map[string]any{missing.Capability: map[string]any{}}})
 	case errors.Is(err, errBadState):
-		st.out.replaceError(st.rpcID, mcpgo.INVALID_PARAMS, "requestState is invalid, expired, or not for this call", nil)
+		st.refuseCall(http.StatusBadRequest, mcpgo.INVALID_PARAMS, "requestState is invalid, expired, or not for this call", nil)
 	default:
 		return false
 	}

@@ -38,7 +38,7 @@ type deliveryWriter struct {
 	replaceAny  bool // replace the response, not only an error response
 	replaced    bool
 	// replaceStatus is the HTTP status of a replacement error on a plain
-	// JSON response (400 unless replaceErrorStatus says otherwise).
+	// JSON response.
 	replaceStatus int
 
 	// record, when set, records an event of the stream for resumption and
@@ -103,27 +103,14 @@ func (d *deliveryWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// replaceError makes the JSON-RPC error response mcp-go writes for this
-// request (a handler's error, which it always calls internal) this error
-// instead, with HTTP status 400 on a plain JSON response: protocol
-// 2026-07-28 prescribes codes and data mcp-go cannot carry from a handler.
-func (d *deliveryWriter) replaceError(id json.RawMessage, code int, message string, data any) {
-	d.replaceErrorStatus(id, http.StatusBadRequest, code, message, data)
-}
-
-// replaceErrorStatus is replaceError with the HTTP status of a plain JSON
-// response chosen by the caller (an event stream has already sent 200).
-func (d *deliveryWriter) replaceErrorStatus(id json.RawMessage, status, code int, message string, data any) {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
-	e := map[string]any{"code": code, "message": message}
-	if data != nil {
-		e["data"] = data
-	}
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": e})
+// replaceErrorBody makes the JSON-RPC error response mcp-go writes for
+// this request (a handler's error, which it always calls internal) body
+// instead, with status on a plain JSON response (an event stream has
+// already sent 200): the transport's refusals carry codes and data mcp-go
+// cannot carry from a handler (see reqState.refuseCall).
+func (d *deliveryWriter) replaceErrorBody(body []byte, status int) {
 	d.mu.Lock()
-	d.replacement, d.replaceStatus = b, status
+	d.replacement, d.replaceStatus = body, status
 	d.mu.Unlock()
 }
 

@@ -17,7 +17,7 @@ func TestDeliveryReplacesOnlyTheResponse(t *testing.T) {
 	rec := httptest.NewRecorder()
 	rec.Header().Set("Content-Type", "text/event-stream")
 	d := newDeliveryWriter(rec)
-	d.replaceErrorStatus(json.RawMessage(`7`), http.StatusOK, CodeQuotaExceeded, "quota exceeded", map[string]any{"code": "quota_exceeded"})
+	d.replaceErrorBody(errorAnswer(json.RawMessage(`7`), CodeQuotaExceeded, "quota exceeded", map[string]any{"code": "quota_exceeded"}), http.StatusOK)
 	note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"error","data":{"error":"disk"}}}`
 	for _, m := range []string{note, `{"jsonrpc":"2.0","id":7,"error":{"code":-32603,"message":"quota exceeded"}}`} {
 		if _, err := d.Write([]byte("event: message\ndata: " + m + "\n\n")); err != nil {

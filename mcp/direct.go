@@ -196,45 +196,13 @@ func mcpgoID(id json.RawMessage) json.RawMessage {
 	return out
 }
 
-// rpcResponse is a JSON-RPC response as the direct path writes it; the id
-// is echoed byte for byte.
-type rpcResponse struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Result  any             `json:"result,omitempty"`
-	Error   *rpcError       `json:"error,omitempty"`
-}
-
-type rpcError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
-
 // serveToolCall answers a tools/call on the direct path.
 func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqState, msg *envelope) {
 	ctx := r.Context()
-	d := newDeliveryWriter(w)
-	d.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
-	st.out, st.direct = d, true
+	d := s.ownWriter(ctx, w, st)
 	// However this ends (a panic included), nothing is sent on the
 	// response once it has: a handler's goroutine may still hold the client.
 	defer d.abandon()
-	if s.events != nil && st.internal != "" {
-		// The session's streams are resumable: every event of this
-		// request's stream is recorded under the request's own stream id,
-		// so a client that lost the connection replays it with
-		// Last-Event-ID on any replica.
-		stream := requestid.New() // random, like a request id
-		store := context.WithoutCancel(ctx)
-		d.record = func(data []byte) string {
-			id, err := s.events.StoreEvent(store, st.internal, stream, data)
-			if err != nil {
-				s.log.ErrorContext(ctx, "mcp: record stream event", "err", err, "request_id", st.requestID)
-				return ""
-			}
-			return id
-		}
-	}
 	modern := st.sessionID == ""
 	if modern {
 		// What mcp-go derives from _meta for the handlers (IsModernRequest,
@@ -268,6 +236,9 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 		}
 		res, err := s.callToolSafely(ctx, st, req)
 		switch {
+		case st.fixed != nil:
+			// Decided by the handler (a refusal, a created task): written
+			// as it is, with its status.
 		case err != nil:
 			resp = rpcResponse{ID: id, Error: &rpcError{Code: mcpgo.INTERNAL_ERROR, Message: err.Error()}}
 		default:
@@ -294,12 +265,15 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 			putAnswerBuf(buf)
 		}
 	}
+	status := http.StatusOK
+	if st.fixed != nil {
+		body, status = st.fixed.body, st.fixed.status
+	}
 	if body == nil {
 		var err error
 		if body, err = json.Marshal(resp); err != nil {
 			s.log.ErrorContext(ctx, "mcp: encode tools/call answer", "err", err, "request_id", st.requestID)
-			body, _ = json.Marshal(rpcResponse{JSONRPC: mcpgo.JSONRPC_VERSION, ID: id,
-				Error: &rpcError{Code: mcpgo.INTERNAL_ERROR, Message: internalMessage(st.requestID)}})
+			body = errorAnswer(id, mcpgo.INTERNAL_ERROR, internalMessage(st.requestID), nil)
 		}
 	}
 	if ctx.Err() != nil {
@@ -316,14 +290,10 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 	if streamed || err != nil {
 		return // the answer followed the request's events on its stream
 	}
-	status := http.StatusOK
 	if modern && resp.Error != nil {
 		status = modernErrorStatus(resp.Error.Code) // 2026-07-28 maps error codes onto HTTP statuses
 	}
-	w.Header()["Content-Type"] = jsonContentType
-	d.WriteHeader(status)
-	body = append(body, '\n')
-	if _, err := d.Write(body); err == nil && pooled != nil {
+	if err := writeAnswer(d, status, body); err == nil && pooled != nil {
 		// Written (the response copied it): the buffer can serve the next
 		// answer. A write that failed may not have let go of it (net/http's
 		// HTTP/2 server returns when the stream is reset or the connection
@@ -335,9 +305,31 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 	}
 }
 
-// jsonContentType is the direct path's Content-Type header value, shared
-// by every answer (net/http only reads it; Header.Set replaces it).
-var jsonContentType = []string{"application/json"}
+// ownWriter is the delivery writer of a request the package answers
+// itself (not mcp-go's transport): its handler's notifications and
+// questions are written to it as they are sent.
+func (s *Server) ownWriter(ctx context.Context, w http.ResponseWriter, st *reqState) *deliveryWriter {
+	d := newDeliveryWriter(w)
+	d.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
+	st.out, st.direct = d, true
+	if s.events != nil && st.internal != "" {
+		// The session's streams are resumable: every event of this
+		// request's stream is recorded under the request's own stream id,
+		// so a client that lost the connection replays it with
+		// Last-Event-ID on any replica.
+		stream := requestid.New() // random, like a request id
+		store := context.WithoutCancel(ctx)
+		d.record = func(data []byte) string {
+			id, err := s.events.StoreEvent(store, st.internal, stream, data)
+			if err != nil {
+				s.log.ErrorContext(ctx, "mcp: record stream event", "err", err, "request_id", st.requestID)
+				return ""
+			}
+			return id
+		}
+	}
+	return d
+}
 
 // callToolSafely is callTool with a handler's panic turned into a generic
 // internal error (the registry recovers handlers' panics itself; this

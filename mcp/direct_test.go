@@ -313,7 +313,7 @@ func TestListChangedFollowsFlagsAndState(t *testing.T) {
 		}
 	}
 	sentinel := func(n int) {
-		must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", map[string]any{"n": n}))
+		must(t, f.srv.notifySession(sid, "test/sentinel", map[string]any{"n": n}))
 	}
 	f.request(http.MethodPost, "alice-token", sid, rpc(2, "tools/list", nil))
 	call() // nothing changed

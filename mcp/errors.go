@@ -2,16 +2,12 @@ package mcp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	mcpgo "github.com/mark3labs/mcp-go/mcp"
-
 	"github.com/enclave-mcp/enclave/capabilities"
-	"github.com/enclave-mcp/enclave/internal/requestid"
 )
 
 // How domain errors travel (capabilities.Code):
@@ -43,18 +39,16 @@ const CodeQuotaExceeded = capabilities.RPCQuotaExceeded
 
 // retryError answers a tools/call refusal that says when to retry (a
 // quota) with the JSON-RPC error CodeQuotaExceeded, HTTP 200, in place of
-// the tool result mcp-go would write: mcp-go gives tool handlers no way to
-// choose an error code, so the delivery writer replaces its response. It
-// reports whether it did.
+// the tool result: written as it is on the direct path, and in place of
+// mcp-go's response otherwise (mcp-go gives tool handlers no way to choose
+// an error code). It reports whether it did.
 func retryError(st *reqState, err error) bool {
 	at, ok := capabilities.RetryAfterOf(err)
 	if !ok || st.out == nil {
 		return false
 	}
-	st.out.replaceErrorStatus(st.rpcID, http.StatusOK, capabilities.RPCCode(capabilities.CodeQuotaExceeded), publicMessage(err, st.requestID), map[string]any{
-		"code":       string(capabilities.CodeOf(err)),
-		"retryAfter": at.UTC().Format(time.RFC3339),
-	})
+	st.refuseCall(http.StatusOK, capabilities.RPCCode(capabilities.CodeQuotaExceeded), publicMessage(err, st.requestID),
+		retryData{Code: string(capabilities.CodeOf(err)), RetryAfter: at.UTC().Format(time.RFC3339)})
 	return true
 }
 
@@ -66,7 +60,7 @@ func metaError(st *reqState, err error) bool {
 	if err == nil || !errors.Is(err, capabilities.ErrInvalidRequestMeta) || st.out == nil {
 		return false
 	}
-	st.out.replaceErrorStatus(st.rpcID, http.StatusOK, capabilities.RPCCode(capabilities.CodeInvalidInput), publicMessage(err, st.requestID), nil)
+	st.refuseCall(http.StatusOK, capabilities.RPCCode(capabilities.CodeInvalidInput), publicMessage(err, st.requestID), nil)
 	return true
 }
 
@@ -74,7 +68,7 @@ func metaError(st *reqState, err error) bool {
 // layer: the HTTP status and JSON-RPC code of its domain code.
 func refuse(w http.ResponseWriter, err error, requestID string) {
 	code := capabilities.CodeOf(err)
-	writeRPCEnvelope(w, capabilities.HTTPStatus(code), capabilities.RPCCode(code), publicMessage(err, requestID), requestID)
+	writeRequestError(w, capabilities.HTTPStatus(code), capabilities.RPCCode(code), publicMessage(err, requestID), requestID)
 }
 
 // publicMessage is what the client may read about err: the domain message,
@@ -101,26 +95,8 @@ type safeError struct{ msg string }
 
 func (e safeError) Error() string { return e.msg }
 
-// writeHTTPError answers before the protocol layer with a JSON-RPC error
-// envelope, so that clients parse it like any other error: invalid request
-// for a client's fault, internal error for the server's.
-func writeHTTPError(w http.ResponseWriter, status int, msg, requestID string) {
-	code := mcpgo.INVALID_REQUEST
-	if status >= 500 {
-		code = mcpgo.INTERNAL_ERROR
-	}
-	writeRPCEnvelope(w, status, code, msg, requestID)
-}
-
-// writeRPCEnvelope writes a JSON-RPC error without a request id, with
-// status.
-func writeRPCEnvelope(w http.ResponseWriter, status, code int, msg, requestID string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(requestid.Header, requestID)
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{
-		"jsonrpc": "2.0",
-		"id":      nil,
-		"error":   map[string]any{"code": code, "message": msg, "data": map[string]string{"requestId": requestID}},
-	})
+// retryData is the data of a refusal that says when to retry.
+type retryData struct {
+	Code       string `json:"code"`
+	RetryAfter string `json:"retryAfter"`
 }

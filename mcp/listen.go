@@ -117,7 +117,7 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, st *reqState, bo
 		} `json:"params"`
 	}
 	if len(st.rpcID) == 0 || json.Unmarshal(body, &req) != nil {
-		writeRPCError(w, http.StatusBadRequest, st.rpcID, mcpgo.INVALID_PARAMS, "subscriptions/listen needs an id and a notifications filter")
+		writeError(w, http.StatusBadRequest, st.rpcID, mcpgo.INVALID_PARAMS, "subscriptions/listen needs an id and a notifications filter", nil)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -136,7 +136,7 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, st *reqState, bo
 	remove, ok := s.listening.add(l, cmp.Or(s.opts.MaxListensPerUser, 8), s.sessions.total)
 	if !ok {
 		w.Header().Set("Retry-After", "5")
-		writeRPCError(w, http.StatusServiceUnavailable, st.rpcID, mcpgo.INTERNAL_ERROR, "too many open streams")
+		writeError(w, http.StatusServiceUnavailable, st.rpcID, mcpgo.INTERNAL_ERROR, "too many open streams", nil)
 		return
 	}
 	defer remove()
@@ -177,8 +177,7 @@ func (s *Server) listen(w http.ResponseWriter, r *http.Request, st *reqState, bo
 			}
 		}
 	}
-	res, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": l.id, "result": map[string]any{
-		"resultType": "complete", "_meta": map[string]any{mcpgo.MetaKeySubscriptionID: l.id}}})
+	res, _ := resultAnswer(l.id, listenResult{ResultType: mcpgo.ResultTypeComplete, Meta: map[string]json.RawMessage{mcpgo.MetaKeySubscriptionID: l.id}})
 	write(res)
 }
 
@@ -233,12 +232,8 @@ func (s *Server) notifyListenersUpdated(ctx context.Context, uri string) {
 	}
 }
 
-// writeRPCError answers with a JSON-RPC error carrying the request's id.
-func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
+// listenResult is the result that ends a subscriptions/listen stream.
+type listenResult struct {
+	Meta       map[string]json.RawMessage `json:"_meta"`
+	ResultType mcpgo.ResultType           `json:"resultType"`
 }

@@ -108,7 +108,7 @@ func TestStreamEndsWhenTokenStopsVerifying(t *testing.T) {
 				t.Fatalf("%s: the stream's token was not checked again within 5 s", token)
 			}
 		}
-		must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", nil))
+		must(t, f.srv.notifySession(sid, "test/sentinel", nil))
 		if m := next(); m["method"] != "test/sentinel" {
 			t.Fatalf("%s: stream carried %v, want the sentinel", token, m)
 		}
@@ -171,8 +171,8 @@ func TestResourceUpdatedOnlyToOwners(t *testing.T) {
 	for _, uri := range []string{"test://docs/1", "test://docs/2", "test://docs/3"} {
 		f.srv.NotifyResourceUpdated(t.Context(), uri)
 	}
-	must(t, f.srv.mcp.SendNotificationToSpecificClient(alice, "test/sentinel", nil))
-	must(t, f.srv.mcp.SendNotificationToSpecificClient(bob, "test/sentinel", nil))
+	must(t, f.srv.notifySession(alice, "test/sentinel", nil))
+	must(t, f.srv.notifySession(bob, "test/sentinel", nil))
 	drain := func(next func() map[string]any) []string {
 		var got []string
 		for {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -17,12 +15,12 @@ import (
 //
 // With an EventLog (Options.Sessions implementing it, with a Bus), every
 // SSE event of a session's streams carries an id and is recorded for a
-// bounded window (mcp-go's resumability, on our log). A client that
-// reconnects its GET stream with Last-Event-ID is sent what it missed:
-// on the replica that holds the stream, mcp-go replays and takes the
-// stream over; on another replica (the first one died), the events are
-// replayed from the log and the stream continues here. A POST's stream
-// resumed anywhere is replayed from the log. Event ids are looked up
+// bounded window. A client that reconnects its GET stream with
+// Last-Event-ID is sent what it missed, from the log, and the session's
+// listening stream continues on that connection, on any replica
+// (stream.go); a POST's stream resumed anywhere is replayed from the log
+// and ends. mcp-go records the streams of the requests it serves through
+// the same log (the adapter below is its EventStore). Event ids are looked up
 // within the caller's own session only (the session was already bound to
 // the caller), so another session's id answers 400 like an unknown one.
 
@@ -33,9 +31,6 @@ const listenStreamPrefix = "L:"
 type eventAdapter struct {
 	s   *Server
 	log EventLog
-
-	mu     sync.Mutex
-	listen map[string]string // session id -> id of its listening stream here
 }
 
 var _ mcpserver.EventStore = (*eventAdapter)(nil)
@@ -54,9 +49,6 @@ func (e *eventAdapter) StoreEvent(ctx context.Context, sessionID, streamID strin
 	stored := streamID
 	if !request {
 		stored = listenStreamPrefix + streamID
-		e.mu.Lock()
-		e.listen[base] = streamID
-		e.mu.Unlock()
 	}
 	// Recording runs on the path of the event itself (a handler's progress
 	// report, the answer): a stalled database must not hold it for longer
@@ -86,74 +78,8 @@ func (e *eventAdapter) PurgeSession(ctx context.Context, sessionID string) error
 	if request {
 		return nil
 	}
-	e.mu.Lock()
-	delete(e.listen, base)
-	e.mu.Unlock()
 	if _, err := e.s.cluster.store.LoadSession(ctx, base); err == nil {
 		return nil
 	}
 	return e.log.PurgeEvents(ctx, SessionHash(base))
-}
-
-// resumeElsewhere serves a GET with Last-Event-ID whose listening stream
-// is not on this replica: it replays the missed events from the log, then
-// opens the session's listening stream here. It reports false when mcp-go
-// should serve the request itself (the stream is here, the stream was a
-// request's, or the id is unknown).
-func (s *Server) resumeElsewhere(w http.ResponseWriter, r *http.Request, sid string) bool {
-	e := s.events
-	last := r.Header.Get("Last-Event-ID")
-	if e == nil || r.Method != http.MethodGet || last == "" {
-		return false
-	}
-	hash := SessionHash(sid)
-	stream, err := e.log.ReplayEvents(r.Context(), hash, last, func(string, json.RawMessage) error { return nil })
-	if err != nil || !strings.HasPrefix(stream, listenStreamPrefix) {
-		return false
-	}
-	e.mu.Lock()
-	here := e.listen[sid] == strings.TrimPrefix(stream, listenStreamPrefix)
-	e.mu.Unlock()
-	if here {
-		return false
-	}
-	rc := http.NewResponseController(w)
-	flusher := flushFunc(func() { _ = rc.Flush() })
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	_, err = e.log.ReplayEvents(r.Context(), hash, last, func(id string, msg json.RawMessage) error {
-		if strings.ContainsAny(id, "\r\n") {
-			return errors.New("mcp: bad event id")
-		}
-		if _, err := fmt.Fprintf(w, "id: %s\nevent: message\ndata: %s\n\n", id, msg); err != nil {
-			return err
-		}
-		flusher.Flush()
-		return nil
-	})
-	if err != nil {
-		return true
-	}
-	ownHeader(r)
-	r.Header.Del("Last-Event-ID")
-	s.http.ServeHTTP(&continuedStream{ResponseWriter: w, flusher: flusher}, r)
-	return true
-}
-
-// continuedStream lets mcp-go open a listening stream on a response whose
-// header was already written (by the replay).
-type flushFunc func()
-
-func (f flushFunc) Flush() { f() }
-
-type continuedStream struct {
-	http.ResponseWriter
-	flusher http.Flusher
-}
-
-func (c *continuedStream) WriteHeader(int) {}
-func (c *continuedStream) Flush()          { c.flusher.Flush() }
-func (c *continuedStream) Unwrap() http.ResponseWriter {
-	return c.ResponseWriter
 }

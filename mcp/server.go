@@ -1,8 +1,14 @@
 // Package mcp serves a capabilities.Registry over MCP's streamable HTTP
 // transport, built on mark3labs/mcp-go. tools/call, the call agents repeat,
 // is answered by the package itself from the JSON-RPC envelope it decodes
-// once (direct.go); every other method goes through mcp-go's transport, and
-// so does any request the direct path cannot take exactly as mcp-go would.
+// once (direct.go); a session's GET stream and DELETE are served from its
+// own session table and event log (stream.go); the other requests of a
+// session (protocols before 2026-07-28), initialize included, go to
+// mcp-go's protocol engine under a session object of ours (cold.go). What
+// remains goes through mcp-go's transport: the 2026-07-28 requests other
+// than tools/call, tasks and listen (mcp-go's engine reads their headers
+// only from its transport's context), and bodies mcp-go's transport
+// refuses before its engine.
 //
 // tools/list is Registry.Visible and tools/call is Registry.Invoke;
 // resources and prompts go through the registry's guard the same way. The
@@ -321,7 +327,7 @@ func New(opts Options) (*Server, error) {
 		mcpserver.WithDisableLocalhostProtection(true),
 	}
 	if log, ok := opts.Sessions.(EventLog); ok && opts.Bus != nil {
-		s.events = &eventAdapter{s: s, log: log, listen: map[string]string{}}
+		s.events = &eventAdapter{s: s, log: log}
 		httpOpts = append(httpOpts, mcpserver.WithEventStore(s.events))
 	}
 	s.http = mcpserver.NewStreamableHTTPServer(s.mcp, httpOpts...)
@@ -428,6 +434,7 @@ type reqState struct {
 	sent      atomic.Int64 // notifications sent to this request's stream
 	internal  string       // the per-request id standing for sessionID (see sessionStore.begin)
 	direct    bool         // served by the direct path (direct.go), not by mcp-go
+	fixed     *fixedAnswer // the answer its handler decided, on the direct path (refuseCall, answerWith)
 	// credential names the credential that authenticated the request
 	// (see credentialOf): the 2026-07-28 per-call state is bound to it.
 	credential string
@@ -583,15 +590,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
 		// The error names the versions served and echoes the one asked
 		// for, under the request's own id.
-		res := mcpgo.UnsupportedProtocolVersionError{Version: v, Supported: ProtocolVersions}.JSONRPCError()
-		if len(msg.ID) > 0 {
-			var id any
-			_ = json.Unmarshal(msg.ID, &id)
-			res.ID = mcpgo.NewRequestId(id)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		_ = json.NewEncoder(w).Encode(res)
+		e := mcpgo.UnsupportedProtocolVersionError{Version: v, Supported: ProtocolVersions}.JSONRPCError().Error
+		writeError(w, http.StatusBadRequest, mcpgoID(msg.ID), e.Code, e.Message, e.Data)
 		return
 	}
 	s.syncRegistry()
@@ -624,7 +624,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	direct := s.directToolCall(r, st, &msg)
-	if !direct {
+	cold := !direct && !msg.isResponse() && s.coldRequest(r, st, &msg, body)
+	if !direct && !cold {
 		// What is not the direct path's is read again (by mcp-go); the
 		// direct path has all it needs in msg.
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -636,8 +637,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var use sessionUse
-		r = s.withinSession(r, st, msg, direct, &use)
+		r = s.withinSession(r, st, msg, direct || cold, &use)
 		defer use.done()
+	}
+	switch {
+	case r.Method != http.MethodPost && st.sessionID == "":
+		refuseModernSessionMethod(w, r.Method)
+		return
+	case r.Method == http.MethodGet:
+		s.serveGet(w, r, st)
+		return
+	case r.Method == http.MethodDelete:
+		s.serveDelete(w, st)
+		return
+	}
+	if cold {
+		if st.sessionID != "" && st.internal == "" {
+			writeHTTPError(w, http.StatusNotFound, "session not found", requestID)
+			return
+		}
+		s.serveCold(w, r, st, body, &msg)
+		s.syncRegistry() // a request may have changed the registry
+		for _, id := range st.evicted {
+			s.terminate(id)
+		}
+		return
 	}
 	if direct {
 		if st.sessionID != "" && st.internal == "" {
@@ -680,9 +704,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			cancel()
 		}()
 		s.listen(w, r, st, body)
-		return
-	}
-	if st.sessionID != "" && s.resumeElsewhere(w, r, st.sessionID) {
 		return
 	}
 	st.out = newDeliveryWriter(w)
@@ -994,6 +1015,9 @@ func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid strin
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	if unmatchedAnswer(w, r, body) {
+		return
+	}
 	ownHeader(r)
 	r.Header.Set(sessionHeader, sid)
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -1136,7 +1160,7 @@ func (s *Server) notifyToolsChanged(ctx context.Context, st *reqState) {
 		return
 	}
 	if s.sessions.swapToolsFP(st.sessionID, s.visibleFingerprint(ctx, st.caller), key) {
-		_ = s.mcp.SendNotificationToSpecificClient(st.sessionID, string(mcpgo.MethodNotificationToolsListChanged), nil)
+		_ = s.notifySession(st.sessionID, string(mcpgo.MethodNotificationToolsListChanged), nil)
 		s.toolsChangedElsewhere(ctx, st.sessionID) // the session's stream may be on another replica
 	}
 }
@@ -1245,7 +1269,7 @@ func (s *Server) notifyResourceLocal(ctx context.Context, uri string) {
 		if err != nil || !s.reg.CanRead(ctx, caller, uri) {
 			continue
 		}
-		_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
+		_ = s.notifySession(sid, string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
 	}
 	s.notifyListenersUpdated(ctx, uri)
 }
@@ -1306,14 +1330,10 @@ func (m idManager) Validate(id string) (bool, error) {
 	return false, nil
 }
 
-// Terminate ends a session (DELETE, expiry, eviction).
+// Terminate is our own release of mcp-go's state (a DELETE, expiry,
+// eviction, a session ended on another replica, a request's own id):
+// the session table and a shared store have already done what was needed.
 func (m idManager) Terminate(id string) (bool, error) {
-	if m.st != nil && m.st.sessionID == id {
-		m.s.endSession(id) // the client's DELETE: everywhere
-		return false, nil
-	}
-	// Our own release of mcp-go's state (expiry, eviction, a session ended
-	// on another replica): a shared store has already done what was needed.
 	m.s.sessions.remove(id)
 	return false, nil
 }

@@ -390,7 +390,7 @@ func TestListChangedOnlyWhenVisibleSetChanges(t *testing.T) {
 		}
 	}
 	sentinel := func(n int) {
-		must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", map[string]any{"n": n}))
+		must(t, f.srv.notifySession(sid, "test/sentinel", map[string]any{"n": n}))
 	}
 	f.request(http.MethodPost, "alice-admin-token", sid, rpc(2, "tools/list", nil))
 
@@ -445,7 +445,7 @@ func TestListChangedBroadcastKeepsScopes(t *testing.T) {
 		t.Fatalf("ping: %d", resp.StatusCode)
 	}
 	f.srv.NotifyListChanged(t.Context())
-	must(t, f.srv.mcp.SendNotificationToSpecificClient(sid, "test/sentinel", nil))
+	must(t, f.srv.notifySession(sid, "test/sentinel", nil))
 	if m := sseReader(stream)(); m == nil || m["method"] != "test/sentinel" {
 		t.Fatalf("the stream carried %v before the sentinel", m)
 	}
@@ -747,7 +747,7 @@ func TestResourceUpdatedReachesSubscribersWhoCanRead(t *testing.T) {
 
 	f.srv.NotifyResourceUpdated(t.Context(), "test://admin")
 	f.srv.NotifyResourceUpdated(t.Context(), "test://public")
-	must(t, f.srv.mcp.SendNotificationToSpecificClient(alice, "test/sentinel", nil))
+	must(t, f.srv.notifySession(alice, "test/sentinel", nil))
 	var got []string
 	for range 2 {
 		m := aliceStream()
@@ -767,7 +767,7 @@ func TestResourceUpdatedReachesSubscribersWhoCanRead(t *testing.T) {
 
 	// Bob is subscribed to nothing that changed: his stream carries only
 	// the sentinel sent after the updates.
-	must(t, f.srv.mcp.SendNotificationToSpecificClient(bob, "test/sentinel", nil))
+	must(t, f.srv.notifySession(bob, "test/sentinel", nil))
 	if m := sseReader(bobStream)(); m["method"] != "test/sentinel" {
 		t.Fatalf("bob's stream carried %v first", m)
 	}
@@ -854,8 +854,8 @@ func TestResourceUpdatedHonoursTokenScopes(t *testing.T) {
 	f.srv.NotifyResourceUpdated(t.Context(), "test://admin")
 	f.srv.NotifyResourceUpdated(t.Context(), "test://notes")
 	f.srv.NotifyResourceUpdated(t.Context(), "test://public")
-	must(t, f.srv.mcp.SendNotificationToSpecificClient(scoped, "test/sentinel", nil))
-	must(t, f.srv.mcp.SendNotificationToSpecificClient(unscoped, "test/sentinel", nil))
+	must(t, f.srv.notifySession(scoped, "test/sentinel", nil))
+	must(t, f.srv.notifySession(unscoped, "test/sentinel", nil))
 	for token, want := range map[string][]string{
 		"admin-token":     {"updated test://admin", "updated test://public", "sentinel"},
 		"admin-mcp-token": {"updated test://public", "sentinel"},

@@ -31,6 +31,7 @@ type session struct {
 	logLevel string // level set with logging/setLevel; "" sends everything
 	streams  map[int]func()
 	nextID   int
+	listen   *listenStream // the listening stream, from the first GET (stream.go)
 	// what the client declared it can do at initialize
 	canSample, canElicit, canRoots bool
 	subs                           map[string]bool // resource URIs subscribed to
@@ -210,6 +211,10 @@ func (s *sessionStore) dropLocked(se *session) {
 	delete(s.byID, se.id)
 	for _, cancel := range se.streams {
 		cancel()
+	}
+	if se.listen != nil {
+		se.listen.end()
+		se.listen = nil
 	}
 }
 

@@ -104,7 +104,7 @@ func (s *Server) initShared() {
 			}
 			if id, ok := s.sessions.idByHash(hash); ok {
 				// Reaches the session's stream if it is on this replica.
-				_ = s.mcp.SendNotificationToSpecificClient(id, string(mcpgo.MethodNotificationToolsListChanged), nil)
+				_ = s.notifySession(id, string(mcpgo.MethodNotificationToolsListChanged), nil)
 			}
 		}),
 		c.bus.Subscribe(topicAnswer, func(_ string, p []byte) {
@@ -397,7 +397,7 @@ func (s *Server) notifyListChangedLocal(ctx context.Context) {
 		}
 		caller.Scopes, caller.AllScopes = s.sessions.scopesOf(sid)
 		if s.sessions.swapToolsFP(sid, s.visibleFingerprint(ctx, caller), s.visibilityKey(caller)) {
-			_ = s.mcp.SendNotificationToSpecificClient(sid, string(mcpgo.MethodNotificationToolsListChanged), nil)
+			_ = s.notifySession(sid, string(mcpgo.MethodNotificationToolsListChanged), nil)
 		}
 	}
 }

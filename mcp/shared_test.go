@@ -110,7 +110,7 @@ func eventually(t *testing.T, what string, ok func() bool) {
 func streamReady(t *testing.T, f *fixture, sid string, next func() map[string]any) {
 	t.Helper()
 	eventually(t, "the GET stream", func() bool {
-		return f.srv.mcp.SendNotificationToSpecificClient(sid, "test/ready", nil) == nil
+		return f.srv.notifySession(sid, "test/ready", nil) == nil
 	})
 	for m := next(); m == nil || m["method"] != "test/ready"; m = next() {
 		if m == nil {
@@ -202,7 +202,7 @@ func TestSharedSessionResourceUpdateReachesStreamOnOtherReplica(t *testing.T) {
 	if m["method"] != "notifications/resources/updated" || !strings.Contains(fmt.Sprint(m["params"]), "test://public") {
 		t.Fatalf("alice's stream on A carried %v", m)
 	}
-	must(t, a.srv.mcp.SendNotificationToSpecificClient(bob, "test/sentinel", nil))
+	must(t, a.srv.notifySession(bob, "test/sentinel", nil))
 	if m := bobStream(); m["method"] != "test/sentinel" {
 		t.Fatalf("bob (not subscribed) received %v first", m)
 	}
@@ -344,7 +344,7 @@ func TestResumeStreamOnAnotherReplica(t *testing.T) {
 	must(t, err)
 	next := sseEvents(resp)
 	eventually(t, "the stream on A", func() bool { return len(a.srv.sessions.withStreams()) == 1 })
-	must(t, a.srv.mcp.SendNotificationToSpecificClient(alice, "test/one", nil))
+	must(t, a.srv.notifySession(alice, "test/one", nil))
 	firstID, first := next()
 	if first["method"] != "test/one" || firstID == "" {
 		t.Fatalf("first event %q %v: want test/one with an id", firstID, first)
@@ -353,8 +353,8 @@ func TestResumeStreamOnAnotherReplica(t *testing.T) {
 	resp.Body.Close()
 	eventually(t, "the stream to close", func() bool { return len(a.srv.sessions.withStreams()) == 0 })
 	// Sent while the client is away: recorded by A.
-	must(t, a.srv.mcp.SendNotificationToSpecificClient(alice, "test/two", nil))
-	must(t, a.srv.mcp.SendNotificationToSpecificClient(alice, "test/three", nil))
+	must(t, a.srv.notifySession(alice, "test/two", nil))
+	must(t, a.srv.notifySession(alice, "test/three", nil))
 	eventually(t, "the events to be recorded", func() bool {
 		store.emu.Lock()
 		defer store.emu.Unlock()
@@ -388,10 +388,64 @@ func TestResumeStreamOnAnotherReplica(t *testing.T) {
 	}
 	// The stream goes on, on B.
 	eventually(t, "the stream on B", func() bool {
-		return b.srv.mcp.SendNotificationToSpecificClient(alice, "test/four", nil) == nil
+		return b.srv.notifySession(alice, "test/four", nil) == nil
 	})
 	if id, m := next(); m["method"] != "test/four" || id == "" {
 		t.Fatalf("after the replay: %q %v", id, m)
+	}
+}
+
+// TestResumeStreamOnSameReplica: a GET stream resumed on the replica that
+// holds it gets what it missed once, then the stream itself; a request id
+// that names no event is refused before anything is written.
+func TestResumeStreamOnSameReplica(t *testing.T) {
+	group := cluster.NewLoopback()
+	store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
+	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	alice := a.initialize("alice-token")
+	get := func(ctx context.Context, last string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.url, nil)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set(sessionHeader, alice)
+		req.Header.Set(versionHeader, testProtocol)
+		req.Header.Set("Accept", "text/event-stream")
+		if last != "" {
+			req.Header.Set("Last-Event-ID", last)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	next := sseEvents(get(ctx, ""))
+	must(t, a.srv.notifySession(alice, "test/one", nil))
+	firstID, first := next()
+	if first["method"] != "test/one" || firstID == "" {
+		t.Fatalf("first event %q %v: want test/one with an id", firstID, first)
+	}
+	cancel()
+	eventually(t, "the stream to close", func() bool { return len(a.srv.sessions.withStreams()) == 0 })
+	must(t, a.srv.notifySession(alice, "test/two", nil))
+	eventually(t, "the event to be recorded", func() bool {
+		store.emu.Lock()
+		defer store.emu.Unlock()
+		return len(store.events[SessionHash(alice)]) >= 2
+	})
+	if r := get(t.Context(), "no-such-event"); r.StatusCode != http.StatusBadRequest {
+		t.Fatalf("unknown Last-Event-ID: %d", r.StatusCode)
+	}
+	r := get(t.Context(), firstID)
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("resume: %d %s", r.StatusCode, readAll(r))
+	}
+	next = sseEvents(r)
+	if _, m := next(); m["method"] != "test/two" {
+		t.Fatalf("replayed %v, want test/two", m)
+	}
+	must(t, a.srv.notifySession(alice, "test/three", nil))
+	if id, m := next(); m["method"] != "test/three" || id == "" {
+		t.Fatalf("after the replay: %q %v, want test/three with an id", id, m)
 	}
 }
 

@@ -236,8 +236,8 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 		return s.toolResult(ctx, st, cl, name, o.res, o.err)
 	}
 	// Create has returned: tasks/get already answers for it.
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": rpcIDOrNull(st.rpcID), "result": taskCreated(tr.created)})
-	st.out.replaceResponse(body)
+	body, _ := resultAnswer(st.rpcID, taskCreated(tr.created))
+	st.answerWith(body)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -246,13 +246,6 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 		s.runTask(hctx, st, tr, done)
 	}()
 	return &mcpgo.CallToolResult{Content: []mcpgo.Content{}}, nil
-}
-
-func rpcIDOrNull(id json.RawMessage) json.RawMessage {
-	if len(id) == 0 {
-		return json.RawMessage("null")
-	}
-	return id
 }
 
 // runTask waits for a detached handler, ending it when the task is
@@ -297,13 +290,13 @@ wait:
 		t.InputRequests = nil
 		if revoked {
 			t.Status = TaskFailed
-			t.Error, _ = json.Marshal(map[string]any{"code": mcpgo.INVALID_REQUEST, "message": "the task was stopped: its caller's access ended"})
+			t.Error, _ = json.Marshal(rpcError{Code: mcpgo.INVALID_REQUEST, Message: "the task was stopped: its caller's access ended"})
 			return nil
 		}
 		if o.err != nil && capabilities.CodeOf(o.err) == capabilities.CodeInternal {
 			s.logIfInternal(bg, st, "task "+tr.name, o.err)
 			t.Status = TaskFailed
-			t.Error, _ = json.Marshal(map[string]any{"code": mcpgo.INTERNAL_ERROR, "message": publicMessage(o.err, st.requestID)})
+			t.Error, _ = json.Marshal(rpcError{Code: mcpgo.INTERNAL_ERROR, Message: publicMessage(o.err, st.requestID)})
 			return nil
 		}
 		res := mcpgo.CallToolResult{Content: contents(o.res.Content), StructuredContent: o.res.Structured, IsError: o.res.IsError}
@@ -395,13 +388,7 @@ func (c *client) askTask(ctx context.Context, qs []capabilities.Question) ([]cap
 // 2026-07-28); the removed tasks/result and tasks/list are unknown methods.
 func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState, method string, body []byte) {
 	fail := func(status, code int, msg string, data any) {
-		e := map[string]any{"code": code, "message": msg}
-		if data != nil {
-			e["data"] = data
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": rpcIDOrNull(st.rpcID), "error": e})
+		writeError(w, status, st.rpcID, code, msg, data)
 	}
 	var req struct {
 		Params struct {
@@ -528,8 +515,7 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 		fail(http.StatusInternalServerError, mcpgo.INTERNAL_ERROR, internalMessage(st.requestID), nil)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": rpcIDOrNull(st.rpcID), "result": result})
+	writeResult(w, st.rpcID, result)
 }
 
 // unknownTask is the answer to a task id the caller has no task under: an

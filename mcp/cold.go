@@ -1,0 +1,241 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+	"unicode"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+)
+
+// The cold methods of a session (protocol 2025-11-25 and earlier):
+// initialize, the lists, resources, prompts, completion, ping, logging,
+// the client's notifications, and whatever tools/call the direct path does
+// not take, are answered by mcp-go's protocol engine
+// (MCPServer.HandleMessage) under a session object of ours, and written
+// by the package: JSON, or an event stream when the handler sent
+// notifications or questions meanwhile.
+
+// coldRequest reports whether a POST is one mcp-go's transport would hand
+// to its engine as it is, for a session: initialize, or a request or
+// notification of a session (any method the direct path does not take),
+// in a JSON body that is not a response and not of protocol 2026-07-28 as
+// mcp-go's transport reads it. Anything else is still mcp-go's transport's.
+func (s *Server) coldRequest(r *http.Request, st *reqState, msg *envelope, body []byte) bool {
+	if s.opts.noDirect || r.Method != http.MethodPost || !jsonMediaType(r.Header.Get("Content-Type")) ||
+		st.sessionID == "" && msg.Method != string(mcpgo.MethodInitialize) {
+		return false
+	}
+	// mcp-go's transport's own reading of the body.
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result,omitempty"`
+		Error  json.RawMessage `json:"error,omitempty"`
+		Method mcpgo.MCPMethod `json:"method,omitempty"`
+		Params struct {
+			Meta *mcpgo.Meta `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.Method == "" && m.ID != nil ||
+		mcpgo.IsModernProtocol(m.Params.Meta.ProtocolVersion()) || mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) {
+		return false
+	}
+	return st.sessionID != "" || m.Method == mcpgo.MethodInitialize
+}
+
+// serveCold answers a cold request.
+func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, msg *envelope) {
+	ctx := r.Context()
+	if msg.Method == string(mcpgo.MethodInitialize) {
+		id, evicted := s.sessions.create(st.caller.UserID)
+		st.evicted = append(st.evicted, evicted...)
+		st.created = id
+		if id != "" {
+			s.createShared(id, st.caller.UserID)
+		}
+	}
+	d := s.ownWriter(ctx, w, st)
+	defer d.abandon()
+	sess := &coldSession{s: s, st: st, notes: make(chan mcpgo.JSONRPCNotification, 100)}
+	ctx = s.mcp.WithContext(ctx, sess)
+	ctx = mcpserver.WithSupportedProtocolVersions(ctx, ProtocolVersions)
+	done := make(chan struct{})
+	forwarded := make(chan struct{})
+	go func() { // what mcp-go itself sends the session during the request
+		defer close(forwarded)
+		for {
+			select {
+			case n := <-sess.notes:
+				_ = d.send(n)
+			case <-done:
+				return
+			}
+		}
+	}()
+	resp := s.mcp.HandleMessage(ctx, body)
+	close(done)
+	<-forwarded
+	for len(sess.notes) > 0 {
+		_ = d.send(<-sess.notes)
+	}
+	if resp == nil { // a notification
+		d.mu.Lock()
+		started := d.started
+		d.answered = true
+		d.mu.Unlock()
+		if !started {
+			w.WriteHeader(http.StatusAccepted)
+		}
+		return
+	}
+	status := http.StatusOK
+	out, err := json.Marshal(resp)
+	switch {
+	case st.fixed != nil: // decided by a tool's handler (a quota refusal)
+		out, status = st.fixed.body, st.fixed.status
+	case err != nil:
+		s.log.ErrorContext(ctx, "mcp: encode answer", "err", err, "request_id", st.requestID)
+		out = errorAnswer(st.rpcID, mcpgo.INTERNAL_ERROR, internalMessage(st.requestID), nil)
+	}
+	if ctx.Err() != nil {
+		_, _ = d.finish(out, false)
+		return
+	}
+	streamed, err := d.finish(out, true)
+	if streamed || err != nil {
+		return
+	}
+	if st.created != "" {
+		w.Header().Set(sessionHeader, st.created)
+	}
+	_ = writeAnswer(d, status, out)
+}
+
+// coldSession is the session mcp-go's engine serves a cold request under:
+// the request's own, as mcp-go's transport makes one per request.
+type coldSession struct {
+	s     *Server
+	st    *reqState
+	notes chan mcpgo.JSONRPCNotification
+	info  atomic.Pointer[mcpgo.Implementation]
+	caps  atomic.Pointer[mcpgo.ClientCapabilities]
+}
+
+var (
+	_ mcpserver.ClientSession                   = (*coldSession)(nil)
+	_ mcpserver.SessionWithLogging              = (*coldSession)(nil)
+	_ mcpserver.SessionWithClientInfo           = (*coldSession)(nil)
+	_ mcpserver.SessionWithStreamableHTTPConfig = (*coldSession)(nil)
+)
+
+func (c *coldSession) Initialize()                                           {}
+func (c *coldSession) Initialized() bool                                     { return true }
+func (c *coldSession) NotificationChannel() chan<- mcpgo.JSONRPCNotification { return c.notes }
+
+// SessionID is the request's own id within its session (see
+// sessionStore.begin), or the session an initialize creates.
+func (c *coldSession) SessionID() string {
+	if c.st.internal != "" {
+		return c.st.internal
+	}
+	return c.st.created
+}
+
+// SetLogLevel: the level is kept in the session table (afterSetLevel).
+func (c *coldSession) SetLogLevel(mcpgo.LoggingLevel) {}
+
+func (c *coldSession) GetLogLevel() mcpgo.LoggingLevel {
+	if l := c.s.sessions.logLevel(c.st.sessionID); l != "" {
+		return mcpgo.LoggingLevel(l)
+	}
+	return mcpgo.LoggingLevelError
+}
+
+func (c *coldSession) GetClientInfo() mcpgo.Implementation {
+	if p := c.info.Load(); p != nil {
+		return *p
+	}
+	return mcpgo.Implementation{}
+}
+
+func (c *coldSession) SetClientInfo(info mcpgo.Implementation) { c.info.Store(&info) }
+
+func (c *coldSession) GetClientCapabilities() mcpgo.ClientCapabilities {
+	if p := c.caps.Load(); p != nil {
+		return *p
+	}
+	return mcpgo.ClientCapabilities{}
+}
+
+func (c *coldSession) SetClientCapabilities(caps mcpgo.ClientCapabilities) { c.caps.Store(&caps) }
+
+// UpgradeToSSEWhenReceiveNotification: the answer follows the request's
+// events on its stream whenever the stream was opened.
+func (c *coldSession) UpgradeToSSEWhenReceiveNotification() {}
+
+// unmatchedAnswer answers a client's response that answers no request of
+// ours, for a session mcp-go's transport does not know (the package made
+// it): as mcp-go's transport answers one for a session it knows, whose
+// pending requests never include ours. It reports false for the bodies
+// mcp-go answers before looking the session up (not JSON, a ping's or an
+// empty response), which are still mcp-go's to answer.
+func unmatchedAnswer(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if !jsonMediaType(r.Header.Get("Content-Type")) {
+		return false
+	}
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result,omitempty"`
+		Error  json.RawMessage `json:"error,omitempty"`
+		Method mcpgo.MCPMethod `json:"method,omitempty"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.Method != "" || m.ID == nil ||
+		emptyJSON(m.Result) && emptyJSON(m.Error) || emptyObject(m.Result) && len(bytes.TrimSpace(m.Error)) == 0 ||
+		m.Result == nil && m.Error == nil {
+		return false
+	}
+	var id int64
+	if json.Unmarshal(m.ID, &id) != nil {
+		writePlainError(w, http.StatusBadRequest, "Invalid request ID in sampling response")
+		return true
+	}
+	writePlainError(w, http.StatusBadRequest, "No pending sampling request found for the given request ID")
+	return true
+}
+
+// emptyJSON reports whether a member is absent, null, or an empty object
+// or array, as mcp-go's transport decides it.
+func emptyJSON(data json.RawMessage) bool {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
+		return true
+	}
+	switch t[0] {
+	case '{', '[':
+		closing := byte('}')
+		if t[0] == '[' {
+			closing = ']'
+		}
+		for _, c := range t[1:] {
+			if !unicode.IsSpace(rune(c)) {
+				return c == closing
+			}
+		}
+	case 'n':
+		return string(t) == "null"
+	}
+	return false
+}
+
+// emptyObject reports whether data is a JSON object with no members.
+func emptyObject(data json.RawMessage) bool {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 || t[0] != '{' {
+		return false
+	}
+	var obj map[string]json.RawMessage
+	return json.Unmarshal(t, &obj) == nil && len(obj) == 0
+}
