@@ -96,6 +96,11 @@ var leaseSharing = true
 type leaseSet struct {
 	mu sync.Mutex
 	m  map[int64]*sharedLease
+	// deleting are the deletes of dropped leases' rows, each on its own
+	// goroutine (dropLocked): Close waits for them before the database
+	// closes. Once closed is set (on mu) none starts.
+	deleting sync.WaitGroup
+	closed   bool
 }
 
 // sharedLease is one lease row, held by the calls of its account in this
@@ -291,7 +296,8 @@ func (sl *sharedLease) stopLinger() {
 }
 
 // dropLocked takes sl out of the set, ends it and deletes its row (mu
-// held; the delete runs on its own). A row whose delete fails expires.
+// held; the delete runs on its own, unless the store is closing). A row
+// whose delete fails (or is not made) expires.
 func (sl *sharedLease) dropLocked() {
 	ls := &sl.store.leases
 	sl.dropped = true
@@ -303,7 +309,14 @@ func (sl *sharedLease) dropLocked() {
 		sl.renewal.Stop()
 	}
 	sl.cancel(errLeaseReleased)
-	go sl.deleteRow()
+	if ls.closed {
+		return
+	}
+	ls.deleting.Add(1) // under mu: before Close's Wait, or not at all
+	go func() {
+		defer ls.deleting.Done()
+		sl.deleteRow()
+	}()
 }
 
 func (sl *sharedLease) deleteRow() {
@@ -390,6 +403,8 @@ func (sl *sharedLease) endLocked(cause error) {
 
 // dropWriteLeases drops every lease this store holds (at Close): their
 // calls stop, and their rows are deleted now rather than left to expire.
+// It waits for the deletes already running: none writes once the
+// database has closed (or a test's PostgreSQL schema is being dropped).
 func (s *Store) dropWriteLeases() error {
 	ls := &s.leases
 	ls.mu.Lock()
@@ -410,10 +425,12 @@ func (s *Store) dropWriteLeases() error {
 		}
 		sl.cancel(errLeaseReleased)
 	}
+	ls.closed = true
 	ls.mu.Unlock()
 	for _, sl := range held {
 		sl.deleteRow()
 	}
+	ls.deleting.Wait() // the deletes of leases dropped just before
 	return nil
 }
 

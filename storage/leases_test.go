@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
@@ -385,4 +388,71 @@ func BenchmarkWriteLease(b *testing.B) {
 			})
 		}
 	}
+}
+
+// heldLeaseDelete holds the first delete of a lease row until release is
+// closed: a dropped lease's delete still running when its store closes.
+type heldLeaseDelete struct {
+	once     sync.Once
+	entered  chan struct{}
+	release  chan struct{}
+	finished atomic.Bool
+}
+
+func (h *heldLeaseDelete) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.Context {
+	if strings.HasPrefix(e.Query, "DELETE") && strings.Contains(e.Query, "account_write_leases") {
+		h.once.Do(func() {
+			close(h.entered)
+			<-h.release
+		})
+	}
+	return ctx
+}
+
+func (h *heldLeaseDelete) AfterQuery(_ context.Context, e *bun.QueryEvent) {
+	if strings.HasPrefix(e.Query, "DELETE") && strings.Contains(e.Query, "account_write_leases") {
+		h.finished.Store(true)
+	}
+}
+
+// Close waits for the delete of a lease's row dropped just before it (on
+// a goroutine of its own): no such write outlives the store, to meet a
+// closed database or a PostgreSQL schema being dropped.
+func TestCloseWaitsForTheDeleteOfADroppedLease(t *testing.T) {
+	defer storage.SetLeaseSharing(false)() // released: dropped at once
+	eachLeaseDialect(t, time.Minute, func(t *testing.T, s *storage.Store) {
+		o := leaseUser(t, s, "ada")
+		held := &heldLeaseDelete{entered: make(chan struct{}), release: make(chan struct{})}
+		s.DB = s.DB.WithQueryHook(held)
+		_, release, err := s.WriteLease(context.Background(), o, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		select {
+		case <-held.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the released lease's row was not deleted")
+		}
+		closed := make(chan struct{})
+		go func() {
+			_ = s.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+			close(held.release)
+			t.Fatal("Close returned while a lease's row was still being deleted")
+		case <-time.After(300 * time.Millisecond):
+		}
+		close(held.release)
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close did not return once the delete ended")
+		}
+		if !held.finished.Load() {
+			t.Fatal("Close returned before the delete ended")
+		}
+	})
 }
