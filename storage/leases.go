@@ -96,11 +96,12 @@ var leaseSharing = true
 type leaseSet struct {
 	mu sync.Mutex
 	m  map[int64]*sharedLease
-	// deleting are the deletes of dropped leases' rows, each on its own
-	// goroutine (dropLocked): Close waits for them before the database
-	// closes. Once closed is set (on mu) none starts.
-	deleting sync.WaitGroup
-	closed   bool
+	// writing are the writes of leases in the background: the deletes of
+	// dropped leases' rows, each on its own goroutine (dropLocked), and
+	// the renewals (renew, on their timers). Close waits for them before
+	// the database closes. Once closed is set (on mu) none starts.
+	writing sync.WaitGroup
+	closed  bool
 }
 
 // sharedLease is one lease row, held by the calls of its account in this
@@ -312,9 +313,9 @@ func (sl *sharedLease) dropLocked() {
 	if ls.closed {
 		return
 	}
-	ls.deleting.Add(1) // under mu: before Close's Wait, or not at all
+	ls.writing.Add(1) // under mu: before Close's Wait, or not at all
 	go func() {
-		defer ls.deleting.Done()
+		defer ls.writing.Done()
 		sl.deleteRow()
 	}()
 }
@@ -333,11 +334,13 @@ func (sl *sharedLease) renewEvery() time.Duration { return max(sl.ttl/3, time.Mi
 func (sl *sharedLease) renew() {
 	ls := &sl.store.leases
 	ls.mu.Lock()
-	if sl.dropped || sl.ctx.Err() != nil {
+	if sl.dropped || sl.ctx.Err() != nil || ls.closed {
 		ls.mu.Unlock()
 		return
 	}
+	ls.writing.Add(1) // under mu: before Close's Wait, or not at all
 	ls.mu.Unlock()
+	defer ls.writing.Done()
 	expires := time.Unix(0, sl.expires.Load())
 	if !time.Now().Before(expires) {
 		sl.expire()
@@ -430,7 +433,7 @@ func (s *Store) dropWriteLeases() error {
 	for _, sl := range held {
 		sl.deleteRow()
 	}
-	ls.deleting.Wait() // the deletes of leases dropped just before
+	ls.writing.Wait() // the deletes of leases dropped just before, renewals
 	return nil
 }
 
