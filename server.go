@@ -417,8 +417,9 @@ func (s *Server) Close() error {
 				s.log.Warn("close workspace files", "err", err)
 			}
 		}
-		s.bursts.Close() // the denials counted in the last moments
-		s.meter.Close()  // the plan alerts being recorded
+		s.bursts.Close()    // the denials counted in the last moments
+		s.meter.Close()     // the plan alerts being recorded
+		s.remoteMCP.Close() // the tool lists being read again
 		if s.unfollow != nil {
 			s.unfollow()
 		}

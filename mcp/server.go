@@ -346,7 +346,8 @@ func (s *Server) ResourceMetadataURL() string { return s.metadataURL }
 // Resource is the protected resource identifier: BaseURL + "/mcp".
 func (s *Server) Resource() string { return s.resource }
 
-// Close stops the session sweeper and ends every session.
+// Close stops the session sweeper, waits for the background work of
+// shared sessions (which writes to the store) and ends every session.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
@@ -765,11 +766,11 @@ func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqStat
 			// Sessions adopted from other replicas fill this one's table
 			// too; they are copies of the shared store, so make room.
 			if shed := s.sessions.shed(s.sessions.total - max(s.sessions.total/10, 1)); len(shed) > 0 {
-				go func() { // releasing mcp-go's state asks the store about each
+				s.goShared(func() { // releasing mcp-go's state asks the store about each
 					for _, id := range shed {
 						s.terminate(id)
 					}
-				}()
+				})
 			}
 		}
 		if s.sessions.len() >= s.sessions.total {

@@ -45,6 +45,12 @@ type sharedState struct {
 	bus    cluster.Bus
 	node   string
 	cancel []func()
+	// The background work of shared sessions (goShared): releasing a
+	// dropped session (which purges its recorded events), refreshing a
+	// copy, taking a handed-over answer. closeShared waits for it; once
+	// closed is set (on mu) none starts.
+	mu     sync.Mutex
+	closed bool
 	wg     sync.WaitGroup
 	// ends counts the session-end notices heard. A replica adopting a
 	// session samples it before loading the record: a notice that arrived
@@ -68,12 +74,12 @@ func (s *Server) initShared() {
 		// the others do it here, off the bus's goroutine.
 		c.bus.Subscribe(topicResource, func(_ string, p []byte) {
 			if node, uri, _ := strings.Cut(string(p), " "); node != c.node {
-				go s.notifyResourceLocal(context.Background(), uri)
+				s.goShared(func() { s.notifyResourceLocal(context.Background(), uri) })
 			}
 		}),
 		c.bus.Subscribe(topicListChanged, func(_ string, p []byte) {
 			if string(p) != c.node {
-				go s.notifyListChangedLocal(context.Background())
+				s.goShared(func() { s.notifyListChangedLocal(context.Background()) })
 			}
 		}),
 	)
@@ -94,7 +100,7 @@ func (s *Server) initShared() {
 				return
 			}
 			if id, ok := s.sessions.idByHash(hash); ok {
-				go s.refreshCached(id)
+				s.goShared(func() { s.refreshCached(id) })
 			}
 		}),
 		c.bus.Subscribe(topicSessionTools, func(_ string, p []byte) {
@@ -110,30 +116,53 @@ func (s *Server) initShared() {
 		c.bus.Subscribe(topicAnswer, func(_ string, p []byte) {
 			node, key, _ := strings.Cut(string(p), " ")
 			if node == c.node {
-				go s.takeAnswer(key)
+				s.goShared(func() { s.takeAnswer(key) })
 			}
 		}),
 		c.bus.OnGap(func() {
 			for _, id := range s.sessions.dropIdle() {
-				go s.terminate(id)
+				s.goShared(func() { s.terminate(id) })
 			}
 			// A session with a stream or request here stays cached, but it
 			// may have ended or changed elsewhere while notices were lost:
 			// check it against the store (dropped, streams ended, if gone).
 			for _, id := range s.sessions.busyIDs() {
-				go s.refreshCached(id)
+				s.goShared(func() { s.refreshCached(id) })
 			}
 		}),
 	)
 }
 
+// closeShared stops hearing the bus and waits for the background work
+// started (goShared): it writes to the store, which its owner closes (or
+// a test drops) once Close has returned.
 func (s *Server) closeShared() {
 	if c := s.shared(); c != nil {
 		for _, f := range c.cancel {
 			f()
 		}
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
 		c.wg.Wait()
 	}
+}
+
+// goShared runs f on a goroutine of its own that closeShared waits for,
+// unless closeShared has begun: then f does not run (Close ends the
+// sessions left itself). Only with shared sessions (s.cluster set).
+func (s *Server) goShared(f func()) {
+	c := s.cluster
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.wg.Add(1) // under mu: before closeShared's Wait, or not at all
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
 }
 
 // revalidateAfter bounds how long a replica serves its cached copy of a
@@ -250,7 +279,7 @@ func (s *Server) endSession(id string) {
 // streams end and mcp-go's state for it is released.
 func (s *Server) dropCached(id string) {
 	if s.sessions.remove(id) {
-		go s.terminate(id)
+		s.goShared(func() { s.terminate(id) })
 	}
 }
 

@@ -96,6 +96,12 @@ var leaseSharing = true
 type leaseSet struct {
 	mu sync.Mutex
 	m  map[int64]*sharedLease
+	// writing are the writes of leases in the background: the deletes of
+	// dropped leases' rows, each on its own goroutine (dropLocked), and
+	// the renewals (renew, on their timers). Close waits for them before
+	// the database closes. Once closed is set (on mu) none starts.
+	writing sync.WaitGroup
+	closed  bool
 }
 
 // sharedLease is one lease row, held by the calls of its account in this
@@ -291,7 +297,8 @@ func (sl *sharedLease) stopLinger() {
 }
 
 // dropLocked takes sl out of the set, ends it and deletes its row (mu
-// held; the delete runs on its own). A row whose delete fails expires.
+// held; the delete runs on its own, unless the store is closing). A row
+// whose delete fails (or is not made) expires.
 func (sl *sharedLease) dropLocked() {
 	ls := &sl.store.leases
 	sl.dropped = true
@@ -303,7 +310,14 @@ func (sl *sharedLease) dropLocked() {
 		sl.renewal.Stop()
 	}
 	sl.cancel(errLeaseReleased)
-	go sl.deleteRow()
+	if ls.closed {
+		return
+	}
+	ls.writing.Add(1) // under mu: before Close's Wait, or not at all
+	go func() {
+		defer ls.writing.Done()
+		sl.deleteRow()
+	}()
 }
 
 func (sl *sharedLease) deleteRow() {
@@ -320,11 +334,13 @@ func (sl *sharedLease) renewEvery() time.Duration { return max(sl.ttl/3, time.Mi
 func (sl *sharedLease) renew() {
 	ls := &sl.store.leases
 	ls.mu.Lock()
-	if sl.dropped || sl.ctx.Err() != nil {
+	if sl.dropped || sl.ctx.Err() != nil || ls.closed {
 		ls.mu.Unlock()
 		return
 	}
+	ls.writing.Add(1) // under mu: before Close's Wait, or not at all
 	ls.mu.Unlock()
+	defer ls.writing.Done()
 	expires := time.Unix(0, sl.expires.Load())
 	if !time.Now().Before(expires) {
 		sl.expire()
@@ -390,6 +406,8 @@ func (sl *sharedLease) endLocked(cause error) {
 
 // dropWriteLeases drops every lease this store holds (at Close): their
 // calls stop, and their rows are deleted now rather than left to expire.
+// It waits for the deletes already running: none writes once the
+// database has closed (or a test's PostgreSQL schema is being dropped).
 func (s *Store) dropWriteLeases() error {
 	ls := &s.leases
 	ls.mu.Lock()
@@ -410,10 +428,12 @@ func (s *Store) dropWriteLeases() error {
 		}
 		sl.cancel(errLeaseReleased)
 	}
+	ls.closed = true
 	ls.mu.Unlock()
 	for _, sl := range held {
 		sl.deleteRow()
 	}
+	ls.writing.Wait() // the deletes of leases dropped just before, renewals
 	return nil
 }
 

@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/storage"
@@ -385,4 +388,102 @@ func BenchmarkWriteLease(b *testing.B) {
 			})
 		}
 	}
+}
+
+// heldLeaseWrite holds the first statement of verb on lease rows until
+// release is closed: a lease's write still running when its store closes.
+type heldLeaseWrite struct {
+	verb     string
+	once     sync.Once
+	entered  chan struct{}
+	release  chan struct{}
+	finished atomic.Bool
+}
+
+func newHeldLeaseWrite(verb string) *heldLeaseWrite {
+	return &heldLeaseWrite{verb: verb, entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *heldLeaseWrite) matches(e *bun.QueryEvent) bool {
+	return strings.HasPrefix(e.Query, h.verb) && strings.Contains(e.Query, "account_write_leases")
+}
+
+func (h *heldLeaseWrite) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.Context {
+	if h.matches(e) {
+		h.once.Do(func() {
+			close(h.entered)
+			<-h.release
+		})
+	}
+	return ctx
+}
+
+func (h *heldLeaseWrite) AfterQuery(_ context.Context, e *bun.QueryEvent) {
+	if h.matches(e) {
+		h.finished.Store(true)
+	}
+}
+
+// closeWaitsFor checks that s.Close waits for the write held, once it has
+// begun: no lease's write outlives its store, to meet a closed database or
+// a PostgreSQL schema being dropped.
+func closeWaitsFor(t *testing.T, s *storage.Store, held *heldLeaseWrite) {
+	t.Helper()
+	select {
+	case <-held.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no %s of a lease row", held.verb)
+	}
+	closed := make(chan struct{})
+	go func() {
+		_ = s.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		close(held.release)
+		t.Fatalf("Close returned while a lease's %s was still running", held.verb)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(held.release)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close did not return once the %s ended", held.verb)
+	}
+	if !held.finished.Load() {
+		t.Fatalf("Close returned before the %s ended", held.verb)
+	}
+}
+
+// Close waits for the delete of a lease's row dropped just before it (on
+// a goroutine of its own).
+func TestCloseWaitsForTheDeleteOfADroppedLease(t *testing.T) {
+	defer storage.SetLeaseSharing(false)() // released: dropped at once
+	eachLeaseDialect(t, time.Minute, func(t *testing.T, s *storage.Store) {
+		o := leaseUser(t, s, "ada")
+		held := newHeldLeaseWrite("DELETE")
+		s.DB = s.DB.WithQueryHook(held)
+		_, release, err := s.WriteLease(context.Background(), o, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		closeWaitsFor(t, s, held)
+	})
+}
+
+// Close waits for the renewal of a lease in flight (on its timer).
+func TestCloseWaitsForARenewalInFlight(t *testing.T) {
+	eachLeaseDialect(t, 300*time.Millisecond, func(t *testing.T, s *storage.Store) {
+		o := leaseUser(t, s, "ada")
+		held := newHeldLeaseWrite("UPDATE")
+		s.DB = s.DB.WithQueryHook(held)
+		_, release, err := s.WriteLease(context.Background(), o, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		closeWaitsFor(t, s, held)
+	})
 }

@@ -178,6 +178,13 @@ type Service struct {
 	// listChangedAt: when each server's list was last read again after a
 	// notifications/tools/list_changed.
 	listChangedAt map[string]time.Time
+	// The reads again in the background (refreshSoon), which write the
+	// list to the store: Close cancels them (stop) and waits for them.
+	// Once closed is set (on mu) none starts.
+	stop       context.Context
+	cancelStop context.CancelFunc
+	closed     bool
+	background sync.WaitGroup
 }
 
 // New returns the service.
@@ -194,6 +201,7 @@ func New(cfg Config) (*Service, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.stop, s.cancelStop = context.WithCancel(context.Background())
 	if cfg.Bus != nil {
 		s.bus = cfg.Bus
 		cfg.Bus.Subscribe(genTopic, func(_ string, payload []byte) { s.bump(string(payload)) })
@@ -202,6 +210,21 @@ func New(cfg Config) (*Service, error) {
 	s.listHTTP = s.newHTTPClient(MaxListBytes)
 	s.callHTTP = s.newHTTPClient(MaxCallBytes)
 	return s, nil
+}
+
+// Close ends the tool lists being read again in the background (after a
+// remote said its list changed) and waits for them, since each writes to
+// the store; none starts after it. Call it before the store closes. A nil
+// Service (remote MCP servers turned off) has nothing to close.
+func (s *Service) Close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancelStop()
+	s.background.Wait()
 }
 
 // Server is a remote MCP server's metadata: never a token.

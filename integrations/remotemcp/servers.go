@@ -316,7 +316,7 @@ func (s *Service) refreshSoon(o storage.Owner, server string) {
 	// at every call would otherwise have its list read (and up to
 	// MaxTools schemas compiled, and every session of its owner told)
 	// once per call.
-	if s.refreshing[key] || now.Before(s.listChangedAt[key].Add(MinRefreshInterval)) {
+	if s.closed || s.refreshing[key] || now.Before(s.listChangedAt[key].Add(MinRefreshInterval)) {
 		s.mu.Unlock()
 		return
 	}
@@ -325,14 +325,16 @@ func (s *Service) refreshSoon(o storage.Owner, server string) {
 		s.listChangedAt = map[string]time.Time{}
 	}
 	s.listChangedAt[key] = now
+	s.background.Add(1) // under mu: before Close's Wait, or not at all
 	s.mu.Unlock()
 	go func() {
+		defer s.background.Done()
 		defer func() {
 			s.mu.Lock()
 			delete(s.refreshing, key)
 			s.mu.Unlock()
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*s.timeout)
+		ctx, cancel := context.WithTimeout(s.stop, 2*s.timeout)
 		defer cancel()
 		if _, err := s.Refresh(ctx, o, server); err != nil {
 			s.log.Warn("remotemcp: refreshing a changed tool list failed", "server", server, "err", err)

@@ -96,7 +96,20 @@ type Cache[V any] struct {
 	hits, misses, invalidations atomic.Int64
 }
 
-type busRef struct{ b Bus }
+// busRef is the bus a cache is attached to, with the retries of the
+// invalidations that failed to publish on it (invalidate), each on a
+// goroutine of its own. Detaching cancels them and waits for them: each
+// writes through the bus (with SQL notices, to the database), which its
+// owner closes once the cache is detached. Once detached is set (on mu),
+// none starts.
+type busRef struct {
+	b        Bus
+	stop     context.Context // cancelled when detached
+	cancel   context.CancelFunc
+	mu       sync.Mutex
+	detached bool
+	retries  sync.WaitGroup
+}
 
 // New returns an empty cache.
 func New[V any](o Options) *Cache[V] {
@@ -353,16 +366,25 @@ func (c *Cache[V]) apply(payload string) {
 
 // Attach subscribes the cache to b's invalidations and gaps, and makes
 // every later invalidation publish on b. A gap flushes the cache; while b
-// is unhealthy nothing is served or stored. The returned function detaches.
+// is unhealthy nothing is served or stored. The returned function
+// detaches: it also ends the retries of failed publications and waits for
+// them, so that nothing is published on b once it has returned.
 func (c *Cache[V]) Attach(b Bus) (detach func()) {
 	unsub := b.Subscribe(Topic, func(_ string, payload []byte) { c.apply(string(payload)) })
 	ungap := b.OnGap(c.Flush)
-	c.bus.Store(&busRef{b})
+	ref := &busRef{b: b}
+	ref.stop, ref.cancel = context.WithCancel(context.Background())
+	c.bus.Store(ref)
 	c.Flush() // anything stored before the bus was watched is suspect
 	return func() {
 		unsub()
 		ungap()
-		c.bus.Store(nil)
+		c.bus.CompareAndSwap(ref, nil)
+		ref.mu.Lock()
+		ref.detached = true
+		ref.mu.Unlock()
+		ref.cancel()
+		ref.retries.Wait()
 	}
 }
 
@@ -397,15 +419,30 @@ func (c *Cache[V]) invalidate(ctx context.Context, payload string) {
 	// the background until it goes through or the TTL, which ends every
 	// entry it was meant to drop, has passed; until then the other replicas
 	// (whose own bus may look healthy) can serve what it ends.
+	ctx = context.WithoutCancel(ctx)
 	if c.publish(ctx, r.b, payload) == nil {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
+	// The retries end when the cache is detached from r (see busRef).
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.detached {
+		return
+	}
+	r.retries.Add(1) // under mu: before detach's Wait, or not at all
 	go func() {
+		defer r.retries.Done()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(r.stop, cancel)()
 		deadline := time.Now().Add(c.ttl)
 		backoff := 50 * time.Millisecond
 		for time.Now().Add(backoff).Before(deadline) {
-			time.Sleep(backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
 			if c.publish(ctx, r.b, payload) == nil {
 				return
 			}
@@ -417,8 +454,10 @@ func (c *Cache[V]) invalidate(ctx context.Context, payload string) {
 // publishTimeout bounds one attempt to publish an invalidation.
 var publishTimeout = 5 * time.Second
 
+// publish makes one attempt; ctx ends it early (a retry when the cache is
+// detached).
 func (c *Cache[V]) publish(ctx context.Context, b Bus, payload string) error {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	return b.Publish(pctx, Topic, []byte(payload))
 }

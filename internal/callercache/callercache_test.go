@@ -366,3 +366,54 @@ func TestPublishIsBoundedAndRetried(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// countingBus is a stuck bus that counts the publications in flight.
+type countingBus struct {
+	stuckBus
+	inFlight atomic.Int32
+}
+
+func (b *countingBus) Publish(ctx context.Context, topic string, payload []byte) error {
+	b.inFlight.Add(1)
+	defer b.inFlight.Add(-1)
+	return b.stuckBus.Publish(ctx, topic, payload)
+}
+
+// Detaching ends the retries of a failed publication and waits for them:
+// with SQL notices each one writes to the database, which is closed once
+// the cache is detached (or a test's schema dropped).
+func TestDetachEndsAndWaitsForTheRetries(t *testing.T) {
+	defer func(d time.Duration) { publishTimeout = d }(publishTimeout)
+	publishTimeout = time.Second
+	hub := &fakeHub{}
+	a, _ := newTest(time.Minute)
+	cb := &countingBus{stuckBus: stuckBus{fakeBus: hub.bus()}}
+	cb.stuck.Store(1_000_000) // never delivers
+	detach := a.Attach(cb)
+	a.UserChanged(context.Background(), 1) // fails once, then retries
+	deadline := time.Now().Add(5 * time.Second)
+	for cb.attempts.Load() < 2 || cb.inFlight.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no retry in flight after %d attempts", cb.attempts.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	start := time.Now()
+	detach()
+	if n := cb.inFlight.Load(); n != 0 {
+		t.Fatalf("detach returned with %d publications in flight", n)
+	}
+	if d := time.Since(start); d > publishTimeout/2 {
+		t.Errorf("detach waited %v: the retry in flight was not cancelled", d)
+	}
+	attempts := cb.attempts.Load()
+	time.Sleep(500 * time.Millisecond) // longer than the backoff reached
+	if n := cb.attempts.Load(); n != attempts {
+		t.Fatalf("%d publications after detach returned", n-attempts)
+	}
+	a.UserChanged(context.Background(), 1) // not published: detached
+	if n := cb.attempts.Load(); n != attempts {
+		t.Fatalf("an invalidation after detach was published (%d attempts)", n-attempts)
+	}
+}

@@ -46,7 +46,9 @@ type CacheConfig struct {
 // Cache of OAuth) and connects it to every write that changes what it
 // holds. Other replicas hear of the changes on the bus; while the bus may
 // be missing messages the cache is flushed and bypassed. The cache is nil
-// when a negative TTL turns it off; stop ends reading SQL notices.
+// when a negative TTL turns it off; stop ends reading SQL notices and
+// waits for the retries of invalidations that failed to publish (call it
+// before the bus and the database close).
 func NewCallerCache(c CacheConfig) (cache *callercache.Cache[mcp.TokenInfo], stop func(), err error) {
 	stop = func() {}
 	cache = callercache.New[mcp.TokenInfo](callercache.Options{TTL: c.TTL})
@@ -78,10 +80,13 @@ func NewCallerCache(c CacheConfig) (cache *callercache.Cache[mcp.TokenInfo], sto
 	switch {
 	case notices != nil:
 		notices.Start()
-		stop = func() { _ = notices.Close() }
-		cache.Attach(cacheBus{notices})
+		detach := cache.Attach(cacheBus{notices})
+		stop = func() {
+			detach() // the retries of failed notices write them to SQL
+			_ = notices.Close()
+		}
 	case c.Bus != nil:
-		cache.Attach(cacheBus{c.Bus})
+		stop = cache.Attach(cacheBus{c.Bus})
 	}
 	if c.Metrics != nil {
 		cacheMetrics(c.Metrics, cache)
