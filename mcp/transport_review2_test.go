@@ -1,0 +1,181 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Attacker review of the transport's own GET stream, DELETE and cold path
+// (#27): what another credential can do to a session's stream, and what
+// concurrent GETs and DELETEs leave behind.
+
+// openStream opens a session's GET stream and fails unless it is 200.
+func openStream(t *testing.T, f *fixture, token, sid string) func() map[string]any {
+	t.Helper()
+	resp := f.request(http.MethodGet, token, sid, "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET as %s: %d %s", token, resp.StatusCode, readAll(resp))
+	}
+	return sseReader(resp)
+}
+
+// nextWithin reads the next message of a stream, or fails after d.
+func nextWithin(t *testing.T, next func() map[string]any, d time.Duration) map[string]any {
+	t.Helper()
+	ch := make(chan map[string]any, 1)
+	go func() { ch <- next() }()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(d):
+		t.Fatalf("no message within %s", d)
+		return nil
+	}
+}
+
+// TestReview2OtherCredentialsCannotTakeTheStream: no credential but the
+// session's own user's opens, resumes, ends or takes over its listening
+// stream; the owner's stream keeps carrying the session's notifications.
+func TestReview2OtherCredentialsCannotTakeTheStream(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	next := openStream(t, f, "alice-token", sid)
+	for _, tok := range []string{"bob-token", "expired-token", "suspended-token", "foreign-token", "ghost-token", "nonsense"} {
+		for _, m := range []string{http.MethodGet, http.MethodDelete} {
+			resp := f.request(m, tok, sid, "")
+			body := readAll(resp)
+			if resp.StatusCode == http.StatusOK || strings.Contains(body, "event:") {
+				t.Fatalf("%s %s on alice's session: %d %s", m, tok, resp.StatusCode, body)
+			}
+		}
+		// Resumption names the session too.
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set(sessionHeader, sid)
+		req.Header.Set(versionHeader, testProtocol)
+		req.Header.Set("Last-Event-ID", "e1")
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("resume as %s: 200", tok)
+		}
+		resp.Body.Close()
+	}
+	must(t, f.srv.notifySession(sid, "test/still-mine", nil))
+	if m := nextWithin(t, next, 5*time.Second); m["method"] != "test/still-mine" {
+		t.Fatalf("alice's stream carried %v, want her notification", m)
+	}
+	// A notification of bob's own session never reaches alice's stream,
+	// nor the other way round.
+	bob := f.initialize("bob-token")
+	nextBob := openStream(t, f, "bob-token", bob)
+	must(t, f.srv.notifySession(bob, "test/bob", nil))
+	must(t, f.srv.notifySession(sid, "test/alice", nil))
+	if m := nextWithin(t, nextBob, 5*time.Second); m["method"] != "test/bob" {
+		t.Fatalf("bob's stream carried %v", m)
+	}
+	if m := nextWithin(t, next, 5*time.Second); m["method"] != "test/alice" {
+		t.Fatalf("alice's stream carried %v", m)
+	}
+}
+
+// TestReview2ConcurrentGETsAndDelete: GETs racing each other and a DELETE
+// leave no stream open, no listening stream behind and nothing that
+// accepts the session's notifications.
+func TestReview2ConcurrentGETsAndDelete(t *testing.T) {
+	f := newFixture(t)
+	for round := range 10 {
+		sid := f.initialize("alice-token")
+		var wg sync.WaitGroup
+		bodies := make(chan *http.Response, 4)
+		for range 3 {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url, nil)
+				req.Header.Set("Authorization", "Bearer alice-token")
+				req.Header.Set(sessionHeader, sid)
+				req.Header.Set(versionHeader, testProtocol)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					bodies <- resp
+				}
+			})
+		}
+		wg.Go(func() {
+			if resp := f.request(http.MethodDelete, "alice-token", sid, ""); resp.StatusCode != http.StatusOK {
+				t.Errorf("round %d: DELETE %d", round, resp.StatusCode)
+			}
+		})
+		wg.Wait()
+		close(bodies)
+		for resp := range bodies {
+			done := make(chan struct{})
+			go func() { readAll(resp); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: a GET stream outlived its session's DELETE", round)
+			}
+			resp.Body.Close()
+		}
+		if err := f.srv.notifySession(sid, "test/after", nil); err == nil {
+			t.Fatalf("round %d: an ended session still takes notifications", round)
+		}
+		if sessions, streams := f.srv.sessions.counts(); sessions != 0 || streams != 0 {
+			t.Fatalf("round %d: %d sessions, %d streams left", round, sessions, streams)
+		}
+	}
+}
+
+// TestReview2ColdRequestOutlivingItsSession: a cold request whose session
+// is deleted while its handler runs answers on its own stream, and nothing
+// of it reaches the session's (ended) listening stream or another session.
+func TestReview2ColdRequestOutlivingItsSession(t *testing.T) {
+	f := newFixture(t)
+	f.gate = newBarrier(2)
+	sid := f.initialize("alice-token")
+	next := openStream(t, f, "alice-token", sid)
+	other := f.initialize("alice-token")
+	nextOther := openStream(t, f, "alice-token", other)
+	type answer struct {
+		status int
+		msgs   []map[string]any
+	}
+	out := make(chan answer, 1)
+	go func() {
+		// A task member keeps a legacy session's call off the direct
+		// path: mcp-go's engine serves it under the cold session.
+		resp := f.request(http.MethodPost, "alice-token", sid,
+			`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"progress","arguments":{"tag":"cold"},"task":{}}}`)
+		out <- answer{resp.StatusCode, messages(t, resp)}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	// Once the request is under way in its session, end the session.
+	eventually(t, "the call to begin", func() bool {
+		f.srv.sessions.mu.Lock()
+		defer f.srv.sessions.mu.Unlock()
+		se := f.srv.sessions.byID[sid]
+		return se != nil && se.busy > 1 // its GET stream and the call
+	})
+	if resp := f.request(http.MethodDelete, "alice-token", sid, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	if err := f.gate.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-out
+	if a.status != http.StatusOK || len(a.msgs) == 0 || !strings.Contains(fmt.Sprint(a.msgs[len(a.msgs)-1]["result"]), "alice/cold") {
+		t.Fatalf("cold call: %d %v", a.status, a.msgs)
+	}
+	if m := nextWithin(t, next, 5*time.Second); m != nil {
+		t.Fatalf("the ended session's stream carried %v", m)
+	}
+	must(t, f.srv.notifySession(other, "test/sentinel", nil))
+	if m := nextWithin(t, nextOther, 5*time.Second); m["method"] != "test/sentinel" {
+		t.Fatalf("the other session's stream carried %v before the sentinel", m)
+	}
+}
