@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/enclave-mcp/enclave/capabilities"
 )
 
 // Attacker review of the transport's own GET stream, DELETE and cold path
@@ -177,5 +180,74 @@ func TestReview2ColdRequestOutlivingItsSession(t *testing.T) {
 	must(t, f.srv.notifySession(other, "test/sentinel", nil))
 	if m := nextWithin(t, nextOther, 5*time.Second); m["method"] != "test/sentinel" {
 		t.Fatalf("the other session's stream carried %v before the sentinel", m)
+	}
+}
+
+// TestReview2ColdListsFollowTheCaller: the cold path's lists are the
+// caller's: an operator capability is listed to no one (an admin with the
+// admin scope included) and answers like an unknown tool; the admin tool
+// only to an admin whose token carries the admin scope.
+func TestReview2ColdListsFollowTheCaller(t *testing.T) {
+	f := newFixture(t)
+	must(t, f.reg.Register(capabilities.Define(capabilities.Spec[struct{}, capabilities.Result]{
+		Name: "operatorOnly", Domain: "test", Description: "The operator's.", Annotations: readOnly,
+		Requires: capabilities.Requirement{Operator: true},
+		Handler: func(context.Context, *capabilities.Call, struct{}) (capabilities.Result, error) {
+			return capabilities.TextResult("operator ran"), nil
+		},
+	})))
+	for _, tc := range []struct {
+		token     string
+		wantAdmin bool
+	}{{"alice-token", false}, {"alice-admin-token", false}, {"admin-mcp-token", false}, {"admin-token", true}} {
+		sid := f.initialize(tc.token)
+		res := result(t, f.request(http.MethodPost, tc.token, sid, rpc(2, "tools/list", nil)))
+		var names []string
+		for _, tool := range res["result"].(map[string]any)["tools"].([]any) {
+			names = append(names, tool.(map[string]any)["name"].(string))
+		}
+		if slices.Contains(names, "operatorOnly") || slices.Contains(names, "adminOnly") != tc.wantAdmin {
+			t.Fatalf("%s lists %v", tc.token, names)
+		}
+		for _, body := range []string{
+			rpc(3, "tools/call", map[string]any{"name": "operatorOnly"}),
+			// off the direct path: mcp-go's engine under the cold session
+			`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"operatorOnly","task":{}}}`,
+		} {
+			resp := f.request(http.MethodPost, tc.token, sid, body)
+			if b := readAll(resp); strings.Contains(b, "operator ran") {
+				t.Fatalf("%s ran the operator's capability: %s", tc.token, b)
+			}
+		}
+	}
+}
+
+// TestReview2SetLevelIsPerSession: logging/setLevel on one session does
+// not change what another session of the same user is sent.
+func TestReview2SetLevelIsPerSession(t *testing.T) {
+	f := newFixture(t)
+	quiet, loud := f.initialize("alice-token"), f.initialize("alice-token")
+	if resp := f.request(http.MethodPost, "alice-token", quiet, rpc(2, "logging/setLevel", map[string]any{"level": "error"})); resp.StatusCode != http.StatusOK {
+		t.Fatalf("setLevel: %d", resp.StatusCode)
+	}
+	logs := func(sid, body string) int {
+		n := 0
+		for _, m := range messages(t, f.request(http.MethodPost, "alice-token", sid, body)) {
+			if m["method"] == "notifications/message" {
+				n++
+			}
+		}
+		return n
+	}
+	for _, body := range []string{
+		rpc(3, "tools/call", map[string]any{"name": "progress", "arguments": map[string]any{"tag": "x"}}),
+		`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"progress","arguments":{"tag":"x"},"task":{}}}`,
+	} {
+		if n := logs(quiet, body); n != 0 {
+			t.Fatalf("the quiet session got %d info messages", n)
+		}
+		if n := logs(loud, body); n != 1 {
+			t.Fatalf("the other session got %d info messages, want 1", n)
+		}
 	}
 }
