@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -248,6 +249,37 @@ func TestReview2SetLevelIsPerSession(t *testing.T) {
 		}
 		if n := logs(loud, body); n != 1 {
 			t.Fatalf("the other session got %d info messages, want 1", n)
+		}
+	}
+}
+
+// TestReview2ColdErrorsAreGeneric: what a handler's failure tells the
+// client on the cold path (a tool off the direct path, a resource, a
+// prompt) names the request, never the failure's detail.
+func TestReview2ColdErrorsAreGeneric(t *testing.T) {
+	f := newFixture(t)
+	must(t, f.reg.RegisterResource(capabilities.Resource{URI: "test://broken", Name: "broken",
+		Read: func(context.Context, *capabilities.Call, string, map[string]string) ([]capabilities.ResourceContents, error) {
+			return nil, errors.New("db: password hunter2 rejected")
+		}}))
+	must(t, f.reg.RegisterPrompt(capabilities.Prompt{Name: "brokenPrompt",
+		Get: func(context.Context, *capabilities.Call, map[string]string) (capabilities.PromptResult, error) {
+			panic("hunter2")
+		}}))
+	sid := f.initialize("alice-token")
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fail","task":{}}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"boom","task":{}}}`,
+		rpc(2, "resources/read", map[string]any{"uri": "test://broken"}),
+		rpc(2, "prompts/get", map[string]any{"name": "brokenPrompt"}),
+	} {
+		resp := f.request(http.MethodPost, "alice-token", sid, body)
+		got := readAll(resp)
+		if strings.Contains(got, "hunter2") || strings.Contains(got, "db:") || resp.StatusCode >= 500 {
+			t.Fatalf("%s: %d %s", body, resp.StatusCode, got)
+		}
+		if !strings.Contains(got, resp.Header.Get("X-Request-Id")) {
+			t.Errorf("%s: the answer %s does not name the request %s", body, got, resp.Header.Get("X-Request-Id"))
 		}
 	}
 }
