@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/cluster"
 )
 
 // Attacker review of the transport's own GET stream, DELETE and cold path
@@ -280,6 +281,68 @@ func TestReview2ColdErrorsAreGeneric(t *testing.T) {
 		}
 		if !strings.Contains(got, resp.Header.Get("X-Request-Id")) {
 			t.Errorf("%s: the answer %s does not name the request %s", body, got, resp.Header.Get("X-Request-Id"))
+		}
+	}
+}
+
+// TestReview2ResumeDuringLiveDelivery: a stream resumed with Last-Event-ID
+// while notifications keep coming gets each of them once, in order, with
+// no gap: the replay and the live delivery meet without overlap.
+func TestReview2ResumeDuringLiveDelivery(t *testing.T) {
+	group := cluster.NewLoopback()
+	store := &memEvents{memSessions: newMemSessions(), events: map[string][]memEvent{}}
+	a := newFixture(t, func(o *Options) { o.Bus, o.Sessions = group.Join(), store })
+	sid := a.initialize("alice-token")
+	get := func(last string) func() (string, map[string]any) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, a.url, nil)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set(sessionHeader, sid)
+		req.Header.Set(versionHeader, testProtocol)
+		if last != "" {
+			req.Header.Set("Last-Event-ID", last)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET: %d %s", resp.StatusCode, readAll(resp))
+		}
+		return sseEvents(resp)
+	}
+	first := get("")
+	must(t, a.srv.notifySession(sid, "test/0", nil))
+	firstID, m := first()
+	if m["method"] != "test/0" || firstID == "" {
+		t.Fatalf("first event %q %v", firstID, m)
+	}
+	const n = 60
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := 1; i <= n; i++ {
+			for a.srv.notifySession(sid, fmt.Sprintf("test/%d", i), nil) != nil {
+				time.Sleep(time.Millisecond) // full: let the pump catch up
+			}
+			if i%7 == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	time.Sleep(2 * time.Millisecond)
+	next := get(firstID)
+	<-sent
+	seen := map[string]bool{}
+	for want := 1; want <= n; want++ {
+		ch := make(chan map[string]any, 1)
+		go func() { _, m := next(); ch <- m }()
+		select {
+		case m := <-ch:
+			if got := fmt.Sprint(m["method"]); got != fmt.Sprintf("test/%d", want) || seen[got] {
+				t.Fatalf("event %d of the resumed stream is %v", want, m)
+			}
+			seen[fmt.Sprint(m["method"])] = true
+		case <-time.After(5 * time.Second):
+			t.Fatalf("event %d missing from the resumed stream", want)
 		}
 	}
 }
