@@ -346,3 +346,47 @@ func TestReview2ResumeDuringLiveDelivery(t *testing.T) {
 		}
 	}
 }
+
+// TestReview2ResourceUpdatesFollowTheStreamsToken: a subscription made
+// under a token with the admin scope does not keep telling the session
+// about an admin resource once the session is used with a token of the
+// same user without that scope (another client of hers, which may take
+// the GET stream over): a notice follows what resources/read would answer
+// the session now, as list changes do.
+func TestReview2ResourceUpdatesFollowTheStreamsToken(t *testing.T) {
+	f := newFixture(t)
+	read := func(_ context.Context, _ *capabilities.Call, uri string, _ map[string]string) ([]capabilities.ResourceContents, error) {
+		return []capabilities.ResourceContents{{URI: uri, Text: "x"}}, nil
+	}
+	must(t, f.reg.RegisterResource(
+		capabilities.Resource{URI: "test://admin", Name: "admin", Requires: capabilities.Requirement{Role: capabilities.RoleAdmin}, Read: read},
+		capabilities.Resource{URI: "test://public", Name: "public", Read: read},
+	))
+	sid := f.initialize("admin-token")
+	for _, uri := range []string{"test://admin", "test://public"} {
+		if resp := f.request(http.MethodPost, "admin-token", sid, rpc(4, "resources/subscribe", map[string]any{"uri": uri})); resp.StatusCode != http.StatusOK {
+			t.Fatalf("subscribe %s: %d", uri, resp.StatusCode)
+		}
+	}
+	// Another client of the same admin, without the admin scope, takes
+	// the session's stream.
+	next := openStream(t, f, "admin-mcp-token", sid)
+	if m := result(t, f.request(http.MethodPost, "admin-mcp-token", sid, rpc(5, "resources/read", map[string]any{"uri": "test://admin"}))); m["error"] == nil {
+		t.Fatal("the token without the admin scope reads the admin resource")
+	}
+	f.srv.NotifyResourceUpdated(t.Context(), "test://admin")
+	f.srv.NotifyResourceUpdated(t.Context(), "test://public")
+	must(t, f.srv.notifySession(sid, "test/sentinel", nil))
+	var got []string
+	for {
+		m := nextWithin(t, next, 5*time.Second)
+		if m["method"] == "test/sentinel" {
+			break
+		}
+		params, _ := m["params"].(map[string]any)
+		got = append(got, fmt.Sprint(params["uri"]))
+	}
+	if fmt.Sprint(got) != "[test://public]" {
+		t.Fatalf("the stream under the token without the admin scope was told of %v, want [test://public]", got)
+	}
+}
