@@ -390,3 +390,27 @@ func TestReview2ResourceUpdatesFollowTheStreamsToken(t *testing.T) {
 		t.Fatalf("the stream under the token without the admin scope was told of %v, want [test://public]", got)
 	}
 }
+
+// TestReview2InitializeWhenFullNeverAnswersWithoutSession: initializes
+// racing for the last free session slot each get a session or a refusal,
+// never a success without a session id (a client could not go on).
+func TestReview2InitializeWhenFullNeverAnswersWithoutSession(t *testing.T) {
+	tokens := []string{"alice-token", "bob-token", "admin-token", "alice-grant2-token"}
+	for round := range 20 {
+		f := newFixture(t, func(o *Options) { o.MaxSessions = 1 })
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				resp := f.request(http.MethodPost, tokens[i%len(tokens)], "", rpc(1, "initialize", map[string]any{
+					"protocolVersion": testProtocol, "capabilities": map[string]any{},
+					"clientInfo": map[string]any{"name": "test", "version": "1"},
+				}))
+				body := readAll(resp)
+				if resp.StatusCode == http.StatusOK && resp.Header.Get(sessionHeader) == "" {
+					t.Errorf("round %d: initialize answered 200 without a session: %s", round, body)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
