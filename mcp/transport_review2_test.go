@@ -414,3 +414,45 @@ func TestReview2InitializeWhenFullNeverAnswersWithoutSession(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestReview2ConcurrentColdCallsKeepTheirNotifications: two calls of one
+// session served at once by mcp-go's engine (off the direct path) each
+// carry their own progress and log messages only.
+func TestReview2ConcurrentColdCallsKeepTheirNotifications(t *testing.T) {
+	f := newFixture(t)
+	f.gate = newBarrier(2)
+	sid := f.initialize("alice-token")
+	var wg sync.WaitGroup
+	streams := make([][]map[string]any, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			tag := fmt.Sprint("call", i)
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"progress","arguments":{"tag":%q},"_meta":{"progressToken":%q},"task":{}}}`, 10+i, tag, tag)
+			streams[i] = messages(t, f.request(http.MethodPost, "alice-token", sid, body))
+		})
+	}
+	wg.Wait()
+	for i, msgs := range streams {
+		tag := fmt.Sprint("call", i)
+		progress, answered := 0, false
+		for _, m := range msgs {
+			params, _ := m["params"].(map[string]any)
+			switch m["method"] {
+			case "notifications/progress":
+				progress++
+				if params["progressToken"] != tag || params["message"] != "alice/"+tag {
+					t.Errorf("stream %d got progress %v", i, params)
+				}
+			case "notifications/message":
+				if params["data"] != "alice/"+tag {
+					t.Errorf("stream %d got log %v", i, params)
+				}
+			case nil:
+				answered = strings.Contains(fmt.Sprint(m["result"]), "alice/"+tag)
+			}
+		}
+		if progress != 3 || !answered {
+			t.Errorf("stream %d: %d progress notifications (want 3), answered %v: %v", i, progress, answered, msgs)
+		}
+	}
+}
