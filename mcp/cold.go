@@ -52,10 +52,14 @@ func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState,
 	if msg.Method == string(mcpgo.MethodInitialize) {
 		id, evicted := s.sessions.create(st.caller.UserID)
 		st.evicted = append(st.evicted, evicted...)
-		st.created = id
-		if id != "" {
-			s.createShared(id, st.caller.UserID)
+		if id == "" {
+			// The table filled up since bindSession looked: refused as
+			// there, not answered without a session the client could use.
+			writeHTTPError(w, http.StatusServiceUnavailable, "too many sessions", st.requestID)
+			return
 		}
+		st.created = id
+		s.createShared(id, st.caller.UserID)
 	}
 	d := s.ownWriter(ctx, w, st)
 	defer d.abandon()

@@ -1255,8 +1255,8 @@ func (s *Server) afterUnsubscribe(ctx context.Context, _ any, req *mcpgo.Unsubsc
 // NotifyResourceUpdated tells the sessions subscribed to uri that it
 // changed, on their GET streams. Each subscriber's user is loaded fresh and
 // told only if they pass the resource's whole guard now (account state,
-// requirement, and the resource's Allow, such as ownership of what a
-// per-user URI names).
+// requirement under the scopes of the session's latest token, and the
+// resource's Allow, such as ownership of what a per-user URI names).
 func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
 	s.notifyResourceLocal(ctx, uri)
 	if c := s.cluster; c != nil && len(c.node)+1+len(uri) <= cluster.MaxPayload {
@@ -1267,7 +1267,14 @@ func (s *Server) NotifyResourceUpdated(ctx context.Context, uri string) {
 func (s *Server) notifyResourceLocal(ctx context.Context, uri string) {
 	for sid, userID := range s.sessions.subscribers(uri) {
 		caller, err := s.callerFor(ctx, userID)
-		if err != nil || !s.reg.CanRead(ctx, caller, uri) {
+		if err != nil {
+			continue
+		}
+		// Under the scopes of the session's latest token (as list changes
+		// are): another client of the same user, with fewer scopes, may
+		// hold the session's stream now.
+		caller.Scopes, caller.AllScopes = s.sessions.scopesOf(sid)
+		if !s.reg.CanRead(ctx, caller, uri) {
 			continue
 		}
 		_ = s.notifySession(sid, string(mcpgo.MethodNotificationResourceUpdated), map[string]any{"uri": uri})
