@@ -370,6 +370,12 @@ func TestListChangedRefreshes(t *testing.T) {
 			if err := m.SendNotificationToClient(ctx, mcpgo.MethodNotificationToolsListChanged, nil); err != nil {
 				return nil, err
 			}
+			// mcp-go's transport (this stand-in remote's) drops a
+			// notification its forwarder has taken from the session but
+			// not yet written when the handler returns: give it the time
+			// to write before the answer, as a remote that announces its
+			// change on the call's stream does.
+			time.Sleep(200 * time.Millisecond)
 			return mcpgo.NewToolResultText("grew"), nil
 		})
 	})
