@@ -25,15 +25,7 @@ func TestAccountExportJSON(t *testing.T) {
 	srv := newServer(t, storage.SQLite)
 	cookies := map[string]*http.Cookie{}
 	for _, name := range []string{"alice", "bob"} {
-		u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := httptest.NewRecorder()
-		if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
-			t.Fatal(err)
-		}
-		cookies[name] = rec.Result().Cookies()[0]
+		_, cookies[name] = signedIn(t, srv, name)
 	}
 	get := func(c *http.Cookie) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "/account/export.json", nil)
@@ -211,23 +203,14 @@ func TestRegistrationLimitTrustsTheSameProxies(t *testing.T) {
 // with the status every form gives it (formRefusal: 422 for a mistake in
 // its fields), the reason, and what was typed but the secret.
 func TestConnectionAppFormRefusalIs422(t *testing.T) {
-	ctx := context.Background()
 	srv := newServer(t, storage.SQLite)
-	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "cleo@example.com", Username: "cleo", Password: "a long password for cleo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := httptest.NewRecorder()
-	if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
-		t.Fatal(err)
-	}
-	cookie := rec.Result().Cookies()[0]
+	_, cookie := signedIn(t, srv, "cleo")
 	form := url.Values{"app_name": {"mine"}, "app_issuer": {"https://issuer.example.com"}, "app_client_id": {"client-kept"},
 		"app_client_secret": {"secret-never-shown"}, "app_hosts": {"10.0.0.1"}}
 	req := httptest.NewRequest("POST", "/account/connections/apps", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.AddCookie(cookie)
-	rec = httptest.NewRecorder()
+	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, req)
 	body := rec.Body.String()
 	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(body, `id="app-error"`) || !strings.Contains(body, "10.0.0.1") {
@@ -245,15 +228,7 @@ func TestConnectionAppFormRefusalIs422(t *testing.T) {
 func TestAccountExportJSONSuspendedWhileDeleting(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t, storage.SQLite)
-	u, err := srv.Accounts().Identity.Signup(ctx, accounts.SignupInput{Email: "dora@example.com", Username: "dora", Password: "a long password for dora"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := httptest.NewRecorder()
-	if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
-		t.Fatal(err)
-	}
-	cookie := rec.Result().Cookies()[0]
+	u, cookie := signedIn(t, srv, "dora")
 	if _, err := srv.Accounts().Lifecycle.MarkDeleting(ctx, u.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +237,7 @@ func TestAccountExportJSONSuspendedWhileDeleting(t *testing.T) {
 	}
 	req := httptest.NewRequest("GET", "/account/export.json", nil)
 	req.AddCookie(cookie)
-	rec = httptest.NewRecorder()
+	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusForbidden || strings.Contains(rec.Body.String(), "dora") {
 		t.Fatalf("suspended, deleting dora: %d %s", rec.Code, rec.Body)
@@ -284,4 +259,19 @@ func TestAccountExportJSONSuspendedWhileDeleting(t *testing.T) {
 	if denied != 1 {
 		t.Fatalf("the suspended call's audit rows: %+v", page.Items)
 	}
+}
+
+// signedIn signs up name (name@example.com) on srv and returns the account
+// and the cookie of a session of it, as the sign-in page would set.
+func signedIn(t *testing.T, srv *enclave.Server, name string) (accounts.User, *http.Cookie) {
+	t.Helper()
+	u, err := srv.Accounts().Identity.Signup(t.Context(), accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	if _, err := srv.Accounts().Credentials.StartSession(rec, httptest.NewRequest("POST", "/login", nil), u, false); err != nil {
+		t.Fatal(err)
+	}
+	return u, rec.Result().Cookies()[0]
 }
