@@ -120,8 +120,8 @@ func (s *Server) initShared() {
 			}
 		}),
 		c.bus.OnGap(func() {
-			for _, id := range s.sessions.dropIdle() {
-				s.goShared(func() { s.terminate(id) })
+			if ids := s.sessions.dropIdle(); len(ids) > 0 {
+				s.goShared(func() { s.releaseSessions(ids) })
 			}
 			// A session with a stream or request here stays cached, but it
 			// may have ended or changed elsewhere while notices were lost:
@@ -279,7 +279,7 @@ func (s *Server) endSession(id string) {
 // streams end and mcp-go's state for it is released.
 func (s *Server) dropCached(id string) {
 	if s.sessions.remove(id) {
-		s.goShared(func() { s.terminate(id) })
+		s.goShared(func() { s.releaseSessions([]string{id}) })
 	}
 }
 

@@ -306,7 +306,7 @@ func writeEvent(w io.Writer, id string, data []byte) error {
 // serveDelete ends the request's session, everywhere.
 func (s *Server) serveDelete(w http.ResponseWriter, st *reqState) {
 	s.endSession(st.sessionID)
-	s.terminate(st.sessionID) // mcp-go's state of the session, and its recorded events
+	s.releaseSessions([]string{st.sessionID}) // its recorded events
 	w.WriteHeader(http.StatusOK)
 }
 

@@ -11,45 +11,29 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
 
-// The cold methods of a session (protocol 2025-11-25 and earlier):
-// initialize, the lists, resources, prompts, completion, ping, logging,
-// the client's notifications, and whatever tools/call the direct path does
-// not take, are answered by mcp-go's protocol engine
-// (MCPServer.HandleMessage) under a session object of ours, and written
-// by the package: JSON, or an event stream when the handler sent
+// What is not the direct path's, and not a 2026-07-28 task, listening
+// stream or cancellation (initialize, the lists, resources, prompts,
+// completion, ping, logging, the client's notifications, and whatever
+// tools/call the direct path does not take), is answered by mcp-go's
+// protocol engine (MCPServer.HandleMessage) under a session object of
+// ours, once admitPost has made the transport's checks, and written by
+// the package: JSON, or an event stream when the handler sent
 // notifications or questions meanwhile.
+//
+// The engine checks a 2026-07-28 request's headers only when the context
+// carries them under a key of its own, which no transport but its own
+// can set; headerRefusal makes the same checks at the same point first,
+// and the engine, seeing no headers, skips its own.
 
-// coldRequest reports whether a POST is one mcp-go's transport would hand
-// to its engine as it is, for a session: initialize, or a request or
-// notification of a session (any method the direct path does not take),
-// in a JSON body that is not a response and not of protocol 2026-07-28 as
-// mcp-go's transport reads it. Anything else is still mcp-go's transport's.
-func (s *Server) coldRequest(r *http.Request, st *reqState, msg *envelope, body []byte) bool {
-	if s.opts.noDirect || r.Method != http.MethodPost || !jsonMediaType(r.Header.Get("Content-Type")) ||
-		st.sessionID == "" && msg.Method != string(mcpgo.MethodInitialize) {
-		return false
-	}
-	// mcp-go's transport's own reading of the body.
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Result json.RawMessage `json:"result,omitempty"`
-		Error  json.RawMessage `json:"error,omitempty"`
-		Method mcpgo.MCPMethod `json:"method,omitempty"`
-		Params struct {
-			Meta *mcpgo.Meta `json:"_meta"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(body, &m) != nil || m.Method == "" && m.ID != nil ||
-		mcpgo.IsModernProtocol(m.Params.Meta.ProtocolVersion()) || mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) {
-		return false
-	}
-	return st.sessionID != "" || m.Method == mcpgo.MethodInitialize
-}
-
-// serveCold answers a cold request.
-func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, msg *envelope) {
+// serveEngine answers a request through the protocol engine.
+func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, msg *envelope, view postView) {
 	ctx := r.Context()
-	if msg.Method == string(mcpgo.MethodInitialize) {
+	if view.modern {
+		if f := s.headerRefusal(r, body, view.metaVersion); f != nil {
+			f.write(w, mcpgoID(view.ID))
+			return
+		}
+	} else if view.Method == mcpgo.MethodInitialize {
 		id, evicted := s.sessions.create(st.caller.UserID)
 		st.evicted = append(st.evicted, evicted...)
 		if id == "" {
@@ -96,6 +80,9 @@ func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState,
 		return
 	}
 	status := http.StatusOK
+	if e, ok := resp.(mcpgo.JSONRPCError); ok && view.modern {
+		status = modernErrorStatus(e.Error.Code) // 2026-07-28 maps error codes onto HTTP statuses
+	}
 	out, err := json.Marshal(resp)
 	switch {
 	case st.fixed != nil: // decided by a tool's handler (a quota refusal)
@@ -180,34 +167,15 @@ func (c *coldSession) SetClientCapabilities(caps mcpgo.ClientCapabilities) { c.c
 // events on its stream whenever the stream was opened.
 func (c *coldSession) UpgradeToSSEWhenReceiveNotification() {}
 
-// unmatchedAnswer answers a client's response that answers no request of
-// ours, for a session mcp-go's transport does not know (the package made
-// it): as mcp-go's transport answers one for a session it knows, whose
-// pending requests never include ours. It reports false for the bodies
-// mcp-go answers before looking the session up (not JSON, a ping's or an
-// empty response), which are still mcp-go's to answer.
-func unmatchedAnswer(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	if !jsonMediaType(r.Header.Get("Content-Type")) {
-		return false
-	}
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Result json.RawMessage `json:"result,omitempty"`
-		Error  json.RawMessage `json:"error,omitempty"`
-		Method mcpgo.MCPMethod `json:"method,omitempty"`
-	}
-	if json.Unmarshal(body, &m) != nil || m.Method != "" || m.ID == nil ||
-		emptyJSON(m.Result) && emptyJSON(m.Error) || emptyObject(m.Result) && len(bytes.TrimSpace(m.Error)) == 0 ||
-		m.Result == nil && m.Error == nil {
-		return false
-	}
-	var id int64
-	if json.Unmarshal(m.ID, &id) != nil {
+// unmatchedAnswer answers a client's answer that answers no question of
+// ours (none pending under its id, here or on another replica).
+func unmatchedAnswer(w http.ResponseWriter, id json.RawMessage) {
+	var n int64
+	if json.Unmarshal(id, &n) != nil {
 		writePlainError(w, http.StatusBadRequest, "Invalid request ID in sampling response")
-		return true
+		return
 	}
 	writePlainError(w, http.StatusBadRequest, "No pending sampling request found for the given request ID")
-	return true
 }
 
 // emptyJSON reports whether a member is absent, null, or an empty object
