@@ -106,7 +106,7 @@ func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqStat
 }
 
 // coldSession is the session mcp-go's engine serves a cold request under:
-// the request's own, as mcp-go's transport makes one per request.
+// the request's own, one per request.
 type coldSession struct {
 	s     *Server
 	st    *reqState
@@ -179,7 +179,7 @@ func unmatchedAnswer(w http.ResponseWriter, id json.RawMessage) {
 }
 
 // emptyJSON reports whether a member is absent, null, or an empty object
-// or array, as mcp-go's transport decides it.
+// or array (an empty answer, acknowledged with 202).
 func emptyJSON(data json.RawMessage) bool {
 	t := bytes.TrimSpace(data)
 	if len(t) == 0 {

@@ -53,10 +53,6 @@ func (s *Server) servePost(w http.ResponseWriter, r *http.Request, st *reqState,
 			return
 		}
 	}
-	if s.http != nil && !s.clientAnswer(r, body) {
-		s.viaTransport(w, r, st, body, msg) // tests (viamcpgo.go)
-		return
-	}
 	direct := s.directToolCall(r, st, msg)
 	var view postView
 	if !direct {

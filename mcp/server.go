@@ -1,14 +1,15 @@
 // Package mcp serves a capabilities.Registry over MCP's streamable HTTP
-// transport, built on mark3labs/mcp-go. tools/call, the call agents repeat,
-// is answered by the package itself from the JSON-RPC envelope it decodes
-// once (direct.go); a session's GET stream and DELETE are served from its
-// own session table and event log (stream.go); the other requests of a
-// session (protocols before 2026-07-28), initialize included, go to
-// mcp-go's protocol engine under a session object of ours (cold.go). What
-// remains goes through mcp-go's transport: the 2026-07-28 requests other
-// than tools/call, tasks and listen (mcp-go's engine reads their headers
-// only from its transport's context), and bodies mcp-go's transport
-// refuses before its engine.
+// transport, with mark3labs/mcp-go's protocol engine. The package owns
+// the transport end to end (ServeHTTP): it reads the body and decodes the
+// JSON-RPC envelope once, authenticates, binds the session (none for
+// protocol 2026-07-28), routes by method and writes every answer itself
+// (post.go). tools/call, the call agents repeat, is answered from the
+// envelope (direct.go); a session's GET stream and DELETE come from its
+// own session table and event log (stream.go); the 2026-07-28 tasks,
+// listening streams and cancellations are its own (tasks.go, listen.go,
+// cancel.go); every other request (initialize, the lists, resources,
+// prompts, completion, ping, logging) goes to mcp-go's protocol engine
+// (MCPServer.HandleMessage) under a session object of ours (engine.go).
 //
 // tools/list is Registry.Visible and tools/call is Registry.Invoke;
 // resources and prompts go through the registry's guard the same way. The
@@ -37,7 +38,7 @@
 // per user (tasks.go, package sqltasks); errors take the shapes
 // the revision prescribes (-32021 with the required capabilities, -32602
 // for a bad request state, the unsupported-version data), and custom
-// x-mcp-header parameters are checked by mcp-go. On every protocol version a
+// x-mcp-header parameters are checked against the headers. On every protocol version a
 // quota refusal of tools/call is the JSON-RPC error CodeQuotaExceeded whose
 // data says when to retry.
 package mcp
@@ -166,7 +167,6 @@ type Options struct {
 
 	now        func() time.Time // tests
 	recheck    time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
-	noDirect   bool             // tests: every request goes to mcp-go, none takes the direct path
 	eventWrite time.Duration    // tests: bound of a handler's event write; 0 means eventWriteTimeout
 }
 
@@ -177,7 +177,6 @@ type Server struct {
 	log        *slog.Logger
 	mcp        *mcpserver.MCPServer
 	info       mcpgo.Implementation // the server as it names itself to clients
-	http       *mcpserver.StreamableHTTPServer
 	sessions   *sessionStore
 	resource   string
 	publicHost string // BaseURL's host, accepted in Host on loopback
@@ -324,9 +323,6 @@ func New(opts Options) (*Server, error) {
 	if log, ok := opts.Sessions.(EventLog); ok && opts.Bus != nil {
 		s.events = &eventAdapter{s: s, log: log}
 	}
-	if opts.noDirect {
-		s.http = newTransport(s) // tests (viamcpgo.go)
-	}
 	s.syncRegistry()
 	s.initShared()
 
@@ -406,9 +402,6 @@ func (s *Server) sweep() {
 // events, once the session is gone from the shared store as well.
 func (s *Server) releaseSessions(ids []string) {
 	for _, id := range ids {
-		if s.http != nil {
-			s.terminate(id) // tests: mcp-go's transport (viamcpgo.go)
-		}
 		if s.events != nil {
 			ctx, cancel := sharedCtx()
 			if err := s.events.PurgeSession(ctx, id); err != nil {
@@ -431,9 +424,7 @@ type reqState struct {
 	created   string // the session an initialize request created
 	evicted   []string
 	out       *deliveryWriter
-	sent      atomic.Int64 // notifications sent to this request's stream
 	internal  string       // the per-request id standing for sessionID (see sessionStore.begin)
-	direct    bool         // served by the direct path (direct.go), not by mcp-go
 	fixed     *fixedAnswer // the answer its handler decided, on the direct path (refuseCall, answerWith)
 	// credential names the credential that authenticated the request
 	// (see credentialOf): the 2026-07-28 per-call state is bound to it.
