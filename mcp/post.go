@@ -103,19 +103,30 @@ func (s *Server) admitPost(w http.ResponseWriter, r *http.Request, st *reqState,
 		writePlainError(w, http.StatusBadRequest, "Invalid content type: must be 'application/json'")
 		return v, false
 	}
-	if json.Unmarshal(body, &v) != nil {
-		writeError(w, http.StatusBadRequest, nil, mcpgo.PARSE_ERROR, "request body is not valid json", nil)
-		return v, false
-	}
-	// The era, from params._meta decoded on its own: a body whose other
-	// members do not decode still names it.
-	var era struct {
+	var both struct {
+		postView
 		Params struct {
 			Meta *mcpgo.Meta `json:"_meta"`
 		} `json:"params"`
 	}
-	if json.Unmarshal(body, &era) == nil {
-		v.metaVersion = era.Params.Meta.ProtocolVersion()
+	if json.Unmarshal(body, &both) == nil {
+		v, v.metaVersion = both.postView, both.Params.Meta.ProtocolVersion()
+	} else {
+		// Read as two: the members that say what the message is, and the
+		// era from params._meta on its own (a body whose other members do
+		// not decode still names it).
+		if json.Unmarshal(body, &v) != nil {
+			writeError(w, http.StatusBadRequest, nil, mcpgo.PARSE_ERROR, "request body is not valid json", nil)
+			return v, false
+		}
+		var era struct {
+			Params struct {
+				Meta *mcpgo.Meta `json:"_meta"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(body, &era) == nil {
+			v.metaVersion = era.Params.Meta.ProtocolVersion()
+		}
 	}
 	v.modern = mcpgo.IsModernProtocol(v.metaVersion) || mcpgo.IsModernProtocol(r.Header.Get(versionHeader))
 	if v.Method == "" && v.ID != nil {
