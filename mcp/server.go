@@ -219,7 +219,8 @@ type Server struct {
 	running     map[string]int // running tasks per user id
 	stop        chan struct{}
 	closeOnce   sync.Once
-	wg          sync.WaitGroup
+	bgMu        sync.Mutex // orders background's starts before Close's wait
+	wg          sync.WaitGroup // the goroutines background started
 }
 
 // New builds a Server. Call Close when done with it.
@@ -326,8 +327,7 @@ func New(opts Options) (*Server, error) {
 	s.syncRegistry()
 	s.initShared()
 
-	s.wg.Add(1)
-	go s.sweepLoop(max(ttl/4, time.Second))
+	s.background(func() { s.sweepLoop(max(ttl/4, time.Second)) })
 	return s, nil
 }
 
@@ -342,11 +342,33 @@ func (s *Server) Resource() string { return s.resource }
 // shared sessions (which writes to the store) and ends every session.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		close(s.stop)
+		s.bgMu.Lock()
+		close(s.stop) // under bgMu: background starts nothing from here on
+		s.bgMu.Unlock()
 		s.wg.Wait()
 		s.closeShared()
 	})
 	return nil
+}
+
+// background runs f on a goroutine that Close waits for, and reports
+// true, unless Close has begun: then it runs nothing and reports false
+// (a request still in flight during Close must not add to what Close is
+// already waiting for).
+func (s *Server) background(f func()) bool {
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	select {
+	case <-s.stop:
+		return false
+	default:
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // CloseStreams ends every open GET stream at once and refuses new ones
@@ -378,7 +400,6 @@ func (s *Server) Stats() Stats {
 }
 
 func (s *Server) sweepLoop(every time.Duration) {
-	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

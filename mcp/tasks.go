@@ -237,13 +237,16 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 	// Create has returned: tasks/get already answers for it.
 	body, _ := resultAnswer(st.rpcID, taskCreated(tr.created))
 	st.answerWith(body)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	if !s.background(func() {
 		defer s.endTask(tr.userID)
 		defer cancel()
 		s.runTask(hctx, st, tr, done)
-	}()
+	}) {
+		// The server is closing: the handler is ended, and the task is
+		// left as the store has it (a replica that stops mid-task).
+		s.endTask(tr.userID)
+		cancel()
+	}
 	return &mcpgo.CallToolResult{Content: []mcpgo.Content{}}, nil
 }
 
