@@ -404,3 +404,45 @@ func TestCancelled2026OnlyCancelsTheCallersOwn(t *testing.T) {
 		}
 	}
 }
+
+// A tool hidden from the caller answers a 2026-07-28 call like an unknown
+// one even when its header parameters do not match the body: the check
+// of its x-mcp-header parameters would otherwise tell it exists (a
+// header mismatch, where an unknown name is "not found"). One denial is
+// audited either way.
+func TestHiddenHeaderToolAnswersLikeUnknown(t *testing.T) {
+	f := newFixture(t)
+	must(t, f.reg.Register(capabilities.Capability{Name: "adminRegion", Domain: "test", Description: "Admins only; mirrors region.",
+		Annotations: readOnly, Requires: capabilities.Requirement{Role: capabilities.RoleAdmin},
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`),
+		Handler: func(context.Context, *capabilities.Call, json.RawMessage) (capabilities.Result, error) {
+			return capabilities.TextResult("ran"), nil
+		}}))
+	call := func(tool string) (string, int) {
+		before := len(f.audit.Denials())
+		body := rpc(7, "tools/call", map[string]any{"name": tool, "arguments": map[string]any{"region": "eu"}, "_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+		}})
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", tool)
+		req.Header.Set("Mcp-Param-Region", "us") // the body says eu
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		return fmt.Sprint(resp.StatusCode, " ", readAll(resp)), len(f.audit.Denials()) - before
+	}
+	hidden, hiddenDenials := call("adminRegion")
+	unknown, unknownDenials := call("noSuchRegion")
+	if strings.ReplaceAll(hidden, "adminRegion", "noSuchRegion") != unknown {
+		t.Fatalf("a hidden tool with header parameters is told apart from an unknown one:\nhidden  %s\nunknown %s", hidden, unknown)
+	}
+	if hiddenDenials != 1 || unknownDenials != 1 {
+		t.Fatalf("denials audited: hidden %d, unknown %d; want 1 each", hiddenDenials, unknownDenials)
+	}
+}

@@ -29,7 +29,7 @@ import (
 func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, msg *envelope, view postView) {
 	ctx := r.Context()
 	if view.modern {
-		if f := s.headerRefusal(r, body, view.metaVersion); f != nil {
+		if f := s.headerRefusal(r, st, body, view.metaVersion); f != nil {
 			f.write(w, mcpgoID(view.ID))
 			return
 		}

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 )
 
 // A POST, once its caller is authenticated and its session bound, is
@@ -194,7 +196,12 @@ func modernRefusal(r *http.Request, meta string) *refusal {
 // the engine would get that far with (a JSON-RPC 2.0 request, not a
 // notification or an answer, declaring its client capabilities). Nil
 // when they match or are not checked.
-func (s *Server) headerRefusal(r *http.Request, body []byte, version string) *refusal {
+//
+// A tool hidden from the caller answers like an unknown one, whose
+// parameters are not checked: a mismatch of its header parameters is
+// answered as the engine answers an unknown name, the denial audited
+// once (by Screen), as the engine audits an unknown name once.
+func (s *Server) headerRefusal(r *http.Request, st *reqState, body []byte, version string) *refusal {
 	var m struct {
 		JSONRPC string          `json:"jsonrpc"`
 		Method  mcpgo.MCPMethod `json:"method"`
@@ -227,6 +234,10 @@ func (s *Server) headerRefusal(r *http.Request, body []byte, version string) *re
 					}
 					return v[0], true
 				}, tool, m.Params)
+				if err != nil && s.reg.Screen(r.Context(), st.caller, call.Name) {
+					return &refusal{http.StatusBadRequest, mcpgo.INVALID_PARAMS,
+						fmt.Sprintf("tool '%s' not found: %v", call.Name, mcpserver.ErrToolNotFound), nil}
+				}
 			}
 		}
 	}
