@@ -15,6 +15,7 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -110,12 +111,7 @@ func (e *consentEnv) exchange(t *testing.T, a authorization, code string) string
 // whoami calls the whoami tool over MCP with token and returns the result.
 func (e *consentEnv) whoami(t *testing.T, token string) string {
 	t.Helper()
-	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	code, _, session, _ := rpc(t, e.base, token, "", initialize)
-	if code != http.StatusOK || session == "" {
-		t.Fatalf("initialize with the token: %d", code)
-	}
-	rpc(t, e.base, token, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	session := enclavetest.Dial(t, e.base, token).SessionID()
 	_, body, _, _ := rpc(t, e.base, token, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`)
 	return body
 }

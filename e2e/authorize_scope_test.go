@@ -226,9 +226,7 @@ func TestAdminScopeOverMCP(t *testing.T) {
 			t.Fatalf("the admin with the admin scope lists %v", adaTools)
 		}
 
-		initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-		_, _, session, _ := rpc(t, s.URL, plain, "", initialize)
-		rpc(t, s.URL, plain, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		session := s.MCP(t, plain).SessionID()
 		code, body, _, hdr := rpc(t, s.URL, plain, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"adminUserList","arguments":{}}}`)
 		if code != http.StatusForbidden || !strings.Contains(body, "lacks a required scope") ||
 			!strings.Contains(hdr.Get("WWW-Authenticate"), `error="insufficient_scope", scope="mcp admin"`) {

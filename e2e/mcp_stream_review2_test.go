@@ -42,12 +42,7 @@ func TestMCPSessionStreamCredentials(t *testing.T) {
 	}
 	open := func(token string) (sid string, stream *http.Response) {
 		t.Helper()
-		resp := send(http.MethodPost, token, "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+enclavetest.ProtocolVersion+`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		sid = resp.Header.Get("Mcp-Session-Id")
-		if resp.StatusCode != http.StatusOK || sid == "" {
-			t.Fatalf("initialize: %d", resp.StatusCode)
-		}
-		send(http.MethodPost, token, sid, "", `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		sid = s.MCP(t, token).SessionID()
 		stream = send(http.MethodGet, token, sid, "", "")
 		if stream.StatusCode != http.StatusOK {
 			t.Fatalf("GET: %d", stream.StatusCode)

@@ -11,6 +11,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/mcp"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -107,12 +108,8 @@ func TestMCPEndpoint(t *testing.T) {
 			t.Errorf("initialize from %s: %d, want %d", origin, resp.StatusCode, want)
 		}
 	}
-	code, body, session, _ := rpc(t, base, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	if code != 200 || session == "" {
-		t.Fatalf("initialize: %d %s", code, body)
-	}
-	rpc(t, base, token, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	_, body, _, _ = rpc(t, base, token, session, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	session := enclavetest.Dial(t, base, token).SessionID()
+	_, body, _, _ := rpc(t, base, token, session, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	for _, want := range []string{"whoami", "secretSet", "accountExportManifest"} {
 		if !strings.Contains(body, `"`+want+`"`) {
 			t.Errorf("tools/list lacks %s", want)

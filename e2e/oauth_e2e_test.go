@@ -18,6 +18,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -121,11 +122,7 @@ func TestOAuthThroughWebPagesToMCP(t *testing.T) {
 			}
 
 			initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-			code, _, session, _ := rpc(t, base, tok.AccessToken, "", initialize)
-			if code != 200 || session == "" {
-				t.Fatalf("initialize with the token: %d", code)
-			}
-			rpc(t, base, tok.AccessToken, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			session := enclavetest.Dial(t, base, tok.AccessToken).SessionID()
 			_, body, _, _ = rpc(t, base, tok.AccessToken, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`)
 			if !strings.Contains(body, u.StableID) {
 				t.Fatalf("whoami with the token: %s", body)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/internal/chromiumtest"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
@@ -112,12 +112,7 @@ func (j *browserJourney) signIn(t *testing.T) {
 // tools lists the MCP tools token sees.
 func (e *consentEnv) tools(t *testing.T, token string) []string {
 	t.Helper()
-	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	code, _, session, _ := rpc(t, e.base, token, "", initialize)
-	if code != http.StatusOK || session == "" {
-		t.Fatalf("initialize with the token: %d", code)
-	}
-	rpc(t, e.base, token, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	session := enclavetest.Dial(t, e.base, token).SessionID()
 	_, body, _, _ := rpc(t, e.base, token, session, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	var res struct {
 		Result struct {

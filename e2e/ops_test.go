@@ -14,6 +14,7 @@ import (
 
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 	dto "github.com/prometheus/client_model/go"
@@ -111,11 +112,7 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	go func() { done <- srv.Serve(sctx, ln) }()
 
 	token := "test-token:" + u.StableID
-	code, _, session, _ := rpc(t, base, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	if code != 200 || session == "" {
-		t.Fatalf("initialize: %d", code)
-	}
-	rpc(t, base, token, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	session := enclavetest.Dial(t, base, token).SessionID()
 	req, _ := http.NewRequest("GET", base+"/mcp", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Mcp-Session-Id", session)
@@ -205,12 +202,12 @@ func TestMetrics(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	token := "test-token:" + u.StableID
-	_, body, session, _ := rpc(t, base, token, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	c := enclavetest.Dial(t, base, token)
+	session := c.SessionID()
 	// The MCP serverInfo names the build's version.
-	if want, _ := json.Marshal(enclave.Version()); !strings.Contains(body, `"serverInfo":{"name":"enclave","version":`+string(want)+`}`) {
-		t.Errorf("initialize serverInfo lacks the version %s: %s", want, body)
+	if want, _ := json.Marshal(enclave.Version()); !strings.Contains(string(c.InitializeResult()), `"serverInfo":{"name":"enclave","version":`+string(want)+`}`) {
+		t.Errorf("initialize serverInfo lacks the version %s: %s", want, c.InitializeResult())
 	}
-	rpc(t, base, token, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	rpc(t, base, token, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`)
 	rpc(t, base, token, session, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"adminAuditLogQuery","arguments":{}}}`)
 	rpc(t, base, "not-a-test-token", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)

@@ -10,6 +10,7 @@ import (
 	"github.com/enclave-mcp/enclave"
 	"github.com/enclave-mcp/enclave/accounts"
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -57,13 +58,8 @@ func TestSessionEventsSealedAtRest(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
 	}
-	resp, body := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	sid := resp.Header.Get("Mcp-Session-Id")
-	if sid == "" {
-		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
-	}
-	post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	resp, body = post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"mintKey","arguments":{},"_meta":{"progressToken":"p1"}}}`)
+	sid := enclavetest.Dial(t, base, token, enclavetest.WithProtocolVersion("2025-11-25")).SessionID()
+	resp, body := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"mintKey","arguments":{},"_meta":{"progressToken":"p1"}}}`)
 	if !strings.Contains(body, secret) || !strings.Contains(body, "id: ") {
 		t.Fatalf("tools/call: %d %s (want the key on an SSE stream with event ids)", resp.StatusCode, body)
 	}

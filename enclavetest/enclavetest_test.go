@@ -3,7 +3,10 @@ package enclavetest_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -77,4 +80,87 @@ func TestQuotaOverMCP(t *testing.T) {
 		perr != nil || !when.After(time.Now()) || !strings.Contains(rpcErr.Message, data.RetryAfter) {
 		t.Fatalf("third call: %+v (data %s)", rpcErr, rpcErr.Data)
 	}
+}
+
+// Dial opens a session on a server by its URL alone, the way a client does,
+// and hands over the session id for requests sent by hand; the session is
+// deleted when the test ends, and a refused token fails the test.
+func TestDial(t *testing.T) {
+	s := enclavetest.Start(t, enclavetest.Options{})
+	ann := s.CreateUser(t, "ann")
+	token := ann.Token(t)
+	whoami := func(session string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/mcp", strings.NewReader(
+			`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", enclavetest.ProtocolVersion)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Mcp-Session-Id", session)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	version := func(c *enclavetest.Client) string {
+		var res struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		_ = json.Unmarshal(c.InitializeResult(), &res)
+		return res.ProtocolVersion
+	}
+
+	var session string
+	t.Run("open", func(t *testing.T) {
+		c := enclavetest.Dial(t, s.URL+"/", token)
+		session = c.SessionID()
+		if v := version(c); session == "" || v != enclavetest.ProtocolVersion {
+			t.Fatalf("session %q, protocol version %q", session, v)
+		}
+		if code, body := whoami(session); code != http.StatusOK || !strings.Contains(body, ann.StableID) {
+			t.Fatalf("whoami in the session: %d %s", code, body)
+		}
+		if res, err := c.Call("whoami", nil); err != nil || res.IsError {
+			t.Fatalf("whoami through the client: %+v %v", res, err)
+		}
+		newer := enclavetest.Dial(t, s.URL, token, enclavetest.WithProtocolVersion("2025-11-25"))
+		if v := version(newer); v != "2025-11-25" || newer.SessionID() == session {
+			t.Fatalf("with 2025-11-25: protocol version %q, session %q", v, newer.SessionID())
+		}
+	})
+	if code, body := whoami(session); code == http.StatusOK {
+		t.Fatalf("the session still answers once its test ended: %d %s", code, body)
+	}
+
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		enclavetest.Dial(f, s.URL, "not-a-token")
+		f.msg = "" // not reached when Dial fails f
+	}()
+	<-done
+	if !strings.Contains(f.msg, "initialize") {
+		t.Fatalf("Dial with a refused token: %q, want a failure naming initialize", f.msg)
+	}
+}
+
+// fatalTB records the failure that ends a test (on the goroutine that
+// failed) instead of failing the real one.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+
+func (f *fatalTB) Fatal(args ...any) { f.msg = fmt.Sprint(args...); runtime.Goexit() }
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
 }

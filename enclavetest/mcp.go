@@ -2,6 +2,7 @@ package enclavetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // ProtocolVersion is the MCP protocol version the kit's client speaks.
@@ -17,11 +19,22 @@ const ProtocolVersion = "2025-06-18"
 // Client is an MCP session over streamable HTTP, authenticated with a
 // bearer token.
 type Client struct {
-	s       *Server
+	url     string // the server's base URL
+	http    *http.Client
+	version string // the MCP protocol version spoken
 	token   string
 	session string
+	init    json.RawMessage // initialize's result
 	id      atomic.Int64
 }
+
+// DialOption changes how Dial opens a session.
+type DialOption func(*Client)
+
+// WithProtocolVersion makes the session speak MCP protocol version v (in
+// initialize and in every request's MCP-Protocol-Version header) instead
+// of ProtocolVersion.
+func WithProtocolVersion(v string) DialOption { return func(c *Client) { c.version = v } }
 
 // RPCError is a JSON-RPC error answer.
 type RPCError struct {
@@ -60,18 +73,51 @@ func (u *User) MCP(t testing.TB) *Client {
 // notifications/initialized). The session is deleted when t ends.
 func (s *Server) MCP(t testing.TB, token string) *Client {
 	t.Helper()
-	c := &Client{s: s, token: token}
-	init := map[string]any{"protocolVersion": ProtocolVersion, "capabilities": map[string]any{},
+	return dial(t, s.URL, s.http, token)
+}
+
+// Dial opens an MCP session with token at url, the base URL of a server
+// the kit did not start (its endpoint is url+"/mcp"), the way a client
+// does: initialize, then notifications/initialized. It fails t unless
+// both are accepted and the server names the session. A test that sends
+// requests of its own sends SessionID as the Mcp-Session-Id header. The
+// session is deleted when t ends (a server already stopped by then is
+// not an error).
+func Dial(t testing.TB, url, token string, opts ...DialOption) *Client {
+	t.Helper()
+	return dial(t, url, &http.Client{}, token, opts...)
+}
+
+func dial(t testing.TB, url string, hc *http.Client, token string, opts ...DialOption) *Client {
+	t.Helper()
+	c := &Client{url: strings.TrimSuffix(url, "/"), http: hc, version: ProtocolVersion, token: token}
+	for _, o := range opts {
+		o(c)
+	}
+	init := map[string]any{"protocolVersion": c.version, "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "enclavetest", "version": "1"}}
-	if _, err := c.Request("initialize", init); err != nil {
+	res, err := c.Request("initialize", init)
+	if err != nil {
 		t.Fatalf("enclavetest: MCP initialize: %v", err)
 	}
+	if c.session == "" {
+		t.Fatal("enclavetest: MCP initialize: the answer names no session (no Mcp-Session-Id)")
+	}
+	c.init = res
+	t.Cleanup(c.close)
 	if err := c.notify("notifications/initialized"); err != nil {
 		t.Fatalf("enclavetest: MCP initialized: %v", err)
 	}
-	t.Cleanup(c.close)
 	return c
 }
+
+// SessionID is the session's id, the Mcp-Session-Id header of every
+// request in it.
+func (c *Client) SessionID() string { return c.session }
+
+// InitializeResult is the result the server answered initialize with
+// (its protocolVersion, capabilities, serverInfo …).
+func (c *Client) InitializeResult() json.RawMessage { return c.init }
 
 // Call runs tools/call. A refusal the capability reports (not found,
 // invalid input …) is a ToolResult with IsError set; err is for transport
@@ -167,18 +213,18 @@ func (c *Client) notify(method string) error {
 // post sends one message and returns the single JSON-RPC message of the
 // answer (a JSON body, or the last event of an SSE stream).
 func (c *Client) post(body []byte) (int, []byte, error) {
-	req, err := http.NewRequest(http.MethodPost, c.s.URL+"/mcp", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, c.url+"/mcp", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", ProtocolVersion)
+	req.Header.Set("MCP-Protocol-Version", c.version)
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	if c.session != "" {
 		req.Header.Set("Mcp-Session-Id", c.session)
 	}
-	resp, err := c.s.http.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -197,14 +243,16 @@ func (c *Client) close() {
 	if c.session == "" {
 		return
 	}
-	req, err := http.NewRequest(http.MethodDelete, c.s.URL+"/mcp", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.url+"/mcp", nil)
 	if err != nil {
 		return
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Mcp-Session-Id", c.session)
-	req.Header.Set("MCP-Protocol-Version", ProtocolVersion)
-	if resp, err := c.s.http.Do(req); err == nil {
+	req.Header.Set("MCP-Protocol-Version", c.version)
+	if resp, err := c.http.Do(req); err == nil {
 		resp.Body.Close()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/enclave-mcp/enclave/internal/background"
 	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/storage"
@@ -320,10 +321,8 @@ type BurstPublisher struct {
 
 	// The alerts being published, each on a goroutine of its own (see
 	// publish): Close waits for them, since each writes to the store its
-	// server closes next. stopped (on mu) is set before that wait; an
-	// alert after it is not published.
-	publishing sync.WaitGroup
-	stopped    bool
+	// server closes next; an alert after that is not published.
+	publishing background.Group
 }
 
 // sharedFlushEvery is how long a shared counter gathers denials before it
@@ -416,10 +415,7 @@ func (p *BurstPublisher) Close() {
 	if pending {
 		p.flush()
 	}
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
-	p.publishing.Wait()
+	p.publishing.Close()
 }
 
 // flush writes the gathered denials, one upsert per subject, publishes
@@ -467,21 +463,13 @@ func (p *BurstPublisher) flush() {
 func (p *BurstPublisher) publish(ctx context.Context, now time.Time, alert BurstAlert) {
 	o := p.Bursts.Options()
 	alert.Threshold, alert.WindowSeconds, alert.ObservedAt = o.Threshold, int64(o.Window/time.Second), now.UTC()
-	p.mu.Lock()
-	if p.stopped {
-		p.mu.Unlock()
-		return
-	}
-	p.publishing.Add(1) // under mu: before Close's Wait, or not at all
-	p.mu.Unlock()
-	go func() {
-		defer p.publishing.Done()
+	p.publishing.Go(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if _, err := p.Bus.PublishNow(ctx, SecurityDenialBurst, alert); err != nil {
 			p.Bus.log.ErrorContext(ctx, "events: publish denial burst", "scope", alert.Scope, "err", err)
 		}
-	}()
+	})
 }
 
 // subject names a subject in an alert: the keyed hash of the user id or of

@@ -37,6 +37,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/enclave-mcp/enclave/capabilities"
+	"github.com/enclave-mcp/enclave/internal/background"
 	"github.com/enclave-mcp/enclave/storage"
 )
 
@@ -118,14 +119,10 @@ type Meter struct {
 	entries map[key]*entry
 	plans   *Plans // nil: no plans
 
-	// alerting counts the plan alerts being recorded in the background;
+	// alerting runs the plan alerts being recorded in the background;
 	// Close waits for them, so none writes after its server closed the
-	// store. closed (on alertMu: crossings runs under an entry's lock,
-	// which mu is never taken under) is set before that wait, so no alert
-	// starts after it.
-	alertMu  sync.Mutex
-	alerting sync.WaitGroup
-	closed   bool
+	// store, and none starts after it.
+	alerting background.Group
 }
 
 // SetPlans makes the meter enforce the accounts' plans as well (call it
@@ -277,23 +274,13 @@ func (m *Meter) crossings(ctx context.Context, userID string, owner int64, class
 	for _, pct := range []int64{80, 100} {
 		if before*100 < pct**limit && (before+1)*100 >= pct**limit {
 			a := Alert{UserID: userID, Owner: owner, Meter: class, Window: window, Period: period, Threshold: int(pct), Limit: *limit}
-			m.alertMu.Lock()
-			closed := m.closed
-			if !closed {
-				m.alerting.Add(1)
-			}
-			m.alertMu.Unlock()
-			if closed {
-				return
-			}
-			go func() {
-				defer m.alerting.Done()
+			m.alerting.Go(func() { // not after Close: the alert is not recorded
 				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				defer cancel()
 				if err := m.plans.alert(actx, a); err != nil {
 					m.log.WarnContext(actx, "quota: recording a plan alert failed", "err", err)
 				}
-			}()
+			})
 		}
 	}
 }
@@ -358,10 +345,7 @@ func (m *Meter) Close() {
 	if m == nil {
 		return
 	}
-	m.alertMu.Lock()
-	m.closed = true
-	m.alertMu.Unlock()
-	m.alerting.Wait()
+	m.alerting.Close()
 }
 
 type flushItem struct {

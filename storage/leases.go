@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/enclave-mcp/enclave/internal/background"
 )
 
 // Account write leases fence the writers of an account against its
@@ -96,12 +98,11 @@ var leaseSharing = true
 type leaseSet struct {
 	mu sync.Mutex
 	m  map[int64]*sharedLease
-	// writing are the writes of leases in the background: the deletes of
-	// dropped leases' rows, each on its own goroutine (dropLocked), and
-	// the renewals (renew, on their timers). Close waits for them before
-	// the database closes. Once closed is set (on mu) none starts.
-	writing sync.WaitGroup
-	closed  bool
+	// writing runs the writes of leases in the background: the deletes
+	// of dropped leases' rows (dropLocked), and the renewals (renew, on
+	// their timers). Close waits for them before the database closes, and
+	// none starts after it.
+	writing background.Group
 }
 
 // sharedLease is one lease row, held by the calls of its account in this
@@ -247,7 +248,7 @@ func (s *Store) joinLease(ctx context.Context, o Owner, holder string) (*sharedL
 		}
 		sl.cancel(sl.err)
 	} else {
-		sl.renewal = time.AfterFunc(sl.renewEvery(), sl.renew)
+		sl.renewal = time.AfterFunc(sl.renewEvery(), func() { ls.writing.Go(sl.renew) })
 	}
 	ls.mu.Unlock()
 	close(sl.ready)
@@ -310,14 +311,7 @@ func (sl *sharedLease) dropLocked() {
 		sl.renewal.Stop()
 	}
 	sl.cancel(errLeaseReleased)
-	if ls.closed {
-		return
-	}
-	ls.writing.Add(1) // under mu: before Close's Wait, or not at all
-	go func() {
-		defer ls.writing.Done()
-		sl.deleteRow()
-	}()
+	ls.writing.Go(sl.deleteRow) // not once the store closes: the row expires
 }
 
 func (sl *sharedLease) deleteRow() {
@@ -330,17 +324,15 @@ func (sl *sharedLease) renewEvery() time.Duration { return max(sl.ttl/3, time.Mi
 
 // renew extends the lease while the account is not marked deleting, and
 // ends it early (cancelling its calls' contexts) when it is, or when
-// renewals failed until the lease ran out.
+// renewals failed until the lease ran out. It runs on leaseSet.writing.
 func (sl *sharedLease) renew() {
 	ls := &sl.store.leases
 	ls.mu.Lock()
-	if sl.dropped || sl.ctx.Err() != nil || ls.closed {
+	if sl.dropped || sl.ctx.Err() != nil {
 		ls.mu.Unlock()
 		return
 	}
-	ls.writing.Add(1) // under mu: before Close's Wait, or not at all
 	ls.mu.Unlock()
-	defer ls.writing.Done()
 	expires := time.Unix(0, sl.expires.Load())
 	if !time.Now().Before(expires) {
 		sl.expire()
@@ -428,12 +420,11 @@ func (s *Store) dropWriteLeases() error {
 		}
 		sl.cancel(errLeaseReleased)
 	}
-	ls.closed = true
 	ls.mu.Unlock()
 	for _, sl := range held {
 		sl.deleteRow()
 	}
-	ls.writing.Wait() // the deletes of leases dropped just before, renewals
+	ls.writing.Close() // the deletes of leases dropped meanwhile, renewals
 	return nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/internal/background"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/storage"
 )
@@ -179,12 +180,11 @@ type Service struct {
 	// notifications/tools/list_changed.
 	listChangedAt map[string]time.Time
 	// The reads again in the background (refreshSoon), which write the
-	// list to the store: Close cancels them (stop) and waits for them.
-	// Once closed is set (on mu) none starts.
+	// list to the store: Close cancels them (stop) and waits for them,
+	// and none starts after it.
 	stop       context.Context
 	cancelStop context.CancelFunc
-	closed     bool
-	background sync.WaitGroup
+	background background.Group
 }
 
 // New returns the service.
@@ -220,11 +220,8 @@ func (s *Service) Close() {
 	if s == nil {
 		return
 	}
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.cancelStop()
-	s.background.Wait()
+	s.cancelStop() // a read started from now on ends at once
+	s.background.Close()
 }
 
 // Server is a remote MCP server's metadata: never a token.

@@ -312,12 +312,12 @@ func (s *Service) refreshSoon(o storage.Owner, server string) {
 	key := o.StableID + "/" + server
 	now := s.now()
 	s.mu.Lock()
+	defer s.mu.Unlock() // the read, once over, takes mu to clear refreshing
 	// At most once per MinRefreshInterval: a remote announcing a change
 	// at every call would otherwise have its list read (and up to
 	// MaxTools schemas compiled, and every session of its owner told)
 	// once per call.
-	if s.closed || s.refreshing[key] || now.Before(s.listChangedAt[key].Add(MinRefreshInterval)) {
-		s.mu.Unlock()
+	if s.refreshing[key] || now.Before(s.listChangedAt[key].Add(MinRefreshInterval)) {
 		return
 	}
 	s.refreshing[key] = true
@@ -325,10 +325,7 @@ func (s *Service) refreshSoon(o storage.Owner, server string) {
 		s.listChangedAt = map[string]time.Time{}
 	}
 	s.listChangedAt[key] = now
-	s.background.Add(1) // under mu: before Close's Wait, or not at all
-	s.mu.Unlock()
-	go func() {
-		defer s.background.Done()
+	started := s.background.Go(func() {
 		defer func() {
 			s.mu.Lock()
 			delete(s.refreshing, key)
@@ -339,5 +336,8 @@ func (s *Service) refreshSoon(o storage.Owner, server string) {
 		if _, err := s.Refresh(ctx, o, server); err != nil {
 			s.log.Warn("remotemcp: refreshing a changed tool list failed", "server", server, "err", err)
 		}
-	}()
+	})
+	if !started { // Close has begun: nothing is read
+		delete(s.refreshing, key)
+	}
 }

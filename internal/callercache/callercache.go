@@ -34,6 +34,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/enclave-mcp/enclave/internal/background"
 )
 
 // DefaultTTL is how long an entry lives when the configuration says 0.
@@ -100,15 +102,12 @@ type Cache[V any] struct {
 // invalidations that failed to publish on it (invalidate), each on a
 // goroutine of its own. Detaching cancels them and waits for them: each
 // writes through the bus (with SQL notices, to the database), which its
-// owner closes once the cache is detached. Once detached is set (on mu),
-// none starts.
+// owner closes once the cache is detached. None starts after that.
 type busRef struct {
-	b        Bus
-	stop     context.Context // cancelled when detached
-	cancel   context.CancelFunc
-	mu       sync.Mutex
-	detached bool
-	retries  sync.WaitGroup
+	b       Bus
+	stop    context.Context // cancelled when detached
+	cancel  context.CancelFunc
+	retries background.Group
 }
 
 // New returns an empty cache.
@@ -380,11 +379,8 @@ func (c *Cache[V]) Attach(b Bus) (detach func()) {
 		unsub()
 		ungap()
 		c.bus.CompareAndSwap(ref, nil)
-		ref.mu.Lock()
-		ref.detached = true
-		ref.mu.Unlock()
-		ref.cancel()
-		ref.retries.Wait()
+		ref.cancel() // a retry started from now on ends at once
+		ref.retries.Close()
 	}
 }
 
@@ -424,14 +420,7 @@ func (c *Cache[V]) invalidate(ctx context.Context, payload string) {
 		return
 	}
 	// The retries end when the cache is detached from r (see busRef).
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.detached {
-		return
-	}
-	r.retries.Add(1) // under mu: before detach's Wait, or not at all
-	go func() {
-		defer r.retries.Done()
+	r.retries.Go(func() {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(r.stop, cancel)()
@@ -448,7 +437,7 @@ func (c *Cache[V]) invalidate(ctx context.Context, payload string) {
 			}
 			backoff = min(2*backoff, 2*time.Second)
 		}
-	}()
+	})
 }
 
 // publishTimeout bounds one attempt to publish an invalidation.
