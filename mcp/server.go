@@ -68,6 +68,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/internal/background"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/internal/tracing"
 )
@@ -219,8 +220,7 @@ type Server struct {
 	running     map[string]int // running tasks per user id
 	stop        chan struct{}
 	closeOnce   sync.Once
-	bgMu        sync.Mutex // orders background's starts before Close's wait
-	wg          sync.WaitGroup // the goroutines background started
+	work        background.Group // what background started; Close waits for it
 }
 
 // New builds a Server. Call Close when done with it.
@@ -342,10 +342,8 @@ func (s *Server) Resource() string { return s.resource }
 // shared sessions (which writes to the store) and ends every session.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		s.bgMu.Lock()
-		close(s.stop) // under bgMu: background starts nothing from here on
-		s.bgMu.Unlock()
-		s.wg.Wait()
+		close(s.stop) // the loops background runs end
+		s.work.Close()
 		s.closeShared()
 	})
 	return nil
@@ -353,23 +351,9 @@ func (s *Server) Close() error {
 
 // background runs f on a goroutine that Close waits for, and reports
 // true, unless Close has begun: then it runs nothing and reports false
-// (a request still in flight during Close must not add to what Close is
-// already waiting for).
-func (s *Server) background(f func()) bool {
-	s.bgMu.Lock()
-	defer s.bgMu.Unlock()
-	select {
-	case <-s.stop:
-		return false
-	default:
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-	return true
-}
+// (a request still in flight during Close must not start work that
+// outlives it).
+func (s *Server) background(f func()) bool { return s.work.Go(f) }
 
 // CloseStreams ends every open GET stream at once and refuses new ones
 // (503), leaving sessions and requests in flight alone. A graceful
