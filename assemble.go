@@ -36,6 +36,7 @@ import (
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
@@ -232,34 +233,23 @@ func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 }
 
 // assembleLifecycle collects the ownership inventory and the retention
-// declarations and builds the account lifecycle (deletion, export).
-func (s *Server) assembleLifecycle(_ context.Context, w *wiring) error {
+// declarations (the users first) and builds the account lifecycle
+// (deletion, export), whose deletions revoke OAuth grants and connected
+// accounts.
+func (s *Server) assembleLifecycle(_ context.Context, w *wiring) (err error) {
 	w.owners = lifecycle.Owners(s.accounts)
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
 		return err
 	}
-	s.lifecycle = lifecycle.New(s.store, s.inventory, s.accounts, lifecycle.Options{
-		Logger: s.log,
-		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
-			return s.oauth.RevokeAll(ctx, o.ID)
-		}}, {Name: "revoke connected accounts", Run: w.connections.RevokeAll}, // best effort, each attempt audited
-			{Name: "revoke remote MCP server tokens", Run: func(ctx context.Context, o storage.Owner) error {
-				return s.remoteMCP.RevokeAll(ctx, o) // nil (off or not built yet): nothing
-			}}},
-		// A deletion the deletion-resume lane finished is audited like one
-		// the account holder finished, with the reason "resumed".
-		Resumed: func(ctx context.Context, o storage.Owner) {
-			_ = s.audit.Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "delete_account",
-				Result: audit.ResultSuccess, Reason: "resumed", UserHash: s.audit.HashUser(o.StableID)})
-		},
-		TxHooks: s.lifecycleTxHooks(),
-	})
-	var err error
-	if s.retention, err = s.newRetention(); err != nil {
+	s.retention = retention.NewSet()
+	if s.lifecycle, err = lifecycle.Wire(lifecycle.Config{Store: s.store, Inventory: s.inventory, Accounts: s.accounts, Logger: s.log,
+		Audit: s.audit, AllowUnverified: s.cfg.OAuth.AllowUnverifiedEmail, Grants: s.oauth, Connections: &w.connections}, s.retention); err != nil {
 		return err
 	}
-	return nil
+	s.purger = &retention.Runner{DB: s.store.DB, Set: s.retention, Batch: s.cfg.RetentionBatch, Budget: s.cfg.RetentionBudget,
+		Logger: s.log, OnPurge: s.metrics.Purged}
+	return declareRetention(s.retention, s.cfg, s.store)
 }
 
 // assembleRegistry builds the capability registry (vocabulary, quota,
