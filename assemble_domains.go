@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/community"
@@ -70,12 +69,11 @@ func (s *Server) assembleIntegrations(_ context.Context, w *wiring) (err error) 
 }
 
 // assembleRemoteMCP wires remote MCP servers unless they are turned off;
-// an account's deletion revokes their tokens (after its connected
-// accounts; a nil service revokes nothing).
+// an account's deletion revokes their tokens after its connected
+// accounts.
 func (s *Server) assembleRemoteMCP(_ context.Context, w *wiring) (err error) {
 	s.remoteMCP, err = remotemcp.Wire(remotemcp.Config{Options: s.cfg.RemoteMCP, Store: s.store, Ring: s.ring, Owners: w.owners,
-		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Bus: s.bus}, s.schedules, s.retention)
-	s.lifecycle.AddHooks(lifecycle.Hook{Name: "revoke remote MCP server tokens", Run: s.remoteMCP.RevokeAll})
+		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Bus: s.bus, Deletions: s.lifecycle}, s.schedules, s.retention)
 	return err
 }
 
