@@ -65,7 +65,7 @@ func ExampleWire() {
 	}
 	policies := retention.NewSet()
 	svc, err := lifecycle.Wire(lifecycle.Config{Store: store, Inventory: inv, Accounts: acc, Logger: quiet,
-		Audit: audit.New(store, []byte("an audit key of thirty-two bytes"), quiet),
+		Audit:  audit.New(store, []byte("an audit key of thirty-two bytes"), quiet),
 		Grants: printGrants{}, Connections: printConnections{}}, policies)
 	if err != nil {
 		log.Fatal(err)
