@@ -3,7 +3,6 @@ package enclave
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/enclave-mcp/enclave/accounts"
@@ -20,7 +19,6 @@ import (
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/adminaudit"
-	"github.com/enclave-mcp/enclave/internal/clientnet"
 	"github.com/enclave-mcp/enclave/internal/envelope"
 	"github.com/enclave-mcp/enclave/internal/health"
 	"github.com/enclave-mcp/enclave/internal/metrics"
@@ -29,13 +27,11 @@ import (
 	"github.com/enclave-mcp/enclave/internal/ratelimit"
 	"github.com/enclave-mcp/enclave/jobs"
 	"github.com/enclave-mcp/enclave/mail"
-	"github.com/enclave-mcp/enclave/mcp"
-	"github.com/enclave-mcp/enclave/mcp/sqlsessions"
-	"github.com/enclave-mcp/enclave/mcp/sqltasks"
-	"github.com/enclave-mcp/enclave/mcp/verifiers"
+	"github.com/enclave-mcp/enclave/mcp/mcpwire"
 	"github.com/enclave-mcp/enclave/migrations"
 	"github.com/enclave-mcp/enclave/oauth"
 	"github.com/enclave-mcp/enclave/quota"
+	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/schedules"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/web"
@@ -232,34 +228,23 @@ func (s *Server) assembleOAuth(ctx context.Context, w *wiring) error {
 }
 
 // assembleLifecycle collects the ownership inventory and the retention
-// declarations and builds the account lifecycle (deletion, export).
-func (s *Server) assembleLifecycle(_ context.Context, w *wiring) error {
+// declarations (the users first) and builds the account lifecycle
+// (deletion, export), whose deletions revoke OAuth grants and connected
+// accounts.
+func (s *Server) assembleLifecycle(_ context.Context, w *wiring) (err error) {
 	w.owners = lifecycle.Owners(s.accounts)
 	s.inventory = storage.NewInventory()
 	if err := registerInventory(s.inventory); err != nil {
 		return err
 	}
-	s.lifecycle = lifecycle.New(s.store, s.inventory, s.accounts, lifecycle.Options{
-		Logger: s.log,
-		Hooks: []lifecycle.Hook{{Name: "revoke OAuth grants", Run: func(ctx context.Context, o storage.Owner) error {
-			return s.oauth.RevokeAll(ctx, o.ID)
-		}}, {Name: "revoke connected accounts", Run: w.connections.RevokeAll}, // best effort, each attempt audited
-			{Name: "revoke remote MCP server tokens", Run: func(ctx context.Context, o storage.Owner) error {
-				return s.remoteMCP.RevokeAll(ctx, o) // nil (off or not built yet): nothing
-			}}},
-		// A deletion the deletion-resume lane finished is audited like one
-		// the account holder finished, with the reason "resumed".
-		Resumed: func(ctx context.Context, o storage.Owner) {
-			_ = s.audit.Record(ctx, audit.Event{Category: audit.CategoryAccount, Action: "delete_account",
-				Result: audit.ResultSuccess, Reason: "resumed", UserHash: s.audit.HashUser(o.StableID)})
-		},
-		TxHooks: s.lifecycleTxHooks(),
-	})
-	var err error
-	if s.retention, err = s.newRetention(); err != nil {
+	s.retention = retention.NewSet()
+	if s.lifecycle, err = lifecycle.Wire(lifecycle.Config{Store: s.store, Inventory: s.inventory, Accounts: s.accounts, Logger: s.log,
+		Audit: s.audit, AllowUnverified: s.cfg.OAuth.AllowUnverifiedEmail, Grants: s.oauth, Connections: &w.connections}, s.retention); err != nil {
 		return err
 	}
-	return nil
+	s.purger = &retention.Runner{DB: s.store.DB, Set: s.retention, Batch: s.cfg.RetentionBatch, Budget: s.cfg.RetentionBudget,
+		Logger: s.log, OnPurge: s.metrics.Purged}
+	return declareRetention(s.retention, s.cfg, s.store)
 }
 
 // assembleRegistry builds the capability registry (vocabulary, quota,
@@ -438,66 +423,10 @@ func (s *Server) assembleWeb(_ context.Context, w *wiring) error {
 // assembleMCP builds the /mcp transport: its token verifiers (OAuth or
 // the embedder's, workspace keys, audited refusals), shared sessions,
 // tasks and request states.
-func (s *Server) assembleMCP(ctx context.Context, _ *wiring) error {
-	mopts := s.cfg.MCP
-	mopts.Registry, mopts.Loader, mopts.BaseURL = s.registry, s.accounts, s.cfg.BaseURL
-	mopts.AllowedOrigins = append(slices.Clone(mopts.AllowedOrigins), s.cfg.AllowedOrigins...)
-	mopts.Verifier = s.cfg.TokenVerifier
-	if mopts.Verifier == nil {
-		cache, stop, err := verifiers.NewCallerCache(verifiers.CacheConfig{TTL: s.cfg.CallerCacheTTL, Bus: s.bus,
-			DB: s.store.DB, Reader: s.store.Reader, Accounts: s.accounts, OAuth: s.oauth, Metrics: s.metrics, Logger: s.log})
-		if err != nil {
-			return err
-		}
-		s.stopNotices = stop
-		mopts.Verifier = verifiers.OAuth{Server: s.oauth, Cache: cache}
-	}
-	if s.workspaces != nil {
-		mopts.Verifier = verifiers.WorkspaceKeys{Next: mopts.Verifier, Keys: s.workspaces, Accounts: s.accounts, Resource: func() string { return s.mcp.Resource() }}
-	}
-	mopts.Verifier = verifiers.Bursts{TokenVerifier: verifiers.Audited{Next: mopts.Verifier, Audit: s.audit, Refused: s.metrics.TokenRefused, ClientIP: clientnet.Addr},
-		Bursts: s.burstPublisher}
-	if mopts.Version == "" {
-		mopts.Version = Version()
-	}
-	if mopts.Name == "" {
-		mopts.Name = s.cfg.SiteName
-	}
-	if mopts.Instructions == "" {
-		mopts.Instructions = mcp.DefaultInstructions(mopts.Name, s.registry.Has)
-	}
-	if mopts.Logger == nil {
-		mopts.Logger = s.log
-	}
-	if mopts.TracerProvider == nil {
-		mopts.TracerProvider = s.cfg.TracerProvider
-	}
-	if mopts.Tasks == nil {
-		mopts.Tasks = sqltasks.New(s.store) // any replica answers for a task
-	}
-	if mopts.Bus == nil {
-		mopts.Bus = s.bus
-	}
-	if _, local := mopts.Bus.(*cluster.Local); mopts.Sessions == nil && !local {
-		// Replicas share one database: any of them serves any session.
-		mopts.Sessions = sqlsessions.NewSealed(s.store, s.ring) // events and answers hold user content
-	}
-	if mopts.States == nil {
-		// A requestState is good once, whichever replica sees it.
-		mopts.States = sqlsessions.New(s.store)
-	}
-	var err error
-	if mopts.RequestStateKey == nil {
-		// Shared by every replica, so any of them can take the next round
-		// of an input-required call.
-		if mopts.RequestStateKey, err = s.ring.NamedKey(ctx, "mcp-request-state"); err != nil {
-			return err
-		}
-	}
-	if s.mcp, err = mcp.New(mopts); err != nil {
-		return err
-	}
-	s.metrics.Gauge("enclave_mcp_sessions", "Live MCP sessions (protocols before 2026-07-28).", func() float64 { return float64(s.mcp.Stats().Sessions) })
-	s.metrics.Gauge("enclave_mcp_streams", "Open MCP GET streams.", func() float64 { return float64(s.mcp.Stats().Streams) })
-	return nil
+func (s *Server) assembleMCP(ctx context.Context, _ *wiring) (err error) {
+	s.mcp, s.stopNotices, err = mcpwire.Wire(ctx, mcpwire.Config{Options: s.cfg.MCP, Verifier: s.cfg.TokenVerifier,
+		CallerCacheTTL: s.cfg.CallerCacheTTL, Store: s.store, Ring: s.ring, Bus: s.bus, Registry: s.registry, Accounts: s.accounts,
+		OAuth: s.oauth, Workspaces: s.workspaces, Audit: s.audit, Metrics: s.metrics, Bursts: s.burstPublisher, BaseURL: s.cfg.BaseURL,
+		AllowedOrigins: s.cfg.AllowedOrigins, Version: Version(), Name: s.cfg.SiteName, Logger: s.log, TracerProvider: s.cfg.TracerProvider})
+	return err
 }

@@ -3,10 +3,7 @@ package enclave
 import (
 	"context"
 
-	"github.com/uptrace/bun"
-
 	"github.com/enclave-mcp/enclave/accounts"
-	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/buckets"
 	"github.com/enclave-mcp/enclave/codemode"
 	"github.com/enclave-mcp/enclave/community"
@@ -18,45 +15,26 @@ import (
 	"github.com/enclave-mcp/enclave/mail"
 	"github.com/enclave-mcp/enclave/memory"
 	"github.com/enclave-mcp/enclave/quota"
-	"github.com/enclave-mcp/enclave/storage"
 )
 
 // assembleEvents builds the event bus on the job queue (account changes
-// reported to it, denials counted for the burst alert) and the platform
-// feedback, which publishes on it.
+// and deletions reported to it, denials counted for the burst alert) and
+// the platform feedback, which publishes on it; an account's deletion
+// publishes user.deleted, then clears its name as feedback reviewer.
 func (s *Server) assembleEvents(context.Context, *wiring) (err error) {
 	if s.events, s.bursts, err = events.Wire(events.Config{Options: events.Options{Store: s.store, Jobs: s.jobs, Ring: s.ring,
 		AllowPrivate: s.cfg.WebhookAllowPrivate, MaxFailures: s.cfg.WebhookMaxFailures, Logger: s.log},
-		RootCAs: s.cfg.WebhookRootCAs, Burst: s.cfg.DenialBurst, Accounts: s.accounts, Hashes: s.audit}, s.retention); err != nil {
+		RootCAs: s.cfg.WebhookRootCAs, Burst: s.cfg.DenialBurst, Accounts: s.accounts, Deletions: s.lifecycle, Hashes: s.audit}, s.retention); err != nil {
 		return err
 	}
-	s.feedback, err = feedback.New(feedback.Options{Store: s.store, Events: s.events, Jobs: s.jobs, Logger: s.log, BaseURL: s.cfg.BaseURL,
-		Mail: s.accountMail.MailFeedbackDecision})
+	s.feedback, err = feedback.Wire(feedback.Config{Options: feedback.Options{Store: s.store, Events: s.events, Jobs: s.jobs, Logger: s.log,
+		BaseURL: s.cfg.BaseURL, Mail: s.accountMail.MailFeedbackDecision}, Deletions: s.lifecycle})
 	return err
 }
 
 // burstPublisher is the denial-burst publisher once assembleEvents built
 // it: the registry and the verifiers that count denials are built first.
 func (s *Server) burstPublisher() *events.BurstPublisher { return s.bursts }
-
-// deletionEvent publishes user.deleted in the transaction that deletes the
-// account's rows.
-func (s *Server) deletionEvent() lifecycle.TxHook {
-	return lifecycle.TxHook{Name: "publish user.deleted", Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) (int64, error) {
-		_, err := s.events.Publish(ctx, tx, events.UserDeleted, map[string]string{"userId": o.StableID})
-		return 0, err
-	}}
-}
-
-// lifecycleTxHooks run in the transaction that deletes an account: the
-// user.deleted event, and clearing the account's name as reviewer from
-// other people's feedback (its own feedback goes with its rows).
-func (s *Server) lifecycleTxHooks() []lifecycle.TxHook {
-	return []lifecycle.TxHook{s.deletionEvent(), {Name: "clear feedback reviewer", Updated: "sql:platform_feedback.reviewed_by",
-		Run: func(ctx context.Context, tx bun.Tx, o storage.Owner) (int64, error) {
-			return feedback.ClearReviewer(ctx, tx, o.ID)
-		}}}
-}
 
 // assembleBuckets wires storage buckets (code mode's storage binding calls
 // them, so they come first); a run's bucket is kept for at least twice
@@ -90,10 +68,12 @@ func (s *Server) assembleIntegrations(_ context.Context, w *wiring) (err error) 
 	return err
 }
 
-// assembleRemoteMCP wires remote MCP servers unless they are turned off.
+// assembleRemoteMCP wires remote MCP servers unless they are turned off;
+// an account's deletion revokes their tokens after its connected
+// accounts.
 func (s *Server) assembleRemoteMCP(_ context.Context, w *wiring) (err error) {
 	s.remoteMCP, err = remotemcp.Wire(remotemcp.Config{Options: s.cfg.RemoteMCP, Store: s.store, Ring: s.ring, Owners: w.owners,
-		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Bus: s.bus}, s.schedules, s.retention)
+		Registry: s.registry, BaseURL: s.cfg.BaseURL, Audit: s.audit, Logger: s.log, Bus: s.bus, Deletions: s.lifecycle}, s.schedules, s.retention)
 	return err
 }
 

@@ -65,21 +65,16 @@ func registerInventory(inv *storage.Inventory) error {
 	)
 }
 
-// newRetention collects the retention declarations of the core's tables:
-// each package that owns a table declares its policy (one line: Age,
-// UntilAccountDeleted, Kept or Custom), and the root only gathers them.
-// Optional domains add theirs when they are assembled. A table without a
-// policy fails TestRetentionCoversTheSchema; docs/data.md is generated
-// from the set. The order is the purge order of a run: the users first
-// (an account's deletion takes its rows with it), OAuth grants after their
-// tokens and clients after their grants.
-func (s *Server) newRetention() (*retention.Set, error) {
-	set := retention.NewSet()
+// declareRetention collects the retention declarations of the core's
+// tables after the users' (lifecycle.Wire): each package that owns a
+// table declares its policy (one line: Age, UntilAccountDeleted, Kept or
+// Custom), and the root only gathers them. Optional domains add theirs
+// when they are assembled. A table without a policy fails
+// TestRetentionCoversTheSchema; docs/data.md is generated from the set.
+// The order is the purge order of a run: OAuth grants after their tokens
+// and clients after their grants.
+func declareRetention(set *retention.Set, cfg Config, store *storage.Store) error {
 	for _, ps := range [][]retention.Policy{
-		s.lifecycle.RetentionPolicies(lifecycle.RetentionOptions{
-			AllowUnverified: s.cfg.OAuth.AllowUnverifiedEmail,
-			Record:          lifecycle.AuditPurge(s.audit),
-		}),
 		accounts.RetentionPolicies(),
 		secrets.RetentionPolicies(),
 		quota.RetentionPolicies(),
@@ -87,10 +82,10 @@ func (s *Server) newRetention() (*retention.Set, error) {
 		sqltasks.RetentionPolicies(),
 		sqlsessions.RetentionPolicies(),
 		callercache.RetentionPolicies(),
-		outbox.RetentionPolicies(s.cfg.JobRetention),
+		outbox.RetentionPolicies(cfg.JobRetention),
 		events.RetentionPolicies(),
 		feedback.RetentionPolicies(),
-		oauth.RetentionPolicies(s.cfg.OAuth.ClientIdleTTL),
+		oauth.RetentionPolicies(cfg.OAuth.ClientIdleTTL),
 		oauth.EnterpriseRetentionPolicies(),
 		audit.RetentionPolicies(),
 		metrics.RetentionPolicies(),
@@ -101,11 +96,11 @@ func (s *Server) newRetention() (*retention.Set, error) {
 		migrations.RetentionPolicies(),
 		workspaces.RetentionPolicies(),
 		// Code mode's tables exist whether or not it is on.
-		codemode.RetentionPolicies(s.store.Bucket, s.cfg.CodeMode.Retention()),
+		codemode.RetentionPolicies(store.Bucket, cfg.CodeMode.Retention()),
 	} {
 		if err := set.Add(ps...); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return set, nil
+	return nil
 }

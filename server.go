@@ -75,6 +75,7 @@ type Server struct {
 	features  *features.Store
 	meter     *quota.Meter
 	retention *retention.Set
+	purger    *retention.Runner // the retention program, on retention
 	events    *events.Bus
 	bursts    *events.BurstPublisher
 	feedback  *feedback.Service
@@ -353,20 +354,10 @@ func (s *Server) RunBackground(ctx context.Context) {
 	if s.meter != nil {
 		wg.Go(func() { s.meter.Run(ctx) })
 	}
-	all := append([]lanes.Lane{
-		// One lane purges every table past its retention window, in
-		// small batches, round-robin (see declarations.go).
-		{Name: "retention", Every: time.Hour, Run: func(ctx context.Context) error {
-			_, err := s.PurgeExpired(ctx)
-			return err
-		}},
-		// Deletions a store failure or a crash interrupted are finished
-		// here; the grace period leaves one still running alone.
-		{Name: "deletion-resume", Every: 10 * time.Minute, Run: func(ctx context.Context) error {
-			_, err := s.lifecycle.ResumeDeletions(ctx, 5*time.Minute)
-			return err
-		}},
-	}, s.workspaces.Lanes()...)
+	// The retention program, the interrupted account deletions and the
+	// workspaces' pending jobs.
+	all := append([]lanes.Lane{lanes.Retention(s.purger)}, s.lifecycle.Lanes()...)
+	all = append(all, s.workspaces.Lanes()...)
 	for _, l := range s.schedules.Lanes() {
 		all = append(all, lanes.Lane{Name: l.Name, Every: l.Every, Run: l.Run})
 	}
@@ -386,11 +377,7 @@ func (s *Server) Retention() *retention.Set { return s.retention }
 // round-robin, within Config.RetentionBudget. RunBackground runs it hourly
 // as the "retention" lane on one replica at a time.
 func (s *Server) PurgeExpired(ctx context.Context) (retention.Report, error) {
-	r := &retention.Runner{
-		DB: s.store.DB, Set: s.retention, Batch: s.cfg.RetentionBatch, Budget: s.cfg.RetentionBudget,
-		Logger: s.log, OnPurge: s.metrics.Purged,
-	}
-	return r.Run(ctx)
+	return s.purger.Run(ctx)
 }
 
 // Close releases the stores. It is safe to call more than once.

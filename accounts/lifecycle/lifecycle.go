@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -78,6 +80,10 @@ type Service struct {
 	inv      *storage.Inventory
 	accounts *accounts.Service
 	opts     Options
+
+	mu      sync.Mutex // guards the hooks AddHooks and AddTxHooks append
+	hooks   []Hook
+	txHooks []TxHook
 }
 
 // New returns a Service over the given inventory.
@@ -88,7 +94,34 @@ func New(store *storage.Store, inv *storage.Inventory, acc *accounts.Service, op
 	if opts.WriterWait <= 0 {
 		opts.WriterWait = store.WriteLeaseTTL() + storage.WriteLeaseSkew + time.Second
 	}
-	return &Service{store: store, inv: inv, accounts: acc, opts: opts}
+	return &Service{store: store, inv: inv, accounts: acc, opts: opts,
+		hooks: slices.Clone(opts.Hooks), txHooks: slices.Clone(opts.TxHooks)}
+}
+
+// AddHooks appends hooks to those every deletion attempt runs, after
+// Options.Hooks and those added before, in order: a domain wired after
+// the Service revokes what it granted. Add them before serving.
+func (s *Service) AddHooks(hooks ...Hook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hooks = append(s.hooks, hooks...)
+}
+
+// AddTxHooks appends hooks to those the transaction deleting an
+// account's rows runs, after Options.TxHooks and those added before, in
+// order: a domain wired after the Service publishes or clears what the
+// account's going changes. Add them before serving.
+func (s *Service) AddTxHooks(hooks ...TxHook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.txHooks = append(s.txHooks, hooks...)
+}
+
+// deletionHooks returns the hooks of a deletion attempt.
+func (s *Service) deletionHooks() ([]Hook, []TxHook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.hooks), slices.Clone(s.txHooks)
 }
 
 // UsersTable is how the account row itself appears in the inventory:
@@ -194,7 +227,8 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 	if err := s.store.FenceWriters(ctx, o, s.opts.WriterWait); err != nil {
 		return res, &DeleteError{Stage: "active writers", Err: err}
 	}
-	for _, h := range s.opts.Hooks {
+	hooks, txHooks := s.deletionHooks()
+	for _, h := range hooks {
 		if err := h.Run(ctx, o); err != nil {
 			return res, &DeleteError{Stage: "hook " + h.Name, Err: err}
 		}
@@ -231,7 +265,7 @@ func (s *Service) delete(ctx context.Context, o storage.Owner, resuming bool) (D
 			return err
 		}
 		updated := map[string]int64{}
-		for _, h := range s.opts.TxHooks {
+		for _, h := range txHooks {
 			n, err := h.Run(ctx, tx, o)
 			if err != nil {
 				return fmt.Errorf("%s: %w", h.Name, err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
 	"github.com/enclave-mcp/enclave/cluster"
@@ -145,6 +146,9 @@ type Config struct {
 	// too: their MCP sessions are told of the change and their cached
 	// visible sets are worked out again.
 	Bus cluster.Bus
+	// Deletions, when set, revoke the tokens of an account's servers at
+	// its deletion, before its rows go (lifecycle.Service; see Wire).
+	Deletions interface{ AddHooks(...lifecycle.Hook) }
 	// Now is the clock (tests). Default time.Now.
 	Now func() time.Time
 }

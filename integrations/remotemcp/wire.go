@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/quota"
 	"github.com/enclave-mcp/enclave/retention"
 	"github.com/enclave-mcp/enclave/schedules"
@@ -16,26 +17,31 @@ import (
 // on) and, unless cfg.Disabled is set, builds the service and registers
 // on cfg.Registry its capabilities and the provider offering each
 // server's tools to its owner, and in lanes the lane renewing tokens and
-// tool lists. The service is nil when turned off.
+// tool lists. With cfg.Deletions, every account's deletion revokes the
+// tokens of its servers (nothing when the feature is off). The service is
+// nil when turned off.
 func Wire(cfg Config, lanes *schedules.Set, policies *retention.Set) (*Service, error) {
 	if err := policies.Add(RetentionPolicies()...); err != nil {
 		return nil, err
 	}
-	if cfg.Disabled {
-		return nil, nil
+	var svc *Service // nil when turned off: it revokes nothing
+	if !cfg.Disabled {
+		var err error
+		if svc, err = New(cfg); err != nil {
+			return nil, err
+		}
+		if err := cfg.Registry.AddProvider(Prefix, svc.Provider()); err != nil {
+			return nil, err
+		}
+		if err := cfg.Registry.Register(svc.Capabilities()...); err != nil {
+			return nil, fmt.Errorf("register remote MCP servers: %w", err)
+		}
+		if err := lanes.Add(svc.Schedule()); err != nil {
+			return nil, err
+		}
 	}
-	svc, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Registry.AddProvider(Prefix, svc.Provider()); err != nil {
-		return nil, err
-	}
-	if err := cfg.Registry.Register(svc.Capabilities()...); err != nil {
-		return nil, fmt.Errorf("register remote MCP servers: %w", err)
-	}
-	if err := lanes.Add(svc.Schedule()); err != nil {
-		return nil, err
+	if cfg.Deletions != nil {
+		cfg.Deletions.AddHooks(lifecycle.Hook{Name: "revoke remote MCP server tokens", Run: svc.RevokeAll})
 	}
 	return svc, nil
 }

@@ -1,0 +1,141 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/enclave-mcp/enclave/accounts"
+	"github.com/enclave-mcp/enclave/accounts/lifecycle"
+	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/retention"
+	"github.com/enclave-mcp/enclave/storage"
+	"github.com/enclave-mcp/enclave/storage/storagetest"
+)
+
+// ran records, in order, the hooks a deletion ran.
+type ran []string
+
+func (r *ran) grants() *grantRevoker { return &grantRevoker{r} }
+
+type grantRevoker struct{ r *ran }
+
+func (g *grantRevoker) RevokeAll(_ context.Context, userID int64) error {
+	*g.r = append(*g.r, "grants")
+	return nil
+}
+
+type revoker struct {
+	r    *ran
+	name string
+}
+
+func (v revoker) RevokeAll(context.Context, storage.Owner) error {
+	*v.r = append(*v.r, v.name)
+	return nil
+}
+
+// Wire declares the users' retention first, and its deletions run the
+// OAuth revocation, then the connections', then the hooks added later,
+// and in the deleting transaction the transaction hooks added later, in
+// the order they were added, their updated rows counted under their
+// surface. The deletion-resume lane finishes an interrupted deletion and
+// audits it with the reason "resumed".
+func TestWireHooksAndLanes(t *testing.T) {
+	storagetest.EachDialect(t, func(t *testing.T, s *storage.Store) {
+		ctx := context.Background()
+		acc, err := accounts.New(ctx, s, accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv := storage.NewInventory()
+		if err := lifecycle.RegisterInventory(inv); err != nil {
+			t.Fatal(err)
+		}
+		log := audit.New(s, []byte("0123456789abcdef0123456789abcdef"), quiet())
+		var order ran
+		policies := retention.NewSet()
+		if err := policies.Add(retention.Kept("someone_elses", "declared before")); err != nil {
+			t.Fatal(err)
+		}
+		svc, err := lifecycle.Wire(lifecycle.Config{Store: s, Inventory: inv, Accounts: acc, Logger: quiet(), Audit: log,
+			Grants: order.grants(), Connections: revoker{&order, "connections"}}, policies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range policies.Policies() {
+			names = append(names, p.Table)
+		}
+		if want := []string{"someone_elses", "users", "account_write_leases"}; !slices.Equal(names, want) {
+			t.Fatalf("policies %v, want %v", names, want)
+		}
+		svc.AddHooks(lifecycle.Hook{Name: "remote", Run: revoker{&order, "remote"}.RevokeAll})
+		for _, name := range []string{"event", "reviewer"} {
+			svc.AddTxHooks(lifecycle.TxHook{Name: name, Updated: "sql:" + name, Run: func(context.Context, bun.Tx, storage.Owner) (int64, error) {
+				order = append(order, name)
+				return int64(len(name)), nil
+			}})
+		}
+
+		var users []storage.Owner
+		for _, name := range []string{"ada", "bea"} {
+			u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			users = append(users, storage.Owner{ID: u.ID, StableID: u.StableID})
+		}
+		res, err := svc.Delete(ctx, users[0])
+		if err != nil || !res.Completed {
+			t.Fatalf("delete: %+v, %v", res, err)
+		}
+		if want := (ran{"grants", "connections", "remote", "event", "reviewer"}); !slices.Equal(order, want) {
+			t.Fatalf("hooks ran %v, want %v", order, want)
+		}
+		if res.Updated["sql:event"] != 5 || res.Updated["sql:reviewer"] != 8 {
+			t.Fatalf("updated %v", res.Updated)
+		}
+
+		lanes := svc.Lanes()
+		if len(lanes) != 1 || lanes[0].Name != "deletion-resume" || lanes[0].Every != 10*time.Minute {
+			t.Fatalf("lanes %+v", lanes)
+		}
+		if _, err := acc.Lifecycle.MarkDeleting(ctx, users[1].ID); err != nil {
+			t.Fatal(err)
+		}
+		// Marked a minute ago: within the grace period, left alone.
+		if _, err := s.DB.NewRaw("UPDATE users SET deleting_at = ? WHERE id = ?", time.Now().Add(-time.Minute).UTC(), users[1].ID).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := lanes[0].Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := acc.Identity.UserByID(ctx, users[1].ID); err != nil {
+			t.Fatalf("a deletion within its grace period was resumed: %v", err)
+		}
+		// Interrupted an hour ago: finished, and audited.
+		if _, err := s.DB.NewRaw("UPDATE users SET deleting_at = ? WHERE id = ?", time.Now().Add(-time.Hour).UTC(), users[1].ID).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := lanes[0].Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := acc.Identity.UserByID(ctx, users[1].ID); !errors.Is(err, accounts.ErrNotFound) {
+			t.Fatalf("the interrupted deletion was not finished: %v", err)
+		}
+		for i, want := range []int{0, 1} {
+			rows, err := log.Query(ctx, audit.Filter{Category: audit.CategoryAccount, Action: "delete_account", UserHash: log.HashUser(users[i].StableID)}, storage.PageRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows.Items) != want || (want == 1 && (rows.Items[0].Result != audit.ResultSuccess || rows.Items[0].Reason != "resumed")) {
+				t.Fatalf("audit of user %d: %+v, want %d row(s)", i, rows.Items, want)
+			}
+		}
+	})
+}
