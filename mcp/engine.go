@@ -63,9 +63,15 @@ func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqStat
 			}
 		}
 	}()
-	resp := s.mcp.HandleMessage(ctx, body)
-	close(done)
-	<-forwarded
+	resp := func() mcpgo.JSONRPCMessage {
+		// The forwarder ends with the engine's serving, a panic included
+		// (recovered by ServeHTTP): otherwise it waits for ever.
+		defer func() {
+			close(done)
+			<-forwarded
+		}()
+		return s.mcp.HandleMessage(ctx, body)
+	}()
 	for len(sess.notes) > 0 {
 		_ = d.send(<-sess.notes)
 	}

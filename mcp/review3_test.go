@@ -3,8 +3,13 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/enclave-mcp/enclave/capabilities"
 )
@@ -52,5 +57,59 @@ func TestHiddenHeaderToolAnsweredLikeUnknown(t *testing.T) {
 		if len(a.denials) != 1 || len(twin.denials) != 1 {
 			t.Fatalf("Region header %q: %d denials audited for the hidden tool, %d for an unknown one, want 1 each", region, len(a.denials), len(twin.denials))
 		}
+	}
+}
+
+// panickyProvider panics listing a caller's own capabilities.
+type panickyProvider struct{}
+
+func (panickyProvider) Own(context.Context, capabilities.Caller) ([]capabilities.Capability, error) {
+	panic("provider: boom")
+}
+
+func (panickyProvider) LookupOwn(context.Context, capabilities.Caller, string) (capabilities.Capability, bool, error) {
+	return capabilities.Capability{}, false, nil
+}
+
+func (panickyProvider) Generation(string) uint64 { return 0 }
+
+// enginePumps counts serveEngine's forwarding goroutines alive.
+func enginePumps() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "mcp.(*Server).serveEngine.func")
+}
+
+// A request whose serving by the engine panics (here a provider listing
+// tools) is answered with a generic internal error, and serveEngine's
+// goroutine forwarding the engine's notifications ends with it: it used
+// to wait for a close that the panic skipped, one goroutine leaked per
+// such request.
+func TestEnginePanicLeavesNoForwarder(t *testing.T) {
+	fx := newFixture(t)
+	must(t, fx.reg.AddProvider("pkg_", panickyProvider{}))
+	before := enginePumps()
+	for i := range 5 {
+		body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(i+1) + `,"method":"tools/list","params":{` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		req := httptest.NewRequest(http.MethodPost, "https://mcp.test"+Path, strings.NewReader(body))
+		req.RemoteAddr = "127.0.0.1:1234"
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/list")
+		rec := httptest.NewRecorder()
+		fx.srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusInternalServerError || strings.Contains(rec.Body.String(), "boom") {
+			t.Fatalf("answer to a panicking tools/list: %d %s", rec.Code, rec.Body.String())
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for enginePumps() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := enginePumps() - before; n > 0 {
+		t.Fatalf("%d forwarding goroutines of serveEngine left behind by panicking requests", n)
 	}
 }
