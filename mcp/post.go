@@ -153,6 +153,15 @@ func (s *Server) admitPost(w http.ResponseWriter, r *http.Request, st *reqState,
 			f.write(w, mcpgoID(v.ID))
 			return v, false
 		}
+	} else if st.sessionID == "" && v.Method != mcpgo.MethodInitialize {
+		// Before 2026-07-28 only an initialize is served outside a session.
+		// bindSession let this one through on the envelope's reading (an
+		// initialize, or 2026-07-28), which this reading, the engine's,
+		// contradicts (the envelope's decoding stopped early): served
+		// sessionless, it would share the engine's sessionless key with
+		// every 2026-07-28 request, and could cancel another user's.
+		writeHTTPError(w, http.StatusBadRequest, "missing "+sessionHeader+" header", st.requestID)
+		return v, false
 	}
 	return v, true
 }

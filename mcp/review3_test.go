@@ -113,3 +113,73 @@ func TestEnginePanicLeavesNoForwarder(t *testing.T) {
 		t.Fatalf("%d forwarding goroutines of serveEngine left behind by panicking requests", n)
 	}
 }
+
+// A body that the transport's envelope and the engine read as different
+// methods must not reach the engine outside a session: here a second
+// "method" follows a params whose _meta does not decode, so the envelope
+// (its decoding stopped at params) reads "initialize", served without a
+// session, while the engine reads notifications/cancelled, and cancelled
+// under the sessionless key every 2026-07-28 request the engine serves
+// shares: bob's call with id 7. Neither bob's call ends nor is the body
+// served without a session.
+func TestSmuggledCancelReachesNoOtherUsersCall(t *testing.T) {
+	f := newFixture(t)
+	started := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	must(t, f.reg.Register(capabilities.Capability{Name: "slowRegion", Domain: "test", Description: "Waits; mirrors region in a header.",
+		Annotations: readOnly, InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`),
+		Handler: func(ctx context.Context, _ *capabilities.Call, _ json.RawMessage) (capabilities.Result, error) {
+			started <- struct{}{}
+			select {
+			case <-ctx.Done():
+				ended <- ctx.Err()
+			case <-time.After(10 * time.Second):
+				ended <- nil
+			}
+			return capabilities.TextResult("x"), nil
+		}}))
+	go func() {
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slowRegion","arguments":{},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer bob-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "slowRegion")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("bob's call did not start")
+	}
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","method":"initialize","params":{"requestId":7,"_meta":5},"method":"notifications/cancelled"}`,
+		`{"jsonrpc":"2.0","params":{"requestId":7,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"_meta":5},"method":"notifications/cancelled"}`,
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		status, answer := resp.StatusCode, readAll(resp)
+		resp.Body.Close()
+		select {
+		case err := <-ended:
+			t.Fatalf("alice's %s (answered %d %s) ended bob's call: %v", body, status, answer, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if status == http.StatusAccepted || status == http.StatusOK {
+			t.Fatalf("%s was served without a session: %d %s", body, status, answer)
+		}
+	}
+}
