@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -181,5 +182,51 @@ func TestSmuggledCancelReachesNoOtherUsersCall(t *testing.T) {
 		if status == http.StatusAccepted || status == http.StatusOK {
 			t.Fatalf("%s was served without a session: %d %s", body, status, answer)
 		}
+	}
+}
+
+// stallingBody sends a few bytes, then blocks until released.
+type stallingBody struct {
+	sent    bool
+	stalled chan struct{}
+	release chan struct{}
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		return copy(p, `{"jsonrpc":`), nil
+	}
+	close(b.stalled)
+	<-b.release
+	return 0, io.ErrUnexpectedEOF
+}
+
+// A request announcing a large body (within the limit) and sending a
+// few bytes of it holds memory for what it sent, not for what it
+// announced: connections that announce 4 MiB each and stall would
+// otherwise hold 4 MiB each for nothing.
+func TestAnnouncedBodyIsNotAllocatedUpFront(t *testing.T) {
+	fx := newFixture(t)
+	body := &stallingBody{stalled: make(chan struct{}), release: make(chan struct{})}
+	req := httptest.NewRequest(http.MethodPost, "https://mcp.test"+Path, body)
+	req.ContentLength = 4 << 20
+	req.RemoteAddr = "127.0.0.1:1234"
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Content-Type", "application/json")
+	var before, during runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fx.srv.ServeHTTP(httptest.NewRecorder(), req)
+	}()
+	<-body.stalled
+	runtime.ReadMemStats(&during)
+	close(body.release)
+	<-done
+	if grew := during.TotalAlloc - before.TotalAlloc; grew >= 1<<20 {
+		t.Fatalf("a body announcing 4 MiB that sent 11 bytes had %d bytes allocated", grew)
 	}
 }

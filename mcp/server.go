@@ -653,9 +653,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 	}
 	var body []byte
 	var err error
-	if n := r.ContentLength; n > 0 {
+	if n := r.ContentLength; n > 0 && n <= bodyUpFront {
 		// Announced (and within the limit): read it into a buffer of its
 		// size; net/http ends the body there and reports a shorter one.
+		// A larger one grows as it arrives: a client announcing the limit
+		// and sending nothing must not hold that much memory.
 		body = make([]byte, n)
 		_, err = io.ReadFull(r.Body, body)
 	} else {
@@ -671,6 +673,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 	decodeEnvelope(body, &msg)
 	return body, msg, true
 }
+
+// bodyUpFront bounds the buffer allocated for an announced body before
+// its bytes arrive.
+const bodyUpFront = 64 << 10
 
 // bindSession decides which session r belongs to: none for protocol
 // 2026-07-28, a new one for initialize, otherwise the one named in the
