@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -228,5 +229,78 @@ func TestAnnouncedBodyIsNotAllocatedUpFront(t *testing.T) {
 	<-done
 	if grew := during.TotalAlloc - before.TotalAlloc; grew >= 1<<20 {
 		t.Fatalf("a body announcing 4 MiB that sent 11 bytes had %d bytes allocated", grew)
+	}
+}
+
+// Two requests of one session in flight with the same JSON-RPC id: once
+// one of them ends, notifications/cancelled naming the id still stops
+// the other (the end of the first used to forget the second's tracking,
+// which had replaced the first's).
+func TestSessionCancelAfterSameIDEnded(t *testing.T) {
+	f := newFixture(t)
+	type run struct {
+		release chan struct{}
+		ended   chan error
+	}
+	started := make(chan run, 2)
+	must(t, f.reg.Register(capabilities.Capability{Name: "hold", Domain: "test", Description: "Waits until released or cancelled.",
+		Annotations: readOnly, Handler: func(ctx context.Context, _ *capabilities.Call, _ json.RawMessage) (capabilities.Result, error) {
+			r := run{release: make(chan struct{}), ended: make(chan error, 1)}
+			started <- r
+			select {
+			case <-ctx.Done():
+				r.ended <- ctx.Err()
+			case <-r.release:
+				r.ended <- nil
+			case <-time.After(10 * time.Second):
+				r.ended <- errors.New("timed out")
+			}
+			return capabilities.TextResult("held"), nil
+		}}))
+	const token = "alice-token"
+	sid := f.initialize(token)
+	call := func() {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url,
+			strings.NewReader(rpc(7, "tools/call", map[string]any{"name": "hold", "arguments": map[string]any{}})))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set(sessionHeader, sid)
+		req.Header.Set(versionHeader, testProtocol)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	var runs []run
+	for range 2 {
+		go call()
+		select {
+		case r := <-started:
+			runs = append(runs, r)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call did not start")
+		}
+	}
+	close(runs[0].release)
+	if err := <-runs[0].ended; err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // its request finishes
+	resp := f.request(http.MethodPost, token, sid, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notifications/cancelled: %d %s", resp.StatusCode, readAll(resp))
+	}
+	select {
+	case err := <-runs[1].ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the second call ended with %v, want cancelled", err)
+		}
+	case <-time.After(2 * time.Second):
+		close(runs[1].release)
+		t.Fatal("notifications/cancelled did not stop the second call with the id")
 	}
 }

@@ -769,7 +769,7 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, use 
 			s.sessions.cancel(sid, bytes.TrimSpace(msg.Params.RequestID))
 		case len(msg.ID) > 0:
 			use.cancel = withCancel()
-			use.call = s.sessions.track(sid, bytes.TrimSpace(msg.ID), use.cancel)
+			use.call, use.callHandle = s.sessions.track(sid, bytes.TrimSpace(msg.ID), use.cancel)
 		}
 		if msg.Method != string(mcpgo.MethodToolsList) {
 			s.notifyToolsChanged(r.Context(), st)
@@ -782,12 +782,13 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, use 
 // fields for a POST's fixed steps (no closure to allocate per request),
 // a list for a GET stream's.
 type sessionUse struct {
-	s        *Server
-	session  *session           // sessions.begin's, ended by done
-	internal string             // the request's per-request id
-	call     string             // the request's key in sessions.calls, untracked by done
-	cancel   context.CancelFunc // the request's own context's
-	cleanup  []func()           // a GET stream's, run in reverse
+	s          *Server
+	session    *session           // sessions.begin's, ended by done
+	internal   string             // the request's per-request id
+	call       string             // the request's key in sessions.calls, untracked by done
+	callHandle *func()            // its entry under that key
+	cancel     context.CancelFunc // the request's own context's
+	cleanup    []func()           // a GET stream's, run in reverse
 }
 
 // done undoes what withinSession set up, in the reverse order.
@@ -799,7 +800,7 @@ func (u *sessionUse) done() {
 		f()
 	}
 	if u.call != "" {
-		u.s.sessions.untrack(u.call)
+		u.s.sessions.untrack(u.call, u.callHandle)
 	}
 	if u.cancel != nil {
 		u.cancel()

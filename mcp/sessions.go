@@ -52,8 +52,8 @@ const maxSubscriptions = 256
 type sessionStore struct {
 	mu       sync.Mutex
 	byID     map[string]*session
-	internal map[string]string // per-request id -> session id
-	calls    map[string]func() // session id + JSON-RPC id -> cancel
+	internal map[string]string               // per-request id -> session id
+	calls    map[string]map[*func()]struct{} // session id + JSON-RPC id -> cancels of the requests with it
 	ttl      time.Duration
 	perUser  int
 	total    int
@@ -66,7 +66,7 @@ type sessionStore struct {
 
 func newSessionStore(ttl time.Duration, perUser, total int, now func() time.Time) *sessionStore {
 	return &sessionStore{
-		byID: map[string]*session{}, internal: map[string]string{}, calls: map[string]func(){},
+		byID: map[string]*session{}, internal: map[string]string{}, calls: map[string]map[*func()]struct{}{},
 		ttl: ttl, perUser: perUser, total: total, now: now,
 	}
 }
@@ -405,29 +405,40 @@ func callKey(sid string, rpcID []byte) string { return sid + "\x00" + string(rpc
 
 // track records the cancel func of a request in progress on session sid,
 // so that notifications/cancelled from the same session can stop it, and
-// returns the key untrack takes.
-func (s *sessionStore) track(sid string, rpcID []byte, cancel func()) (key string) {
-	key = callKey(sid, rpcID)
+// returns what untrack takes. Requests in flight with the same id are
+// each tracked (and each cancelled).
+func (s *sessionStore) track(sid string, rpcID []byte, cancel func()) (key string, handle *func()) {
+	key, handle = callKey(sid, rpcID), &cancel
 	s.mu.Lock()
-	s.calls[key] = cancel
+	if s.calls[key] == nil {
+		s.calls[key] = map[*func()]struct{}{}
+	}
+	s.calls[key][handle] = struct{}{}
 	s.mu.Unlock()
-	return key
+	return key, handle
 }
 
-// untrack forgets the request track recorded under key.
-func (s *sessionStore) untrack(key string) {
+// untrack forgets the request track recorded under key and handle.
+func (s *sessionStore) untrack(key string, handle *func()) {
 	s.mu.Lock()
-	delete(s.calls, key)
+	delete(s.calls[key], handle)
+	if len(s.calls[key]) == 0 {
+		delete(s.calls, key)
+	}
 	s.mu.Unlock()
 }
 
-// cancel stops a request of session sid, if it is still in progress.
+// cancel stops the requests of session sid with the id, if still in
+// progress.
 func (s *sessionStore) cancel(sid string, rpcID []byte) {
 	s.mu.Lock()
-	cancel := s.calls[callKey(sid, rpcID)]
+	var cancels []func()
+	for f := range s.calls[callKey(sid, rpcID)] {
+		cancels = append(cancels, *f)
+	}
 	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	for _, f := range cancels {
+		f()
 	}
 }
 
