@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"unicode"
 
@@ -48,6 +49,9 @@ func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqStat
 	d := s.ownWriter(ctx, w, st)
 	defer d.abandon()
 	sess := &coldSession{s: s, st: st, notes: make(chan mcpgo.JSONRPCNotification, 100)}
+	if st.internal == "" && st.created == "" {
+		sess.own = "cold." + strconv.FormatUint(coldSeq.Add(1), 36)
+	}
 	ctx = s.mcp.WithContext(ctx, sess)
 	ctx = mcpserver.WithSupportedProtocolVersions(ctx, ProtocolVersions)
 	done := make(chan struct{})
@@ -119,7 +123,14 @@ type coldSession struct {
 	notes chan mcpgo.JSONRPCNotification
 	info  atomic.Pointer[mcpgo.Implementation]
 	caps  atomic.Pointer[mcpgo.ClientCapabilities]
+	// own is the id of a request served outside a session (2026-07-28):
+	// its own, so that the engine, which keys the requests it serves by
+	// session id and JSON-RPC id, never confuses two callers' requests.
+	own string
 }
+
+// coldSeq numbers the requests served outside a session.
+var coldSeq atomic.Uint64
 
 var (
 	_ mcpserver.ClientSession                   = (*coldSession)(nil)
@@ -133,12 +144,16 @@ func (c *coldSession) Initialized() bool                                     { r
 func (c *coldSession) NotificationChannel() chan<- mcpgo.JSONRPCNotification { return c.notes }
 
 // SessionID is the request's own id within its session (see
-// sessionStore.begin), or the session an initialize creates.
+// sessionStore.begin), the session an initialize creates, or the
+// request's own id outside a session.
 func (c *coldSession) SessionID() string {
-	if c.st.internal != "" {
+	switch {
+	case c.st.internal != "":
 		return c.st.internal
+	case c.st.created != "":
+		return c.st.created
 	}
-	return c.st.created
+	return c.own
 }
 
 // SetLogLevel: the level is kept in the session table (afterSetLevel).

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/enclave-mcp/enclave/capabilities"
 )
 
@@ -302,5 +304,65 @@ func TestSessionCancelAfterSameIDEnded(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		close(runs[1].release)
 		t.Fatal("notifications/cancelled did not stop the second call with the id")
+	}
+}
+
+// The engine keys the requests it serves, for its own handling of
+// notifications/cancelled, by the session object's id: requests served
+// outside a session must not share one, or a notifications/cancelled the
+// engine gets outside a session (whatever let it through) stops another
+// user's request with the same JSON-RPC id.
+func TestEngineKeysSessionlessRequestsApart(t *testing.T) {
+	f := newFixture(t)
+	started := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	must(t, f.reg.Register(capabilities.Capability{Name: "slowRegion", Domain: "test", Description: "Waits; mirrors region in a header.",
+		Annotations: readOnly, InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`),
+		Handler: func(ctx context.Context, _ *capabilities.Call, _ json.RawMessage) (capabilities.Result, error) {
+			started <- struct{}{}
+			select {
+			case <-ctx.Done():
+				ended <- ctx.Err()
+			case <-time.After(10 * time.Second):
+				ended <- nil
+			}
+			return capabilities.TextResult("x"), nil
+		}}))
+	go func() {
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slowRegion","arguments":{},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer bob-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "slowRegion")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("bob's call did not start")
+	}
+	// Handed to the engine directly, past every check of the transport.
+	body := []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	caller, err := f.loader.LoadCaller(t.Context(), "alice")
+	must(t, err)
+	st := &reqState{caller: caller, requestID: "r", method: "notifications/cancelled"}
+	req := httptest.NewRequest(http.MethodPost, "https://mcp.test"+Path, strings.NewReader(string(body)))
+	req = req.WithContext(context.WithValue(req.Context(), stateKey{}, st))
+	var msg envelope
+	decodeEnvelope(body, &msg)
+	f.srv.serveEngine(httptest.NewRecorder(), req, st, body, &msg, postView{Method: mcpgo.MethodNotificationCancelled})
+	select {
+	case err := <-ended:
+		t.Fatalf("a sessionless notifications/cancelled in the engine ended bob's call: %v", err)
+	case <-time.After(200 * time.Millisecond):
 	}
 }
