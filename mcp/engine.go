@@ -79,6 +79,13 @@ func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqStat
 	for len(sess.notes) > 0 {
 		_ = d.send(<-sess.notes)
 	}
+	if _, ok := resp.(mcpgo.JSONRPCResponse); st.created != "" && !ok {
+		// An initialize the engine did not answer with a result (sent as a
+		// notification, or refused) opens no session: the client is never
+		// given its id, and it would hold a place among the user's.
+		s.endSession(st.created)
+		st.created = ""
+	}
 	if resp == nil { // a notification
 		d.mu.Lock()
 		started := d.started

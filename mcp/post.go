@@ -138,11 +138,16 @@ func (s *Server) admitPost(w http.ResponseWriter, r *http.Request, st *reqState,
 			w.WriteHeader(http.StatusAccepted)
 			return v, false
 		case v.Result != nil || v.Error != nil:
-			if v.modern {
+			switch {
+			case v.modern:
 				writeError(w, http.StatusBadRequest, mcpgoID(v.ID), mcpgo.INVALID_REQUEST,
 					"client-to-server responses are not supported in protocol version "+mcpgo.ProtocolVersion20260728+
 						": server-initiated requests were replaced by multi round-trip requests", nil)
-			} else {
+			case st.sessionID == "":
+				// Read as 2026-07-28 by the envelope (no session bound), as an
+				// older answer here: it answers no question of ours.
+				writePlainError(w, http.StatusBadRequest, "Missing session ID for sampling response")
+			default:
 				s.routeResponse(w, r, st, v.ID, body)
 			}
 			return v, false
