@@ -2,8 +2,10 @@ package mcp
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // An initialize the engine does not answer with a result opens no
@@ -46,5 +48,39 @@ func TestSessionlessAnswerIsRefused(t *testing.T) {
 	defer resp.Body.Close()
 	if got := readAll(resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(got, "Missing session ID") {
 		t.Fatalf("answered %d %s", resp.StatusCode, got)
+	}
+}
+
+// Requests of one session with the same JSON-RPC id are chained for
+// notifications/cancelled: ending any one of them (first, middle, last)
+// leaves the others cancellable, and the last to end leaves nothing.
+func TestTrackedCallsUnchainInAnyOrder(t *testing.T) {
+	for _, order := range [][3]int{{0, 1, 2}, {1, 0, 2}, {2, 1, 0}, {1, 2, 0}} {
+		st := newSessionStore(time.Minute, 8, 100, time.Now)
+		sid, _ := st.create("u")
+		var cancelled [3]int
+		var calls [3]*trackedCall
+		var ses [3]*session
+		var ids [3]string
+		for i := range 3 {
+			ids[i], ses[i], calls[i] = st.begin(sid, []byte("7"), func() { cancelled[i]++ })
+		}
+		for n, i := range order {
+			st.end(ses[i], ids[i], calls[i])
+			st.cancel(sid, []byte("7"))
+			for j := range 3 {
+				// Cancelled once per cancel sent while it was in progress.
+				want := n + 1
+				if k := slices.Index(order[:], j); k <= n {
+					want = k
+				}
+				if cancelled[j] != want {
+					t.Fatalf("order %v, after ending %d: cancelled %v", order, i, cancelled)
+				}
+			}
+		}
+		if len(st.calls) != 0 {
+			t.Fatalf("order %v: %d keys left", order, len(st.calls))
+		}
 	}
 }

@@ -761,16 +761,16 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, use 
 		// Each request is served under its own id (its progress and log
 		// messages cannot reach another request; the session's own
 		// stream is read only by the session's GET stream).
-		internal, se := s.sessions.begin(sid)
-		st.internal = internal
-		use.session, use.internal = se, internal
+		var rpcID []byte
 		switch {
 		case msg.Method == string(mcpgo.MethodNotificationCancelled):
 			s.sessions.cancel(sid, bytes.TrimSpace(msg.Params.RequestID))
 		case len(msg.ID) > 0:
-			use.cancel = withCancel()
-			use.call, use.callHandle = s.sessions.track(sid, bytes.TrimSpace(msg.ID), use.cancel)
+			use.cancel, rpcID = withCancel(), bytes.TrimSpace(msg.ID)
 		}
+		internal, se, call := s.sessions.begin(sid, rpcID, use.cancel)
+		st.internal = internal
+		use.session, use.internal, use.call = se, internal, call
 		if msg.Method != string(mcpgo.MethodToolsList) {
 			s.notifyToolsChanged(r.Context(), st)
 		}
@@ -782,13 +782,12 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, use 
 // fields for a POST's fixed steps (no closure to allocate per request),
 // a list for a GET stream's.
 type sessionUse struct {
-	s          *Server
-	session    *session           // sessions.begin's, ended by done
-	internal   string             // the request's per-request id
-	call       string             // the request's key in sessions.calls, untracked by done
-	callHandle *func()            // its entry under that key
-	cancel     context.CancelFunc // the request's own context's
-	cleanup    []func()           // a GET stream's, run in reverse
+	s        *Server
+	session  *session           // sessions.begin's, ended by done
+	internal string             // the request's per-request id
+	call     *trackedCall       // the request's tracking for notifications/cancelled
+	cancel   context.CancelFunc // the request's own context's
+	cleanup  []func()           // a GET stream's, run in reverse
 }
 
 // done undoes what withinSession set up, in the reverse order.
@@ -799,14 +798,11 @@ func (u *sessionUse) done() {
 	for _, f := range slices.Backward(u.cleanup) {
 		f()
 	}
-	if u.call != "" {
-		u.s.sessions.untrack(u.call, u.callHandle)
+	if u.session != nil {
+		u.s.sessions.end(u.session, u.internal, u.call)
 	}
 	if u.cancel != nil {
 		u.cancel()
-	}
-	if u.session != nil {
-		u.s.sessions.end(u.session, u.internal)
 	}
 }
 
