@@ -99,7 +99,6 @@ func (s *Server) callTool(ctx context.Context, req mcpgo.CallToolRequest) (*mcpg
 
 // toolResult turns what Invoke returned into the tools/call answer.
 func (s *Server) toolResult(ctx context.Context, st *reqState, cl *client, name string, res capabilities.Result, err error) (*mcpgo.CallToolResult, error) {
-	st.settle(ctx)
 	if errors.Is(err, errInputRequired) && cl.round != nil && cl.round.question != nil {
 		return &mcpgo.CallToolResult{
 			Result:               mcpgo.Result{ResultType: mcpgo.ResultTypeInputRequired},
@@ -139,7 +138,6 @@ func (s *Server) readResource(ctx context.Context, req mcpgo.ReadResourceRequest
 	}
 	ctx = capabilities.WithClient(ctx, &client{s: s, st: st})
 	got, err := s.reg.ReadResource(ctx, st.caller, req.Params.URI)
-	st.settle(ctx)
 	if err != nil {
 		s.logIfInternal(ctx, st, "resources/read", err)
 		return nil, safeError{publicMessage(err, st.requestID)}
@@ -167,7 +165,6 @@ func (s *Server) getPrompt(ctx context.Context, req mcpgo.GetPromptRequest) (*mc
 	}
 	ctx = capabilities.WithClient(ctx, cl)
 	got, err := s.reg.GetPrompt(ctx, st.caller, req.Params.Name, req.Params.Arguments)
-	st.settle(ctx)
 	if errors.Is(err, errInputRequired) && cl.round != nil && cl.round.question != nil {
 		return &mcpgo.GetPromptResult{
 			Result:               mcpgo.Result{ResultType: mcpgo.ResultTypeInputRequired},
@@ -302,22 +299,17 @@ func (c *client) Log(ctx context.Context, level capabilities.LogLevel, logger st
 	return c.notify(ctx, "notifications/message", params)
 }
 
-// notify sends a notification to this request's stream and counts it, so
-// that the handler's return waits for its delivery.
-func (c *client) notify(ctx context.Context, method string, params map[string]any) error {
+// notify sends a notification on this request's stream, written here
+// and now.
+func (c *client) notify(_ context.Context, method string, params map[string]any) error {
 	if c.task != nil && c.task.isTask.Load() {
 		return nil // the request it belonged to has been answered
 	}
-	if c.st.direct {
-		// Written to the request's stream here and now: nothing to settle.
-		if err := c.st.out.send(notification(method, params)); err != nil {
-			return fmt.Errorf("mcp: notify %s: %w", method, err)
-		}
-		return nil
+	if c.st.out == nil {
+		return fmt.Errorf("mcp: notify %s: %w", method, errAnswered)
 	}
-	if err := c.s.mcp.SendNotificationToClient(ctx, method, params); err != nil {
+	if err := c.st.out.send(notification(method, params)); err != nil {
 		return fmt.Errorf("mcp: notify %s: %w", method, err)
 	}
-	c.st.sent.Add(1)
 	return nil
 }

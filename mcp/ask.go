@@ -437,15 +437,6 @@ func (c *client) askStream(ctx context.Context, q mcpgo.InputRequest) (json.RawM
 	if c.st.sessionID == "" || c.st.out == nil || !c.st.out.streams() {
 		return nil, capabilities.ErrUnsupported
 	}
-	if !c.st.direct {
-		sess, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithStreamableHTTPConfig)
-		if !ok {
-			return nil, capabilities.ErrUnsupported
-		}
-		// The final response must follow on the same event stream (the
-		// direct path sends it there once the stream is open).
-		sess.UpgradeToSSEWhenReceiveNotification()
-	}
 	id, answer, done := c.s.pending.add(c.st.sessionID)
 	defer done()
 	msg := map[string]any{"jsonrpc": "2.0", "id": id, "method": q.Method}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"sync"
 
@@ -76,10 +75,10 @@ func (c *modernCalls) cancel(userID, credential string, rpcID []byte) {
 	}
 }
 
-// cancelModern serves a 2026-07-28 notifications/cancelled: mcp-go judges
-// the request (headers, versions) from a copy without the requestId, and
-// once it accepted it, the caller's own requests with that id are
-// cancelled.
+// cancelModern serves a 2026-07-28 notifications/cancelled: a copy
+// without the requestId is judged like any notification (headers,
+// versions), and once it is accepted, the caller's own requests with that
+// id are cancelled.
 func (s *Server) cancelModern(w http.ResponseWriter, r *http.Request, st *reqState, msg envelope) {
 	params := map[string]any{}
 	if msg.Params.Meta != nil {
@@ -90,12 +89,12 @@ func (s *Server) cancelModern(w http.ResponseWriter, r *http.Request, st *reqSta
 		writeHTTPError(w, http.StatusBadRequest, "invalid request", st.requestID)
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	// mcp-go's answer says whether it accepted the notification: its
-	// status, read through the one status recorder.
+	// The answer to the copy says whether it was accepted: its status,
+	// read through the one status recorder.
 	sw := statuswriter.New(w)
-	s.http.ServeHTTP(sw, r)
+	if view, ok := s.admitPost(sw, r, st, body); ok {
+		s.serveEngine(sw, r, st, body, &msg, view)
+	}
 	if sw.Status() == http.StatusAccepted && msg.decoded && len(msg.Params.RequestID) > 0 {
 		s.modernCalls.cancel(st.caller.UserID, st.credential, msg.Params.RequestID)
 	}

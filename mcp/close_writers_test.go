@@ -90,3 +90,32 @@ func TestCloseWaitsForTheCleanupOfADroppedSession(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestNothingStartsInTheBackgroundOnceClosing: a request still in flight
+// while Close waits (a GET opening its session's stream, a call turning
+// into a task) must not add to what Close waits for, or start work that
+// outlives it: background refuses once Close has begun, and a session's
+// stream is not started.
+func TestNothingStartsInTheBackgroundOnceClosing(t *testing.T) {
+	f := newFixture(t)
+	sid := f.initialize("alice-token")
+	if f.srv.sessionStream(sid) == nil {
+		t.Fatal("no stream for a live session before Close")
+	}
+	sid2 := f.initialize("alice-token")
+	if err := f.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{}, 1)
+	if f.srv.background(func() { ran <- struct{}{} }) {
+		t.Fatal("background started work after Close")
+	}
+	if f.srv.sessionStream(sid2) != nil {
+		t.Fatal("a session's stream was started after Close")
+	}
+	select {
+	case <-ran:
+		t.Fatal("the refused work ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+}

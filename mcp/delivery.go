@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -11,51 +10,32 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// deliveryWriter is the response writer mcp-go gets for each request. It
-// serializes writes, so that the transport can put its own messages on the
-// request's event stream between mcp-go's, and counts the notifications
-// written.
-//
-// mcp-go forwards a request's notifications from a goroutine, and once the
-// handler has returned it closes the stream under a lock that the
-// forwarder may be waiting for: a notification taken off the channel but
-// not yet written is then dropped. Handlers therefore wait (see settle)
-// until every notification they sent has been written before returning.
+// deliveryWriter is the response writer of a request the package
+// answers: it serializes writes, so that the request's notifications and
+// questions (sent by its handler, or by mcp-go's engine) go on the
+// request's event stream between one another and before the answer, and
+// nothing after it.
 type deliveryWriter struct {
 	w       http.ResponseWriter
 	mu      sync.Mutex
 	started bool // status line sent
-	written atomic.Int64
-	wrote   chan struct{} // signalled after each notification write
-
-	// replacement, when set, is the JSON-RPC error written instead of the
-	// error response mcp-go writes for the request (see replaceError).
-	replacement []byte
-	replaceAny  bool // replace the response, not only an error response
-	replaced    bool
-	// replaceStatus is the HTTP status of a replacement error on a plain
-	// JSON response.
-	replaceStatus int
 
 	// record, when set, records an event of the stream for resumption and
-	// returns its id ("" when it could not be recorded): set by the direct
-	// path for sessions whose streams are resumable.
+	// returns its id ("" when it could not be recorded): set for sessions
+	// whose streams are resumable.
 	record func(data []byte) string
-	// answered is set once the direct path has answered the request (or
-	// given up on it): nothing is sent after that.
+	// answered is set once the request is answered (or given up on):
+	// nothing is sent after that.
 	answered bool
 	// writeTimeout bounds the write of an event sent with send.
 	writeTimeout time.Duration
 }
 
-var notificationMark = []byte(`"method":"notifications/`)
-
 func newDeliveryWriter(w http.ResponseWriter) *deliveryWriter {
-	return &deliveryWriter{w: w, wrote: make(chan struct{}, 1), writeTimeout: eventWriteTimeout}
+	return &deliveryWriter{w: w, writeTimeout: eventWriteTimeout}
 }
 
 func (d *deliveryWriter) Header() http.Header { return d.w.Header() }
@@ -65,9 +45,6 @@ func (d *deliveryWriter) Header() http.Header { return d.w.Header() }
 func (d *deliveryWriter) WriteHeader(status int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.replacement != nil && !d.replaceAny && !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
-		status = d.replaceStatus
-	}
 	if !d.started {
 		d.started = true
 		d.w.WriteHeader(status)
@@ -76,54 +53,12 @@ func (d *deliveryWriter) WriteHeader(status int) {
 
 func (d *deliveryWriter) Write(p []byte) (int, error) {
 	d.mu.Lock()
-	// Only the request's response is replaced, never a notification on its
-	// stream (a log message of level "error" contains `"error"` too).
-	if d.replacement != nil && !d.replaced && !bytes.Contains(p, notificationMark) && (d.replaceAny || bytes.Contains(p, []byte(`"error"`))) {
-		d.replaced = true
-		d.started = true
-		var err error
-		if strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
-			_, err = fmt.Fprintf(d.w, "event: message\ndata: %s\n\n", d.replacement)
-		} else {
-			_, err = d.w.Write(append(d.replacement, '\n'))
-		}
-		d.mu.Unlock()
-		return len(p), err
-	}
+	defer d.mu.Unlock()
 	d.started = true
-	n, err := d.w.Write(p)
-	d.mu.Unlock()
-	if bytes.Contains(p, notificationMark) {
-		d.written.Add(1)
-		select {
-		case d.wrote <- struct{}{}:
-		default:
-		}
-	}
-	return n, err
+	return d.w.Write(p)
 }
 
-// replaceErrorBody makes the JSON-RPC error response mcp-go writes for
-// this request (a handler's error, which it always calls internal) body
-// instead, with status on a plain JSON response (an event stream has
-// already sent 200): the transport's refusals carry codes and data mcp-go
-// cannot carry from a handler (see reqState.refuseCall).
-func (d *deliveryWriter) replaceErrorBody(body []byte, status int) {
-	d.mu.Lock()
-	d.replacement, d.replaceStatus = body, status
-	d.mu.Unlock()
-}
-
-// replaceResponse makes the response mcp-go writes for this request body
-// instead (a complete JSON-RPC response): for results mcp-go has no type
-// for, such as a CreateTaskResult.
-func (d *deliveryWriter) replaceResponse(body []byte) {
-	d.mu.Lock()
-	d.replacement, d.replaceAny = body, true
-	d.mu.Unlock()
-}
-
-// Flush is what lets mcp-go stream at all.
+// Flush sends what was written.
 func (d *deliveryWriter) Flush() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -210,9 +145,8 @@ const eventWriteTimeout = 30 * time.Second
 // has already finished and recycled).
 var errAnswered = errors.New("mcp: the request has been answered")
 
-// finish ends a direct-path request with its answer body (see direct.go):
-// from now on send refuses. If the response became an event stream, the
-// answer (or the replacement set for it) is recorded for resumption and,
+// finish ends a request with its answer body: from now on send refuses.
+// If the response became an event stream, the answer is recorded for resumption and,
 // when write is true, written as the stream's last event; streamed reports
 // whether it did. Otherwise the caller writes the plain JSON answer.
 func (d *deliveryWriter) finish(body []byte, write bool) (streamed bool, err error) {
@@ -224,10 +158,6 @@ func (d *deliveryWriter) finish(body []byte, write bool) (streamed bool, err err
 	d.answered = true
 	if !d.started || !strings.HasPrefix(d.w.Header().Get("Content-Type"), "text/event-stream") {
 		return false, nil
-	}
-	if d.replacement != nil && !d.replaced && (d.replaceAny || bytes.Contains(body, []byte(`"error"`))) {
-		d.replaced = true
-		body = d.replacement
 	}
 	if !write {
 		if d.record != nil {
@@ -243,23 +173,6 @@ func (d *deliveryWriter) abandon() {
 	d.mu.Lock()
 	d.answered = true
 	d.mu.Unlock()
-}
-
-// settle waits until the request's sent notifications are written, or ctx
-// ends. Without a streaming response mcp-go drops notifications, so there is
-// nothing to wait for.
-func (st *reqState) settle(ctx context.Context) {
-	d := st.out
-	if d == nil || !d.streams() {
-		return
-	}
-	for d.written.Load() < st.sent.Load() {
-		select {
-		case <-d.wrote:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // clientAnswer is a client's response to a request the server sent it.

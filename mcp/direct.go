@@ -17,15 +17,13 @@ import (
 
 // The direct path: tools/call, the call agents make most, is answered
 // here from the envelope the transport already decoded, instead of being
-// handed to mcp-go's transport, which reads the body again, decodes it
-// four more times (the envelope, the protocol era, the message, the
-// arguments into a map), makes a session object and a forwarding
-// goroutine per request, and encodes the answer through reflection.
-// Everything else about the request is the same as on mcp-go's path: the
-// caller was authenticated and, for protocol 2025-11-25 and earlier, the
-// session bound to them and the request tracked for
-// notifications/cancelled (for 2026-07-28, tracked by caller and id:
-// cancel.go); tools/call goes through the same screen (a
+// handed to mcp-go's engine, which decodes the body again (the envelope,
+// the protocol era, the message, the arguments into a map) and encodes
+// the answer through reflection. Everything else about the request is
+// the same as on the engine's path: the caller was authenticated and, for
+// protocol 2025-11-25 and earlier, the session bound to them and the
+// request tracked for notifications/cancelled (for 2026-07-28, tracked by
+// caller and id: cancel.go); tools/call goes through the same screen (a
 // hidden tool answers exactly like an unknown one) and the same callTool.
 // Its notifications (progress, log messages) and the questions it asks a
 // session's client are written to the response as they are sent, turning
@@ -37,18 +35,20 @@ import (
 // goroutine that outlives the call gets errAnswered, never the response
 // net/http has finished).
 //
-// The direct path takes only requests mcp-go would accept as they are;
+// The direct path takes only requests the engine would run as they are;
 // anything else (another method, a task-augmented call, a body that is
 // not a well-formed JSON-RPC request, has members of the wrong type or
 // carries a result besides its method, arguments that are not an object,
 // a 2026-07-28 request whose version, headers or client capabilities do
 // not check out, a tool with x-mcp-header parameters or not yet mirrored
-// into mcp-go) still goes to mcp-go, which answers it, errors included. The two paths' answers are compared request by request in
-// direct_test.go (Options.noDirect turns the direct path off).
+// into mcp-go) goes to the engine's path (engine.go), which answers it,
+// errors included. The golden wire files (testdata/golden) pin both
+// paths' answers, and FuzzGeneratedSessionCalls and
+// FuzzGenerated2026Calls hold generated requests to the invariants.
 
 // directToolCall reports whether the request can take the direct path.
 func (s *Server) directToolCall(r *http.Request, st *reqState, msg *envelope) bool {
-	if s.opts.noDirect || r.Method != http.MethodPost || !msg.decoded ||
+	if r.Method != http.MethodPost || !msg.decoded ||
 		msg.Method != string(mcpgo.MethodToolsCall) || msg.JSONRPC != mcpgo.JSONRPC_VERSION ||
 		len(msg.Params.Task) > 0 || !plainID(msg.ID) {
 		return false
@@ -306,12 +306,12 @@ func (s *Server) serveToolCall(w http.ResponseWriter, r *http.Request, st *reqSt
 }
 
 // ownWriter is the delivery writer of a request the package answers
-// itself (not mcp-go's transport): its handler's notifications and
+// itself: its handler's notifications and
 // questions are written to it as they are sent.
 func (s *Server) ownWriter(ctx context.Context, w http.ResponseWriter, st *reqState) *deliveryWriter {
 	d := newDeliveryWriter(w)
 	d.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
-	st.out, st.direct = d, true
+	st.out = d
 	if s.events != nil && st.internal != "" {
 		// The session's streams are resumable: every event of this
 		// request's stream is recorded under the request's own stream id,

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"math/rand/v2"
 	"net/http"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,80 +35,6 @@ func modernCaps(t testing.TB, reg *capabilities.Registry) {
 		capabilities.Capability{Name: "regionNested", Domain: "test", Description: "Mirrors a nested region in a header.", Annotations: readOnly,
 			InputSchema: json.RawMessage(`{"type":"object","Properties":{"where":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}}`), Handler: text},
 	))
-}
-
-// Generated 2026-07-28 tools/call requests (_meta members of every shape,
-// standard headers right, wrong, encoded, missing; tools that mirror
-// parameters in headers, run only as tasks, ask, stream) are answered
-// alike by the direct path and by mcp-go's transport. The golden wire
-// files pin the chosen cases; these stay compared as long as mcp-go's
-// transport serves the fallback path (its rewrite, #27, ends the
-// comparison: FuzzGenerated2026Calls then holds the generator's answers
-// to the invariants alone).
-func TestDirectPath2026AnswersLikeMCPGoOnGeneratedRequests(t *testing.T) {
-	t.Run("tasks", func(t *testing.T) {
-		generated2026(t, taskFixture(t), taskFixture(t, func(o *Options) { o.noDirect = true }), 5)
-	})
-	t.Run("no task store", func(t *testing.T) {
-		generated2026(t, newFixture(t), newFixture(t, func(o *Options) { o.noDirect = true }), 6)
-	})
-}
-
-func generated2026(t *testing.T, direct, viaMCPGo *fixture, seed uint64) {
-	for _, f := range []*fixture{direct, viaMCPGo} {
-		directCaps(t, f.reg)
-		modernCaps(t, f.reg)
-	}
-	r := rand.New(rand.NewPCG(3, seed))
-	send := func(f *fixture, c request2026) seen {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(c.body))
-		must(t, err)
-		req.Header.Set("Authorization", "Bearer "+c.token)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		for k, v := range c.headers {
-			req.Header[http.CanonicalHeaderKey(k)] = []string{v}
-		}
-		resp, err := http.DefaultClient.Do(req)
-		must(t, err)
-		defer resp.Body.Close()
-		a := answerOf(t, resp)
-		for _, m := range a.Messages {
-			if res, ok := m["result"].(map[string]any); ok {
-				delete(res, "taskId") // a task's id and times differ by nature
-				delete(res, "createdAt")
-				delete(res, "lastUpdatedAt")
-				if task, ok := res["task"].(map[string]any); ok {
-					delete(task, "taskId")
-					delete(task, "createdAt")
-					delete(task, "lastUpdatedAt")
-				}
-			}
-		}
-		return a
-	}
-	diffs := 0
-	for i := range 2500 {
-		c := gen2026Call(r, hiddenTool)
-		before := [2]int{len(direct.audit.Denials()), len(viaMCPGo.audit.Denials())}
-		want := send(viaMCPGo, c)
-		got := send(direct, c)
-		d, m := len(direct.audit.Denials())-before[0], len(viaMCPGo.audit.Denials())-before[1]
-		if d != m { // the same refusals audited
-			diffs++
-			t.Errorf("%d: %s %v: %d denials audited on the direct path, %d on mcp-go's", i, c.body, c.headers, d, m)
-		}
-		if !reflect.DeepEqual(got, want) {
-			diffs++
-			if diffs < 15 {
-				t.Errorf("%d: %s %v\n direct %+v\n mcp-go %+v", i, c.body, c.headers, got, want)
-			}
-		}
-	}
-	if diffs > 0 {
-		t.Errorf("%d requests answered differently", diffs)
-	}
 }
 
 func strconvQuote(s string) string {
@@ -288,28 +212,26 @@ func TestDirectPathLeavesRequestsWithAResultToMCPGo(t *testing.T) {
 // every user failed with 500 from then on. It is now not served (logged),
 // answered like an unknown tool on both paths, and the rest works.
 func TestRefusedHeaderAnnotationsDoNotFailTheServer(t *testing.T) {
-	var answers [2]string
-	for i, noDirect := range []bool{false, true} {
-		f := newFixture(t, func(o *Options) { o.noDirect = noDirect })
-		must(t, f.reg.Register(capabilities.Capability{Name: "badHeader", Domain: "test", Description: "Mirrors an object in a header.", Annotations: readOnly,
-			InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"object","x-mcp-header":"A"}}}`),
-			Handler: func(context.Context, *capabilities.Call, json.RawMessage) (capabilities.Result, error) {
-				return capabilities.TextResult("ran"), nil
-			}}))
-		sid := f.initialize("alice-token")
-		if got := seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(7, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "hi"}}))); !strings.Contains(got, "hi") {
-			t.Fatalf("noDirect=%v: echo: %s", noDirect, got)
-		}
-		if got := seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(8, "tools/list", map[string]any{}))); !strings.HasPrefix(got, "200") || strings.Contains(got, "badHeader") {
-			t.Fatalf("noDirect=%v: tools/list: %s", noDirect, got)
-		}
-		answers[i] = seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(9, "tools/call", map[string]any{"name": "badHeader", "arguments": map[string]any{}})))
-		if !strings.Contains(f.logs.String(), "invalid x-mcp-header annotations") {
-			t.Errorf("noDirect=%v: the refused capability was not logged", noDirect)
-		}
+	f := newFixture(t)
+	must(t, f.reg.Register(capabilities.Capability{Name: "badHeader", Domain: "test", Description: "Mirrors an object in a header.", Annotations: readOnly,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"object","x-mcp-header":"A"}}}`),
+		Handler: func(context.Context, *capabilities.Call, json.RawMessage) (capabilities.Result, error) {
+			return capabilities.TextResult("ran"), nil
+		}}))
+	sid := f.initialize("alice-token")
+	if got := seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(7, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "hi"}}))); !strings.Contains(got, "hi") {
+		t.Fatalf("echo: %s", got)
 	}
-	if answers[0] != answers[1] || strings.Contains(answers[0], "ran") || !strings.Contains(answers[0], "not found") {
-		t.Fatalf("direct path: %s\nmcp-go:      %s", answers[0], answers[1])
+	if got := seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(8, "tools/list", map[string]any{}))); !strings.HasPrefix(got, "200") || strings.Contains(got, "badHeader") {
+		t.Fatalf("tools/list: %s", got)
+	}
+	bad := seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(9, "tools/call", map[string]any{"name": "badHeader", "arguments": map[string]any{}})))
+	unknown := seenAnswer(t, f.rawRequest("alice-token", sid, "application/json", rpc(9, "tools/call", map[string]any{"name": "noSuchTool", "arguments": map[string]any{}})))
+	if !strings.Contains(f.logs.String(), "invalid x-mcp-header annotations") {
+		t.Errorf("the refused capability was not logged")
+	}
+	if strings.Contains(bad, "ran") || strings.ReplaceAll(bad, "badHeader", "noSuchTool") != unknown {
+		t.Fatalf("not answered like an unknown tool:\n%s\n%s", bad, unknown)
 	}
 }
 
@@ -480,5 +402,47 @@ func TestCancelled2026OnlyCancelsTheCallersOwn(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%s: alice's notifications/cancelled did not end her call", tool)
 		}
+	}
+}
+
+// A tool hidden from the caller answers a 2026-07-28 call like an unknown
+// one even when its header parameters do not match the body: the check
+// of its x-mcp-header parameters would otherwise tell it exists (a
+// header mismatch, where an unknown name is "not found"). One denial is
+// audited either way.
+func TestHiddenHeaderToolAnswersLikeUnknown(t *testing.T) {
+	f := newFixture(t)
+	must(t, f.reg.Register(capabilities.Capability{Name: "adminRegion", Domain: "test", Description: "Admins only; mirrors region.",
+		Annotations: readOnly, Requires: capabilities.Requirement{Role: capabilities.RoleAdmin},
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`),
+		Handler: func(context.Context, *capabilities.Call, json.RawMessage) (capabilities.Result, error) {
+			return capabilities.TextResult("ran"), nil
+		}}))
+	call := func(tool string) (string, int) {
+		before := len(f.audit.Denials())
+		body := rpc(7, "tools/call", map[string]any{"name": tool, "arguments": map[string]any{"region": "eu"}, "_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+		}})
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer alice-token")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(versionHeader, "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", tool)
+		req.Header.Set("Mcp-Param-Region", "us") // the body says eu
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		return fmt.Sprint(resp.StatusCode, " ", readAll(resp)), len(f.audit.Denials()) - before
+	}
+	hidden, hiddenDenials := call("adminRegion")
+	unknown, unknownDenials := call("noSuchRegion")
+	if strings.ReplaceAll(hidden, "adminRegion", "noSuchRegion") != unknown {
+		t.Fatalf("a hidden tool with header parameters is told apart from an unknown one:\nhidden  %s\nunknown %s", hidden, unknown)
+	}
+	if hiddenDenials != 1 || unknownDenials != 1 {
+		t.Fatalf("denials audited: hidden %d, unknown %d; want 1 each", hiddenDenials, unknownDenials)
 	}
 }

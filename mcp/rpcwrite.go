@@ -132,28 +132,14 @@ type fixedAnswer struct {
 }
 
 // refuseCall makes the request's answer the JSON-RPC error code under the
-// request's id, whatever its handler returns: on the direct path the
-// answer is written as it is (serveToolCall); for mcp-go it replaces the
-// response mcp-go writes (deliveryWriter).
+// request's id, whatever its handler returns (written as it is by
+// serveToolCall or serveEngine).
 func (st *reqState) refuseCall(status, code int, message string, data any) {
-	body := errorAnswer(st.rpcID, code, message, data)
-	if st.direct {
-		st.fixed = &fixedAnswer{status: status, body: body}
-		return
-	}
-	if st.out != nil {
-		st.out.replaceErrorBody(body, status)
-	}
+	st.fixed = &fixedAnswer{status: status, body: errorAnswer(st.rpcID, code, message, data)}
 }
 
 // answerWith makes body, a complete JSON-RPC response, the request's
 // answer, whatever its handler returns.
 func (st *reqState) answerWith(body []byte) {
-	if st.direct {
-		st.fixed = &fixedAnswer{status: http.StatusOK, body: body}
-		return
-	}
-	if st.out != nil {
-		st.out.replaceResponse(body)
-	}
+	st.fixed = &fixedAnswer{status: http.StatusOK, body: body}
 }

@@ -1,14 +1,15 @@
 // Package mcp serves a capabilities.Registry over MCP's streamable HTTP
-// transport, built on mark3labs/mcp-go. tools/call, the call agents repeat,
-// is answered by the package itself from the JSON-RPC envelope it decodes
-// once (direct.go); a session's GET stream and DELETE are served from its
-// own session table and event log (stream.go); the other requests of a
-// session (protocols before 2026-07-28), initialize included, go to
-// mcp-go's protocol engine under a session object of ours (cold.go). What
-// remains goes through mcp-go's transport: the 2026-07-28 requests other
-// than tools/call, tasks and listen (mcp-go's engine reads their headers
-// only from its transport's context), and bodies mcp-go's transport
-// refuses before its engine.
+// transport, with mark3labs/mcp-go's protocol engine. The package owns
+// the transport end to end (ServeHTTP): it reads the body and decodes the
+// JSON-RPC envelope once, authenticates, binds the session (none for
+// protocol 2026-07-28), routes by method and writes every answer itself
+// (post.go). tools/call, the call agents repeat, is answered from the
+// envelope (direct.go); a session's GET stream and DELETE come from its
+// own session table and event log (stream.go); the 2026-07-28 tasks,
+// listening streams and cancellations are its own (tasks.go, listen.go,
+// cancel.go); every other request (initialize, the lists, resources,
+// prompts, completion, ping, logging) goes to mcp-go's protocol engine
+// (MCPServer.HandleMessage) under a session object of ours (engine.go).
 //
 // tools/list is Registry.Visible and tools/call is Registry.Invoke;
 // resources and prompts go through the registry's guard the same way. The
@@ -37,7 +38,7 @@
 // per user (tasks.go, package sqltasks); errors take the shapes
 // the revision prescribes (-32021 with the required capabilities, -32602
 // for a bad request state, the unsupported-version data), and custom
-// x-mcp-header parameters are checked by mcp-go. On every protocol version a
+// x-mcp-header parameters are checked against the headers. On every protocol version a
 // quota refusal of tools/call is the JSON-RPC error CodeQuotaExceeded whose
 // data says when to retry.
 package mcp
@@ -67,6 +68,7 @@ import (
 
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/internal/background"
 	"github.com/enclave-mcp/enclave/internal/requestid"
 	"github.com/enclave-mcp/enclave/internal/tracing"
 )
@@ -166,7 +168,6 @@ type Options struct {
 
 	now        func() time.Time // tests
 	recheck    time.Duration    // tests: how often a GET stream's token is checked again; 0 means 30 s
-	noDirect   bool             // tests: every request goes to mcp-go, none takes the direct path
 	eventWrite time.Duration    // tests: bound of a handler's event write; 0 means eventWriteTimeout
 }
 
@@ -177,7 +178,6 @@ type Server struct {
 	log        *slog.Logger
 	mcp        *mcpserver.MCPServer
 	info       mcpgo.Implementation // the server as it names itself to clients
-	http       *mcpserver.StreamableHTTPServer
 	sessions   *sessionStore
 	resource   string
 	publicHost string // BaseURL's host, accepted in Host on loopback
@@ -195,10 +195,13 @@ type Server struct {
 	// (unknown, registered since the last sync, or a definition mcp-go
 	// refuses) goes to mcp-go too, on every protocol.
 	headerParams atomic.Pointer[map[string]bool]
-	metadataURL  string
-	maxBody      int64
-	tracer       trace.Tracer // nil: tracing off
-	now          func() time.Time
+	// headerTools are the definitions of those with header parameters,
+	// for the check of a 2026-07-28 call's headers (headerRefusal).
+	headerTools atomic.Pointer[map[string]*mcpgo.Tool]
+	metadataURL string
+	maxBody     int64
+	tracer      trace.Tracer // nil: tracing off
+	now         func() time.Time
 
 	syncMu    sync.Mutex
 	synced    atomic.Uint64 // registry version mirrored into mcp-go, plus one
@@ -217,7 +220,7 @@ type Server struct {
 	running     map[string]int // running tasks per user id
 	stop        chan struct{}
 	closeOnce   sync.Once
-	wg          sync.WaitGroup
+	work        background.Group // what background started; Close waits for it
 }
 
 // New builds a Server. Call Close when done with it.
@@ -318,24 +321,13 @@ func New(opts Options) (*Server, error) {
 	// One catch-all template sends every resources/read to the registry, so
 	// hidden and unknown resources get the same answer from the same code.
 	s.mcp.AddResourceTemplate(mcpgo.NewResourceTemplate("{+uri}", "resource"), s.readResource)
-	httpOpts := []mcpserver.StreamableHTTPOption{
-		mcpserver.WithSessionIdManagerResolver(resolver{s}),
-		mcpserver.WithStreamableHTTPLogger(s.log),
-		mcpserver.WithStreamableHTTPProtocolVersions(ProtocolVersions...),
-		// Our own check (rebinding) replaces mcp-go's: it also accepts the
-		// public host of BaseURL, for a reverse proxy on the same machine.
-		mcpserver.WithDisableLocalhostProtection(true),
-	}
 	if log, ok := opts.Sessions.(EventLog); ok && opts.Bus != nil {
 		s.events = &eventAdapter{s: s, log: log}
-		httpOpts = append(httpOpts, mcpserver.WithEventStore(s.events))
 	}
-	s.http = mcpserver.NewStreamableHTTPServer(s.mcp, httpOpts...)
 	s.syncRegistry()
 	s.initShared()
 
-	s.wg.Add(1)
-	go s.sweepLoop(max(ttl/4, time.Second))
+	s.background(func() { s.sweepLoop(max(ttl/4, time.Second)) })
 	return s, nil
 }
 
@@ -350,13 +342,18 @@ func (s *Server) Resource() string { return s.resource }
 // shared sessions (which writes to the store) and ends every session.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		close(s.stop)
-		s.wg.Wait()
+		close(s.stop) // the loops background runs end
+		s.work.Close()
 		s.closeShared()
-		s.http.CloseSessions(context.Background())
 	})
 	return nil
 }
+
+// background runs f on a goroutine that Close waits for, and reports
+// true, unless Close has begun: then it runs nothing and reports false
+// (a request still in flight during Close must not start work that
+// outlives it).
+func (s *Server) background(f func()) bool { return s.work.Go(f) }
 
 // CloseStreams ends every open GET stream at once and refuses new ones
 // (503), leaving sessions and requests in flight alone. A graceful
@@ -387,7 +384,6 @@ func (s *Server) Stats() Stats {
 }
 
 func (s *Server) sweepLoop(every time.Duration) {
-	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -402,22 +398,23 @@ func (s *Server) sweepLoop(every time.Duration) {
 
 // sweep ends idle sessions.
 func (s *Server) sweep() {
-	for _, id := range s.sessions.expire() {
-		s.terminate(id)
-	}
+	s.releaseSessions(s.sessions.expire())
 	s.sweepShared()
 }
 
-// terminate releases mcp-go's state for a session that our store already
-// ended, through the transport's own DELETE path.
-func (s *Server) terminate(id string) {
-	req := (&http.Request{
-		Method: http.MethodDelete,
-		URL:    &url.URL{Path: Path},
-		Header: http.Header{sessionHeader: {id}},
-		Body:   http.NoBody,
-	}).WithContext(context.Background())
-	s.http.ServeHTTP(discard{}, req)
+// releaseSessions lets go of what is kept for sessions that ended here
+// (evicted, expired, ended on another replica): their recorded stream
+// events, once the session is gone from the shared store as well.
+func (s *Server) releaseSessions(ids []string) {
+	for _, id := range ids {
+		if s.events != nil {
+			ctx, cancel := sharedCtx()
+			if err := s.events.PurgeSession(ctx, id); err != nil {
+				s.log.Warn("mcp: purge session events failed", "err", err)
+			}
+			cancel()
+		}
+	}
 }
 
 // reqState is what the transport knows about the request being served.
@@ -432,9 +429,7 @@ type reqState struct {
 	created   string // the session an initialize request created
 	evicted   []string
 	out       *deliveryWriter
-	sent      atomic.Int64 // notifications sent to this request's stream
 	internal  string       // the per-request id standing for sessionID (see sessionStore.begin)
-	direct    bool         // served by the direct path (direct.go), not by mcp-go
 	fixed     *fixedAnswer // the answer its handler decided, on the direct path (refuseCall, answerWith)
 	// credential names the credential that authenticated the request
 	// (see credentialOf): the 2026-07-28 per-call state is bound to it.
@@ -539,40 +534,17 @@ func (e envelope) isResponse() bool {
 	return e.Method == "" && len(e.ID) > 0 && (len(e.Result) > 0 || len(e.Error) > 0)
 }
 
-// ServeHTTP serves MCP.
+// ServeHTTP serves MCP: read the body, authenticate, bind the session
+// (none for protocol 2026-07-28), route by method (servePost, serveGet,
+// serveDelete); each route writes its one answer.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	requestID := requestid.FromContext(r.Context())
 	if requestID == "" {
 		requestID = requestid.New()
 		w.Header().Set(requestid.Header, requestID)
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			s.log.ErrorContext(r.Context(), "mcp: panic serving request", "panic", p, "request_id", requestID)
-			writeHTTPError(w, http.StatusInternalServerError, internalMessage(requestID), requestID)
-		}
-	}()
-	switch r.Method {
-	case http.MethodPost, http.MethodGet, http.MethodDelete:
-	default:
-		w.Header().Set("Allow", "GET, POST, DELETE")
-		writeHTTPError(w, http.StatusMethodNotAllowed, "method not allowed", requestID)
-		return
-	}
-	if s.rebinding(r) {
-		writeHTTPError(w, http.StatusForbidden, "invalid Host header", requestID)
-		return
-	}
-	if !s.originAllowed(r) {
-		writeHTTPError(w, http.StatusForbidden, "cross-origin request refused: origin not allowed", requestID)
-		return
-	}
-	if r.Method == http.MethodGet && s.draining.Load() {
-		w.Header().Set("Retry-After", "5")
-		writeHTTPError(w, http.StatusServiceUnavailable, "the server is shutting down", requestID)
+	defer s.recoverRequest(w, r, requestID)
+	if !s.admitRequest(w, r, requestID) {
 		return
 	}
 	caller, info, ok := s.authenticate(w, r, requestID)
@@ -588,133 +560,84 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r, end = s.traceMethod(r, msg)
 		defer end()
 	}
-	if v := r.Header.Get(versionHeader); v != "" && !slices.Contains(ProtocolVersions, v) {
-		// The error names the versions served and echoes the one asked
-		// for, under the request's own id.
-		e := mcpgo.UnsupportedProtocolVersionError{Version: v, Supported: ProtocolVersions}.JSONRPCError().Error
-		writeError(w, http.StatusBadRequest, mcpgoID(msg.ID), e.Code, e.Message, e.Data)
+	if !versionServed(w, r, msg) {
 		return
 	}
 	s.syncRegistry()
-
 	st := &reqState{caller: caller, requestID: requestID, method: msg.Method, expires: info.ExpiresAt, rpcID: bytes.TrimSpace(msg.ID),
 		credential: credentialOf(caller, info)}
 	st.token, _ = bearer(r)
-	// A shallow copy: its Header is still the caller's map, so whatever
-	// changes a header for mcp-go clones it first (ownHeader); the direct
-	// path changes none and copies none.
+	// A shallow copy, with the request's state in its context.
 	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	if !s.bindSession(w, r, st, msg) {
 		return
 	}
-	if msg.Method == string(mcpgo.MethodToolsCall) {
-		if e := s.reg.CheckScope(r.Context(), caller, msg.Params.Name); e != nil {
-			s.insufficientScope(w, info.Scopes, e.Scopes, requestID)
-			return
-		}
-	}
-	if st.sessionID == "" && r.Method == http.MethodPost && s.isModern(r, msg) {
-		switch {
-		case msg.Method == string(mcpgo.MethodNotificationCancelled):
-			s.cancelModern(w, r, st, msg)
-			return
-		case len(msg.ID) > 0 && !msg.isResponse():
-			var done func()
-			r, done = s.modernCalls.track(r, st.caller.UserID, st.credential, msg.ID)
-			defer done()
-		}
-	}
-	direct := s.directToolCall(r, st, &msg)
-	cold := !direct && !msg.isResponse() && s.coldRequest(r, st, &msg, body)
-	if !direct && !cold {
-		// What is not the direct path's is read again (by mcp-go); the
-		// direct path has all it needs in msg.
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-	}
-	if st.sessionID != "" {
-		if r.Method == http.MethodPost && msg.isResponse() {
-			s.routeResponse(w, r, st.sessionID, body)
-			return
-		}
+	switch {
+	case r.Method == http.MethodPost:
+		s.servePost(w, r, st, body, &msg)
+		s.syncRegistry() // a request may have changed the registry
+		s.releaseSessions(st.evicted)
+	case st.sessionID == "":
+		refuseModernSessionMethod(w, r.Method)
+	case r.Method == http.MethodGet:
 		var use sessionUse
-		r = s.withinSession(r, st, msg, direct || cold, &use)
 		defer use.done()
+		s.serveGet(w, s.withinSession(r, st, msg, &use), st)
+	default:
+		s.serveDelete(w, st)
+	}
+}
+
+// recoverRequest answers a request whose serving panicked with a generic
+// internal error, logged under the request's id.
+func (s *Server) recoverRequest(w http.ResponseWriter, r *http.Request, requestID string) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if p == http.ErrAbortHandler {
+		panic(p)
+	}
+	s.log.ErrorContext(r.Context(), "mcp: panic serving request", "panic", p, "request_id", requestID)
+	writeHTTPError(w, http.StatusInternalServerError, internalMessage(requestID), requestID)
+}
+
+// admitRequest refuses what is refused before authentication: another
+// HTTP method, DNS rebinding, a foreign origin, a new stream during
+// shutdown. It reports false when it answered.
+func (s *Server) admitRequest(w http.ResponseWriter, r *http.Request, requestID string) bool {
+	switch r.Method {
+	case http.MethodPost, http.MethodGet, http.MethodDelete:
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		writeHTTPError(w, http.StatusMethodNotAllowed, "method not allowed", requestID)
+		return false
 	}
 	switch {
-	case r.Method != http.MethodPost && st.sessionID == "":
-		refuseModernSessionMethod(w, r.Method)
-		return
-	case r.Method == http.MethodGet:
-		s.serveGet(w, r, st)
-		return
-	case r.Method == http.MethodDelete:
-		s.serveDelete(w, st)
-		return
+	case s.rebinding(r):
+		writeHTTPError(w, http.StatusForbidden, "invalid Host header", requestID)
+	case !s.originAllowed(r):
+		writeHTTPError(w, http.StatusForbidden, "cross-origin request refused: origin not allowed", requestID)
+	case r.Method == http.MethodGet && s.draining.Load():
+		w.Header().Set("Retry-After", "5")
+		writeHTTPError(w, http.StatusServiceUnavailable, "the server is shutting down", requestID)
+	default:
+		return true
 	}
-	if cold {
-		if st.sessionID != "" && st.internal == "" {
-			writeHTTPError(w, http.StatusNotFound, "session not found", requestID)
-			return
-		}
-		s.serveCold(w, r, st, body, &msg)
-		s.syncRegistry() // a request may have changed the registry
-		for _, id := range st.evicted {
-			s.terminate(id)
-		}
-		return
-	}
-	if direct {
-		if st.sessionID != "" && st.internal == "" {
-			// The session ended since it was bound (a DELETE, eviction or
-			// expiry in between): mcp-go would refuse the request id it
-			// then gets, and so does the direct path.
-			writeHTTPError(w, http.StatusNotFound, "session not found", requestID)
-			return
-		}
-		s.serveToolCall(w, r, st, &msg)
-		s.syncRegistry() // a call may have changed the registry
-		return
-	}
+	return false
+}
 
-	if st.sessionID == "" && r.Method == http.MethodPost && strings.HasPrefix(msg.Method, "tasks/") && s.isModern(r, msg) {
-		s.serveTasks(w, r, st, msg.Method, body)
-		return
+// versionServed refuses a protocol version header naming a version not
+// served: the error names the versions served and echoes the one asked
+// for, under the request's own id. It reports false when it answered.
+func versionServed(w http.ResponseWriter, r *http.Request, msg envelope) bool {
+	v := r.Header.Get(versionHeader)
+	if v == "" || slices.Contains(ProtocolVersions, v) {
+		return true
 	}
-	if st.sessionID == "" && r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodSubscriptionsListen) && s.isModern(r, msg) {
-		// The 2026-07-28 listening stream: ended at shutdown like a GET
-		// stream.
-		if s.draining.Load() {
-			w.Header().Set("Retry-After", "5")
-			writeHTTPError(w, http.StatusServiceUnavailable, "the server is shutting down", requestID)
-			return
-		}
-		ctx, cancel := context.WithCancel(r.Context())
-		r = r.WithContext(ctx)
-		key := &cancel
-		s.listenMu.Lock()
-		if s.listens == nil {
-			s.listens = map[*context.CancelFunc]struct{}{}
-		}
-		s.listens[key] = struct{}{}
-		s.listenMu.Unlock()
-		defer func() {
-			s.listenMu.Lock()
-			delete(s.listens, key)
-			s.listenMu.Unlock()
-			cancel()
-		}()
-		s.listen(w, r, st, body)
-		return
-	}
-	st.out = newDeliveryWriter(w)
-	st.out.writeTimeout = cmp.Or(s.opts.eventWrite, eventWriteTimeout)
-	s.http.ServeHTTP(st.out, r)
-	st.out.abandon() // a handler's goroutine must not write to the finished response
-	s.syncRegistry() // a request may have changed the registry
-	for _, id := range st.evicted {
-		s.terminate(id)
-	}
+	e := mcpgo.UnsupportedProtocolVersionError{Version: v, Supported: ProtocolVersions}.JSONRPCError().Error
+	writeError(w, http.StatusBadRequest, mcpgoID(msg.ID), e.Code, e.Message, e.Data)
+	return false
 }
 
 // readBody reads a POST body within the size limit and peeks at its
@@ -730,9 +653,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 	}
 	var body []byte
 	var err error
-	if n := r.ContentLength; n > 0 {
+	if n := r.ContentLength; n > 0 && n <= bodyUpFront {
 		// Announced (and within the limit): read it into a buffer of its
 		// size; net/http ends the body there and reports a shorter one.
+		// A larger one grows as it arrives: a client announcing the limit
+		// and sending nothing must not hold that much memory.
 		body = make([]byte, n)
 		_, err = io.ReadFull(r.Body, body)
 	} else {
@@ -749,6 +674,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 	return body, msg, true
 }
 
+// bodyUpFront bounds the buffer allocated for an announced body before
+// its bytes arrive.
+const bodyUpFront = 64 << 10
+
 // bindSession decides which session r belongs to: none for protocol
 // 2026-07-28, a new one for initialize, otherwise the one named in the
 // header, which must belong to the caller. A missing and another user's
@@ -756,21 +685,13 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, requestID stri
 func (s *Server) bindSession(w http.ResponseWriter, r *http.Request, st *reqState, msg envelope) bool {
 	switch {
 	case s.isModern(r, msg):
-		if r.Header.Get(sessionHeader) != "" {
-			ownHeader(r)
-			r.Header.Del(sessionHeader) // 2026-07-28 has no sessions: each request stands alone
-		}
-		return true
+		return true // 2026-07-28 has no sessions: each request stands alone, whatever its headers say
 	case r.Method == http.MethodPost && msg.Method == string(mcpgo.MethodInitialize):
 		if s.sessions.len() >= s.sessions.total && s.sharedSessions() {
 			// Sessions adopted from other replicas fill this one's table
 			// too; they are copies of the shared store, so make room.
 			if shed := s.sessions.shed(s.sessions.total - max(s.sessions.total/10, 1)); len(shed) > 0 {
-				s.goShared(func() { // releasing mcp-go's state asks the store about each
-					for _, id := range shed {
-						s.terminate(id)
-					}
-				})
+				s.goShared(func() { s.releaseSessions(shed) }) // purging events asks the store about each
 			}
 		}
 		if s.sessions.len() >= s.sessions.total {
@@ -812,12 +733,9 @@ func (s *Server) isModern(r *http.Request, msg envelope) bool {
 	return mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) || mcpgo.IsModernProtocol(msg.Params.Meta.ProtocolVersion())
 }
 
-// withinSession prepares a GET stream or a POST request of a session for
-// mcp-go, recording in use what to undo once it is served (use.done).
-//
-// A request for the direct path (direct.go) never reaches mcp-go, which
-// then has nothing to release for it.
-func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, direct bool, use *sessionUse) *http.Request {
+// withinSession prepares a GET stream or a POST request of a session,
+// recording in use what to undo once it is served (use.done).
+func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, use *sessionUse) *http.Request {
 	sid := st.sessionID
 	use.s = s
 	withCancel := func() context.CancelFunc {
@@ -840,30 +758,19 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, dire
 			use.cleanup = append(use.cleanup, s.watchToken(r.Context(), st, cancel))
 		}
 	case http.MethodPost:
-		// Each request is served under its own id, so mcp-go gives it its
-		// own notification channel: its progress and log messages cannot
-		// reach another request, and the session's own channel is read only
-		// by the session's GET stream.
-		internal, se := s.sessions.begin(sid)
-		st.internal = internal
-		use.session, use.internal = se, internal
-		if !direct {
-			ownHeader(r)
-			r.Header.Set(sessionHeader, internal)
-		}
+		// Each request is served under its own id (its progress and log
+		// messages cannot reach another request; the session's own
+		// stream is read only by the session's GET stream).
+		var rpcID []byte
 		switch {
 		case msg.Method == string(mcpgo.MethodNotificationCancelled):
 			s.sessions.cancel(sid, bytes.TrimSpace(msg.Params.RequestID))
 		case len(msg.ID) > 0:
-			use.cancel = withCancel()
-			use.call = s.sessions.track(sid, bytes.TrimSpace(msg.ID), use.cancel)
+			use.cancel, rpcID = withCancel(), bytes.TrimSpace(msg.ID)
 		}
-		// mcp-go keeps the level under the per-request id; the transport
-		// has its own copy (afterSetLevel), so release mcp-go's. With
-		// resumable streams it also tracks the request's stream under
-		// that id until the id is ended: end it once the request is done
-		// (its events stay in the log for a client that resumes).
-		use.terminate = !direct && (msg.Method == string(mcpgo.MethodSetLogLevel) || s.events != nil)
+		internal, se, call := s.sessions.begin(sid, rpcID, use.cancel)
+		st.internal = internal
+		use.session, use.internal, use.call = se, internal, call
 		if msg.Method != string(mcpgo.MethodToolsList) {
 			s.notifyToolsChanged(r.Context(), st)
 		}
@@ -875,13 +782,12 @@ func (s *Server) withinSession(r *http.Request, st *reqState, msg envelope, dire
 // fields for a POST's fixed steps (no closure to allocate per request),
 // a list for a GET stream's.
 type sessionUse struct {
-	s         *Server
-	session   *session           // sessions.begin's, ended by done
-	internal  string             // the request's per-request id
-	call      string             // the request's key in sessions.calls, untracked by done
-	cancel    context.CancelFunc // the request's own context's
-	terminate bool               // release mcp-go's state under internal
-	cleanup   []func()           // a GET stream's, run in reverse
+	s        *Server
+	session  *session           // sessions.begin's, ended by done
+	internal string             // the request's per-request id
+	call     *trackedCall       // the request's tracking for notifications/cancelled
+	cancel   context.CancelFunc // the request's own context's
+	cleanup  []func()           // a GET stream's, run in reverse
 }
 
 // done undoes what withinSession set up, in the reverse order.
@@ -892,17 +798,11 @@ func (u *sessionUse) done() {
 	for _, f := range slices.Backward(u.cleanup) {
 		f()
 	}
-	if u.terminate {
-		u.s.terminate(u.internal)
-	}
-	if u.call != "" {
-		u.s.sessions.untrack(u.call)
+	if u.session != nil {
+		u.s.sessions.end(u.session, u.internal, u.call)
 	}
 	if u.cancel != nil {
 		u.cancel()
-	}
-	if u.session != nil {
-		u.s.sessions.end(u.session, u.internal)
 	}
 }
 
@@ -1003,33 +903,17 @@ func loopback(remoteAddr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// routeResponse delivers a client's answer to a request the server sent it
-// (elicitation or sampling, sent on the calling request's stream). Answers
-// to anything else are mcp-go's to handle.
-func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, sid string, body []byte) {
-	var msg struct {
-		ID json.RawMessage `json:"id"`
-		clientAnswer
-	}
-	if json.Unmarshal(body, &msg) == nil && (s.pending.answer(sid, msg.ID, msg.clientAnswer) ||
-		s.routeAnswerRemote(r.Context(), sid, stateFrom(r.Context()).caller.UserID, msg.ID, msg.clientAnswer)) {
+// routeResponse delivers a client's answer to a question the server
+// asked it (elicitation or sampling, sent on the calling request's
+// stream), here or on the replica that asked.
+func (s *Server) routeResponse(w http.ResponseWriter, r *http.Request, st *reqState, id json.RawMessage, body []byte) {
+	var msg clientAnswer
+	if json.Unmarshal(body, &msg) == nil && (s.pending.answer(st.sessionID, id, msg) ||
+		s.routeAnswerRemote(r.Context(), st.sessionID, st.caller.UserID, id, msg)) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	if unmatchedAnswer(w, r, body) {
-		return
-	}
-	ownHeader(r)
-	r.Header.Set(sessionHeader, sid)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	s.http.ServeHTTP(w, r)
-}
-
-// ownHeader gives r (the transport's own shallow copy of the request) a
-// header map of its own, so that changing it for mcp-go leaves the
-// caller's request as it was.
-func ownHeader(r *http.Request) {
-	r.Header = r.Header.Clone()
+	unmatchedAnswer(w, id)
 }
 
 // syncRegistry mirrors the registry's definitions into mcp-go when they
@@ -1047,6 +931,7 @@ func (s *Server) syncRegistry() {
 	var tools []mcpserver.ServerTool
 	modes := map[string]capabilities.TaskSupport{}
 	headers := map[string]bool{}
+	headerTools := map[string]*mcpgo.Tool{}
 	for _, c := range s.reg.All() {
 		tool := toolOf(c)
 		if err := mcpgo.ValidateParamHeaderAnnotations(&tool); err != nil {
@@ -1062,10 +947,13 @@ func (s *Server) syncRegistry() {
 		}
 		// mcp-go's own reading of the schema (any nesting, any case or
 		// escaping of the keyword), not a search of its text.
-		headers[c.Name] = len(mcpgo.ExtractParamHeaderBindings(&tool)) > 0
+		if headers[c.Name] = len(mcpgo.ExtractParamHeaderBindings(&tool)) > 0; headers[c.Name] {
+			headerTools[c.Name] = &tool
+		}
 	}
 	s.taskModes.Store(&modes)
 	s.headerParams.Store(&headers)
+	s.headerTools.Store(&headerTools)
 	s.mcp.SetTools(tools...)
 	var prompts []mcpserver.ServerPrompt
 	for _, p := range s.reg.AllPrompts() {
@@ -1299,55 +1187,3 @@ func (s *Server) callerFor(ctx context.Context, userID string) (capabilities.Cal
 	c.Session = false    // never a web-shell session over MCP
 	return c, nil
 }
-
-// resolver hands mcp-go a session id manager bound to the request's user.
-type resolver struct{ s *Server }
-
-func (rv resolver) ResolveSessionIdManager(r *http.Request) mcpserver.SessionIdManager {
-	var st *reqState
-	if r != nil {
-		st = stateFrom(r.Context())
-	}
-	return idManager{s: rv.s, st: st}
-}
-
-type idManager struct {
-	s  *Server
-	st *reqState
-}
-
-// Generate makes a session bound to the requesting user.
-func (m idManager) Generate() string {
-	if m.st == nil || m.st.caller.UserID == "" {
-		return ""
-	}
-	id, evicted := m.s.sessions.create(m.st.caller.UserID)
-	m.st.evicted = append(m.st.evicted, evicted...)
-	m.st.created = id
-	if id != "" {
-		m.s.createShared(id, m.st.caller.UserID)
-	}
-	return id
-}
-
-// Validate accepts only live ids: ServeHTTP has already checked ownership.
-func (m idManager) Validate(id string) (bool, error) {
-	if !m.s.sessions.known(id) {
-		return false, errors.New("mcp: unknown session")
-	}
-	return false, nil
-}
-
-// Terminate is our own release of mcp-go's state (a DELETE, expiry,
-// eviction, a session ended on another replica, a request's own id):
-// the session table and a shared store have already done what was needed.
-func (m idManager) Terminate(id string) (bool, error) {
-	m.s.sessions.remove(id)
-	return false, nil
-}
-
-type discard struct{}
-
-func (discard) Header() http.Header         { return http.Header{} }
-func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)             {}

@@ -52,8 +52,8 @@ const maxSubscriptions = 256
 type sessionStore struct {
 	mu       sync.Mutex
 	byID     map[string]*session
-	internal map[string]string // per-request id -> session id
-	calls    map[string]func() // session id + JSON-RPC id -> cancel
+	internal map[string]string       // per-request id -> session id
+	calls    map[string]*trackedCall // session id + JSON-RPC id -> the requests in progress with it
 	ttl      time.Duration
 	perUser  int
 	total    int
@@ -66,7 +66,7 @@ type sessionStore struct {
 
 func newSessionStore(ttl time.Duration, perUser, total int, now func() time.Time) *sessionStore {
 	return &sessionStore{
-		byID: map[string]*session{}, internal: map[string]string{}, calls: map[string]func(){},
+		byID: map[string]*session{}, internal: map[string]string{}, calls: map[string]*trackedCall{},
 		ttl: ttl, perUser: perUser, total: total, now: now,
 	}
 }
@@ -132,29 +132,51 @@ func (s *sessionStore) known(id string) bool {
 }
 
 // begin marks a request in progress on session id; end, given the
-// session it returns (nil when there is no such session), ends it. It mints a per-request id that the transport uses in place of the
-// session id, so that the request gets its own notification channel.
-func (s *sessionStore) begin(id string) (internalID string, se *session) {
+// session it returns (nil when there is no such session), ends it. It
+// mints a per-request id that the transport uses in place of the session
+// id, so that the request gets its own notification channel. With a
+// JSON-RPC id and a cancel func, the request is also tracked for
+// notifications/cancelled from the same session (call, nil otherwise):
+// one lock for both.
+func (s *sessionStore) begin(id string, rpcID []byte, cancel func()) (internalID string, se *session, call *trackedCall) {
+	if cancel != nil {
+		call = &trackedCall{key: callKey(id, rpcID), cancel: cancel}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se, ok := s.byID[id]
 	if !ok {
-		return "", nil
+		return "", nil, nil
 	}
 	se.busy++
 	s.seq++
 	internalID = id + "." + strconv.FormatUint(s.seq, 36)
 	s.internal[internalID] = id
-	return internalID, se
+	if call != nil {
+		call.next = s.calls[call.key]
+		s.calls[call.key] = call
+	}
+	return internalID, se, call
 }
 
-// end ends a request begin began on se under internalID.
-func (s *sessionStore) end(se *session, internalID string) {
+// end ends a request begin began on se under internalID, and forgets
+// its tracking (call, if any).
+func (s *sessionStore) end(se *session, internalID string, call *trackedCall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se.busy--
 	se.lastSeen = s.now()
 	delete(s.internal, internalID)
+	if call != nil {
+		s.untrackLocked(call)
+	}
+}
+
+// internalCount is how many per-request ids are live (tests).
+func (s *sessionStore) internalCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.internal)
 }
 
 // stream registers a GET stream's cancel func, called when the session
@@ -396,31 +418,46 @@ func (s *sessionStore) clientCan(id string) (sample, elicit, roots bool) {
 
 func callKey(sid string, rpcID []byte) string { return sid + "\x00" + string(rpcID) }
 
-// track records the cancel func of a request in progress on session sid,
-// so that notifications/cancelled from the same session can stop it, and
-// returns the key untrack takes.
-func (s *sessionStore) track(sid string, rpcID []byte, cancel func()) (key string) {
-	key = callKey(sid, rpcID)
-	s.mu.Lock()
-	s.calls[key] = cancel
-	s.mu.Unlock()
-	return key
+// trackedCall is a request of a session in progress, which
+// notifications/cancelled from the same session stops. Requests in
+// flight with the same id are chained, and each is cancelled.
+type trackedCall struct {
+	key    string
+	cancel func()
+	next   *trackedCall
 }
 
-// untrack forgets the request track recorded under key.
-func (s *sessionStore) untrack(key string) {
-	s.mu.Lock()
-	delete(s.calls, key)
-	s.mu.Unlock()
+// untrackLocked unchains call from its key's requests (s.mu held).
+func (s *sessionStore) untrackLocked(call *trackedCall) {
+	for p := s.calls[call.key]; p != nil; p = p.next {
+		if p == call {
+			break
+		}
+		if p.next == call {
+			p.next = call.next
+			return
+		}
+	}
+	if s.calls[call.key] == call {
+		if call.next == nil {
+			delete(s.calls, call.key)
+		} else {
+			s.calls[call.key] = call.next
+		}
+	}
 }
 
-// cancel stops a request of session sid, if it is still in progress.
+// cancel stops the requests of session sid with the id, if still in
+// progress.
 func (s *sessionStore) cancel(sid string, rpcID []byte) {
 	s.mu.Lock()
-	cancel := s.calls[callKey(sid, rpcID)]
+	var cancels []func()
+	for c := s.calls[callKey(sid, rpcID)]; c != nil; c = c.next {
+		cancels = append(cancels, c.cancel)
+	}
 	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	for _, f := range cancels {
+		f()
 	}
 }
 

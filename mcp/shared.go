@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/enclave-mcp/enclave/cluster"
+	"github.com/enclave-mcp/enclave/internal/background"
 )
 
 // Shared sessions (protocol 2025-11-25 and earlier) across replicas.
@@ -48,10 +48,8 @@ type sharedState struct {
 	// The background work of shared sessions (goShared): releasing a
 	// dropped session (which purges its recorded events), refreshing a
 	// copy, taking a handed-over answer. closeShared waits for it; once
-	// closed is set (on mu) none starts.
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	// closing none starts.
+	work background.Group
 	// ends counts the session-end notices heard. A replica adopting a
 	// session samples it before loading the record: a notice that arrived
 	// between the load and the adoption found nothing to drop here, so the
@@ -120,8 +118,8 @@ func (s *Server) initShared() {
 			}
 		}),
 		c.bus.OnGap(func() {
-			for _, id := range s.sessions.dropIdle() {
-				s.goShared(func() { s.terminate(id) })
+			if ids := s.sessions.dropIdle(); len(ids) > 0 {
+				s.goShared(func() { s.releaseSessions(ids) })
 			}
 			// A session with a stream or request here stays cached, but it
 			// may have ended or changed elsewhere while notices were lost:
@@ -141,10 +139,7 @@ func (s *Server) closeShared() {
 		for _, f := range c.cancel {
 			f()
 		}
-		c.mu.Lock()
-		c.closed = true
-		c.mu.Unlock()
-		c.wg.Wait()
+		c.work.Close()
 	}
 }
 
@@ -152,17 +147,7 @@ func (s *Server) closeShared() {
 // unless closeShared has begun: then f does not run (Close ends the
 // sessions left itself). Only with shared sessions (s.cluster set).
 func (s *Server) goShared(f func()) {
-	c := s.cluster
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return
-	}
-	c.wg.Add(1) // under mu: before closeShared's Wait, or not at all
-	go func() {
-		defer c.wg.Done()
-		f()
-	}()
+	s.cluster.work.Go(f)
 }
 
 // revalidateAfter bounds how long a replica serves its cached copy of a
@@ -279,7 +264,7 @@ func (s *Server) endSession(id string) {
 // streams end and mcp-go's state for it is released.
 func (s *Server) dropCached(id string) {
 	if s.sessions.remove(id) {
-		s.goShared(func() { s.terminate(id) })
+		s.goShared(func() { s.releaseSessions([]string{id}) })
 	}
 }
 

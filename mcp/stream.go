@@ -71,9 +71,10 @@ func (s *Server) sessionStream(sid string) *listenStream {
 	}
 	if se.listen == nil {
 		l := &listenStream{id: newStreamID(), in: make(chan []byte, listenBuffer), stop: make(chan struct{})}
+		if !s.background(func() { s.pump(sid, l) }) {
+			return nil // the server is closing
+		}
 		se.listen = l
-		s.wg.Add(1)
-		go s.pump(sid, l)
 	}
 	return se.listen
 }
@@ -112,7 +113,6 @@ func (s *Server) notifySession(sid, method string, params map[string]any) error 
 // pump records and delivers what is sent to a listening stream until the
 // session ends (or the server closes).
 func (s *Server) pump(sid string, l *listenStream) {
-	defer s.wg.Done()
 	for {
 		select {
 		case b := <-l.in:
@@ -306,7 +306,7 @@ func writeEvent(w io.Writer, id string, data []byte) error {
 // serveDelete ends the request's session, everywhere.
 func (s *Server) serveDelete(w http.ResponseWriter, st *reqState) {
 	s.endSession(st.sessionID)
-	s.terminate(st.sessionID) // mcp-go's state of the session, and its recorded events
+	s.releaseSessions([]string{st.sessionID}) // its recorded events
 	w.WriteHeader(http.StatusOK)
 }
 

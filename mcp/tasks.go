@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -238,13 +237,16 @@ func (s *Server) callAsTask(ctx context.Context, st *reqState, cl *client, name 
 	// Create has returned: tasks/get already answers for it.
 	body, _ := resultAnswer(st.rpcID, taskCreated(tr.created))
 	st.answerWith(body)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	if !s.background(func() {
 		defer s.endTask(tr.userID)
 		defer cancel()
 		s.runTask(hctx, st, tr, done)
-	}()
+	}) {
+		// The server is closing: the handler is ended, and the task is
+		// left as the store has it (a replica that stops mid-task).
+		s.endTask(tr.userID)
+		cancel()
+	}
 	return &mcpgo.CallToolResult{Content: []mcpgo.Content{}}, nil
 }
 
@@ -399,26 +401,9 @@ func (s *Server) serveTasks(w http.ResponseWriter, r *http.Request, st *reqState
 	}
 	_ = json.Unmarshal(body, &req)
 	p := req.Params
-	// First the checks mcp-go's transport makes of every 2026-07-28
-	// request (these never reach it), with its codes and words.
-	header, meta := r.Header.Get(versionHeader), p.Meta.ProtocolVersion()
-	switch {
-	case r.Header.Get(mcpgo.HeaderLastEventID) != "":
-		fail(http.StatusBadRequest, mcpgo.HEADER_MISMATCH, "Last-Event-ID is not supported in protocol version "+mcpgo.ProtocolVersion20260728+
-			": streams are not resumable, re-issue the request with a new ID", nil)
-		return
-	case header == "":
-		fail(http.StatusBadRequest, mcpgo.HEADER_MISMATCH, versionHeader+" header is required for requests carrying "+mcpgo.MetaKeyProtocolVersion, nil)
-		return
-	case meta == "":
-		fail(http.StatusBadRequest, mcpgo.INVALID_PARAMS, "missing or invalid _meta field "+mcpgo.MetaKeyProtocolVersion, nil)
-		return
-	case header != meta:
-		fail(http.StatusBadRequest, mcpgo.HEADER_MISMATCH, versionHeader+" header "+header+" does not match request "+mcpgo.MetaKeyProtocolVersion+" "+meta, nil)
-		return
-	case !slices.Contains(ProtocolVersions, meta):
-		e := mcpgo.UnsupportedProtocolVersionError{Version: meta, Supported: ProtocolVersions}.JSONRPCError().Error
-		fail(http.StatusBadRequest, e.Code, e.Message, e.Data)
+	// First the transport's checks of every 2026-07-28 request.
+	if f := modernRefusal(r, p.Meta.ProtocolVersion()); f != nil {
+		f.write(w, st.rpcID)
 		return
 	}
 	switch method {

@@ -431,7 +431,7 @@ func TestDetachAfterCancelLeavesNothingRunning(t *testing.T) {
 // in _meta both present and equal) are made for them too, with the same
 // status, code and message mcp-go gives a tools/call.
 func TestTasks2026TransportChecks(t *testing.T) {
-	f := taskFixture(t, func(o *Options) { o.noDirect = true })
+	f := taskFixture(t)
 	send := func(method, name string, params map[string]any, metaVersion string, headers map[string]string) (int, map[string]any) {
 		meta := map[string]any{
 			"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "t", "version": "1"},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"unicode"
 
@@ -11,45 +12,29 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
 
-// The cold methods of a session (protocol 2025-11-25 and earlier):
-// initialize, the lists, resources, prompts, completion, ping, logging,
-// the client's notifications, and whatever tools/call the direct path does
-// not take, are answered by mcp-go's protocol engine
-// (MCPServer.HandleMessage) under a session object of ours, and written
-// by the package: JSON, or an event stream when the handler sent
+// What is not the direct path's, and not a 2026-07-28 task, listening
+// stream or cancellation (initialize, the lists, resources, prompts,
+// completion, ping, logging, the client's notifications, and whatever
+// tools/call the direct path does not take), is answered by mcp-go's
+// protocol engine (MCPServer.HandleMessage) under a session object of
+// ours, once admitPost has made the transport's checks, and written by
+// the package: JSON, or an event stream when the handler sent
 // notifications or questions meanwhile.
+//
+// The engine checks a 2026-07-28 request's headers only when the context
+// carries them under a key of its own, which no transport but its own
+// can set; headerRefusal makes the same checks at the same point first,
+// and the engine, seeing no headers, skips its own.
 
-// coldRequest reports whether a POST is one mcp-go's transport would hand
-// to its engine as it is, for a session: initialize, or a request or
-// notification of a session (any method the direct path does not take),
-// in a JSON body that is not a response and not of protocol 2026-07-28 as
-// mcp-go's transport reads it. Anything else is still mcp-go's transport's.
-func (s *Server) coldRequest(r *http.Request, st *reqState, msg *envelope, body []byte) bool {
-	if s.opts.noDirect || r.Method != http.MethodPost || !jsonMediaType(r.Header.Get("Content-Type")) ||
-		st.sessionID == "" && msg.Method != string(mcpgo.MethodInitialize) {
-		return false
-	}
-	// mcp-go's transport's own reading of the body.
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Result json.RawMessage `json:"result,omitempty"`
-		Error  json.RawMessage `json:"error,omitempty"`
-		Method mcpgo.MCPMethod `json:"method,omitempty"`
-		Params struct {
-			Meta *mcpgo.Meta `json:"_meta"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(body, &m) != nil || m.Method == "" && m.ID != nil ||
-		mcpgo.IsModernProtocol(m.Params.Meta.ProtocolVersion()) || mcpgo.IsModernProtocol(r.Header.Get(versionHeader)) {
-		return false
-	}
-	return st.sessionID != "" || m.Method == mcpgo.MethodInitialize
-}
-
-// serveCold answers a cold request.
-func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, msg *envelope) {
+// serveEngine answers a request through the protocol engine.
+func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, msg *envelope, view postView) {
 	ctx := r.Context()
-	if msg.Method == string(mcpgo.MethodInitialize) {
+	if view.modern {
+		if f := s.headerRefusal(r, st, body, view.metaVersion); f != nil {
+			f.write(w, mcpgoID(view.ID))
+			return
+		}
+	} else if view.Method == mcpgo.MethodInitialize {
 		id, evicted := s.sessions.create(st.caller.UserID)
 		st.evicted = append(st.evicted, evicted...)
 		if id == "" {
@@ -64,6 +49,9 @@ func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState,
 	d := s.ownWriter(ctx, w, st)
 	defer d.abandon()
 	sess := &coldSession{s: s, st: st, notes: make(chan mcpgo.JSONRPCNotification, 100)}
+	if st.internal == "" && st.created == "" {
+		sess.own = "cold." + strconv.FormatUint(coldSeq.Add(1), 36)
+	}
 	ctx = s.mcp.WithContext(ctx, sess)
 	ctx = mcpserver.WithSupportedProtocolVersions(ctx, ProtocolVersions)
 	done := make(chan struct{})
@@ -79,11 +67,24 @@ func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState,
 			}
 		}
 	}()
-	resp := s.mcp.HandleMessage(ctx, body)
-	close(done)
-	<-forwarded
+	resp := func() mcpgo.JSONRPCMessage {
+		// The forwarder ends with the engine's serving, a panic included
+		// (recovered by ServeHTTP): otherwise it waits for ever.
+		defer func() {
+			close(done)
+			<-forwarded
+		}()
+		return s.mcp.HandleMessage(ctx, body)
+	}()
 	for len(sess.notes) > 0 {
 		_ = d.send(<-sess.notes)
+	}
+	if _, ok := resp.(mcpgo.JSONRPCResponse); st.created != "" && !ok {
+		// An initialize the engine did not answer with a result (sent as a
+		// notification, or refused) opens no session: the client is never
+		// given its id, and it would hold a place among the user's.
+		s.endSession(st.created)
+		st.created = ""
 	}
 	if resp == nil { // a notification
 		d.mu.Lock()
@@ -96,6 +97,9 @@ func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState,
 		return
 	}
 	status := http.StatusOK
+	if e, ok := resp.(mcpgo.JSONRPCError); ok && view.modern {
+		status = modernErrorStatus(e.Error.Code) // 2026-07-28 maps error codes onto HTTP statuses
+	}
 	out, err := json.Marshal(resp)
 	switch {
 	case st.fixed != nil: // decided by a tool's handler (a quota refusal)
@@ -119,14 +123,21 @@ func (s *Server) serveCold(w http.ResponseWriter, r *http.Request, st *reqState,
 }
 
 // coldSession is the session mcp-go's engine serves a cold request under:
-// the request's own, as mcp-go's transport makes one per request.
+// the request's own, one per request.
 type coldSession struct {
 	s     *Server
 	st    *reqState
 	notes chan mcpgo.JSONRPCNotification
 	info  atomic.Pointer[mcpgo.Implementation]
 	caps  atomic.Pointer[mcpgo.ClientCapabilities]
+	// own is the id of a request served outside a session (2026-07-28):
+	// its own, so that the engine, which keys the requests it serves by
+	// session id and JSON-RPC id, never confuses two callers' requests.
+	own string
 }
+
+// coldSeq numbers the requests served outside a session.
+var coldSeq atomic.Uint64
 
 var (
 	_ mcpserver.ClientSession                   = (*coldSession)(nil)
@@ -140,12 +151,16 @@ func (c *coldSession) Initialized() bool                                     { r
 func (c *coldSession) NotificationChannel() chan<- mcpgo.JSONRPCNotification { return c.notes }
 
 // SessionID is the request's own id within its session (see
-// sessionStore.begin), or the session an initialize creates.
+// sessionStore.begin), the session an initialize creates, or the
+// request's own id outside a session.
 func (c *coldSession) SessionID() string {
-	if c.st.internal != "" {
+	switch {
+	case c.st.internal != "":
 		return c.st.internal
+	case c.st.created != "":
+		return c.st.created
 	}
-	return c.st.created
+	return c.own
 }
 
 // SetLogLevel: the level is kept in the session table (afterSetLevel).
@@ -180,38 +195,19 @@ func (c *coldSession) SetClientCapabilities(caps mcpgo.ClientCapabilities) { c.c
 // events on its stream whenever the stream was opened.
 func (c *coldSession) UpgradeToSSEWhenReceiveNotification() {}
 
-// unmatchedAnswer answers a client's response that answers no request of
-// ours, for a session mcp-go's transport does not know (the package made
-// it): as mcp-go's transport answers one for a session it knows, whose
-// pending requests never include ours. It reports false for the bodies
-// mcp-go answers before looking the session up (not JSON, a ping's or an
-// empty response), which are still mcp-go's to answer.
-func unmatchedAnswer(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	if !jsonMediaType(r.Header.Get("Content-Type")) {
-		return false
-	}
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Result json.RawMessage `json:"result,omitempty"`
-		Error  json.RawMessage `json:"error,omitempty"`
-		Method mcpgo.MCPMethod `json:"method,omitempty"`
-	}
-	if json.Unmarshal(body, &m) != nil || m.Method != "" || m.ID == nil ||
-		emptyJSON(m.Result) && emptyJSON(m.Error) || emptyObject(m.Result) && len(bytes.TrimSpace(m.Error)) == 0 ||
-		m.Result == nil && m.Error == nil {
-		return false
-	}
-	var id int64
-	if json.Unmarshal(m.ID, &id) != nil {
+// unmatchedAnswer answers a client's answer that answers no question of
+// ours (none pending under its id, here or on another replica).
+func unmatchedAnswer(w http.ResponseWriter, id json.RawMessage) {
+	var n int64
+	if json.Unmarshal(id, &n) != nil {
 		writePlainError(w, http.StatusBadRequest, "Invalid request ID in sampling response")
-		return true
+		return
 	}
 	writePlainError(w, http.StatusBadRequest, "No pending sampling request found for the given request ID")
-	return true
 }
 
 // emptyJSON reports whether a member is absent, null, or an empty object
-// or array, as mcp-go's transport decides it.
+// or array (an empty answer, acknowledged with 202).
 func emptyJSON(data json.RawMessage) bool {
 	t := bytes.TrimSpace(data)
 	if len(t) == 0 {
