@@ -93,7 +93,7 @@ func (s *Server) cancelModern(w http.ResponseWriter, r *http.Request, st *reqSta
 	// read through the one status recorder.
 	sw := statuswriter.New(w)
 	if view, ok := s.admitPost(sw, r, st, body); ok {
-		s.serveEngine(sw, r, st, body, &msg, view)
+		s.serveEngine(sw, r, st, body, view)
 	}
 	if sw.Status() == http.StatusAccepted && msg.decoded && len(msg.Params.RequestID) > 0 {
 		s.modernCalls.cancel(st.caller.UserID, st.credential, msg.Params.RequestID)

@@ -27,7 +27,7 @@ import (
 // and the engine, seeing no headers, skips its own.
 
 // serveEngine answers a request through the protocol engine.
-func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, msg *envelope, view postView) {
+func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqState, body []byte, view postView) {
 	ctx := r.Context()
 	if view.modern {
 		if f := s.headerRefusal(r, st, body, view.metaVersion); f != nil {
@@ -48,9 +48,9 @@ func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqStat
 	}
 	d := s.ownWriter(ctx, w, st)
 	defer d.abandon()
-	sess := &coldSession{s: s, st: st, notes: make(chan mcpgo.JSONRPCNotification, 100)}
+	sess := &engineSession{s: s, st: st, notes: make(chan mcpgo.JSONRPCNotification, 100)}
 	if st.internal == "" && st.created == "" {
-		sess.own = "cold." + strconv.FormatUint(coldSeq.Add(1), 36)
+		sess.own = "req." + strconv.FormatUint(engineSeq.Add(1), 36)
 	}
 	ctx = s.mcp.WithContext(ctx, sess)
 	ctx = mcpserver.WithSupportedProtocolVersions(ctx, ProtocolVersions)
@@ -122,9 +122,9 @@ func (s *Server) serveEngine(w http.ResponseWriter, r *http.Request, st *reqStat
 	_ = writeAnswer(d, status, out)
 }
 
-// coldSession is the session mcp-go's engine serves a cold request under:
+// engineSession is the session mcp-go's engine serves a request under:
 // the request's own, one per request.
-type coldSession struct {
+type engineSession struct {
 	s     *Server
 	st    *reqState
 	notes chan mcpgo.JSONRPCNotification
@@ -136,24 +136,24 @@ type coldSession struct {
 	own string
 }
 
-// coldSeq numbers the requests served outside a session.
-var coldSeq atomic.Uint64
+// engineSeq numbers the requests served outside a session.
+var engineSeq atomic.Uint64
 
 var (
-	_ mcpserver.ClientSession                   = (*coldSession)(nil)
-	_ mcpserver.SessionWithLogging              = (*coldSession)(nil)
-	_ mcpserver.SessionWithClientInfo           = (*coldSession)(nil)
-	_ mcpserver.SessionWithStreamableHTTPConfig = (*coldSession)(nil)
+	_ mcpserver.ClientSession                   = (*engineSession)(nil)
+	_ mcpserver.SessionWithLogging              = (*engineSession)(nil)
+	_ mcpserver.SessionWithClientInfo           = (*engineSession)(nil)
+	_ mcpserver.SessionWithStreamableHTTPConfig = (*engineSession)(nil)
 )
 
-func (c *coldSession) Initialize()                                           {}
-func (c *coldSession) Initialized() bool                                     { return true }
-func (c *coldSession) NotificationChannel() chan<- mcpgo.JSONRPCNotification { return c.notes }
+func (c *engineSession) Initialize()                                           {}
+func (c *engineSession) Initialized() bool                                     { return true }
+func (c *engineSession) NotificationChannel() chan<- mcpgo.JSONRPCNotification { return c.notes }
 
 // SessionID is the request's own id within its session (see
 // sessionStore.begin), the session an initialize creates, or the
 // request's own id outside a session.
-func (c *coldSession) SessionID() string {
+func (c *engineSession) SessionID() string {
 	switch {
 	case c.st.internal != "":
 		return c.st.internal
@@ -164,36 +164,36 @@ func (c *coldSession) SessionID() string {
 }
 
 // SetLogLevel: the level is kept in the session table (afterSetLevel).
-func (c *coldSession) SetLogLevel(mcpgo.LoggingLevel) {}
+func (c *engineSession) SetLogLevel(mcpgo.LoggingLevel) {}
 
-func (c *coldSession) GetLogLevel() mcpgo.LoggingLevel {
+func (c *engineSession) GetLogLevel() mcpgo.LoggingLevel {
 	if l := c.s.sessions.logLevel(c.st.sessionID); l != "" {
 		return mcpgo.LoggingLevel(l)
 	}
 	return mcpgo.LoggingLevelError
 }
 
-func (c *coldSession) GetClientInfo() mcpgo.Implementation {
+func (c *engineSession) GetClientInfo() mcpgo.Implementation {
 	if p := c.info.Load(); p != nil {
 		return *p
 	}
 	return mcpgo.Implementation{}
 }
 
-func (c *coldSession) SetClientInfo(info mcpgo.Implementation) { c.info.Store(&info) }
+func (c *engineSession) SetClientInfo(info mcpgo.Implementation) { c.info.Store(&info) }
 
-func (c *coldSession) GetClientCapabilities() mcpgo.ClientCapabilities {
+func (c *engineSession) GetClientCapabilities() mcpgo.ClientCapabilities {
 	if p := c.caps.Load(); p != nil {
 		return *p
 	}
 	return mcpgo.ClientCapabilities{}
 }
 
-func (c *coldSession) SetClientCapabilities(caps mcpgo.ClientCapabilities) { c.caps.Store(&caps) }
+func (c *engineSession) SetClientCapabilities(caps mcpgo.ClientCapabilities) { c.caps.Store(&caps) }
 
 // UpgradeToSSEWhenReceiveNotification: the answer follows the request's
 // events on its stream whenever the stream was opened.
-func (c *coldSession) UpgradeToSSEWhenReceiveNotification() {}
+func (c *engineSession) UpgradeToSSEWhenReceiveNotification() {}
 
 // unmatchedAnswer answers a client's answer that answers no question of
 // ours (none pending under its id, here or on another replica).

@@ -78,7 +78,7 @@ func (s *Server) servePost(w http.ResponseWriter, r *http.Request, st *reqState,
 		s.serveToolCall(w, r, st, msg)
 		return
 	}
-	s.serveEngine(w, r, st, body, msg, view)
+	s.serveEngine(w, r, st, body, view)
 }
 
 // postView is the transport's reading of a POST body that is not the

@@ -357,9 +357,7 @@ func TestEngineKeysSessionlessRequestsApart(t *testing.T) {
 	st := &reqState{caller: caller, requestID: "r", method: "notifications/cancelled"}
 	req := httptest.NewRequest(http.MethodPost, "https://mcp.test"+Path, strings.NewReader(string(body)))
 	req = req.WithContext(context.WithValue(req.Context(), stateKey{}, st))
-	var msg envelope
-	decodeEnvelope(body, &msg)
-	f.srv.serveEngine(httptest.NewRecorder(), req, st, body, &msg, postView{Method: mcpgo.MethodNotificationCancelled})
+	f.srv.serveEngine(httptest.NewRecorder(), req, st, body, postView{Method: mcpgo.MethodNotificationCancelled})
 	select {
 	case err := <-ended:
 		t.Fatalf("a sessionless notifications/cancelled in the engine ended bob's call: %v", err)
