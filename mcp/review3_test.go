@@ -128,42 +128,7 @@ func TestEnginePanicLeavesNoForwarder(t *testing.T) {
 // served without a session.
 func TestSmuggledCancelReachesNoOtherUsersCall(t *testing.T) {
 	f := newFixture(t)
-	started := make(chan struct{}, 1)
-	ended := make(chan error, 1)
-	must(t, f.reg.Register(capabilities.Capability{Name: "slowRegion", Domain: "test", Description: "Waits; mirrors region in a header.",
-		Annotations: readOnly, InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`),
-		Handler: func(ctx context.Context, _ *capabilities.Call, _ json.RawMessage) (capabilities.Result, error) {
-			started <- struct{}{}
-			select {
-			case <-ctx.Done():
-				ended <- ctx.Err()
-			case <-time.After(10 * time.Second):
-				ended <- nil
-			}
-			return capabilities.TextResult("x"), nil
-		}}))
-	go func() {
-		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slowRegion","arguments":{},` +
-			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
-		if err != nil {
-			return
-		}
-		req.Header.Set("Authorization", "Bearer bob-token")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set(versionHeader, "2026-07-28")
-		req.Header.Set("Mcp-Method", "tools/call")
-		req.Header.Set("Mcp-Name", "slowRegion")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("bob's call did not start")
-	}
+	ended := bobsSlowCall(t, f)
 	for _, body := range []string{
 		`{"jsonrpc":"2.0","method":"initialize","params":{"requestId":7,"_meta":5},"method":"notifications/cancelled"}`,
 		`{"jsonrpc":"2.0","params":{"requestId":7,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"_meta":5},"method":"notifications/cancelled"}`,
@@ -314,6 +279,27 @@ func TestSessionCancelAfterSameIDEnded(t *testing.T) {
 // user's request with the same JSON-RPC id.
 func TestEngineKeysSessionlessRequestsApart(t *testing.T) {
 	f := newFixture(t)
+	ended := bobsSlowCall(t, f)
+	// Handed to the engine directly, past every check of the transport.
+	body := []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	caller, err := f.loader.LoadCaller(t.Context(), "alice")
+	must(t, err)
+	st := &reqState{caller: caller, requestID: "r", method: "notifications/cancelled"}
+	req := httptest.NewRequest(http.MethodPost, "https://mcp.test"+Path, strings.NewReader(string(body)))
+	req = req.WithContext(context.WithValue(req.Context(), stateKey{}, st))
+	f.srv.serveEngine(httptest.NewRecorder(), req, st, body, postView{Method: mcpgo.MethodNotificationCancelled})
+	select {
+	case err := <-ended:
+		t.Fatalf("a sessionless notifications/cancelled in the engine ended bob's call: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// bobsSlowCall starts bob's 2026-07-28 call with JSON-RPC id 7, which
+// waits until its context ends (or 10 s), and returns once it runs: the
+// channel gets the call's context error when it ends.
+func bobsSlowCall(t *testing.T, f *fixture) <-chan error {
+	t.Helper()
 	started := make(chan struct{}, 1)
 	ended := make(chan error, 1)
 	must(t, f.reg.Register(capabilities.Capability{Name: "slowRegion", Domain: "test", Description: "Waits; mirrors region in a header.",
@@ -350,17 +336,5 @@ func TestEngineKeysSessionlessRequestsApart(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("bob's call did not start")
 	}
-	// Handed to the engine directly, past every check of the transport.
-	body := []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
-	caller, err := f.loader.LoadCaller(t.Context(), "alice")
-	must(t, err)
-	st := &reqState{caller: caller, requestID: "r", method: "notifications/cancelled"}
-	req := httptest.NewRequest(http.MethodPost, "https://mcp.test"+Path, strings.NewReader(string(body)))
-	req = req.WithContext(context.WithValue(req.Context(), stateKey{}, st))
-	f.srv.serveEngine(httptest.NewRecorder(), req, st, body, postView{Method: mcpgo.MethodNotificationCancelled})
-	select {
-	case err := <-ended:
-		t.Fatalf("a sessionless notifications/cancelled in the engine ended bob's call: %v", err)
-	case <-time.After(200 * time.Millisecond):
-	}
+	return ended
 }
