@@ -55,25 +55,9 @@ func TestDirectPath2026ChecksHeaderParamsAsMCPGoReadsThem(t *testing.T) {
 		if tool == "regionNested" {
 			args = map[string]any{"where": map[string]any{"region": "eu"}}
 		}
-		body := rpc(7, "tools/call", map[string]any{"name": tool, "arguments": args, "_meta": map[string]any{
-			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
-			"io.modelcontextprotocol/clientCapabilities": map[string]any{},
-		}})
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
-		must(t, err)
-		req.Header.Set("Authorization", "Bearer alice-token")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set(versionHeader, "2026-07-28")
-		req.Header.Set("Mcp-Method", "tools/call")
-		req.Header.Set("Mcp-Name", tool)
-		req.Header.Set("Mcp-Param-Region", "us") // the body says eu
-		resp, err := http.DefaultClient.Do(req)
-		must(t, err)
-		got := readAll(resp)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(got, `"code":-32020`) || strings.Contains(got, "ran") {
-			t.Errorf("%s: %d %s", tool, resp.StatusCode, got)
+		status, got := regionCall(t, f, tool, args, "us") // the body says eu
+		if status != http.StatusBadRequest || !strings.Contains(got, `"code":-32020`) || strings.Contains(got, "ran") {
+			t.Errorf("%s: %d %s", tool, status, got)
 		}
 	}
 }
@@ -420,22 +404,8 @@ func TestHiddenHeaderToolAnswersLikeUnknown(t *testing.T) {
 		}}))
 	call := func(tool string) (string, int) {
 		before := len(f.audit.Denials())
-		body := rpc(7, "tools/call", map[string]any{"name": tool, "arguments": map[string]any{"region": "eu"}, "_meta": map[string]any{
-			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
-			"io.modelcontextprotocol/clientCapabilities": map[string]any{},
-		}})
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
-		must(t, err)
-		req.Header.Set("Authorization", "Bearer alice-token")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(versionHeader, "2026-07-28")
-		req.Header.Set("Mcp-Method", "tools/call")
-		req.Header.Set("Mcp-Name", tool)
-		req.Header.Set("Mcp-Param-Region", "us") // the body says eu
-		resp, err := http.DefaultClient.Do(req)
-		must(t, err)
-		defer resp.Body.Close()
-		return fmt.Sprint(resp.StatusCode, " ", readAll(resp)), len(f.audit.Denials()) - before
+		status, got := regionCall(t, f, tool, map[string]any{"region": "eu"}, "us") // the body says eu
+		return fmt.Sprint(status, " ", got), len(f.audit.Denials()) - before
 	}
 	hidden, hiddenDenials := call("adminRegion")
 	unknown, unknownDenials := call("noSuchRegion")
@@ -445,4 +415,28 @@ func TestHiddenHeaderToolAnswersLikeUnknown(t *testing.T) {
 	if hiddenDenials != 1 || unknownDenials != 1 {
 		t.Fatalf("denials audited: hidden %d, unknown %d; want 1 each", hiddenDenials, unknownDenials)
 	}
+}
+
+// regionCall sends alice's 2026-07-28 tools/call of tool with args, its
+// standard headers right and Mcp-Param-Region set to region, and returns
+// the status and body of the answer.
+func regionCall(t *testing.T, f *fixture, tool string, args map[string]any, region string) (int, string) {
+	t.Helper()
+	body := rpc(7, "tools/call", map[string]any{"name": tool, "arguments": args, "_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{},
+	}})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url, strings.NewReader(body))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer alice-token")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(versionHeader, "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", tool)
+	req.Header.Set("Mcp-Param-Region", region)
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	return resp.StatusCode, readAll(resp)
 }
