@@ -15,6 +15,7 @@ import (
 	"github.com/enclave-mcp/enclave/enclavetest"
 	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/internal/chromiumtest"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // TestRemoteMCPConsentAtSecondServer: a second enclave server (B) is the
@@ -27,11 +28,25 @@ import (
 // seals the token and lists B's tools. They appear in alice's tools/list
 // on A, prefixed mcp_b__, and not in bob's; calling mcp_b__whoami runs on
 // B as alice's account there. The token is in no answer, log line, export
-// or audit row of A. Removing the server revokes the token at B.
+// or audit row of A. Removing the server revokes the token at B, and so
+// does deleting alice's account at A (the hook remote MCP servers add to
+// the assembled server's account deletion once they are wired).
 func TestRemoteMCPConsentAtSecondServer(t *testing.T) {
 	bin := chromiumtest.Bin(t)
+	type run struct {
+		d             storage.Dialect
+		deleteAccount bool // instead of removing the server
+	}
+	var runs []run
 	for _, d := range enclavetest.Dialects() {
-		t.Run(string(d), func(t *testing.T) {
+		runs = append(runs, run{d, false}, run{d, true})
+	}
+	for _, rc := range runs {
+		d, name, deleteAccount := rc.d, string(rc.d), rc.deleteAccount
+		if deleteAccount {
+			name += "/account-deleted"
+		}
+		t.Run(name, func(t *testing.T) {
 			b := enclavetest.Start(t, enclavetest.Options{Dialect: d})
 			aliceAtB := b.CreateUser(t, "alicebee")
 			logs := &lockedBuffer{}
@@ -128,6 +143,16 @@ func TestRemoteMCPConsentAtSecondServer(t *testing.T) {
 				t.Fatalf("B refuses the token A holds: %d", st)
 			}
 			scanForRemoteToken(t, a, aliceAtA, logs, token)
+			if deleteAccount {
+				// Deleting alice's account at A revokes the token at B.
+				if res, err := a.Lifecycle().Delete(t.Context(), aliceAtA.Owner()); err != nil || !res.Completed {
+					t.Fatalf("delete alice at A: %+v, %v", res, err)
+				}
+				if st := mcpStatus(t, b.URL, token); st != 401 {
+					t.Fatalf("B still accepts the token after alice's account at A was deleted: %d", st)
+				}
+				return
+			}
 			// Removing on the page revokes the token at B.
 			fail("remove", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#mcp-server-b form:last-of-type button[type="submit"]`)),
 				chromedp.WaitVisible(chromedp.ID("no-mcp-servers"))))

@@ -25,6 +25,7 @@ import (
 	"github.com/enclave-mcp/enclave/integrations"
 	"github.com/enclave-mcp/enclave/internal/chromiumtest"
 	"github.com/enclave-mcp/enclave/oauth"
+	"github.com/enclave-mcp/enclave/storage"
 )
 
 // TestIntegrationsConnectAtSecondServer: a second enclave server (B) is the
@@ -37,14 +38,28 @@ import (
 // loopback https proxy in front of B) opens an MCP session at B as alice
 // and saves a memory there; no answer holds the token. Bob sees no
 // connection, cannot use or disconnect hers. Disconnecting revokes the
-// token at B: B refuses it afterwards.
+// token at B: B refuses it afterwards; so does deleting alice's account
+// at A (account deletion's connected-accounts hook, which stands for the
+// integrations wired after it).
 //
 // A listens on 127.0.0.2: browsers keep cookies per host, not per port,
 // and both servers name their session cookie alike.
 func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 	bin := chromiumtest.Bin(t)
+	type run struct {
+		d             storage.Dialect
+		deleteAccount bool // instead of disconnecting
+	}
+	var runs []run
 	for _, d := range enclavetest.Dialects() {
-		t.Run(string(d), func(t *testing.T) {
+		runs = append(runs, run{d, false}, run{d, true})
+	}
+	for _, rc := range runs {
+		d, name, deleteAccount := rc.d, string(rc.d), rc.deleteAccount
+		if deleteAccount {
+			name += "/account-deleted"
+		}
+		t.Run(name, func(t *testing.T) {
 			b := enclavetest.Start(t, enclavetest.Options{Dialect: d})
 			aliceAtB := b.CreateUser(t, "alice")
 			clientID := registerClient(t, b.URL)
@@ -146,6 +161,16 @@ func TestIntegrationsConnectAtSecondServer(t *testing.T) {
 			// An agent cannot start a connection: that is the web shell's.
 			if rs, err := aliceAtA.MCP(t).Call("connectionConnectStart", map[string]any{"provider": "b", "binding": strings.Repeat("x", 20)}); err == nil && !rs.IsError {
 				t.Fatalf("an agent started a connection: %+v", rs)
+			}
+			if deleteAccount {
+				// Deleting alice's account at A revokes the token at B.
+				if res, err := a.Lifecycle().Delete(t.Context(), aliceAtA.Owner()); err != nil || !res.Completed {
+					t.Fatalf("delete alice at A: %+v, %v", res, err)
+				}
+				if st := mcpStatus(t, b.URL, token); st != http.StatusUnauthorized {
+					t.Fatalf("B still accepts the token after alice's account at A was deleted: %d", st)
+				}
+				return
 			}
 			// Disconnecting on the page revokes the token at B.
 			fail("disconnect", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#connection-b button[type="submit"]`)),

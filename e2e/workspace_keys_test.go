@@ -286,3 +286,41 @@ func TestWorkspaceKeyOfASuspendedDeletingAccountReadsNothing(t *testing.T) {
 		t.Errorf("refused, but not as suspended: %+v", res)
 	}
 }
+
+// A workspace key dies with its account: once the account is deleted the
+// key is refused at /mcp (401), and the refusal goes through the audited,
+// counted verifier chain like an OAuth token's (the key's verifier sits
+// inside it, so the refusal is counted in enclave_token_refusals_total).
+func TestWorkspaceKeyOfADeletedAccountIsRefusedAndCounted(t *testing.T) {
+	s := enclavetest.Start(t, workspaceKeyServer())
+	u := s.CreateUser(t, "leaving")
+	ws, key := newWorkspaceKey(t, s, u, nil)
+	if !keyAnswers(t, s, key.Key, ws) {
+		t.Fatal("a new key is refused")
+	}
+	refusals := func() float64 {
+		families, err := s.MetricsRegistry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n float64
+		for _, f := range families {
+			if f.GetName() == "enclave_token_refusals_total" {
+				for _, m := range f.GetMetric() {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return n
+	}
+	before := refusals()
+	if res, err := s.Lifecycle().Delete(context.Background(), u.Owner()); err != nil || !res.Completed {
+		t.Fatalf("delete: %+v, %v", res, err)
+	}
+	if keyAnswers(t, s, key.Key, ws) {
+		t.Fatal("the key of a deleted account still answers")
+	}
+	if after := refusals(); after <= before {
+		t.Fatalf("the refusal of the deleted account's key was not counted: %v then %v", before, after)
+	}
+}

@@ -139,3 +139,90 @@ func TestWireHooksAndLanes(t *testing.T) {
 		}
 	})
 }
+
+// Hooks added while deletions run (a domain wired late) race nothing: each
+// deletion runs the hooks it started with, all of them, in order, and the
+// added ones from the next deletion on (run it with -race).
+func TestAddHooksWhileDeleting(t *testing.T) {
+	s := storagetest.Open(t, storage.SQLite)
+	ctx := context.Background()
+	acc, err := accounts.New(ctx, s, accounts.Config{Argon2: accounts.Argon2Params{MemoryKiB: 64, Iterations: 1, Parallelism: 1}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := storage.NewInventory()
+	if err := lifecycle.RegisterInventory(inv); err != nil {
+		t.Fatal(err)
+	}
+	var order ran
+	svc, err := lifecycle.Wire(lifecycle.Config{Store: s, Inventory: inv, Accounts: acc, Logger: quiet(),
+		Audit:  audit.New(s, []byte("0123456789abcdef0123456789abcdef"), quiet()),
+		Grants: order.grants(), Connections: revoker{&order, "connections"}}, retention.NewSet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	var users []storage.Owner
+	for i := range n {
+		name := "user" + string(rune('a'+i))
+		u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: name + "@example.com", Username: name, Password: "a long password for " + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, storage.Owner{ID: u.ID, StableID: u.StableID})
+	}
+	// Each deletion records the hooks it ran (the hooks run one deletion
+	// at a time here: order is only appended to by the deleting goroutine).
+	added := make(chan struct{})
+	go func() {
+		defer close(added)
+		for range n {
+			svc.AddHooks(lifecycle.Hook{Name: "late", Run: func(context.Context, storage.Owner) error {
+				order = append(order, "late")
+				return nil
+			}})
+			svc.AddTxHooks(lifecycle.TxHook{Name: "late tx", Run: func(context.Context, bun.Tx, storage.Owner) (int64, error) {
+				order = append(order, "late tx")
+				return 0, nil
+			}})
+		}
+	}()
+	lates := 0
+	for _, u := range users {
+		order = nil
+		if res, err := svc.Delete(ctx, u); err != nil || !res.Completed {
+			t.Fatalf("delete: %+v, %v", res, err)
+		}
+		if len(order) < 2 || order[0] != "grants" || order[1] != "connections" {
+			t.Fatalf("hooks ran %v: the wired ones first", order)
+		}
+		late, lateTx := 0, 0
+		for _, h := range order[2:] {
+			switch {
+			case h == "late" && lateTx == 0:
+				late++
+			case h == "late tx":
+				lateTx++
+			default:
+				t.Fatalf("hooks ran %v", order)
+			}
+		}
+		// A deletion sees a whole snapshot: no fewer hooks than the one before.
+		if late < lates || lateTx > late {
+			t.Fatalf("hooks ran %v after a deletion that ran %d late ones", order, lates)
+		}
+		lates = late
+	}
+	<-added
+	order = nil
+	u, err := acc.Identity.Signup(ctx, accounts.SignupInput{Email: "last@example.com", Username: "last", Password: "a long password for last"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Delete(ctx, storage.Owner{ID: u.ID, StableID: u.StableID}); err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 + 2*n; len(order) != want {
+		t.Fatalf("after every hook was added, a deletion ran %d hooks (%v), want %d", len(order), order, want)
+	}
+}
