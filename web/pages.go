@@ -248,6 +248,9 @@ func (h *Handler) mountPage(pg Page) {
 	case !pg.Public:
 		next = h.guards.RequireUser(next)
 	}
+	if strings.HasPrefix(pattern, http.MethodGet+" ") {
+		next = h.sameSiteReads(next) // its handler may Invoke
+	}
 	h.serveMux.Handle(pattern, next)
 	h.patterns = append(h.patterns, pattern)
 	if pg.Nav != "" {
