@@ -118,6 +118,9 @@ var errCrossSiteRead = &capabilities.Error{Code: capabilities.CodeUnsupported,
 // cross-site read that reaches Invoke (a GET route missing from the list)
 // runs nothing. It logs the route so that it is added.
 func (h *Handler) invokeRefusedCrossSite(r *http.Request, name string) error {
+	if h.invokeSeen != nil {
+		h.invokeSeen(r, name)
+	}
 	if !crossSiteRead(r) {
 		return nil
 	}
