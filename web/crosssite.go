@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -42,45 +43,75 @@ func crossSiteRead(r *http.Request) bool {
 // crosssite_test.go fails otherwise, and Invoke refuses a cross-site read
 // that reaches it (invokeRefusedCrossSite) so nothing is spent meanwhile.
 var invokingReads = map[string]bool{
-	"GET /account/community":                           true,
-	"GET /account/connections":                         true,
-	"GET " + integrations.CallbackPath + "/{provider}": true,
-	"GET " + integrations.AppCallbackPath + "/{app}":   true,
-	"GET " + pathSecurity:                              true,
-	"GET /account/feedback":                            true,
-	"GET /account/export/manifest.json":                true,
-	"GET " + pathExportJSON:                            true,
-	"GET /account/mail":                                true,
-	"GET /account/mail/thread":                         true,
-	"GET /account/mail/message":                        true,
-	"GET /account/mail/html":                           true,
-	"GET /account/mail/attachment":                     true,
-	"GET " + remotemcp.PagePath:                        true,
-	"GET " + remotemcp.CallbackPath + "/{server}":      true,
-	"GET /account/memory":                              true,
-	"GET /account/packages":                            true,
-	"GET /account/usage":                               true,
-	"GET /admin/users":                                 true,
-	"GET /admin/users/{id}":                            true,
-	"GET /admin/overview":                              true,
-	"GET /admin/clients":                               true,
-	"GET /admin/invites":                               true,
-	"GET /admin/community":                             true,
-	"GET /admin/community/activity":                    true,
-	"GET /admin/feedback":                              true,
-	"GET /admin/feedback/{id}":                         true,
-	"GET /admin/webhooks":                              true,
-	"GET /community":                                   true,
-	"GET /community/{listing}":                         true,
-	"GET /workspaces":                                  true,
-	"GET /workspaces/{id}":                             true,
+	"GET /account/community":            true,
+	"GET /account/connections":          true,
+	"GET " + pathSecurity:               true,
+	"GET /account/feedback":             true,
+	"GET /account/export/manifest.json": true,
+	"GET " + pathExportJSON:             true,
+	"GET /account/mail":                 true,
+	"GET /account/mail/thread":          true,
+	"GET /account/mail/message":         true,
+	"GET /account/mail/html":            true,
+	"GET /account/mail/attachment":      true,
+	"GET " + remotemcp.PagePath:         true,
+	"GET /account/memory":               true,
+	"GET /account/packages":             true,
+	"GET /account/usage":                true,
+	"GET /admin/users":                  true,
+	"GET /admin/users/{id}":             true,
+	"GET /admin/overview":               true,
+	"GET /admin/clients":                true,
+	"GET /admin/invites":                true,
+	"GET /admin/community":              true,
+	"GET /admin/community/activity":     true,
+	"GET /admin/feedback":               true,
+	"GET /admin/feedback/{id}":          true,
+	"GET /admin/webhooks":               true,
+	"GET /community":                    true,
+	"GET /community/{listing}":          true,
+	"GET /workspaces":                   true,
+	"GET /workspaces/{id}":              true,
+}
+
+// invokingCallbacks are the GET routes that run a capability and that a
+// provider sends the browser back to from its own site, so their reads
+// are cross-site by design: each with the cookie the flow's start (on this
+// site) set for it. A cross-site read carrying the cookie is the person's
+// own flow coming back and is served; one without it (a link elsewhere,
+// no flow under way) gets the continue page like invokingReads.
+var invokingCallbacks = map[string]string{
+	"GET " + integrations.CallbackPath + "/{provider}": connectCookie,
+	"GET " + integrations.AppCallbackPath + "/{app}":   connectCookie,
+	"GET " + remotemcp.CallbackPath + "/{server}":      mcpConsentCookie,
+}
+
+// crossSiteAdmittedKey marks a cross-site read a callback route admitted
+// (invokingCallbacks), for the backstop in invokeRefusedCrossSite.
+type crossSiteAdmittedKey struct{}
+
+// readGuard returns pattern's handler behind the cross-site rule: fn as it
+// is for a route that runs no capability.
+func (h *Handler) readGuard(pattern string, fn http.Handler) http.Handler {
+	if invokingReads[pattern] {
+		return h.sameSiteReads(fn, "")
+	}
+	if cookie, ok := invokingCallbacks[pattern]; ok {
+		return h.sameSiteReads(fn, cookie)
+	}
+	return fn
 }
 
 // sameSiteReads answers a cross-site read (crossSiteRead) with the
-// interstitial and passes every other request to next.
-func (h *Handler) sameSiteReads(next http.Handler) http.Handler {
+// interstitial and passes every other request to next; with flowCookie
+// set, a cross-site read carrying that cookie passes too.
+func (h *Handler) sameSiteReads(next http.Handler, flowCookie string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if crossSiteRead(r) {
+			if c, err := r.Cookie(flowCookie); flowCookie != "" && err == nil && c.Value != "" {
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), crossSiteAdmittedKey{}, true)))
+				return
+			}
 			h.crossSiteInterstitial(w, r)
 			return
 		}
@@ -121,7 +152,7 @@ func (h *Handler) invokeRefusedCrossSite(r *http.Request, name string) error {
 	if h.invokeSeen != nil {
 		h.invokeSeen(r, name)
 	}
-	if !crossSiteRead(r) {
+	if !crossSiteRead(r) || r.Context().Value(crossSiteAdmittedKey{}) != nil {
 		return nil
 	}
 	h.log.ErrorContext(r.Context(), "web: cross-site read reached Invoke; its route belongs in invokingReads",

@@ -82,7 +82,7 @@ func newXsiteEnv(t *testing.T, stubs bool) *xsiteEnv {
 
 // get requests path signed in, with Sec-Fetch-Site site ("" sends none),
 // and returns the answer and the capabilities it was about to run.
-func (e *xsiteEnv) get(method, path, site string) (*httptest.ResponseRecorder, []string) {
+func (e *xsiteEnv) get(method, path, site string, extra ...*http.Cookie) (*httptest.ResponseRecorder, []string) {
 	r := httptest.NewRequest(method, "http://enclave.test"+path, nil)
 	r.RemoteAddr = "127.0.0.1:5555"
 	if site != "" {
@@ -90,6 +90,9 @@ func (e *xsiteEnv) get(method, path, site string) (*httptest.ResponseRecorder, [
 		r.Header.Set("Sec-Fetch-Mode", "navigate")
 	}
 	r.AddCookie(e.session)
+	for _, c := range extra {
+		r.AddCookie(c)
+	}
 	e.mu.Lock()
 	before := len(e.seen)
 	e.mu.Unlock()
@@ -142,13 +145,24 @@ func TestCrossSiteReadsRunNoCapability(t *testing.T) {
 					continue
 				}
 				path := e.concretePath(p)
-				covered := invokingReads[p] || p == xsiteMountedPage
+				flowCookie, callback := invokingCallbacks[p]
+				covered := invokingReads[p] || callback || p == xsiteMountedPage
 				w, ran := e.get(http.MethodGet, path, "same-origin")
 				if len(ran) > 0 {
 					invoking++
 					t.Logf("GET %s runs %v", p, ran)
 					if !covered {
 						t.Errorf("GET %s (%s) runs %v but is not in invokingReads", path, p, ran)
+					}
+				}
+				if callback {
+					// The provider's redirect back, in the person's own
+					// flow (its cookie set when it started here), is served.
+					for _, site := range []string{"cross-site", "same-site"} {
+						w, ran := e.get(http.MethodGet, path+"?state=s&code=c", site, &http.Cookie{Name: flowCookie, Value: "binding"})
+						if len(ran) == 0 || strings.Contains(w.Body.String(), "opened from another site") {
+							t.Errorf("GET %s from %s in a flow: ran %v, refused: %v", path, site, ran, strings.Contains(w.Body.String(), "opened from another site"))
+						}
 					}
 				}
 				for _, site := range []string{"cross-site", "same-site"} {

@@ -252,7 +252,7 @@ func (h *Handler) mountPage(pg Page) {
 		next = h.guards.RequireUser(next)
 	}
 	if strings.HasPrefix(pattern, http.MethodGet+" ") {
-		next = h.sameSiteReads(next) // its handler may Invoke
+		next = h.sameSiteReads(next, "") // its handler may Invoke
 	}
 	h.serveMux.Handle(pattern, next)
 	h.patterns = append(h.patterns, pattern)
