@@ -159,3 +159,19 @@ func (h *Handler) invokeRefusedCrossSite(r *http.Request, name string) error {
 		"pattern", r.Pattern, "capability", name)
 	return errCrossSiteRead
 }
+
+// redirectAfterCallback sends the browser from a callback to path. A
+// redirect would carry the provider's site into Fetch Metadata (the
+// chain is cross-site), and path, a page that runs a capability, would
+// answer with the continue page: a cross-site callback gets a page that
+// refreshes to path from this origin instead (a meta refresh, no script),
+// with a link for a browser that does not follow it.
+func (h *Handler) redirectAfterCallback(w http.ResponseWriter, r *http.Request, path string) {
+	if !crossSiteRead(r) {
+		h.redirect(w, r, path)
+		return
+	}
+	p := h.page(r, "Continue")
+	p.Refresh = "0;url=" + string(p.link(path))
+	h.render(w, r, http.StatusOK, callbackLandingPage(p, path))
+}

@@ -17,6 +17,8 @@ import (
 	"github.com/enclave-mcp/enclave/accounts/lifecycle"
 	"github.com/enclave-mcp/enclave/capabilities"
 	"github.com/enclave-mcp/enclave/capabilities/audit"
+	"github.com/enclave-mcp/enclave/integrations"
+	"github.com/enclave-mcp/enclave/integrations/remotemcp"
 	"github.com/enclave-mcp/enclave/storage"
 	"github.com/enclave-mcp/enclave/storage/storagetest"
 )
@@ -163,6 +165,11 @@ func TestCrossSiteReadsRunNoCapability(t *testing.T) {
 						if len(ran) == 0 || strings.Contains(w.Body.String(), "opened from another site") {
 							t.Errorf("GET %s from %s in a flow: ran %v, refused: %v", path, site, ran, strings.Contains(w.Body.String(), "opened from another site"))
 						}
+						// Done, it moves on to its page from this origin (a
+						// redirect would keep the chain cross-site).
+						if stubs && (w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `<meta http-equiv="refresh" content="0;url=/account/`)) {
+							t.Errorf("GET %s from %s in a flow: %d %.300s", path, site, w.Code, w.Body.String())
+						}
 					}
 				}
 				for _, site := range []string{"cross-site", "same-site"} {
@@ -210,6 +217,17 @@ func xsiteRegistry(t *testing.T, acc *accounts.Service, lc *lifecycle.Service) *
 			Handler: func(context.Context, *capabilities.Call, struct{}) (struct{}, error) { return struct{}{}, nil },
 		}))
 	}
+	caps = append(caps, capabilities.Define(capabilities.Spec[integrations.FinishInput, struct{}]{
+		Name: "connectionConnectFinish", Domain: "stub", Description: "Stub.", Annotations: &capabilities.Annotations{},
+		Handler: func(context.Context, *capabilities.Call, integrations.FinishInput) (struct{}, error) {
+			return struct{}{}, nil
+		},
+	}), capabilities.Define(capabilities.Spec[remotemcp.ConsentFinishInput, struct{}]{
+		Name: "mcpServerConsentFinish", Domain: "stub", Description: "Stub.", Annotations: &capabilities.Annotations{},
+		Handler: func(context.Context, *capabilities.Call, remotemcp.ConsentFinishInput) (struct{}, error) {
+			return struct{}{}, nil
+		},
+	}))
 	if err := reg.Register(caps...); err != nil {
 		t.Fatal(err)
 	}
