@@ -37,7 +37,7 @@ func crossSiteRead(r *http.Request) bool {
 }
 
 // invokingReads are the GET routes whose handlers run a capability: each
-// is registered behind sameSiteReads (see routes). Mounted GET pages
+// is registered behind sameSiteReads (readGuard, in routes). Mounted GET pages
 // (Handler.Mount) are too, since PageContext.Invoke may run one. A GET
 // route added with a handler that invokes belongs here: the route walk in
 // crosssite_test.go fails otherwise, and Invoke refuses a cross-site read
