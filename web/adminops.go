@@ -55,6 +55,9 @@ func (h *Handler) invoke(r *http.Request, name string, in, out any) error {
 // session cookie: the caller of u's account state (a suspended account is
 // refused, and the refusal audited, by Registry.Invoke) and fresh grants.
 func (h *Handler) invokeAs(r *http.Request, u accounts.User, name string, in any) (capabilities.Result, error) {
+	if err := h.invokeRefusedCrossSite(r, name); err != nil {
+		return capabilities.Result{}, err
+	}
 	caller := accounts.CallerFor(u, h.opts.Accounts.Roles.FreshGrants(r.Context(), u.ID))
 	caller.Interactive, caller.AllScopes, caller.Session = true, true, true
 	raw, err := json.Marshal(in)

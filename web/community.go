@@ -114,6 +114,10 @@ func (h *Handler) invokePublic(w http.ResponseWriter, r *http.Request, name stri
 		h.renderError(w, r, http.StatusTooManyRequests, fmt.Sprintf("Too many requests from your network. Sign in, or try again in %s.", humanSeconds(max(secs, 1))))
 		return false
 	}
+	if err := h.invokeRefusedCrossSite(r, name); err != nil {
+		h.renderCapabilityError(w, r, err)
+		return false
+	}
 	raw, err := json.Marshal(in)
 	if err != nil {
 		h.internalError(w, r, "encode "+name, err)

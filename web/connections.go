@@ -173,7 +173,7 @@ func (h *Handler) finishConnection(w http.ResponseWriter, r *http.Request) {
 		h.renderCapabilityError(w, r, err)
 		return
 	}
-	h.redirect(w, r, "/account/connections?notice=connected")
+	h.redirectAfterCallback(w, r, "/account/connections?notice=connected")
 }
 
 func (h *Handler) disconnectConnection(w http.ResponseWriter, r *http.Request) {

@@ -122,7 +122,7 @@ func (h *Handler) finishMCPConsent(w http.ResponseWriter, r *http.Request) {
 		h.renderCapabilityError(w, r, err)
 		return
 	}
-	h.redirect(w, r, remotemcp.PagePath+"?notice=granted")
+	h.redirectAfterCallback(w, r, remotemcp.PagePath+"?notice=granted")
 }
 
 func (h *Handler) refreshMCPServer(w http.ResponseWriter, r *http.Request) {

@@ -29,6 +29,9 @@ type page struct {
 	Home bool
 	// Nav lists the embedders' pages in the account navigation.
 	Nav []navLink
+	// Refresh, when set, is a meta refresh ("0;url=/path"): the page
+	// moves on to a path of this site (redirectAfterCallback).
+	Refresh string
 }
 
 // features says which optional account pages exist.

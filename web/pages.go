@@ -19,7 +19,10 @@ import (
 // content security policy, behind the same cross-origin protection (a
 // form posted from another site is refused with 403 before Handler runs),
 // with the signed-in person loaded fresh for the request, and acting only
-// through Registry.Invoke as that person.
+// through Registry.Invoke as that person. A GET page reached by a link from
+// another site (Sec-Fetch-Site cross-site or same-site) answers with a page
+// offering to continue from this site, and Handler runs only then: a link
+// elsewhere never spends the person's quota.
 type Page struct {
 	// Pattern is the route, a net/http ServeMux pattern with its method:
 	// "GET /notes", "POST /notes/{id}/delete". GET and POST only (forms
@@ -247,6 +250,9 @@ func (h *Handler) mountPage(pg Page) {
 		next = h.guards.RequireRole(pg.Role)(next)
 	case !pg.Public:
 		next = h.guards.RequireUser(next)
+	}
+	if strings.HasPrefix(pattern, http.MethodGet+" ") {
+		next = h.sameSiteReads(next, "") // its handler may Invoke
 	}
 	h.serveMux.Handle(pattern, next)
 	h.patterns = append(h.patterns, pattern)

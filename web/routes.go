@@ -28,7 +28,7 @@ func (h *Handler) routes() http.Handler {
 	h.serveMux = mux
 	handle := func(pattern string, fn http.HandlerFunc) {
 		h.patterns = append(h.patterns, pattern)
-		mux.HandleFunc(pattern, fn)
+		mux.Handle(pattern, h.readGuard(pattern, fn))
 	}
 	handle("GET "+stylesheetPath, h.serveStylesheet)
 

@@ -190,6 +190,10 @@ const DefaultBaseURL = "http://localhost:8080"
 // stylesheet, and the middleware shared with other transports (rate limits,
 // cross-origin protection). It implements http.Handler.
 type Handler struct {
+	// invokeSeen, when set (tests), is told of every capability a page is
+	// about to run, before the cross-site backstop (invokeRefusedCrossSite).
+	invokeSeen func(r *http.Request, name string)
+
 	opts    Options
 	log     *slog.Logger
 	base    *url.URL
