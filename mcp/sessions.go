@@ -172,13 +172,6 @@ func (s *sessionStore) end(se *session, internalID string, call *trackedCall) {
 	}
 }
 
-// internalCount is how many per-request ids are live (tests).
-func (s *sessionStore) internalCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.internal)
-}
-
 // stream registers a GET stream's cancel func, called when the session
 // ends; the returned func unregisters it.
 // maxStreamsPerSession bounds a session's open GET streams.

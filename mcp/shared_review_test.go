@@ -215,3 +215,10 @@ func TestStreamedRequestsDoNotAccumulate(t *testing.T) {
 		t.Fatalf("%d events recorded for 20 streamed calls", n)
 	}
 }
+
+// internalCount is how many per-request ids are live.
+func (s *sessionStore) internalCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.internal)
+}
